@@ -1,0 +1,1 @@
+//! Layer 2: snapshot of a directory, restore, diff.

@@ -1,0 +1,15 @@
+//! storefs: a content-addressed store of directory checkpoints, and a FUSE daemon
+//! that mounts them at their original absolute path.
+//!
+//! Layers, each depending only on those above it in this list:
+//! 1. [`store`]: objects, trees, checkpoints, refs (no FUSE).
+//! 2. [`ingest`]: directory snapshot, restore, diff (later: archives).
+//! 3. [`journal`]: the write-ahead log for forks (not yet built).
+//! 4. [`fs`]: the FUSE layer; the only place that speaks errno.
+//! 5. [`cli`]: clap commands that call the layers.
+
+pub mod cli;
+pub mod fs;
+pub mod ingest;
+pub mod journal;
+pub mod store;

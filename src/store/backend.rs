@@ -1,0 +1,169 @@
+//! Where compressed objects live. `LocalBackend` is a directory; a remote backend
+//! (object storage) can implement the same trait without touching the layers above.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+
+use super::atomic::{fsync_dir, temp_name};
+use super::id::ObjectId;
+
+/// Storage of compressed object bytes by id. Implementations must be safe to call
+/// from many threads, and `write` must never leave a partial object under `id`.
+pub trait ObjectBackend: Send + Sync {
+    /// The stored (compressed) bytes of `id`, or `None` when the backend lacks it.
+    fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>>;
+    /// Store `bytes` under `id`, atomically. Storing an id that exists is a no-op.
+    fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()>;
+    /// Whether `id` is stored.
+    fn contains(&self, id: &ObjectId) -> io::Result<bool>;
+    /// Make every completed `write` durable (names included).
+    fn sync(&self) -> io::Result<()>;
+    /// Every stored id (for verify and gc).
+    fn list(&self) -> io::Result<Vec<ObjectId>>;
+    /// Move a bad object aside so it is no longer served; returns where it went.
+    fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>>;
+}
+
+/// Objects as files `objects/ab/cdef…` (first two hex digits fan out).
+/// Each write is temp + fsync + rename; the fan-out directories written since the
+/// last `sync` are fsynced by `sync`, which callers run before publishing a
+/// checkpoint or ref that names the new objects.
+pub struct LocalBackend {
+    dir: PathBuf,
+    dirty_dirs: Mutex<BTreeSet<u8>>,
+}
+
+impl LocalBackend {
+    pub fn new(dir: PathBuf) -> LocalBackend {
+        LocalBackend {
+            dir,
+            dirty_dirs: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The file that holds `id`.
+    pub fn path_of(&self, id: &ObjectId) -> PathBuf {
+        let hex = id.to_hex();
+        self.dir.join(&hex[..2]).join(&hex[2..])
+    }
+}
+
+impl ObjectBackend for LocalBackend {
+    fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
+        match File::open(self.path_of(id)) {
+            Ok(mut f) => {
+                let mut buf = Vec::new();
+                f.read_to_end(&mut buf)?;
+                Ok(Some(buf))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
+        let path = self.path_of(id);
+        let fan = path.parent().expect("object path has a parent");
+        let tmp = fan.join(temp_name("obj"));
+        let mut f = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(&tmp)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                fs::create_dir_all(fan)?;
+                fsync_dir(&self.dir)?;
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o444)
+                    .open(&tmp)?
+            }
+            Err(e) => return Err(e),
+        };
+        let result = f
+            .write_all(bytes)
+            .and_then(|_| f.sync_all())
+            .and_then(|_| fs::rename(&tmp, &path));
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.dirty_dirs.lock().insert(id.0[0]);
+        Ok(())
+    }
+
+    fn contains(&self, id: &ObjectId) -> io::Result<bool> {
+        match fs::symlink_metadata(self.path_of(id)) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let dirty: Vec<u8> = std::mem::take(&mut *self.dirty_dirs.lock())
+            .into_iter()
+            .collect();
+        for (i, b) in dirty.iter().enumerate() {
+            if let Err(e) = fsync_dir(&self.dir.join(format!("{b:02x}"))) {
+                // Keep what is not yet known durable for the next sync.
+                self.dirty_dirs.lock().extend(&dirty[i..]);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn list(&self) -> io::Result<Vec<ObjectId>> {
+        let mut out = Vec::new();
+        for fan in read_dir_if_exists(&self.dir)? {
+            let fan = fan?;
+            let fan_name = fan.file_name();
+            let Some(prefix) = fan_name.to_str().filter(|s| s.len() == 2) else {
+                continue;
+            };
+            for obj in fs::read_dir(fan.path())? {
+                let obj = obj?;
+                if let Some(rest) = obj.file_name().to_str()
+                    && let Some(id) = ObjectId::from_hex(&format!("{prefix}{rest}"))
+                {
+                    out.push(id);
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>> {
+        let qdir = self.dir.with_file_name("quarantine");
+        fs::create_dir_all(&qdir)?;
+        let dest = qdir.join(id.to_hex());
+        match fs::rename(self.path_of(id), &dest) {
+            Ok(()) => {
+                fsync_dir(&qdir)?;
+                Ok(Some(dest))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn read_dir_if_exists(
+    dir: &Path,
+) -> io::Result<Box<dyn Iterator<Item = io::Result<fs::DirEntry>>>> {
+    match fs::read_dir(dir) {
+        Ok(rd) => Ok(Box::new(rd)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(Box::new(std::iter::empty())),
+        Err(e) => Err(e),
+    }
+}

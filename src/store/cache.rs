@@ -1,0 +1,84 @@
+//! A byte-bounded LRU cache of decompressed, verified objects (file chunks).
+
+use std::sync::Arc;
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::id::ObjectId;
+
+/// Holds decompressed objects up to `capacity` bytes; the least recently used go first.
+pub struct ChunkCache {
+    inner: Mutex<Inner>,
+    capacity: usize,
+}
+
+struct Inner {
+    lru: LruCache<ObjectId, Arc<Vec<u8>>>,
+    bytes: usize,
+}
+
+impl ChunkCache {
+    pub fn new(capacity: usize) -> ChunkCache {
+        ChunkCache {
+            inner: Mutex::new(Inner {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+            }),
+            capacity,
+        }
+    }
+
+    pub fn get(&self, id: &ObjectId) -> Option<Arc<Vec<u8>>> {
+        self.inner.lock().lru.get(id).cloned()
+    }
+
+    /// Insert, evicting the least recently used until the total fits. An object
+    /// larger than the whole cache is not kept.
+    pub fn insert(&self, id: ObjectId, data: Arc<Vec<u8>>) {
+        if data.len() > self.capacity {
+            return;
+        }
+        let mut g = self.inner.lock();
+        if let Some(old) = g.lru.put(id, data.clone()) {
+            g.bytes -= old.len();
+        }
+        g.bytes += data.len();
+        while g.bytes > self.capacity {
+            match g.lru.pop_lru() {
+                Some((_, v)) => g.bytes -= v.len(),
+                None => break,
+            }
+        }
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().bytes
+    }
+}
+
+impl std::fmt::Debug for ChunkCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ChunkCache({}/{} bytes)", self.bytes(), self.capacity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicts_by_bytes() {
+        let c = ChunkCache::new(10);
+        let a = ObjectId::of(b"a");
+        let b = ObjectId::of(b"b");
+        c.insert(a, Arc::new(vec![0; 6]));
+        c.insert(b, Arc::new(vec![0; 6]));
+        assert!(c.get(&a).is_none());
+        assert!(c.get(&b).is_some());
+        assert_eq!(c.bytes(), 6);
+        c.insert(ObjectId::of(b"big"), Arc::new(vec![0; 11]));
+        assert_eq!(c.bytes(), 6);
+    }
+}

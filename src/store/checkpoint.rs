@@ -1,0 +1,116 @@
+//! Checkpoints: immutable JSON records naming a root tree, parents and origin.
+//! A checkpoint's id is the sha256 of its JSON file's bytes.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::id::ObjectId;
+
+impl Serialize for ObjectId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for ObjectId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        ObjectId::from_hex(&s).ok_or_else(|| serde::de::Error::custom("expected 64 hex digits"))
+    }
+}
+
+/// How a checkpoint was made.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    /// `snapshot`, `import` or `commit`.
+    pub kind: String,
+    /// The directory snapshotted, when `kind` is `snapshot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The machine it was made on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Archive file names, when imported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    /// sha256 of the whole archive, when imported and verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Counts and sizes, for `storefs log`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Stats>,
+}
+
+/// What a snapshot or import saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub entries: u64,
+    pub bytes: u64,
+    pub new_objects: u64,
+    pub new_bytes_compressed: u64,
+}
+
+/// One checkpoint record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Format version of this record (1).
+    pub version: u32,
+    /// The root tree: a tree object whose single entry "" is the root directory.
+    pub root: ObjectId,
+    /// Earlier checkpoints this one derives from (empty for a first snapshot).
+    #[serde(default)]
+    pub parents: Vec<ObjectId>,
+    /// The absolute path the tree was taken from, and where `mount` puts it by default.
+    #[serde(default)]
+    pub origin: Option<String>,
+    /// Creation time, nanoseconds since the Unix epoch, UTC.
+    pub time_ns: i64,
+    #[serde(default)]
+    pub message: String,
+    pub source: Source,
+}
+
+impl Checkpoint {
+    /// The canonical bytes stored for this checkpoint (pretty JSON + newline).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).expect("checkpoint serializes");
+        v.push(b'\n');
+        v
+    }
+}
+
+/// Format nanoseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn format_time(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_formats() {
+        assert_eq!(format_time(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            format_time(1_796_227_200_000_000_000),
+            "2026-12-02 16:00:00 UTC"
+        );
+    }
+}

@@ -1,0 +1,419 @@
+//! Layer 1: the content-addressed store. Objects (zstd, named by the sha256 of
+//! their uncompressed bytes, verified on every read), trees, checkpoints, refs
+//! and the registry of live mounts. Pure library: no FUSE here.
+
+mod atomic;
+mod backend;
+mod cache;
+mod checkpoint;
+mod id;
+pub mod mounts;
+mod tree;
+
+use std::fs;
+use std::io::{self, ErrorKind, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use atomic::{fsync_dir, write_file};
+pub use backend::{LocalBackend, ObjectBackend};
+pub use cache::ChunkCache;
+pub use checkpoint::{Checkpoint, Source, Stats, format_time};
+pub use id::{ObjectId, is_hex, to_hex};
+pub use tree::{Content, DecodeError, Entry, Extent, Kind, Tree};
+
+/// The file whose presence makes a directory a store.
+pub const MARKER: &str = "storefs.json";
+/// The largest object the store will decompress (a hostile object cannot make us
+/// allocate more). Chunks are at most 4 MiB; trees of huge directories are larger.
+pub const MAX_OBJECT_SIZE: u64 = 1 << 30;
+/// zstd level for objects: fast to write, fast to read.
+pub const ZSTD_LEVEL: i32 = 3;
+
+/// Everything that can go wrong in the store, each naming the thing involved.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error(
+        "{0} is not a storefs store (no {MARKER}); pass an empty or new directory with --store, or point at an existing store"
+    )]
+    NotAStore(PathBuf),
+    #[error("no store at {0}; create it with `storefs init --store {0}` or snapshot into it")]
+    NoStore(PathBuf),
+    #[error("object {id} is missing from the store ({context}); run `storefs verify`")]
+    Missing { id: ObjectId, context: String },
+    #[error("object {id} is corrupt ({detail}); run `storefs verify` to quarantine it")]
+    Corrupt { id: ObjectId, detail: String },
+    #[error(
+        "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs and `storefs log` checkpoints"
+    )]
+    UnknownTarget(String),
+    #[error(
+        "'{prefix}' is ambiguous: it starts {count} checkpoints ({examples}); give more digits"
+    )]
+    Ambiguous {
+        prefix: String,
+        count: usize,
+        examples: String,
+    },
+    #[error("bad ref name '{0}': use letters, digits, '.', '_' and '-', not '.' or '..'")]
+    BadRefName(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attach the path to an io::Error.
+pub trait IoContext<T> {
+    fn at(self, path: &Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn at(self, path: &Path) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// A store on disk: `objects/`, `checkpoints/`, `refs/`, `mounts/`, `logs/`.
+pub struct Store {
+    root: PathBuf,
+    backend: Arc<dyn ObjectBackend>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.root.display())
+    }
+}
+
+const SUBDIRS: &[&str] = &["objects", "checkpoints", "refs", "mounts", "logs"];
+
+impl Store {
+    /// Open the store at `root`, creating it if the directory is missing or empty.
+    pub fn open_or_create(root: &Path) -> Result<Store> {
+        let root = absolute(root)?;
+        if !root.join(MARKER).exists() {
+            match fs::read_dir(&root) {
+                Ok(mut rd) => {
+                    if rd.next().is_some() {
+                        return Err(Error::NotAStore(root));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    fs::create_dir_all(&root).at(&root)?;
+                }
+                Err(e) => return Err(e).at(&root),
+            }
+            for d in SUBDIRS {
+                let p = root.join(d);
+                fs::create_dir_all(&p).at(&p)?;
+            }
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).at(&root)?;
+            let marker = serde_json::json!({"format": "storefs", "version": 1});
+            let path = root.join(MARKER);
+            write_file(&path, format!("{marker}\n").as_bytes(), 0o644, true).at(&path)?;
+        }
+        Self::open(&root)
+    }
+
+    /// Open an existing store; a missing one is an error.
+    pub fn open(root: &Path) -> Result<Store> {
+        let root = absolute(root)?;
+        if !root.join(MARKER).exists() {
+            return Err(if root.exists() {
+                Error::NotAStore(root)
+            } else {
+                Error::NoStore(root)
+            });
+        }
+        let backend = Arc::new(LocalBackend::new(root.join("objects")));
+        Ok(Store { root, backend })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn backend(&self) -> &Arc<dyn ObjectBackend> {
+        &self.backend
+    }
+
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    // ---- objects ----
+
+    /// Store `data` (compressed) unless an object with its id exists.
+    /// Returns the id and the compressed size written (0 when it already existed).
+    pub fn put_object(&self, data: &[u8]) -> Result<(ObjectId, u64)> {
+        let id = ObjectId::of(data);
+        if self.backend.contains(&id).at(&self.object_context())? {
+            return Ok((id, 0));
+        }
+        let compressed = zstd::bulk::compress(data, ZSTD_LEVEL).at(&self.object_context())?;
+        self.backend
+            .write(&id, &compressed)
+            .at(&self.root.join("objects"))?;
+        Ok((id, compressed.len() as u64))
+    }
+
+    /// Read, decompress and verify an object. `context` names what needed it
+    /// (a path), for the error message.
+    pub fn get_object(&self, id: &ObjectId, context: &str) -> Result<Vec<u8>> {
+        let raw = self
+            .backend
+            .read(id)
+            .at(&self.object_context())?
+            .ok_or_else(|| Error::Missing {
+                id: *id,
+                context: context.to_string(),
+            })?;
+        let corrupt = |detail: String| Error::Corrupt { id: *id, detail };
+        let mut out = Vec::new();
+        zstd::stream::read::Decoder::new(&raw[..])
+            .map_err(|e| corrupt(format!("zstd: {e}")))?
+            .take(MAX_OBJECT_SIZE + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| corrupt(format!("zstd: {e}")))?;
+        if out.len() as u64 > MAX_OBJECT_SIZE {
+            return Err(corrupt("larger than any object the store writes".into()));
+        }
+        let actual = ObjectId::of(&out);
+        if actual != *id {
+            return Err(corrupt(format!("content hashes to {actual}")));
+        }
+        Ok(out)
+    }
+
+    pub fn has_object(&self, id: &ObjectId) -> Result<bool> {
+        self.backend.contains(id).at(&self.object_context())
+    }
+
+    /// Make every object written so far durable.
+    pub fn sync_objects(&self) -> Result<()> {
+        self.backend.sync().at(&self.object_context())
+    }
+
+    fn object_context(&self) -> PathBuf {
+        self.root.join("objects")
+    }
+
+    // ---- trees ----
+
+    pub fn put_tree(&self, tree: &Tree) -> Result<(ObjectId, u64)> {
+        self.put_object(&tree.encode())
+    }
+
+    pub fn get_tree(&self, id: &ObjectId, context: &str) -> Result<Tree> {
+        let data = self.get_object(id, context)?;
+        Tree::decode(&data).map_err(|e| Error::Corrupt {
+            id: *id,
+            detail: e.to_string(),
+        })
+    }
+
+    /// Store a root tree: the single entry "" describing the root directory.
+    pub fn put_root(&self, mut root: Entry) -> Result<(ObjectId, u64)> {
+        root.name.clear();
+        self.put_tree(&Tree {
+            entries: vec![root],
+        })
+    }
+
+    /// The root directory entry of a checkpoint.
+    pub fn root_entry(&self, ckpt: &Checkpoint) -> Result<Entry> {
+        let t = self.get_tree(&ckpt.root, "root")?;
+        match t.entries.into_iter().next() {
+            Some(e) if e.kind == Kind::Dir => Ok(e),
+            _ => Err(Error::Corrupt {
+                id: ckpt.root,
+                detail: "root tree does not hold one directory".into(),
+            }),
+        }
+    }
+
+    /// The entry at `path` (slash-separated, relative to the root; "" or "/" is the
+    /// root itself), or `None` when nothing is there.
+    pub fn lookup_path(&self, ckpt: &Checkpoint, path: &[u8]) -> Result<Option<Entry>> {
+        let mut cur = self.root_entry(ckpt)?;
+        for comp in path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+        {
+            let Some(tid) = cur.tree_id() else {
+                return Ok(None);
+            };
+            let tree = self.get_tree(&tid, &String::from_utf8_lossy(path))?;
+            match tree.get(comp) {
+                Some(e) => cur = e.clone(),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(cur))
+    }
+
+    // ---- checkpoints ----
+
+    /// Publish a checkpoint: objects made durable first, then the record.
+    pub fn write_checkpoint(&self, ckpt: &Checkpoint) -> Result<ObjectId> {
+        self.sync_objects()?;
+        let bytes = ckpt.to_bytes();
+        let id = ObjectId::of(&bytes);
+        let path = self.checkpoint_path(&id);
+        if !path.exists() {
+            write_file(&path, &bytes, 0o444, true).at(&path)?;
+        }
+        Ok(id)
+    }
+
+    fn checkpoint_path(&self, id: &ObjectId) -> PathBuf {
+        self.root.join("checkpoints").join(format!("{id}.json"))
+    }
+
+    /// Read a checkpoint record and check it against its id.
+    pub fn read_checkpoint(&self, id: &ObjectId) -> Result<Checkpoint> {
+        let path = self.checkpoint_path(id);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::UnknownTarget(id.to_hex()));
+            }
+            Err(e) => return Err(e).at(&path),
+        };
+        if ObjectId::of(&bytes) != *id {
+            return Err(Error::Corrupt {
+                id: *id,
+                detail: format!("checkpoint record {} does not match its id", path.display()),
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+            id: *id,
+            detail: format!("checkpoint record: {e}"),
+        })
+    }
+
+    /// Every checkpoint id in the store, sorted.
+    pub fn list_checkpoints(&self) -> Result<Vec<ObjectId>> {
+        let dir = self.root.join("checkpoints");
+        let mut out = Vec::new();
+        for ent in fs::read_dir(&dir).at(&dir)? {
+            let ent = ent.at(&dir)?;
+            if let Some(id) = ent
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(ObjectId::from_hex)
+            {
+                out.push(id);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    // ---- refs ----
+
+    /// Check a ref (or fork) name: `[A-Za-z0-9._-]+`, not `.` or `..`.
+    pub fn check_name(name: &str) -> Result<()> {
+        let ok = !name.is_empty()
+            && name != "."
+            && name != ".."
+            && name.len() <= 200
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::BadRefName(name.to_string()))
+        }
+    }
+
+    /// Point ref `name` at `id`, atomically and durably.
+    pub fn set_ref(&self, name: &str, id: &ObjectId) -> Result<()> {
+        Self::check_name(name)?;
+        let path = self.root.join("refs").join(name);
+        write_file(&path, format!("{id}\n").as_bytes(), 0o644, true).at(&path)
+    }
+
+    pub fn get_ref(&self, name: &str) -> Result<Option<ObjectId>> {
+        if Self::check_name(name).is_err() {
+            return Ok(None);
+        }
+        let path = self.root.join("refs").join(name);
+        match fs::read_to_string(&path) {
+            Ok(s) => ObjectId::from_hex(s.trim())
+                .map(Some)
+                .ok_or_else(|| Error::Invalid(format!("{}: not a checkpoint id", path.display()))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).at(&path),
+        }
+    }
+
+    /// All refs, sorted by name.
+    pub fn list_refs(&self) -> Result<Vec<(String, ObjectId)>> {
+        let dir = self.root.join("refs");
+        let mut out = Vec::new();
+        for ent in fs::read_dir(&dir).at(&dir)? {
+            let ent = ent.at(&dir)?;
+            let Some(name) = ent.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                continue;
+            }
+            if let Some(id) = self.get_ref(&name)? {
+                out.push((name, id));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Resolve what the user typed: a ref name, a full id, or a unique id prefix.
+    pub fn resolve(&self, spec: &str) -> Result<ObjectId> {
+        if let Some(id) = self.get_ref(spec)? {
+            return Ok(id);
+        }
+        let lower = spec.to_ascii_lowercase();
+        if is_hex(&lower) && lower.len() <= 64 {
+            let matches: Vec<ObjectId> = self
+                .list_checkpoints()?
+                .into_iter()
+                .filter(|id| id.to_hex().starts_with(&lower))
+                .collect();
+            match matches.len() {
+                0 => {}
+                1 => return Ok(matches[0]),
+                n => {
+                    return Err(Error::Ambiguous {
+                        prefix: spec.to_string(),
+                        count: n,
+                        examples: matches
+                            .iter()
+                            .take(3)
+                            .map(|m| m.to_hex()[..12].to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+            }
+        }
+        Err(Error::UnknownTarget(spec.to_string()))
+    }
+}
+
+/// Make a path absolute against the current directory, without resolving symlinks.
+pub fn absolute(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).at(p)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,163 @@
+//! The registry of live mounts: one JSON record per mount under `mounts/`,
+//! written by the daemon once the mount answers and removed when it exits.
+//! Records whose daemon is gone are stale and skipped (and cleaned) on listing.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{IoContext, ObjectId, Result, Store, write_file};
+
+/// One live mount, as `storefs status --json` prints it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountRecord {
+    pub mountpoint: String,
+    /// What the user asked to mount (ref, id prefix, fork).
+    pub target: String,
+    /// The checkpoint id mounted.
+    pub checkpoint: String,
+    /// The daemon's pid.
+    pub pid: u32,
+    /// `ro`, `rw` or `browse`.
+    pub mode: String,
+    /// Where the daemon logs.
+    pub log: String,
+    /// Start time, nanoseconds since the epoch.
+    pub started_ns: i64,
+}
+
+impl Store {
+    fn mount_record_path(&self, mountpoint: &Path) -> PathBuf {
+        let key = ObjectId::of(mountpoint.as_os_str().as_encoded_bytes()).to_hex();
+        self.root()
+            .join("mounts")
+            .join(format!("{}.json", &key[..16]))
+    }
+
+    pub fn add_mount(&self, rec: &MountRecord) -> Result<()> {
+        let path = self.mount_record_path(Path::new(&rec.mountpoint));
+        let mut data = serde_json::to_vec_pretty(rec).expect("record serializes");
+        data.push(b'\n');
+        write_file(&path, &data, 0o644, true).at(&path)
+    }
+
+    pub fn remove_mount(&self, mountpoint: &Path) -> Result<()> {
+        let path = self.mount_record_path(mountpoint);
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(e).at(&path),
+            _ => Ok(()),
+        }
+    }
+
+    /// Live mounts: records whose daemon runs and whose mountpoint is mounted.
+    /// Stale records are removed.
+    pub fn live_mounts(&self) -> Result<Vec<MountRecord>> {
+        let dir = self.root().join("mounts");
+        let mounted = mounted_fuse_paths();
+        let mut out = Vec::new();
+        for ent in fs::read_dir(&dir).at(&dir)? {
+            let path = ent.at(&dir)?.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let Ok(bytes) = fs::read(&path) else { continue };
+            let rec: Option<MountRecord> = serde_json::from_slice(&bytes).ok();
+            match rec {
+                Some(r)
+                    if pid_alive(r.pid)
+                        && mounted.iter().any(|m| m == Path::new(&r.mountpoint)) =>
+                {
+                    out.push(r)
+                }
+                _ => {
+                    let _ = fs::remove_file(&path);
+                }
+            }
+        }
+        out.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+        Ok(out)
+    }
+
+    /// The live record for `mountpoint`, if any.
+    pub fn mount_at(&self, mountpoint: &Path) -> Result<Option<MountRecord>> {
+        Ok(self
+            .live_mounts()?
+            .into_iter()
+            .find(|r| Path::new(&r.mountpoint) == mountpoint))
+    }
+}
+
+/// Whether a process with this pid exists.
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Mount points of every FUSE filesystem, from /proc/self/mountinfo.
+pub fn mounted_fuse_paths() -> Vec<PathBuf> {
+    mount_table()
+        .into_iter()
+        .filter(|(_, fstype)| fstype.starts_with("fuse"))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// (mount point, fs type) of every mount, from /proc/self/mountinfo.
+pub fn mount_table() -> Vec<(PathBuf, String)> {
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let sep = fields.iter().position(|f| *f == "-")?;
+            let mp = unescape_mount_path(fields.get(4)?);
+            let fstype = fields.get(sep + 1)?.to_string();
+            Some((mp, fstype))
+        })
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\040` etc.
+fn unescape_mount_path(s: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Whether `path` is a mount point of any filesystem.
+pub fn is_mount_point(path: &Path) -> bool {
+    mount_table().iter().any(|(p, _)| p == path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_mountinfo() {
+        assert_eq!(unescape_mount_path("/a\\040b"), PathBuf::from("/a b"));
+        assert_eq!(unescape_mount_path("/plain"), PathBuf::from("/plain"));
+        assert_eq!(unescape_mount_path("/x\\"), PathBuf::from("/x\\"));
+    }
+}
