@@ -11,7 +11,7 @@ pub mod mounts;
 mod tree;
 
 use std::fs;
-use std::io::{self, ErrorKind, Read};
+use std::io::{self, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -257,6 +257,32 @@ impl Store {
             }
         }
         Ok(Some(cur))
+    }
+
+    /// Write a regular file's bytes (holes as zeros) to `out`, verifying every chunk.
+    pub fn copy_content(&self, entry: &Entry, out: &mut dyn Write, path: &str) -> Result<()> {
+        let Content::Extents(extents) = &entry.content else {
+            return Ok(());
+        };
+        let zeros = [0u8; 64 * 1024];
+        let io_err = |source| Error::Io {
+            path: PathBuf::from(path),
+            source,
+        };
+        for ext in extents {
+            match &ext.id {
+                Some(id) => out.write_all(&self.get_object(id, path)?).map_err(io_err)?,
+                None => {
+                    let mut left = ext.len;
+                    while left > 0 {
+                        let n = left.min(zeros.len() as u64) as usize;
+                        out.write_all(&zeros[..n]).map_err(io_err)?;
+                        left -= n as u64;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     // ---- checkpoints ----
