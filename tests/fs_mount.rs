@@ -577,6 +577,28 @@ fn corrupt_chunk_fails_only_that_file() {
     assert_eq!(fs::read(fx.path("multi.bin")).unwrap(), multi_bytes());
     assert_eq!(fs::read(fx.path("hard_b")).unwrap(), b"hardlinked\n");
     assert_eq!(raw_listing(&fx.path("sub")).len(), 4);
+
+    // A corrupt tree object: listing that directory fails, the rest works.
+    let empty_tree = ObjectId::of(&Tree::default().encode()).to_hex();
+    let object = fx
+        .store
+        .root()
+        .join("objects")
+        .join(&empty_tree[..2])
+        .join(&empty_tree[2..]);
+    fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&object, b"not zstd at all").unwrap();
+    let err = fs::read_dir(fx.path("empty_dir"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert_eq!(
+        os_error(fs::metadata(fx.path("sub/deeper_empty/x"))),
+        Some(libc::EIO)
+    );
+    assert_eq!(fs::read(fx.path("sub/hard_a")).unwrap(), b"hardlinked\n");
 }
 
 #[test]

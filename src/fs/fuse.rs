@@ -157,10 +157,11 @@ impl Filesystem for FuseAdapter {
         }
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
@@ -168,10 +169,11 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
@@ -231,10 +233,11 @@ impl Filesystem for FuseAdapter {
         }
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
@@ -242,10 +245,11 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
