@@ -229,13 +229,20 @@ fn mount_config(mnt: &Path) -> MountConfig {
 }
 
 fn mount_fixture() -> Fixture {
+    mount_fixture_with(|_| {})
+}
+
+/// Mount the test checkpoint after `adjust` has changed the default config.
+fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
     let (ckpt, bad_id) = build_checkpoint(&store);
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let mounted = mount_checkpoint(store.clone(), ckpt, &mount_config(&mnt)).unwrap();
+    let mut cfg = mount_config(&mnt);
+    adjust(&mut cfg);
+    let mounted = mount_checkpoint(store.clone(), ckpt, &cfg).unwrap();
     let serving = std::thread::spawn(move || mounted.serve());
     Fixture {
         mounted: MountGuard {
@@ -599,6 +606,24 @@ fn corrupt_chunk_fails_only_that_file() {
         Some(libc::EIO)
     );
     assert_eq!(fs::read(fx.path("sub/hard_a")).unwrap(), b"hardlinked\n");
+}
+
+#[test]
+fn second_read_is_served_from_the_kernel_page_cache() {
+    // No chunk cache in the daemon: only the kernel can serve a second read.
+    let fx = mount_fixture_with(|cfg| cfg.cache_bytes = 0);
+    assert_eq!(fs::read(fx.path("bad.txt")).unwrap(), BAD_CONTENT);
+    let hex = fx.bad_id.to_hex();
+    let object = fx
+        .store
+        .root()
+        .join("objects")
+        .join(&hex[..2])
+        .join(&hex[2..]);
+    fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::remove_file(&object).unwrap();
+    // FOPEN_KEEP_CACHE: a new open keeps the pages; the object is not read again.
+    assert_eq!(fs::read(fx.path("bad.txt")).unwrap(), BAD_CONTENT);
 }
 
 #[test]
