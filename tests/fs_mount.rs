@@ -19,6 +19,40 @@ use storefs::store::{Checkpoint, Content, Entry, Extent, Kind, ObjectId, Source,
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Everything the daemon logs in this test binary (a global subscriber, so
+/// every thread's events land here).
+static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct LogWriter;
+
+impl io::Write for LogWriter {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        LOGS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(|| LogWriter)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+}
+
+fn logs() -> String {
+    String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+}
+
 const MTIME_NS: i64 = 1_700_000_000_123_456_789;
 const CTIME_NS: i64 = 1_700_000_100_000_000_007;
 const LINK_TARGET: &[u8] = b"/srv/origin/abs/target";
@@ -235,6 +269,7 @@ fn mount_fixture() -> Fixture {
 /// Mount the test checkpoint after `adjust` has changed the default config.
 fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    capture_logs();
     let tmp = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
     let (ckpt, bad_id) = build_checkpoint(&store);
@@ -570,6 +605,16 @@ fn corrupt_chunk_fails_only_that_file() {
 
     let err = fs::read(fx.path("bad.txt")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    // The daemon warned, naming the object and the file.
+    let log = logs();
+    let warned = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains(&hex))
+        .unwrap_or_else(|| panic!("no warning for {hex} in:\n{log}"));
+    assert!(
+        warned.contains(fx.path("bad.txt").to_str().unwrap()),
+        "{warned}"
+    );
     let mut f = File::open(fx.path("bad.txt")).unwrap();
     let mut buf = [0u8; 8];
     assert_eq!(

@@ -110,7 +110,8 @@ pub struct Mounted {
 /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, so that the threads
 /// `serve` starts inherit the mask and only its signal thread takes them. Call
 /// it from the daemon's main thread before starting other threads (a thread that
-/// does not block them would die of a process-directed SIGTERM).
+/// does not block them would die of a process-directed SIGTERM). The mask is
+/// left in place even when mounting fails.
 pub fn mount_checkpoint(
     store: Arc<Store>,
     ckpt: ObjectId,

@@ -310,10 +310,10 @@ impl ReadOnlyFs {
 
     /// The absolute path of `ino` under the mountpoint, for messages.
     fn display_path(&self, ino: u64) -> String {
-        let rel = self.inodes.path(ino);
         if ino == ROOT_INO {
             return self.mountpoint.display().to_string();
         }
+        let rel = self.inodes.path(ino);
         self.mountpoint
             .join(OsStr::from_bytes(&rel))
             .display()
