@@ -85,6 +85,15 @@ impl InodeTable {
         }
         // Trees are sorted by the store; sort again so a hostile tree cannot
         // break the binary search in lookup.
+        let before = entries.len();
+        entries.retain(|e| servable_name(&e.name));
+        if entries.len() != before {
+            tracing::warn!(
+                dir,
+                skipped = before - entries.len(),
+                "skipping entries whose names no directory can hold"
+            );
+        }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         entries.dedup_by(|a, b| a.name == b.name);
         let mut list = Vec::with_capacity(entries.len());
@@ -173,6 +182,18 @@ impl Node {
     }
 }
 
+/// Whether a name can appear in a directory listing. The kernel rejects a whole
+/// readdir reply holding an empty, over-long or slash-bearing name, so a hostile
+/// tree's bad names are dropped instead.
+fn servable_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name != b"."
+        && name != b".."
+        && !name.contains(&b'/')
+        && !name.contains(&0)
+}
+
 /// Where each extent of a regular file starts, or `None` when the extent
 /// lengths overflow or do not add up to the entry's size.
 fn extent_starts(entry: &Entry) -> Option<Vec<u64>> {
@@ -235,6 +256,23 @@ mod tests {
         );
         assert_eq!(t.path(sub[0].1), b"d/x");
         assert_eq!(t.path(ROOT_INO), b"");
+    }
+
+    #[test]
+    fn unservable_names_are_dropped() {
+        let id = ObjectId::of(b"d");
+        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(id)));
+        let long = "x".repeat(256);
+        let names = ["", ".", "..", "a/b", "nul\0", long.as_str(), "ok"];
+        let kids = t.insert_children(
+            ROOT_INO,
+            names
+                .iter()
+                .map(|n| entry(n, Kind::File, 0, Content::Extents(vec![])))
+                .collect(),
+        );
+        assert_eq!(kids.len(), 1);
+        assert_eq!(kids[0].0, b"ok");
     }
 
     #[test]
