@@ -1,1 +1,348 @@
-//! Layer 4: the FUSE layer.
+//! Layer 4: the FUSE layer. Mounts a checkpoint read-only, usually at its
+//! original absolute path.
+//!
+//! - [`inode`]: the inode table (stable numbers, hardlinks share one inode).
+//! - [`readonly`]: the filesystem on inode numbers; no FUSE types.
+//! - [`fuse`]: the thin fuser adapter.
+//!
+//! This module is the only place in the codebase that speaks errno: see [`errno`].
+
+mod fuse;
+mod inode;
+mod readonly;
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::thread::JoinHandleExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
+
+use crate::store::{self, ObjectId, Store};
+use fuse::FuseAdapter;
+use readonly::ReadOnlyFs;
+
+/// The signals that make a serving daemon unmount cleanly and return.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// How to mount a checkpoint.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// Where to mount (an existing directory).
+    pub mountpoint: PathBuf,
+    /// The source shown in `/proc/mounts`, e.g. `storefs:s1`.
+    pub fsname: String,
+    /// The user's `-o` options, passed through. `ro`, `nosuid`, `nodev` and
+    /// `default_permissions` are always on; `rw`, `suid`, `dev`, `auto_unmount`,
+    /// `fsname=` and `subtype=` are refused.
+    pub extra_options: Vec<String>,
+    /// The most bytes of decompressed chunks kept in memory.
+    pub cache_bytes: usize,
+    /// FUSE worker threads (at least 1).
+    pub threads: usize,
+}
+
+/// Everything that can go wrong in the FUSE layer.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("not a symbolic link")]
+    NotSymlink,
+    #[error("read-only file system: checkpoints never change")]
+    ReadOnly,
+    #[error("no such extended attribute")]
+    NoXattr,
+    #[error("buffer of {given} bytes is too small for {needed}")]
+    BufferTooSmall { given: u32, needed: usize },
+    #[error("inode {0} is not known to this mount")]
+    UnknownInode(u64),
+    #[error("{path}: malformed tree entry: {detail}")]
+    Malformed { path: String, detail: &'static str },
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error("mount option '{option}' is not allowed: {reason}")]
+    BadOption {
+        option: String,
+        reason: &'static str,
+    },
+    #[error("cannot mount at {}: {source}", path.display())]
+    Mount { path: PathBuf, source: io::Error },
+}
+
+/// The errno a failed operation returns to the kernel. The only errno mapping
+/// in storefs.
+fn errno(e: &FsError) -> Errno {
+    match e {
+        FsError::NotFound => Errno::ENOENT,
+        FsError::NotDir => Errno::ENOTDIR,
+        FsError::IsDir => Errno::EISDIR,
+        FsError::NotSymlink => Errno::EINVAL,
+        FsError::ReadOnly => Errno::EROFS,
+        FsError::NoXattr => Errno::NO_XATTR,
+        FsError::BufferTooSmall { .. } => Errno::ERANGE,
+        FsError::UnknownInode(_) => Errno::ESTALE,
+        // Corrupt, missing or unreadable objects, and hostile trees: that
+        // read fails, the rest of the tree keeps working.
+        FsError::Malformed { .. } | FsError::Store(_) => Errno::EIO,
+        FsError::BadOption { .. } => Errno::EINVAL,
+        FsError::Mount { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
+    }
+}
+
+/// A mounted checkpoint, not yet serving. Dropping it unmounts.
+pub struct Mounted {
+    session: Session<FuseAdapter>,
+    mountpoint: PathBuf,
+}
+
+/// Mount checkpoint `ckpt` read-only. Returns once the kernel mount exists
+/// (before serving); requests wait until [`Mounted::serve`] runs.
+///
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, so that the threads
+/// `serve` starts inherit the mask and only its signal thread takes them. Call
+/// it from the daemon's main thread before starting other threads (a thread that
+/// does not block them would die of a process-directed SIGTERM). The mask is
+/// left in place even when mounting fails.
+pub fn mount_checkpoint(
+    store: Arc<Store>,
+    ckpt: ObjectId,
+    cfg: &MountConfig,
+) -> Result<Mounted, FsError> {
+    let record = store.read_checkpoint(&ckpt)?;
+    let root = store.root_entry(&record)?;
+    let mount_error = |source: io::Error| FsError::Mount {
+        path: cfg.mountpoint.clone(),
+        source,
+    };
+    let meta = std::fs::metadata(&cfg.mountpoint).map_err(mount_error)?;
+    if !meta.is_dir() {
+        return Err(mount_error(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            "not a directory",
+        )));
+    }
+    let config = fuser_config(cfg)?;
+    let fs = ReadOnlyFs::new(
+        store,
+        root,
+        cfg.cache_bytes,
+        cfg.mountpoint.clone(),
+        record.source.stats,
+    );
+    block_stop_signals().map_err(mount_error)?;
+    let session =
+        Session::new(FuseAdapter::new(fs), &cfg.mountpoint, &config).map_err(mount_error)?;
+    tracing::info!(mountpoint = %cfg.mountpoint.display(), checkpoint = %ckpt, "mounted");
+    Ok(Mounted {
+        session,
+        mountpoint: cfg.mountpoint.clone(),
+    })
+}
+
+impl Mounted {
+    /// Serve requests until unmounted (by `umount`/`fusermount3 -u`) or until
+    /// SIGTERM/SIGINT/SIGHUP, which trigger a clean unmount. Returns Ok on clean
+    /// unmount. The signals stay blocked in the calling thread afterwards.
+    pub fn serve(mut self) -> io::Result<()> {
+        // In case serve runs on another thread than mount_checkpoint did: the
+        // workers fuser spawns inherit this thread's mask.
+        block_stop_signals()?;
+        let done = Arc::new(AtomicBool::new(false));
+        let signal_thread = {
+            let unmounter = self.session.unmount_callable();
+            let mountpoint = self.mountpoint.clone();
+            let done = done.clone();
+            std::thread::Builder::new()
+                .name("storefs-signals".into())
+                .spawn(move || unmount_on_signal(unmounter, &mountpoint, &done))?
+        };
+        let result = self.session.run();
+        // Wake the signal thread (the signal is blocked there, so sigwait takes
+        // it) and tell it to exit without unmounting.
+        done.store(true, Ordering::SeqCst);
+        // SAFETY: the thread is not joined yet, so its pthread_t is valid.
+        unsafe { libc::pthread_kill(signal_thread.as_pthread_t(), libc::SIGTERM) };
+        if signal_thread.join().is_err() {
+            tracing::error!("signal thread panicked");
+        }
+        tracing::info!(mountpoint = %self.mountpoint.display(), ?result, "stopped serving");
+        result
+    }
+}
+
+/// Unmount a FUSE mount point: `umount2` as root, else `fusermount3 -u`.
+pub fn unmount(path: &Path) -> io::Result<()> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("unmount {}: {e}", path.display()));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let c_path = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| named(io::Error::new(io::ErrorKind::InvalidInput, "NUL in path")))?;
+        // SAFETY: c_path is a valid NUL-terminated string.
+        if unsafe { libc::umount2(c_path.as_ptr(), 0) } != 0 {
+            return Err(named(io::Error::last_os_error()));
+        }
+        return Ok(());
+    }
+    let out = Command::new("fusermount3")
+        .arg("-u")
+        .arg("--")
+        .arg(path)
+        .output()
+        .map_err(|e| {
+            named(io::Error::new(
+                e.kind(),
+                format!("cannot run fusermount3: {e}"),
+            ))
+        })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(named(io::Error::other(format!(
+            "fusermount3 -u failed: {}",
+            stderr.trim()
+        ))));
+    }
+    Ok(())
+}
+
+/// The fuser configuration: always read-only, plus the user's options.
+fn fuser_config(cfg: &MountConfig) -> Result<Config, FsError> {
+    if cfg.fsname.contains(',') {
+        return Err(FsError::BadOption {
+            option: format!("fsname={}", cfg.fsname),
+            reason: "the name cannot contain a comma",
+        });
+    }
+    let mut options = vec![
+        MountOption::RO,
+        MountOption::DefaultPermissions,
+        MountOption::NoSuid,
+        MountOption::NoDev,
+        MountOption::FSName(cfg.fsname.clone()),
+        // MountOption::Subtype is not passed to the mount syscall by fuser's
+        // direct (root) mount; as a plain option the kernel and fusermount3
+        // both take it.
+        MountOption::CUSTOM("subtype=storefs".into()),
+    ];
+    let mut acl = SessionACL::Owner;
+    let user_options = cfg.extra_options.iter().flat_map(|o| o.split(','));
+    for option in user_options.map(str::trim).filter(|o| !o.is_empty()) {
+        let refuse = |reason| FsError::BadOption {
+            option: option.to_string(),
+            reason,
+        };
+        let mapped = match option {
+            "ro" | "default_permissions" | "nosuid" | "nodev" => None,
+            "rw" => return Err(refuse("checkpoint mounts are read-only")),
+            "suid" | "dev" => return Err(refuse("checkpoint mounts are always nosuid,nodev")),
+            "auto_unmount" => return Err(refuse("stop the daemon or use `storefs unmount`")),
+            o if o.starts_with("fsname=") || o.starts_with("subtype=") => {
+                return Err(refuse("storefs sets the fsname and subtype"));
+            }
+            "allow_other" => {
+                acl = SessionACL::All;
+                None
+            }
+            "allow_root" => {
+                if acl != SessionACL::All {
+                    acl = SessionACL::RootAndOwner;
+                }
+                None
+            }
+            "exec" => Some(MountOption::Exec),
+            "noexec" => Some(MountOption::NoExec),
+            "atime" => Some(MountOption::Atime),
+            "noatime" => Some(MountOption::NoAtime),
+            "sync" => Some(MountOption::Sync),
+            "async" => Some(MountOption::Async),
+            "dirsync" => Some(MountOption::DirSync),
+            other => Some(MountOption::CUSTOM(other.to_string())),
+        };
+        if let Some(m) = mapped {
+            if !options.contains(&m) {
+                options.push(m);
+            }
+        }
+    }
+    let mut config = Config::default();
+    config.mount_options = options;
+    config.acl = acl;
+    config.n_threads = Some(cfg.threads.max(1));
+    Ok(config)
+}
+
+/// Block the stop signals in the calling thread (threads it spawns inherit this).
+fn block_stop_signals() -> io::Result<()> {
+    let set = stop_signal_set()?;
+    // SAFETY: set is initialised; a null old-set pointer is allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+fn stop_signal_set() -> io::Result<libc::sigset_t> {
+    // SAFETY: sigemptyset/sigaddset initialise and fill the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        if libc::sigemptyset(&mut set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for sig in STOP_SIGNALS {
+            if libc::sigaddset(&mut set, sig) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(set)
+    }
+}
+
+/// Wait for a stop signal, then unmount (which ends the session's run loop).
+/// Returns without unmounting when `done` is set: serving ended by itself.
+fn unmount_on_signal(mut unmounter: SessionUnmounter, mountpoint: &Path, done: &AtomicBool) {
+    let set = match stop_signal_set() {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the signal set; signals will not unmount");
+            return;
+        }
+    };
+    let mut sig: libc::c_int = 0;
+    // SAFETY: set is initialised and blocked in this thread (inherited).
+    let rc = unsafe { libc::sigwait(&set, &mut sig) };
+    if done.load(Ordering::SeqCst) {
+        return;
+    }
+    if rc != 0 {
+        tracing::error!(rc, "sigwait failed; signals will not unmount");
+        return;
+    }
+    tracing::info!(signal = sig, mountpoint = %mountpoint.display(), "signal received; unmounting");
+    if let Err(e) = unmounter.unmount() {
+        // Busy (a process has its cwd or a file open inside): detach it lazily,
+        // so it disappears now and the session ends when the last user leaves.
+        tracing::warn!(error = %e, "unmount failed; detaching lazily");
+        if let Err(e) = lazy_unmount(mountpoint) {
+            tracing::error!(error = %e, "lazy unmount failed too");
+        }
+    }
+}
+
+fn lazy_unmount(path: &Path) -> io::Result<()> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: c_path is a valid NUL-terminated string.
+    if unsafe { libc::umount2(c_path.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
