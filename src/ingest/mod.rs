@@ -87,3 +87,6 @@ impl<T> IoAt<T> for io::Result<T> {
         self.map_err(|e| Error::io(path, e))
     }
 }
+
+#[cfg(test)]
+mod tests;
