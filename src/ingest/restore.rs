@@ -113,6 +113,9 @@ struct Restorer<'a> {
 
 impl Restorer<'_> {
     fn path_of(&self, rel: &[u8]) -> PathBuf {
+        if rel.is_empty() {
+            return self.dest.to_path_buf();
+        }
         self.dest.join(OsStr::from_bytes(rel))
     }
 
@@ -129,6 +132,13 @@ impl Restorer<'_> {
                 path: dir_path.clone(),
                 source,
             })?;
+        let sorted = tree.entries.windows(2).all(|w| w[0].name < w[1].name);
+        if !sorted {
+            return Err(bad_entry(
+                &dir_path,
+                "tree names are duplicated or out of order",
+            ));
+        }
         for child in &tree.entries {
             let name = check_name(&child.name, &dir_path)?;
             let child_rel = join(rel, &child.name);
