@@ -15,6 +15,9 @@
 //! Every file's content is read between two `fstat`s of the open fd which must
 //! agree with each other and with the metadata recorded for the entry; a file
 //! that keeps changing fails the snapshot (see [`MAX_READ_ATTEMPTS`]).
+//! Directories, symlinks and special files are recorded as the walk saw them
+//! (an entry that vanishes between `readdir` and `lstat` is left out, with a
+//! warning).
 
 use std::collections::HashMap;
 use std::fs::{self, File, Metadata, OpenOptions};
@@ -50,7 +53,8 @@ pub struct SnapshotOptions {
     /// Worker threads for reading and for hashing/compressing; 0 = all cores.
     pub threads: usize,
     /// Progress display: length = total bytes once the walk is done, advanced
-    /// as bytes are read. Use `ProgressBar::hidden()` when not on a TTY.
+    /// as bytes are read, message = entry counts; cleared when the snapshot
+    /// ends (success or failure). Use `ProgressBar::hidden()` when not on a TTY.
     pub progress: ProgressBar,
 }
 
@@ -82,6 +86,12 @@ pub struct SnapshotResult {
 /// file or directory cannot be read, or when a file keeps changing while it is
 /// read. Objects stored before a failure are harmless (unreferenced).
 pub fn snapshot(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResult> {
+    let result = run(store, dir, opts);
+    opts.progress.finish_and_clear();
+    result
+}
+
+fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResult> {
     let root_meta = match fs::symlink_metadata(dir) {
         Ok(m) if m.is_dir() => m,
         Ok(_) => return Err(Error::NotADirectory(dir.to_path_buf())),
@@ -120,7 +130,6 @@ pub fn snapshot(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<Sna
     walk.apply_contents(contents);
 
     let root = build_trees(store, &mut walk.nodes, &counters)?;
-    opts.progress.finish_and_clear();
     Ok(SnapshotResult {
         root,
         stats: store::Stats {
@@ -317,8 +326,8 @@ impl<'p> Walk<'p> {
         })
     }
 
+    /// Returned to the caller, which decides how to show it (not logged here).
     fn warn(&mut self, msg: String) {
-        tracing::warn!("{msg}");
         self.warnings.push(msg);
     }
 

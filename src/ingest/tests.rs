@@ -670,3 +670,28 @@ fn diff_reports_added_removed_and_changed_paths() {
     assert_eq!(paths, sorted, "sorted by path");
     assert!(diff(&store, &a, &a).unwrap().is_empty());
 }
+
+/// Round trip of a real directory: `STOREFS_TEST_DIR=/etc cargo test --release
+/// -- --ignored real_directory`.
+#[test]
+#[ignore]
+fn real_directory_round_trips() {
+    let Some(src) = std::env::var_os("STOREFS_TEST_DIR") else {
+        return;
+    };
+    let src = PathBuf::from(src);
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let t = std::time::Instant::now();
+    let res = snap(&store, &src);
+    eprintln!("snapshot: {:?} in {:?}", res.stats, t.elapsed());
+    let t = std::time::Instant::now();
+    let again = snap(&store, &src);
+    eprintln!("again: {:?} in {:?}", again.stats, t.elapsed());
+    assert_eq!(again.root, res.root);
+    let dest = tmp.path().join("out");
+    let t = std::time::Instant::now();
+    let stats = restore(&store, &checkpoint(res.root), &dest).unwrap();
+    eprintln!("restore: {stats:?} in {:?}", t.elapsed());
+    assert_same_tree(&src, &dest);
+}
