@@ -109,9 +109,12 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         n => n,
     };
     let counters = Counters::default();
-    let jobs: Vec<usize> = (0..walk.nodes.len())
+    let mut jobs: Vec<usize> = (0..walk.nodes.len())
         .filter(|&i| walk.nodes[i].needs_content())
         .collect();
+    // Largest first, so one big file does not start last and run alone.
+    // (Results are keyed by node, so the order does not affect the tree.)
+    jobs.sort_by_key(|&i| std::cmp::Reverse(walk.nodes[i].entry.size));
     let total: u64 = jobs.iter().map(|&i| walk.nodes[i].entry.size).sum();
     opts.progress.set_length(total);
     opts.progress.set_message(format!(
