@@ -1,1 +1,92 @@
 //! Layer 2: snapshot of a directory, restore, diff.
+//!
+//! - [`snapshot`] walks a directory (never following symlinks, never crossing
+//!   into another filesystem), chunks file contents with FastCDC and stores
+//!   objects and trees; it returns the root tree id for the CLI to publish.
+//! - [`restore`] recreates a checkpoint byte- and metadata-exactly inside an
+//!   empty directory, using only directory-fd-relative syscalls so a hostile
+//!   tree cannot write outside it.
+//! - [`diff`] compares two checkpoints entry by entry.
+
+pub mod diff;
+pub mod restore;
+pub mod snapshot;
+mod sys;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use diff::{Change, ChangeKind, diff};
+pub use restore::{RestoreStats, restore};
+pub use snapshot::{SnapshotOptions, SnapshotResult, snapshot};
+
+use crate::store;
+
+/// Everything that can go wrong while snapshotting, restoring or diffing.
+/// Each variant names the path involved and, where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call on `path` failed.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    /// The directory to snapshot does not exist.
+    #[error("{0} does not exist; pass an existing directory")]
+    NotFound(PathBuf),
+    /// The path to snapshot or restore into is not a directory.
+    #[error("{0} is not a directory (symlinks are not followed); pass a directory")]
+    NotADirectory(PathBuf),
+    /// A file or directory could not be read or written for lack of permission.
+    #[error("{0}: permission denied; run as a user that can access it (or as root)")]
+    PermissionDenied(PathBuf),
+    /// A file kept changing while its content was read.
+    #[error("{path} changed while being read {attempts} times; stop the writer or snapshot again")]
+    Changing { path: PathBuf, attempts: u32 },
+    /// The restore destination already holds files.
+    #[error("{0} is not empty; restore into a new or empty directory")]
+    DestNotEmpty(PathBuf),
+    /// A tree entry whose name could escape or confuse the destination.
+    #[error(
+        "{dir}: refusing entry name {name:?} (empty, '.', '..', or containing '/' or NUL); the checkpoint is corrupt or hostile, run `storefs verify`"
+    )]
+    BadName { dir: PathBuf, name: String },
+    /// A tree entry that contradicts itself (e.g. extents not adding up to the size).
+    #[error("{path}: malformed entry: {detail}; the checkpoint is corrupt, run `storefs verify`")]
+    BadEntry { path: PathBuf, detail: String },
+    /// Creating a device node needs privileges this process lacks.
+    #[error("{path}: cannot create device node: {source}; restore as root (CAP_MKNOD)")]
+    Mknod { path: PathBuf, source: io::Error },
+    /// An object needed for `path` is missing or corrupt.
+    #[error("{path}: {source}")]
+    Object { path: PathBuf, source: store::Error },
+    /// Any other store error (trees, checkpoints).
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+/// Result of this layer.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wrap an io::Error for `path`, turning EACCES into [`Error::PermissionDenied`].
+    pub(crate) fn io(path: &Path, source: io::Error) -> Error {
+        let path = path.to_path_buf();
+        match source.raw_os_error() {
+            Some(libc::EACCES) => Error::PermissionDenied(path),
+            _ => Error::Io { path, source },
+        }
+    }
+}
+
+/// Attach a path to an io::Result.
+pub(crate) trait IoAt<T> {
+    fn at(self, path: &Path) -> Result<T>;
+}
+
+impl<T> IoAt<T> for io::Result<T> {
+    fn at(self, path: &Path) -> Result<T> {
+        self.map_err(|e| Error::io(path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,803 @@
+//! Snapshot a directory tree into the store.
+//!
+//! Three phases:
+//! 1. **Walk** (one thread): `lstat` every path in sorted name order, read
+//!    symlink targets and xattrs of non-regular files, group hardlinks, skip
+//!    mount points. Only metadata is kept in memory.
+//! 2. **Content** (`threads` readers + `threads` hashers): each reader takes
+//!    one regular file at a time, finds its data segments with
+//!    `SEEK_DATA`/`SEEK_HOLE`, cuts each with FastCDC and hands the chunks to
+//!    a bounded channel; hashers compress and store them. Memory is bounded by
+//!    the channel: a few [`MAX_CHUNK`]-sized buffers per thread.
+//! 3. **Trees** (one thread): build and store one tree per directory, deepest
+//!    first, then the root tree.
+//!
+//! Every file's content is read between two `fstat`s of the open fd which must
+//! agree with each other and with the metadata recorded for the entry; a file
+//! that keeps changing fails the snapshot (see [`MAX_READ_ATTEMPTS`]).
+//! Directories, symlinks and special files are recorded as the walk saw them
+//! (an entry that vanishes between `readdir` and `lstat` is left out, with a
+//! warning).
+
+use std::collections::HashMap;
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+
+use fastcdc::v2020::StreamCDC;
+use indicatif::ProgressBar;
+
+use super::sys::{self, XattrTarget};
+use super::{Error, IoAt, Result};
+use crate::store::{self, Content, Entry, Extent, Kind, ObjectId, Store, Tree};
+
+/// Smallest chunk FastCDC cuts (bytes); smaller files are one chunk.
+pub const MIN_CHUNK: u32 = 64 * 1024;
+/// Average chunk size FastCDC aims for (bytes).
+pub const AVG_CHUNK: u32 = 256 * 1024;
+/// Largest chunk FastCDC cuts (bytes).
+pub const MAX_CHUNK: u32 = 1024 * 1024;
+/// How many times a file's content is read before a file that keeps changing
+/// fails the snapshot.
+pub const MAX_READ_ATTEMPTS: u32 = 3;
+
+/// How to snapshot.
+#[derive(Clone, Debug)]
+pub struct SnapshotOptions {
+    /// Worker threads for reading and for hashing/compressing; 0 = all cores.
+    pub threads: usize,
+    /// Progress display: length = total bytes once the walk is done, advanced
+    /// as bytes are read, message = entry counts; cleared when the snapshot
+    /// ends (success or failure). Use `ProgressBar::hidden()` when not on a TTY.
+    pub progress: ProgressBar,
+}
+
+impl Default for SnapshotOptions {
+    fn default() -> Self {
+        SnapshotOptions {
+            threads: 0,
+            progress: ProgressBar::hidden(),
+        }
+    }
+}
+
+/// What a snapshot produced. Nothing is published: the caller writes the
+/// checkpoint (and ref) naming `root`.
+#[derive(Clone, Debug)]
+pub struct SnapshotResult {
+    /// The root tree, as returned by [`Store::put_root`].
+    pub root: ObjectId,
+    /// Entries seen (root included), file bytes, and what was newly stored.
+    pub stats: store::Stats,
+    /// Things the caller should tell the user (mount points skipped, sockets
+    /// kept as metadata only, files that vanished during the walk).
+    pub warnings: Vec<String>,
+}
+
+/// Snapshot the directory `dir` into `store` and return its root tree id.
+///
+/// Fails, naming the path, when `dir` is missing or not a directory, when a
+/// file or directory cannot be read, or when a file keeps changing while it is
+/// read. Objects stored before a failure are harmless (unreferenced).
+pub fn snapshot(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResult> {
+    let result = run(store, dir, opts);
+    opts.progress.finish_and_clear();
+    result
+}
+
+fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResult> {
+    let root_meta = match fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => m,
+        Ok(_) => return Err(Error::NotADirectory(dir.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::NotFound(dir.to_path_buf()));
+        }
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut walk = Walk::new(&opts.progress);
+    walk.run(dir, &root_meta)?;
+    walk.assign_links();
+
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let counters = Counters::default();
+    let mut jobs: Vec<usize> = (0..walk.nodes.len())
+        .filter(|&i| walk.nodes[i].needs_content())
+        .collect();
+    // Largest first, so one big file does not start last and run alone.
+    // (Results are keyed by node, so the order does not affect the tree.)
+    jobs.sort_by_key(|&i| std::cmp::Reverse(walk.nodes[i].entry.size));
+    let total: u64 = jobs.iter().map(|&i| walk.nodes[i].entry.size).sum();
+    opts.progress.set_length(total);
+    opts.progress.set_message(format!(
+        "{} entries, {} files to read",
+        walk.nodes.len(),
+        jobs.len()
+    ));
+    let contents = read_contents(
+        store,
+        &walk.nodes,
+        &jobs,
+        threads,
+        &counters,
+        &opts.progress,
+    )?;
+    walk.apply_contents(contents);
+
+    let root = build_trees(store, &mut walk.nodes, &counters)?;
+    Ok(SnapshotResult {
+        root,
+        stats: store::Stats {
+            entries: walk.nodes.len() as u64,
+            bytes: total,
+            new_objects: counters.objects.load(Ordering::Relaxed),
+            new_bytes_compressed: counters.bytes.load(Ordering::Relaxed),
+        },
+        warnings: walk.warnings,
+    })
+}
+
+// ---------------------------------------------------------------- walk
+
+/// What must not change while a file is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+}
+
+impl Stamp {
+    fn of(m: &Metadata) -> Stamp {
+        Stamp {
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: mtime_ns(m),
+            ctime_ns: ctime_ns(m),
+        }
+    }
+}
+
+fn mtime_ns(m: &Metadata) -> i64 {
+    m.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(m.mtime_nsec())
+}
+
+fn ctime_ns(m: &Metadata) -> i64 {
+    m.ctime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(m.ctime_nsec())
+}
+
+/// One path of the tree, in memory until its tree is written.
+struct Node {
+    /// Where it is on disk (for reading and for errors).
+    path: PathBuf,
+    /// Its entry; `content` is filled in by the content and tree phases.
+    entry: Entry,
+    stamp: Stamp,
+    /// (st_dev, st_ino) when st_nlink > 1 and not a directory.
+    inode: Option<(u64, u64)>,
+    /// Children (directories only), in name order.
+    children: Vec<usize>,
+    /// False for a directory with another filesystem mounted on it.
+    descend: bool,
+    /// For a hardlink that is not the first path of its inode: the first one.
+    primary: Option<usize>,
+}
+
+impl Node {
+    /// Regular files whose content this node must read (one path per inode).
+    fn needs_content(&self) -> bool {
+        self.entry.kind == Kind::File && self.primary.is_none()
+    }
+}
+
+/// An entry from lstat metadata, without content, xattrs or link info.
+fn entry_from(name: Vec<u8>, kind: Kind, m: &Metadata) -> Entry {
+    Entry {
+        name,
+        kind,
+        perm: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime_ns: mtime_ns(m),
+        ctime_ns: ctime_ns(m),
+        size: m.size(),
+        nlink: 1,
+        link_id: 0,
+        rdev: match kind {
+            Kind::CharDev | Kind::BlockDev => m.rdev(),
+            _ => 0,
+        },
+        xattrs: Vec::new(),
+        content: Content::None,
+    }
+}
+
+struct Walk<'p> {
+    nodes: Vec<Node>,
+    warnings: Vec<String>,
+    progress: &'p ProgressBar,
+}
+
+impl<'p> Walk<'p> {
+    fn new(progress: &'p ProgressBar) -> Self {
+        Walk {
+            nodes: Vec::new(),
+            warnings: Vec::new(),
+            progress,
+        }
+    }
+
+    /// Visit `root` and everything below it. Children always get larger
+    /// indices than their directory.
+    fn run(&mut self, root: &Path, root_meta: &Metadata) -> Result<()> {
+        let node = self.make_node(root.to_path_buf(), Vec::new(), Kind::Dir, root_meta)?;
+        self.nodes.push(node);
+        let mut stack = vec![(0usize, root_meta.dev())];
+        while let Some((idx, dev)) = stack.pop() {
+            let children = self.read_dir(idx, dev)?;
+            for &c in children.iter().rev() {
+                if self.nodes[c].descend {
+                    stack.push((c, dev));
+                }
+            }
+            self.nodes[idx].children = children;
+            if self.nodes.len() % 1024 == 0 {
+                self.progress
+                    .set_message(format!("scanning: {} entries", self.nodes.len()));
+            }
+        }
+        Ok(())
+    }
+
+    /// lstat the entries of directory `idx` (sorted by name) and add them as
+    /// nodes. Directories on another device than `dev` are added empty.
+    fn read_dir(&mut self, idx: usize, dev: u64) -> Result<Vec<usize>> {
+        let dir = self.nodes[idx].path.clone();
+        let mut names = Vec::new();
+        for ent in fs::read_dir(&dir).at(&dir)? {
+            names.push(ent.at(&dir)?.file_name());
+        }
+        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let mut children = Vec::with_capacity(names.len());
+        for name in names {
+            let path = dir.join(&name);
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.warn(format!(
+                        "{}: vanished during the snapshot; not included",
+                        path.display()
+                    ));
+                    continue;
+                }
+                Err(e) => return Err(Error::io(&path, e)),
+            };
+            let Some(kind) = Kind::from_mode(meta.mode()) else {
+                self.warn(format!("{}: unknown file type; skipped", path.display()));
+                continue;
+            };
+            if kind == Kind::Dir && meta.dev() != dev {
+                self.warn(format!(
+                    "{}: a different filesystem is mounted here; recorded as an empty directory",
+                    path.display()
+                ));
+            }
+            if kind == Kind::Socket {
+                self.warn(format!("{}: socket kept as metadata only", path.display()));
+            }
+            let mut node = self.make_node(path, name.as_bytes().to_vec(), kind, &meta)?;
+            node.descend &= meta.dev() == dev;
+            children.push(self.nodes.len());
+            self.nodes.push(node);
+        }
+        Ok(children)
+    }
+
+    fn make_node(&self, path: PathBuf, name: Vec<u8>, kind: Kind, meta: &Metadata) -> Result<Node> {
+        let mut entry = entry_from(name, kind, meta);
+        if kind == Kind::Symlink {
+            let target = fs::read_link(&path).at(&path)?;
+            entry.content = Content::Target(target.into_os_string().into_encoded_bytes());
+        }
+        if kind != Kind::File {
+            // Regular files' xattrs are read through the open fd with their content.
+            let cpath = sys::cstring(path.as_os_str().as_bytes()).at(&path)?;
+            entry.xattrs = sys::read_xattrs(XattrTarget::Path(&cpath)).at(&path)?;
+        }
+        let inode = (kind != Kind::Dir && meta.nlink() > 1).then(|| (meta.dev(), meta.ino()));
+        Ok(Node {
+            path,
+            entry,
+            stamp: Stamp::of(meta),
+            inode,
+            children: Vec::new(),
+            primary: None,
+            descend: kind == Kind::Dir,
+        })
+    }
+
+    /// Returned to the caller, which decides how to show it (not logged here).
+    fn warn(&mut self, msg: String) {
+        self.warnings.push(msg);
+    }
+
+    /// Give hardlinked paths their `link_id` (1, 2, … in sorted path order)
+    /// and `nlink` (paths of the inode inside the snapshot); mark all but the
+    /// first path of each inode as sharing the first one's content. Set each
+    /// directory's `nlink` to 2 + its subdirectories, as native filesystems do.
+    fn assign_links(&mut self) {
+        let mut groups: HashMap<(u64, u64), (u64, usize, u32)> = HashMap::new();
+        let mut next_id = 1;
+        for idx in self.preorder() {
+            let Some(key) = self.nodes[idx].inode else {
+                continue;
+            };
+            let group = groups.entry(key).or_insert_with(|| {
+                next_id += 1;
+                (next_id - 1, idx, 0)
+            });
+            group.2 += 1;
+            let (link_id, first) = (group.0, group.1);
+            let node = &mut self.nodes[idx];
+            node.entry.link_id = link_id;
+            if first != idx {
+                node.primary = Some(first);
+            }
+        }
+        for node in &mut self.nodes {
+            if let Some(key) = node.inode {
+                node.entry.nlink = groups[&key].2;
+            }
+        }
+        for idx in 0..self.nodes.len() {
+            if self.nodes[idx].entry.kind == Kind::Dir {
+                let subdirs = self.nodes[idx]
+                    .children
+                    .iter()
+                    .filter(|&&c| self.nodes[c].entry.kind == Kind::Dir)
+                    .count();
+                self.nodes[idx].entry.nlink = 2 + subdirs as u32;
+            }
+        }
+    }
+
+    /// Node indices in depth-first, name-sorted order (root first).
+    fn preorder(&self) -> Vec<usize> {
+        let mut order = Vec::with_capacity(self.nodes.len());
+        let mut stack = vec![0usize];
+        while let Some(idx) = stack.pop() {
+            order.push(idx);
+            stack.extend(self.nodes[idx].children.iter().rev());
+        }
+        order
+    }
+
+    /// Put read contents into their entries (metadata refreshed from the fstat
+    /// the content was read under), then copy them to the other hardlinks.
+    fn apply_contents(&mut self, contents: Vec<(usize, FileContent)>) {
+        for (idx, c) in contents {
+            let e = &mut self.nodes[idx].entry;
+            let fresh = entry_from(Vec::new(), Kind::File, &c.meta);
+            e.perm = fresh.perm;
+            e.uid = fresh.uid;
+            e.gid = fresh.gid;
+            e.mtime_ns = fresh.mtime_ns;
+            e.ctime_ns = fresh.ctime_ns;
+            e.size = fresh.size;
+            e.xattrs = c.xattrs;
+            e.content = Content::Extents(c.extents);
+        }
+        for idx in 0..self.nodes.len() {
+            if let Some(first) = self.nodes[idx].primary {
+                let mut entry = self.nodes[first].entry.clone();
+                entry.name = std::mem::take(&mut self.nodes[idx].entry.name);
+                self.nodes[idx].entry = entry;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- content
+
+/// Objects and compressed bytes newly written, shared by all threads.
+#[derive(Default)]
+struct Counters {
+    objects: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Counters {
+    fn add(&self, written: u64) {
+        if written > 0 {
+            self.objects.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(written, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A file's content as read under one stable fstat.
+struct FileContent {
+    extents: Vec<Extent>,
+    meta: Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A chunk to store; the id (or error) goes back on `reply` tagged with `seq`.
+struct ChunkJob {
+    data: Vec<u8>,
+    seq: usize,
+    reply: Sender<(usize, store::Result<ObjectId>)>,
+}
+
+/// What a reader thread shares with the others.
+struct Readers<'a> {
+    nodes: &'a [Node],
+    jobs: &'a [usize],
+    next: AtomicUsize,
+    failed: AtomicBool,
+    progress: &'a ProgressBar,
+}
+
+/// Read every job's content with `threads` readers feeding `threads` hashers.
+fn read_contents(
+    store: &Store,
+    nodes: &[Node],
+    jobs: &[usize],
+    threads: usize,
+    counters: &Counters,
+    progress: &ProgressBar,
+) -> Result<Vec<(usize, FileContent)>> {
+    let shared = Readers {
+        nodes,
+        jobs,
+        next: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+        progress,
+    };
+    let (chunk_tx, chunk_rx) = mpsc::sync_channel::<ChunkJob>(threads * 2);
+    let chunk_rx = Mutex::new(chunk_rx);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| hash_chunks(store, &chunk_rx, counters));
+        }
+        let readers: Vec<_> = (0..threads)
+            .map(|_| {
+                let tx = chunk_tx.clone();
+                let shared = &shared;
+                s.spawn(move || read_files(shared, tx))
+            })
+            .collect();
+        drop(chunk_tx);
+        let mut out = Vec::with_capacity(jobs.len());
+        let mut first_err = None;
+        for r in readers {
+            match r.join() {
+                Ok(Ok(v)) => out.extend(v),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    })
+}
+
+/// Hasher thread: store chunks until every sender is gone.
+fn hash_chunks(store: &Store, rx: &Mutex<Receiver<ChunkJob>>, counters: &Counters) {
+    loop {
+        let job = match rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = job else { return };
+        let result = store.put_object(&job.data).map(|(id, written)| {
+            counters.add(written);
+            id
+        });
+        // The reader may have given up on this file; nobody to tell then.
+        let _ = job.reply.send((job.seq, result));
+    }
+}
+
+/// Reader thread: take files until none are left or another reader failed.
+fn read_files(shared: &Readers<'_>, tx: SyncSender<ChunkJob>) -> Result<Vec<(usize, FileContent)>> {
+    let mut out = Vec::new();
+    while !shared.failed.load(Ordering::Relaxed) {
+        let i = shared.next.fetch_add(1, Ordering::Relaxed);
+        let Some(&idx) = shared.jobs.get(i) else {
+            break;
+        };
+        match read_file(&shared.nodes[idx], &tx, shared.progress) {
+            Ok(c) => out.push((idx, c)),
+            Err(e) => {
+                shared.failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Outcome of one attempt at reading a file.
+enum Attempt {
+    Stable(FileContent),
+    /// The file changed; this is what it looks like now.
+    Changed(Stamp),
+}
+
+/// Read a file's content, retrying while it changes under us.
+fn read_file(
+    node: &Node,
+    tx: &SyncSender<ChunkJob>,
+    progress: &ProgressBar,
+) -> Result<FileContent> {
+    let mut expected = node.stamp;
+    for _ in 0..MAX_READ_ATTEMPTS {
+        match read_once(&node.path, expected, tx, progress)? {
+            Attempt::Stable(c) => return Ok(c),
+            Attempt::Changed(now) => expected = now,
+        }
+    }
+    Err(Error::Changing {
+        path: node.path.clone(),
+        attempts: MAX_READ_ATTEMPTS,
+    })
+}
+
+/// Open without following symlinks and without updating atime when allowed
+/// (O_NOATIME needs ownership or CAP_FOWNER). O_NONBLOCK keeps a fifo swapped
+/// in for the file from blocking the open.
+fn open_for_read(path: &Path) -> Result<File> {
+    let open = |extra: i32| {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | extra)
+            .open(path)
+    };
+    match open(libc::O_NOATIME) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(0),
+        r => r,
+    }
+    .at(path)
+}
+
+/// One attempt: fstat, read xattrs and content, fstat again.
+fn read_once(
+    path: &Path,
+    expected: Stamp,
+    tx: &SyncSender<ChunkJob>,
+    progress: &ProgressBar,
+) -> Result<Attempt> {
+    let file = open_for_read(path)?;
+    let before = file.metadata().at(path)?;
+    if Stamp::of(&before) != expected || !before.is_file() {
+        return Ok(Attempt::Changed(Stamp::of(&before)));
+    }
+    #[cfg(test)]
+    test_hook::run(path);
+    let xattrs = sys::read_xattrs(XattrTarget::Fd(file.as_fd())).at(path)?;
+    let extents = read_extents(&file, before.size(), tx, progress).at(path)?;
+    let after = file.metadata().at(path)?;
+    match extents {
+        Some(extents) if Stamp::of(&after) == expected => Ok(Attempt::Stable(FileContent {
+            extents,
+            meta: before,
+            xattrs,
+        })),
+        _ => Ok(Attempt::Changed(Stamp::of(&after))),
+    }
+}
+
+/// The file's extents: holes found with SEEK_DATA/SEEK_HOLE and data segments
+/// cut into chunks. `None` when the file turned out shorter than `size`.
+fn read_extents(
+    file: &File,
+    size: u64,
+    tx: &SyncSender<ChunkJob>,
+    progress: &ProgressBar,
+) -> io::Result<Option<Vec<Extent>>> {
+    let mut extents = Vec::new();
+    let mut pos = 0;
+    let mut sparse = true;
+    while pos < size {
+        let data = if sparse {
+            match sys::seek(file.as_fd(), pos, libc::SEEK_DATA) {
+                Ok(d) => d.unwrap_or(size).min(size),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    sparse = false;
+                    pos
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            pos
+        };
+        if data > pos {
+            extents.push(Extent {
+                len: data - pos,
+                id: None,
+            });
+            progress.inc(data - pos);
+        }
+        if data >= size {
+            break;
+        }
+        let end = if sparse {
+            match sys::seek(file.as_fd(), data, libc::SEEK_HOLE)? {
+                Some(h) if h > data => h.min(size),
+                _ => size,
+            }
+        } else {
+            size
+        };
+        if !chunk_segment(file, data, end - data, &mut extents, tx, progress)? {
+            return Ok(None);
+        }
+        pos = end;
+    }
+    Ok(Some(extents))
+}
+
+/// Cut `len` bytes at `offset` into chunks, store them through the hashers and
+/// append their extents. `false` when fewer than `len` bytes could be read.
+fn chunk_segment(
+    file: &File,
+    offset: u64,
+    len: u64,
+    extents: &mut Vec<Extent>,
+    tx: &SyncSender<ChunkJob>,
+    progress: &ProgressBar,
+) -> io::Result<bool> {
+    let (reply_tx, reply_rx) = mpsc::channel();
+    let mut lens = Vec::new();
+    let mut send = |data: Vec<u8>| -> io::Result<()> {
+        progress.inc(data.len() as u64);
+        lens.push(data.len() as u64);
+        let job = ChunkJob {
+            data,
+            seq: lens.len() - 1,
+            reply: reply_tx.clone(),
+        };
+        tx.send(job)
+            .map_err(|_| io::Error::other("hashing threads stopped"))
+    };
+    let mut reader = SegmentReader {
+        file,
+        offset,
+        remaining: len,
+    };
+    if len <= u64::from(MIN_CHUNK) {
+        // What FastCDC would do, without its MAX_CHUNK buffer per small file.
+        let mut data = Vec::with_capacity(len as usize);
+        reader.read_to_end(&mut data)?;
+        send(data)?;
+    } else {
+        let cdc = StreamCDC::new(
+            reader,
+            MIN_CHUNK as usize,
+            AVG_CHUNK as usize,
+            MAX_CHUNK as usize,
+        );
+        for chunk in cdc {
+            send(chunk?.data)?;
+        }
+    }
+    drop(reply_tx);
+    let mut ids = vec![None; lens.len()];
+    for (seq, result) in reply_rx {
+        ids[seq] = Some(result.map_err(io::Error::other)?);
+    }
+    for (len, id) in lens.iter().zip(ids) {
+        let id = id.ok_or_else(|| io::Error::other("chunk was not stored"))?;
+        extents.push(Extent {
+            len: *len,
+            id: Some(id),
+        });
+    }
+    Ok(lens.iter().sum::<u64>() == len)
+}
+
+/// Reads `remaining` bytes from `offset` with pread (the fd offset is unused).
+struct SegmentReader<'a> {
+    file: &'a File,
+    offset: u64,
+    remaining: u64,
+}
+
+impl Read for SegmentReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = buf
+            .len()
+            .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = loop {
+            match self.file.read_at(&mut buf[..want], self.offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r?,
+            }
+        };
+        self.offset += n as u64;
+        self.remaining -= n as u64;
+        Ok(n)
+    }
+}
+
+// ---------------------------------------------------------------- trees
+
+/// Store one tree per directory, children before parents, then the root tree.
+fn build_trees(store: &Store, nodes: &mut [Node], counters: &Counters) -> Result<ObjectId> {
+    for idx in (0..nodes.len()).rev() {
+        if nodes[idx].entry.kind != Kind::Dir {
+            continue;
+        }
+        let mut tree = Tree {
+            entries: nodes[idx]
+                .children
+                .iter()
+                .map(|&c| nodes[c].entry.clone())
+                .collect(),
+        };
+        tree.sort();
+        let (id, written) = store.put_tree(&tree).map_err(|source| Error::Object {
+            path: nodes[idx].path.clone(),
+            source,
+        })?;
+        counters.add(written);
+        nodes[idx].entry.content = Content::Tree(id);
+    }
+    let (root, written) = store.put_root(nodes[0].entry.clone())?;
+    counters.add(written);
+    Ok(root)
+}
+
+/// A test-only hook run between the first fstat and the read of a file, to
+/// make "file changed while read" deterministic.
+#[cfg(test)]
+pub(crate) mod test_hook {
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    type Hook = fn(&Path);
+    static HOOKS: Mutex<Vec<(PathBuf, Hook)>> = Mutex::new(Vec::new());
+
+    /// Run `hook` whenever the snapshot is about to read `path`.
+    pub fn set(path: &Path, hook: Hook) {
+        HOOKS.lock().unwrap().push((path.to_path_buf(), hook));
+    }
+
+    pub fn clear(path: &Path) {
+        HOOKS.lock().unwrap().retain(|(p, _)| p != path);
+    }
+
+    pub(super) fn run(path: &Path) {
+        let hooks: Vec<Hook> = HOOKS
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, h)| *h)
+            .collect();
+        for h in hooks {
+            h(path);
+        }
+    }
+}
