@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what storefs needs on Debian 12, as root. Idempotent.
-# The Rust toolchain (cargo >= 1.85) must already be installed (rustup);
+# The Rust toolchain (cargo >= 1.88) must already be installed (rustup);
 # Debian 12's own cargo is too old for this crate.
 set -euo pipefail
 
@@ -15,7 +15,7 @@ apt-get update -qq
 apt-get install -y -qq fuse3 attr python3 psmisc >/dev/null
 
 if ! command -v cargo >/dev/null; then
-    echo "setup-debian.sh: cargo not found; install Rust >= 1.85 with rustup first" >&2
+    echo "setup-debian.sh: cargo not found; install Rust >= 1.88 with rustup first" >&2
     exit 1
 fi
 if [ ! -e /dev/fuse ]; then

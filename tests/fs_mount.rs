@@ -229,13 +229,13 @@ impl MountGuard {
 
 impl Drop for MountGuard {
     fn drop(&mut self) {
-        if is_mounted(&self.mnt) {
-            if let Err(e) = unmount(&self.mnt) {
-                eprintln!("cleanup: {e}; detaching lazily");
-                let c = CString::new(self.mnt.as_os_str().as_bytes()).unwrap();
-                // SAFETY: c is a valid path string.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
+        if is_mounted(&self.mnt)
+            && let Err(e) = unmount(&self.mnt)
+        {
+            eprintln!("cleanup: {e}; detaching lazily");
+            let c = CString::new(self.mnt.as_os_str().as_bytes()).unwrap();
+            // SAFETY: c is a valid path string.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
         }
         // Join without panicking (this may run during a panic).
         if let Some(handle) = self.serving.take() {

@@ -1,4 +1,97 @@
-//! Layer 5: the command line.
+//! Layer 5: the command line. Each verb parses its arguments and calls the layers
+//! below; the logic lives there. Errors print as one line on stderr:
+//! exit 0 ok, 1 error, 2 usage.
+
+mod args;
+mod commands;
+mod mount;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+pub use args::{Cli, Command};
+
+use crate::store::Store;
+
+/// Run the command line; returns the process exit code.
 pub fn main() -> i32 {
-    0
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => e.exit(), // help/version exit 0, usage errors exit 2
+    };
+    let daemon = matches!(&cli.command, Command::Mount(m) if m.foreground);
+    if !daemon {
+        init_stderr_logging();
+    }
+    match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("storefs: error: {}", one_line(&e));
+            1
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let store_dir = store_dir(cli.store)?;
+    match cli.command {
+        Command::Init => commands::init(&store_dir),
+        Command::Snapshot(a) => commands::snapshot(&store_dir, a),
+        Command::Refs => commands::refs(&open(&store_dir)?),
+        Command::Log(a) => commands::log(&open(&store_dir)?, a),
+        Command::Ls(a) => commands::ls(&open(&store_dir)?, a),
+        Command::Cat(a) => commands::cat(&open(&store_dir)?, a),
+        Command::Diff(a) => commands::diff(&open(&store_dir)?, a),
+        Command::Restore(a) => commands::restore(&open(&store_dir)?, a),
+        Command::Mount(a) => mount::mount(&store_dir, a),
+        Command::Umount(a) => mount::umount(&store_dir, a),
+        Command::Status(a) => mount::status(&store_dir, a),
+    }
+}
+
+/// `--store`, else `$STOREFS_STORE` (clap reads it), else `~/.local/share/storefs`.
+fn store_dir(flag: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = flag.filter(|p| !p.as_os_str().is_empty()) {
+        return Ok(p);
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .context("no store given and $HOME is not set; pass --store DIR or set STOREFS_STORE")?;
+    Ok(PathBuf::from(home).join(".local/share/storefs"))
+}
+
+/// Open an existing store (read commands never create one).
+fn open(dir: &std::path::Path) -> Result<Store> {
+    Ok(Store::open(dir)?)
+}
+
+/// Warnings and errors from the layers go to stderr; `STOREFS_LOG` overrides the level.
+fn init_stderr_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STOREFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// An error and its causes on one line, without repeating a cause that the
+/// outer message already quotes.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if out.contains(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out.replace('\n', " ")
 }

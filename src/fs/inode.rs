@@ -136,16 +136,14 @@ impl Inner {
     fn assign(&mut self, parent: u64, entry: Entry) -> u64 {
         let link_id = entry.link_id;
         let linkable = link_id != 0 && entry.kind != Kind::Dir;
-        if linkable {
-            if let Some(&ino) = self.by_link_id.get(&link_id) {
-                // A hostile tree could reuse a link id for different kinds of file.
-                let same_kind = self
-                    .nodes
-                    .get(&ino)
-                    .is_some_and(|n| n.entry.kind == entry.kind);
-                if same_kind {
-                    return ino;
-                }
+        if linkable && let Some(&ino) = self.by_link_id.get(&link_id) {
+            // A hostile tree could reuse a link id for different kinds of file.
+            let same_kind = self
+                .nodes
+                .get(&ino)
+                .is_some_and(|n| n.entry.kind == entry.kind);
+            if same_kind {
+                return ino;
             }
         }
         let ino = self.next_ino;

@@ -266,10 +266,10 @@ fn fuser_config(cfg: &MountConfig) -> Result<Config, FsError> {
             "dirsync" => Some(MountOption::DirSync),
             other => Some(MountOption::CUSTOM(other.to_string())),
         };
-        if let Some(m) = mapped {
-            if !options.contains(&m) {
-                options.push(m);
-            }
+        if let Some(m) = mapped
+            && !options.contains(&m)
+        {
+            options.push(m);
         }
     }
     let mut config = Config::default();

@@ -254,7 +254,7 @@ impl<'p> Walk<'p> {
                 }
             }
             self.nodes[idx].children = children;
-            if self.nodes.len() % 1024 == 0 {
+            if self.nodes.len().is_multiple_of(1024) {
                 self.progress
                     .set_message(format!("scanning: {} entries", self.nodes.len()));
             }

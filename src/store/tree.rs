@@ -113,7 +113,10 @@ impl Entry {
     /// Bytes of the file that are stored (not holes): what `st_blocks` counts.
     pub fn allocated_bytes(&self) -> u64 {
         match &self.content {
-            Content::Extents(ext) => ext.iter().filter(|e| e.id.is_some()).map(|e| e.len).sum(),
+            Content::Extents(ext) => ext
+                .iter()
+                .filter(|e| e.id.is_some())
+                .fold(0u64, |acc, e| acc.saturating_add(e.len)),
             Content::Target(t) => t.len() as u64,
             _ => 0,
         }

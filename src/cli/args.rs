@@ -1,0 +1,191 @@
+//! The command line, as clap sees it. Every verb has its own `--help`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Content-addressed checkpoints of directory trees, mounted read-only at the
+/// absolute path they were taken from.
+///
+/// A store holds checkpoints of directory trees (deduplicated, compressed,
+/// verified on every read). `storefs mount` puts any checkpoint back at its
+/// original path through FUSE, so tools that recorded absolute paths work
+/// unchanged, on this machine or any machine that has the store.
+#[derive(Debug, Parser)]
+#[command(
+    name = "storefs",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// The store directory [default: $STOREFS_STORE, else ~/.local/share/storefs]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        env = "STOREFS_STORE",
+        hide_env = true
+    )]
+    pub store: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create an empty store (any command that writes creates it on first use)
+    Init,
+    /// Record a directory tree as a new checkpoint; prints its id on stdout
+    Snapshot(SnapshotArgs),
+    /// List refs (named pointers to checkpoints)
+    Refs,
+    /// Show checkpoints: the history of a ref, or every checkpoint in the store
+    Log(LogArgs),
+    /// List a directory inside a checkpoint
+    Ls(LsArgs),
+    /// Write a file from a checkpoint to stdout
+    Cat(CatArgs),
+    /// Show paths added (A), removed (D) and changed (M) between two checkpoints
+    Diff(DiffArgs),
+    /// Recreate a checkpoint's tree in a new or empty directory, byte- and metadata-exact
+    Restore(RestoreArgs),
+    /// Mount a checkpoint read-only, by default at the path it was taken from
+    Mount(MountArgs),
+    /// Unmount a storefs mount and wait for its daemon to exit
+    #[command(alias = "unmount")]
+    Umount(UmountArgs),
+    /// List live mounts of this store
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// The directory to record; its absolute path becomes the checkpoint's origin
+    pub dir: PathBuf,
+    /// Point this ref at the new checkpoint (its previous target becomes the parent)
+    #[arg(long, value_name = "NAME")]
+    pub r#ref: Option<String>,
+    /// A message stored with the checkpoint
+    #[arg(short, long, value_name = "MSG", default_value = "")]
+    pub message: String,
+    /// Worker threads for hashing and compression [default: all cores]
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// A ref, checkpoint id or unique id prefix; without it, every checkpoint, newest first
+    pub target: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// A ref, checkpoint id or unique id prefix
+    pub checkpoint: String,
+    /// A path inside the checkpoint [default: its root]
+    #[arg(default_value = "/")]
+    pub path: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CatArgs {
+    /// A ref, checkpoint id or unique id prefix
+    pub checkpoint: String,
+    /// A regular file's path inside the checkpoint
+    pub path: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The older checkpoint (ref, id or prefix)
+    pub a: String,
+    /// The newer checkpoint (ref, id or prefix)
+    pub b: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// A ref, checkpoint id or unique id prefix
+    pub checkpoint: String,
+    /// Where to recreate the tree: a new or empty directory
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// A ref, checkpoint id or unique id prefix
+    pub target: String,
+    /// Where to mount [default: the checkpoint's origin]; created if missing, must be empty
+    pub mountpoint: Option<PathBuf>,
+    /// Stay attached to the terminal instead of returning once mounted
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// FUSE mount options, comma-separated (e.g. allow_other); may repeat.
+    /// Always added: ro, nosuid, nodev, default_permissions
+    #[arg(short = 'o', value_name = "OPTS")]
+    pub options: Vec<String>,
+    /// Bound on decompressed chunks kept in memory (K, M, G suffixes)
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub cache_size: usize,
+    /// FUSE worker threads [default: number of cores, at least 2]
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct UmountArgs {
+    /// The mount point
+    pub mountpoint: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print a JSON array of {mountpoint, target, checkpoint, pid, mode, log, started_ns}
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parse `256M`, `1G`, `4096`, `64K` into bytes.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("unknown size suffix in '{s}': use K, M or G")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size: use a number with an optional K, M or G"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size '{s}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("").is_err());
+    }
+}

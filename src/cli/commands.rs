@@ -1,0 +1,324 @@
+//! The verbs that read or write the store without mounting.
+
+use std::fs;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+
+use super::args::{CatArgs, DiffArgs, LogArgs, LsArgs, RestoreArgs, SnapshotArgs};
+use crate::ingest::{self, ChangeKind, SnapshotOptions};
+use crate::store::{Checkpoint, Content, Entry, Kind, ObjectId, Source, Store, format_time};
+
+pub fn init(store_dir: &Path) -> Result<()> {
+    let store = Store::open_or_create(store_dir)?;
+    eprintln!("storefs: store ready at {}", store.root().display());
+    Ok(())
+}
+
+pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
+    // Check everything the user typed before the store is touched.
+    let meta =
+        fs::metadata(&a.dir).with_context(|| format!("cannot snapshot {}", a.dir.display()))?;
+    if !meta.is_dir() {
+        bail!("cannot snapshot {}: not a directory", a.dir.display());
+    }
+    if let Some(name) = &a.r#ref {
+        Store::check_name(name)?;
+    }
+    let origin = fs::canonicalize(&a.dir).with_context(|| format!("{}", a.dir.display()))?;
+    let origin_str = origin
+        .to_str()
+        .with_context(|| format!("{}: the origin path must be UTF-8", origin.display()))?
+        .to_string();
+    let store = Store::open_or_create(store_dir)?;
+    if store.root().starts_with(&origin) {
+        bail!(
+            "the store {} is inside {}: a snapshot would record the store itself; use a store outside the tree",
+            store.root().display(),
+            origin.display()
+        );
+    }
+
+    let progress = progress_bar();
+    let opts = SnapshotOptions {
+        threads: a.threads,
+        progress: progress.clone(),
+    };
+    let result = ingest::snapshot(&store, &origin, &opts);
+    progress.finish_and_clear();
+    let result = result?;
+    for w in &result.warnings {
+        eprintln!("storefs: warning: {w}");
+    }
+
+    let parents = match &a.r#ref {
+        Some(name) => store.get_ref(name)?.into_iter().collect(),
+        None => Vec::new(),
+    };
+    let ckpt = Checkpoint {
+        version: 1,
+        root: result.root,
+        parents,
+        origin: Some(origin_str.clone()),
+        time_ns: now_ns(),
+        message: a.message,
+        source: Source {
+            kind: "snapshot".into(),
+            path: Some(origin_str),
+            host: hostname(),
+            stats: Some(result.stats),
+            ..Default::default()
+        },
+    };
+    let id = store.write_checkpoint(&ckpt)?;
+    if let Some(name) = &a.r#ref {
+        store.set_ref(name, &id)?;
+    }
+    println!("{id}");
+    Ok(())
+}
+
+pub fn refs(store: &Store) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    for (name, id) in store.list_refs()? {
+        writeln!(out, "{name}\t{id}")?;
+    }
+    Ok(())
+}
+
+pub fn log(store: &Store, a: LogArgs) -> Result<()> {
+    let refs = store.list_refs()?;
+    let mut list: Vec<(ObjectId, Checkpoint)> = Vec::new();
+    match &a.target {
+        Some(t) => {
+            // First-parent history from the target back to its first snapshot.
+            let mut next = Some(store.resolve(t)?);
+            while let Some(id) = next {
+                if list.iter().any(|(seen, _)| *seen == id) {
+                    break;
+                }
+                let ck = store.read_checkpoint(&id)?;
+                next = ck.parents.first().copied();
+                list.push((id, ck));
+            }
+        }
+        None => {
+            for id in store.list_checkpoints()? {
+                list.push((id, store.read_checkpoint(&id)?));
+            }
+            list.sort_by_key(|(_, ck)| std::cmp::Reverse(ck.time_ns));
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for (i, (id, ck)) in list.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        let names: Vec<&str> = refs
+            .iter()
+            .filter(|(_, r)| r == id)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if names.is_empty() {
+            writeln!(out, "checkpoint {id}")?;
+        } else {
+            writeln!(out, "checkpoint {id} ({})", names.join(", "))?;
+        }
+        writeln!(out, "date:    {}", format_time(ck.time_ns))?;
+        if let Some(o) = &ck.origin {
+            writeln!(out, "origin:  {o}")?;
+        }
+        writeln!(out, "source:  {}", describe_source(&ck.source))?;
+        for p in &ck.parents {
+            writeln!(out, "parent:  {p}")?;
+        }
+        if !ck.message.is_empty() {
+            writeln!(out, "\n    {}", ck.message.replace('\n', "\n    "))?;
+        }
+    }
+    Ok(())
+}
+
+fn describe_source(s: &Source) -> String {
+    let mut d = s.kind.clone();
+    if let Some(p) = &s.path {
+        d.push_str(&format!(" of {p}"));
+    }
+    if let Some(h) = &s.host {
+        d.push_str(&format!(" on {h}"));
+    }
+    if !s.files.is_empty() {
+        d.push_str(&format!(" from {}", s.files.join(", ")));
+    }
+    if let Some(st) = &s.stats {
+        d.push_str(&format!(
+            " ({} entries, {} bytes, {} new objects)",
+            st.entries, st.bytes, st.new_objects
+        ));
+    }
+    d
+}
+
+/// Resolve a target and read its checkpoint.
+fn checkpoint(store: &Store, target: &str) -> Result<(ObjectId, Checkpoint)> {
+    let id = store.resolve(target)?;
+    Ok((id, store.read_checkpoint(&id)?))
+}
+
+/// The entry at `path` in `target`, or a one-line error naming both.
+fn entry_at(store: &Store, target: &str, path: &str) -> Result<Entry> {
+    let (id, ck) = checkpoint(store, target)?;
+    store.lookup_path(&ck, path.as_bytes())?.with_context(|| {
+        format!(
+            "no '{path}' in checkpoint {} ({target}); `storefs ls {target}` lists it",
+            &id.to_hex()[..12]
+        )
+    })
+}
+
+pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
+    let entry = entry_at(store, &a.checkpoint, &a.path)?;
+    let mut out = std::io::stdout().lock();
+    let entries = match entry.tree_id() {
+        Some(tid) => store.get_tree(&tid, &a.path)?.entries,
+        None => vec![entry],
+    };
+    for e in &entries {
+        write!(
+            out,
+            "{} {:>3} {:>5} {:>5} {:>10} {} ",
+            mode_string(e),
+            e.nlink,
+            e.uid,
+            e.gid,
+            e.size,
+            &format_time(e.mtime_ns)[..16]
+        )?;
+        out.write_all(&e.name)?;
+        match &e.content {
+            Content::Target(t) => {
+                out.write_all(b" -> ")?;
+                out.write_all(t)?;
+            }
+            Content::Tree(_) => out.write_all(b"/")?,
+            _ => {}
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// `ls -l` style mode string, e.g. `-rwsr-xr-x`.
+fn mode_string(e: &Entry) -> String {
+    let t = match e.kind {
+        Kind::File => '-',
+        Kind::Dir => 'd',
+        Kind::Symlink => 'l',
+        Kind::Fifo => 'p',
+        Kind::CharDev => 'c',
+        Kind::BlockDev => 'b',
+        Kind::Socket => 's',
+    };
+    let p = e.perm;
+    let bit = |mask: u32, c: char| if p & mask != 0 { c } else { '-' };
+    let special =
+        |exec: u32, special: u32, set: char, unset: char| match (p & exec != 0, p & special != 0) {
+            (true, true) => set,
+            (false, true) => unset,
+            (true, false) => 'x',
+            (false, false) => '-',
+        };
+    [
+        t,
+        bit(0o400, 'r'),
+        bit(0o200, 'w'),
+        special(0o100, 0o4000, 's', 'S'),
+        bit(0o040, 'r'),
+        bit(0o020, 'w'),
+        special(0o010, 0o2000, 's', 'S'),
+        bit(0o004, 'r'),
+        bit(0o002, 'w'),
+        special(0o001, 0o1000, 't', 'T'),
+    ]
+    .iter()
+    .collect()
+}
+
+pub fn cat(store: &Store, a: CatArgs) -> Result<()> {
+    let entry = entry_at(store, &a.checkpoint, &a.path)?;
+    if entry.kind != Kind::File {
+        bail!("'{}' is not a regular file in {}", a.path, a.checkpoint);
+    }
+    let mut out = std::io::stdout().lock();
+    store.copy_content(&entry, &mut out, &a.path)?;
+    out.flush()?;
+    Ok(())
+}
+
+pub fn diff(store: &Store, a: DiffArgs) -> Result<()> {
+    let (_, ca) = checkpoint(store, &a.a)?;
+    let (_, cb) = checkpoint(store, &a.b)?;
+    let mut out = std::io::stdout().lock();
+    for change in ingest::diff(store, &ca, &cb)? {
+        let tag = match &change.kind {
+            ChangeKind::Added => "A",
+            ChangeKind::Removed => "D",
+            ChangeKind::Changed(_) => "M",
+        };
+        write!(out, "{tag} ")?;
+        out.write_all(&change.path)?;
+        if let ChangeKind::Changed(what) = &change.kind {
+            write!(out, " ({what})")?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+pub fn restore(store: &Store, a: RestoreArgs) -> Result<()> {
+    let (id, ck) = checkpoint(store, &a.checkpoint)?;
+    let stats = ingest::restore(store, &ck, &a.dir)?;
+    eprintln!(
+        "storefs: restored {} ({} entries, {} bytes) into {}",
+        &id.to_hex()[..12],
+        stats.entries,
+        stats.bytes,
+        a.dir.display()
+    );
+    Ok(())
+}
+
+/// A progress bar on stderr when it is a terminal; hidden otherwise.
+fn progress_bar() -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(0);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+        )
+        .expect("valid template"),
+    );
+    pb
+}
+
+pub(super) fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec()).ok()
+}

@@ -1,0 +1,389 @@
+//! `mount`, `umount` and `status`: checks on the mountpoint, the daemon's
+//! start-up handshake, and the registry of live mounts.
+
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::args::{MountArgs, StatusArgs, UmountArgs};
+use super::commands::now_ns;
+use crate::fs::{self as sfs, MountConfig};
+use crate::store::mounts::{MountRecord, mount_table, pid_alive};
+use crate::store::{ObjectId, Store, absolute};
+
+/// The environment variable through which a daemon reports to the `mount` that
+/// started it: the number of a pipe's write end.
+const READY_FD_ENV: &str = "STOREFS_READY_FD";
+/// How long `mount` waits for its daemon to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `umount` waits for the daemon to exit after the kernel unmount.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn mount(store_dir: &Path, a: MountArgs) -> Result<()> {
+    let ready = ReadyPipe::from_env();
+    let result = mount_inner(store_dir, a, ready.as_ref());
+    if let (Err(e), Some(r)) = (&result, &ready) {
+        r.send(&format!("error: {}\n", super::one_line(e)));
+    }
+    result
+}
+
+fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Result<()> {
+    let store = Store::open(store_dir)?;
+    let id = store.resolve(&a.target)?;
+    let ck = store.read_checkpoint(&id)?;
+    let mountpoint = match &a.mountpoint {
+        Some(p) => absolute(p)?,
+        None => PathBuf::from(ck.origin.clone().with_context(|| {
+            format!(
+                "checkpoint {} has no origin path; give a mountpoint: storefs mount {} PATH",
+                &id.to_hex()[..12],
+                a.target
+            )
+        })?),
+    };
+    check_mountpoint(&store, &mountpoint)?;
+    check_dev_fuse()?;
+    if !mountpoint.exists() {
+        fs::create_dir_all(&mountpoint)
+            .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
+    }
+    if a.foreground {
+        run_daemon(store, id, &a, &mountpoint, ready)
+    } else {
+        start_daemon(&store, id, &a, &mountpoint)
+    }
+}
+
+/// Refuse mountpoints that would hide the store, are busy, or are not empty.
+fn check_mountpoint(store: &Store, mp: &Path) -> Result<()> {
+    let root = store.root();
+    if mp.starts_with(root) || root.starts_with(mp) {
+        bail!(
+            "cannot mount at {}: it overlaps the store {} (the daemon would read its own mount and hang); choose a mountpoint outside the store",
+            mp.display(),
+            root.display()
+        );
+    }
+    if let Some((_, fstype)) = mount_table().into_iter().find(|(p, _)| p == mp) {
+        bail!(
+            "{} is already a mount point ({fstype}); unmount it first (`storefs umount {}`)",
+            mp.display(),
+            mp.display()
+        );
+    }
+    match fs::symlink_metadata(mp) {
+        Ok(m) if m.is_dir() => {
+            let mut rd = fs::read_dir(mp).with_context(|| format!("{}", mp.display()))?;
+            if rd.next().is_some() {
+                bail!(
+                    "{} is not empty; storefs mounts only on an empty directory (move its contents away or give another mountpoint)",
+                    mp.display()
+                );
+            }
+            Ok(())
+        }
+        Ok(_) => bail!(
+            "{} exists and is not a directory; give another mountpoint",
+            mp.display()
+        ),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "{} is a mount left by a daemon that died (transport endpoint is not connected); clear it with `storefs umount {}`",
+            mp.display(),
+            mp.display()
+        ),
+        Err(e) => Err(anyhow!(e).context(format!("{}", mp.display()))),
+    }
+}
+
+/// FUSE needs /dev/fuse, readable and writable by us.
+fn check_dev_fuse() -> Result<()> {
+    match OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => bail!(
+            "/dev/fuse is missing: load the module (`modprobe fuse`) or, in a container, pass the device (--device /dev/fuse)"
+        ),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => bail!(
+            "not permitted to open /dev/fuse: run as root, or give your user access to it (the fuse group)"
+        ),
+        Err(e) => Err(anyhow!(e).context("/dev/fuse")),
+    }
+}
+
+/// Start `storefs mount … --foreground` in a new session with its stderr in the
+/// log, and wait until it reports that the mount answers (or why it failed).
+fn start_daemon(store: &Store, id: ObjectId, a: &MountArgs, mp: &Path) -> Result<()> {
+    let log_path = log_path(store, mp);
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("cannot open log {}", log_path.display()))?;
+    let (mut reader, writer) = std::io::pipe().context("pipe")?;
+    let wfd = writer.as_raw_fd();
+
+    let exe = std::env::current_exe().context("cannot find the storefs executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--store")
+        .arg(store.root())
+        .arg("mount")
+        .arg(&a.target)
+        .arg(mp)
+        .arg("--foreground")
+        .arg("--cache-size")
+        .arg(a.cache_size.to_string());
+    if let Some(t) = a.threads {
+        cmd.arg("--threads").arg(t.to_string());
+    }
+    for o in &a.options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.env(READY_FD_ENV, wfd.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::fcntl(wfd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("cannot start the mount daemon")?;
+    drop(writer);
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut msg = String::new();
+        let _ = reader.read_to_string(&mut msg);
+        let _ = tx.send(msg);
+    });
+    let msg = match rx.recv_timeout(START_TIMEOUT) {
+        Ok(m) => m,
+        Err(_) => {
+            let _ = child.kill();
+            bail!(
+                "the mount daemon did not answer within {}s; see {}",
+                START_TIMEOUT.as_secs(),
+                log_path.display()
+            );
+        }
+    };
+    if let Some(err) = msg.strip_prefix("error: ") {
+        let _ = child.wait();
+        bail!("{}", err.trim());
+    }
+    if msg.trim() != "ok" {
+        let status = child.wait().ok();
+        bail!(
+            "the mount daemon exited before mounting ({}); see {}",
+            status.map(|s| s.to_string()).unwrap_or_default(),
+            log_path.display()
+        );
+    }
+    // The kernel mount exists; make sure it answers before returning.
+    fs::metadata(mp)
+        .with_context(|| format!("the new mount at {} does not answer", mp.display()))?;
+    eprintln!(
+        "storefs: mounted {} ({}) read-only at {} (pid {}, log {})",
+        a.target,
+        &id.to_hex()[..12],
+        mp.display(),
+        child.id(),
+        log_path.display()
+    );
+    Ok(())
+}
+
+/// The daemon itself: mount, register, report, serve until unmounted.
+fn run_daemon(
+    store: Store,
+    id: ObjectId,
+    a: &MountArgs,
+    mp: &Path,
+    ready: Option<&ReadyPipe>,
+) -> Result<()> {
+    let log_path = log_path(&store, mp);
+    init_file_logging(&log_path)?;
+    let store = Arc::new(store);
+    let cfg = MountConfig {
+        mountpoint: mp.to_path_buf(),
+        fsname: format!("storefs:{}", a.target),
+        extra_options: a
+            .options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .filter(|o| !o.is_empty())
+            .map(str::to_string)
+            .collect(),
+        cache_bytes: a.cache_size,
+        threads: a.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .max(2)
+        }),
+    };
+    let mounted = sfs::mount_checkpoint(store.clone(), id, &cfg)
+        .with_context(|| format!("cannot mount at {}", mp.display()))?;
+    store.add_mount(&MountRecord {
+        mountpoint: mp.to_string_lossy().into_owned(),
+        target: a.target.clone(),
+        checkpoint: id.to_hex(),
+        pid: std::process::id(),
+        mode: "ro".into(),
+        log: log_path.to_string_lossy().into_owned(),
+        started_ns: now_ns(),
+    })?;
+    tracing::info!(mountpoint = %mp.display(), checkpoint = %id, target = %a.target, "mounted read-only");
+    match ready {
+        Some(r) => r.send("ok\n"),
+        None => eprintln!(
+            "storefs: serving {} at {}; `storefs umount {}` or Ctrl-C to stop",
+            a.target,
+            mp.display(),
+            mp.display()
+        ),
+    }
+    let result = mounted.serve();
+    store.remove_mount(mp)?;
+    tracing::info!(mountpoint = %mp.display(), "unmounted");
+    result.with_context(|| format!("serving {}", mp.display()))
+}
+
+pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
+    let mp = absolute(&a.mountpoint)?;
+    let Some((_, fstype)) = mount_table().into_iter().find(|(p, _)| *p == mp) else {
+        bail!("{} is not mounted", mp.display());
+    };
+    if fstype != "fuse.storefs" {
+        bail!(
+            "{} is a {fstype} mount, not storefs; use umount(8)",
+            mp.display()
+        );
+    }
+    // The record (if the store is known) tells which daemon to wait for.
+    let record = Store::open(store_dir)
+        .ok()
+        .and_then(|s| s.mount_at(&mp).ok().flatten());
+    sfs::unmount(&mp).map_err(|e| {
+        if e.kind() == ErrorKind::ResourceBusy {
+            anyhow!(
+                "{} is busy: a process has files open or its cwd there (find it with `fuser -vm {}`); close them and retry",
+                mp.display(),
+                mp.display()
+            )
+        } else {
+            anyhow!(e).context(format!("cannot unmount {}", mp.display()))
+        }
+    })?;
+    if let Some(r) = record {
+        let start = Instant::now();
+        while pid_alive(r.pid) && start.elapsed() < EXIT_TIMEOUT {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if pid_alive(r.pid) {
+            bail!(
+                "{} is unmounted but its daemon (pid {}) has not exited; see {}",
+                mp.display(),
+                r.pid,
+                r.log
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
+    let mounts = match Store::open(store_dir) {
+        Ok(s) => s.live_mounts()?,
+        Err(crate::store::Error::NoStore(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &mounts)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if mounts.is_empty() {
+        eprintln!("storefs: no live mounts");
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<6} {:<8} {:<12} {:<20} MOUNTPOINT",
+        "MODE", "PID", "CHECKPOINT", "TARGET"
+    )?;
+    for m in mounts {
+        writeln!(
+            out,
+            "{:<6} {:<8} {:<12} {:<20} {}",
+            m.mode,
+            m.pid,
+            &m.checkpoint[..12.min(m.checkpoint.len())],
+            m.target,
+            m.mountpoint
+        )?;
+    }
+    Ok(())
+}
+
+/// `logs/mount-<key>.log` in the store, one file per mountpoint.
+fn log_path(store: &Store, mp: &Path) -> PathBuf {
+    let key = ObjectId::of(mp.as_os_str().as_encoded_bytes()).to_hex();
+    store.logs_dir().join(format!("mount-{}.log", &key[..16]))
+}
+
+fn init_file_logging(path: &Path) -> Result<()> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open log {}", path.display()))?;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STOREFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .try_init();
+    Ok(())
+}
+
+/// The write end of the start-up pipe, inherited from the `mount` that started us.
+struct ReadyPipe(std::sync::Mutex<Option<std::fs::File>>);
+
+impl ReadyPipe {
+    fn from_env() -> Option<ReadyPipe> {
+        let fd: i32 = std::env::var(READY_FD_ENV).ok()?.parse().ok()?;
+        // SAFETY: the fd is checked to be open before taking ownership of it.
+        unsafe {
+            std::env::remove_var(READY_FD_ENV);
+            if libc::fcntl(fd, libc::F_GETFD) < 0 {
+                return None;
+            }
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            Some(ReadyPipe(std::sync::Mutex::new(Some(
+                std::fs::File::from_raw_fd(fd),
+            ))))
+        }
+    }
+
+    /// Send one message and close the pipe (the parent reads to EOF).
+    fn send(&self, msg: &str) {
+        if let Some(mut f) = self.0.lock().ok().and_then(|mut g| g.take()) {
+            let _ = f.write_all(msg.as_bytes());
+        }
+    }
+}
