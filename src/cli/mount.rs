@@ -51,15 +51,21 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     };
     check_mountpoint(&store, &mountpoint)?;
     check_dev_fuse()?;
-    if !mountpoint.exists() {
+    let created = !mountpoint.exists();
+    if created {
         fs::create_dir_all(&mountpoint)
             .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
     }
-    if a.foreground {
+    let result = if a.foreground {
         run_daemon(store, id, &a, &mountpoint, ready)
     } else {
         start_daemon(&store, id, &a, &mountpoint)
+    };
+    if result.is_err() && created {
+        // Leave no trace of a mount that never happened (removes only an empty dir).
+        let _ = fs::remove_dir(&mountpoint);
     }
+    result
 }
 
 /// Refuse mountpoints that would hide the store, are busy, or are not empty.
@@ -70,6 +76,17 @@ fn check_mountpoint(store: &Store, mp: &Path) -> Result<()> {
             "cannot mount at {}: it overlaps the store {} (the daemon would read its own mount and hang); choose a mountpoint outside the store",
             mp.display(),
             root.display()
+        );
+    }
+    // A dead daemon's mount still answers stat from the kernel's attribute cache;
+    // listing it tells.
+    if let Err(e) = fs::read_dir(mp)
+        && e.raw_os_error() == Some(libc::ENOTCONN)
+    {
+        bail!(
+            "{} is a mount left by a daemon that died (transport endpoint is not connected); clear it with `storefs umount {}`",
+            mp.display(),
+            mp.display()
         );
     }
     if let Some((_, fstype)) = mount_table().into_iter().find(|(p, _)| p == mp) {
@@ -95,11 +112,6 @@ fn check_mountpoint(store: &Store, mp: &Path) -> Result<()> {
             mp.display()
         ),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
-            "{} is a mount left by a daemon that died (transport endpoint is not connected); clear it with `storefs umount {}`",
-            mp.display(),
-            mp.display()
-        ),
         Err(e) => Err(anyhow!(e).context(format!("{}", mp.display()))),
     }
 }
