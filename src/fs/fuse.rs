@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::readonly::{Attr, BLOCK_SIZE, ReadOnlyFs, XattrReply};
@@ -22,8 +22,6 @@ use crate::store::Kind;
 const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Inodes are never reused, so one generation suffices.
 const GENERATION: Generation = Generation(0);
-/// Nothing is kept per open file or directory.
-const NO_HANDLE: FileHandle = FileHandle(0);
 
 /// The fuser `Filesystem` for a read-only checkpoint.
 pub struct FuseAdapter {
@@ -134,7 +132,9 @@ impl Filesystem for FuseAdapter {
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, flags = flags.0))]
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open(ino.0, flags.0) {
-            Ok(()) => reply.opened(NO_HANDLE, FopenFlags::FOPEN_KEEP_CACHE),
+            // A checkpoint's files need no per-open state: ENOSYS switches the
+            // kernel to zero-message opens that keep the page cache.
+            Ok(()) => reply.error(errno(&FsError::NotNeeded)),
             Err(e) => reply.error(fail(&e)),
         }
     }
@@ -166,7 +166,8 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // No per-open state to flush: ENOSYS stops the kernel sending flush on close.
+        reply.error(errno(&FsError::NotNeeded));
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
@@ -184,10 +185,8 @@ impl Filesystem for FuseAdapter {
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.getattr(ino.0) {
-            Ok(attr) if attr.kind == Kind::Dir => reply.opened(
-                NO_HANDLE,
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-            ),
+            // Zero-message opendir from now on, with the directory cache kept.
+            Ok(attr) if attr.kind == Kind::Dir => reply.error(errno(&FsError::NotNeeded)),
             Ok(_) => reply.error(fail(&FsError::NotDir)),
             Err(e) => reply.error(fail(&e)),
         }

@@ -74,6 +74,12 @@ pub enum FsError {
         option: String,
         reason: &'static str,
     },
+    /// Not an error to the user: the answer to open, opendir and flush on a
+    /// read-only mount. The kernel then stops sending them ("zero-message
+    /// opens") and keeps the page cache and directory cache, as it does for
+    /// FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR.
+    #[error("not needed: the kernel may skip this request from now on")]
+    NotNeeded,
     #[error("cannot mount at {}: {source}", path.display())]
     Mount { path: PathBuf, source: io::Error },
 }
@@ -94,6 +100,7 @@ fn errno(e: &FsError) -> Errno {
         // read fails, the rest of the tree keeps working.
         FsError::Malformed { .. } | FsError::Store(_) => Errno::EIO,
         FsError::BadOption { .. } => Errno::EINVAL,
+        FsError::NotNeeded => Errno::ENOSYS,
         FsError::Mount { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
     }
 }
