@@ -8,6 +8,7 @@
 //!   tree cannot write outside it.
 //! - [`diff`] compares two checkpoints entry by entry.
 
+mod chunk;
 pub mod diff;
 pub mod restore;
 pub mod snapshot;
