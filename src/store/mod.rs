@@ -93,7 +93,14 @@ impl std::fmt::Debug for Store {
     }
 }
 
-const SUBDIRS: &[&str] = &["objects", "checkpoints", "refs", "mounts", "logs", "archives"];
+const SUBDIRS: &[&str] = &[
+    "objects",
+    "checkpoints",
+    "refs",
+    "mounts",
+    "logs",
+    "archives",
+];
 
 impl Store {
     /// Open the store at `root`, creating it if the directory is missing or empty.
