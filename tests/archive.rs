@@ -472,7 +472,7 @@ fn hostile_archives_are_refused_or_contained() {
             "replaces a directory",
         ),
     ];
-    for (name, bytes, want) in refused.iter().filter(|(n, ..)| *n != "long-name") {
+    for (name, bytes, want) in refused {
         let out = import_bytes(&env, name, bytes);
         assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
         assert!(stderr(&out).contains(want), "{name}: {}", stderr(&out));

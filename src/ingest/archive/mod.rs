@@ -32,8 +32,10 @@ pub use tartree::{MAX_ENTRIES, MAX_NAME, MAX_PATH, SIZE_COMMENT};
 
 use super::chunk::{ChunkJob, Counters, hash_chunks};
 use super::{Error, Result};
-use crate::store::{self, ArchiveRecord, Checkpoint, Kind, ObjectId, Source, Store, to_hex};
-use tartree::{Meta, TreeBuilder, kind_of, pax_time, skip};
+use crate::store::{
+    self, ArchiveRecord, Checkpoint, Content, Entry, Kind, ObjectId, Source, Store, to_hex,
+};
+use tartree::{TreeBuilder, kind_of, pax_time, skip};
 
 /// Largest total of headers, GNU long names and PAX records before one entry.
 pub const MAX_HEADER_BYTES: u64 = 8 << 20;
@@ -451,8 +453,8 @@ fn parse(
     Ok(built)
 }
 
-/// An entry's metadata from its header and PAX records.
-fn meta_of<R: Read>(entry: &mut tar::Entry<'_, R>, kind: Kind, raw: &[u8]) -> Result<Meta> {
+/// An entry's metadata from its header and PAX records (no name, no content yet).
+fn meta_of<R: Read>(entry: &mut tar::Entry<'_, R>, kind: Kind, raw: &[u8]) -> Result<Entry> {
     let bad = |what: &str, e: io::Error| Error::HostileEntry {
         entry: String::from_utf8_lossy(raw).into_owned(),
         detail: format!("bad {what} field: {e}"),
@@ -505,16 +507,20 @@ fn meta_of<R: Read>(entry: &mut tar::Entry<'_, R>, kind: Kind, raw: &[u8]) -> Re
         }
     }
     xattrs.sort();
-    Ok(Meta {
+    Ok(Entry {
+        name: Vec::new(),
         kind,
         perm,
         uid,
         gid,
         mtime_ns,
         ctime_ns: ctime_ns.unwrap_or(mtime_ns),
+        size: if kind == Kind::Dir { dir_size } else { 0 },
+        nlink: if kind == Kind::Dir { 2 } else { 1 },
+        link_id: 0,
         rdev,
-        dir_size,
         xattrs,
+        content: Content::None,
     })
 }
 

@@ -59,19 +59,6 @@ impl Node {
     }
 }
 
-/// What a tar entry says besides its data.
-pub(super) struct Meta {
-    pub kind: Kind,
-    pub perm: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub mtime_ns: i64,
-    pub ctime_ns: i64,
-    pub rdev: u64,
-    pub dir_size: u64,
-    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
 pub(super) struct TreeBuilder<'a> {
     nodes: Vec<Node>,
     /// Primary node of each hardlink group.
@@ -190,7 +177,7 @@ impl<'a> TreeBuilder<'a> {
         etype: EntryType,
         size: u64,
         link_name: Option<Vec<u8>>,
-        meta: Meta,
+        meta: Entry,
         data: &mut dyn Read,
     ) -> Result<()> {
         self.entries += 1;
@@ -208,7 +195,7 @@ impl<'a> TreeBuilder<'a> {
             // "./" or "/": the archive root itself.
             return match meta.kind {
                 Kind::Dir => {
-                    self.set_meta(0, meta);
+                    update_meta(&mut self.nodes[0].entry, meta);
                     Ok(())
                 }
                 _ => Err(hostile(raw_path, "the archive root is not a directory")),
@@ -236,11 +223,10 @@ impl<'a> TreeBuilder<'a> {
             node.entry.name = name.clone();
             node.group = Some(g);
         } else {
-            node.entry.kind = meta.kind;
-            if meta.kind != Kind::Dir {
-                node.entry.nlink = 1;
-            }
-            self.apply_meta(&mut node.entry, meta);
+            node.entry = Entry {
+                name: name.clone(),
+                ..meta
+            };
             match node.entry.kind {
                 Kind::File => {
                     let pending = send_chunks(&mut *data, size, self.tx, &self.progress).map_err(
@@ -366,25 +352,6 @@ impl<'a> TreeBuilder<'a> {
         Ok(())
     }
 
-    fn apply_meta(&self, e: &mut Entry, m: Meta) {
-        e.perm = m.perm;
-        e.uid = m.uid;
-        e.gid = m.gid;
-        e.mtime_ns = m.mtime_ns;
-        e.ctime_ns = m.ctime_ns;
-        e.rdev = m.rdev;
-        e.xattrs = m.xattrs;
-        if m.kind == Kind::Dir {
-            e.size = m.dir_size;
-        }
-    }
-
-    fn set_meta(&mut self, idx: usize, m: Meta) {
-        let mut e = self.nodes[idx].entry.clone();
-        self.apply_meta(&mut e, m);
-        self.nodes[idx].entry = e;
-    }
-
     /// Wait for all content, resolve hardlinks, store one tree per directory.
     /// The root is the single top-level directory when there is exactly one.
     pub fn finish(mut self, store: &Store, counters: &Counters) -> Result<Built> {
@@ -483,6 +450,16 @@ impl<'a> TreeBuilder<'a> {
             }
         }
     }
+}
+
+/// Give a directory `src`'s metadata, keeping its name, link count and contents.
+fn update_meta(dst: &mut Entry, src: Entry) {
+    *dst = Entry {
+        name: std::mem::take(&mut dst.name),
+        nlink: dst.nlink,
+        content: std::mem::replace(&mut dst.content, Content::None),
+        ..src
+    };
 }
 
 /// A finished import's trees.
