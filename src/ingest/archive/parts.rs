@@ -131,7 +131,10 @@ fn expected_next(s: &str) -> String {
 fn part(path: &Path) -> Result<Part> {
     let meta = fs::metadata(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            Error::NotFound(path.to_path_buf())
+            Error::Archive(format!(
+                "{} does not exist; give the archive's file or its first part",
+                path.display()
+            ))
         } else {
             Error::io(path, e)
         }
