@@ -11,8 +11,9 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # fuse3: fusermount3 and /etc/fuse.conf; attr: getfattr/setfattr for the demo;
-# python3: the demo's "native tool"; psmisc: fuser(1) for busy mountpoints.
-apt-get install -y -qq fuse3 attr python3 psmisc >/dev/null
+# python3: the demo's "native tool"; psmisc: fuser(1) for busy mountpoints;
+# zstd: the archive tests build split .tar.zst archives with tar | zstd | split.
+apt-get install -y -qq fuse3 attr python3 psmisc zstd tar gzip coreutils >/dev/null
 
 if ! command -v cargo >/dev/null; then
     echo "setup-debian.sh: cargo not found; install Rust >= 1.88 with rustup first" >&2

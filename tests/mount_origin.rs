@@ -5,169 +5,11 @@
 mod common;
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use common::{Env, set_mtime, set_xattr, walk, xattrs};
-
-/// A small agent store in the shape the seeds describe: STORE.json naming its own
-/// absolute root, a native history JSONL naming files by absolute path, journals,
-/// state, and the odd file kinds a real tree has.
-fn make_store(root: &Path) {
-    let r = root.display();
-    fs::create_dir_all(root.join("native/lead/sessions")).unwrap();
-    fs::create_dir_all(root.join("state")).unwrap();
-    fs::create_dir_all(root.join("workspace/room/out")).unwrap();
-    fs::create_dir_all(root.join("audit")).unwrap(); // empty dir
-    fs::write(
-        root.join("STORE.json"),
-        format!(
-            "{{\"root\": \"{r}\", \"model\": \"gpt-5.6\", \"native_home\": \"{r}/native/lead\"}}\n"
-        ),
-    )
-    .unwrap();
-    fs::write(
-        root.join("state/lead.json"),
-        b"{\"thread\": \"t-1\", \"turn\": 12}\n",
-    )
-    .unwrap();
-    fs::write(
-        root.join("state/runtime.json"),
-        b"{\"python\": \"3.11.7\"}\n",
-    )
-    .unwrap();
-    let mut journal = String::new();
-    for i in 0..200 {
-        journal.push_str(&format!(
-            "{{\"seq\": {i}, \"event\": \"collect\", \"batch\": {}}}\n",
-            i % 7
-        ));
-    }
-    fs::write(root.join("workspace/room/out/_journal.jsonl"), journal).unwrap();
-    let history = format!(
-        "{{\"type\":\"read\",\"path\":\"{r}/state/lead.json\"}}\n\
-         {{\"type\":\"read\",\"path\":\"{r}/workspace/room/out/_journal.jsonl\"}}\n\
-         {{\"type\":\"read\",\"path\":\"{r}/STORE.json\"}}\n\
-         {{\"type\":\"read\",\"path\":\"{r}/native/lead/big.log\"}}\n"
-    );
-    fs::write(root.join("native/lead/sessions/rollout.jsonl"), history).unwrap();
-    // A multi-chunk file with some structure.
-    let mut big = Vec::with_capacity(3 << 20);
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    while big.len() < 3 << 20 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        big.extend_from_slice(format!("{:016x} line {}\n", x, big.len()).as_bytes());
-    }
-    fs::write(root.join("native/lead/big.log"), &big).unwrap();
-    // Sparse: 64 MiB with 4 KiB of data in the middle.
-    let mut sparse = fs::File::create(root.join("state/sparse.db")).unwrap();
-    sparse.set_len(64 << 20).unwrap();
-    sparse.seek(SeekFrom::Start(32 << 20)).unwrap();
-    sparse.write_all(&[7u8; 4096]).unwrap();
-    drop(sparse);
-    symlink(root.join("state/lead.json"), root.join("current-lead.json")).unwrap();
-    symlink("../state/runtime.json", root.join("native/runtime-link")).unwrap();
-    symlink("/nonexistent/dangling", root.join("dangling")).unwrap();
-    fs::hard_link(
-        root.join("state/lead.json"),
-        root.join("native/lead-hardlink.json"),
-    )
-    .unwrap();
-    fs::write(root.join("run.sh"), b"#!/bin/sh\necho hi\n").unwrap();
-    fs::set_permissions(root.join("run.sh"), fs::Permissions::from_mode(0o4755)).unwrap();
-    fs::write(root.join("owned"), b"someone else's\n").unwrap();
-    std::os::unix::fs::lchown(root.join("owned"), Some(1234), Some(5678)).unwrap();
-    fs::create_dir(root.join("tmp-sticky")).unwrap();
-    fs::set_permissions(root.join("tmp-sticky"), fs::Permissions::from_mode(0o1777)).unwrap();
-    set_xattr(
-        &root.join("state/lead.json"),
-        "user.storefs.test",
-        b"\x00binary\xff",
-    );
-    fs::write(
-        root.join(std::ffi::OsStr::from_bytes(b"caf\xe9-latin1")),
-        b"non-utf8 name\n",
-    )
-    .unwrap();
-    let fifo = std::ffi::CString::new(root.join("pipe").as_os_str().as_bytes()).unwrap();
-    // SAFETY: valid C string.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
-    set_mtime(&root.join("STORE.json"), 1_700_000_000_123_456_789);
-    fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
-}
-
-fn read_all(p: &Path) -> std::io::Result<Vec<u8>> {
-    let mut v = Vec::new();
-    fs::File::open(p)?.read_to_end(&mut v)?;
-    Ok(v)
-}
-
-/// Compare every path's bytes and stat between the original (moved) tree and the mount.
-fn assert_same_tree(orig: &Path, mounted: &Path) {
-    let paths = walk(orig);
-    assert_eq!(paths, walk(mounted), "same names");
-    assert!(paths.len() > 15);
-    for rel in std::iter::once(std::path::PathBuf::new()).chain(paths) {
-        let (a, b) = (orig.join(&rel), mounted.join(&rel));
-        let (ma, mb) = (
-            fs::symlink_metadata(&a).unwrap(),
-            fs::symlink_metadata(&b).unwrap(),
-        );
-        let what = rel.display();
-        assert_eq!(ma.mode(), mb.mode(), "mode of {what}");
-        assert_eq!(
-            (ma.uid(), ma.gid()),
-            (mb.uid(), mb.gid()),
-            "owner of {what}"
-        );
-        assert_eq!(ma.mtime(), mb.mtime(), "mtime of {what}");
-        assert_eq!(ma.mtime_nsec(), mb.mtime_nsec(), "mtime ns of {what}");
-        if !rel.as_os_str().is_empty() {
-            // Moving the tree changed the root's ctime, nothing else's.
-            assert_eq!(
-                (ma.ctime(), ma.ctime_nsec()),
-                (mb.ctime(), mb.ctime_nsec()),
-                "ctime of {what}"
-            );
-        }
-        if !ma.is_dir() {
-            assert_eq!(ma.size(), mb.size(), "size of {what}");
-            assert_eq!(ma.nlink(), mb.nlink(), "nlink of {what}");
-        }
-        assert_eq!(xattrs(&a), xattrs(&b), "xattrs of {what}");
-        if ma.file_type().is_symlink() {
-            assert_eq!(
-                fs::read_link(&a).unwrap(),
-                fs::read_link(&b).unwrap(),
-                "target of {what}"
-            );
-        } else if ma.is_file() {
-            assert_eq!(
-                read_all(&a).unwrap(),
-                read_all(&b).unwrap(),
-                "bytes of {what}"
-            );
-        }
-    }
-    // Hardlinks are one inode in the mount too.
-    let i1 = fs::metadata(mounted.join("state/lead.json")).unwrap().ino();
-    let i2 = fs::metadata(mounted.join("native/lead-hardlink.json"))
-        .unwrap()
-        .ino();
-    assert_eq!(i1, i2, "hardlinked paths share an inode");
-    // Sparse stays sparse.
-    let sparse = fs::metadata(mounted.join("state/sparse.db")).unwrap();
-    assert_eq!(sparse.size(), 64 << 20);
-    assert!(
-        sparse.blocks() * 512 < 1 << 20,
-        "sparse file reports {} blocks",
-        sparse.blocks()
-    );
-}
+use common::{Env, assert_same_tree, make_store, read_all, walk};
 
 #[test]
 fn snapshot_move_away_mount_at_origin_and_resume() {
@@ -203,7 +45,15 @@ fn snapshot_move_away_mount_at_origin_and_resume() {
 
     let m = env.mount("s1", None);
     assert_eq!(m.path(), origin, "mounted at the origin by default");
-    assert_same_tree(&moved, &origin);
+    assert_same_tree(&moved, &origin, true);
+    // Sparse stays sparse.
+    let sparse = fs::metadata(origin.join("state/sparse.db")).unwrap();
+    assert_eq!(sparse.size(), 64 << 20);
+    assert!(
+        sparse.blocks() * 512 < 1 << 20,
+        "sparse file reports {} blocks",
+        sparse.blocks()
+    );
 
     // A native tool that follows the absolute paths its history recorded.
     let history = fs::read_to_string(origin.join("native/lead/sessions/rollout.jsonl")).unwrap();

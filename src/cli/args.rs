@@ -51,7 +51,11 @@ pub enum Command {
     Diff(DiffArgs),
     /// Recreate a checkpoint's tree in a new or empty directory, byte- and metadata-exact
     Restore(RestoreArgs),
-    /// Mount a checkpoint read-only, by default at the path it was taken from
+    /// Import a tar archive (.tar, .tar.zst, .tar.gz; whole or split) as a checkpoint
+    Import(ImportArgs),
+    /// Write a checkpoint as a standard tar archive (optionally split) with a sha256 manifest
+    Export(ExportArgs),
+    /// Mount a checkpoint (or an archive, imported once) read-only, by default at its origin
     Mount(MountArgs),
     /// Unmount a storefs mount and wait for its daemon to exit
     #[command(alias = "unmount")]
@@ -114,10 +118,83 @@ pub struct RestoreArgs {
     pub dir: PathBuf,
 }
 
+/// Digests an archive is checked against (shared by `import` and `mount`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct DigestArgs {
+    /// Expected sha256 of the whole archive (all parts joined); nothing is
+    /// published unless it matches
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+    /// A digest manifest: `sha256sum` lines (per part and/or for the joined
+    /// archive, by file name) or JSON {"sha256": HEX, "parts": {NAME: HEX}}
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  storefs import /backup/s1.tar.zst.part00 --ref s1 --sha256 HEX   # finds part01, … beside it
+  storefs import /backup/s1.tar.zst.part* --manifest /backup/s1.tar.zst.sha256
+  storefs import s1.tar.gz --origin /srv/_lead_sessions/s1
+
+The format is found from the magic bytes (tar, zstd, gzip). When the archive holds one
+top-level directory, the checkpoint is that directory; its STORE.json `root` becomes the
+origin unless --origin is given. An archive imported before (same sha256) is not read again.")]
+pub struct ImportArgs {
+    /// The archive: one file, all of its parts, or its first part (NAME.part00 / NAME.partaa)
+    #[arg(required = true, value_name = "ARCHIVE")]
+    pub archive: Vec<PathBuf>,
+    #[command(flatten)]
+    pub digests: DigestArgs,
+    /// The absolute path to record as the origin (default mountpoint)
+    #[arg(long, value_name = "PATH")]
+    pub origin: Option<PathBuf>,
+    /// Point this ref at the checkpoint
+    #[arg(long, value_name = "NAME")]
+    pub r#ref: Option<String>,
+    /// A message stored with the checkpoint
+    #[arg(short, long, value_name = "MSG")]
+    pub message: Option<String>,
+    /// Hashing and compression threads [default: all cores]
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  storefs export s1 -o /backup/s1.tar.zst --split 64M
+      # s1.tar.zst.part00, part01, … and s1.tar.zst.sha256
+  cat /backup/s1.tar.zst.part* | zstd -d | tar -x      # recreates the store directory
+
+Compression follows the name: .zst → zstd, .gz/.tgz → gzip, anything else → plain tar.
+The manifest has one `sha256sum` line per file written and, with --split, one more for the
+joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.")]
+pub struct ExportArgs {
+    /// A ref, checkpoint id or unique id prefix
+    pub checkpoint: String,
+    /// The archive to write (never overwritten)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Split into parts of this size (K, M, G suffixes): FILE.part00, FILE.part01, …
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub split: Option<usize>,
+    /// zstd compression threads [default: all cores]
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+}
+
 #[derive(Debug, Args)]
 pub struct MountArgs {
-    /// A ref, checkpoint id or unique id prefix
+    /// A ref, checkpoint id or unique id prefix; or an archive file (or its first
+    /// part), which is imported once and then mounted
     pub target: String,
+    #[command(flatten)]
+    pub digests: DigestArgs,
+    /// Internal: the daemon's TARGET is a checkpoint id; this is what to show for it
+    #[arg(long, hide = true, value_name = "NAME")]
+    pub label: Option<String>,
     /// Where to mount [default: the checkpoint's origin]; created if missing, must be empty
     pub mountpoint: Option<PathBuf>,
     /// Stay attached to the terminal instead of returning once mounted

@@ -291,7 +291,7 @@ pub fn restore(store: &Store, a: RestoreArgs) -> Result<()> {
 }
 
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
-fn progress_bar() -> indicatif::ProgressBar {
+pub(super) fn progress_bar() -> indicatif::ProgressBar {
     if !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
@@ -312,7 +312,7 @@ pub(super) fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-fn hostname() -> Option<String> {
+pub(super) fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
     let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

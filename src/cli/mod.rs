@@ -2,6 +2,7 @@
 //! below; the logic lives there. Errors print as one line on stderr:
 //! exit 0 ok, 1 error, 2 usage.
 
+mod archive;
 mod args;
 mod commands;
 mod mount;
@@ -45,6 +46,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Cat(a) => commands::cat(&open(&store_dir)?, a),
         Command::Diff(a) => commands::diff(&open(&store_dir)?, a),
         Command::Restore(a) => commands::restore(&open(&store_dir)?, a),
+        Command::Import(a) => archive::import(&store_dir, a),
+        Command::Export(a) => archive::export(&open(&store_dir)?, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
         Command::Status(a) => mount::status(&store_dir, a),

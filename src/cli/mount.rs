@@ -15,6 +15,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use super::args::{MountArgs, StatusArgs, UmountArgs};
 use super::commands::now_ns;
 use crate::fs::{self as sfs, MountConfig};
+use crate::ingest::archive::is_archive_path;
 use crate::store::mounts::{MountRecord, mount_table, pid_alive};
 use crate::store::{ObjectId, Store, absolute};
 
@@ -36,8 +37,24 @@ pub fn mount(store_dir: &Path, a: MountArgs) -> Result<()> {
 }
 
 fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Result<()> {
+    // An existing file (or first part) is an archive: imported here, in the
+    // parent, so errors reach the user; the daemon gets the checkpoint id.
+    let archive = a.label.is_none() && is_archive_path(Path::new(&a.target));
+    let (id, label) = if archive {
+        let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
+        (p.id, a.target.clone())
+    } else {
+        if a.digests.sha256.is_some() || a.digests.manifest.is_some() {
+            bail!(
+                "--sha256 and --manifest apply to archives; '{}' is not a file",
+                a.target
+            );
+        }
+        let store = Store::open(store_dir)?;
+        let id = store.resolve(&a.target)?;
+        (id, a.label.clone().unwrap_or_else(|| a.target.clone()))
+    };
     let store = Store::open(store_dir)?;
-    let id = store.resolve(&a.target)?;
     let ck = store.read_checkpoint(&id)?;
     let mountpoint = match &a.mountpoint {
         Some(p) => absolute(p)?,
@@ -45,7 +62,7 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             format!(
                 "checkpoint {} has no origin path; give a mountpoint: storefs mount {} PATH",
                 &id.to_hex()[..12],
-                a.target
+                label
             )
         })?),
     };
@@ -57,9 +74,9 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
     }
     let result = if a.foreground {
-        run_daemon(store, id, &a, &mountpoint, ready)
+        run_daemon(store, id, &label, &a, &mountpoint, ready)
     } else {
-        start_daemon(&store, id, &a, &mountpoint)
+        start_daemon(&store, id, &label, &a, &mountpoint)
     };
     if result.is_err() && created {
         // Leave no trace of a mount that never happened (removes only an empty dir).
@@ -132,7 +149,7 @@ fn check_dev_fuse() -> Result<()> {
 
 /// Start `storefs mount … --foreground` in a new session with its stderr in the
 /// log, and wait until it reports that the mount answers (or why it failed).
-fn start_daemon(store: &Store, id: ObjectId, a: &MountArgs, mp: &Path) -> Result<()> {
+fn start_daemon(store: &Store, id: ObjectId, label: &str, a: &MountArgs, mp: &Path) -> Result<()> {
     let log_path = log_path(store, mp);
     let log = OpenOptions::new()
         .create(true)
@@ -147,8 +164,10 @@ fn start_daemon(store: &Store, id: ObjectId, a: &MountArgs, mp: &Path) -> Result
     cmd.arg("--store")
         .arg(store.root())
         .arg("mount")
-        .arg(&a.target)
+        .arg(id.to_hex())
         .arg(mp)
+        .arg("--label")
+        .arg(label)
         .arg("--foreground")
         .arg("--cache-size")
         .arg(a.cache_size.to_string());
@@ -208,7 +227,7 @@ fn start_daemon(store: &Store, id: ObjectId, a: &MountArgs, mp: &Path) -> Result
         .with_context(|| format!("the new mount at {} does not answer", mp.display()))?;
     eprintln!(
         "storefs: mounted {} ({}) read-only at {} (pid {}, log {})",
-        a.target,
+        label,
         &id.to_hex()[..12],
         mp.display(),
         child.id(),
@@ -221,6 +240,7 @@ fn start_daemon(store: &Store, id: ObjectId, a: &MountArgs, mp: &Path) -> Result
 fn run_daemon(
     store: Store,
     id: ObjectId,
+    label: &str,
     a: &MountArgs,
     mp: &Path,
     ready: Option<&ReadyPipe>,
@@ -230,7 +250,7 @@ fn run_daemon(
     let store = Arc::new(store);
     let cfg = MountConfig {
         mountpoint: mp.to_path_buf(),
-        fsname: format!("storefs:{}", a.target),
+        fsname: format!("storefs:{label}"),
         extra_options: a
             .options
             .iter()
@@ -250,19 +270,19 @@ fn run_daemon(
         .with_context(|| format!("cannot mount at {}", mp.display()))?;
     store.add_mount(&MountRecord {
         mountpoint: mp.to_string_lossy().into_owned(),
-        target: a.target.clone(),
+        target: label.to_string(),
         checkpoint: id.to_hex(),
         pid: std::process::id(),
         mode: "ro".into(),
         log: log_path.to_string_lossy().into_owned(),
         started_ns: now_ns(),
     })?;
-    tracing::info!(mountpoint = %mp.display(), checkpoint = %id, target = %a.target, "mounted read-only");
+    tracing::info!(mountpoint = %mp.display(), checkpoint = %id, target = %label, "mounted read-only");
     match ready {
         Some(r) => r.send("ok\n"),
         None => eprintln!(
             "storefs: serving {} at {}; `storefs umount {}` or Ctrl-C to stop",
-            a.target,
+            label,
             mp.display(),
             mp.display()
         ),

@@ -8,7 +8,10 @@
 //!   tree cannot write outside it.
 //! - [`diff`] compares two checkpoints entry by entry.
 
+pub mod archive;
+mod chunk;
 pub mod diff;
+pub mod export;
 pub mod restore;
 pub mod snapshot;
 mod sys;
@@ -58,6 +61,36 @@ pub enum Error {
     /// An object needed for `path` is missing or corrupt.
     #[error("{path}: {source}")]
     Object { path: PathBuf, source: store::Error },
+    /// An archive that cannot be imported as given (no file, bad digest syntax, …).
+    #[error("{0}")]
+    Archive(String),
+    /// A part of a split archive is not there.
+    #[error(
+        "{0} is missing: the parts of a split archive must be numbered without gaps; put it beside the others"
+    )]
+    PartMissing(PathBuf),
+    /// The archive's bytes are not what the digest says.
+    #[error(
+        "sha256 mismatch for {what}: expected {expected}, got {actual}{hint}; the archive is corrupt or incomplete, nothing was imported"
+    )]
+    DigestMismatch {
+        what: String,
+        expected: String,
+        actual: String,
+        hint: String,
+    },
+    /// Corrupt compressed data or tar structure in a part.
+    #[error("{part}: corrupt archive data: {detail}; nothing was imported")]
+    Corrupt { part: String, detail: String },
+    /// The archive ends before its data does.
+    #[error("truncated archive: {0}; nothing was imported")]
+    Truncated(String),
+    /// An entry the import rules refuse (docs/format.md, "Archive import rules").
+    #[error("archive entry '{entry}': {detail}; nothing was imported")]
+    HostileEntry { entry: String, detail: String },
+    /// A digest manifest that cannot be used.
+    #[error("manifest {path}: {detail}")]
+    Manifest { path: PathBuf, detail: String },
     /// Any other store error (trees, checkpoints).
     #[error(transparent)]
     Store(#[from] store::Error),

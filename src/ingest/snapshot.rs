@@ -27,22 +27,17 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, SyncSender};
 
-use fastcdc::v2020::StreamCDC;
 use indicatif::ProgressBar;
 
+use super::chunk::{ChunkJob, Counters, hash_chunks, send_chunks};
 use super::sys::{self, XattrTarget};
 use super::{Error, IoAt, Result};
 use crate::store::{self, Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
-/// Smallest chunk FastCDC cuts (bytes); smaller files are one chunk.
-pub const MIN_CHUNK: u32 = 64 * 1024;
-/// Average chunk size FastCDC aims for (bytes).
-pub const AVG_CHUNK: u32 = 256 * 1024;
-/// Largest chunk FastCDC cuts (bytes).
-pub const MAX_CHUNK: u32 = 1024 * 1024;
+pub use super::chunk::{AVG_CHUNK, MAX_CHUNK, MIN_CHUNK};
 /// How many times a file's content is read before a file that keeps changing
 /// fails the snapshot.
 pub const MAX_READ_ATTEMPTS: u32 = 3;
@@ -412,34 +407,11 @@ impl<'p> Walk<'p> {
 
 // ---------------------------------------------------------------- content
 
-/// Objects and compressed bytes newly written, shared by all threads.
-#[derive(Default)]
-struct Counters {
-    objects: AtomicU64,
-    bytes: AtomicU64,
-}
-
-impl Counters {
-    fn add(&self, written: u64) {
-        if written > 0 {
-            self.objects.fetch_add(1, Ordering::Relaxed);
-            self.bytes.fetch_add(written, Ordering::Relaxed);
-        }
-    }
-}
-
 /// A file's content as read under one stable fstat.
 struct FileContent {
     extents: Vec<Extent>,
     meta: Metadata,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-/// A chunk to store; the id (or error) goes back on `reply` tagged with `seq`.
-struct ChunkJob {
-    data: Vec<u8>,
-    seq: usize,
-    reply: Sender<(usize, store::Result<ObjectId>)>,
 }
 
 /// What a reader thread shares with the others.
@@ -497,23 +469,6 @@ fn read_contents(
             None => Ok(out),
         }
     })
-}
-
-/// Hasher thread: store chunks until every sender is gone.
-fn hash_chunks(store: &Store, rx: &Mutex<Receiver<ChunkJob>>, counters: &Counters) {
-    loop {
-        let job = match rx.lock() {
-            Ok(rx) => rx.recv(),
-            Err(_) => return,
-        };
-        let Ok(job) = job else { return };
-        let result = store.put_object(&job.data).map(|(id, written)| {
-            counters.add(written);
-            id
-        });
-        // The reader may have given up on this file; nobody to tell then.
-        let _ = job.reply.send((job.seq, result));
-    }
 }
 
 /// Reader thread: take files until none are left or another reader failed.
@@ -665,53 +620,15 @@ fn chunk_segment(
     tx: &SyncSender<ChunkJob>,
     progress: &ProgressBar,
 ) -> io::Result<bool> {
-    let (reply_tx, reply_rx) = mpsc::channel();
-    let mut lens = Vec::new();
-    let mut send = |data: Vec<u8>| -> io::Result<()> {
-        progress.inc(data.len() as u64);
-        lens.push(data.len() as u64);
-        let job = ChunkJob {
-            data,
-            seq: lens.len() - 1,
-            reply: reply_tx.clone(),
-        };
-        tx.send(job)
-            .map_err(|_| io::Error::other("hashing threads stopped"))
-    };
-    let mut reader = SegmentReader {
+    let reader = SegmentReader {
         file,
         offset,
         remaining: len,
     };
-    if len <= u64::from(MIN_CHUNK) {
-        // What FastCDC would do, without its MAX_CHUNK buffer per small file.
-        let mut data = Vec::with_capacity(len as usize);
-        reader.read_to_end(&mut data)?;
-        send(data)?;
-    } else {
-        let cdc = StreamCDC::new(
-            reader,
-            MIN_CHUNK as usize,
-            AVG_CHUNK as usize,
-            MAX_CHUNK as usize,
-        );
-        for chunk in cdc {
-            send(chunk?.data)?;
-        }
-    }
-    drop(reply_tx);
-    let mut ids = vec![None; lens.len()];
-    for (seq, result) in reply_rx {
-        ids[seq] = Some(result.map_err(io::Error::other)?);
-    }
-    for (len, id) in lens.iter().zip(ids) {
-        let id = id.ok_or_else(|| io::Error::other("chunk was not stored"))?;
-        extents.push(Extent {
-            len: *len,
-            id: Some(id),
-        });
-    }
-    Ok(lens.iter().sum::<u64>() == len)
+    let pending = send_chunks(reader, len, tx, progress)?;
+    let complete = pending.total() == len;
+    extents.extend(pending.wait()?);
+    Ok(complete)
 }
 
 /// Reads `remaining` bytes from `offset` with pread (the fd offset is unused).

@@ -2,6 +2,7 @@
 //! their uncompressed bytes, verified on every read), trees, checkpoints, refs
 //! and the registry of live mounts. Pure library: no FUSE here.
 
+mod archives;
 mod atomic;
 mod backend;
 mod cache;
@@ -15,6 +16,7 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
 pub use backend::{LocalBackend, ObjectBackend};
 pub use cache::ChunkCache;
@@ -91,7 +93,14 @@ impl std::fmt::Debug for Store {
     }
 }
 
-const SUBDIRS: &[&str] = &["objects", "checkpoints", "refs", "mounts", "logs"];
+const SUBDIRS: &[&str] = &[
+    "objects",
+    "checkpoints",
+    "refs",
+    "mounts",
+    "logs",
+    "archives",
+];
 
 impl Store {
     /// Open the store at `root`, creating it if the directory is missing or empty.

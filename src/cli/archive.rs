@@ -1,0 +1,154 @@
+//! `import`, `export`, and the archive side of `mount`: argument checks and
+//! messages; the work is in `ingest::archive` and `ingest::export`.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use super::args::{DigestArgs, ExportArgs, ImportArgs};
+use super::commands::{hostname, now_ns, progress_bar};
+use crate::ingest::archive::{ImportOptions, ImportRequest, Published, import_archive};
+use crate::ingest::export::{Compression, ExportOptions, export as export_tree};
+use crate::store::{Store, absolute};
+
+pub fn import(store_dir: &Path, a: ImportArgs) -> Result<()> {
+    if let Some(name) = &a.r#ref {
+        Store::check_name(name)?;
+    }
+    let origin = match &a.origin {
+        Some(o) if !o.is_absolute() => {
+            bail!("--origin {} must be an absolute path", o.display())
+        }
+        Some(o) => Some(
+            o.to_str()
+                .with_context(|| format!("--origin {}: must be UTF-8", o.display()))?
+                .to_string(),
+        ),
+        None => None,
+    };
+    let store = Store::open_or_create(store_dir)?;
+    let p = run_import(
+        &store,
+        &a.archive,
+        &a.digests,
+        origin,
+        a.r#ref.clone(),
+        a.message,
+        a.threads,
+    )?;
+    println!("{}", p.id);
+    Ok(())
+}
+
+/// Import (or find the earlier import of) the archive a `mount` names; returns its checkpoint.
+pub fn import_for_mount(
+    store_dir: &Path,
+    archive: &Path,
+    digests: &DigestArgs,
+) -> Result<Published> {
+    let store = Store::open_or_create(store_dir)?;
+    run_import(
+        &store,
+        &[archive.to_path_buf()],
+        digests,
+        None,
+        None,
+        None,
+        0,
+    )
+}
+
+fn run_import(
+    store: &Store,
+    paths: &[std::path::PathBuf],
+    digests: &DigestArgs,
+    origin: Option<String>,
+    ref_name: Option<String>,
+    message: Option<String>,
+    threads: usize,
+) -> Result<Published> {
+    let progress = progress_bar();
+    let req = ImportRequest {
+        paths: paths.to_vec(),
+        sha256: digests.sha256.clone(),
+        manifest: digests.manifest.clone(),
+        origin,
+        ref_name,
+        message,
+        host: hostname(),
+        time_ns: now_ns(),
+        options: ImportOptions {
+            threads,
+            progress: progress.clone(),
+        },
+    };
+    let result = import_archive(store, &req);
+    progress.finish_and_clear();
+    let p = result?;
+    for w in &p.warnings {
+        eprintln!("storefs: warning: {w}");
+    }
+    if !p.verified {
+        eprintln!(
+            "storefs: warning: {} was not verified (no --sha256 or --manifest given); its sha256 is {}",
+            p.name, p.sha256
+        );
+    }
+    let short = &p.id.to_hex()[..12];
+    if p.reused {
+        eprintln!(
+            "storefs: already imported as {short} (archive index {}); not read again",
+            &p.sha256[..12]
+        );
+    } else if let Some(st) = &p.checkpoint.source.stats {
+        eprintln!(
+            "storefs: imported {short}: {} entries, {} bytes, {} new objects",
+            st.entries, st.bytes, st.new_objects
+        );
+    }
+    if p.checkpoint.origin.is_none() {
+        eprintln!(
+            "storefs: note: no origin (no --origin, no STORE.json with an absolute root); `storefs mount` will need a mountpoint"
+        );
+    }
+    Ok(p)
+}
+
+pub fn export(store: &Store, a: ExportArgs) -> Result<()> {
+    let id = store.resolve(&a.checkpoint)?;
+    let ck = store.read_checkpoint(&id)?;
+    let out = absolute(&a.output)?;
+    if let Some(dir) = out.parent()
+        && !dir.is_dir()
+    {
+        bail!(
+            "cannot write {}: {} is not a directory; create it first",
+            out.display(),
+            dir.display()
+        );
+    }
+    if a.split == Some(0) {
+        bail!("--split 0: give a part size such as 64M");
+    }
+    let opts = ExportOptions {
+        compression: Compression::from_name(&out),
+        split: a.split.map(|s| s as u64),
+        threads: a.threads,
+    };
+    let done = export_tree(store, &ck, &id, &out, &opts)?;
+    for w in &done.warnings {
+        eprintln!("storefs: warning: {w}");
+    }
+    for (p, h) in &done.parts {
+        println!("{h}  {}", p.display());
+    }
+    eprintln!(
+        "storefs: exported {} ({} entries) to {} file(s); sha256 {}; manifest {}",
+        &id.to_hex()[..12],
+        done.entries,
+        done.parts.len(),
+        done.sha256,
+        done.manifest.display()
+    );
+    Ok(())
+}

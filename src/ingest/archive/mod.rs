@@ -1,0 +1,673 @@
+//! Import a tar archive (plain, zstd or gzip; whole or split into parts) as a
+//! checkpoint, in one streaming pass:
+//!
+//! - a **reader** thread reads the parts in order, hashes every byte (the
+//!   whole archive and each part) and hands blocks on through a bounded channel;
+//! - the **main** thread decompresses (format found from the magic bytes),
+//!   parses the tar stream and cuts file data into chunks;
+//! - **hasher** threads (all cores) hash, compress and store the chunks.
+//!
+//! Memory is bounded by the channels and per-entry metadata, whatever the
+//! archive's size. Nothing is published (no checkpoint, no ref, no index
+//! entry) until the digests matched; objects stored before a failure are
+//! harmless and make a re-run faster. The rules for hostile entries are in
+//! docs/format.md ("Archive import rules") and [`tartree`].
+
+pub mod parts;
+mod tartree;
+
+use std::cell::Cell;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+
+use indicatif::ProgressBar;
+use sha2::{Digest, Sha256};
+
+pub use parts::{Digests, Part, Parts, discover, expected_digests, hash_parts};
+pub use tartree::{MAX_ENTRIES, MAX_NAME, MAX_PATH, SIZE_COMMENT};
+
+use super::chunk::{ChunkJob, Counters, hash_chunks};
+use super::{Error, Result};
+use crate::store::{
+    self, ArchiveRecord, Checkpoint, Content, Entry, Kind, ObjectId, Source, Store, to_hex,
+};
+use tartree::{TreeBuilder, kind_of, pax_time, skip};
+
+/// Largest total of headers, GNU long names and PAX records before one entry.
+pub const MAX_HEADER_BYTES: u64 = 8 << 20;
+/// Raw archive bytes per block handed from the reader thread.
+const BLOCK: usize = 1 << 20;
+
+/// How to import.
+#[derive(Clone, Debug)]
+pub struct ImportOptions {
+    /// Hasher threads; 0 = all cores.
+    pub threads: usize,
+    /// Length = archive bytes, advanced as they are read; message = entries.
+    pub progress: ProgressBar,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            threads: 0,
+            progress: ProgressBar::hidden(),
+        }
+    }
+}
+
+/// What an import produced (nothing published yet).
+#[derive(Clone, Debug)]
+pub struct Imported {
+    pub root: ObjectId,
+    pub stats: store::Stats,
+    /// sha256 of the joined archive, and of each part.
+    pub sha256: String,
+    pub part_sha256: Vec<String>,
+    /// The single top-level directory's name, when the tree is that directory.
+    pub top_name: Option<Vec<u8>>,
+    /// `root` from the top directory's STORE.json, when it is an absolute path.
+    pub origin_hint: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Import `parts` into `store` and check them against `expected`. Errors name
+/// the part involved; a digest mismatch wins over the parse error it caused.
+pub fn import(
+    store: &Store,
+    parts: &Parts,
+    expected: &Digests,
+    opts: &ImportOptions,
+) -> Result<Imported> {
+    opts.progress.set_length(parts.total_size());
+    let result = run(store, parts, expected, opts);
+    opts.progress.finish_and_clear();
+    result
+}
+
+fn run(store: &Store, parts: &Parts, expected: &Digests, opts: &ImportOptions) -> Result<Imported> {
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let counters = Counters::default();
+    let (chunk_tx, chunk_rx) = mpsc::sync_channel::<ChunkJob>(threads * 2);
+    let chunk_rx = Mutex::new(chunk_rx);
+    let (raw_tx, raw_rx) = mpsc::sync_channel::<Block>(4);
+    let position = Arc::new(Position::default());
+    let (parsed, hashes) = std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| hash_chunks(store, &chunk_rx, &counters));
+        }
+        let progress = opts.progress.clone();
+        let reader = s.spawn(move || read_parts(parts, raw_tx, &progress));
+        let raw = ChannelReader {
+            rx: raw_rx,
+            cur: Vec::new(),
+            pos: 0,
+            position: position.clone(),
+        };
+        let parsed = parse(store, raw, &chunk_tx, parts, &position, &counters, opts);
+        drop(chunk_tx);
+        let hashes = match reader.join() {
+            Ok(h) => h,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (parsed, hashes)
+    });
+    let (sha256, part_sha256) = hashes?;
+    verify(
+        parts,
+        expected,
+        &sha256,
+        &part_sha256,
+        parsed.as_ref().err(),
+    )?;
+    let built = parsed?;
+    let origin_hint = built
+        .store_json
+        .as_ref()
+        .and_then(|e| origin_from_store_json(store, e));
+    Ok(Imported {
+        root: built.root,
+        stats: store::Stats {
+            entries: built.entries,
+            bytes: built.bytes,
+            new_objects: counters.objects.load(Ordering::Relaxed),
+            new_bytes_compressed: counters.bytes.load(Ordering::Relaxed),
+        },
+        sha256,
+        part_sha256,
+        top_name: built.top_name,
+        origin_hint,
+        warnings: built.warnings,
+    })
+}
+
+/// Compare what was read with what was expected: each part first (so the
+/// message names it), then the whole.
+fn verify(
+    parts: &Parts,
+    expected: &Digests,
+    whole: &str,
+    each: &[String],
+    cause: Option<&Error>,
+) -> Result<()> {
+    let hint = cause
+        .map(|e| format!(" (reading it failed too: {e})"))
+        .unwrap_or_default();
+    for (p, actual) in parts.parts.iter().zip(each) {
+        let name = parts::file_name(&p.path);
+        if let Some(want) = expected.parts.get(&name)
+            && want != actual
+        {
+            return Err(Error::DigestMismatch {
+                what: p.path.display().to_string(),
+                expected: want.clone(),
+                actual: actual.clone(),
+                hint,
+            });
+        }
+    }
+    if let Some(want) = &expected.whole
+        && want != whole
+    {
+        let hint = match cause {
+            Some(Error::Corrupt { part, .. }) => format!(" (the data goes bad in {part})"),
+            _ => hint,
+        };
+        return Err(Error::DigestMismatch {
+            what: format!("the joined archive {}", parts.describe()),
+            expected: want.clone(),
+            actual: whole.to_string(),
+            hint,
+        });
+    }
+    Ok(())
+}
+
+/// `root` of a STORE.json, when it is an absolute path.
+fn origin_from_store_json(store: &Store, e: &store::Entry) -> Option<String> {
+    let mut buf = Vec::new();
+    store.copy_content(e, &mut buf, "STORE.json").ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&buf).ok()?;
+    let root = v.get("root")?.as_str()?;
+    (root.starts_with('/') && !root.split('/').any(|c| c == "..")).then(|| root.to_string())
+}
+
+// ---------------------------------------------------------------- reading
+
+/// Raw archive bytes and the part they came from.
+struct Block {
+    part: usize,
+    data: Vec<u8>,
+}
+
+/// Where the parser is in the raw archive (for error messages).
+#[derive(Default)]
+struct Position {
+    part: AtomicUsize,
+    offset: AtomicU64,
+    /// The reader has delivered its last block.
+    done: AtomicBool,
+}
+
+/// Reader thread: read every part to its end, hash it, pass it on while the
+/// parser listens. Returns (whole sha256, per-part sha256).
+fn read_parts(
+    parts: &Parts,
+    tx: SyncSender<Block>,
+    progress: &ProgressBar,
+) -> Result<(String, Vec<String>)> {
+    let mut whole = Sha256::new();
+    let mut each = Vec::new();
+    let mut listening = true;
+    for (i, p) in parts.parts.iter().enumerate() {
+        let mut f = std::fs::File::open(&p.path).map_err(|e| Error::io(&p.path, e))?;
+        let mut h = Sha256::new();
+        loop {
+            let mut data = vec![0u8; BLOCK];
+            let n = read_full(&mut f, &mut data).map_err(|e| Error::io(&p.path, e))?;
+            if n == 0 {
+                break;
+            }
+            data.truncate(n);
+            whole.update(&data);
+            h.update(&data);
+            progress.inc(n as u64);
+            if listening {
+                listening = tx.send(Block { part: i, data }).is_ok();
+            }
+        }
+        each.push(to_hex(&h.finalize()));
+    }
+    Ok((to_hex(&whole.finalize()), each))
+}
+
+fn read_full(f: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// The raw archive as one stream, from the reader thread's blocks.
+struct ChannelReader {
+    rx: Receiver<Block>,
+    cur: Vec<u8>,
+    pos: usize,
+    position: Arc<Position>,
+}
+
+impl ChannelReader {
+    fn fill(&mut self) -> bool {
+        while self.pos == self.cur.len() {
+            match self.rx.recv() {
+                Ok(b) => {
+                    self.position.part.store(b.part, Ordering::Relaxed);
+                    self.cur = b.data;
+                    self.pos = 0;
+                }
+                Err(_) => {
+                    self.position.done.store(true, Ordering::Relaxed);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The first bytes of the archive (for its magic number).
+    fn peek(&mut self) -> &[u8] {
+        self.fill();
+        &self.cur[self.pos..]
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.fill() {
+            return Ok(0);
+        }
+        let n = buf.len().min(self.cur.len() - self.pos);
+        buf[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+        self.pos += n;
+        self.position.offset.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Counts what the tar parser reads between entries (headers, GNU long
+/// names, PAX records, which the `tar` crate holds in memory) and fails past
+/// [`MAX_HEADER_BYTES`].
+struct Budget<R> {
+    inner: R,
+    in_header: Rc<Cell<bool>>,
+    used: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Budget<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if self.in_header.get() {
+            self.used.set(self.used.get() + n as u64);
+            if self.used.get() > MAX_HEADER_BYTES {
+                return Err(io::Error::other(format!(
+                    "an entry's headers (long names, PAX records) exceed {} MiB",
+                    MAX_HEADER_BYTES >> 20
+                )));
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Compression, from the first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Tar,
+    Zstd,
+    Gzip,
+}
+
+/// Recognize the compression by magic number (not by name).
+pub fn detect(head: &[u8]) -> Result<Format> {
+    Ok(match head {
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => Format::Zstd,
+        [m, 0x2a, 0x4d, 0x18, ..] if m & 0xf0 == 0x50 => Format::Zstd, // skippable frame
+        [0x1f, 0x8b, ..] => Format::Gzip,
+        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => {
+            return Err(Error::Archive(
+                "xz-compressed archives are not supported; decompress with `xz -d` first".into(),
+            ));
+        }
+        [b'B', b'Z', b'h', ..] => {
+            return Err(Error::Archive(
+                "bzip2-compressed archives are not supported; decompress with `bzip2 -d` first"
+                    .into(),
+            ));
+        }
+        _ => Format::Tar,
+    })
+}
+
+/// Decompress and parse; every tar entry goes to the tree builder. Reads the
+/// decompressed stream to its very end.
+fn parse(
+    store: &Store,
+    mut raw: ChannelReader,
+    chunk_tx: &SyncSender<ChunkJob>,
+    parts: &Parts,
+    position: &Position,
+    counters: &Counters,
+    opts: &ImportOptions,
+) -> Result<tartree::Built> {
+    let corrupt = |e: io::Error| {
+        let part = parts.parts[position.part.load(Ordering::Relaxed)]
+            .path
+            .display()
+            .to_string();
+        let offset = position.offset.load(Ordering::Relaxed);
+        if position.done.load(Ordering::Relaxed) && e.kind() == io::ErrorKind::UnexpectedEof
+            || e.to_string().contains("incomplete")
+        {
+            Error::Truncated(format!(
+                "{part}: the archive ends early ({e}); a part is missing or was cut short"
+            ))
+        } else {
+            Error::Corrupt {
+                part,
+                detail: format!("{e} (near byte {offset} of the archive)"),
+            }
+        }
+    };
+    let format = detect(raw.peek())?;
+    let decoded: Box<dyn Read> = match format {
+        Format::Tar => Box::new(raw),
+        Format::Zstd => Box::new(zstd::stream::read::Decoder::new(raw).map_err(corrupt)?),
+        Format::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
+    };
+    let in_header = Rc::new(Cell::new(false));
+    let used = Rc::new(Cell::new(0));
+    let mut archive = tar::Archive::new(Budget {
+        inner: decoded,
+        in_header: in_header.clone(),
+        used: used.clone(),
+    });
+    let mut builder = TreeBuilder::new(chunk_tx, ProgressBar::hidden());
+    let mut entries = archive.entries().map_err(corrupt)?;
+    let mut skipped = 0u64;
+    loop {
+        in_header.set(true);
+        used.set(0);
+        let next = entries.next();
+        in_header.set(false);
+        let Some(entry) = next else { break };
+        let mut entry = entry.map_err(corrupt)?;
+        let etype = entry.header().entry_type();
+        let raw_path = entry.path_bytes().into_owned();
+        match kind_of(etype) {
+            None => {
+                if etype != tar::EntryType::XGlobalHeader {
+                    skipped += 1;
+                }
+            }
+            Some(kind) => {
+                let link = entry.link_name_bytes().map(|c| c.into_owned());
+                let meta = meta_of(&mut entry, kind, &raw_path)?;
+                let size = entry.size();
+                builder
+                    .add(&raw_path, etype, size, link, meta, &mut entry)
+                    .map_err(|e| match e {
+                        Error::Io { source, .. } => corrupt(source),
+                        e => e,
+                    })?;
+            }
+        }
+        skip(&mut entry).map_err(corrupt)?;
+        if builder.entries().is_multiple_of(1000) {
+            opts.progress
+                .set_message(format!("{} entries", builder.entries()));
+        }
+    }
+    // The rest of the decompressed stream: tar's end blocks and padding.
+    let mut rest = archive.into_inner();
+    skip(&mut rest).map_err(corrupt)?;
+    drop(rest);
+    let mut built = builder.finish(store, counters)?;
+    if skipped > 0 {
+        built.warnings.push(format!(
+            "{skipped} archive entries of types storefs does not keep (volume labels, multi-volume continuations, …) were skipped"
+        ));
+    }
+    Ok(built)
+}
+
+/// An entry's metadata from its header and PAX records (no name, no content yet).
+fn meta_of<R: Read>(entry: &mut tar::Entry<'_, R>, kind: Kind, raw: &[u8]) -> Result<Entry> {
+    let bad = |what: &str, e: io::Error| Error::HostileEntry {
+        entry: String::from_utf8_lossy(raw).into_owned(),
+        detail: format!("bad {what} field: {e}"),
+    };
+    let h = entry.header();
+    let perm = h.mode().map_err(|e| bad("mode", e))? & 0o7777;
+    let id = |v: u64, what: &str| {
+        u32::try_from(v).map_err(|_| bad(what, io::Error::other("larger than 32 bits")))
+    };
+    let uid = id(h.uid().map_err(|e| bad("uid", e))?, "uid")?;
+    let gid = id(h.gid().map_err(|e| bad("gid", e))?, "gid")?;
+    let secs = h.mtime().map_err(|e| bad("mtime", e))?;
+    let mut mtime_ns = i64::try_from(secs)
+        .ok()
+        .and_then(|s| s.checked_mul(1_000_000_000))
+        .ok_or_else(|| bad("mtime", io::Error::other("out of range")))?;
+    let rdev = match kind {
+        Kind::CharDev | Kind::BlockDev => {
+            let major = h.device_major().map_err(|e| bad("device", e))?.unwrap_or(0);
+            let minor = h.device_minor().map_err(|e| bad("device", e))?.unwrap_or(0);
+            libc::makedev(major, minor)
+        }
+        _ => 0,
+    };
+    let mut ctime_ns = None;
+    let mut xattrs = Vec::new();
+    let mut dir_size = 0;
+    if let Some(pax) = entry.pax_extensions().map_err(|e| bad("PAX", e))? {
+        for ext in pax {
+            let ext = ext.map_err(|e| bad("PAX", e))?;
+            let (k, v) = (ext.key_bytes(), ext.value_bytes());
+            match k {
+                b"mtime" => mtime_ns = pax_time(v).unwrap_or(mtime_ns),
+                b"ctime" => ctime_ns = pax_time(v),
+                b"comment" => {
+                    if let Some(n) = v
+                        .strip_prefix(SIZE_COMMENT.as_bytes())
+                        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
+                    {
+                        dir_size = n;
+                    }
+                }
+                _ => {
+                    if let Some(name) = k.strip_prefix(b"SCHILY.xattr.") {
+                        xattrs.retain(|(n, _): &(Vec<u8>, Vec<u8>)| n.as_slice() != name);
+                        xattrs.push((name.to_vec(), v.to_vec()));
+                    }
+                }
+            }
+        }
+    }
+    xattrs.sort();
+    Ok(Entry {
+        name: Vec::new(),
+        kind,
+        perm,
+        uid,
+        gid,
+        mtime_ns,
+        ctime_ns: ctime_ns.unwrap_or(mtime_ns),
+        size: if kind == Kind::Dir { dir_size } else { 0 },
+        nlink: if kind == Kind::Dir { 2 } else { 1 },
+        link_id: 0,
+        rdev,
+        xattrs,
+        content: Content::None,
+    })
+}
+
+// ---------------------------------------------------------------- publish
+
+/// An import as the CLI asks for it.
+#[derive(Clone, Debug, Default)]
+pub struct ImportRequest {
+    pub paths: Vec<PathBuf>,
+    /// Expected sha256 of the joined archive.
+    pub sha256: Option<String>,
+    /// A `sha256sum` or JSON digest manifest.
+    pub manifest: Option<PathBuf>,
+    /// Origin to record (overrides STORE.json's root).
+    pub origin: Option<String>,
+    pub ref_name: Option<String>,
+    pub message: Option<String>,
+    pub host: Option<String>,
+    pub time_ns: i64,
+    pub options: ImportOptions,
+}
+
+/// A published import.
+#[derive(Clone, Debug)]
+pub struct Published {
+    pub id: ObjectId,
+    pub checkpoint: Checkpoint,
+    /// The archive had been imported before (found in the archive index): not read again.
+    pub reused: bool,
+    /// A digest given by the user (--sha256 or manifest) matched.
+    pub verified: bool,
+    pub sha256: String,
+    /// The archive, for messages (`NAME (3 parts, …)`).
+    pub name: String,
+    pub warnings: Vec<String>,
+}
+
+/// Import an archive once, keyed by its sha256 in `archives/`, and publish
+/// it: checkpoint, then archive index entry, then ref. With a known digest an
+/// earlier import is reused without reading the archive; without one the
+/// parts are hashed (no decompression) and looked up first.
+pub fn import_archive(store: &Store, req: &ImportRequest) -> Result<Published> {
+    let parts = discover(&req.paths)?;
+    let expected = expected_digests(req.sha256.as_deref(), req.manifest.as_deref(), &parts)?;
+    let verified = !expected.is_empty();
+    let mut expected_now = expected.clone();
+    if expected.whole.is_none() {
+        let (whole, each) = hash_parts(&parts)?;
+        verify(&parts, &expected, &whole, &each, None)?;
+        expected_now.whole = Some(whole);
+    }
+    let whole = expected_now.whole.clone().expect("set above");
+    if let Some(rec) = store.archive_record(&whole)? {
+        return reuse(store, req, rec, whole, verified, parts.describe());
+    }
+
+    let imported = import(store, &parts, &expected_now, &req.options)?;
+    let origin = req.origin.clone().or(imported.origin_hint.clone());
+    let parents = match &req.ref_name {
+        Some(name) => store.get_ref(name)?.into_iter().collect(),
+        None => Vec::new(),
+    };
+    let ckpt = Checkpoint {
+        version: 1,
+        root: imported.root,
+        parents,
+        origin,
+        time_ns: req.time_ns,
+        message: req.message.clone().unwrap_or_else(|| {
+            format!(
+                "imported from {} (sha256 {})",
+                parts.name,
+                if verified { "verified" } else { "not verified" }
+            )
+        }),
+        source: Source {
+            kind: "import".into(),
+            host: req.host.clone(),
+            files: parts.files(),
+            sha256: Some(imported.sha256.clone()),
+            stats: Some(imported.stats.clone()),
+            ..Default::default()
+        },
+    };
+    let id = store.write_checkpoint(&ckpt)?;
+    store.set_archive_record(
+        &imported.sha256,
+        &ArchiveRecord {
+            checkpoint: id,
+            files: parts.files(),
+            time_ns: req.time_ns,
+        },
+    )?;
+    if let Some(name) = &req.ref_name {
+        store.set_ref(name, &id)?;
+    }
+    Ok(Published {
+        id,
+        checkpoint: ckpt,
+        reused: false,
+        verified,
+        sha256: imported.sha256,
+        name: parts.describe(),
+        warnings: imported.warnings,
+    })
+}
+
+/// The archive was imported before: use that checkpoint (a new record with
+/// the same tree when a different origin was asked for).
+fn reuse(
+    store: &Store,
+    req: &ImportRequest,
+    rec: ArchiveRecord,
+    sha256: String,
+    verified: bool,
+    name: String,
+) -> Result<Published> {
+    let mut id = rec.checkpoint;
+    let mut ckpt = store.read_checkpoint(&id)?;
+    if let Some(origin) = &req.origin
+        && ckpt.origin.as_deref() != Some(origin.as_str())
+    {
+        ckpt.origin = Some(origin.clone());
+        ckpt.time_ns = req.time_ns;
+        ckpt.parents = vec![rec.checkpoint];
+        if let Some(m) = &req.message {
+            ckpt.message = m.clone();
+        }
+        id = store.write_checkpoint(&ckpt)?;
+    }
+    if let Some(name) = &req.ref_name
+        && store.get_ref(name)? != Some(id)
+    {
+        store.set_ref(name, &id)?;
+    }
+    Ok(Published {
+        id,
+        checkpoint: ckpt,
+        reused: true,
+        verified,
+        sha256,
+        name,
+        warnings: Vec::new(),
+    })
+}
+
+/// Is `target` an archive (an existing regular file) rather than a ref or id?
+pub fn is_archive_path(target: &Path) -> bool {
+    std::fs::metadata(target).is_ok_and(|m| m.is_file())
+}

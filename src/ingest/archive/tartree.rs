@@ -1,0 +1,514 @@
+//! Tar entries → storefs trees, applying the archive import rules of
+//! docs/format.md: names are normalized and checked, nothing is resolved
+//! outside the archive, symlinks are data, file contents are streamed into
+//! chunk objects and never held whole.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, Read};
+use std::sync::mpsc::SyncSender;
+
+use indicatif::ProgressBar;
+use tar::EntryType;
+
+use super::super::chunk::{ChunkJob, Counters, Pending, send_chunks};
+use super::super::{Error, Result};
+use crate::store::{Content, Entry, Kind, ObjectId, Store, Tree};
+
+/// More entries than this is an error (bounds memory: ~200 bytes per entry).
+pub const MAX_ENTRIES: u64 = 10_000_000;
+/// Longest path accepted for an entry or a link target (PATH_MAX).
+pub const MAX_PATH: usize = 4096;
+/// Longest name of one path component (NAME_MAX).
+pub const MAX_NAME: usize = 255;
+/// Files whose chunks may still be hashing before the parser waits for the oldest.
+const MAX_IN_FLIGHT: usize = 4096;
+/// The PAX `comment` prefix export uses for a directory's `st_size` (readers ignore comments).
+pub const SIZE_COMMENT: &str = "storefs.size=";
+
+struct Node {
+    entry: Entry,
+    children: BTreeMap<Vec<u8>, usize>,
+    /// Hardlink group (index into `groups`), when hardlinked.
+    group: Option<usize>,
+    /// Content still being stored.
+    pending: Option<Pending>,
+}
+
+impl Node {
+    fn dir(name: Vec<u8>) -> Node {
+        Node {
+            entry: Entry {
+                name,
+                kind: Kind::Dir,
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                size: 0,
+                nlink: 2,
+                link_id: 0,
+                rdev: 0,
+                xattrs: Vec::new(),
+                content: Content::None,
+            },
+            children: BTreeMap::new(),
+            group: None,
+            pending: None,
+        }
+    }
+}
+
+pub(super) struct TreeBuilder<'a> {
+    nodes: Vec<Node>,
+    /// Primary node of each hardlink group.
+    groups: Vec<usize>,
+    in_flight: VecDeque<usize>,
+    entries: u64,
+    bytes: u64,
+    stripped_absolute: u64,
+    pub warnings: Vec<String>,
+    tx: &'a SyncSender<ChunkJob>,
+    progress: ProgressBar,
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn hostile(entry: &[u8], detail: impl Into<String>) -> Error {
+    Error::HostileEntry {
+        entry: lossy(entry),
+        detail: detail.into(),
+    }
+}
+
+/// Normalize an entry's name: leading `/` and `./`, empty and `.` components
+/// dropped; `..` refused; lengths bounded. `Ok(None)`-like empty vec = the root.
+fn components(raw: &[u8]) -> Result<(Vec<Vec<u8>>, bool)> {
+    if raw.len() > MAX_PATH {
+        return Err(hostile(
+            &raw[..64],
+            format!("name longer than {MAX_PATH} bytes"),
+        ));
+    }
+    if raw.contains(&0) {
+        return Err(hostile(raw, "NUL byte in name"));
+    }
+    let absolute = raw.first() == Some(&b'/');
+    let mut out = Vec::new();
+    for c in raw.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                return Err(hostile(
+                    raw,
+                    "'..' in the name could write outside the tree",
+                ));
+            }
+            c if c.len() > MAX_NAME => {
+                return Err(hostile(
+                    raw,
+                    format!("a component is longer than {MAX_NAME} bytes"),
+                ));
+            }
+            c => out.push(c.to_vec()),
+        }
+    }
+    Ok((out, absolute))
+}
+
+impl<'a> TreeBuilder<'a> {
+    pub fn new(tx: &'a SyncSender<ChunkJob>, progress: ProgressBar) -> Self {
+        TreeBuilder {
+            nodes: vec![Node::dir(Vec::new())],
+            groups: Vec::new(),
+            in_flight: VecDeque::new(),
+            entries: 0,
+            bytes: 0,
+            stripped_absolute: 0,
+            warnings: Vec::new(),
+            tx,
+            progress,
+        }
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// The node for `comps`' parent directory, creating missing directories.
+    fn parent_of(&mut self, raw: &[u8], comps: &[Vec<u8>]) -> Result<usize> {
+        let mut cur = 0;
+        for c in comps {
+            cur = match self.nodes[cur].children.get(c) {
+                Some(&i) => match self.nodes[i].entry.kind {
+                    Kind::Dir => i,
+                    Kind::Symlink => {
+                        return Err(hostile(
+                            raw,
+                            format!("its path goes through the symlink '{}'", lossy(c)),
+                        ));
+                    }
+                    _ => {
+                        return Err(hostile(
+                            raw,
+                            format!("its parent '{}' is not a directory", lossy(c)),
+                        ));
+                    }
+                },
+                None => {
+                    // Like tar extraction: a missing parent directory is made.
+                    let i = self.nodes.len();
+                    self.nodes.push(Node::dir(c.clone()));
+                    self.nodes[cur].children.insert(c.clone(), i);
+                    i
+                }
+            };
+        }
+        Ok(cur)
+    }
+
+    /// Add one tar entry. `data` is the entry's data stream (read fully here
+    /// for regular files; others' data is left for the caller to skip).
+    pub fn add(
+        &mut self,
+        raw_path: &[u8],
+        etype: EntryType,
+        size: u64,
+        link_name: Option<Vec<u8>>,
+        meta: Entry,
+        data: &mut dyn Read,
+    ) -> Result<()> {
+        self.entries += 1;
+        if self.entries > MAX_ENTRIES {
+            return Err(hostile(
+                raw_path,
+                format!("more than {MAX_ENTRIES} entries"),
+            ));
+        }
+        let (comps, absolute) = components(raw_path)?;
+        if absolute {
+            self.stripped_absolute += 1;
+        }
+        let Some((name, parents)) = comps.split_last() else {
+            // "./" or "/": the archive root itself.
+            return match meta.kind {
+                Kind::Dir => {
+                    update_meta(&mut self.nodes[0].entry, meta);
+                    Ok(())
+                }
+                _ => Err(hostile(raw_path, "the archive root is not a directory")),
+            };
+        };
+        let parent = self.parent_of(raw_path, parents)?;
+        let existing = self.nodes[parent].children.get(name).copied();
+
+        let mut node = Node::dir(name.clone());
+        if etype == EntryType::Link {
+            let target = link_name.ok_or_else(|| hostile(raw_path, "hardlink without a target"))?;
+            let t = self.resolve_link(raw_path, &target)?;
+            if Some(t) == existing {
+                return Err(hostile(raw_path, "hardlink to itself"));
+            }
+            let g = match self.nodes[t].group {
+                Some(g) => g,
+                None => {
+                    self.groups.push(t);
+                    self.nodes[t].group = Some(self.groups.len() - 1);
+                    self.groups.len() - 1
+                }
+            };
+            node.entry = self.nodes[t].entry.clone();
+            node.entry.name = name.clone();
+            node.group = Some(g);
+        } else {
+            node.entry = Entry {
+                name: name.clone(),
+                ..meta
+            };
+            match node.entry.kind {
+                Kind::File => {
+                    let pending = send_chunks(&mut *data, size, self.tx, &self.progress).map_err(
+                        |source| Error::Io {
+                            path: lossy(raw_path).into(),
+                            source,
+                        },
+                    )?;
+                    if pending.total() != size {
+                        return Err(Error::Truncated(format!(
+                            "entry '{}' declares {size} bytes but the archive ends after {}",
+                            lossy(raw_path),
+                            pending.total()
+                        )));
+                    }
+                    node.entry.size = size;
+                    node.entry.content = Content::Extents(Vec::new());
+                    node.pending = Some(pending);
+                    self.bytes += size;
+                }
+                Kind::Symlink => {
+                    let t =
+                        link_name.ok_or_else(|| hostile(raw_path, "symlink without a target"))?;
+                    if t.len() > MAX_PATH {
+                        return Err(hostile(raw_path, "symlink target longer than 4096 bytes"));
+                    }
+                    node.entry.size = t.len() as u64;
+                    node.entry.content = Content::Target(t);
+                }
+                _ => {}
+            }
+        }
+
+        match existing {
+            None => {
+                let i = self.nodes.len();
+                if node.pending.is_some() {
+                    self.track(i)?;
+                }
+                self.nodes.push(node);
+                self.nodes[parent].children.insert(name.clone(), i);
+            }
+            Some(i) => {
+                let old = &self.nodes[i];
+                if old.group.is_some() {
+                    return Err(hostile(raw_path, "appears twice and is hardlinked"));
+                }
+                if old.entry.kind == Kind::Dir && node.entry.kind == Kind::Dir {
+                    // A directory again: its metadata is updated, its contents kept.
+                    let e = node.entry;
+                    let n = &mut self.nodes[i].entry;
+                    (
+                        n.perm, n.uid, n.gid, n.mtime_ns, n.ctime_ns, n.size, n.xattrs,
+                    ) = (
+                        e.perm, e.uid, e.gid, e.mtime_ns, e.ctime_ns, e.size, e.xattrs,
+                    );
+                    return Ok(());
+                }
+                if old.entry.kind == Kind::Dir && !old.children.is_empty() {
+                    return Err(hostile(
+                        raw_path,
+                        "a non-directory replaces a directory that has entries",
+                    ));
+                }
+                self.warnings.push(format!(
+                    "archive entry '{}' appears twice; the later one is kept",
+                    lossy(raw_path)
+                ));
+                if node.pending.is_some() {
+                    self.track(i)?;
+                }
+                self.nodes[i] = node;
+            }
+        }
+        Ok(())
+    }
+
+    /// The node a hardlink names: resolved inside the archive, already seen,
+    /// not a directory.
+    fn resolve_link(&self, raw: &[u8], target: &[u8]) -> Result<usize> {
+        let (comps, _) = components(target)?;
+        let mut cur = 0;
+        for c in &comps {
+            match self.nodes[cur].children.get(c) {
+                Some(&i) if self.nodes[cur].entry.kind == Kind::Dir => cur = i,
+                _ => {
+                    return Err(hostile(
+                        raw,
+                        format!(
+                            "hardlink to '{}', which is not earlier in the archive",
+                            lossy(target)
+                        ),
+                    ));
+                }
+            }
+        }
+        if cur == 0 || self.nodes[cur].entry.kind == Kind::Dir {
+            return Err(hostile(
+                raw,
+                format!("hardlink to the directory '{}'", lossy(target)),
+            ));
+        }
+        Ok(cur)
+    }
+
+    /// Remember a file whose chunks are in flight; wait for the oldest when too many are.
+    fn track(&mut self, idx: usize) -> Result<()> {
+        self.in_flight.push_back(idx);
+        while self.in_flight.len() > MAX_IN_FLIGHT {
+            let i = self.in_flight.pop_front().expect("non-empty");
+            self.settle(i)?;
+        }
+        Ok(())
+    }
+
+    fn settle(&mut self, idx: usize) -> Result<()> {
+        if let Some(p) = self.nodes.get_mut(idx).and_then(|n| n.pending.take()) {
+            let extents = p
+                .wait()
+                .map_err(|e| Error::Archive(format!("storing data: {e}")))?;
+            self.nodes[idx].entry.content = Content::Extents(extents);
+        }
+        Ok(())
+    }
+
+    /// Wait for all content, resolve hardlinks, store one tree per directory.
+    /// The root is the single top-level directory when there is exactly one.
+    pub fn finish(mut self, store: &Store, counters: &Counters) -> Result<Built> {
+        while let Some(i) = self.in_flight.pop_front() {
+            self.settle(i)?;
+        }
+        if self.stripped_absolute > 0 {
+            self.warnings.push(format!(
+                "{} archive entries had absolute names; the leading '/' was removed",
+                self.stripped_absolute
+            ));
+        }
+        let tops: Vec<usize> = self.nodes[0].children.values().copied().collect();
+        let top = match tops.as_slice() {
+            [only] if self.nodes[*only].entry.kind == Kind::Dir => *only,
+            _ => 0,
+        };
+        self.assign_links(top);
+        // Children always have larger indices than their directory.
+        for idx in (0..self.nodes.len()).rev() {
+            if self.nodes[idx].entry.kind != Kind::Dir {
+                continue;
+            }
+            let children: Vec<usize> = self.nodes[idx].children.values().copied().collect();
+            let subdirs = children
+                .iter()
+                .filter(|&&c| self.nodes[c].entry.kind == Kind::Dir)
+                .count();
+            let tree = Tree {
+                entries: children
+                    .iter()
+                    .map(|&c| self.nodes[c].entry.clone())
+                    .collect(),
+            };
+            let (id, written) = store.put_tree(&tree)?;
+            counters.add(written);
+            let e = &mut self.nodes[idx].entry;
+            e.content = Content::Tree(id);
+            e.nlink = 2 + subdirs as u32;
+        }
+        let root_entry = self.nodes[top].entry.clone();
+        let (root, written) = store.put_root(root_entry.clone())?;
+        counters.add(written);
+        let store_json = self.nodes[top]
+            .children
+            .get(b"STORE.json".as_slice())
+            .map(|&i| self.nodes[i].entry.clone())
+            .filter(|e| e.kind == Kind::File && e.size <= 1 << 20);
+        Ok(Built {
+            root,
+            top_name: (top != 0).then(|| root_entry.name.clone()),
+            entries: self.nodes.len() as u64 - u64::from(top != 0),
+            bytes: self.bytes,
+            store_json,
+            warnings: self.warnings,
+        })
+    }
+
+    /// Hardlink ids 1, 2, … in sorted path order from `top` (as snapshot
+    /// assigns them), link counts = names inside the tree, content copied
+    /// from each group's first entry.
+    fn assign_links(&mut self, top: usize) {
+        let mut counts = vec![0u32; self.groups.len()];
+        let mut ids = vec![0u64; self.groups.len()];
+        let mut next = 1;
+        let mut order = Vec::new();
+        let mut stack = vec![top];
+        while let Some(i) = stack.pop() {
+            order.push(i);
+            stack.extend(self.nodes[i].children.values().rev());
+        }
+        for &i in &order {
+            if let Some(g) = self.nodes[i].group {
+                counts[g] += 1;
+                if ids[g] == 0 {
+                    ids[g] = next;
+                    next += 1;
+                }
+            }
+        }
+        for &i in &order {
+            if let Some(g) = self.nodes[i].group {
+                let primary = self.groups[g];
+                if primary != i {
+                    let mut e = self.nodes[primary].entry.clone();
+                    e.name = std::mem::take(&mut self.nodes[i].entry.name);
+                    self.nodes[i].entry = e;
+                }
+            }
+        }
+        for &i in &order {
+            if let Some(g) = self.nodes[i].group {
+                let e = &mut self.nodes[i].entry;
+                e.link_id = ids[g];
+                e.nlink = counts[g];
+            }
+        }
+    }
+}
+
+/// Give a directory `src`'s metadata, keeping its name, link count and contents.
+fn update_meta(dst: &mut Entry, src: Entry) {
+    *dst = Entry {
+        name: std::mem::take(&mut dst.name),
+        nlink: dst.nlink,
+        content: std::mem::replace(&mut dst.content, Content::None),
+        ..src
+    };
+}
+
+/// A finished import's trees.
+pub(super) struct Built {
+    pub root: ObjectId,
+    /// The single top-level directory's name, when the tree is that directory.
+    pub top_name: Option<Vec<u8>>,
+    pub entries: u64,
+    pub bytes: u64,
+    /// The top directory's `STORE.json`, if small enough to read for its `root`.
+    pub store_json: Option<Entry>,
+    pub warnings: Vec<String>,
+}
+
+/// An entry's type as a storefs kind; `None` for types that are skipped.
+pub(super) fn kind_of(t: EntryType) -> Option<Kind> {
+    Some(match t {
+        EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => Kind::File,
+        EntryType::Directory => Kind::Dir,
+        EntryType::Symlink => Kind::Symlink,
+        EntryType::Link => Kind::File, // replaced by the target's kind
+        EntryType::Char => Kind::CharDev,
+        EntryType::Block => Kind::BlockDev,
+        EntryType::Fifo => Kind::Fifo,
+        _ => return None,
+    })
+}
+
+/// Parse a PAX time (`1700000000.123456789`, possibly negative) as ns.
+pub(super) fn pax_time(v: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(v).ok()?;
+    let (neg, s) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s),
+    };
+    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
+    let secs: i64 = secs.parse().ok()?;
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut ns: i64 = 0;
+    for (i, b) in frac.bytes().take(9).enumerate() {
+        ns += i64::from(b - b'0') * 10i64.pow(8 - i as u32);
+    }
+    let t = secs.checked_mul(1_000_000_000)?.checked_add(ns)?;
+    Some(if neg { -t } else { t })
+}
+
+/// Read and discard what is left of a stream (bounded memory).
+pub(super) fn skip(r: &mut dyn Read) -> io::Result<u64> {
+    io::copy(r, &mut io::sink())
+}

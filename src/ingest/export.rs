@@ -1,0 +1,581 @@
+//! Export a checkpoint as a standard tar archive (plain, `.tar.zst` or
+//! `.tar.gz`), optionally split into parts, with a `sha256sum` manifest.
+//!
+//! Headers are built from tree entries (the filesystem is never read): GNU
+//! headers (long names as `L`/`K` records), PAX records for what they cannot
+//! hold (mtime/ctime with nanoseconds, `SCHILY.xattr.*`, a directory's size
+//! as a `comment`, which readers ignore). One top-level directory named after
+//! the origin's basename holds the tree, so extraction recreates the store
+//! directory and a re-import finds the same tree. See docs/format.md.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tar::{EntryType, Header};
+
+use super::archive::SIZE_COMMENT;
+use super::archive::parts::successors;
+use super::{Error, IoAt, Result};
+use crate::store::{Checkpoint, Content, Entry, Kind, ObjectId, Store, to_hex};
+
+/// Compression of the exported archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Zstd,
+    Gzip,
+}
+
+impl Compression {
+    /// From the output name: `.zst` → zstd, `.gz`/`.tgz` → gzip, else plain tar.
+    pub fn from_name(path: &Path) -> Compression {
+        let n = path.to_string_lossy();
+        if n.ends_with(".zst") || n.ends_with(".tzst") {
+            Compression::Zstd
+        } else if n.ends_with(".gz") || n.ends_with(".tgz") {
+            Compression::Gzip
+        } else {
+            Compression::None
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    pub compression: Compression,
+    /// Bytes per part; `None` = one file.
+    pub split: Option<u64>,
+    /// zstd worker threads; 0 = all cores.
+    pub threads: usize,
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug)]
+pub struct Exported {
+    /// Files written, in order, with their sha256.
+    pub parts: Vec<(PathBuf, String)>,
+    /// sha256 of the joined archive.
+    pub sha256: String,
+    /// The `sha256sum`-format manifest.
+    pub manifest: PathBuf,
+    pub entries: u64,
+    pub warnings: Vec<String>,
+}
+
+/// Deepest directory nesting exported (a hostile tree cannot overflow the stack).
+const MAX_DEPTH: usize = 2048;
+
+/// Write checkpoint `ckpt` to `out` (or `out.part00`, … with a split) and `out.sha256`.
+/// Existing files are never overwritten; on failure what was written is removed.
+pub fn export(
+    store: &Store,
+    ckpt: &Checkpoint,
+    id: &ObjectId,
+    out: &Path,
+    opts: &ExportOptions,
+) -> Result<Exported> {
+    let manifest = PathBuf::from(format!("{}.sha256", out.display()));
+    let first = match opts.split {
+        Some(_) => PathBuf::from(format!("{}.part00", out.display())),
+        None => out.to_path_buf(),
+    };
+    for p in [&first, &manifest] {
+        if p.exists() {
+            return Err(Error::Archive(format!(
+                "{} exists; remove it or choose another output name",
+                p.display()
+            )));
+        }
+    }
+    let mut sink = PartWriter::new(out, opts.split);
+    let result = write_all(store, ckpt, id, &mut sink, opts);
+    let result = result.and_then(|(entries, warnings)| {
+        let (parts, whole) = sink.finish().at(out)?;
+        let mut text = String::new();
+        for (p, h) in &parts {
+            text.push_str(&format!("{h}  {}\n", file_name(p)));
+        }
+        if opts.split.is_some() {
+            text.push_str(&format!("{whole}  {}\n", file_name(out)));
+        }
+        crate::store::write_file(&manifest, text.as_bytes(), 0o644, true).at(&manifest)?;
+        Ok(Exported {
+            parts,
+            sha256: whole,
+            manifest: manifest.clone(),
+            entries,
+            warnings,
+        })
+    });
+    if result.is_err() {
+        for p in sink.written() {
+            let _ = fs::remove_file(p);
+        }
+    }
+    result
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn write_all(
+    store: &Store,
+    ckpt: &Checkpoint,
+    id: &ObjectId,
+    sink: &mut PartWriter,
+    opts: &ExportOptions,
+) -> Result<(u64, Vec<String>)> {
+    let top: Vec<u8> = ckpt
+        .origin
+        .as_deref()
+        .and_then(|o| Path::new(o).file_name())
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_else(|| format!("checkpoint-{}", &id.to_hex()[..12]).into_bytes());
+    let root = store.root_entry(ckpt)?;
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
+        n => n as u32,
+    };
+    let out_path = sink.current();
+    let io_err = |e: io::Error| Error::Io {
+        path: out_path.clone(),
+        source: e,
+    };
+    let enc: Box<dyn FinishWrite + '_> = match opts.compression {
+        Compression::None => Box::new(Plain(&mut *sink)),
+        Compression::Zstd => {
+            let mut z = zstd::stream::write::Encoder::new(&mut *sink, crate::store::ZSTD_LEVEL)
+                .map_err(io_err)?;
+            z.multithread(threads).map_err(io_err)?;
+            Box::new(z)
+        }
+        Compression::Gzip => Box::new(flate2::write::GzEncoder::new(
+            &mut *sink,
+            flate2::Compression::default(),
+        )),
+    };
+    let mut w = Writer {
+        store,
+        builder: tar::Builder::new(enc),
+        links: HashMap::new(),
+        entries: 0,
+        warnings: Vec::new(),
+    };
+    w.entry(&top, &root, 0)?;
+    let Writer {
+        builder,
+        entries,
+        warnings,
+        ..
+    } = w;
+    let enc = builder
+        .into_inner()
+        .map_err(|e| Error::Archive(format!("writing the archive: {e}")))?;
+    enc.finish_box()
+        .map_err(|e| Error::Archive(format!("writing the archive: {e}")))?;
+    Ok((entries, warnings))
+}
+
+/// A writer that must be finished (compressors write their trailer).
+trait FinishWrite: Write {
+    fn finish_box(self: Box<Self>) -> io::Result<()>;
+}
+
+struct Plain<'a>(&'a mut PartWriter);
+
+impl Write for Plain<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.write(b)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl FinishWrite for Plain<'_> {
+    fn finish_box(self: Box<Self>) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<W: Write> FinishWrite for zstd::stream::write::Encoder<'_, W> {
+    fn finish_box(self: Box<Self>) -> io::Result<()> {
+        self.finish().map(drop)
+    }
+}
+
+impl<W: Write> FinishWrite for flate2::write::GzEncoder<W> {
+    fn finish_box(self: Box<Self>) -> io::Result<()> {
+        self.finish().map(drop)
+    }
+}
+
+struct Writer<'s, W: Write> {
+    store: &'s Store,
+    builder: tar::Builder<W>,
+    /// link_id → the path its first name was written at.
+    links: HashMap<u64, Vec<u8>>,
+    entries: u64,
+    warnings: Vec<String>,
+}
+
+fn bad_name(name: &[u8]) -> bool {
+    name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+}
+
+impl<W: Write> Writer<'_, W> {
+    fn err(&self, path: &[u8], e: io::Error) -> Error {
+        Error::Archive(format!(
+            "writing '{}' to the archive: {e}",
+            String::from_utf8_lossy(path)
+        ))
+    }
+
+    /// Write `e` at `path`, then (directories) everything below it.
+    fn entry(&mut self, path: &[u8], e: &Entry, depth: usize) -> Result<()> {
+        if depth > MAX_DEPTH {
+            return Err(Error::BadEntry {
+                path: PathBuf::from(std::ffi::OsStr::from_bytes(path)),
+                detail: format!("nested deeper than {MAX_DEPTH} directories"),
+            });
+        }
+        self.entries += 1;
+        let mut h = Header::new_gnu();
+        h.set_mode(e.perm);
+        h.set_uid(u64::from(e.uid));
+        h.set_gid(u64::from(e.gid));
+        h.set_mtime(e.mtime_ns.div_euclid(1_000_000_000).max(0) as u64);
+        h.set_size(0);
+        let mut pax: Vec<(String, Vec<u8>)> = vec![
+            ("mtime".into(), pax_time(e.mtime_ns).into_bytes()),
+            ("ctime".into(), pax_time(e.ctime_ns).into_bytes()),
+        ];
+        for (k, v) in &e.xattrs {
+            match std::str::from_utf8(k) {
+                Ok(k) => pax.push((format!("SCHILY.xattr.{k}"), v.clone())),
+                Err(_) => self.warnings.push(format!(
+                    "{}: xattr with a non-UTF-8 name not exported",
+                    String::from_utf8_lossy(path)
+                )),
+            }
+        }
+        let first_link = (e.link_id != 0)
+            .then(|| self.links.get(&e.link_id).cloned())
+            .flatten();
+        if let Some(target) = first_link {
+            h.set_entry_type(EntryType::Link);
+            self.pax(&pax, path)?;
+            return self.link(h, path, &target);
+        }
+        if e.link_id != 0 {
+            self.links.insert(e.link_id, path.to_vec());
+        }
+        let os = |p: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(p));
+        match (&e.kind, &e.content) {
+            (Kind::Dir, Content::Tree(tid)) => {
+                h.set_entry_type(EntryType::Directory);
+                if e.size != 0 {
+                    pax.push((
+                        "comment".into(),
+                        format!("{SIZE_COMMENT}{}", e.size).into_bytes(),
+                    ));
+                }
+                self.pax(&pax, path)?;
+                let mut dir = path.to_vec();
+                dir.push(b'/');
+                self.builder
+                    .append_data(&mut h, os(&dir), io::empty())
+                    .map_err(|err| self.err(path, err))?;
+                let tree = self.store.get_tree(tid, &String::from_utf8_lossy(path))?;
+                for child in &tree.entries {
+                    if bad_name(&child.name) {
+                        return Err(Error::BadName {
+                            dir: os(path),
+                            name: String::from_utf8_lossy(&child.name).into_owned(),
+                        });
+                    }
+                    let mut p = path.to_vec();
+                    p.push(b'/');
+                    p.extend_from_slice(&child.name);
+                    self.entry(&p, child, depth + 1)?;
+                }
+                Ok(())
+            }
+            (Kind::File, Content::Extents(extents)) => {
+                h.set_entry_type(EntryType::Regular);
+                h.set_size(e.size);
+                self.pax(&pax, path)?;
+                let total: u64 = extents.iter().map(|x| x.len).sum();
+                if total != e.size {
+                    return Err(Error::BadEntry {
+                        path: os(path),
+                        detail: format!("extents add up to {total} bytes, size is {}", e.size),
+                    });
+                }
+                let reader = ExtentReader {
+                    store: self.store,
+                    extents,
+                    next: 0,
+                    buf: Vec::new(),
+                    pos: 0,
+                    zeros: 0,
+                    path: String::from_utf8_lossy(path).into_owned(),
+                };
+                self.builder
+                    .append_data(&mut h, os(path), reader)
+                    .map_err(|err| self.err(path, err))
+            }
+            (Kind::Symlink, Content::Target(t)) => {
+                h.set_entry_type(EntryType::Symlink);
+                self.pax(&pax, path)?;
+                self.link(h, path, t)
+            }
+            (Kind::Fifo | Kind::CharDev | Kind::BlockDev, _) => {
+                h.set_entry_type(match e.kind {
+                    Kind::Fifo => EntryType::Fifo,
+                    Kind::CharDev => EntryType::Char,
+                    _ => EntryType::Block,
+                });
+                if e.kind != Kind::Fifo {
+                    let dev = e.rdev as libc::dev_t;
+                    h.set_device_major(libc::major(dev))
+                        .map_err(|err| self.err(path, err))?;
+                    h.set_device_minor(libc::minor(dev))
+                        .map_err(|err| self.err(path, err))?;
+                }
+                self.pax(&pax, path)?;
+                self.builder
+                    .append_data(&mut h, os(path), io::empty())
+                    .map_err(|err| self.err(path, err))
+            }
+            (Kind::Socket, _) => {
+                self.entries -= 1;
+                self.warnings.push(format!(
+                    "{}: socket not exported (tar cannot hold sockets)",
+                    String::from_utf8_lossy(path)
+                ));
+                Ok(())
+            }
+            _ => Err(Error::BadEntry {
+                path: os(path),
+                detail: "kind and content disagree".into(),
+            }),
+        }
+    }
+
+    fn pax(&mut self, records: &[(String, Vec<u8>)], path: &[u8]) -> Result<()> {
+        self.builder
+            .append_pax_extensions(records.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
+            .map_err(|e| self.err(path, e))
+    }
+
+    /// A symlink or hardlink; the target is written byte-exact (a GNU `K`
+    /// record when longer than the header's 100 bytes).
+    fn link(&mut self, mut h: Header, path: &[u8], target: &[u8]) -> Result<()> {
+        let field = h.as_old().linkname.len();
+        if target.len() >= field {
+            let mut k = Header::new_gnu();
+            k.set_entry_type(EntryType::new(b'K'));
+            k.set_size(target.len() as u64 + 1);
+            k.set_mode(0o644);
+            k.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+            k.set_cksum();
+            let data = [target, b"\0"].concat();
+            self.builder
+                .append(&k, data.as_slice())
+                .map_err(|e| self.err(path, e))?;
+            h.set_link_name_literal(&target[..field - 1])
+        } else {
+            h.set_link_name_literal(target)
+        }
+        .map_err(|e| self.err(path, e))?;
+        self.builder
+            .append_data(
+                &mut h,
+                PathBuf::from(std::ffi::OsStr::from_bytes(path)),
+                io::empty(),
+            )
+            .map_err(|e| self.err(path, e))
+    }
+}
+
+/// `SECS.NNNNNNNNN` for a PAX time record (negative times as `-SECS.N…`).
+fn pax_time(ns: i64) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let a = ns.unsigned_abs();
+    format!("{sign}{}.{:09}", a / 1_000_000_000, a % 1_000_000_000)
+}
+
+/// A regular file's bytes from its extents (holes as zeros), verified chunk by chunk.
+struct ExtentReader<'a> {
+    store: &'a Store,
+    extents: &'a [crate::store::Extent],
+    next: usize,
+    buf: Vec<u8>,
+    pos: usize,
+    zeros: u64,
+    path: String,
+}
+
+impl Read for ExtentReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.buf.len() {
+                let n = out.len().min(self.buf.len() - self.pos);
+                out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            if self.zeros > 0 {
+                let n = out
+                    .len()
+                    .min(usize::try_from(self.zeros).unwrap_or(usize::MAX));
+                out[..n].fill(0);
+                self.zeros -= n as u64;
+                return Ok(n);
+            }
+            let Some(x) = self.extents.get(self.next) else {
+                return Ok(0);
+            };
+            self.next += 1;
+            match &x.id {
+                Some(id) => {
+                    self.buf = self
+                        .store
+                        .get_object(id, &self.path)
+                        .map_err(io::Error::other)?;
+                    self.pos = 0;
+                    if self.buf.len() as u64 != x.len {
+                        return Err(io::Error::other(format!(
+                            "{}: chunk {id} holds {} bytes, the tree says {}",
+                            self.path,
+                            self.buf.len(),
+                            x.len
+                        )));
+                    }
+                }
+                None => self.zeros = x.len,
+            }
+        }
+    }
+}
+
+/// Writes the archive to `out`, or to `out.part00`, `out.part01`, … of
+/// `split` bytes each, hashing each part and the whole.
+struct PartWriter {
+    out: PathBuf,
+    split: Option<u64>,
+    file: Option<(File, PathBuf, Sha256, u64)>,
+    suffix: String,
+    done: Vec<(PathBuf, String)>,
+    whole: Sha256,
+}
+
+impl PartWriter {
+    fn new(out: &Path, split: Option<u64>) -> PartWriter {
+        PartWriter {
+            out: out.to_path_buf(),
+            split,
+            file: None,
+            suffix: String::new(),
+            done: Vec::new(),
+            whole: Sha256::new(),
+        }
+    }
+
+    fn current(&self) -> PathBuf {
+        self.file
+            .as_ref()
+            .map(|f| f.1.clone())
+            .unwrap_or_else(|| self.out.clone())
+    }
+
+    /// Every file created so far (for clean-up on failure).
+    fn written(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = self.done.iter().map(|(p, _)| p.clone()).collect();
+        v.extend(self.file.as_ref().map(|f| f.1.clone()));
+        v
+    }
+
+    fn open_next(&mut self) -> io::Result<()> {
+        let path = match self.split {
+            None => self.out.clone(),
+            Some(_) => {
+                self.suffix = if self.suffix.is_empty() {
+                    "00".into()
+                } else {
+                    successors(&self.suffix)
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| io::Error::other("too many parts"))?
+                };
+                PathBuf::from(format!("{}.part{}", self.out.display(), self.suffix))
+            }
+        };
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        self.file = Some((f, path, Sha256::new(), 0));
+        Ok(())
+    }
+
+    fn close(&mut self) -> io::Result<()> {
+        if let Some((f, path, h, _)) = self.file.take() {
+            f.sync_all()?;
+            self.done.push((path, to_hex(&h.finalize())));
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<(Vec<(PathBuf, String)>, String)> {
+        if self.file.is_none() && self.done.is_empty() {
+            self.open_next()?;
+        }
+        self.close()?;
+        if let Some(dir) = self.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+            crate::store::fsync_dir(dir)?;
+        }
+        let whole = std::mem::take(&mut self.whole);
+        Ok((self.done.clone(), to_hex(&whole.finalize())))
+    }
+}
+
+impl Write for PartWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if let (Some(limit), Some((_, _, _, len))) = (self.split, &self.file)
+            && *len >= limit
+        {
+            self.close()?;
+        }
+        if self.file.is_none() {
+            self.open_next()?;
+        }
+        let limit = self.split.unwrap_or(u64::MAX);
+        let (f, _, h, len) = self.file.as_mut().expect("opened");
+        let room = usize::try_from(limit - *len).unwrap_or(usize::MAX);
+        let n = data.len().min(room);
+        f.write_all(&data[..n])?;
+        h.update(&data[..n]);
+        self.whole.update(&data[..n]);
+        *len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.file {
+            Some((f, ..)) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
