@@ -184,3 +184,5 @@ pub enum Fallocate {
     PunchHole,
 }
 
+#[cfg(test)]
+mod tests;
