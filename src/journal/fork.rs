@@ -331,15 +331,40 @@ impl Fork {
     /// Base data is verified; journal data is read back from its segment.
     /// The state lock is held only to find the pieces.
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let plan = self.with(|st, _| st.plan_read(ino, offset, u64::from(size)))?;
+        // Journal segments are resolved to open handles under the state lock,
+        // so a commit trimming them meanwhile cannot pull them away.
+        let plan = self.with(|st, _| {
+            let plan = st.plan_read(ino, offset, u64::from(size))?;
+            plan.into_iter()
+                .map(|(len, src)| {
+                    let file = match src {
+                        Some(Src::Journal { seg, .. }) => {
+                            Some(self.wal.file(seg).ok_or_else(|| Error::Corrupt {
+                                path: self.dir.join("journal").join(segment_name(seg)),
+                                detail: format!("inode {ino} has data in a segment that is gone"),
+                            })?)
+                        }
+                        _ => None,
+                    };
+                    Ok((len, src, file))
+                })
+                .collect::<Result<Vec<_>>>()
+        })?;
         let mut out = Vec::with_capacity(plan.iter().map(|p| p.0 as usize).sum());
-        for (len, src) in plan {
+        for (len, src, file) in plan {
             let len = len as usize;
             let at = out.len();
             out.resize(at + len, 0);
             match src {
                 None => {}
-                Some(Src::Journal { seg, off }) => self.wal.read(seg, off, &mut out[at..])?,
+                Some(Src::Journal { seg, off }) => {
+                    let file = file.expect("resolved above");
+                    file.read_at(&mut out[at..], off)
+                        .map_err(|source| Error::Io {
+                            path: self.dir.join("journal").join(segment_name(seg)),
+                            source,
+                        })?
+                }
                 Some(Src::Base { id, off }) => {
                     let chunk = match self.cache.get(&id) {
                         Some(c) => c,

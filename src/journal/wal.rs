@@ -366,6 +366,12 @@ impl Wal {
         })
     }
 
+    /// The open handle of segment `seg` (readable even after [`Wal::trim`]
+    /// deletes its file), or `None` when it was trimmed already.
+    pub fn file(&self, seg: u64) -> Option<Arc<dyn JournalFile>> {
+        self.cur.lock().segs.get(&seg).cloned()
+    }
+
     /// The current (last) segment number.
     pub fn current_segment(&self) -> u64 {
         self.cur.lock().seq
