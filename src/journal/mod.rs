@@ -14,6 +14,13 @@
 //!   state → trees; `fork.rs`: the fork directory, HEAD and commit protocol.
 //!
 //! The on-disk format and the durability contract are in `docs/journal.md`.
+//!
+//! Limits, honestly: no permission checks here (the mount is expected to use
+//! the kernel's `default_permissions`); a commit clones the loaded inode table
+//! under the state lock; the fold's chunking loop mirrors the private one in
+//! `ingest::snapshot` (same parameters) instead of sharing it; a fork name is
+//! not yet refused by `Store::set_ref`; the fork's own lock is not checked
+//! against a concurrent `Fork::create` of a ref of the same name.
 
 mod fold;
 mod fork;
