@@ -472,7 +472,7 @@ impl Fork {
         })
     }
 
-    /// mkdir: [`Error::Exists`] for exactly one of racing callers but one.
+    /// mkdir: of callers racing for one name exactly one succeeds; the others get [`Error::Exists`].
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
         self.with(|st, ctx| {
             let ino = st.create(ctx, parent, name, Kind::Dir, perm, uid, gid, 0, None)?;
