@@ -4,7 +4,9 @@
 //! Layers, each depending only on those above it in this list:
 //! 1. [`store`]: objects, trees, checkpoints, refs (no FUSE).
 //! 2. [`ingest`]: directory snapshot, restore, diff (later: archives).
-//! 3. [`journal`]: the write-ahead log for forks (not yet built).
+//! 3. [`journal`]: forks: copy-on-write state over a checkpoint, its write-ahead
+//!    journal, and commit into new checkpoints (no FUSE; the read-write mount
+//!    and CLI verbs are not built yet).
 //! 4. [`fs`]: the FUSE layer; the only place that speaks errno.
 //! 5. [`cli`]: clap commands that call the layers.
 

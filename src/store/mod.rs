@@ -412,9 +412,64 @@ impl Store {
         Ok(out)
     }
 
-    /// Resolve what the user typed: a ref name, a full id, or a unique id prefix.
+    // ---- forks (the journal layer owns them; resolution only needs their head) ----
+
+    /// Where forks live: `forks/<name>/` (created with the first fork).
+    pub fn forks_dir(&self) -> PathBuf {
+        self.root.join("forks")
+    }
+
+    /// The head checkpoint of fork `name` (from `forks/<name>/HEAD`), or
+    /// `None` when there is no such fork.
+    pub fn fork_head(&self, name: &str) -> Result<Option<ObjectId>> {
+        if Self::check_name(name).is_err() {
+            return Ok(None);
+        }
+        let path = self.forks_dir().join(name).join("HEAD");
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).at(&path),
+        };
+        let v: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+        v.get("checkpoint")
+            .and_then(|c| c.as_str())
+            .and_then(ObjectId::from_hex)
+            .map(Some)
+            .ok_or_else(|| Error::Invalid(format!("{}: no checkpoint id", path.display())))
+    }
+
+    /// All forks and their heads, sorted by name. A fork whose creation did
+    /// not finish (no HEAD) is not listed.
+    pub fn list_forks(&self) -> Result<Vec<(String, ObjectId)>> {
+        let dir = self.forks_dir();
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(&dir),
+        };
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.at(&dir)?;
+            let Some(name) = ent.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if let Some(id) = self.fork_head(&name)? {
+                out.push((name, id));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Resolve what the user typed: a ref name, a fork name (its head), a
+    /// full id, or a unique id prefix — in that order.
     pub fn resolve(&self, spec: &str) -> Result<ObjectId> {
         if let Some(id) = self.get_ref(spec)? {
+            return Ok(id);
+        }
+        if let Some(id) = self.fork_head(spec)? {
             return Ok(id);
         }
         let lower = spec.to_ascii_lowercase();

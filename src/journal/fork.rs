@@ -1,0 +1,665 @@
+//! The fork directory, its head, and the commit protocol.
+//!
+//! ```text
+//! STORE/forks/<name>/
+//!   fork.json        {"name", "base": <fork point id>, "created_ns"}   (never changes)
+//!   HEAD             {"checkpoint": <id>, "journal_from": <seq>}       (replaced atomically)
+//!   journal/<16 hex>.wal   segments >= journal_from, replayed in order onto HEAD's checkpoint
+//!   lock             flock(LOCK_EX|LOCK_NB) while the fork is open (mount or commit)
+//! ```
+//! A fork directory without HEAD is a creation that did not finish; it is
+//! not listed and its name stays taken (remove the directory to reuse it).
+//!
+//! **Commit** (`Fork::commit`): (1) under the state lock: rotate the journal
+//! to segment S+1 whose first record is the live inode map, and clone the
+//! state; (2) without the lock: fold the clone into objects and trees and
+//! write the checkpoint (parent = the head; objects synced first); (3) write
+//! HEAD `{new, journal_from: S+1}` durably; (4) under the lock again: point
+//! file pieces held in segments ≤ S at the new objects (rebase); (5) delete
+//! segments ≤ S. A crash before (3) leaves the old HEAD and all segments
+//! (replay checks the inode map it meets against the state); after (3) the
+//! new HEAD, whose replay starts at S+1 and rebinds inode numbers from the
+//! map; leftover segments < S+1 are deleted when the fork is next opened.
+
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use super::fold::fold;
+use super::io::{JournalIo, RealIo};
+use super::record::Record;
+use super::state::{Ctx, ForkState, Src, now_ns};
+use super::wal::{Wal, segment_name};
+use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
+use crate::store::{Checkpoint, ChunkCache, Kind, ObjectId, Source, Store};
+
+/// Decompressed base chunks kept for reads, per open fork.
+const CACHE_BYTES: usize = 64 << 20;
+
+/// `fork.json`: what a fork was made from. Never changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkInfo {
+    pub name: String,
+    /// The checkpoint the fork was made from.
+    pub base: ObjectId,
+    pub created_ns: i64,
+}
+
+/// `HEAD`: the fork's current checkpoint and the first journal segment to
+/// replay onto it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    pub checkpoint: ObjectId,
+    pub journal_from: u64,
+}
+
+/// What `statfs` reports for a fork mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    /// From the file system holding the store (where the journal grows).
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub blocks_avail: u64,
+    pub block_size: u32,
+    /// Inodes the fork knows now.
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u32,
+}
+
+/// Where fork `name` lives.
+pub fn fork_dir(store: &Store, name: &str) -> PathBuf {
+    store.forks_dir().join(name)
+}
+
+/// Steps of a commit, after which a crash test can stop it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommitStep {
+    Rotated,
+    Folded,
+    CheckpointWritten,
+    HeadMoved,
+    Rebased,
+}
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(io: &dyn JournalIo, path: &Path) -> Result<Option<T>> {
+    match io.read_file(path).map_err(io_at(path))? {
+        None => Ok(None),
+        Some(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| Error::Corrupt {
+                path: path.to_path_buf(),
+                detail: e.to_string(),
+            }),
+    }
+}
+
+fn write_json<T: Serialize>(io: &dyn JournalIo, path: &Path, v: &T) -> Result<()> {
+    let mut b = serde_json::to_vec_pretty(v).expect("serializes");
+    b.push(b'\n');
+    io.write_atomic(path, &b).map_err(io_at(path))
+}
+
+/// A fork's `fork.json`, or `None` when there is no such (complete) fork.
+pub fn read_fork_info(store: &Store, name: &str) -> Result<Option<ForkInfo>> {
+    if Store::check_name(name).is_err() {
+        return Ok(None);
+    }
+    let dir = fork_dir(store, name);
+    if read_json::<Head>(&RealIo, &dir.join("HEAD"))?.is_none() {
+        return Ok(None);
+    }
+    read_json(&RealIo, &dir.join("fork.json"))
+}
+
+/// The fork's history: its head, then parents (first parent only), down to
+/// and including the fork point.
+pub fn fork_log(store: &Store, name: &str) -> Result<Vec<(ObjectId, Checkpoint)>> {
+    let info = read_fork_info(store, name)?.ok_or_else(|| Error::NoFork(name.into()))?;
+    let mut id = store
+        .fork_head(name)?
+        .ok_or_else(|| Error::NoFork(name.into()))?;
+    let mut out = Vec::new();
+    loop {
+        let c = store.read_checkpoint(&id)?;
+        let next = c.parents.first().copied();
+        out.push((id, c));
+        match next {
+            Some(p) if id != info.base => id = p,
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// An open fork: the state, its journal and the lock. Every method is safe to
+/// call from many threads; state changes are atomic with respect to each
+/// other (one lock covers check, journal append and apply).
+pub struct Fork {
+    store: Arc<Store>,
+    io: Arc<dyn JournalIo>,
+    info: ForkInfo,
+    dir: PathBuf,
+    head: Mutex<Head>,
+    state: Mutex<ForkState>,
+    wal: Wal,
+    commit_lock: Mutex<()>,
+    cache: ChunkCache,
+    _lock: Box<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Fork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fork({})", self.info.name)
+    }
+}
+
+impl Fork {
+    /// Create fork `name` of checkpoint `base`: instant, copies nothing.
+    /// Fails with [`Error::NameTaken`] when a ref or fork has that name.
+    pub fn create(store: &Store, name: &str, base: &ObjectId) -> Result<ForkInfo> {
+        Self::create_with(store, Arc::new(RealIo), name, base)
+    }
+
+    /// [`Fork::create`] through a given I/O implementation (tests).
+    pub fn create_with(
+        store: &Store,
+        io: Arc<dyn JournalIo>,
+        name: &str,
+        base: &ObjectId,
+    ) -> Result<ForkInfo> {
+        Store::check_name(name)?;
+        if store.get_ref(name)?.is_some() {
+            return Err(Error::NameTaken(name.into()));
+        }
+        store.read_checkpoint(base)?;
+        let forks = store.forks_dir();
+        io.create_dir_all(&forks).map_err(io_at(&forks))?;
+        let dir = forks.join(name);
+        match io.create_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::NameTaken(name.into()));
+            }
+            r => r.map_err(io_at(&dir))?,
+        }
+        let info = ForkInfo {
+            name: name.into(),
+            base: *base,
+            created_ns: now_ns(),
+        };
+        write_json(&*io, &dir.join("fork.json"), &info)?;
+        let journal = dir.join("journal");
+        io.create_dir(&journal).map_err(io_at(&journal))?;
+        io.sync_dir(&dir).map_err(io_at(&dir))?;
+        // HEAD last: its presence makes the fork exist.
+        let head = Head {
+            checkpoint: *base,
+            journal_from: 0,
+        };
+        write_json(&*io, &dir.join("HEAD"), &head)?;
+        io.sync_dir(&forks).map_err(io_at(&forks))?;
+        Ok(info)
+    }
+
+    /// Open fork `name` for reading and writing: take its lock (a second
+    /// opener gets [`Error::Busy`]), drop a finished commit's leftover
+    /// segments, replay the journal onto the head (cutting a torn tail).
+    /// Used by the mount daemon and by an offline commit alike.
+    pub fn open(store: Arc<Store>, name: &str) -> Result<Fork> {
+        Self::open_with(store, Arc::new(RealIo), name)
+    }
+
+    /// [`Fork::open`] through a given I/O implementation (tests).
+    pub fn open_with(store: Arc<Store>, io: Arc<dyn JournalIo>, name: &str) -> Result<Fork> {
+        if Store::check_name(name).is_err() {
+            return Err(Error::NoFork(name.into()));
+        }
+        let dir = fork_dir(&store, name);
+        let head: Head =
+            read_json(&*io, &dir.join("HEAD"))?.ok_or_else(|| Error::NoFork(name.into()))?;
+        let lock_path = dir.join("lock");
+        let lock = io
+            .try_lock(&lock_path)
+            .map_err(io_at(&lock_path))?
+            .ok_or_else(|| Error::Busy(name.into()))?;
+        // Re-read under the lock: a commit may have moved it meanwhile.
+        let head: Head = read_json(&*io, &dir.join("HEAD"))?.unwrap_or(head);
+        let info: ForkInfo =
+            read_json(&*io, &dir.join("fork.json"))?.ok_or_else(|| Error::Corrupt {
+                path: dir.join("fork.json"),
+                detail: "missing".into(),
+            })?;
+        let ckpt = store.read_checkpoint(&head.checkpoint)?;
+        let root = store.root_entry(&ckpt)?;
+        let mut state = ForkState::new(&root);
+        state.replaying = true;
+        let journal = dir.join("journal");
+        let mut first = true;
+        let wal = Wal::open(io.clone(), &journal, head.journal_from, |rec, pos, plen| {
+            let at = || journal.join(segment_name(pos.seg));
+            if first && head.journal_from > 0 && !matches!(rec, Record::InodeMap(_)) {
+                return Err(Error::Corrupt {
+                    path: at(),
+                    detail: "a segment started by a commit must begin with an inode map".into(),
+                });
+            }
+            first = false;
+            state.apply(&store, &rec, pos, plen).map_err(|e| match e {
+                Error::Io { .. } | Error::Store(_) => e,
+                Error::Corrupt { detail, .. } => Error::Corrupt {
+                    path: at(),
+                    detail: format!("record at offset {}: {detail}", pos.offset),
+                },
+                other => Error::Corrupt {
+                    path: at(),
+                    detail: format!("record at offset {} does not apply: {other}", pos.offset),
+                },
+            })
+        })?;
+        state.finish_replay();
+        Ok(Fork {
+            store,
+            io,
+            info,
+            dir,
+            head: Mutex::new(head),
+            state: Mutex::new(state),
+            wal,
+            commit_lock: Mutex::new(()),
+            cache: ChunkCache::new(CACHE_BYTES),
+            _lock: lock,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    pub fn info(&self) -> &ForkInfo {
+        &self.info
+    }
+
+    /// The checkpoint the fork's journal applies to.
+    pub fn head(&self) -> ObjectId {
+        self.head.lock().checkpoint
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut ForkState, &Ctx<'_>) -> Result<T>) -> Result<T> {
+        let ctx = Ctx {
+            store: &self.store,
+            wal: &self.wal,
+        };
+        let mut st = self.state.lock();
+        f(&mut st, &ctx)
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    /// The entry `name` in directory `parent` ("." and ".." included).
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        self.with(|st, ctx| {
+            let ino = st.lookup(ctx, parent, name)?;
+            Ok(st.inode(ino)?.attr(ino))
+        })
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.with(|st, _| Ok(st.inode(ino)?.attr(ino)))
+    }
+
+    /// Directory `ino`'s parent and its entries in name order ("." and ".."
+    /// not included).
+    pub fn readdir(&self, ino: u64) -> Result<(u64, Vec<DirEntry>)> {
+        self.with(|st, ctx| st.readdir(ctx, ino))
+    }
+
+    /// Up to `size` bytes of file `ino` from `offset` (fewer at the end).
+    /// Base data is verified; journal data is read back from its segment.
+    /// The state lock is held only to find the pieces.
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        // Journal segments are resolved to open handles under the state lock,
+        // so a commit trimming them meanwhile cannot pull them away.
+        let plan = self.with(|st, _| {
+            let plan = st.plan_read(ino, offset, u64::from(size))?;
+            plan.into_iter()
+                .map(|(len, src)| {
+                    let file = match src {
+                        Some(Src::Journal { seg, .. }) => {
+                            Some(self.wal.file(seg).ok_or_else(|| Error::Corrupt {
+                                path: self.dir.join("journal").join(segment_name(seg)),
+                                detail: format!("inode {ino} has data in a segment that is gone"),
+                            })?)
+                        }
+                        _ => None,
+                    };
+                    Ok((len, src, file))
+                })
+                .collect::<Result<Vec<_>>>()
+        })?;
+        let mut out = Vec::with_capacity(plan.iter().map(|p| p.0 as usize).sum());
+        for (len, src, file) in plan {
+            let len = len as usize;
+            let at = out.len();
+            out.resize(at + len, 0);
+            match src {
+                None => {}
+                Some(Src::Journal { seg, off }) => {
+                    let file = file.expect("resolved above");
+                    file.read_at(&mut out[at..], off)
+                        .map_err(|source| Error::Io {
+                            path: self.dir.join("journal").join(segment_name(seg)),
+                            source,
+                        })?
+                }
+                Some(Src::Base { id, off }) => {
+                    let chunk = match self.cache.get(&id) {
+                        Some(c) => c,
+                        None => {
+                            let data =
+                                Arc::new(self.store.get_object(&id, &format!("fork inode {ino}"))?);
+                            self.cache.insert(id, data.clone());
+                            data
+                        }
+                    };
+                    let from = off as usize;
+                    let slice = chunk.get(from..from + len).ok_or_else(|| Error::Corrupt {
+                        path: self.dir.clone(),
+                        detail: format!("object {id} is shorter than its extent (inode {ino})"),
+                    })?;
+                    out[at..].copy_from_slice(slice);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        self.with(|st, _| match &st.inode(ino)?.data {
+            super::state::Data::Symlink(t) => Ok(t.clone()),
+            _ => Err(Error::Invalid("not a symlink")),
+        })
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        self.with(|st, _| {
+            st.inode(ino)?
+                .xattrs
+                .get(name)
+                .cloned()
+                .ok_or(Error::NoXattr)
+        })
+    }
+
+    /// Attribute names, sorted.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        self.with(|st, _| Ok(st.inode(ino)?.xattrs.keys().cloned().collect()))
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        let files = self.with(|st, _| Ok(st.inodes.len() as u64))?;
+        let path = std::ffi::CString::new(self.store.root().as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::Invalid("store path holds NUL"))?;
+        // SAFETY: statvfs fills the zeroed struct we pass; the path is a valid C string.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::statvfs(path.as_ptr(), &mut s) };
+        if r != 0 {
+            return Err(Error::Io {
+                path: self.store.root().to_path_buf(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(StatFs {
+            blocks: s.f_blocks as u64 * s.f_frsize as u64 / 4096,
+            blocks_free: s.f_bfree as u64 * s.f_frsize as u64 / 4096,
+            blocks_avail: s.f_bavail as u64 * s.f_frsize as u64 / 4096,
+            block_size: 4096,
+            files,
+            files_free: u64::from(u32::MAX),
+            name_max: super::NAME_MAX as u32,
+        })
+    }
+
+    // ---------------------------------------------------------------- writes
+
+    /// Create a regular file, fifo, socket or device node (mknod/create).
+    #[allow(clippy::too_many_arguments)] // mknod(2)'s arguments plus the owner
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u64,
+    ) -> Result<Attr> {
+        if matches!(kind, Kind::Dir | Kind::Symlink) {
+            return Err(Error::Invalid("mknod of a directory or symlink"));
+        }
+        self.with(|st, ctx| {
+            let ino = st.create(ctx, parent, name, kind, perm, uid, gid, rdev, None)?;
+            Ok(st.inode(ino)?.attr(ino))
+        })
+    }
+
+    /// Create a regular file and open it (one atomic step): O_CREAT|O_EXCL.
+    pub fn create_open(
+        &self,
+        parent: u64,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        self.with(|st, ctx| {
+            let ino = st.create(ctx, parent, name, Kind::File, perm, uid, gid, 0, None)?;
+            st.open(ino)?;
+            Ok(st.inode(ino)?.attr(ino))
+        })
+    }
+
+    /// mkdir: of callers racing for one name exactly one succeeds; the others get [`Error::Exists`].
+    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.with(|st, ctx| {
+            let ino = st.create(ctx, parent, name, Kind::Dir, perm, uid, gid, 0, None)?;
+            Ok(st.inode(ino)?.attr(ino))
+        })
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(Error::NotFound);
+        }
+        self.with(|st, ctx| {
+            let ino = st.create(
+                ctx,
+                parent,
+                name,
+                Kind::Symlink,
+                0o777,
+                uid,
+                gid,
+                0,
+                Some(target.to_vec()),
+            )?;
+            Ok(st.inode(ino)?.attr(ino))
+        })
+    }
+
+    /// A new name `new_name` in `new_parent` for inode `ino`.
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr> {
+        self.with(|st, ctx| {
+            st.link(ctx, ino, new_parent, new_name)?;
+            Ok(st.inode(ino)?.attr(ino))
+        })
+    }
+
+    /// unlink: an open file stays readable and writable through its handle
+    /// until [`Fork::release`].
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.with(|st, ctx| st.remove(ctx, parent, name, false))
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.with(|st, ctx| st.remove(ctx, parent, name, true))
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.with(|st, ctx| st.rename(ctx, parent, name, new_parent, new_name, mode))
+    }
+
+    /// Count an open handle of `ino` (files stay alive while open).
+    pub fn open_file(&self, ino: u64) -> Result<()> {
+        self.with(|st, _| st.open(ino))
+    }
+
+    /// The last handle of an unlinked file going frees it.
+    pub fn release(&self, ino: u64) {
+        self.state.lock().release(ino);
+    }
+
+    /// Write `data` at `offset`; returns the bytes written (all of them).
+    /// A write past the end leaves a hole.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.with(|st, ctx| st.write(ctx, ino, Some(offset), data))?;
+        Ok(data.len() as u32)
+    }
+
+    /// O_APPEND: write at the current end, atomically with respect to other
+    /// writers; returns the offset the data landed at.
+    pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
+        self.with(|st, ctx| st.write(ctx, ino, None, data))
+    }
+
+    /// chmod, chown, utimens and truncate in one atomic step; returns the new attributes.
+    pub fn setattr(&self, ino: u64, attrs: &SetAttr) -> Result<Attr> {
+        self.with(|st, ctx| {
+            st.setattr(ctx, ino, attrs)?;
+            Ok(st.inode(ino)?.attr(ino))
+        })
+    }
+
+    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: Fallocate) -> Result<()> {
+        self.with(|st, ctx| st.fallocate(ctx, ino, offset, len, mode))
+    }
+
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
+        self.with(|st, ctx| st.setxattr(ctx, ino, name, value, mode))
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.with(|st, ctx| st.removexattr(ctx, ino, name))
+    }
+
+    /// fsync, fdatasync and fsyncdir of anything in the fork: when this
+    /// returns, every change made before it was called survives a crash.
+    /// Concurrent callers share one fdatasync of the journal.
+    pub fn sync(&self) -> Result<()> {
+        self.wal.sync()
+    }
+
+    // ---------------------------------------------------------------- commit
+
+    /// Fold the journal into a new checkpoint (parent: the current head),
+    /// move the head to it and trim the journal; returns the new head. When
+    /// nothing changed, the head stays and is returned (the journal is still
+    /// trimmed of what it held). Writers are held up only while the journal
+    /// rotates and the state is cloned, and while folded data is rebased.
+    pub fn commit(&self, message: &str) -> Result<ObjectId> {
+        self.commit_until(message, None)
+    }
+
+    pub(crate) fn commit_until(&self, message: &str, stop: Option<CommitStep>) -> Result<ObjectId> {
+        let step = |s: CommitStep| -> Result<()> {
+            if stop == Some(s) {
+                Err(Error::Invalid("simulated crash"))
+            } else {
+                Ok(())
+            }
+        };
+        let _one = self.commit_lock.lock();
+        let head = *self.head.lock();
+        // (1) Rotate and snapshot under the state lock.
+        let (seg, mut snap) = {
+            let st = self.state.lock();
+            let map = Record::InodeMap(st.inode_map()).encode();
+            let seg = self.wal.rotate(&map)?;
+            (seg, st.clone())
+        };
+        step(CommitStep::Rotated)?;
+        // (2) Fold without it.
+        let folded = fold(&mut snap, &self.store, &self.wal, &head.checkpoint)?;
+        drop(snap);
+        step(CommitStep::Folded)?;
+        let parent = self.store.read_checkpoint(&head.checkpoint)?;
+        let new = if folded.root == parent.root {
+            head.checkpoint
+        } else {
+            let mut stats = folded.stats.clone();
+            stats.entries = 0;
+            let ckpt = Checkpoint {
+                version: 1,
+                root: folded.root,
+                parents: vec![head.checkpoint],
+                origin: parent.origin.clone(),
+                time_ns: now_ns(),
+                message: message.to_string(),
+                source: Source {
+                    kind: "commit".into(),
+                    path: None,
+                    host: parent.source.host.clone(),
+                    files: Vec::new(),
+                    sha256: None,
+                    stats: Some(stats),
+                },
+            };
+            // Syncs objects before publishing the record.
+            self.store.write_checkpoint(&ckpt)?
+        };
+        step(CommitStep::CheckpointWritten)?;
+        // (3) Move HEAD durably.
+        let new_head = Head {
+            checkpoint: new,
+            journal_from: seg,
+        };
+        write_json(&*self.io, &self.dir.join("HEAD"), &new_head)?;
+        *self.head.lock() = new_head;
+        step(CommitStep::HeadMoved)?;
+        // (4) Rebase, briefly under the state lock.
+        self.state
+            .lock()
+            .rebase(seg, &folded.extents, &folded.link_ids);
+        step(CommitStep::Rebased)?;
+        // (5) Trim.
+        self.wal.trim(seg)?;
+        Ok(new)
+    }
+}

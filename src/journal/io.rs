@@ -1,0 +1,442 @@
+//! The I/O the fork directory goes through: a small trait with the real
+//! implementation ([`RealIo`]) and a fault-injecting one for power-loss tests
+//! ([`FaultyIo`]).
+//!
+//! Everything in `STORE/forks/<name>/` (fork.json, HEAD, the journal segments
+//! and the lock) goes through [`JournalIo`]; objects and checkpoints go through
+//! the store, which makes them durable before a fork's HEAD names them.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// One open journal file. Offsets are explicit (pread/pwrite); the file
+/// position is never used, so one handle can be shared by threads.
+pub trait JournalFile: Send + Sync {
+    /// Write all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Fill `buf` from `offset`; reading past the end is an `UnexpectedEof` error.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    fn size(&self) -> io::Result<u64>;
+    /// fdatasync: every write completed before the call is durable when it returns.
+    fn sync_data(&self) -> io::Result<()>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+}
+
+/// The file-system operations a fork directory needs.
+pub trait JournalIo: Send + Sync {
+    /// Create one directory; `AlreadyExists` if it is there.
+    fn create_dir(&self, path: &Path) -> io::Result<()>;
+    /// Create a directory and its missing parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Open a file for reading and writing, creating it (empty) when `create`.
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn JournalFile>>;
+    /// The names in a directory.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// fsync a directory: names created or removed in it become durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Replace `path` with `data` atomically and durably (temp, fsync, rename, fsync dir).
+    fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()>;
+    /// A whole small file, or `None` when it does not exist.
+    fn read_file(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+    /// Take an exclusive lock on `path` (created if missing) without waiting;
+    /// `None` when someone else holds it. The lock lasts as long as the guard.
+    fn try_lock(&self, path: &Path) -> io::Result<Option<Box<dyn Any + Send + Sync>>>;
+}
+
+// ------------------------------------------------------------------ real
+
+/// The real file system (std + libc).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealIo;
+
+struct RealFile(File);
+
+impl JournalFile for RealFile {
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, offset)
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
+
+impl JournalIo for RealIo {
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn JournalFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        Ok(Arc::new(RealFile(f)))
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir)? {
+            if let Some(n) = e?.file_name().to_str() {
+                out.push(n.to_string());
+            }
+        }
+        Ok(out)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        crate::store::fsync_dir(dir)
+    }
+    fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        crate::store::write_file(path, data, 0o644, true)
+    }
+    fn read_file(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+    fn try_lock(&self, path: &Path) -> io::Result<Option<Box<dyn Any + Send + Sync>>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        // SAFETY: flock on an fd we own; no memory is involved.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            // Closing the fd (dropping the guard) releases the lock.
+            return Ok(Some(Box::new(f)));
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Ok(None)
+        } else {
+            Err(e)
+        }
+    }
+}
+
+// ------------------------------------------------------------------ faulty
+
+/// An in-memory file system that models what survives a crash.
+///
+/// Each file has a *volatile* image (what reads see) and a *durable* image
+/// (what a crash leaves): `sync_data` copies the first to the second. Names
+/// are durable only once their directory is synced (`sync_dir`), except
+/// `write_atomic`, which is durable when it returns. [`FaultyIo::crash`]
+/// reverts every name and file to its durable state; open handles from before
+/// the crash keep working on the images they had, as the old process would
+/// (tests drop them). [`FaultyIo::fail_write_after`] makes a later write fail
+/// with EIO, optionally after writing only a prefix (a torn write).
+#[derive(Clone, Default)]
+pub struct FaultyIo {
+    inner: Arc<Mutex<Faulty>>,
+}
+
+#[derive(Default)]
+struct Faulty {
+    /// Visible names -> file.
+    names: BTreeMap<PathBuf, Arc<FaultyFile>>,
+    /// Names a crash keeps.
+    durable_names: BTreeMap<PathBuf, Arc<FaultyFile>>,
+    dirs: HashSet<PathBuf>,
+    durable_dirs: HashSet<PathBuf>,
+    locks: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Writes left before the failing one (`None`: never fail).
+    fail_after: Option<u64>,
+    /// How many bytes of the failing write land (a torn write).
+    torn_prefix: usize,
+    writes: u64,
+}
+
+struct FaultyFile {
+    io: std::sync::Weak<Mutex<Faulty>>,
+    data: Mutex<Images>,
+}
+
+#[derive(Clone, Default)]
+struct Images {
+    volatile: Vec<u8>,
+    durable: Vec<u8>,
+}
+
+impl FaultyIo {
+    pub fn new() -> FaultyIo {
+        FaultyIo::default()
+    }
+
+    /// Simulate a power loss: forget every name whose directory was not
+    /// synced and every byte that was not `sync_data`ed.
+    pub fn crash(&self) {
+        let mut g = self.inner.lock();
+        g.names = g.durable_names.clone();
+        g.dirs = g.durable_dirs.clone();
+        g.locks.lock().clear();
+        for f in g.names.values() {
+            let mut d = f.data.lock();
+            d.volatile = d.durable.clone();
+        }
+        // Files are shared with pre-crash handles: give surviving names fresh
+        // file objects so old handles cannot write into the new "boot".
+        let fresh: BTreeMap<PathBuf, Arc<FaultyFile>> = g
+            .names
+            .iter()
+            .map(|(p, f)| {
+                let d = f.data.lock().clone();
+                (
+                    p.clone(),
+                    Arc::new(FaultyFile {
+                        io: Arc::downgrade(&self.inner),
+                        data: Mutex::new(d),
+                    }),
+                )
+            })
+            .collect();
+        g.names = fresh.clone();
+        g.durable_names = fresh;
+        g.fail_after = None;
+    }
+
+    /// The `n`-th write from now (0 = the next one) fails with EIO after
+    /// writing `torn_prefix` bytes of it; later writes succeed again.
+    pub fn fail_write_after(&self, n: u64, torn_prefix: usize) {
+        let mut g = self.inner.lock();
+        g.fail_after = Some(n);
+        g.torn_prefix = torn_prefix;
+    }
+
+    /// Writes (write_at calls) so far.
+    pub fn writes(&self) -> u64 {
+        self.inner.lock().writes
+    }
+
+    /// The visible bytes of a file, for tests that damage a journal.
+    pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let g = self.inner.lock();
+        g.names.get(path).map(|f| f.data.lock().volatile.clone())
+    }
+
+    /// Replace a file's bytes, durably (to simulate damage on disk).
+    pub fn set_contents(&self, path: &Path, bytes: Vec<u8>) {
+        let g = self.inner.lock();
+        if let Some(f) = g.names.get(path) {
+            let mut d = f.data.lock();
+            d.volatile = bytes.clone();
+            d.durable = bytes;
+        }
+    }
+
+    fn new_file(&self, data: Vec<u8>, durable: Vec<u8>) -> Arc<FaultyFile> {
+        Arc::new(FaultyFile {
+            io: Arc::downgrade(&self.inner),
+            data: Mutex::new(Images {
+                volatile: data,
+                durable,
+            }),
+        })
+    }
+
+    fn parent_exists(g: &Faulty, path: &Path) -> io::Result<()> {
+        match path.parent() {
+            Some(p) if !g.dirs.contains(p) => Err(io::Error::from(ErrorKind::NotFound)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl JournalFile for FaultyFile {
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut n = buf.len();
+        let mut fail = false;
+        if let Some(io) = self.io.upgrade() {
+            let mut g = io.lock();
+            g.writes += 1;
+            if let Some(left) = g.fail_after {
+                if left == 0 {
+                    g.fail_after = None;
+                    n = g.torn_prefix.min(buf.len());
+                    fail = true;
+                } else {
+                    g.fail_after = Some(left - 1);
+                }
+            }
+        }
+        let mut d = self.data.lock();
+        let end = offset as usize + n;
+        if d.volatile.len() < end {
+            d.volatile.resize(end, 0);
+        }
+        d.volatile[offset as usize..end].copy_from_slice(&buf[..n]);
+        if fail {
+            Err(io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            Ok(())
+        }
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let d = self.data.lock();
+        let start =
+            usize::try_from(offset).map_err(|_| io::Error::from(ErrorKind::UnexpectedEof))?;
+        let end = start
+            .checked_add(buf.len())
+            .filter(|&e| e <= d.volatile.len())
+            .ok_or_else(|| io::Error::from(ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(&d.volatile[start..end]);
+        Ok(())
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.data.lock().volatile.len() as u64)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        let mut d = self.data.lock();
+        d.durable = d.volatile.clone();
+        Ok(())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.data.lock().volatile.resize(len as usize, 0);
+        Ok(())
+    }
+}
+
+struct FaultyLock {
+    set: Arc<Mutex<HashSet<PathBuf>>>,
+    path: PathBuf,
+}
+
+impl Drop for FaultyLock {
+    fn drop(&mut self) {
+        self.set.lock().remove(&self.path);
+    }
+}
+
+impl JournalIo for FaultyIo {
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        Self::parent_exists(&g, path)?;
+        if !g.dirs.insert(path.to_path_buf()) {
+            return Err(io::Error::from(ErrorKind::AlreadyExists));
+        }
+        Ok(())
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        // Directories made with create_dir_all are treated as durable at once
+        // (the store's own directories exist before any fork does).
+        for a in path.ancestors() {
+            g.dirs.insert(a.to_path_buf());
+            g.durable_dirs.insert(a.to_path_buf());
+        }
+        Ok(())
+    }
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn JournalFile>> {
+        let g = self.inner.lock();
+        if let Some(f) = g.names.get(path) {
+            return Ok(f.clone());
+        }
+        if !create {
+            return Err(io::Error::from(ErrorKind::NotFound));
+        }
+        Self::parent_exists(&g, path)?;
+        drop(g);
+        let f = self.new_file(Vec::new(), Vec::new());
+        let mut g = self.inner.lock();
+        g.names.insert(path.to_path_buf(), f.clone());
+        Ok(f)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let g = self.inner.lock();
+        if !g.dirs.contains(dir) {
+            return Err(io::Error::from(ErrorKind::NotFound));
+        }
+        let files = g.names.keys();
+        let dirs = g.dirs.iter();
+        Ok(files
+            .chain(dirs)
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect())
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        g.names
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| io::Error::from(ErrorKind::NotFound))
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        let g = &mut *g;
+        g.durable_names.retain(|p, _| p.parent() != Some(dir));
+        for (p, f) in &g.names {
+            if p.parent() == Some(dir) {
+                g.durable_names.insert(p.clone(), f.clone());
+            }
+        }
+        g.durable_dirs.retain(|p| p.parent() != Some(dir));
+        for p in &g.dirs {
+            if p.parent() == Some(dir) {
+                g.durable_dirs.insert(p.clone());
+            }
+        }
+        Ok(())
+    }
+    fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        Self::parent_exists(&g, path)?;
+        let f = Arc::new(FaultyFile {
+            io: Arc::downgrade(&self.inner),
+            data: Mutex::new(Images {
+                volatile: data.to_vec(),
+                durable: data.to_vec(),
+            }),
+        });
+        g.names.insert(path.to_path_buf(), f.clone());
+        g.durable_names.insert(path.to_path_buf(), f);
+        // The rename's directory is synced: the parent dir itself must survive.
+        if let Some(p) = path.parent() {
+            g.durable_dirs.insert(p.to_path_buf());
+        }
+        Ok(())
+    }
+    fn read_file(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.contents(path))
+    }
+    fn try_lock(&self, path: &Path) -> io::Result<Option<Box<dyn Any + Send + Sync>>> {
+        let set = self.inner.lock().locks.clone();
+        if !set.lock().insert(path.to_path_buf()) {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(FaultyLock {
+            set,
+            path: path.to_path_buf(),
+        })))
+    }
+}

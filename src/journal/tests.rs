@@ -1,0 +1,1170 @@
+//! Tests of the journal layer (no FUSE): record codec, WAL recovery, POSIX
+//! semantics of fork operations, concurrency, replay equivalence, power loss
+//! (with `FaultyIo`) during writes and at every commit step, and fold.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::sync::{Arc, Barrier};
+
+use super::fork::CommitStep;
+use super::record::{InodeMap, Record};
+use super::*;
+use crate::ingest::{self, SnapshotOptions};
+use crate::store::{Checkpoint, ObjectId, Source, Store};
+
+// ------------------------------------------------------------------ helpers
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    store: Arc<Store>,
+    io: FaultyIo,
+    base: ObjectId,
+}
+
+/// Deterministic pseudo-random numbers (xorshift64*).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A store with a checkpoint of a small tree: files, a deep directory, a
+/// 3 MiB file, hardlinks, a symlink, an empty directory.
+fn env() -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(src.join("dir/sub/deeper")).unwrap();
+    fs::create_dir_all(src.join("other/x")).unwrap();
+    fs::create_dir_all(src.join("empty")).unwrap();
+    fs::write(src.join("hello.txt"), b"hello\n").unwrap();
+    fs::write(src.join("dir/sub/deeper/deep.txt"), b"deep data\n").unwrap();
+    fs::write(src.join("dir/a.txt"), b"a").unwrap();
+    fs::write(src.join("other/x/y.txt"), b"unchanged").unwrap();
+    let mut rng = Rng(7);
+    fs::write(src.join("big.bin"), rng.bytes(3 << 20)).unwrap();
+    fs::write(src.join("link1"), b"linked").unwrap();
+    fs::hard_link(src.join("link1"), src.join("dir/link2")).unwrap();
+    std::os::unix::fs::symlink("hello.txt", src.join("sym")).unwrap();
+    let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
+    let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
+    let base = store
+        .write_checkpoint(&Checkpoint {
+            version: 1,
+            root: snap.root,
+            parents: vec![],
+            origin: Some("/srv/test".into()),
+            time_ns: 1,
+            message: "base".into(),
+            source: Source {
+                kind: "snapshot".into(),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+    Env {
+        _tmp: tmp,
+        store,
+        io: FaultyIo::new(),
+        base,
+    }
+}
+
+impl Env {
+    fn create(&self, name: &str) {
+        Fork::create_with(&self.store, Arc::new(self.io.clone()), name, &self.base).unwrap();
+    }
+    fn open(&self, name: &str) -> Fork {
+        Fork::open_with(self.store.clone(), Arc::new(self.io.clone()), name).unwrap()
+    }
+    fn fork(&self) -> Fork {
+        self.create("f");
+        self.open("f")
+    }
+}
+
+/// The inode at a slash-separated path.
+fn ino(f: &Fork, path: &str) -> u64 {
+    let mut cur = ROOT_INO;
+    for c in path.split('/').filter(|c| !c.is_empty()) {
+        cur = f.lookup(cur, c.as_bytes()).unwrap().ino;
+    }
+    cur
+}
+
+/// (parent inode, last name) of a path.
+fn parent(f: &Fork, path: &str) -> (u64, Vec<u8>) {
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    (ino(f, dir), name.as_bytes().to_vec())
+}
+
+fn read_all(f: &Fork, ino: u64) -> Vec<u8> {
+    let size = f.getattr(ino).unwrap().size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        let part = f.read(ino, out.len() as u64, 1 << 20).unwrap();
+        assert!(!part.is_empty());
+        out.extend_from_slice(&part);
+    }
+    out
+}
+
+fn write_path(f: &Fork, path: &str, off: u64, data: &[u8]) {
+    f.write(ino(f, path), off, data).unwrap();
+}
+
+fn cat(f: &Fork, path: &str) -> Vec<u8> {
+    read_all(f, ino(f, path))
+}
+
+/// Everything a user can see in the fork, by path (inode numbers and atime
+/// left out): the canonical dump compared across replays and crashes.
+fn dump(f: &Fork) -> BTreeMap<String, String> {
+    dump_with(f, true)
+}
+
+/// [`dump`] with or without mtime and ctime (runs at different times differ there).
+fn dump_with(f: &Fork, times: bool) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((dir, path)) = stack.pop() {
+        let (_, list) = f.readdir(dir).unwrap();
+        for e in list {
+            let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+            let a = f.getattr(e.ino).unwrap();
+            let content = match a.kind {
+                Kind::File => {
+                    let d = read_all(f, e.ino);
+                    format!("{} bytes sha {}", d.len(), &ObjectId::of(&d).to_hex()[..16])
+                }
+                Kind::Symlink => String::from_utf8_lossy(&f.readlink(e.ino).unwrap()).into(),
+                Kind::Dir => {
+                    stack.push((e.ino, p.clone()));
+                    String::new()
+                }
+                _ => format!("rdev {}", a.rdev),
+            };
+            let xattrs: Vec<String> = f
+                .listxattr(e.ino)
+                .unwrap()
+                .into_iter()
+                .map(|n| {
+                    let v = f.getxattr(e.ino, &n).unwrap();
+                    format!("{}={:?}", String::from_utf8_lossy(&n), v)
+                })
+                .collect();
+            let t = if times {
+                format!("mtime {} ctime {}", a.mtime_ns, a.ctime_ns)
+            } else {
+                String::new()
+            };
+            out.insert(
+                p,
+                format!(
+                    "{:?} {:o} {}:{} nlink {} {t} size {} {content} {xattrs:?}",
+                    a.kind, a.perm, a.uid, a.gid, a.nlink, a.size
+                ),
+            );
+        }
+    }
+    out
+}
+
+fn journal_dir(env: &Env, name: &str) -> std::path::PathBuf {
+    fork_dir(&env.store, name).join("journal")
+}
+
+// ------------------------------------------------------------------ records
+
+fn sample_records() -> Vec<Record> {
+    vec![
+        Record::LoadDir {
+            dir: 1,
+            first_ino: 2,
+        },
+        Record::Create {
+            parent: 1,
+            name: b"n\xff".to_vec(),
+            ino: 9,
+            kind: Kind::Symlink,
+            perm: 0o777,
+            uid: 1,
+            gid: 2,
+            rdev: 3,
+            time_ns: -4,
+            target: Some(b"t".to_vec()),
+        },
+        Record::Create {
+            parent: 1,
+            name: b"f".to_vec(),
+            ino: 10,
+            kind: Kind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            time_ns: 5,
+            target: None,
+        },
+        Record::Link {
+            ino: 9,
+            parent: 1,
+            name: b"l".to_vec(),
+            time_ns: 6,
+        },
+        Record::Unlink {
+            parent: 1,
+            name: b"l".to_vec(),
+            time_ns: 7,
+        },
+        Record::Rename {
+            parent: 1,
+            name: b"a".to_vec(),
+            new_parent: 2,
+            new_name: b"b".to_vec(),
+            flags: 2,
+            time_ns: 8,
+        },
+        Record::Write {
+            ino: 10,
+            offset: 1 << 40,
+            time_ns: 9,
+            data: vec![1, 2, 3],
+        },
+        Record::Truncate {
+            ino: 10,
+            size: 0,
+            time_ns: 10,
+        },
+        Record::PunchHole {
+            ino: 10,
+            offset: 3,
+            len: 4,
+            time_ns: 11,
+        },
+        Record::SetAttr {
+            ino: 10,
+            perm: Some(0o4755),
+            uid: None,
+            gid: Some(5),
+            atime: None,
+            mtime: Some(-1),
+            ctime: 12,
+        },
+        Record::SetXattr {
+            ino: 10,
+            name: b"user.k".to_vec(),
+            value: vec![0; 3],
+            flags: 1,
+            time_ns: 13,
+        },
+        Record::RemoveXattr {
+            ino: 10,
+            name: b"user.k".to_vec(),
+            time_ns: 14,
+        },
+        Record::InodeMap(InodeMap {
+            next_ino: 11,
+            dirs: vec![(1, vec![(b"a".to_vec(), 2), (b"b".to_vec(), 3)])],
+            links: vec![(1, 2)],
+            orphans: vec![10],
+        }),
+    ]
+}
+
+#[test]
+fn records_round_trip_and_hostile_bytes_never_panic() {
+    for r in sample_records() {
+        let enc = r.encode();
+        assert_eq!(Record::decode(&enc).as_ref(), Some(&r));
+        for cut in 0..enc.len() {
+            assert_eq!(Record::decode(&enc[..cut]), None, "{r:?} cut at {cut}");
+        }
+        let mut extra = enc.clone();
+        extra.push(0);
+        assert_eq!(Record::decode(&extra), None);
+    }
+    let mut rng = Rng(99);
+    for _ in 0..20_000 {
+        let n = rng.below(64) as usize;
+        let mut b = rng.bytes(n);
+        if !b.is_empty() {
+            b[0] = (rng.below(14)) as u8;
+        }
+        let _ = Record::decode(&b);
+    }
+    // Huge counts are refused, not allocated.
+    let mut m = vec![12u8, 1];
+    m.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+    assert_eq!(Record::decode(&m), None);
+}
+
+// ------------------------------------------------------------------ WAL
+
+fn damage_last_frame(env: &Env, how: impl Fn(&mut Vec<u8>, usize)) {
+    let dir = journal_dir(env, "f");
+    let seg = dir.join(wal::segment_name(0));
+    let mut bytes = env.io.contents(&seg).unwrap();
+    // Find the start of the last frame by walking the frames.
+    let mut pos = wal::SEGMENT_HEADER as usize;
+    let mut last = pos;
+    while pos < bytes.len() {
+        last = pos;
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += 8 + len;
+    }
+    how(&mut bytes, last);
+    env.io.set_contents(&seg, bytes);
+}
+
+#[test]
+fn torn_tail_is_dropped_and_the_journal_reopens_and_appends() {
+    type Damage = Box<dyn Fn(&mut Vec<u8>, usize)>;
+    let cases: Vec<(&str, Damage)> = vec![
+        ("cut mid-frame", Box::new(|b, last| b.truncate(last + 11))),
+        ("cut mid-header", Box::new(|b, last| b.truncate(last + 3))),
+        (
+            "flipped byte",
+            Box::new(|b, _| {
+                let n = b.len();
+                b[n - 2] ^= 0x40
+            }),
+        ),
+        (
+            "zeros after",
+            Box::new(|b, _| b.extend_from_slice(&[0; 100])),
+        ),
+    ];
+    for (what, how) in cases {
+        let env = env();
+        let f = env.fork();
+        let h = ino(&f, "hello.txt");
+        f.write(h, 0, b"HELLO").unwrap();
+        f.write(h, 6, b"second").unwrap();
+        f.sync().unwrap();
+        drop(f);
+        damage_last_frame(&env, how);
+        let f = env.open("f");
+        let want: &[u8] = if what == "zeros after" {
+            b"HELLO\nsecond"
+        } else {
+            b"HELLO\n"
+        };
+        assert_eq!(cat(&f, "hello.txt"), want, "{what}");
+        f.write(h, 0, b"after").unwrap();
+        f.sync().unwrap();
+        drop(f);
+        let f = env.open("f");
+        assert_eq!(&cat(&f, "hello.txt")[..5], b"after", "{what}");
+    }
+}
+
+#[test]
+fn second_open_is_busy_and_real_io_round_trips() {
+    let env = env();
+    Fork::create(&env.store, "real", &env.base).unwrap();
+    let f = Fork::open(env.store.clone(), "real").unwrap();
+    assert!(matches!(
+        Fork::open(env.store.clone(), "real"),
+        Err(Error::Busy(n)) if n == "real"
+    ));
+    let h = ino(&f, "hello.txt");
+    f.write(h, 100, b"far").unwrap();
+    f.sync().unwrap();
+    let before = dump(&f);
+    drop(f);
+    let f = Fork::open(env.store.clone(), "real").unwrap();
+    assert_eq!(dump(&f), before);
+    // Fork names resolve to the head, after refs.
+    assert_eq!(env.store.resolve("real").unwrap(), env.base);
+    assert_eq!(
+        env.store.list_forks().unwrap(),
+        vec![("real".into(), env.base)]
+    );
+    let new = f.commit("c1").unwrap();
+    assert_ne!(new, env.base);
+    assert_eq!(env.store.resolve("real").unwrap(), new);
+    let log = fork_log(&env.store, "real").unwrap();
+    assert_eq!(
+        log.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![new, env.base]
+    );
+    assert_eq!(log[0].1.source.kind, "commit");
+    assert_eq!(log[0].1.origin.as_deref(), Some("/srv/test"));
+    // Clashes.
+    env.store.set_ref("r", &env.base).unwrap();
+    assert!(matches!(
+        Fork::create(&env.store, "r", &env.base),
+        Err(Error::NameTaken(_))
+    ));
+    assert!(matches!(
+        Fork::create(&env.store, "real", &env.base),
+        Err(Error::NameTaken(_))
+    ));
+    assert!(matches!(
+        Fork::create(&env.store, "..", &env.base),
+        Err(Error::Store(_))
+    ));
+    assert!(matches!(
+        Fork::open(env.store.clone(), "nope"),
+        Err(Error::NoFork(_))
+    ));
+}
+
+// ------------------------------------------------------------------ semantics
+
+#[test]
+fn posix_semantics() {
+    let env = env();
+    let f = env.fork();
+    let root = ROOT_INO;
+    // Create, write at offsets, sparse write, read back.
+    let a = f.create_open(root, b"new", 0o640, 1, 2).unwrap();
+    assert_eq!(
+        (a.kind, a.perm, a.uid, a.gid, a.size),
+        (Kind::File, 0o640, 1, 2, 0)
+    );
+    f.write(a.ino, 0, b"abc").unwrap();
+    f.write(a.ino, 1, b"XY").unwrap();
+    assert_eq!(read_all(&f, a.ino), b"aXY");
+    f.write(a.ino, 1 << 30, b"end").unwrap();
+    let at = f.getattr(a.ino).unwrap();
+    assert_eq!(at.size, (1 << 30) + 3);
+    assert_eq!(at.blocks, 1, "a far write leaves a hole, not stored zeros");
+    assert_eq!(f.read(a.ino, 4096, 4).unwrap(), vec![0; 4]);
+    assert_eq!(f.read(a.ino, 1 << 30, 100).unwrap(), b"end");
+    // Truncate shrink and grow; punch hole; fallocate extend.
+    f.setattr(
+        a.ino,
+        &SetAttr {
+            size: Some(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    f.setattr(
+        a.ino,
+        &SetAttr {
+            size: Some(5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(read_all(&f, a.ino), b"aX\0\0\0");
+    f.write(a.ino, 0, b"12345678").unwrap();
+    f.fallocate(a.ino, 2, 3, Fallocate::PunchHole).unwrap();
+    assert_eq!(read_all(&f, a.ino), b"12\x00\x00\x00678");
+    f.fallocate(a.ino, 0, 20, Fallocate::Extend).unwrap();
+    assert_eq!(f.getattr(a.ino).unwrap().size, 20);
+    f.fallocate(a.ino, 0, 40, Fallocate::KeepSize).unwrap();
+    assert_eq!(f.getattr(a.ino).unwrap().size, 20);
+    // Base file edited in the middle.
+    let h = ino(&f, "hello.txt");
+    f.write(h, 1, b"E").unwrap();
+    assert_eq!(read_all(&f, h), b"hEllo\n");
+    // Appends.
+    assert_eq!(f.append(h, b"more").unwrap(), 6);
+    assert_eq!(read_all(&f, h), b"hEllo\nmore");
+
+    // mkdir, EEXIST, rmdir ENOTEMPTY, unlink/rmdir kinds.
+    let d = f.mkdir(root, b"d", 0o755, 0, 0).unwrap();
+    assert!(matches!(
+        f.mkdir(root, b"d", 0o755, 0, 0),
+        Err(Error::Exists)
+    ));
+    let root_links = f.getattr(root).unwrap().nlink;
+    f.mknod(d.ino, b"in", Kind::File, 0o600, 0, 0, 0).unwrap();
+    assert!(matches!(f.rmdir(root, b"d"), Err(Error::NotEmpty)));
+    assert!(matches!(f.unlink(root, b"d"), Err(Error::IsDir)));
+    assert!(matches!(f.rmdir(d.ino, b"in"), Err(Error::NotDir)));
+    assert!(
+        matches!(f.rmdir(root, b"dir"), Err(Error::NotEmpty)),
+        "base dir, unloaded"
+    );
+    f.unlink(d.ino, b"in").unwrap();
+    f.rmdir(root, b"d").unwrap();
+    assert_eq!(f.getattr(root).unwrap().nlink, root_links - 1);
+    assert!(matches!(f.lookup(root, b"d"), Err(Error::NotFound)));
+    assert!(matches!(f.lookup(root, &[b'x'; 256]), Err(Error::NotFound)));
+    assert!(matches!(
+        f.mkdir(root, &[b'x'; 256], 0, 0, 0),
+        Err(Error::NameTooLong)
+    ));
+    assert!(matches!(
+        f.mkdir(root, b"a/b", 0, 0, 0),
+        Err(Error::Invalid(_))
+    ));
+
+    // Rename over an existing file, NOREPLACE, EXCHANGE, into itself.
+    f.rename(root, b"new", root, b"hello.txt", RenameMode::Replace)
+        .unwrap();
+    assert_eq!(ino(&f, "hello.txt"), a.ino);
+    assert!(matches!(f.lookup(root, b"new"), Err(Error::NotFound)));
+    assert!(matches!(
+        f.rename(root, b"hello.txt", root, b"sym", RenameMode::NoReplace),
+        Err(Error::Exists)
+    ));
+    let sym = ino(&f, "sym");
+    f.rename(root, b"hello.txt", root, b"sym", RenameMode::Exchange)
+        .unwrap();
+    assert_eq!((ino(&f, "sym"), ino(&f, "hello.txt")), (a.ino, sym));
+    let dir = ino(&f, "dir");
+    let sub = ino(&f, "dir/sub");
+    assert!(matches!(
+        f.rename(root, b"dir", sub, b"loop", RenameMode::Replace),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        f.rename(root, b"sym", root, b"dir", RenameMode::Replace),
+        Err(Error::IsDir)
+    ));
+    assert!(matches!(
+        f.rename(root, b"dir", root, b"sym", RenameMode::Replace),
+        Err(Error::NotDir)
+    ));
+    assert!(matches!(
+        f.rename(root, b"empty", root, b"dir", RenameMode::Replace),
+        Err(Error::NotEmpty)
+    ));
+    f.rename(root, b"empty", dir, b"moved", RenameMode::Replace)
+        .unwrap();
+    assert_eq!(f.lookup(dir, b"moved").unwrap().kind, Kind::Dir);
+    assert_eq!(f.readdir(ino(&f, "dir/moved")).unwrap().0, dir);
+
+    // Hardlinks: base group shares an inode; new links count.
+    let l1 = ino(&f, "link1");
+    assert_eq!(ino(&f, "dir/link2"), l1);
+    assert_eq!(f.getattr(l1).unwrap().nlink, 2);
+    f.link(l1, root, b"link3").unwrap();
+    assert_eq!(f.getattr(l1).unwrap().nlink, 3);
+    f.write(ino(&f, "link3"), 0, b"L").unwrap();
+    assert_eq!(cat(&f, "dir/link2"), b"Linked");
+    assert!(matches!(f.link(dir, root, b"dl"), Err(Error::Perm)));
+    f.unlink(root, b"link1").unwrap();
+    assert_eq!(f.getattr(l1).unwrap().nlink, 2);
+
+    // Unlink of an open file: readable and writable until released.
+    let o = ino(&f, "other/x/y.txt");
+    f.open_file(o).unwrap();
+    f.unlink(ino(&f, "other/x"), b"y.txt").unwrap();
+    assert_eq!(read_all(&f, o), b"unchanged");
+    f.write(o, 0, b"U").unwrap();
+    assert_eq!(read_all(&f, o), b"Unchanged");
+    assert_eq!(f.getattr(o).unwrap().nlink, 0);
+    f.release(o);
+    assert!(matches!(f.getattr(o), Err(Error::NotFound)));
+
+    // Symlinks, specials, metadata, xattrs.
+    let s = f.symlink(root, b"s2", b"/abs/target", 5, 6).unwrap();
+    assert_eq!(f.readlink(s.ino).unwrap(), b"/abs/target");
+    assert!(matches!(f.readlink(dir), Err(Error::Invalid(_))));
+    let fifo = f.mknod(root, b"fifo", Kind::Fifo, 0o600, 0, 0, 0).unwrap();
+    assert_eq!(fifo.kind, Kind::Fifo);
+    // The old hello.txt inode went when "new" replaced it.
+    assert!(matches!(f.getattr(h), Err(Error::NotFound)));
+    let h = a.ino;
+    let t = f
+        .setattr(
+            h,
+            &SetAttr {
+                perm: Some(0o4711),
+                uid: Some(7),
+                gid: Some(8),
+                mtime: Some(Time::At(42)),
+                atime: Some(Time::At(41)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (t.perm, t.uid, t.gid, t.mtime_ns, t.atime_ns),
+        (0o4711, 7, 8, 42, 41)
+    );
+    assert!(matches!(f.getxattr(h, b"user.a"), Err(Error::NoXattr)));
+    assert!(matches!(
+        f.setxattr(h, b"user.a", b"1", XattrMode::Replace),
+        Err(Error::NoXattr)
+    ));
+    f.setxattr(h, b"user.a", b"1", XattrMode::Create).unwrap();
+    assert!(matches!(
+        f.setxattr(h, b"user.a", b"2", XattrMode::Create),
+        Err(Error::XattrExists)
+    ));
+    f.setxattr(h, b"user.a", b"2", XattrMode::Replace).unwrap();
+    f.setxattr(h, b"user.b", b"", XattrMode::Any).unwrap();
+    assert_eq!(f.getxattr(h, b"user.a").unwrap(), b"2");
+    assert_eq!(
+        f.listxattr(h).unwrap(),
+        vec![b"user.a".to_vec(), b"user.b".to_vec()]
+    );
+    f.removexattr(h, b"user.a").unwrap();
+    assert!(matches!(f.removexattr(h, b"user.a"), Err(Error::NoXattr)));
+    assert!(matches!(
+        f.setxattr(h, b"user.big", &vec![0; XATTR_SIZE_MAX + 1], XattrMode::Any),
+        Err(Error::TooBig)
+    ));
+    assert!(matches!(
+        f.write(h, MAX_FILE_SIZE, b"x"),
+        Err(Error::FileTooLarge)
+    ));
+    let st = f.statfs().unwrap();
+    assert!(st.files > 10 && st.name_max == 255);
+
+    // Everything replays to the same state.
+    f.sync().unwrap();
+    let before = dump(&f);
+    drop(f);
+    assert_eq!(dump(&env.open("f")), before);
+}
+
+#[test]
+fn mkdir_race_has_exactly_one_winner() {
+    let env = env();
+    let f = Arc::new(env.fork());
+    for round in 0..20 {
+        let name = format!("lock{round}");
+        let n = 8;
+        let barrier = Arc::new(Barrier::new(n));
+        let wins: usize = (0..n)
+            .map(|_| {
+                let (f, b, name) = (f.clone(), barrier.clone(), name.clone());
+                std::thread::spawn(move || {
+                    b.wait();
+                    match f.mkdir(ROOT_INO, name.as_bytes(), 0o700, 0, 0) {
+                        Ok(_) => 1,
+                        Err(Error::Exists) => 0,
+                        Err(e) => panic!("{e}"),
+                    }
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .sum();
+        assert_eq!(wins, 1, "round {round}");
+    }
+}
+
+#[test]
+fn concurrent_appends_all_land_without_overlap() {
+    let env = env();
+    let f = Arc::new(env.fork());
+    let log = f.create_open(ROOT_INO, b"log", 0o644, 0, 0).unwrap().ino;
+    let threads: Vec<_> = (0..2u8)
+        .map(|t| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                for i in 0..500u32 {
+                    let line = format!("{t}:{i:04}\n");
+                    f.append(log, line.as_bytes()).unwrap();
+                    if i % 50 == 0 {
+                        f.sync().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let data = read_all(&f, log);
+    assert_eq!(data.len(), 2 * 500 * 7);
+    let lines: Vec<&[u8]> = data
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 1000);
+    for t in 0..2 {
+        let mine: Vec<u32> = lines
+            .iter()
+            .filter(|l| l[0] == b'0' + t)
+            .map(|l| std::str::from_utf8(&l[2..]).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(
+            mine,
+            (0..500).collect::<Vec<_>>(),
+            "thread {t} in order, complete"
+        );
+    }
+}
+
+// ------------------------------------------------------------------ replay
+
+/// One random operation on a small namespace; errors are part of the game.
+fn random_op(f: &Fork, rng: &mut Rng) {
+    const NAMES: [&str; 6] = ["a", "b", "c", "dir", "dir/sub", "dir/b"];
+    let pick = |rng: &mut Rng| NAMES[rng.below(NAMES.len() as u64) as usize];
+    let lookup = |p: &str| -> Option<u64> {
+        let mut cur = ROOT_INO;
+        for c in p.split('/') {
+            cur = f.lookup(cur, c.as_bytes()).ok()?.ino;
+        }
+        Some(cur)
+    };
+    let split = |p: &str| -> Option<(u64, Vec<u8>)> {
+        let (d, n) = p.rsplit_once('/').unwrap_or(("", p));
+        let di = if d.is_empty() {
+            Some(ROOT_INO)
+        } else {
+            lookup(d)
+        }?;
+        Some((di, n.as_bytes().to_vec()))
+    };
+    let p = pick(rng);
+    match rng.below(13) {
+        0 => {
+            if let Some((d, n)) = split(p) {
+                let _ = f.mknod(d, &n, Kind::File, 0o644, 0, 0, 0);
+            }
+        }
+        1 => {
+            if let Some((d, n)) = split(p) {
+                let _ = f.mkdir(d, &n, 0o755, 0, 0);
+            }
+        }
+        2..=4 => {
+            if let Some(i) = lookup(p) {
+                let off = rng.below(300_000);
+                let len = rng.below(70_000) as usize;
+                let data = rng.bytes(len);
+                let _ = f.write(i, off, &data);
+            }
+        }
+        5 => {
+            if let Some(i) = lookup(p) {
+                let _ = f.setattr(
+                    i,
+                    &SetAttr {
+                        size: Some(rng.below(200_000)),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+        6 => {
+            if let Some((d, n)) = split(p) {
+                let _ = if rng.below(2) == 0 {
+                    f.unlink(d, &n)
+                } else {
+                    f.rmdir(d, &n)
+                };
+            }
+        }
+        7 => {
+            let q = pick(rng);
+            if let (Some((d, n)), Some((e, m))) = (split(p), split(q)) {
+                let mode = [
+                    RenameMode::Replace,
+                    RenameMode::NoReplace,
+                    RenameMode::Exchange,
+                ][rng.below(3) as usize];
+                let _ = f.rename(d, &n, e, &m, mode);
+            }
+        }
+        8 => {
+            let q = pick(rng);
+            if let (Some(i), Some((e, m))) = (lookup(p), split(q)) {
+                let _ = f.link(i, e, &m);
+            }
+        }
+        9 => {
+            if let Some(i) = lookup(p) {
+                let _ = f.setxattr(i, b"user.x", &rng.bytes(5), XattrMode::Any);
+                let _ = f.setattr(
+                    i,
+                    &SetAttr {
+                        perm: Some(rng.below(0o7777) as u32),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+        10 => {
+            if let Some(i) = lookup(p) {
+                let off = rng.below(200_000);
+                let _ = f.fallocate(i, off, rng.below(100_000) + 1, Fallocate::PunchHole);
+            }
+        }
+        11 => {
+            if let Some((d, n)) = split(p) {
+                let _ = f.symlink(d, &n, b"target", 0, 0);
+            }
+        }
+        _ => {
+            if let Some(i) = lookup(p) {
+                let _ = f.append(i, &rng.bytes(100));
+            }
+        }
+    }
+}
+
+#[test]
+fn random_ops_replay_to_the_same_state() {
+    for seed in 1..=12u64 {
+        let env = env();
+        let f = env.fork();
+        let mut rng = Rng(seed * 0x9e37_79b9);
+        for _ in 0..60 {
+            random_op(&f, &mut rng);
+        }
+        let live = dump(&f);
+        f.sync().unwrap();
+        drop(f);
+        env.io.crash();
+        let f = env.open("f");
+        assert_eq!(dump(&f), live, "seed {seed}");
+        // And after a commit, replay from the new head with more changes.
+        f.commit("c").unwrap();
+        for _ in 0..30 {
+            random_op(&f, &mut rng);
+        }
+        let live = dump(&f);
+        f.sync().unwrap();
+        drop(f);
+        env.io.crash();
+        assert_eq!(dump(&env.open("f")), live, "seed {seed} after commit");
+    }
+}
+
+// ------------------------------------------------------------------ power loss
+
+/// A scripted workload: (operation, sync after it?).
+fn workload(f: &Fork, step: usize) -> Result<()> {
+    let root = ROOT_INO;
+    match step {
+        0 => f.mkdir(root, b"w", 0o755, 0, 0).map(|_| ()),
+        1 => f
+            .mknod(ino(f, "w"), b"log", Kind::File, 0o644, 0, 0, 0)
+            .map(|_| ()),
+        2 => f.write(ino(f, "w/log"), 0, &[b'x'; 5000]).map(|_| ()),
+        3 => f.append(ino(f, "w/log"), b"second").map(|_| ()),
+        4 => f.write(ino(f, "hello.txt"), 0, b"J").map(|_| ()),
+        5 => f.rename(root, b"hello.txt", ino(f, "w"), b"h", RenameMode::Replace),
+        6 => f
+            .write(ino(f, "big.bin"), 1 << 20, &[7; 300_000])
+            .map(|_| ()),
+        7 => f.unlink(ino(f, "dir"), b"a.txt"),
+        8 => f.setxattr(ino(f, "w/log"), b"user.k", b"v", XattrMode::Create),
+        9 => f
+            .setattr(
+                ino(f, "w/log"),
+                &SetAttr {
+                    size: Some(100),
+                    ..Default::default()
+                },
+            )
+            .map(|_| ()),
+        10 => f.symlink(root, b"s", b"w/h", 0, 0).map(|_| ()),
+        _ => f.write(ino(f, "w/log"), 1 << 20, b"far").map(|_| ()),
+    }
+}
+const STEPS: usize = 12;
+const SYNC_AFTER: [usize; 4] = [1, 4, 7, 10];
+
+#[test]
+fn power_loss_at_every_write_keeps_synced_changes_and_whole_records() {
+    // Expected states: after each step (live, without crash), times left out
+    // since every run has its own clock readings.
+    let mut env = env();
+    let f = env.fork();
+    let mut states = vec![dump_with(&f, false)];
+    for s in 0..STEPS {
+        workload(&f, s).unwrap();
+        states.push(dump_with(&f, false));
+    }
+    drop(f);
+
+    let mut cut = 0u64;
+    let mut torn = 0usize;
+    loop {
+        // A fresh journal file system over the same store and base.
+        env.io = FaultyIo::new();
+        let f = env.fork();
+        let _ = dump(&f); // load everything first, as the reference run did
+        env.io.fail_write_after(cut, torn);
+        let mut acked = 0; // states[acked] is durable
+        let mut done = 0;
+        let mut failed = false;
+        for s in 0..STEPS {
+            if workload(&f, s).is_err() {
+                failed = true;
+                break;
+            }
+            done = s + 1;
+            if SYNC_AFTER.contains(&s) {
+                if f.sync().is_err() {
+                    failed = true;
+                    break;
+                }
+                acked = s + 1;
+            }
+        }
+        drop(f);
+        env.io.crash();
+        let f = env.open("f");
+        let got = dump_with(&f, false);
+        let ok = (acked..=done).find(|&j| states[j] == got);
+        assert!(
+            ok.is_some(),
+            "cut {cut} torn {torn}: state after crash is not one of steps {acked}..={done}"
+        );
+        // The journal took appends again without repair.
+        f.mknod(ROOT_INO, b"post", Kind::File, 0o600, 0, 0, 0)
+            .unwrap();
+        f.sync().unwrap();
+        drop(f);
+        if !failed {
+            break;
+        }
+        torn = (torn + 7) % 23;
+        cut += 1;
+    }
+    assert!(cut >= 12, "the workload made {cut} writes");
+}
+
+#[test]
+fn power_loss_without_sync_loses_only_unsynced_changes() {
+    for stop in 0..=STEPS {
+        let env = env();
+        let f = env.fork();
+        let mut acked = 0;
+        let mut states = vec![dump(&f)];
+        for s in 0..stop {
+            workload(&f, s).unwrap();
+            if SYNC_AFTER.contains(&s) {
+                f.sync().unwrap();
+                acked = s + 1;
+            }
+            states.push(dump(&f));
+        }
+        drop(f);
+        env.io.crash();
+        let got = dump(&env.open("f"));
+        assert!(
+            (acked..=stop).any(|j| states[j] == got),
+            "stop {stop}: lost a synced change"
+        );
+        assert_eq!(
+            got, states[acked],
+            "stop {stop}: unsynced records are not durable"
+        );
+    }
+}
+
+#[test]
+fn crash_at_every_commit_step_keeps_old_or_new_head_and_all_content() {
+    let steps = [
+        Some(CommitStep::Rotated),
+        Some(CommitStep::Folded),
+        Some(CommitStep::CheckpointWritten),
+        Some(CommitStep::HeadMoved),
+        Some(CommitStep::Rebased),
+        None,
+    ];
+    for stop in steps {
+        let env = env();
+        let f = env.fork();
+        for s in 0..8 {
+            workload(&f, s).unwrap();
+        }
+        f.sync().unwrap();
+        let before = dump(&f);
+        let result = f.commit_until("c", stop);
+        assert_eq!(result.is_ok(), stop.is_none());
+        // Writes continue after the (interrupted) commit and are synced.
+        for s in 8..STEPS {
+            workload(&f, s).unwrap();
+        }
+        f.sync().unwrap();
+        let after = dump(&f);
+        let head = f.head();
+        drop(f);
+        env.io.crash();
+        let f = env.open("f");
+        let moved = !matches!(
+            stop,
+            Some(CommitStep::Rotated | CommitStep::Folded | CommitStep::CheckpointWritten)
+        );
+        assert_eq!(f.head() != env.base, moved, "{stop:?}");
+        assert_eq!(f.head(), head, "{stop:?}");
+        assert_eq!(dump(&f), after, "{stop:?}");
+        // The committed checkpoint holds exactly the pre-commit content.
+        if moved {
+            env.create("check");
+            let mut info = read_json_head(&env, "check");
+            info.checkpoint = f.head();
+            set_head(&env, "check", &info);
+            let c = env.open("check");
+            assert_eq!(dump(&c), before, "{stop:?}: committed tree");
+        }
+        // A second commit finishes whatever the first left.
+        let h2 = f.commit("again").unwrap();
+        drop(f);
+        env.io.crash();
+        let f = env.open("f");
+        assert_eq!(f.head(), h2);
+        assert_eq!(dump(&f), after, "{stop:?} after second commit");
+        let segs = env.io.list(&journal_dir(&env, "f")).unwrap();
+        assert_eq!(segs.len(), 1, "{stop:?}: trimmed to one segment: {segs:?}");
+    }
+}
+
+fn read_json_head(env: &Env, name: &str) -> Head {
+    let b = env
+        .io
+        .read_file(&fork_dir(&env.store, name).join("HEAD"))
+        .unwrap()
+        .unwrap();
+    serde_json::from_slice(&b).unwrap()
+}
+
+fn set_head(env: &Env, name: &str, h: &Head) {
+    env.io
+        .write_atomic(
+            &fork_dir(&env.store, name).join("HEAD"),
+            &serde_json::to_vec(h).unwrap(),
+        )
+        .unwrap();
+}
+
+#[test]
+fn open_unlinked_file_survives_a_commit() {
+    let env = env();
+    let f = env.fork();
+    let o = f.create_open(ROOT_INO, b"tmp", 0o600, 0, 0).unwrap().ino;
+    f.write(o, 0, b"scratch").unwrap();
+    f.unlink(ROOT_INO, b"tmp").unwrap();
+    f.commit("c").unwrap();
+    assert_eq!(read_all(&f, o), b"scratch", "journal data moved to objects");
+    f.write(o, 7, b"!").unwrap();
+    assert_eq!(read_all(&f, o), b"scratch!");
+    f.sync().unwrap();
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert!(matches!(f.lookup(ROOT_INO, b"tmp"), Err(Error::NotFound)));
+}
+
+// ------------------------------------------------------------------ fold
+
+#[test]
+fn fold_changes_only_what_changed_and_shares_chunks() {
+    let env = env();
+    Fork::create(&env.store, "g", &env.base).unwrap();
+    let f = Fork::open(env.store.clone(), "g").unwrap();
+    write_path(&f, "dir/sub/deeper/deep.txt", 0, b"DEEP");
+    write_path(&f, "big.bin", 1_500_000, b"an edit in the middle");
+    let (p, n) = parent(&f, "dir/a.txt");
+    f.unlink(p, &n).unwrap();
+    f.mknod(ROOT_INO, b"added", Kind::File, 0o644, 0, 0, 0)
+        .unwrap();
+    // Loaded but unchanged: must keep its tree id.
+    let _ = ino(&f, "other/x/y.txt");
+    let new = f.commit("edit").unwrap();
+    let a = env.store.read_checkpoint(&env.base).unwrap();
+    let b = env.store.read_checkpoint(&new).unwrap();
+    assert_eq!(b.parents, vec![env.base]);
+    let changes: Vec<(String, ingest::ChangeKind)> = ingest::diff(&env.store, &a, &b)
+        .unwrap()
+        .into_iter()
+        .map(|c| (String::from_utf8_lossy(&c.path).into_owned(), c.kind))
+        .collect();
+    let paths: Vec<&str> = changes.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            ".",
+            "added",
+            "big.bin",
+            "dir",
+            "dir/a.txt",
+            "dir/sub/deeper/deep.txt"
+        ],
+        "{changes:?}"
+    );
+    for (p, k) in &changes {
+        if let ingest::ChangeKind::Changed(what) = k
+            && ["dir", "."].contains(&p.as_str())
+        {
+            assert_eq!(
+                what, "mtime",
+                "{p}: directories changed only by their entries"
+            );
+        }
+    }
+    let entry = |c: &Checkpoint, p: &str| env.store.lookup_path(c, p.as_bytes()).unwrap().unwrap();
+    // Directories whose content changed deeper down get new trees but the
+    // same metadata; untouched subtrees keep their tree ids.
+    assert_ne!(entry(&a, "dir/sub"), entry(&b, "dir/sub"));
+    for unchanged in [
+        "other",
+        "empty",
+        "other/x/y.txt",
+        "link1",
+        "dir/link2",
+        "sym",
+    ] {
+        assert_eq!(entry(&a, unchanged), entry(&b, unchanged), "{unchanged}");
+    }
+    let ext = |c: &Checkpoint| match entry(c, "big.bin").content {
+        crate::store::Content::Extents(x) => x,
+        _ => panic!(),
+    };
+    let (ea, eb) = (ext(&a), ext(&b));
+    let shared = eb.iter().filter(|x| ea.contains(x)).count();
+    assert!(ea.len() >= 6, "multi-chunk file: {}", ea.len());
+    assert!(
+        shared + 2 >= eb.len(),
+        "shares most chunks: {shared} of {}",
+        eb.len()
+    );
+    // The committed tree reads back as the fork did, and no changes = same head.
+    let dumped = dump(&f);
+    assert_eq!(f.commit("nothing").unwrap(), new);
+    drop(f);
+    let f = Fork::open(env.store.clone(), "g").unwrap();
+    assert_eq!(dump(&f), dumped);
+    let mut out = Vec::new();
+    env.store
+        .copy_content(&entry(&b, "big.bin"), &mut out, "big")
+        .unwrap();
+    assert_eq!(out, cat(&f, "big.bin"));
+}
+
+#[test]
+fn hardlink_changed_through_one_name_is_consistent_in_the_commit() {
+    let env = env();
+    Fork::create(&env.store, "h", &env.base).unwrap();
+    let f = Fork::open(env.store.clone(), "h").unwrap();
+    // Only the root is loaded: dir/link2 sits in an unloaded subtree.
+    let l1 = ino(&f, "link1");
+    f.setattr(
+        l1,
+        &SetAttr {
+            perm: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    f.write(l1, 0, b"CHANGED").unwrap();
+    let new = f.commit("c").unwrap();
+    let b = env.store.read_checkpoint(&new).unwrap();
+    let e1 = env.store.lookup_path(&b, b"link1").unwrap().unwrap();
+    let e2 = env.store.lookup_path(&b, b"dir/link2").unwrap().unwrap();
+    assert_eq!(e1.link_id, e2.link_id);
+    assert_eq!(e1.content, e2.content);
+    assert_eq!((e1.perm, e2.perm), (0o600, 0o600));
+    drop(f);
+    let f = Fork::open(env.store.clone(), "h").unwrap();
+    assert_eq!(ino(&f, "link1"), ino(&f, "dir/link2"));
+    assert_eq!(cat(&f, "dir/link2"), b"CHANGED");
+}

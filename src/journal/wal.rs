@@ -1,0 +1,471 @@
+//! The write-ahead log: numbered segment files of framed records.
+//!
+//! `journal/<seq as 16 hex>.wal` = `"SFJ1" u64le(seq)` followed by frames
+//! (see `record.rs`). Appends go to the last segment; a commit starts a new
+//! one ([`Wal::rotate`]) and later deletes the older ones ([`Wal::trim`]).
+//!
+//! Durability: [`Wal::sync`] makes everything appended before it was called
+//! durable, with one fdatasync shared by all concurrent callers (group
+//! commit) and never under the append lock. After a failed write or sync the
+//! log is *poisoned*: every later append or sync fails (after a failed fsync
+//! the kernel may have dropped dirty pages; retrying could lie). Reopening the
+//! fork recovers from what is on disk.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::io::{JournalFile, JournalIo};
+use super::record::{self, FRAME_HEADER, Record};
+use super::{Error, Result};
+
+/// Magic at the start of every segment.
+pub const SEGMENT_MAGIC: &[u8; 4] = b"SFJ1";
+/// Segment header: magic + u64le sequence number.
+pub const SEGMENT_HEADER: u64 = 12;
+
+/// Where a record's frame starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Pos {
+    pub seg: u64,
+    pub offset: u64,
+}
+
+/// The file name of segment `seq`.
+pub fn segment_name(seq: u64) -> String {
+    format!("{seq:016x}.wal")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".wal")?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+fn header(seq: u64) -> Vec<u8> {
+    let mut h = SEGMENT_MAGIC.to_vec();
+    h.extend_from_slice(&seq.to_le_bytes());
+    h
+}
+
+/// The append side: guarded by the append lock.
+struct Cur {
+    seq: u64,
+    file: Arc<dyn JournalFile>,
+    end: u64,
+    segs: BTreeMap<u64, Arc<dyn JournalFile>>,
+    poisoned: Option<String>,
+}
+
+struct SyncState {
+    /// Everything before this position is durable.
+    synced: Pos,
+    running: bool,
+    poisoned: Option<String>,
+}
+
+/// An open journal.
+pub struct Wal {
+    io: Arc<dyn JournalIo>,
+    dir: PathBuf,
+    cur: Mutex<Cur>,
+    sync: Mutex<SyncState>,
+    cv: Condvar,
+}
+
+impl Wal {
+    /// Open the journal in `dir`: delete segments before `from` (a commit
+    /// finished moving HEAD but not trimming), replay the others in order
+    /// through `apply` (record, frame position, payload length), drop a torn
+    /// tail of the last segment with a warning, and get ready to append.
+    pub fn open(
+        io: Arc<dyn JournalIo>,
+        dir: &Path,
+        from: u64,
+        mut apply: impl FnMut(Record, Pos, u64) -> Result<()>,
+    ) -> Result<Wal> {
+        let ioerr = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source: io::Error| Error::Io { path, source }
+        };
+        let mut seqs = Vec::new();
+        let mut removed = false;
+        for name in io.list(dir).map_err(ioerr(dir))? {
+            let Some(seq) = parse_segment_name(&name) else {
+                continue;
+            };
+            if seq < from {
+                let p = dir.join(&name);
+                io.remove(&p).map_err(ioerr(&p))?;
+                removed = true;
+            } else {
+                seqs.push(seq);
+            }
+        }
+        if removed {
+            io.sync_dir(dir).map_err(ioerr(dir))?;
+        }
+        seqs.sort_unstable();
+        if seqs.first().is_some_and(|&s| s != from) {
+            return Err(Error::Corrupt {
+                path: dir.to_path_buf(),
+                detail: format!(
+                    "HEAD says the journal starts at segment {from}, but the first is {}",
+                    seqs[0]
+                ),
+            });
+        }
+        let mut segs = BTreeMap::new();
+        let mut cur = None;
+        if seqs.is_empty() {
+            let (file, end) = Self::create_segment(&*io, dir, from, None)?;
+            segs.insert(from, file.clone());
+            cur = Some((from, file, end));
+        }
+        for (i, &seq) in seqs.iter().enumerate() {
+            let last = i + 1 == seqs.len();
+            if i > 0 && seq != seqs[i - 1] + 1 {
+                return Err(Error::Corrupt {
+                    path: dir.to_path_buf(),
+                    detail: format!("segment {} is missing", seqs[i - 1] + 1),
+                });
+            }
+            let path = dir.join(segment_name(seq));
+            let file = io.open(&path, false).map_err(ioerr(&path))?;
+            let end = replay_segment(&*file, &path, seq, last, &mut apply)?;
+            segs.insert(seq, file.clone());
+            cur = Some((seq, file, end));
+        }
+        let (seq, file, end) = cur.expect("at least one segment");
+        Ok(Wal {
+            io,
+            dir: dir.to_path_buf(),
+            cur: Mutex::new(Cur {
+                seq,
+                file,
+                end,
+                segs,
+                poisoned: None,
+            }),
+            sync: Mutex::new(SyncState {
+                synced: Pos {
+                    seg: seq,
+                    offset: end,
+                },
+                running: false,
+                poisoned: None,
+            }),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// Create segment `seq` (header and an optional first record), durably:
+    /// data synced and the name synced into the directory.
+    fn create_segment(
+        io: &dyn JournalIo,
+        dir: &Path,
+        seq: u64,
+        first: Option<&[u8]>,
+    ) -> Result<(Arc<dyn JournalFile>, u64)> {
+        let path = dir.join(segment_name(seq));
+        let err = |source| Error::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = io.open(&path, true).map_err(err)?;
+        let mut bytes = header(seq);
+        if let Some(p) = first {
+            bytes.extend_from_slice(&record::frame(p));
+        }
+        file.set_len(0).map_err(err)?;
+        file.write_at(&bytes, 0).map_err(err)?;
+        file.sync_data().map_err(err)?;
+        io.sync_dir(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        Ok((file, bytes.len() as u64))
+    }
+
+    fn path_of(&self, seq: u64) -> PathBuf {
+        self.dir.join(segment_name(seq))
+    }
+
+    fn poisoned_err(&self, seq: u64, why: &str) -> Error {
+        Error::Io {
+            path: self.path_of(seq),
+            source: io::Error::other(format!(
+                "an earlier journal write or sync failed ({why}); nothing more is accepted until the fork is reopened"
+            )),
+        }
+    }
+
+    /// Append one record payload; returns where its frame starts. Callers hold
+    /// the fork's state lock, so records are in the order their changes applied.
+    pub fn append(&self, payload: &[u8]) -> Result<Pos> {
+        let mut c = self.cur.lock();
+        if let Some(why) = &c.poisoned {
+            return Err(self.poisoned_err(c.seq, why));
+        }
+        let frame = record::frame(payload);
+        let at = c.end;
+        if let Err(source) = c.file.write_at(&frame, at) {
+            c.poisoned = Some(source.to_string());
+            self.sync.lock().poisoned = Some(source.to_string());
+            return Err(Error::Io {
+                path: self.path_of(c.seq),
+                source,
+            });
+        }
+        c.end += frame.len() as u64;
+        Ok(Pos {
+            seg: c.seq,
+            offset: at,
+        })
+    }
+
+    /// The position after the last appended record.
+    pub fn end(&self) -> Pos {
+        let c = self.cur.lock();
+        Pos {
+            seg: c.seq,
+            offset: c.end,
+        }
+    }
+
+    /// Make every record appended before this call durable. Concurrent callers
+    /// share one fdatasync; the append lock is not held while it runs.
+    pub fn sync(&self) -> Result<()> {
+        let target = self.end();
+        let mut s = self.sync.lock();
+        loop {
+            if let Some(why) = &s.poisoned {
+                return Err(self.poisoned_err(target.seg, why));
+            }
+            if s.synced >= target {
+                return Ok(());
+            }
+            if !s.running {
+                break;
+            }
+            self.cv.wait(&mut s);
+        }
+        s.running = true;
+        drop(s);
+        // Sync up to the end as it is now: covers later appends too.
+        let (file, pos) = {
+            let c = self.cur.lock();
+            (
+                c.file.clone(),
+                Pos {
+                    seg: c.seq,
+                    offset: c.end,
+                },
+            )
+        };
+        let result = file.sync_data();
+        let mut s = self.sync.lock();
+        s.running = false;
+        let out = match result {
+            Ok(()) => {
+                // A rotation may have moved `synced` past `pos` meanwhile.
+                s.synced = s.synced.max(pos);
+                Ok(())
+            }
+            Err(source) => {
+                s.poisoned = Some(source.to_string());
+                self.cur.lock().poisoned = Some(source.to_string());
+                Err(Error::Io {
+                    path: self.path_of(pos.seg),
+                    source,
+                })
+            }
+        };
+        self.cv.notify_all();
+        out
+    }
+
+    /// Start segment `current + 1` whose first record is `first`, after making
+    /// the current segment durable (records of the new segment may depend on
+    /// any record of the old one). Returns the new segment's number.
+    pub fn rotate(&self, first: &[u8]) -> Result<u64> {
+        let mut c = self.cur.lock();
+        if let Some(why) = &c.poisoned {
+            return Err(self.poisoned_err(c.seq, why));
+        }
+        let fail = |c: &mut Cur, e: Error| {
+            c.poisoned = Some(e.to_string());
+            self.sync.lock().poisoned = Some(e.to_string());
+            e
+        };
+        if let Err(source) = c.file.sync_data() {
+            let e = Error::Io {
+                path: self.path_of(c.seq),
+                source,
+            };
+            return Err(fail(&mut c, e));
+        }
+        let seq = c.seq + 1;
+        let (file, end) = match Self::create_segment(&*self.io, &self.dir, seq, Some(first)) {
+            Ok(x) => x,
+            Err(e) => return Err(fail(&mut c, e)),
+        };
+        c.segs.insert(seq, file.clone());
+        c.seq = seq;
+        c.file = file;
+        c.end = end;
+        let mut s = self.sync.lock();
+        s.synced = s.synced.max(Pos {
+            seg: seq,
+            offset: end,
+        });
+        Ok(seq)
+    }
+
+    /// Delete the segments before `seq` (their records are in a committed
+    /// checkpoint) and sync the directory. Open readers keep their handles.
+    pub fn trim(&self, seq: u64) -> Result<()> {
+        let old: Vec<u64> = {
+            let mut c = self.cur.lock();
+            let keep = c.segs.split_off(&seq);
+            let old = c.segs.keys().copied().collect();
+            c.segs = keep;
+            old
+        };
+        for s in &old {
+            let p = self.path_of(*s);
+            match self.io.remove(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => return Err(Error::Io { path: p, source }),
+            }
+        }
+        self.io.sync_dir(&self.dir).map_err(|source| Error::Io {
+            path: self.dir.clone(),
+            source,
+        })
+    }
+
+    /// Read `buf.len()` bytes at `offset` of segment `seg`.
+    pub fn read(&self, seg: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let file = self.cur.lock().segs.get(&seg).cloned();
+        let Some(file) = file else {
+            return Err(Error::Corrupt {
+                path: self.path_of(seg),
+                detail: "file data points into a segment that is no longer open".into(),
+            });
+        };
+        file.read_at(buf, offset).map_err(|source| Error::Io {
+            path: self.path_of(seg),
+            source,
+        })
+    }
+
+    /// The open handle of segment `seg` (readable even after [`Wal::trim`]
+    /// deletes its file), or `None` when it was trimmed already.
+    pub fn file(&self, seg: u64) -> Option<Arc<dyn JournalFile>> {
+        self.cur.lock().segs.get(&seg).cloned()
+    }
+
+    /// The current (last) segment number.
+    pub fn current_segment(&self) -> u64 {
+        self.cur.lock().seq
+    }
+}
+
+/// Replay one segment; returns the end of its valid records. A damaged tail
+/// of the last segment is cut off (with a warning); elsewhere it is corrupt.
+fn replay_segment(
+    file: &dyn JournalFile,
+    path: &Path,
+    seq: u64,
+    last: bool,
+    apply: &mut impl FnMut(Record, Pos, u64) -> Result<()>,
+) -> Result<u64> {
+    let ioerr = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let corrupt = |detail: String| Error::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let len = file.size().map_err(ioerr)?;
+    let mut h = [0u8; SEGMENT_HEADER as usize];
+    let header_ok = len >= SEGMENT_HEADER
+        && file.read_at(&mut h, 0).is_ok()
+        && h[..4] == SEGMENT_MAGIC[..]
+        && h[4..] == seq.to_le_bytes();
+    if !header_ok {
+        if !last {
+            return Err(corrupt("bad segment header".into()));
+        }
+        // A segment whose creation was cut short: start it again.
+        tracing::warn!(path = %path.display(), "journal segment header torn; rewriting it");
+        file.set_len(0).map_err(ioerr)?;
+        file.write_at(&header(seq), 0).map_err(ioerr)?;
+        file.sync_data().map_err(ioerr)?;
+        return Ok(SEGMENT_HEADER);
+    }
+    let mut pos = SEGMENT_HEADER;
+    let torn: Option<String> = loop {
+        if pos == len {
+            break None;
+        }
+        if len - pos < FRAME_HEADER as u64 {
+            break Some("partial frame header".into());
+        }
+        let mut fh = [0u8; FRAME_HEADER];
+        file.read_at(&mut fh, pos).map_err(ioerr)?;
+        let Some((plen, crc)) = record::frame_header(&fh) else {
+            break Some("impossible frame length".into());
+        };
+        if len - pos - (FRAME_HEADER as u64) < u64::from(plen) {
+            break Some("frame runs past the end of the file".into());
+        }
+        let mut payload = vec![0u8; plen as usize];
+        file.read_at(&mut payload, pos + FRAME_HEADER as u64)
+            .map_err(ioerr)?;
+        if crc32fast::hash(&payload) != crc {
+            break Some("checksum mismatch".into());
+        }
+        let Some(rec) = Record::decode(&payload) else {
+            // The checksum matched: this is not a torn write but a record we
+            // do not understand. Refuse rather than silently drop data.
+            return Err(corrupt(format!(
+                "undecodable record at offset {pos} (written by a newer storefs?)"
+            )));
+        };
+        apply(
+            rec,
+            Pos {
+                seg: seq,
+                offset: pos,
+            },
+            u64::from(plen),
+        )?;
+        pos += FRAME_HEADER as u64 + u64::from(plen);
+    };
+    if let Some(why) = torn {
+        if !last {
+            return Err(corrupt(format!(
+                "damaged record at offset {pos} ({why}) in a segment that is not the last"
+            )));
+        }
+        tracing::warn!(
+            path = %path.display(),
+            offset = pos,
+            dropped_bytes = len - pos,
+            reason = %why,
+            "journal has a torn tail (crash during a write); dropping it"
+        );
+        file.set_len(pos).map_err(ioerr)?;
+        file.sync_data().map_err(ioerr)?;
+    }
+    Ok(pos)
+}
