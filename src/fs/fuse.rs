@@ -36,12 +36,12 @@ impl FuseAdapter {
 
 /// Log an operation's failure (at debug: ENOENT is routine; store failures were
 /// already warned about) and give its errno.
-fn fail(e: &FsError) -> Errno {
+pub(super) fn fail(e: &FsError) -> Errno {
     tracing::debug!(error = %e, "fails");
     errno(e)
 }
 
-fn file_type(kind: Kind) -> FileType {
+pub(super) fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::File => FileType::RegularFile,
         Kind::Dir => FileType::Directory,
@@ -55,7 +55,7 @@ fn file_type(kind: Kind) -> FileType {
 
 /// Nanoseconds since the epoch (either side) as a `SystemTime`; the epoch
 /// itself if out of range.
-fn system_time(ns: i64) -> SystemTime {
+pub(super) fn system_time(ns: i64) -> SystemTime {
     let magnitude = Duration::from_nanos(ns.unsigned_abs());
     let t = if ns >= 0 {
         UNIX_EPOCH.checked_add(magnitude)

@@ -1,15 +1,22 @@
 //! Layer 4: the FUSE layer. Mounts a checkpoint read-only, usually at its
-//! original absolute path.
+//! original absolute path ([`mount_checkpoint`]), or a fork read-write
+//! ([`mount_fork`]).
 //!
 //! - [`inode`]: the inode table (stable numbers, hardlinks share one inode).
-//! - [`readonly`]: the filesystem on inode numbers; no FUSE types.
-//! - [`fuse`]: the thin fuser adapter.
+//! - [`readonly`]: the read-only filesystem on inode numbers; no FUSE types.
+//! - [`fuse`]: the thin fuser adapter for it.
+//! - [`readwrite`]: a fork served read-write on inode numbers (policy the
+//!   journal leaves to the mount: umask, setgid directories, handles,
+//!   directory listings, xattr buffers); no FUSE types.
+//! - [`fuse_rw`]: the thin fuser adapter for it.
 //!
 //! This module is the only place in the codebase that speaks errno: see [`errno`].
 
 mod fuse;
+mod fuse_rw;
 mod inode;
 mod readonly;
+mod readwrite;
 
 use std::ffi::CString;
 use std::io;
@@ -22,9 +29,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 
+use crate::journal::{self, Fork};
 use crate::store::{self, ObjectId, Store};
 use fuse::FuseAdapter;
+use fuse_rw::ForkAdapter;
 use readonly::ReadOnlyFs;
+use readwrite::ForkFs;
 
 /// The signals that make a serving daemon unmount cleanly and return.
 const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
@@ -36,11 +46,14 @@ pub struct MountConfig {
     pub mountpoint: PathBuf,
     /// The source shown in `/proc/mounts`, e.g. `storefs:s1`.
     pub fsname: String,
-    /// The user's `-o` options, passed through. `ro`, `nosuid`, `nodev` and
-    /// `default_permissions` are always on; `rw`, `suid`, `dev`, `auto_unmount`,
-    /// `fsname=` and `subtype=` are refused.
+    /// The user's `-o` options, passed through. `nosuid`, `nodev` and
+    /// `default_permissions` are always on, and `ro` for a checkpoint, `rw`
+    /// for a fork; the other mode (`rw` on a checkpoint, `ro` on a fork: a
+    /// read-only view of a fork is a mount of its head), `suid`, `dev`,
+    /// `auto_unmount`, `fsname=` and `subtype=` are refused.
     pub extra_options: Vec<String>,
-    /// The most bytes of decompressed chunks kept in memory.
+    /// The most bytes of decompressed chunks kept in memory (checkpoint
+    /// mounts; a fork keeps its own cache).
     pub cache_bytes: usize,
     /// FUSE worker threads (at least 1).
     pub threads: usize,
@@ -82,6 +95,21 @@ pub enum FsError {
     NotNeeded,
     #[error("cannot mount at {}: {source}", path.display())]
     Mount { path: PathBuf, source: io::Error },
+    /// A fork operation's outcome (`ENOENT`, `EEXIST`, …) or failure (`EIO`).
+    #[error(transparent)]
+    Journal(#[from] journal::Error),
+    /// A name over 255 bytes.
+    #[error("file name too long")]
+    NameTooLong,
+    /// Flags or arguments this mount does not accept.
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// Device nodes cannot be made on a fork (the mount is `nodev`).
+    #[error("device nodes cannot be created on a fork")]
+    NoDevices,
+    /// A mode of an operation the fork does not implement.
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
 }
 
 /// The errno a failed operation returns to the kernel. The only errno mapping
@@ -102,13 +130,91 @@ fn errno(e: &FsError) -> Errno {
         FsError::BadOption { .. } => Errno::EINVAL,
         FsError::NotNeeded => Errno::ENOSYS,
         FsError::Mount { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
+        FsError::NameTooLong => Errno::ENAMETOOLONG,
+        FsError::Invalid(_) => Errno::EINVAL,
+        FsError::NoDevices => Errno::EPERM,
+        FsError::Unsupported(_) => Errno::EOPNOTSUPP,
+        FsError::Journal(e) => journal_errno(e),
     }
 }
 
-/// A mounted checkpoint, not yet serving. Dropping it unmounts.
+/// The errno of a fork operation's error (part of [`errno`]).
+fn journal_errno(e: &journal::Error) -> Errno {
+    use journal::Error as J;
+    match e {
+        J::NotFound => Errno::ENOENT,
+        J::Exists | J::XattrExists => Errno::EEXIST,
+        J::NotEmpty => Errno::ENOTEMPTY,
+        J::NotDir => Errno::ENOTDIR,
+        J::IsDir => Errno::EISDIR,
+        J::Invalid(_) => Errno::EINVAL,
+        J::Perm => Errno::EPERM,
+        J::NameTooLong => Errno::ENAMETOOLONG,
+        J::NoXattr => Errno::NO_XATTR,
+        J::TooBig => Errno::E2BIG,
+        J::FileTooLarge => Errno::EFBIG,
+        J::TooManyLinks => Errno::EMLINK,
+        J::Busy(_) => Errno::EBUSY,
+        // Failures of the fork itself: the operation fails, the mount stays.
+        J::NoFork(_) | J::NameTaken(_) | J::Io { .. } | J::Store(_) | J::Corrupt { .. } => {
+            tracing::warn!(error = %e, "fork operation failed; it gets EIO");
+            Errno::EIO
+        }
+    }
+}
+
+/// A mounted checkpoint or fork, not yet serving. Dropping it unmounts.
 pub struct Mounted {
-    session: Session<FuseAdapter>,
+    session: AnySession,
     mountpoint: PathBuf,
+}
+
+/// The session of either kind of mount.
+#[allow(clippy::large_enum_variant)] // one per daemon, moved once
+enum AnySession {
+    Checkpoint(Session<FuseAdapter>),
+    Fork(Session<ForkAdapter>),
+}
+
+impl AnySession {
+    fn unmount_callable(&mut self) -> SessionUnmounter {
+        match self {
+            AnySession::Checkpoint(s) => s.unmount_callable(),
+            AnySession::Fork(s) => s.unmount_callable(),
+        }
+    }
+
+    fn run(self) -> io::Result<()> {
+        match self {
+            AnySession::Checkpoint(s) => s.run(),
+            AnySession::Fork(s) => s.run(),
+        }
+    }
+}
+
+/// Whether a mount is read-only (a checkpoint) or read-write (a fork).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    ReadOnly,
+    ReadWrite,
+}
+
+fn check_mountpoint(cfg: &MountConfig) -> Result<(), FsError> {
+    let meta = std::fs::metadata(&cfg.mountpoint).map_err(|e| mount_error(cfg, e))?;
+    if !meta.is_dir() {
+        return Err(mount_error(
+            cfg,
+            io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
+        ));
+    }
+    Ok(())
+}
+
+fn mount_error(cfg: &MountConfig, source: io::Error) -> FsError {
+    FsError::Mount {
+        path: cfg.mountpoint.clone(),
+        source,
+    }
 }
 
 /// Mount checkpoint `ckpt` read-only. Returns once the kernel mount exists
@@ -126,18 +232,8 @@ pub fn mount_checkpoint(
 ) -> Result<Mounted, FsError> {
     let record = store.read_checkpoint(&ckpt)?;
     let root = store.root_entry(&record)?;
-    let mount_error = |source: io::Error| FsError::Mount {
-        path: cfg.mountpoint.clone(),
-        source,
-    };
-    let meta = std::fs::metadata(&cfg.mountpoint).map_err(mount_error)?;
-    if !meta.is_dir() {
-        return Err(mount_error(io::Error::new(
-            io::ErrorKind::NotADirectory,
-            "not a directory",
-        )));
-    }
-    let config = fuser_config(cfg)?;
+    check_mountpoint(cfg)?;
+    let config = fuser_config(cfg, Mode::ReadOnly)?;
     let fs = ReadOnlyFs::new(
         store,
         root,
@@ -145,12 +241,36 @@ pub fn mount_checkpoint(
         cfg.mountpoint.clone(),
         record.source.stats,
     );
-    block_stop_signals().map_err(mount_error)?;
-    let session =
-        Session::new(FuseAdapter::new(fs), &cfg.mountpoint, &config).map_err(mount_error)?;
+    block_stop_signals().map_err(|e| mount_error(cfg, e))?;
+    let session = Session::new(FuseAdapter::new(fs), &cfg.mountpoint, &config)
+        .map_err(|e| mount_error(cfg, e))?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), checkpoint = %ckpt, "mounted");
     Ok(Mounted {
-        session,
+        session: AnySession::Checkpoint(session),
+        mountpoint: cfg.mountpoint.clone(),
+    })
+}
+
+/// Mount an open fork read-write. Returns once the kernel mount exists
+/// (before serving); requests wait until [`Mounted::serve`] runs. Signals as
+/// for [`mount_checkpoint`].
+///
+/// Writes reach the fork's journal before `write(2)` returns (no writeback
+/// cache), and `fsync`, `fdatasync` and `fsyncdir` return once
+/// [`Fork::sync`] has made everything so far durable. The caller may keep
+/// its own clone of `fork` to [`Fork::commit`] or [`Fork::sync`] from other
+/// threads while the mount serves, and commits after `serve` returns.
+pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError> {
+    check_mountpoint(cfg)?;
+    let config = fuser_config(cfg, Mode::ReadWrite)?;
+    let name = fork.name().to_string();
+    let fs = ForkFs::new(fork);
+    block_stop_signals().map_err(|e| mount_error(cfg, e))?;
+    let session = Session::new(ForkAdapter::new(fs), &cfg.mountpoint, &config)
+        .map_err(|e| mount_error(cfg, e))?;
+    tracing::info!(mountpoint = %cfg.mountpoint.display(), fork = %name, "mounted read-write");
+    Ok(Mounted {
+        session: AnySession::Fork(session),
         mountpoint: cfg.mountpoint.clone(),
     })
 }
@@ -220,8 +340,8 @@ pub fn unmount(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The fuser configuration: always read-only, plus the user's options.
-fn fuser_config(cfg: &MountConfig) -> Result<Config, FsError> {
+/// The fuser configuration: `ro` or `rw` by `mode`, plus the user's options.
+fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, FsError> {
     if cfg.fsname.contains(',') {
         return Err(FsError::BadOption {
             option: format!("fsname={}", cfg.fsname),
@@ -229,7 +349,10 @@ fn fuser_config(cfg: &MountConfig) -> Result<Config, FsError> {
         });
     }
     let mut options = vec![
-        MountOption::RO,
+        match mode {
+            Mode::ReadOnly => MountOption::RO,
+            Mode::ReadWrite => MountOption::RW,
+        },
         MountOption::DefaultPermissions,
         MountOption::NoSuid,
         MountOption::NoDev,
@@ -247,9 +370,16 @@ fn fuser_config(cfg: &MountConfig) -> Result<Config, FsError> {
             reason,
         };
         let mapped = match option {
-            "ro" | "default_permissions" | "nosuid" | "nodev" => None,
+            "default_permissions" | "nosuid" | "nodev" => None,
+            "ro" if mode == Mode::ReadOnly => None,
+            "rw" if mode == Mode::ReadWrite => None,
             "rw" => return Err(refuse("checkpoint mounts are read-only")),
-            "suid" | "dev" => return Err(refuse("checkpoint mounts are always nosuid,nodev")),
+            "ro" => {
+                return Err(refuse(
+                    "fork mounts are read-write; mount the fork's head for a read-only view",
+                ));
+            }
+            "suid" | "dev" => return Err(refuse("storefs mounts are always nosuid,nodev")),
             "auto_unmount" => return Err(refuse("stop the daemon or use `storefs unmount`")),
             o if o.starts_with("fsname=") || o.starts_with("subtype=") => {
                 return Err(refuse("storefs sets the fsname and subtype"));

@@ -342,7 +342,7 @@ fn attr(node: &Node) -> Attr {
 
 /// Re-encode a userspace `dev_t` in the kernel's 32-bit `new_encode_dev` form,
 /// which is what FUSE's `rdev` carries.
-fn kernel_dev(rdev: u64) -> u32 {
+pub(super) fn kernel_dev(rdev: u64) -> u32 {
     let major = libc::major(rdev as libc::dev_t);
     let minor = libc::minor(rdev as libc::dev_t);
     (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)

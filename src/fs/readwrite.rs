@@ -1,0 +1,457 @@
+//! A fork served read-write, on inode numbers. No FUSE types here: `fuse_rw.rs`
+//! adapts these calls to fuser, and errors are `FsError`s that `errno()` maps.
+//!
+//! [`journal::Fork`] does the POSIX work (atomic check, journal append and
+//! apply). This layer adds what belongs to the mount:
+//!
+//! - new entries: the umask, the requester's uid/gid, and setgid directories
+//!   (a new entry takes the directory's group; a new directory also inherits
+//!   `S_ISGID`);
+//! - names over 255 bytes fail with `ENAMETOOLONG` on every operation,
+//!   lookups included;
+//! - open handles: counted with [`Fork::open_file`]/[`Fork::release`] so an
+//!   unlinked open file stays readable; `O_APPEND` handles write with
+//!   [`Fork::append`] (the journal picks the end atomically, so appenders in
+//!   different processes never overwrite each other) and are opened in direct
+//!   I/O mode, so the kernel's page cache never holds appended bytes at its own,
+//!   possibly stale, idea of the end of the file;
+//! - directory listings: a snapshot per open directory, taken at `opendir` and
+//!   on a rewind (offset 0), so entries that do not change are listed exactly
+//!   once even while the directory changes;
+//! - xattr buffers: size-0 probes and `ERANGE`; flag and mode translation
+//!   (rename, setxattr, fallocate, mknod).
+//!
+//! Permission checks are the kernel's (the mount always has
+//! `default_permissions`). The kernel also clears setuid/setgid on a write,
+//! truncate or chown by someone without `CAP_FSETID`: without
+//! `FUSE_HANDLE_KILLPRIV` it sends the mode change as a `setattr` of its own
+//! (tested in `tests/fork_mount.rs`).
+//!
+//! Limits, honestly: a new file in a setgid directory keeps an `S_ISGID`
+//! asked for by a creator who is not in the directory's group (the kernel
+//! would drop it; we do not know the requester's supplementary groups; the
+//! mount is `nosuid`, so the bit grants nothing here). The setgid check reads
+//! the parent's attributes just before the create, not atomically with it.
+//! Device nodes are refused (`EPERM`; the mount is `nodev`). `lseek`
+//! `SEEK_DATA`/`SEEK_HOLE`, POSIX locks and `copy_file_range` are left to the
+//! kernel's generic fallbacks (whole file is data; local locks; copy through
+//! read and write). An `O_APPEND` handle cannot be mapped shared-writable
+//! (direct I/O). `O_APPEND` set later with `fcntl(F_SETFL)` on a cached handle
+//! still appends atomically in the journal, but that handle's page cache may
+//! then place the bytes at the kernel's idea of the end.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::FsError;
+use super::readonly::XattrReply;
+use crate::journal::{self, Attr, DirEntry, Fallocate, Fork, RenameMode, SetAttr, XattrMode};
+use crate::store::Kind;
+
+/// The longest name this mount accepts (and `statfs` reports).
+const NAME_MAX: usize = journal::NAME_MAX;
+
+/// Who asks: the requester's ids as the kernel gives them.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// How the kernel should treat an open file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Opened {
+    /// Bypass the page cache (for `O_APPEND` handles).
+    pub direct_io: bool,
+}
+
+/// One entry handed to a `readdir` callback.
+pub struct DirItem<'a> {
+    /// The offset that resumes the listing after this entry.
+    pub next_offset: u64,
+    pub name: &'a [u8],
+    pub ino: u64,
+    pub kind: Kind,
+    /// Attributes, when asked for (readdirplus).
+    pub attr: Option<Attr>,
+}
+
+/// A directory listing taken at opendir: ".", ".." and the entries.
+struct Listing {
+    entries: Vec<DirEntry>,
+}
+
+/// A fork, served read-write.
+pub struct ForkFs {
+    fork: Arc<Fork>,
+    /// Open directories' listings by handle.
+    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
+    next_fh: AtomicU64,
+}
+
+fn check_name(name: &[u8]) -> Result<(), FsError> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    Ok(())
+}
+
+impl ForkFs {
+    pub fn new(fork: Arc<Fork>) -> ForkFs {
+        ForkFs {
+            fork,
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        check_name(name)?;
+        Ok(self.fork.lookup(parent, name)?)
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        Ok(self.fork.getattr(ino)?)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
+        Ok(self.fork.readlink(ino)?)
+    }
+
+    /// Up to `size` bytes of file `ino` from `offset`; empty at or past the end.
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+        Ok(self.fork.read(ino, offset, size)?)
+    }
+
+    pub fn statfs(&self) -> Result<journal::StatFs, FsError> {
+        Ok(self.fork.statfs()?)
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Result<XattrReply, FsError> {
+        let value = self.fork.getxattr(ino, name)?;
+        sized(value, size)
+    }
+
+    /// The attribute names, each followed by a NUL.
+    pub fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply, FsError> {
+        let mut out = Vec::new();
+        for name in self.fork.listxattr(ino)? {
+            out.extend_from_slice(&name);
+            out.push(0);
+        }
+        sized(out, size)
+    }
+
+    // ------------------------------------------------------------ directories
+
+    /// Open directory `ino`: snapshot its listing; returns the handle.
+    pub fn opendir(&self, ino: u64) -> Result<u64, FsError> {
+        let listing = self.listing(ino)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().insert(fh, Arc::new(listing));
+        Ok(fh)
+    }
+
+    fn listing(&self, ino: u64) -> Result<Listing, FsError> {
+        let (parent, children) = self.fork.readdir(ino)?;
+        let mut entries = Vec::with_capacity(children.len() + 2);
+        entries.push(DirEntry {
+            name: b".".to_vec(),
+            ino,
+            kind: Kind::Dir,
+        });
+        entries.push(DirEntry {
+            name: b"..".to_vec(),
+            ino: parent,
+            kind: Kind::Dir,
+        });
+        entries.extend(children);
+        Ok(Listing { entries })
+    }
+
+    /// List directory `ino` (open as `fh`) from `offset` (0 = start, which
+    /// takes a fresh listing), calling `add` until it returns true (the reply
+    /// is full). With `plus`, each item carries its attributes (entries gone
+    /// since the listing was taken are skipped).
+    pub fn readdir(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        mut add: impl FnMut(DirItem<'_>) -> bool,
+    ) -> Result<(), FsError> {
+        let known = self.dirs.lock().get(&fh).cloned();
+        let listing = match known {
+            Some(l) if offset != 0 => l,
+            _ => {
+                let l = Arc::new(self.listing(ino)?);
+                self.dirs.lock().insert(fh, l.clone());
+                l
+            }
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, e) in listing.entries.iter().enumerate().skip(start) {
+            let attr = if plus {
+                match self.fork.getattr(e.ino) {
+                    Ok(a) => Some(a),
+                    Err(journal::Error::NotFound) => continue,
+                    Err(err) => return Err(err.into()),
+                }
+            } else {
+                None
+            };
+            let item = DirItem {
+                next_offset: i as u64 + 1,
+                name: &e.name,
+                ino: e.ino,
+                kind: e.kind,
+                attr,
+            };
+            if add(item) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.lock().remove(&fh);
+    }
+
+    // ---------------------------------------------------------------- files
+
+    /// Open file `ino` with the `open(2)` flags: count the handle, truncate on
+    /// `O_TRUNC` (the kernel normally sends that as a setattr first).
+    pub fn open(&self, ino: u64, flags: i32) -> Result<Opened, FsError> {
+        if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
+            let attr = self.fork.getattr(ino)?;
+            if attr.kind == Kind::File && attr.size != 0 {
+                self.fork.setattr(
+                    ino,
+                    &SetAttr {
+                        size: Some(0),
+                        ..SetAttr::default()
+                    },
+                )?;
+            }
+        }
+        self.fork.open_file(ino)?;
+        Ok(opened(flags))
+    }
+
+    /// Create and open a regular file (`O_CREAT`; the kernel looked it up first).
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        caller: Caller,
+    ) -> Result<(Attr, Opened), FsError> {
+        check_name(name)?;
+        let (perm, gid) = self.new_owner(parent, mode, umask, caller, false)?;
+        let attr = self.fork.create_open(parent, name, perm, caller.uid, gid)?;
+        Ok((attr, opened(flags)))
+    }
+
+    /// Write `data` at `offset`, or at the end of the file (`append`).
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8], append: bool) -> Result<u32, FsError> {
+        let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
+        if append {
+            self.fork.append(ino, data)?;
+        } else {
+            self.fork.write(ino, offset, data)?;
+        }
+        Ok(len)
+    }
+
+    /// The last handle of an unlinked file going frees it.
+    pub fn release(&self, ino: u64) {
+        self.fork.release(ino);
+    }
+
+    /// fsync, fdatasync, fsyncdir: returns once everything done so far is durable.
+    pub fn sync(&self) -> Result<(), FsError> {
+        Ok(self.fork.sync()?)
+    }
+
+    /// `fallocate(2)` with its `mode` bits.
+    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: i32) -> Result<(), FsError> {
+        let how = match mode {
+            0 => Fallocate::Extend,
+            libc::FALLOC_FL_KEEP_SIZE => Fallocate::KeepSize,
+            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
+                Fallocate::PunchHole
+            }
+            _ => return Err(FsError::Unsupported("this fallocate mode")),
+        };
+        Ok(self.fork.fallocate(ino, offset, len, how)?)
+    }
+
+    // ------------------------------------------------------------ metadata
+
+    pub fn setattr(&self, ino: u64, attrs: &SetAttr) -> Result<Attr, FsError> {
+        Ok(self.fork.setattr(ino, attrs)?)
+    }
+
+    /// `setxattr(2)` with its flags (`XATTR_CREATE`, `XATTR_REPLACE`).
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<(), FsError> {
+        let mode = match flags {
+            0 => XattrMode::Any,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return Err(FsError::Invalid("setxattr flags")),
+        };
+        Ok(self.fork.setxattr(ino, name, value, mode)?)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), FsError> {
+        Ok(self.fork.removexattr(ino, name)?)
+    }
+
+    // ------------------------------------------------------------ names
+
+    /// `mknod(2)`: regular files, fifos and sockets; device nodes are refused.
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        caller: Caller,
+    ) -> Result<Attr, FsError> {
+        check_name(name)?;
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => Kind::File,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR | libc::S_IFBLK => return Err(FsError::NoDevices),
+            libc::S_IFDIR => return Err(FsError::Invalid("mknod of a directory")),
+            _ => return Err(FsError::Invalid("mknod file type")),
+        };
+        let (perm, gid) = self.new_owner(parent, mode, umask, caller, false)?;
+        Ok(self
+            .fork
+            .mknod(parent, name, kind, perm, caller.uid, gid, 0)?)
+    }
+
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        caller: Caller,
+    ) -> Result<Attr, FsError> {
+        check_name(name)?;
+        let (perm, gid) = self.new_owner(parent, mode, umask, caller, true)?;
+        Ok(self.fork.mkdir(parent, name, perm, caller.uid, gid)?)
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        caller: Caller,
+    ) -> Result<Attr, FsError> {
+        check_name(name)?;
+        let (_, gid) = self.new_owner(parent, 0o777, 0, caller, false)?;
+        Ok(self.fork.symlink(parent, name, target, caller.uid, gid)?)
+    }
+
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr, FsError> {
+        check_name(new_name)?;
+        Ok(self.fork.link(ino, new_parent, new_name)?)
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        check_name(name)?;
+        Ok(self.fork.unlink(parent, name)?)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        check_name(name)?;
+        Ok(self.fork.rmdir(parent, name)?)
+    }
+
+    /// `renameat2(2)` with its flags: none, `RENAME_NOREPLACE` or
+    /// `RENAME_EXCHANGE`; anything else (`RENAME_WHITEOUT`, combinations) is
+    /// `EINVAL`.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<(), FsError> {
+        check_name(name)?;
+        check_name(new_name)?;
+        let mode = match flags {
+            0 => RenameMode::Replace,
+            libc::RENAME_NOREPLACE => RenameMode::NoReplace,
+            libc::RENAME_EXCHANGE => RenameMode::Exchange,
+            _ => return Err(FsError::Invalid("rename flags")),
+        };
+        Ok(self.fork.rename(parent, name, new_parent, new_name, mode)?)
+    }
+
+    /// The permission bits and group of a new entry in `parent`: `mode` less
+    /// the umask, the caller's group, or the directory's when it is setgid
+    /// (and then a new directory is setgid too).
+    fn new_owner(
+        &self,
+        parent: u64,
+        mode: u32,
+        umask: u32,
+        caller: Caller,
+        is_dir: bool,
+    ) -> Result<(u32, u32), FsError> {
+        let mut perm = mode & 0o7777 & !umask;
+        let dir = self.fork.getattr(parent)?;
+        if dir.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        let sgid = libc::S_ISGID;
+        if dir.perm & sgid == 0 {
+            return Ok((perm, caller.gid));
+        }
+        if is_dir {
+            perm |= sgid;
+        }
+        Ok((perm, dir.gid))
+    }
+}
+
+fn opened(flags: i32) -> Opened {
+    Opened {
+        direct_io: flags & libc::O_APPEND != 0,
+    }
+}
+
+/// An xattr value or name list for a buffer of `size` bytes: its size for a
+/// size-0 probe, `ERANGE` when it does not fit.
+fn sized(bytes: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
+    let len = u32::try_from(bytes.len()).map_err(|_| FsError::BufferTooSmall {
+        given: size,
+        needed: bytes.len(),
+    })?;
+    if size == 0 {
+        Ok(XattrReply::Size(len))
+    } else if len > size {
+        Err(FsError::BufferTooSmall {
+            given: size,
+            needed: bytes.len(),
+        })
+    } else {
+        Ok(XattrReply::Data(bytes))
+    }
+}
