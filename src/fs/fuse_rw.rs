@@ -21,7 +21,7 @@ use fuser::{
 
 use super::fuse::{fail, file_type, system_time};
 use super::readonly::{BLOCK_SIZE, XattrReply, kernel_dev};
-use super::readwrite::{Caller, ForkFs, Opened};
+use super::readwrite::{Caller, ForkFs, Opened, WriteCtx};
 use crate::journal::{Attr, SetAttr, Time};
 
 /// How long the kernel may cache entries and attributes. This daemon is the
@@ -286,7 +286,7 @@ impl Filesystem for ForkAdapter {
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, flags = flags.0))]
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open(ino.0, flags.0) {
-            Ok(o) => reply.opened(FileHandle(0), fopen_flags(o)),
+            Ok(o) => reply.opened(FileHandle(o.fh()), fopen_flags(o)),
             Err(e) => reply.error(fail(&e)),
         }
     }
@@ -312,9 +312,9 @@ impl Filesystem for ForkAdapter {
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, len = data.len(), write_flags = write_flags.bits(), flags = flags.0))]
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -324,10 +324,14 @@ impl Filesystem for ForkAdapter {
     ) {
         // A write of an O_APPEND file lands at the journal's end of file, not
         // at the kernel's idea of it; page-cache writeback (mmap) always
-        // carries its page's own offset.
-        let append =
-            flags.0 & libc::O_APPEND != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        match self.fs.write(ino.0, offset, data, append) {
+        // carries its page's own offset (and may name any handle).
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let how = WriteCtx {
+            append: flags.0 & libc::O_APPEND != 0 && !cached,
+            direct: Opened::from_fh(fh.0).direct_io && !cached,
+            caller: caller(req),
+        };
+        match self.fs.write(ino.0, offset, data, how) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail(&e)),
         }
@@ -544,7 +548,7 @@ impl Filesystem for ForkAdapter {
                 &TTL,
                 &file_attr(&attr),
                 GENERATION,
-                FileHandle(0),
+                FileHandle(o.fh()),
                 fopen_flags(o),
             ),
             Err(e) => reply.error(fail(&e)),

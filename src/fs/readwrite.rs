@@ -22,10 +22,13 @@
 //!   (rename, setxattr, fallocate, mknod).
 //!
 //! Permission checks are the kernel's (the mount always has
-//! `default_permissions`). The kernel also clears setuid/setgid on a write,
-//! truncate or chown by someone without `CAP_FSETID`: without
-//! `FUSE_HANDLE_KILLPRIV` it sends the mode change as a `setattr` of its own
-//! (tested in `tests/fork_mount.rs`).
+//! `default_permissions`). Setuid/setgid on a write, truncate or chown by
+//! someone without `CAP_FSETID`: without `FUSE_HANDLE_KILLPRIV` the kernel
+//! sends the mode change as a `setattr` of its own for truncate, chown and
+//! page-cache writes, but not (Linux 6.18, checked by `tests/fork_mount.rs`)
+//! for writes through a direct-I/O handle. For those (our `O_APPEND` handles)
+//! [`ForkFs::write`] clears the bits itself when the writer is not root, as
+//! fuser's `examples/simple.rs` does (uid 0 standing in for `CAP_FSETID`).
 //!
 //! Limits, honestly: a new file in a setgid directory keeps an `S_ISGID`
 //! asked for by a creator who is not in the directory's group (the kernel
@@ -66,6 +69,33 @@ pub struct Caller {
 pub struct Opened {
     /// Bypass the page cache (for `O_APPEND` handles).
     pub direct_io: bool,
+}
+
+impl Opened {
+    /// The file handle given to the kernel: it only tells whether the handle
+    /// is direct I/O (all the state a file handle needs; the inode comes with
+    /// every request).
+    pub fn fh(self) -> u64 {
+        u64::from(self.direct_io)
+    }
+
+    /// What [`Opened::fh`] said.
+    pub fn from_fh(fh: u64) -> Opened {
+        Opened {
+            direct_io: fh & 1 != 0,
+        }
+    }
+}
+
+/// How a write reached us.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteCtx {
+    /// Land at the end of file (an `O_APPEND` write), not at the offset.
+    pub append: bool,
+    /// Written through a direct-I/O handle (not page-cache writeback): the
+    /// kernel did not clear setuid/setgid for it.
+    pub direct: bool,
+    pub caller: Caller,
 }
 
 /// One entry handed to a `readdir` callback.
@@ -262,14 +292,37 @@ impl ForkFs {
     }
 
     /// Write `data` at `offset`, or at the end of the file (`append`).
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8], append: bool) -> Result<u32, FsError> {
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8], how: WriteCtx) -> Result<u32, FsError> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
-        if append {
+        if how.direct && how.caller.uid != 0 {
+            self.kill_suid_sgid(ino)?;
+        }
+        if how.append {
             self.fork.append(ino, data)?;
         } else {
             self.fork.write(ino, offset, data)?;
         }
         Ok(len)
+    }
+
+    /// Clear setuid, and setgid when group-executable (else it marks mandatory
+    /// locking), as a write by someone without `CAP_FSETID` does.
+    fn kill_suid_sgid(&self, ino: u64) -> Result<(), FsError> {
+        let perm = self.fork.getattr(ino)?.perm;
+        let mut new = perm & !libc::S_ISUID;
+        if perm & libc::S_IXGRP != 0 {
+            new &= !libc::S_ISGID;
+        }
+        if new != perm {
+            self.fork.setattr(
+                ino,
+                &SetAttr {
+                    perm: Some(new),
+                    ..SetAttr::default()
+                },
+            )?;
+        }
+        Ok(())
     }
 
     /// The last handle of an unlinked file going frees it.

@@ -1,0 +1,1012 @@
+//! Real read-write FUSE mounts of a fork, through the kernel (std::fs and
+//! libc). Needs root and /dev/fuse.
+//!
+//! Each test builds its own store from a snapshot of a small temp directory,
+//! creates and opens a fork of it, mounts it with `mount_fork` and serves on a
+//! thread. Mount tests run one at a time (`SERIAL`); the guard unmounts and
+//! joins the serving thread on failure too.
+
+use std::ffi::{CString, OsStr};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use storefs::fs::{MountConfig, mount_fork, unmount};
+use storefs::ingest::{self, SnapshotOptions};
+use storefs::journal::{Fork, ROOT_INO};
+use storefs::store::{Checkpoint, ObjectId, Source, Store};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const HELLO: &[u8] = b"hello from the base checkpoint\n";
+
+/// A pattern of `len` bytes that differs for each `seed`.
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64 * 31 + seed as u64 * 7 + i as u64 / 251) as u8)
+        .collect()
+}
+
+/// Unmounts (if still mounted) and joins the serving thread when dropped.
+struct MountGuard {
+    mnt: PathBuf,
+    serving: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl MountGuard {
+    /// Unmount now and wait (bounded) for serve() to return; give its result.
+    fn unmount_and_join(&mut self) -> io::Result<()> {
+        unmount(&self.mnt)?;
+        let handle = self.serving.take().expect("serving thread");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !handle.is_finished() {
+            assert!(Instant::now() < deadline, "serve() did not return");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        handle.join().expect("serve thread panicked")
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if is_mounted(&self.mnt)
+            && let Err(e) = unmount(&self.mnt)
+        {
+            eprintln!("cleanup: {e}; detaching lazily");
+            let c = CString::new(self.mnt.as_os_str().as_bytes()).unwrap();
+            // SAFETY: c is a valid path string.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+        if let Some(handle) = self.serving.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if handle.is_finished() {
+                let _ = handle.join();
+            } else {
+                eprintln!("cleanup: serve() still running at {}", self.mnt.display());
+            }
+        }
+    }
+}
+
+fn is_mounted(mnt: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let want = mnt.to_str().unwrap();
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(want))
+}
+
+/// A fork of a small checkpoint, mounted read-write. Fields drop in order:
+/// the mount first, then the fork, the store and the temp dirs.
+struct Fixture {
+    mounted: MountGuard,
+    fork: Option<Arc<Fork>>,
+    store: Arc<Store>,
+    base: ObjectId,
+    base_root: ObjectId,
+    tmp: tempfile::TempDir,
+    _serial: MutexGuard<'static, ()>,
+}
+
+/// The base tree: hello.txt, big.bin (200 KiB), sub/{a,b}, empty/.
+fn build_source(src: &Path) {
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::create_dir_all(src.join("empty")).unwrap();
+    fs::write(src.join("hello.txt"), HELLO).unwrap();
+    fs::write(src.join("big.bin"), pattern(1, 200 * 1024)).unwrap();
+    fs::write(src.join("sub/a"), b"a\n").unwrap();
+    fs::write(src.join("sub/b"), b"b\n").unwrap();
+}
+
+fn mount_fixture() -> Fixture {
+    mount_fixture_with(|_| {})
+}
+
+fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    build_source(&src);
+    let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
+    let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
+    let base = store
+        .write_checkpoint(&Checkpoint {
+            version: 1,
+            root: snap.root,
+            parents: vec![],
+            origin: Some(src.display().to_string()),
+            time_ns: 1,
+            message: "base".into(),
+            source: Source {
+                kind: "snapshot".into(),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+    Fork::create(&store, "f1", &base).unwrap();
+    let fork = Arc::new(Fork::open(store.clone(), "f1").unwrap());
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let mut cfg = MountConfig {
+        mountpoint: mnt.clone(),
+        fsname: "storefs:f1".into(),
+        extra_options: vec![],
+        cache_bytes: 1 << 20,
+        threads: 2,
+    };
+    adjust(&mut cfg);
+    let mounted = mount_fork(fork.clone(), &cfg).unwrap();
+    let serving = std::thread::spawn(move || mounted.serve());
+    Fixture {
+        mounted: MountGuard {
+            mnt,
+            serving: Some(serving),
+        },
+        fork: Some(fork),
+        store,
+        base,
+        base_root: snap.root,
+        tmp,
+        _serial: serial,
+    }
+}
+
+impl Fixture {
+    fn path(&self, name: impl AsRef<OsStr>) -> PathBuf {
+        self.mounted.mnt.join(name.as_ref())
+    }
+
+    fn fork(&self) -> &Arc<Fork> {
+        self.fork.as_ref().unwrap()
+    }
+
+    /// The base checkpoint is as it was: same root tree, and hello.txt read
+    /// through the store still has the base bytes.
+    fn assert_base_untouched(&self) {
+        let ckpt = self.store.read_checkpoint(&self.base).unwrap();
+        assert_eq!(ckpt.root, self.base_root);
+        let entry = self
+            .store
+            .lookup_path(&ckpt, b"hello.txt")
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        self.store
+            .copy_content(&entry, &mut out, "hello.txt")
+            .unwrap();
+        assert_eq!(out, HELLO);
+        let sub = self.store.lookup_path(&ckpt, b"sub/a").unwrap();
+        assert!(sub.is_some(), "sub/a is still in the base");
+    }
+
+    /// The daemon still answers.
+    fn assert_alive(&self) {
+        assert_eq!(fs::read(self.path("hello.txt")).unwrap().len(), HELLO.len());
+        assert!(fs::metadata(self.path("sub")).unwrap().is_dir());
+    }
+}
+
+fn os_error<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+    r.expect_err("operation should fail")
+        .raw_os_error()
+        .expect("an OS error")
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// -1 → the errno, else Ok(return value).
+fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
+    let (a, b) = (cstr(from), cstr(to));
+    // SAFETY: valid C strings; the syscall takes these arguments.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    };
+    check(rc).map(|_| ())
+}
+
+fn fallocate(f: &File, mode: libc::c_int, offset: i64, len: i64) -> io::Result<()> {
+    // SAFETY: a valid open fd.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), mode, offset, len) };
+    check(rc.into()).map(|_| ())
+}
+
+fn setxattr(p: &Path, name: &str, value: &[u8], flags: libc::c_int) -> io::Result<()> {
+    let (p, n) = (cstr(p), CString::new(name).unwrap());
+    // SAFETY: valid strings and buffer.
+    let rc = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
+    check(rc.into()).map(|_| ())
+}
+
+/// getxattr with a buffer of `size` bytes (0: the size probe).
+fn getxattr(p: &Path, name: &str, size: usize) -> io::Result<Vec<u8>> {
+    let (p, n) = (cstr(p), CString::new(name).unwrap());
+    let mut buf = vec![0u8; size];
+    let ptr = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        buf.as_mut_ptr().cast()
+    };
+    // SAFETY: valid strings; buf holds size bytes (or is null with size 0).
+    let rc = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), ptr, size) };
+    let n = check(rc as libc::c_long)? as usize;
+    if size == 0 {
+        return Ok(vec![0; n]);
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
+fn listxattr(p: &Path) -> io::Result<Vec<u8>> {
+    let p = cstr(p);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid string and buffer.
+    let rc = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    buf.truncate(check(rc as libc::c_long)? as usize);
+    Ok(buf)
+}
+
+fn removexattr(p: &Path, name: &str) -> io::Result<()> {
+    let (p, n) = (cstr(p), CString::new(name).unwrap());
+    // SAFETY: valid strings.
+    let rc = unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) };
+    check(rc.into()).map(|_| ())
+}
+
+fn read_all(p: &Path) -> Vec<u8> {
+    let mut v = Vec::new();
+    File::open(p).unwrap().read_to_end(&mut v).unwrap();
+    v
+}
+
+/// Read `path` (slash-separated) through a fork's API.
+fn fork_read(fork: &Fork, path: &str) -> Vec<u8> {
+    let mut ino = ROOT_INO;
+    for part in path.split('/') {
+        ino = fork.lookup(ino, part.as_bytes()).unwrap().ino;
+    }
+    let size = fork.getattr(ino).unwrap().size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        let chunk = fork.read(ino, out.len() as u64, 1 << 20).unwrap();
+        assert!(!chunk.is_empty());
+        out.extend(chunk);
+    }
+    out
+}
+
+// ------------------------------------------------------------------- tests
+
+#[test]
+fn mount_is_rw_with_the_usual_options() {
+    let fx = mount_fixture();
+    let mounts = fs::read_to_string("/proc/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == fx.mounted.mnt.to_str())
+        .expect("mounted");
+    assert!(line.starts_with("storefs:f1 "), "{line}");
+    assert!(line.contains(" fuse.storefs "), "{line}");
+    let opts = line.split(' ').nth(3).unwrap();
+    for o in ["rw", "nosuid", "nodev", "default_permissions"] {
+        assert!(opts.split(',').any(|x| x == o), "{o} missing in {opts}");
+    }
+    fx.assert_base_untouched();
+}
+
+#[test]
+fn ro_option_is_refused() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    build_source(&src);
+    let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
+    let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
+    let base = store
+        .write_checkpoint(&Checkpoint {
+            version: 1,
+            root: snap.root,
+            parents: vec![],
+            origin: None,
+            time_ns: 1,
+            message: "base".into(),
+            source: Source::default(),
+        })
+        .unwrap();
+    Fork::create(&store, "f1", &base).unwrap();
+    let fork = Arc::new(Fork::open(store.clone(), "f1").unwrap());
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    for bad in ["ro", "suid", "dev", "fsname=x", "auto_unmount"] {
+        let cfg = MountConfig {
+            mountpoint: mnt.clone(),
+            fsname: "storefs:f1".into(),
+            extra_options: vec![bad.into()],
+            cache_bytes: 1 << 20,
+            threads: 1,
+        };
+        let err = mount_fork(fork.clone(), &cfg).err().expect("refused");
+        assert!(err.to_string().contains(bad), "{err}");
+    }
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn create_write_read_at_any_offset() {
+    let fx = mount_fixture();
+    let p = fx.path("new.bin");
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    f.write_all_at(b"start", 0).unwrap();
+    f.write_all_at(b"far", 100_000).unwrap();
+    f.write_all_at(b"mid", 50_000).unwrap();
+    let mut want = vec![0u8; 100_003];
+    want[..5].copy_from_slice(b"start");
+    want[50_000..50_003].copy_from_slice(b"mid");
+    want[100_000..].copy_from_slice(b"far");
+    assert_eq!(read_all(&p), want);
+    assert_eq!(fs::metadata(&p).unwrap().len(), 100_003);
+    // Overwrite inside a base file, across chunk-sized distances.
+    let big = fx.path("big.bin");
+    let g = OpenOptions::new().write(true).open(&big).unwrap();
+    g.write_all_at(&pattern(9, 5000), 70_000).unwrap();
+    drop(g);
+    let mut want = pattern(1, 200 * 1024);
+    want[70_000..75_000].copy_from_slice(&pattern(9, 5000));
+    assert_eq!(read_all(&big), want);
+    // A large write (several journal records) in one call.
+    let large = pattern(3, 3 << 20);
+    fs::write(fx.path("large.bin"), &large).unwrap();
+    assert_eq!(read_all(&fx.path("large.bin")), large);
+    // Writing extends; reading past the end is empty.
+    let mut buf = [0u8; 10];
+    assert_eq!(f.read_at(&mut buf, 200_000).unwrap(), 0);
+    fx.assert_base_untouched();
+}
+
+#[test]
+fn appends_from_two_processes_never_overwrite() {
+    let fx = mount_fixture();
+    let script = r#"for i in $(seq 500); do echo "$1 $i" >> file; done"#;
+    let spawn = |who: &str| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .arg(who)
+            .current_dir(&fx.mounted.mnt)
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn("a"), spawn("b"));
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    let text = String::from_utf8(read_all(&fx.path("file"))).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1000, "{text}");
+    for who in ["a", "b"] {
+        let mine: Vec<u32> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(who).and_then(|r| r.strip_prefix(' ')))
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(mine, (1..=500).collect::<Vec<_>>(), "writer {who}");
+    }
+    // An O_APPEND handle appends at the real end even after a plain write
+    // moved it.
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(fx.path("hello.txt"))
+        .unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(fx.path("hello.txt"))
+        .unwrap()
+        .write_all_at(b"XY", HELLO.len() as u64)
+        .unwrap();
+    f.write_all(b"Z").unwrap();
+    let mut want = HELLO.to_vec();
+    want.extend_from_slice(b"XYZ");
+    assert_eq!(read_all(&fx.path("hello.txt")), want);
+}
+
+#[test]
+fn truncate_ftruncate_and_fallocate() {
+    let fx = mount_fixture();
+    let p = fx.path("big.bin");
+    // truncate(2) by path, shrink.
+    let c = cstr(&p);
+    // SAFETY: valid path.
+    assert_eq!(unsafe { libc::truncate(c.as_ptr(), 1000) }, 0);
+    assert_eq!(read_all(&p), pattern(1, 1000));
+    // ftruncate grows with zeros.
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    f.set_len(3000).unwrap();
+    let mut want = pattern(1, 1000);
+    want.resize(3000, 0);
+    assert_eq!(read_all(&p), want);
+    // O_TRUNC empties.
+    fs::write(fx.path("hello.txt"), b"").unwrap();
+    assert_eq!(fs::metadata(fx.path("hello.txt")).unwrap().len(), 0);
+    // fallocate mode 0 extends, KEEP_SIZE does not, PUNCH_HOLE zeros.
+    fallocate(&f, 0, 0, 8192).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 8192);
+    fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 0, 100_000).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 8192);
+    fallocate(
+        &f,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        10,
+        20,
+    )
+    .unwrap();
+    want.resize(8192, 0);
+    want[10..30].fill(0);
+    assert_eq!(read_all(&p), want);
+    assert_eq!(
+        os_error(fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 0, 10)),
+        libc::EOPNOTSUPP
+    );
+    fx.assert_base_untouched();
+}
+
+#[test]
+fn sparse_write_stays_sparse() {
+    let fx = mount_fixture();
+    let p = fx.path("sparse");
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    f.write_all_at(b"end", 1 << 30).unwrap();
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!(m.len(), (1 << 30) + 3);
+    assert!(m.blocks() <= 16, "blocks {}", m.blocks());
+    let mut buf = vec![1u8; 4096];
+    File::open(&p)
+        .unwrap()
+        .read_exact_at(&mut buf, 1 << 20)
+        .unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn unlinked_open_file_stays_readable() {
+    let fx = mount_fixture();
+    let p = fx.path("doomed");
+    fs::write(&p, b"still here").unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    fs::remove_file(&p).unwrap();
+    assert_eq!(os_error(fs::metadata(&p)), libc::ENOENT);
+    let mut buf = [0u8; 10];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"still here");
+    f.write_all_at(b"STILL", 0).unwrap();
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"STILL here");
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    // Unlink of a base file that is open.
+    let g = File::open(fx.path("sub/a")).unwrap();
+    fs::remove_file(fx.path("sub/a")).unwrap();
+    let mut a = [0u8; 2];
+    g.read_exact_at(&mut a, 0).unwrap();
+    assert_eq!(&a, b"a\n");
+    drop((f, g));
+    fx.assert_base_untouched();
+}
+
+#[test]
+fn directories_and_renames() {
+    let fx = mount_fixture();
+    fs::create_dir(fx.path("d")).unwrap();
+    fs::write(fx.path("d/x"), b"x").unwrap();
+    assert_eq!(os_error(fs::remove_dir(fx.path("d"))), libc::ENOTEMPTY);
+    assert_eq!(os_error(fs::remove_dir(fx.path("sub"))), libc::ENOTEMPTY);
+    assert_eq!(os_error(fs::create_dir(fx.path("d"))), libc::EEXIST);
+    fs::remove_file(fx.path("d/x")).unwrap();
+    fs::remove_dir(fx.path("d")).unwrap();
+    fs::remove_dir(fx.path("empty")).unwrap();
+    let mut names: Vec<_> = fs::read_dir(&fx.mounted.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["big.bin", "hello.txt", "sub"]);
+
+    // rename over an existing file.
+    fs::write(fx.path("one"), b"1").unwrap();
+    fs::write(fx.path("two"), b"2").unwrap();
+    fs::rename(fx.path("one"), fx.path("two")).unwrap();
+    assert_eq!(fs::read(fx.path("two")).unwrap(), b"1");
+    assert_eq!(os_error(fs::metadata(fx.path("one"))), libc::ENOENT);
+    // NOREPLACE.
+    fs::write(fx.path("three"), b"3").unwrap();
+    assert_eq!(
+        os_error(renameat2(
+            &fx.path("three"),
+            &fx.path("two"),
+            libc::RENAME_NOREPLACE
+        )),
+        libc::EEXIST
+    );
+    renameat2(&fx.path("three"), &fx.path("four"), libc::RENAME_NOREPLACE).unwrap();
+    // Flags the fork does not do.
+    assert_eq!(
+        os_error(renameat2(
+            &fx.path("four"),
+            &fx.path("five"),
+            libc::RENAME_WHITEOUT
+        )),
+        libc::EINVAL
+    );
+    // EXCHANGE, file with directory.
+    renameat2(&fx.path("four"), &fx.path("sub"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs::read(fx.path("sub")).unwrap(), b"3");
+    assert_eq!(fs::read(fx.path("four/b")).unwrap(), b"b\n");
+    // Directory rename across parents.
+    fs::create_dir(fx.path("n")).unwrap();
+    fs::rename(fx.path("four"), fx.path("n/moved")).unwrap();
+    assert_eq!(fs::read(fx.path("n/moved/a")).unwrap(), b"a\n");
+    assert_eq!(
+        os_error(fs::rename(fx.path("n"), fx.path("n/moved/inside"))),
+        libc::EINVAL
+    );
+    fx.assert_base_untouched();
+}
+
+#[test]
+fn mkdir_as_a_lock_has_one_winner() {
+    let fx = mount_fixture();
+    for round in 0..5 {
+        let lock = fx.path(format!("lock{round}"));
+        let n = 8;
+        let barrier = Arc::new(Barrier::new(n));
+        let results: Vec<io::Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|_| {
+                    let (barrier, lock) = (barrier.clone(), lock.clone());
+                    s.spawn(move || {
+                        barrier.wait();
+                        fs::create_dir(&lock)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let wins = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(wins, 1, "round {round}: {results:?}");
+        for r in results.into_iter().filter(|r| r.is_err()) {
+            assert_eq!(os_error(r), libc::EEXIST);
+        }
+    }
+}
+
+#[test]
+fn symlinks_links_and_metadata() {
+    let fx = mount_fixture();
+    std::os::unix::fs::symlink("/some/abs/target", fx.path("ln")).unwrap();
+    assert_eq!(
+        fs::read_link(fx.path("ln")).unwrap(),
+        Path::new("/some/abs/target")
+    );
+    std::os::unix::fs::symlink("hello.txt", fx.path("rel")).unwrap();
+    assert_eq!(fs::read(fx.path("rel")).unwrap(), HELLO);
+
+    fs::hard_link(fx.path("hello.txt"), fx.path("hard")).unwrap();
+    let (a, b) = (
+        fs::metadata(fx.path("hello.txt")).unwrap(),
+        fs::metadata(fx.path("hard")).unwrap(),
+    );
+    assert_eq!(a.ino(), b.ino());
+    assert_eq!(a.nlink(), 2);
+    assert_eq!(b.nlink(), 2);
+    fs::write(fx.path("hard"), b"via the link").unwrap();
+    assert_eq!(fs::read(fx.path("hello.txt")).unwrap(), b"via the link");
+    assert_eq!(
+        os_error(fs::hard_link(fx.path("sub"), fx.path("dl"))),
+        libc::EPERM
+    );
+
+    // chmod, chown, utimensat (a given time and UTIME_NOW).
+    let p = fx.path("big.bin");
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o600);
+    std::os::unix::fs::chown(&p, Some(1234), Some(5678)).unwrap();
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 5678));
+    let c = cstr(&p);
+    let times = [
+        libc::timespec {
+            tv_sec: 1_600_000_000,
+            tv_nsec: 5,
+        },
+        libc::timespec {
+            tv_sec: 1_500_000_000,
+            tv_nsec: 123_456_789,
+        },
+    ];
+    // SAFETY: valid path and two timespecs.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!((m.mtime(), m.mtime_nsec()), (1_500_000_000, 123_456_789));
+    assert_eq!((m.atime(), m.atime_nsec()), (1_600_000_000, 5));
+    let now = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+    ];
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), now.as_ptr(), 0) },
+        0
+    );
+    let m = fs::metadata(&p).unwrap();
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!((m.mtime() - wall).abs() < 60, "mtime {}", m.mtime());
+    assert_eq!(m.atime(), 1_600_000_000, "UTIME_OMIT keeps atime");
+
+    // chown clears setuid (the kernel sends the mode change).
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o4755)).unwrap();
+    std::os::unix::fs::chown(&p, Some(4321), None).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o755);
+}
+
+#[test]
+fn new_entries_take_umask_owner_and_setgid_group() {
+    let fx = mount_fixture();
+    // umask applies (the shell's, not this process's).
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 027 && touch f && mkdir d && mkfifo p")
+        .current_dir(&fx.mounted.mnt)
+        .status()
+        .unwrap();
+    assert!(out.success());
+    assert_eq!(fs::metadata(fx.path("f")).unwrap().mode() & 0o7777, 0o640);
+    assert_eq!(fs::metadata(fx.path("d")).unwrap().mode() & 0o7777, 0o750);
+    let fifo = fs::metadata(fx.path("p")).unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fifo.file_type()));
+    assert_eq!(fifo.mode() & 0o7777, 0o640);
+    // Device nodes are refused (nodev mount).
+    let c = cstr(&fx.path("dev"));
+    // SAFETY: valid path.
+    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
+    assert_eq!(rc, -1);
+    assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+
+    // A setgid directory gives its group; new directories inherit S_ISGID.
+    let g = fx.path("g");
+    fs::create_dir(&g).unwrap();
+    std::os::unix::fs::chown(&g, None, Some(777)).unwrap();
+    fs::set_permissions(&g, fs::Permissions::from_mode(0o2775)).unwrap();
+    fs::write(g.join("file"), b"x").unwrap();
+    fs::create_dir(g.join("dir")).unwrap();
+    std::os::unix::fs::symlink("t", g.join("ln")).unwrap();
+    let f = fs::metadata(g.join("file")).unwrap();
+    assert_eq!((f.uid(), f.gid()), (0, 777));
+    assert_eq!(f.mode() & libc::S_ISGID, 0);
+    let d = fs::metadata(g.join("dir")).unwrap();
+    assert_eq!(d.gid(), 777);
+    assert_ne!(d.mode() & libc::S_ISGID, 0, "new dir inherits setgid");
+    assert_eq!(fs::symlink_metadata(g.join("ln")).unwrap().gid(), 777);
+    // Outside it, the creator's group.
+    assert_eq!(fs::metadata(fx.path("f")).unwrap().gid(), 0);
+}
+
+#[test]
+fn setuid_is_cleared_by_a_write_of_another_user() {
+    // allow_other, and a path the other user can walk.
+    let fx = mount_fixture_with(|c| c.extra_options = vec!["allow_other".into()]);
+    fs::set_permissions(fx.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    for (name, how) in [
+        ("cached", "printf x 1<> \"$0\""),
+        ("appended", "printf x >> \"$0\""),
+    ] {
+        let p = fx.path(name);
+        fs::write(&p, b"#!/bin/sh\n").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o6777)).unwrap();
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(how)
+            .arg(&p)
+            .uid(65534)
+            .gid(65534)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{name}: write as nobody failed");
+        let mode = fs::metadata(&p).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o777, "{name}: setuid/setgid left: {mode:o}");
+    }
+    // Root (CAP_FSETID) keeps them.
+    let p = fx.path("root");
+    fs::write(&p, b"x").unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o4755)).unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b"y")
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o4755);
+}
+
+#[test]
+fn xattrs() {
+    let fx = mount_fixture();
+    let p = fx.path("hello.txt");
+    setxattr(&p, "user.k", b"value\0bytes", 0).unwrap();
+    assert_eq!(getxattr(&p, "user.k", 0).unwrap().len(), 11);
+    assert_eq!(getxattr(&p, "user.k", 64).unwrap(), b"value\0bytes");
+    assert_eq!(os_error(getxattr(&p, "user.k", 3)), libc::ERANGE);
+    assert_eq!(
+        os_error(setxattr(&p, "user.k", b"v", libc::XATTR_CREATE)),
+        libc::EEXIST
+    );
+    assert_eq!(
+        os_error(setxattr(&p, "user.missing", b"v", libc::XATTR_REPLACE)),
+        libc::ENODATA
+    );
+    setxattr(&p, "user.k", b"new", libc::XATTR_REPLACE).unwrap();
+    setxattr(&p, "user.a", b"", libc::XATTR_CREATE).unwrap();
+    assert_eq!(listxattr(&p).unwrap(), b"user.a\0user.k\0");
+    removexattr(&p, "user.k").unwrap();
+    assert_eq!(os_error(getxattr(&p, "user.k", 64)), libc::ENODATA);
+    assert_eq!(os_error(removexattr(&p, "user.k")), libc::ENODATA);
+    assert_eq!(listxattr(&p).unwrap(), b"user.a\0");
+    // On a directory too.
+    setxattr(&fx.path("sub"), "user.d", b"dir", 0).unwrap();
+    assert_eq!(getxattr(&fx.path("sub"), "user.d", 16).unwrap(), b"dir");
+}
+
+#[test]
+fn fsync_fdatasync_fsyncdir() {
+    let fx = mount_fixture();
+    let mut f = File::create(fx.path("durable")).unwrap();
+    f.write_all(b"data").unwrap();
+    f.sync_all().unwrap();
+    f.write_all(b"more").unwrap();
+    f.sync_data().unwrap();
+    File::open(&fx.mounted.mnt).unwrap().sync_all().unwrap();
+    File::open(fx.path("sub")).unwrap().sync_all().unwrap();
+    assert_eq!(fs::read(fx.path("durable")).unwrap(), b"datamore");
+    // The fork answers for what the mount wrote.
+    assert_eq!(fork_read(fx.fork(), "durable"), b"datamore");
+}
+
+#[test]
+fn shared_mmap_writes_reach_the_fork() {
+    let fx = mount_fixture();
+    let p = fx.path("mapped");
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    let len = 3 * 4096;
+    f.set_len(len as u64).unwrap();
+    // SAFETY: a fresh shared mapping of len bytes of an open file.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", io::Error::last_os_error());
+    // SAFETY: the mapping is len bytes long and writable.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(map.cast::<u8>(), len) };
+    bytes[..5].copy_from_slice(b"mmap!");
+    bytes[5000..5004].copy_from_slice(b"page");
+    // SAFETY: map/len are the mapping made above.
+    assert_eq!(unsafe { libc::msync(map, len, libc::MS_SYNC) }, 0);
+    // SAFETY: as above; bytes is not used after this.
+    assert_eq!(unsafe { libc::munmap(map, len) }, 0);
+    drop(f);
+    let got = read_all(&p);
+    assert_eq!(&got[..5], b"mmap!");
+    assert_eq!(&got[5000..5004], b"page");
+    assert_eq!(got.len(), len);
+    // msync wrote it to the journal: the fork's own read sees it.
+    assert_eq!(&fork_read(fx.fork(), "mapped")[5000..5004], b"page");
+}
+
+#[test]
+fn statfs_reports_the_store_file_system() {
+    let fx = mount_fixture();
+    let c = cstr(&fx.mounted.mnt);
+    // SAFETY: zeroed statvfs filled by the call; valid path.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+    assert_eq!(s.f_namemax, 255);
+    assert_eq!(s.f_bsize, 4096);
+    assert!(s.f_blocks > 0);
+    assert!(s.f_bavail <= s.f_blocks);
+    assert!(s.f_files >= 1);
+}
+
+#[test]
+fn hostile_inputs_fail_cleanly() {
+    let fx = mount_fixture();
+    let long = "n".repeat(256);
+    let ok = "n".repeat(255);
+    assert_eq!(
+        os_error(fs::write(fx.path(&long), b"x")),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(os_error(fs::metadata(fx.path(&long))), libc::ENAMETOOLONG);
+    assert_eq!(os_error(fs::create_dir(fx.path(&long))), libc::ENAMETOOLONG);
+    assert_eq!(
+        os_error(fs::rename(fx.path("hello.txt"), fx.path(&long))),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(
+        os_error(std::os::unix::fs::symlink("t", fx.path(&long))),
+        libc::ENAMETOOLONG
+    );
+    fs::write(fx.path(&ok), b"255 is fine").unwrap();
+    assert_eq!(fs::read(fx.path(&ok)).unwrap(), b"255 is fine");
+
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fx.path("big.bin"))
+        .unwrap();
+    let max = i64::MAX as u64;
+    // Linux refuses an end past i64::MAX with EINVAL before FUSE sees it.
+    let e = os_error(f.write_at(b"x", max));
+    assert!(e == libc::EINVAL || e == libc::EFBIG, "errno {e}");
+    assert_eq!(os_error(f.write_at(b"x", u64::MAX)), libc::EINVAL);
+    assert_eq!(os_error(f.write_at(b"x", u64::MAX - 5)), libc::EINVAL);
+    let e = os_error(f.write_at(b"0123", max - 3));
+    assert!(e == libc::EINVAL || e == libc::EFBIG, "errno {e}");
+    // Up to the largest size exactly: fine, and sparse.
+    assert_eq!(f.write_at(b"012", max - 3).unwrap(), 3);
+    assert_eq!(f.metadata().unwrap().len(), max);
+    let mut buf = [0u8; 3];
+    assert_eq!(f.read_at(&mut buf, max - 3).unwrap(), 3);
+    assert_eq!(&buf, b"012");
+    f.set_len(1000).unwrap();
+    assert_eq!(os_error(fallocate(&f, 0, i64::MAX - 10, 100)), libc::EFBIG);
+    assert_eq!(os_error(fallocate(&f, 0, -1, 100)), libc::EINVAL);
+    // SAFETY: a valid open fd.
+    let rc = unsafe { libc::ftruncate(f.as_raw_fd(), -1) };
+    assert_eq!(os_error(check(rc.into())), libc::EINVAL);
+
+    let big = vec![b'v'; 64 * 1024 + 1];
+    let e = os_error(setxattr(&fx.path("hello.txt"), "user.big", &big, 0));
+    assert!(e == libc::E2BIG || e == libc::ENOSPC, "errno {e}");
+    let max_value = vec![b'v'; 64 * 1024];
+    setxattr(&fx.path("hello.txt"), "user.max", &max_value, 0).unwrap();
+    assert_eq!(
+        getxattr(&fx.path("hello.txt"), "user.max", 64 * 1024).unwrap(),
+        max_value
+    );
+    assert_eq!(
+        os_error(setxattr(&fx.path("hello.txt"), "user.x", b"v", 3)),
+        libc::EINVAL
+    );
+    fx.assert_alive();
+    fx.assert_base_untouched();
+}
+
+#[test]
+fn commit_while_mounted_then_reopen() {
+    let mut fx = mount_fixture();
+    fs::write(fx.path("hello.txt"), b"changed in the fork\n").unwrap();
+    fs::create_dir(fx.path("newdir")).unwrap();
+    fs::write(fx.path("newdir/file"), pattern(5, 100_000)).unwrap();
+    fs::remove_file(fx.path("sub/b")).unwrap();
+    let keep_open = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fx.path("big.bin"))
+        .unwrap();
+    keep_open.write_all_at(b"before commit", 10).unwrap();
+
+    let head = fx.fork().commit("m").unwrap();
+    assert_ne!(head, fx.base);
+    let ckpt = fx.store.read_checkpoint(&head).unwrap();
+    assert_eq!(ckpt.parents, vec![fx.base]);
+    assert_eq!(ckpt.message, "m");
+
+    // Writes continue after the commit, from another thread, and are visible.
+    let mnt = fx.mounted.mnt.clone();
+    std::thread::spawn(move || {
+        fs::write(mnt.join("after"), b"after commit").unwrap();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(mnt.join("newdir/file"))
+            .unwrap();
+        f.write_all(b"tail").unwrap();
+    })
+    .join()
+    .unwrap();
+    keep_open.write_all_at(b"after commit!", 20).unwrap();
+    assert_eq!(fs::read(fx.path("after")).unwrap(), b"after commit");
+    let mut want_file = pattern(5, 100_000);
+    want_file.extend_from_slice(b"tail");
+    assert_eq!(fs::read(fx.path("newdir/file")).unwrap(), want_file);
+    let mut want_big = pattern(1, 200 * 1024);
+    want_big[10..23].copy_from_slice(b"before commit");
+    want_big[20..33].copy_from_slice(b"after commit!");
+    assert_eq!(fs::read(fx.path("big.bin")).unwrap(), want_big);
+    drop(keep_open);
+
+    // Unmount, drop our handle (the fork's lock goes with the last one),
+    // reopen, and find everything.
+    fx.mounted.unmount_and_join().unwrap();
+    assert!(!is_mounted(&fx.mounted.mnt));
+    drop(fx.fork.take());
+    let fork = Fork::open(fx.store.clone(), "f1").unwrap();
+    assert_eq!(fork.head(), head);
+    assert_eq!(fork_read(&fork, "hello.txt"), b"changed in the fork\n");
+    assert_eq!(fork_read(&fork, "after"), b"after commit");
+    assert_eq!(fork_read(&fork, "newdir/file"), want_file);
+    assert_eq!(fork_read(&fork, "big.bin"), want_big);
+    assert_eq!(fork_read(&fork, "sub/a"), b"a\n");
+    assert!(fork.lookup(ROOT_INO, b"sub").is_ok());
+    let sub = fork.lookup(ROOT_INO, b"sub").unwrap().ino;
+    assert!(fork.lookup(sub, b"b").is_err());
+    // The committed checkpoint has the pre-commit state.
+    let entry = fx.store.lookup_path(&ckpt, b"hello.txt").unwrap().unwrap();
+    let mut out = Vec::new();
+    fx.store
+        .copy_content(&entry, &mut out, "hello.txt")
+        .unwrap();
+    assert_eq!(out, b"changed in the fork\n");
+    assert!(fx.store.lookup_path(&ckpt, b"after").unwrap().is_none());
+    fx.assert_base_untouched();
+}
