@@ -508,3 +508,230 @@ fn sized(bytes: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
         Ok(XattrReply::Data(bytes))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::errno;
+    use crate::ingest::{self, SnapshotOptions};
+    use crate::journal::ROOT_INO;
+    use crate::store::{Checkpoint, Source, Store};
+    use fuser::Errno;
+
+    const ROOT: Caller = Caller { uid: 0, gid: 0 };
+    const USER: Caller = Caller {
+        uid: 1000,
+        gid: 1000,
+    };
+
+    /// A fork of a checkpoint of {a, b, c, file}, served without a kernel.
+    fn serve() -> (tempfile::TempDir, ForkFs) {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        for name in ["a", "b", "c", "file"] {
+            std::fs::write(src.join(name), name).unwrap();
+        }
+        let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
+        let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
+        let base = store
+            .write_checkpoint(&Checkpoint {
+                version: 1,
+                root: snap.root,
+                parents: vec![],
+                origin: None,
+                time_ns: 1,
+                message: "base".into(),
+                source: Source::default(),
+            })
+            .unwrap();
+        Fork::create(&store, "t", &base).unwrap();
+        let fork = Arc::new(Fork::open(store, "t").unwrap());
+        (tmp, ForkFs::new(fork))
+    }
+
+    fn code(r: Result<impl std::fmt::Debug, FsError>) -> Errno {
+        errno(&r.expect_err("should fail"))
+    }
+
+    fn names(fs: &ForkFs, fh: u64, offset: u64) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        fs.readdir(ROOT_INO, fh, offset, true, |item| {
+            out.push((item.next_offset, item.name.to_vec()));
+            false
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn xattr_buffers() {
+        assert_eq!(sized(b"abc".to_vec(), 0).unwrap(), XattrReply::Size(3));
+        assert_eq!(
+            sized(b"abc".to_vec(), 3).unwrap(),
+            XattrReply::Data(b"abc".to_vec())
+        );
+        assert_eq!(code(sized(b"abc".to_vec(), 2)), Errno::ERANGE);
+    }
+
+    #[test]
+    fn file_handles_carry_direct_io() {
+        for direct_io in [false, true] {
+            let o = Opened { direct_io };
+            assert_eq!(Opened::from_fh(o.fh()), o);
+        }
+        assert!(opened(libc::O_WRONLY | libc::O_APPEND).direct_io);
+        assert!(!opened(libc::O_RDWR).direct_io);
+    }
+
+    #[test]
+    fn refusals_map_to_their_errno() {
+        let (_tmp, fs) = serve();
+        let long = vec![b'x'; 256];
+        assert_eq!(code(fs.lookup(ROOT_INO, &long)), Errno::ENAMETOOLONG);
+        assert_eq!(
+            code(fs.create(ROOT_INO, &long, 0o644, 0, libc::O_RDWR, ROOT)),
+            Errno::ENAMETOOLONG
+        );
+        assert_eq!(
+            code(fs.rename(ROOT_INO, b"a", ROOT_INO, &long, 0)),
+            Errno::ENAMETOOLONG
+        );
+        assert_eq!(
+            code(fs.rename(ROOT_INO, b"a", ROOT_INO, b"z", libc::RENAME_WHITEOUT)),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            code(fs.rename(
+                ROOT_INO,
+                b"a",
+                ROOT_INO,
+                b"b",
+                libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE
+            )),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            code(fs.rename(ROOT_INO, b"a", ROOT_INO, b"b", libc::RENAME_NOREPLACE)),
+            Errno::EEXIST
+        );
+        let file = fs.lookup(ROOT_INO, b"file").unwrap().ino;
+        let how = WriteCtx {
+            append: false,
+            direct: false,
+            caller: ROOT,
+        };
+        // Offsets the kernel never sends, but a hostile one could.
+        assert_eq!(
+            code(fs.write(file, u64::MAX - 1, b"xyz", how)),
+            Errno::EFBIG
+        );
+        assert_eq!(
+            code(fs.write(file, i64::MAX as u64, b"x", how)),
+            Errno::EFBIG
+        );
+        assert_eq!(code(fs.fallocate(file, u64::MAX, 2, 0)), Errno::EFBIG);
+        assert_eq!(
+            code(fs.fallocate(file, 0, 2, libc::FALLOC_FL_COLLAPSE_RANGE)),
+            Errno::EOPNOTSUPP
+        );
+        assert_eq!(code(fs.setxattr(file, b"user.k", b"v", 3)), Errno::EINVAL);
+        assert_eq!(
+            code(fs.setxattr(file, b"user.k", &vec![0; 64 * 1024 + 1], 0)),
+            Errno::E2BIG
+        );
+        assert_eq!(code(fs.getxattr(file, b"user.none", 0)), Errno::NO_XATTR);
+        let dev = libc::S_IFCHR | 0o600;
+        assert_eq!(code(fs.mknod(ROOT_INO, b"dev", dev, 0, ROOT)), Errno::EPERM);
+        assert_eq!(code(fs.unlink(ROOT_INO, b"missing")), Errno::ENOENT);
+        assert_eq!(
+            code(fs.mkdir(ROOT_INO, b"a", 0o755, 0, ROOT)),
+            Errno::EEXIST
+        );
+        assert_eq!(code(fs.read(12345, 0, 10)), Errno::ENOENT);
+        // Still serving.
+        assert_eq!(fs.read(file, 0, 100).unwrap(), b"file");
+    }
+
+    #[test]
+    fn listing_is_stable_while_the_directory_changes() {
+        let (_tmp, fs) = serve();
+        let fh = fs.opendir(ROOT_INO).unwrap();
+        let all = names(&fs, fh, 0);
+        let listed: Vec<&[u8]> = all.iter().map(|(_, n)| n.as_slice()).collect();
+        assert_eq!(listed, [&b"."[..], b"..", b"a", b"b", b"c", b"file"]);
+        // Resume after "a" once "a" is gone and "0" is new: "b" is not skipped.
+        fs.unlink(ROOT_INO, b"a").unwrap();
+        fs.mkdir(ROOT_INO, b"0", 0o755, 0, ROOT).unwrap();
+        let rest: Vec<Vec<u8>> = names(&fs, fh, all[2].0)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        assert_eq!(rest, [b"b".to_vec(), b"c".to_vec(), b"file".to_vec()]);
+        // A rewind sees the directory as it is now.
+        let again: Vec<Vec<u8>> = names(&fs, fh, 0).into_iter().map(|(_, n)| n).collect();
+        assert!(again.contains(&b"0".to_vec()));
+        assert!(!again.contains(&b"a".to_vec()));
+        fs.releasedir(fh);
+    }
+
+    #[test]
+    fn new_entries_in_setgid_directories() {
+        let (_tmp, fs) = serve();
+        let g = fs.mkdir(ROOT_INO, b"g", 0o777, 0o022, ROOT).unwrap();
+        assert_eq!(g.perm, 0o755);
+        fs.setattr(
+            g.ino,
+            &SetAttr {
+                perm: Some(0o2777),
+                gid: Some(50),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+        let (f, _) = fs
+            .create(g.ino, b"f", 0o666, 0o002, libc::O_RDWR, USER)
+            .unwrap();
+        assert_eq!((f.uid, f.gid, f.perm), (1000, 50, 0o664));
+        let d = fs.mkdir(g.ino, b"d", 0o755, 0, USER).unwrap();
+        assert_eq!((d.gid, d.perm), (50, 0o2755));
+        let s = fs.symlink(g.ino, b"s", b"t", USER).unwrap();
+        assert_eq!(s.gid, 50);
+        let p = fs
+            .mknod(ROOT_INO, b"p", libc::S_IFIFO | 0o644, 0, USER)
+            .unwrap();
+        assert_eq!((p.kind, p.gid), (Kind::Fifo, 1000));
+    }
+
+    #[test]
+    fn direct_writes_by_others_clear_setuid() {
+        let (_tmp, fs) = serve();
+        let file = fs.lookup(ROOT_INO, b"file").unwrap().ino;
+        let set = |perm| {
+            fs.setattr(
+                file,
+                &SetAttr {
+                    perm: Some(perm),
+                    ..SetAttr::default()
+                },
+            )
+            .unwrap()
+        };
+        let write = |caller, direct| {
+            let how = WriteCtx {
+                append: true,
+                direct,
+                caller,
+            };
+            fs.write(file, 0, b"+", how).unwrap();
+            fs.getattr(file).unwrap().perm
+        };
+        set(0o6755);
+        assert_eq!(write(ROOT, true), 0o6755, "root keeps the bits");
+        assert_eq!(write(USER, false), 0o6755, "the kernel's job when cached");
+        assert_eq!(write(USER, true), 0o755);
+        set(0o2745);
+        assert_eq!(write(USER, true), 0o2745, "setgid without group x stays");
+        assert_eq!(fs.read(file, 0, 100).unwrap(), b"file++++");
+    }
+}
