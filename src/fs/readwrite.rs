@@ -38,8 +38,10 @@
 //! Device nodes are refused (`EPERM`; the mount is `nodev`). `lseek`
 //! `SEEK_DATA`/`SEEK_HOLE`, POSIX locks and `copy_file_range` are left to the
 //! kernel's generic fallbacks (whole file is data; local locks; copy through
-//! read and write). An `O_APPEND` handle cannot be mapped shared-writable
-//! (direct I/O). `O_APPEND` set later with `fcntl(F_SETFL)` on a cached handle
+//! read and write). An `O_APPEND` handle is direct I/O, so it can be mapped
+//! shared only where the kernel grants `FUSE_DIRECT_IO_ALLOW_MMAP` (asked for;
+//! not tested), and pages other handles cached are not invalidated by its
+//! appends until they reopen the file. `O_APPEND` set later with `fcntl(F_SETFL)` on a cached handle
 //! still appends atomically in the journal, but that handle's page cache may
 //! then place the bytes at the kernel's idea of the end.
 
