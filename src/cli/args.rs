@@ -55,7 +55,11 @@ pub enum Command {
     Import(ImportArgs),
     /// Write a checkpoint as a standard tar archive (optionally split) with a sha256 manifest
     Export(ExportArgs),
-    /// Mount a checkpoint (or an archive, imported once) read-only, by default at its origin
+    /// Make a fork of a checkpoint: a named, movable head you can mount read-write
+    Fork(ForkArgs),
+    /// Fold a fork's journal into a new checkpoint and move the fork's head to it
+    Commit(CommitArgs),
+    /// Mount a checkpoint or archive read-only, or a fork read-write; by default at its origin
     Mount(MountArgs),
     /// Unmount a storefs mount and wait for its daemon to exit
     #[command(alias = "unmount")]
@@ -187,8 +191,9 @@ pub struct ExportArgs {
 
 #[derive(Debug, Args)]
 pub struct MountArgs {
-    /// A ref, checkpoint id or unique id prefix; or an archive file (or its first
-    /// part), which is imported once and then mounted
+    /// A ref, checkpoint id or unique id prefix (read-only); a fork name
+    /// (read-write, copy-on-write, journaled); or an archive file (or its first
+    /// part), which is imported once and then mounted read-only
     pub target: String,
     #[command(flatten)]
     pub digests: DigestArgs,
@@ -201,12 +206,15 @@ pub struct MountArgs {
     #[arg(short, long)]
     pub foreground: bool,
     /// FUSE mount options, comma-separated (e.g. allow_other); may repeat.
-    /// Always added: ro, nosuid, nodev, default_permissions
+    /// Always added: nosuid, nodev, default_permissions, and ro (rw for a fork)
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Bound on decompressed chunks kept in memory (K, M, G suffixes)
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: usize,
+    /// For a fork: commit every SECS seconds while mounted (0: only on unmount)
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub commit_interval: u64,
     /// FUSE worker threads [default: number of cores, at least 2]
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -216,6 +224,28 @@ pub struct MountArgs {
 pub struct UmountArgs {
     /// The mount point
     pub mountpoint: PathBuf,
+    /// For a fork: keep the journal as it is instead of committing first
+    /// (the next mount replays it)
+    #[arg(long)]
+    pub no_commit: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The checkpoint to fork (ref, fork, id or unique prefix)
+    pub checkpoint: String,
+    /// The fork's name: letters, digits, '.', '_' and '-'; not a ref's or fork's name
+    #[arg(long, value_name = "NAME")]
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CommitArgs {
+    /// The fork to commit (mounted or not)
+    pub fork: String,
+    /// A message stored with the new checkpoint
+    #[arg(short, long, value_name = "MSG", default_value = "")]
+    pub message: String,
 }
 
 #[derive(Debug, Args)]

@@ -40,6 +40,11 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
             origin.display()
         );
     }
+    if let Some(name) = &a.r#ref
+        && store.fork_head(name)?.is_some()
+    {
+        bail!("'{name}' is a fork; a ref cannot take its name (pick another --ref)");
+    }
 
     let progress = progress_bar();
     let opts = SnapshotOptions {

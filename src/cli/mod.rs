@@ -5,6 +5,7 @@
 mod archive;
 mod args;
 mod commands;
+mod fork;
 mod mount;
 
 use std::path::PathBuf;
@@ -48,6 +49,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Restore(a) => commands::restore(&open(&store_dir)?, a),
         Command::Import(a) => archive::import(&store_dir, a),
         Command::Export(a) => archive::export(&open(&store_dir)?, a),
+        Command::Fork(a) => fork::fork(&open(&store_dir)?, a),
+        Command::Commit(a) => fork::commit(&store_dir, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
         Command::Status(a) => mount::status(&store_dir, a),

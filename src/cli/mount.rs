@@ -8,14 +8,17 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::args::{MountArgs, StatusArgs, UmountArgs};
 use super::commands::now_ns;
+use super::fork::{Control, Request, commit_periodically, request};
 use crate::fs::{self as sfs, MountConfig};
 use crate::ingest::archive::is_archive_path;
+use crate::journal::{self, Fork};
 use crate::store::mounts::{MountRecord, mount_table, pid_alive};
 use crate::store::{ObjectId, Store, absolute};
 
@@ -26,6 +29,8 @@ const READY_FD_ENV: &str = "STOREFS_READY_FD";
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `umount` waits for the daemon to exit after the kernel unmount.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
+/// The same for a fork's daemon, which commits on its way out.
+const FORK_EXIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub fn mount(store_dir: &Path, a: MountArgs) -> Result<()> {
     let ready = ReadyPipe::from_env();
@@ -40,9 +45,9 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     // An existing file (or first part) is an archive: imported here, in the
     // parent, so errors reach the user; the daemon gets the checkpoint id.
     let archive = a.label.is_none() && is_archive_path(Path::new(&a.target));
-    let (id, label) = if archive {
+    let (id, label, fork) = if archive {
         let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
-        (p.id, a.target.clone())
+        (p.id, a.target.clone(), None)
     } else {
         if a.digests.sha256.is_some() || a.digests.manifest.is_some() {
             bail!(
@@ -52,7 +57,11 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         }
         let store = Store::open(store_dir)?;
         let id = store.resolve(&a.target)?;
-        (id, a.label.clone().unwrap_or_else(|| a.target.clone()))
+        // A fork (and not a ref of the same name) mounts read-write at its head.
+        let is_fork = store.get_ref(&a.target)?.is_none()
+            && journal::read_fork_info(&store, &a.target)?.is_some();
+        let label = a.label.clone().unwrap_or_else(|| a.target.clone());
+        (id, label, is_fork.then(|| a.target.clone()))
     };
     let store = Store::open(store_dir)?;
     let ck = store.read_checkpoint(&id)?;
@@ -74,9 +83,9 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
     }
     let result = if a.foreground {
-        run_daemon(store, id, &label, &a, &mountpoint, ready)
+        run_daemon(store, id, &label, fork.as_deref(), &a, &mountpoint, ready)
     } else {
-        start_daemon(&store, id, &label, &a, &mountpoint)
+        start_daemon(&store, id, &label, fork.as_deref(), &a, &mountpoint)
     };
     if result.is_err() && created {
         // Leave no trace of a mount that never happened (removes only an empty dir).
@@ -149,7 +158,14 @@ fn check_dev_fuse() -> Result<()> {
 
 /// Start `storefs mount … --foreground` in a new session with its stderr in the
 /// log, and wait until it reports that the mount answers (or why it failed).
-fn start_daemon(store: &Store, id: ObjectId, label: &str, a: &MountArgs, mp: &Path) -> Result<()> {
+fn start_daemon(
+    store: &Store,
+    id: ObjectId,
+    label: &str,
+    fork: Option<&str>,
+    a: &MountArgs,
+    mp: &Path,
+) -> Result<()> {
     let log_path = log_path(store, mp);
     let log = OpenOptions::new()
         .create(true)
@@ -164,13 +180,16 @@ fn start_daemon(store: &Store, id: ObjectId, label: &str, a: &MountArgs, mp: &Pa
     cmd.arg("--store")
         .arg(store.root())
         .arg("mount")
-        .arg(id.to_hex())
+        // A fork is named (the daemon opens it); anything else is the checkpoint id.
+        .arg(fork.map_or_else(|| id.to_hex(), str::to_string))
         .arg(mp)
         .arg("--label")
         .arg(label)
         .arg("--foreground")
         .arg("--cache-size")
-        .arg(a.cache_size.to_string());
+        .arg(a.cache_size.to_string())
+        .arg("--commit-interval")
+        .arg(a.commit_interval.to_string());
     if let Some(t) = a.threads {
         cmd.arg("--threads").arg(t.to_string());
     }
@@ -226,9 +245,14 @@ fn start_daemon(store: &Store, id: ObjectId, label: &str, a: &MountArgs, mp: &Pa
     fs::metadata(mp)
         .with_context(|| format!("the new mount at {} does not answer", mp.display()))?;
     eprintln!(
-        "storefs: mounted {} ({}) read-only at {} (pid {}, log {})",
+        "storefs: mounted {} ({}) {} at {} (pid {}, log {})",
         label,
         &id.to_hex()[..12],
+        if fork.is_some() {
+            "read-write"
+        } else {
+            "read-only"
+        },
         mp.display(),
         child.id(),
         log_path.display()
@@ -241,6 +265,7 @@ fn run_daemon(
     store: Store,
     id: ObjectId,
     label: &str,
+    fork: Option<&str>,
     a: &MountArgs,
     mp: &Path,
     ready: Option<&ReadyPipe>,
@@ -266,18 +291,37 @@ fn run_daemon(
                 .max(2)
         }),
     };
-    let mounted = sfs::mount_checkpoint(store.clone(), id, &cfg)
-        .with_context(|| format!("cannot mount at {}", mp.display()))?;
+    // A fork is opened (locked, journal replayed) before the kernel mount.
+    let control = match fork {
+        Some(name) => Some(Arc::new(Control {
+            fork: Arc::new(Fork::open(store.clone(), name)?),
+            skip_final_commit: AtomicBool::new(false),
+        })),
+        None => None,
+    };
+    let mounted = match &control {
+        Some(c) => sfs::mount_fork(c.fork.clone(), &cfg),
+        None => sfs::mount_checkpoint(store.clone(), id, &cfg),
+    }
+    .with_context(|| format!("cannot mount at {}", mp.display()))?;
+    // Threads start after the mount, which blocked the stop signals: they inherit the mask.
+    if let Some(c) = &control {
+        super::fork::serve_control(store.mount_file(mp, "sock"), c.clone())?;
+        if a.commit_interval > 0 {
+            commit_periodically(c.clone(), Duration::from_secs(a.commit_interval))?;
+        }
+    }
+    let mode = if control.is_some() { "rw" } else { "ro" };
     store.add_mount(&MountRecord {
         mountpoint: mp.to_string_lossy().into_owned(),
         target: label.to_string(),
         checkpoint: id.to_hex(),
         pid: std::process::id(),
-        mode: "ro".into(),
+        mode: mode.into(),
         log: log_path.to_string_lossy().into_owned(),
         started_ns: now_ns(),
     })?;
-    tracing::info!(mountpoint = %mp.display(), checkpoint = %id, target = %label, "mounted read-only");
+    tracing::info!(mountpoint = %mp.display(), checkpoint = %id, target = %label, mode, "mounted");
     match ready {
         Some(r) => r.send("ok\n"),
         None => eprintln!(
@@ -288,8 +332,22 @@ fn run_daemon(
         ),
     }
     let result = mounted.serve();
-    store.remove_mount(mp)?;
     tracing::info!(mountpoint = %mp.display(), "unmounted");
+    if let Some(c) = &control {
+        let _ = fs::remove_file(store.mount_file(mp, "sock"));
+        if c.skip_final_commit.load(Ordering::SeqCst) {
+            tracing::info!("not committing on unmount (--no-commit); the journal is kept");
+        } else {
+            // Everything written is already in the journal; a failed commit loses nothing.
+            match c.fork.commit("unmount") {
+                Ok(id) => tracing::info!(checkpoint = %id, "committed on unmount"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "commit on unmount failed; the journal is kept")
+                }
+            }
+        }
+    }
+    store.remove_mount(mp)?;
     result.with_context(|| format!("serving {}", mp.display()))
 }
 
@@ -305,9 +363,26 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         );
     }
     // The record (if the store is known) tells which daemon to wait for.
-    let record = Store::open(store_dir)
-        .ok()
-        .and_then(|s| s.mount_at(&mp).ok().flatten());
+    let store = Store::open(store_dir).ok();
+    let record = store.as_ref().and_then(|s| s.mount_at(&mp).ok().flatten());
+    if let (Some(r), Some(s)) = (&record, &store)
+        && r.mode == "rw"
+    {
+        // Commit first (so an error shows here, with the mount still up), or
+        // tell the daemon not to commit on its way out.
+        let sock = s.mount_file(&mp, "sock");
+        if a.no_commit {
+            request(&sock, &Request::NoCommit)?;
+        } else {
+            let id = request(&sock, &Request::Commit { message: "unmount".into() })
+                .with_context(|| format!("cannot commit {} before unmounting; nothing was unmounted (--no-commit skips the commit)", r.target))?;
+            eprintln!(
+                "storefs: committed {} as {}",
+                r.target,
+                &id[..12.min(id.len())]
+            );
+        }
+    }
     sfs::unmount(&mp).map_err(|e| {
         if e.kind() == ErrorKind::ResourceBusy {
             anyhow!(
@@ -321,7 +396,13 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     })?;
     if let Some(r) = record {
         let start = Instant::now();
-        while pid_alive(r.pid) && start.elapsed() < EXIT_TIMEOUT {
+        // A fork's daemon commits what was written since before it exits.
+        let limit = if r.mode == "rw" {
+            FORK_EXIT_TIMEOUT
+        } else {
+            EXIT_TIMEOUT
+        };
+        while pid_alive(r.pid) && start.elapsed() < limit {
             std::thread::sleep(Duration::from_millis(20));
         }
         if pid_alive(r.pid) {

@@ -374,6 +374,11 @@ impl Store {
     /// Point ref `name` at `id`, atomically and durably.
     pub fn set_ref(&self, name: &str, id: &ObjectId) -> Result<()> {
         Self::check_name(name)?;
+        if self.fork_head(name)?.is_some() {
+            return Err(Error::Invalid(format!(
+                "'{name}' is a fork; a ref cannot take its name (pick another --ref)"
+            )));
+        }
         let path = self.root.join("refs").join(name);
         write_file(&path, format!("{id}\n").as_bytes(), 0o644, true).at(&path)
     }

@@ -30,10 +30,16 @@ pub struct MountRecord {
 
 impl Store {
     fn mount_record_path(&self, mountpoint: &Path) -> PathBuf {
+        self.mount_file(mountpoint, "json")
+    }
+
+    /// `mounts/<first 16 hex of sha256(mountpoint)>.<ext>`: the record (json)
+    /// and, for fork mounts, the daemon's control socket (sock).
+    pub fn mount_file(&self, mountpoint: &Path, ext: &str) -> PathBuf {
         let key = ObjectId::of(mountpoint.as_os_str().as_encoded_bytes()).to_hex();
         self.root()
             .join("mounts")
-            .join(format!("{}.json", &key[..16]))
+            .join(format!("{}.{ext}", &key[..16]))
     }
 
     pub fn add_mount(&self, rec: &MountRecord) -> Result<()> {
