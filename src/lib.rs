@@ -3,7 +3,7 @@
 //!
 //! Layers, each depending only on those above it in this list:
 //! 1. [`store`]: objects, trees, checkpoints, refs (no FUSE).
-//! 2. [`ingest`]: directory snapshot, restore, diff (later: archives).
+//! 2. [`ingest`]: directory snapshot, restore, diff, archive import and export.
 //! 3. [`journal`]: forks: copy-on-write state over a checkpoint, its write-ahead
 //!    journal, and commit into new checkpoints (no FUSE; the read-write mount
 //!    and CLI verbs are not built yet).
