@@ -94,7 +94,14 @@ pub fn refs(store: &Store) -> Result<()> {
 }
 
 pub fn log(store: &Store, a: LogArgs) -> Result<()> {
-    let refs = store.list_refs()?;
+    // Labels shown beside an id: refs, fork heads, fork points.
+    let mut refs = store.list_refs()?;
+    for (name, head) in store.list_forks()? {
+        refs.push((format!("fork {name}"), head));
+        if let Some(info) = crate::journal::read_fork_info(store, &name)? {
+            refs.push((format!("fork point of {name}"), info.base));
+        }
+    }
     let mut list: Vec<(ObjectId, Checkpoint)> = Vec::new();
     match &a.target {
         Some(t) => {
