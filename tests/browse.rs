@@ -303,7 +303,7 @@ fn browse_shows_checkpoints_refs_forks_and_archives_and_follows_the_store() {
     env.ok(["fork", "new", "--name", "late"]);
     eventually("forks/late appears", || {
         fs::read_link(mp.join("forks/late/head"))
-            .is_ok_and(|t| t == PathBuf::from(format!("../../checkpoints/{c5}")))
+            .is_ok_and(|t| t == Path::new(&format!("../../checkpoints/{c5}")))
     });
     // A name that is not there is not there (and does not stick).
     assert_eq!(
