@@ -833,3 +833,240 @@ fn store_io(path: &Path, source: std::io::Error) -> FsError {
         source,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Checkpoint, Content, Entry, Extent, Source, Tree};
+
+    fn entry(name: &str, kind: Kind, content: Content, size: u64) -> Entry {
+        Entry {
+            name: name.as_bytes().to_vec(),
+            kind,
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            size,
+            nlink: 1,
+            link_id: 0,
+            rdev: 0,
+            xattrs: vec![],
+            content,
+        }
+    }
+
+    /// A checkpoint whose root holds one file `f` with `data`.
+    fn checkpoint(store: &Store, data: &[u8], parents: Vec<ObjectId>) -> ObjectId {
+        let (chunk, _) = store.put_object(data).unwrap();
+        let extents = vec![Extent {
+            len: data.len() as u64,
+            id: Some(chunk),
+        }];
+        let file = entry(
+            "f",
+            Kind::File,
+            Content::Extents(extents),
+            data.len() as u64,
+        );
+        let (tree, _) = store
+            .put_tree(&Tree {
+                entries: vec![file],
+            })
+            .unwrap();
+        let (root, _) = store
+            .put_root(entry("", Kind::Dir, Content::Tree(tree), 0))
+            .unwrap();
+        store
+            .write_checkpoint(&Checkpoint {
+                version: 1,
+                root,
+                parents,
+                origin: None,
+                time_ns: 1,
+                message: String::from_utf8_lossy(data).into_owned(),
+                source: Source {
+                    kind: "snapshot".into(),
+                    ..Source::default()
+                },
+            })
+            .unwrap()
+    }
+
+    fn browse() -> (tempfile::TempDir, Arc<Store>, BrowseFs) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open_or_create(&dir.path().join("s")).unwrap());
+        let fs = BrowseFs::new(store.clone(), 1 << 20, "/b".into());
+        (dir, store, fs)
+    }
+
+    fn listing(fs: &BrowseFs, ino: u64) -> Vec<(String, Attr)> {
+        let open = fs.opendir(ino).unwrap();
+        let mut out = Vec::new();
+        fs.readdir(ino, open.fh, 0, |item| {
+            out.push((String::from_utf8(item.name.to_vec()).unwrap(), item.attr));
+            false
+        })
+        .unwrap();
+        fs.releasedir(open.fh);
+        out
+    }
+
+    fn path(fs: &BrowseFs, path: &str) -> Attr {
+        let mut attr = fs.getattr(ROOT_INO).unwrap();
+        for name in path.split('/') {
+            attr = fs.lookup(attr.ino, name.as_bytes()).unwrap();
+        }
+        attr
+    }
+
+    #[test]
+    fn trees_get_their_own_inode_ranges_and_records_read_back() {
+        let (_dir, store, fs) = browse();
+        let a = checkpoint(&store, b"one", vec![]);
+        let b = checkpoint(&store, b"two", vec![a]);
+        let names: Vec<String> = listing(&fs, 2).into_iter().map(|(n, _)| n).collect();
+        let mut want = vec![
+            ".".to_string(),
+            "..".into(),
+            a.to_hex(),
+            format!("{a}.json"),
+            b.to_hex(),
+            format!("{b}.json"),
+        ];
+        want[2..].sort();
+        assert_eq!(names, want);
+        let fa = path(&fs, &format!("checkpoints/{a}/f"));
+        let fb = path(&fs, &format!("checkpoints/{b}/f"));
+        assert!(!BrowseFs::is_store_node(fa.ino) && !BrowseFs::is_store_node(fb.ino));
+        assert_ne!(
+            fa.ino >> LOCAL_BITS,
+            fb.ino >> LOCAL_BITS,
+            "one range per tree"
+        );
+        assert_eq!(fs.read(fa.ino, 0, 100).unwrap(), b"one");
+        assert_eq!(fs.read(fb.ino, 1, 100).unwrap(), b"wo");
+        // ".." of a checkpoint's root is checkpoints/.
+        let root_a = path(&fs, &format!("checkpoints/{a}"));
+        assert_eq!(fs.lookup(root_a.ino, b"..").unwrap().ino, 2);
+        let rec = path(&fs, &format!("checkpoints/{b}.json"));
+        let bytes = fs.read(rec.ino, 0, 1 << 20).unwrap();
+        assert_eq!(ObjectId::of(&bytes), b);
+        assert_eq!(rec.size, bytes.len() as u64);
+        assert!(matches!(
+            fs.lookup(
+                2,
+                b"0000000000000000000000000000000000000000000000000000000000000000"
+            ),
+            Err(FsError::NotFound)
+        ));
+        assert!(matches!(
+            fs.lookup(2, a.to_hex().to_uppercase().as_bytes()),
+            Err(FsError::NotFound)
+        ));
+    }
+
+    #[test]
+    fn a_moved_ref_is_a_new_inode_with_the_new_target() {
+        let (_dir, store, fs) = browse();
+        let a = checkpoint(&store, b"one", vec![]);
+        let b = checkpoint(&store, b"two", vec![a]);
+        store.set_ref("s1", &a).unwrap();
+        let before = path(&fs, "refs/s1");
+        assert_eq!(before.kind, Kind::Symlink);
+        assert_eq!(
+            fs.readlink(before.ino).unwrap(),
+            format!("../checkpoints/{a}").as_bytes()
+        );
+        store.set_ref("s1", &b).unwrap();
+        let after = path(&fs, "refs/s1");
+        assert_ne!(before.ino, after.ino);
+        assert_eq!(
+            fs.readlink(after.ino).unwrap(),
+            format!("../checkpoints/{b}").as_bytes()
+        );
+        // The old inode still answers (the kernel may hold it), with the old target.
+        assert_eq!(
+            fs.readlink(before.ino).unwrap(),
+            format!("../checkpoints/{a}").as_bytes()
+        );
+        assert_eq!(
+            path(&fs, "refs/s1").ino,
+            after.ino,
+            "stable while unchanged"
+        );
+    }
+
+    #[test]
+    fn fork_history_and_archive_names() {
+        let (_dir, store, fs) = browse();
+        let a = checkpoint(&store, b"one", vec![]);
+        let b = checkpoint(&store, b"two", vec![a]);
+        journal::Fork::create(&store, "x", &a).unwrap();
+        let names: Vec<String> = listing(&fs, path(&fs, "forks/x").ino)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, [".", "..", "head", "history"]);
+        let hist: Vec<String> = listing(&fs, path(&fs, "forks/x/history").ino)
+            .into_iter()
+            .skip(2)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(hist, [format!("0-{a}")]);
+        let head = path(&fs, "forks/x/head");
+        assert_eq!(
+            fs.readlink(head.ino).unwrap(),
+            format!("../../checkpoints/{a}").as_bytes()
+        );
+
+        for (sha, file, time_ns, ck) in [
+            ("a".repeat(64), "/x/s1.tar.zst.part00", 1, a),
+            ("b".repeat(64), "/y/s1.tar.zst.part00", 2, b),
+            ("c".repeat(64), "/z/other.tar", 3, b),
+        ] {
+            let rec = ArchiveRecord {
+                checkpoint: ck,
+                files: vec![file.into()],
+                time_ns,
+            };
+            store.set_archive_record(&sha, &rec).unwrap();
+        }
+        let names: Vec<String> = listing(&fs, 5)
+            .into_iter()
+            .skip(2)
+            .map(|(n, _)| n)
+            .collect();
+        let dup = format!("s1.tar.zst.part00@{}", "b".repeat(12));
+        assert_eq!(names, ["other.tar", "s1.tar.zst.part00", dup.as_str()]);
+        let link = path(&fs, "archives/s1.tar.zst.part00");
+        assert_eq!(
+            fs.readlink(link.ino).unwrap(),
+            format!("../checkpoints/{a}").as_bytes()
+        );
+        let link = path(&fs, &format!("archives/{dup}"));
+        assert_eq!(
+            fs.readlink(link.ino).unwrap(),
+            format!("../checkpoints/{b}").as_bytes()
+        );
+    }
+
+    #[test]
+    fn store_nodes_refuse_writes_and_have_no_xattrs() {
+        let (_dir, _store, fs) = browse();
+        assert!(matches!(fs.open(2, libc::O_RDWR), Err(FsError::ReadOnly)));
+        assert!(matches!(fs.access(3, libc::W_OK), Err(FsError::ReadOnly)));
+        assert!(fs.access(3, libc::R_OK).is_ok());
+        assert_eq!(fs.listxattr(1, 0).unwrap(), XattrReply::Size(0));
+        assert!(matches!(
+            fs.getxattr(1, b"user.x", 10),
+            Err(FsError::NoXattr)
+        ));
+        assert!(matches!(fs.getattr(999), Err(FsError::UnknownInode(999))));
+        assert!(matches!(
+            fs.getattr(7 << LOCAL_BITS | 1),
+            Err(FsError::UnknownInode(_))
+        ));
+    }
+}
