@@ -193,7 +193,8 @@ pub struct ExportArgs {
 pub struct MountArgs {
     /// A ref, checkpoint id or unique id prefix (read-only); a fork name
     /// (read-write, copy-on-write, journaled); or an archive file (or its first
-    /// part), which is imported once and then mounted read-only
+    /// part), which is imported once and then mounted read-only. With
+    /// --browse: the mountpoint
     pub target: String,
     #[command(flatten)]
     pub digests: DigestArgs,
@@ -218,6 +219,10 @@ pub struct MountArgs {
     /// FUSE worker threads [default: number of cores, at least 2]
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Mount the whole store read-only at the one path given: checkpoints/<id>/
+    /// and <id>.json, refs/ and archives/ (symlinks), forks/<name>/head and history/
+    #[arg(long, conflicts_with_all = ["sha256", "manifest", "label"])]
+    pub browse: bool,
 }
 
 #[derive(Debug, Args)]

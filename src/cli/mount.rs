@@ -27,6 +27,8 @@ use crate::store::{ObjectId, Store, absolute};
 const READY_FD_ENV: &str = "STOREFS_READY_FD";
 /// How long `mount` waits for its daemon to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// What a browse mount's record and fsname show as its target.
+const BROWSE_LABEL: &str = "(browse)";
 /// How long `umount` waits for the daemon to exit after the kernel unmount.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 /// The same for a fork's daemon, which commits on its way out.
@@ -42,6 +44,9 @@ pub fn mount(store_dir: &Path, a: MountArgs) -> Result<()> {
 }
 
 fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Result<()> {
+    if a.browse {
+        return mount_browse(store_dir, a, ready);
+    }
     // An existing file (or first part) is an archive: imported here, in the
     // parent, so errors reach the user; the daemon gets the checkpoint id.
     let archive = a.label.is_none() && is_archive_path(Path::new(&a.target));
@@ -83,12 +88,49 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
     }
     let result = if a.foreground {
-        run_daemon(store, id, &label, fork.as_deref(), &a, &mountpoint, ready)
+        run_daemon(
+            store,
+            Some(id),
+            &label,
+            fork.as_deref(),
+            &a,
+            &mountpoint,
+            ready,
+        )
     } else {
-        start_daemon(&store, id, &label, fork.as_deref(), &a, &mountpoint)
+        start_daemon(&store, Some(id), &label, fork.as_deref(), &a, &mountpoint)
     };
     if result.is_err() && created {
         // Leave no trace of a mount that never happened (removes only an empty dir).
+        let _ = fs::remove_dir(&mountpoint);
+    }
+    result
+}
+
+/// `mount --browse MOUNTPOINT`: the whole store, read-only (TARGET is the mountpoint).
+fn mount_browse(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Result<()> {
+    if let Some(extra) = &a.mountpoint {
+        bail!(
+            "--browse mounts the whole store and takes only a mountpoint: `storefs mount --browse {}` (remove '{}')",
+            a.target,
+            extra.display()
+        );
+    }
+    let store = Store::open(store_dir)?;
+    let mountpoint = absolute(Path::new(&a.target))?;
+    check_mountpoint(&store, &mountpoint)?;
+    check_dev_fuse()?;
+    let created = !mountpoint.exists();
+    if created {
+        fs::create_dir_all(&mountpoint)
+            .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
+    }
+    let result = if a.foreground {
+        run_daemon(store, None, BROWSE_LABEL, None, &a, &mountpoint, ready)
+    } else {
+        start_daemon(&store, None, BROWSE_LABEL, None, &a, &mountpoint)
+    };
+    if result.is_err() && created {
         let _ = fs::remove_dir(&mountpoint);
     }
     result
@@ -158,9 +200,10 @@ fn check_dev_fuse() -> Result<()> {
 
 /// Start `storefs mount … --foreground` in a new session with its stderr in the
 /// log, and wait until it reports that the mount answers (or why it failed).
+/// `id` is `None` for a browse mount.
 fn start_daemon(
     store: &Store,
-    id: ObjectId,
+    id: Option<ObjectId>,
     label: &str,
     fork: Option<&str>,
     a: &MountArgs,
@@ -177,15 +220,17 @@ fn start_daemon(
 
     let exe = std::env::current_exe().context("cannot find the storefs executable")?;
     let mut cmd = Command::new(exe);
-    cmd.arg("--store")
-        .arg(store.root())
-        .arg("mount")
+    cmd.arg("--store").arg(store.root()).arg("mount");
+    match id {
         // A fork is named (the daemon opens it); anything else is the checkpoint id.
-        .arg(fork.map_or_else(|| id.to_hex(), str::to_string))
-        .arg(mp)
-        .arg("--label")
-        .arg(label)
-        .arg("--foreground")
+        Some(id) => cmd
+            .arg(fork.map_or_else(|| id.to_hex(), str::to_string))
+            .arg(mp)
+            .arg("--label")
+            .arg(label),
+        None => cmd.arg("--browse").arg(mp),
+    };
+    cmd.arg("--foreground")
         .arg("--cache-size")
         .arg(a.cache_size.to_string())
         .arg("--commit-interval")
@@ -244,6 +289,15 @@ fn start_daemon(
     // The kernel mount exists; make sure it answers before returning.
     fs::metadata(mp)
         .with_context(|| format!("the new mount at {} does not answer", mp.display()))?;
+    let Some(id) = id else {
+        eprintln!(
+            "storefs: mounted the store read-only for browsing at {} (pid {}, log {})",
+            mp.display(),
+            child.id(),
+            log_path.display()
+        );
+        return Ok(());
+    };
     eprintln!(
         "storefs: mounted {} ({}) {} at {} (pid {}, log {})",
         label,
@@ -261,9 +315,10 @@ fn start_daemon(
 }
 
 /// The daemon itself: mount, register, report, serve until unmounted.
+/// `id` is `None` for a browse mount.
 fn run_daemon(
     store: Store,
-    id: ObjectId,
+    id: Option<ObjectId>,
     label: &str,
     fork: Option<&str>,
     a: &MountArgs,
@@ -299,9 +354,10 @@ fn run_daemon(
         })),
         None => None,
     };
-    let mounted = match &control {
-        Some(c) => sfs::mount_fork(c.fork.clone(), &cfg),
-        None => sfs::mount_checkpoint(store.clone(), id, &cfg),
+    let mounted = match (&control, id) {
+        (Some(c), _) => sfs::mount_fork(c.fork.clone(), &cfg),
+        (None, Some(id)) => sfs::mount_checkpoint(store.clone(), id, &cfg),
+        (None, None) => sfs::mount_browse(store.clone(), &cfg),
     }
     .with_context(|| format!("cannot mount at {}", mp.display()))?;
     // Threads start after the mount, which blocked the stop signals: they inherit the mask.
@@ -311,17 +367,21 @@ fn run_daemon(
             commit_periodically(c.clone(), Duration::from_secs(a.commit_interval))?;
         }
     }
-    let mode = if control.is_some() { "rw" } else { "ro" };
+    let mode = match (&control, id) {
+        (Some(_), _) => "rw",
+        (None, Some(_)) => "ro",
+        (None, None) => "browse",
+    };
     store.add_mount(&MountRecord {
         mountpoint: mp.to_string_lossy().into_owned(),
         target: label.to_string(),
-        checkpoint: id.to_hex(),
+        checkpoint: id.map(|id| id.to_hex()).unwrap_or_default(),
         pid: std::process::id(),
         mode: mode.into(),
         log: log_path.to_string_lossy().into_owned(),
         started_ns: now_ns(),
     })?;
-    tracing::info!(mountpoint = %mp.display(), checkpoint = %id, target = %label, mode, "mounted");
+    tracing::info!(mountpoint = %mp.display(), checkpoint = ?id, target = %label, mode, "mounted");
     match ready {
         Some(r) => r.send("ok\n"),
         None => eprintln!(

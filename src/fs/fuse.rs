@@ -65,7 +65,7 @@ pub(super) fn system_time(ns: i64) -> SystemTime {
     t.unwrap_or(UNIX_EPOCH)
 }
 
-fn file_attr(a: &Attr) -> FileAttr {
+pub(super) fn file_attr(a: &Attr) -> FileAttr {
     let mtime = system_time(a.mtime_ns);
     FileAttr {
         ino: INodeNo(a.ino),

@@ -1,6 +1,7 @@
 //! Layer 4: the FUSE layer. Mounts a checkpoint read-only, usually at its
-//! original absolute path ([`mount_checkpoint`]), or a fork read-write
-//! ([`mount_fork`]).
+//! original absolute path ([`mount_checkpoint`]), a fork read-write
+//! ([`mount_fork`]), or the whole store read-only for browsing
+//! ([`mount_browse`]).
 //!
 //! - [`inode`]: the inode table (stable numbers, hardlinks share one inode).
 //! - [`readonly`]: the read-only filesystem on inode numbers; no FUSE types.
@@ -9,10 +10,17 @@
 //!   journal leaves to the mount: umask, setgid directories, handles,
 //!   directory listings, xattr buffers); no FUSE types.
 //! - [`fuse_rw`]: the thin fuser adapter for it.
+//! - [`browse`]: the whole store as one tree (checkpoints, refs, forks,
+//!   archives), each checkpoint's tree served by a [`readonly`] filesystem of
+//!   its own; no FUSE types.
+//! - [`fuse_browse`]: the thin fuser adapter for it (short TTLs for the
+//!   store's listings, long ones inside checkpoints).
 //!
 //! This module is the only place in the codebase that speaks errno: see [`errno`].
 
+mod browse;
 mod fuse;
+mod fuse_browse;
 mod fuse_rw;
 mod inode;
 mod readonly;
@@ -31,7 +39,9 @@ use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 
 use crate::journal::{self, Fork};
 use crate::store::{self, ObjectId, Store};
+use browse::BrowseFs;
 use fuse::FuseAdapter;
+use fuse_browse::BrowseAdapter;
 use fuse_rw::ForkAdapter;
 use readonly::ReadOnlyFs;
 use readwrite::ForkFs;
@@ -174,6 +184,7 @@ pub struct Mounted {
 enum AnySession {
     Checkpoint(Session<FuseAdapter>),
     Fork(Session<ForkAdapter>),
+    Browse(Session<BrowseAdapter>),
 }
 
 impl AnySession {
@@ -181,6 +192,7 @@ impl AnySession {
         match self {
             AnySession::Checkpoint(s) => s.unmount_callable(),
             AnySession::Fork(s) => s.unmount_callable(),
+            AnySession::Browse(s) => s.unmount_callable(),
         }
     }
 
@@ -188,6 +200,7 @@ impl AnySession {
         match self {
             AnySession::Checkpoint(s) => s.run(),
             AnySession::Fork(s) => s.run(),
+            AnySession::Browse(s) => s.run(),
         }
     }
 }
@@ -271,6 +284,23 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError
     tracing::info!(mountpoint = %cfg.mountpoint.display(), fork = %name, "mounted read-write");
     Ok(Mounted {
         session: AnySession::Fork(session),
+        mountpoint: cfg.mountpoint.clone(),
+    })
+}
+
+/// Mount the whole store read-only for browsing: `checkpoints/`, `refs/`,
+/// `forks/`, `archives/` (see [`browse`]). Returns once the kernel mount
+/// exists (before serving). Signals as for [`mount_checkpoint`].
+pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted, FsError> {
+    check_mountpoint(cfg)?;
+    let config = fuser_config(cfg, Mode::ReadOnly)?;
+    let fs = BrowseFs::new(store, cfg.cache_bytes, cfg.mountpoint.clone());
+    block_stop_signals().map_err(|e| mount_error(cfg, e))?;
+    let session = Session::new(BrowseAdapter::new(fs), &cfg.mountpoint, &config)
+        .map_err(|e| mount_error(cfg, e))?;
+    tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted for browsing");
+    Ok(Mounted {
+        session: AnySession::Browse(session),
         mountpoint: cfg.mountpoint.clone(),
     })
 }

@@ -63,7 +63,8 @@ pub struct FsStats {
 pub struct ReadOnlyFs {
     store: Arc<Store>,
     inodes: InodeTable,
-    cache: ChunkCache,
+    /// Decompressed chunks; a browse mount shares one cache between its trees.
+    cache: Arc<ChunkCache>,
     /// Where the tree is mounted, to name files in log lines.
     mountpoint: PathBuf,
     stats: Option<Stats>,
@@ -79,10 +80,23 @@ impl ReadOnlyFs {
         mountpoint: PathBuf,
         stats: Option<Stats>,
     ) -> ReadOnlyFs {
+        let cache = Arc::new(ChunkCache::new(cache_bytes));
+        ReadOnlyFs::with_cache(store, root, cache, mountpoint, stats)
+    }
+
+    /// Serve the tree under `root` with a chunk cache shared with other trees
+    /// (a browse mount serves many checkpoints from one cache).
+    pub fn with_cache(
+        store: Arc<Store>,
+        root: Entry,
+        cache: Arc<ChunkCache>,
+        mountpoint: PathBuf,
+        stats: Option<Stats>,
+    ) -> ReadOnlyFs {
         ReadOnlyFs {
             store,
             inodes: InodeTable::new(root),
-            cache: ChunkCache::new(cache_bytes),
+            cache,
             mountpoint,
             stats,
         }

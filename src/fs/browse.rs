@@ -1,0 +1,1072 @@
+//! The browse mount: the whole store as one read-only tree, on inode numbers.
+//! No FUSE types here: `fuse_browse.rs` adapts these calls to fuser.
+//!
+//! ```text
+//! /                            root
+//!   checkpoints/               one directory per checkpoint id, and <id>.json
+//!     <id>/                    the checkpoint's tree (a ReadOnlyFs of its own)
+//!     <id>.json                the checkpoint record, byte for byte
+//!   refs/<name>                symlink -> ../checkpoints/<id>
+//!   forks/<name>/head          symlink -> ../../checkpoints/<head id>
+//!   forks/<name>/history/<n>-<id>   symlinks, n = 0 at the fork point up to the head
+//!   archives/<name>            symlink -> ../checkpoints/<id>, one per archive index entry
+//! ```
+//!
+//! **Inode numbers.** The top 24 bits of an inode number say whose it is: 0 for
+//! the store's own nodes ([`Node`]: the root, the listings, the `.json` files
+//! and the symlinks), `k >= 1` for the `k`-th checkpoint seen since the mount
+//! started, whose tree is served by its own [`ReadOnlyFs`] (sharing one chunk
+//! cache) with its local inode numbers in the low 40 bits. A store node's
+//! number is keyed by everything it shows (a ref's number is for that name
+//! *and* that target), so a moved ref gets a new inode and the kernel can never
+//! serve the old target from its caches; numbers are never reused.
+//!
+//! **Freshness.** The store's listings are re-read on every `opendir` and
+//! `lookup` (no directory cache, short TTLs: see `fuse_browse.rs`); a
+//! checkpoint's tree never changes and is cached like a read-only mount's.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::ErrorKind;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::FsError;
+use super::inode::ROOT_INO;
+use super::readonly::{Attr, BLOCK_SIZE, DirItem, FsStats, ReadOnlyFs, XattrReply};
+use crate::journal;
+use crate::store::{ArchiveRecord, ChunkCache, Kind, ObjectId, Store};
+
+/// Bits of an inode number local to one checkpoint's tree.
+const LOCAL_BITS: u32 = 40;
+const LOCAL_MASK: u64 = (1 << LOCAL_BITS) - 1;
+/// The most checkpoints one mount can show (slot numbers fill the top 24 bits).
+const MAX_SLOTS: u64 = (1 << (64 - LOCAL_BITS)) - 1;
+
+/// A node of the store's own tree (everything outside the checkpoints' trees).
+/// Each value is one inode; it holds all that the node shows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Node {
+    Root,
+    /// `checkpoints/`
+    Checkpoints,
+    /// `refs/`
+    Refs,
+    /// `forks/`
+    Forks,
+    /// `archives/`
+    Archives,
+    /// `checkpoints/<id>.json`
+    Record(ObjectId),
+    /// `refs/<name>` -> `../checkpoints/<id>`
+    Ref {
+        name: String,
+        target: ObjectId,
+    },
+    /// `forks/<name>/`
+    Fork(String),
+    /// `forks/<name>/head` -> `../../checkpoints/<id>`
+    ForkHead {
+        fork: String,
+        target: ObjectId,
+    },
+    /// `forks/<name>/history/`
+    History(String),
+    /// `forks/<name>/history/<n>-<id>` -> `../../../checkpoints/<id>`
+    HistoryLink {
+        fork: String,
+        n: usize,
+        target: ObjectId,
+    },
+    /// `archives/<name>` -> `../checkpoints/<id>`
+    Archive {
+        name: String,
+        target: ObjectId,
+    },
+}
+
+/// The fixed nodes, numbered 1..=5 in this order.
+const FIXED: [Node; 5] = [
+    Node::Root,
+    Node::Checkpoints,
+    Node::Refs,
+    Node::Forks,
+    Node::Archives,
+];
+
+impl Node {
+    /// The directory holding this node (directories only; the root is its own).
+    fn parent(&self) -> Node {
+        match self {
+            Node::Root | Node::Checkpoints | Node::Refs | Node::Forks | Node::Archives => {
+                Node::Root
+            }
+            Node::Record(_) => Node::Checkpoints,
+            Node::Ref { .. } => Node::Refs,
+            Node::Fork(_) => Node::Forks,
+            Node::ForkHead { fork, .. } | Node::History(fork) => Node::Fork(fork.clone()),
+            Node::HistoryLink { fork, .. } => Node::History(fork.clone()),
+            Node::Archive { .. } => Node::Archives,
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        match self {
+            Node::Root
+            | Node::Checkpoints
+            | Node::Refs
+            | Node::Forks
+            | Node::Archives
+            | Node::Fork(_)
+            | Node::History(_) => Kind::Dir,
+            Node::Record(_) => Kind::File,
+            Node::Ref { .. }
+            | Node::ForkHead { .. }
+            | Node::HistoryLink { .. }
+            | Node::Archive { .. } => Kind::Symlink,
+        }
+    }
+
+    /// A symlink's target.
+    fn target(&self) -> Option<String> {
+        let (up, id) = match self {
+            Node::Ref { target, .. } | Node::Archive { target, .. } => ("..", target),
+            Node::ForkHead { target, .. } => ("../..", target),
+            Node::HistoryLink { target, .. } => ("../../..", target),
+            _ => return None,
+        };
+        Some(format!("{up}/checkpoints/{id}"))
+    }
+}
+
+/// An entry of a store directory: a store node or a checkpoint's root.
+#[derive(Clone, Debug)]
+enum Child {
+    Node(Node),
+    Checkpoint(ObjectId),
+}
+
+/// One listing of a store directory, taken at `opendir` and kept until
+/// `releasedir`, so that a listing read in several replies is consistent.
+type Listing = Vec<(Vec<u8>, Child)>;
+
+/// How a directory was opened.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OpenDir {
+    /// The handle to pass to `readdir` and `releasedir`.
+    pub fh: u64,
+    /// Whether the kernel may keep the listing (a checkpoint's directories).
+    pub cache: bool,
+}
+
+/// One checkpoint's tree, loaded on first use.
+struct Slot {
+    id: ObjectId,
+    fs: RwLock<Option<Arc<ReadOnlyFs>>>,
+}
+
+/// Store nodes <-> inode numbers, and checkpoints <-> slots.
+#[derive(Default)]
+struct Table {
+    nodes: Vec<Node>,
+    node_inos: HashMap<Node, u64>,
+    slots: Vec<Arc<Slot>>,
+    slot_of: HashMap<ObjectId, u64>,
+}
+
+/// The whole store, served read-only.
+pub struct BrowseFs {
+    store: Arc<Store>,
+    cache: Arc<ChunkCache>,
+    mountpoint: PathBuf,
+    table: RwLock<Table>,
+    /// Verified checkpoint records (they never change).
+    records: RwLock<HashMap<ObjectId, Arc<Vec<u8>>>>,
+    listings: Mutex<HashMap<u64, Arc<Listing>>>,
+    next_fh: AtomicU64,
+    /// Owner and times of the store's own nodes: the mount's owner, its start.
+    uid: u32,
+    gid: u32,
+    started_ns: i64,
+}
+
+impl BrowseFs {
+    pub fn new(store: Arc<Store>, cache_bytes: usize, mountpoint: PathBuf) -> BrowseFs {
+        let table = Table {
+            nodes: FIXED.to_vec(),
+            node_inos: FIXED.iter().cloned().zip(1..).collect(),
+            ..Table::default()
+        };
+        let started_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        BrowseFs {
+            store,
+            cache: Arc::new(ChunkCache::new(cache_bytes)),
+            mountpoint,
+            table: RwLock::new(table),
+            records: RwLock::new(HashMap::new()),
+            listings: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            // SAFETY: getuid/getgid have no preconditions.
+            uid: unsafe { libc::geteuid() },
+            gid: unsafe { libc::getegid() },
+            started_ns,
+        }
+    }
+
+    /// Whether `ino` is one of the store's own nodes, whose listings and
+    /// links change (rather than part of a checkpoint's tree, which never does).
+    pub fn is_store_node(ino: u64) -> bool {
+        ino >> LOCAL_BITS == 0
+    }
+
+    // ---- the operations ----
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        match self.resolve(parent)? {
+            Resolved::Tree(slot, fs, local) => {
+                if local == ROOT_INO && name == b".." {
+                    return Ok(self.node_attr(&Node::Checkpoints, 2));
+                }
+                self.global(slot, fs.lookup(local, name)?)
+            }
+            Resolved::Node(node) => {
+                let child = match name {
+                    b"." => Child::Node(node.clone()),
+                    b".." => Child::Node(node.parent()),
+                    _ => self.find(&node, name)?.ok_or(FsError::NotFound)?,
+                };
+                self.child_attr(&child)
+            }
+        }
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        match self.resolve(ino)? {
+            Resolved::Tree(slot, fs, local) => self.global(slot, fs.getattr(local)?),
+            Resolved::Node(node) => Ok(self.node_attr(&node, ino)),
+        }
+    }
+
+    /// Open directory `ino`: a store directory's listing is read now.
+    pub fn opendir(&self, ino: u64) -> Result<OpenDir, FsError> {
+        match self.resolve(ino)? {
+            Resolved::Tree(_, fs, local) => {
+                if fs.getattr(local)?.kind != Kind::Dir {
+                    return Err(FsError::NotDir);
+                }
+                Ok(OpenDir { fh: 0, cache: true })
+            }
+            Resolved::Node(node) => {
+                let listing = Arc::new(self.list(&node)?);
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                self.listings.lock().insert(fh, listing);
+                Ok(OpenDir { fh, cache: false })
+            }
+        }
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.listings.lock().remove(&fh);
+    }
+
+    /// List directory `ino` from `offset` (0 = start; "." and ".." first),
+    /// calling `add` for each entry until it returns true (the reply is full).
+    /// `fh` is what `opendir` gave; an unknown handle lists afresh.
+    pub fn readdir(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(DirItem<'_>) -> bool,
+    ) -> Result<(), FsError> {
+        let node = match self.resolve(ino)? {
+            Resolved::Tree(slot, fs, local) => {
+                let mut failed = None;
+                fs.readdir(local, offset, |mut item| {
+                    if local == ROOT_INO && item.name == b".." {
+                        item.attr = self.node_attr(&Node::Checkpoints, 2);
+                    } else {
+                        match self.global(slot, item.attr) {
+                            Ok(attr) => item.attr = attr,
+                            Err(e) => {
+                                failed = Some(e);
+                                return true;
+                            }
+                        }
+                    }
+                    add(item)
+                })?;
+                return failed.map_or(Ok(()), Err);
+            }
+            Resolved::Node(node) => node,
+        };
+        let listing = match self.listings.lock().get(&fh) {
+            Some(l) => l.clone(),
+            None => Arc::new(self.list(&node)?),
+        };
+        let dots = [
+            (b".".to_vec(), Child::Node(node.clone())),
+            (b"..".to_vec(), Child::Node(node.parent())),
+        ];
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (name, child)) in dots.iter().chain(listing.iter()).enumerate().skip(start) {
+            let attr = match self.child_attr(child) {
+                Ok(attr) => attr,
+                // Listed anyway (as a directory or file with no permissions);
+                // using it fails with the error, which was logged.
+                Err(_) => self.placeholder_attr(child)?,
+            };
+            let item = DirItem {
+                next_offset: i as u64 + 1,
+                name,
+                attr,
+            };
+            if add(item) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Check that `ino` may be opened with `flags`: only for reading.
+    pub fn open(&self, ino: u64, flags: i32) -> Result<(), FsError> {
+        match self.resolve(ino)? {
+            Resolved::Tree(_, fs, local) => fs.open(local, flags),
+            Resolved::Node(_) => {
+                if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+                    return Err(FsError::ReadOnly);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub fn access(&self, ino: u64, mask: i32) -> Result<(), FsError> {
+        self.resolve(ino)?;
+        if mask & libc::W_OK != 0 {
+            return Err(FsError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+        match self.resolve(ino)? {
+            Resolved::Tree(_, fs, local) => fs.read(local, offset, size),
+            Resolved::Node(Node::Record(id)) => {
+                let bytes = self.record(&id)?;
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                Ok(bytes[start..end].to_vec())
+            }
+            Resolved::Node(node) if node.kind() == Kind::Dir => Err(FsError::IsDir),
+            Resolved::Node(_) => Err(FsError::Invalid("not a regular file")),
+        }
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
+        match self.resolve(ino)? {
+            Resolved::Tree(_, fs, local) => fs.readlink(local),
+            Resolved::Node(node) => node
+                .target()
+                .map(String::into_bytes)
+                .ok_or(FsError::NotSymlink),
+        }
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Result<XattrReply, FsError> {
+        match self.resolve(ino)? {
+            Resolved::Tree(_, fs, local) => fs.getxattr(local, name, size),
+            Resolved::Node(_) => Err(FsError::NoXattr),
+        }
+    }
+
+    pub fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply, FsError> {
+        match self.resolve(ino)? {
+            Resolved::Tree(_, fs, local) => fs.listxattr(local, size),
+            Resolved::Node(_) if size == 0 => Ok(XattrReply::Size(0)),
+            Resolved::Node(_) => Ok(XattrReply::Data(Vec::new())),
+        }
+    }
+
+    /// Nothing is free, and the totals are not known without reading every
+    /// checkpoint: the checkpoints and nodes seen so far are counted.
+    pub fn statfs(&self) -> FsStats {
+        let t = self.table.read();
+        FsStats {
+            blocks: 0,
+            files: (t.nodes.len() + t.slots.len()) as u64,
+            block_size: BLOCK_SIZE,
+            name_max: 255,
+        }
+    }
+
+    // ---- inode numbers ----
+
+    fn resolve(&self, ino: u64) -> Result<Resolved, FsError> {
+        let (slot, local) = (ino >> LOCAL_BITS, ino & LOCAL_MASK);
+        if slot == 0 {
+            let node = usize::try_from(local)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| self.table.read().nodes.get(i).cloned())
+                .ok_or(FsError::UnknownInode(ino))?;
+            return Ok(Resolved::Node(node));
+        }
+        let s = self
+            .table
+            .read()
+            .slots
+            .get((slot - 1) as usize)
+            .cloned()
+            .ok_or(FsError::UnknownInode(ino))?;
+        Ok(Resolved::Tree(slot, self.tree(&s)?, local))
+    }
+
+    /// The inode number of a store node, assigned on first sight.
+    fn node_ino(&self, node: &Node) -> Result<u64, FsError> {
+        if let Some(&ino) = self.table.read().node_inos.get(node) {
+            return Ok(ino);
+        }
+        let mut t = self.table.write();
+        if let Some(&ino) = t.node_inos.get(node) {
+            return Ok(ino);
+        }
+        let ino = t.nodes.len() as u64 + 1;
+        if ino > LOCAL_MASK {
+            return Err(FsError::Invalid("too many store nodes for one mount"));
+        }
+        t.nodes.push(node.clone());
+        t.node_inos.insert(node.clone(), ino);
+        Ok(ino)
+    }
+
+    /// The slot number of a checkpoint, assigned on first sight.
+    fn slot_of(&self, id: &ObjectId) -> Result<(u64, Arc<Slot>), FsError> {
+        let get = |t: &Table| {
+            t.slot_of
+                .get(id)
+                .map(|&k| (k, t.slots[(k - 1) as usize].clone()))
+        };
+        if let Some(found) = get(&self.table.read()) {
+            return Ok(found);
+        }
+        let mut t = self.table.write();
+        if let Some(found) = get(&t) {
+            return Ok(found);
+        }
+        let k = t.slots.len() as u64 + 1;
+        if k > MAX_SLOTS {
+            return Err(FsError::Invalid("too many checkpoints for one mount"));
+        }
+        let slot = Arc::new(Slot {
+            id: *id,
+            fs: RwLock::new(None),
+        });
+        t.slots.push(slot.clone());
+        t.slot_of.insert(*id, k);
+        Ok((k, slot))
+    }
+
+    /// A checkpoint's tree, loading its record and root on first use. A
+    /// failure is not remembered: the next use tries again.
+    fn tree(&self, slot: &Slot) -> Result<Arc<ReadOnlyFs>, FsError> {
+        if let Some(fs) = slot.fs.read().as_ref() {
+            return Ok(fs.clone());
+        }
+        let id = slot.id;
+        let loaded = self
+            .store
+            .read_checkpoint(&id)
+            .and_then(|record| Ok((self.store.root_entry(&record)?, record)));
+        let (root, record) = loaded.map_err(|e| {
+            tracing::warn!(checkpoint = %id, error = %e, "cannot load checkpoint; it gets EIO");
+            FsError::Store(e)
+        })?;
+        let fs = Arc::new(ReadOnlyFs::with_cache(
+            self.store.clone(),
+            root,
+            self.cache.clone(),
+            self.mountpoint.join("checkpoints").join(id.to_hex()),
+            record.source.stats,
+        ));
+        // Another thread may have loaded it meanwhile: keep the first.
+        Ok(slot.fs.write().get_or_insert(fs).clone())
+    }
+
+    /// A checkpoint tree's attributes with the inode number made global.
+    fn global(&self, slot: u64, mut attr: Attr) -> Result<Attr, FsError> {
+        if attr.ino > LOCAL_MASK {
+            return Err(FsError::Invalid("too many inodes in one checkpoint"));
+        }
+        attr.ino |= slot << LOCAL_BITS;
+        Ok(attr)
+    }
+
+    // ---- attributes ----
+
+    fn child_attr(&self, child: &Child) -> Result<Attr, FsError> {
+        match child {
+            Child::Node(node) => Ok(self.node_attr(node, self.node_ino(node)?)),
+            Child::Checkpoint(id) => {
+                let (k, slot) = self.slot_of(id)?;
+                self.global(k, self.tree(&slot)?.getattr(ROOT_INO)?)
+            }
+        }
+    }
+
+    /// Listed attributes for a child whose own could not be loaded.
+    fn placeholder_attr(&self, child: &Child) -> Result<Attr, FsError> {
+        let (ino, kind) = match child {
+            Child::Node(node) => (self.node_ino(node)?, node.kind()),
+            Child::Checkpoint(id) => ((self.slot_of(id)?.0 << LOCAL_BITS) | ROOT_INO, Kind::Dir),
+        };
+        let mut attr = self.base_attr(ino, kind);
+        attr.perm = 0;
+        Ok(attr)
+    }
+
+    fn base_attr(&self, ino: u64, kind: Kind) -> Attr {
+        Attr {
+            ino,
+            kind,
+            perm: if kind == Kind::Dir { 0o555 } else { 0o444 },
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            uid: self.uid,
+            gid: self.gid,
+            size: 0,
+            blocks: 0,
+            mtime_ns: self.started_ns,
+            ctime_ns: self.started_ns,
+            rdev: 0,
+        }
+    }
+
+    fn node_attr(&self, node: &Node, ino: u64) -> Attr {
+        let mut attr = self.base_attr(ino, node.kind());
+        match node {
+            Node::Record(id) => {
+                // The record file's size and time; a record that went away
+                // still stats (reading it fails).
+                if let Ok(meta) = fs::metadata(self.record_path(id)) {
+                    attr.size = meta.len();
+                    attr.blocks = meta.len().div_ceil(512);
+                    attr.mtime_ns = meta
+                        .mtime()
+                        .saturating_mul(1_000_000_000)
+                        .saturating_add(meta.mtime_nsec());
+                    attr.ctime_ns = attr.mtime_ns;
+                }
+            }
+            _ => {
+                if let Some(target) = node.target() {
+                    attr.perm = 0o777;
+                    attr.size = target.len() as u64;
+                }
+            }
+        }
+        attr
+    }
+
+    // ---- the store's listings ----
+
+    /// The entry `name` of store directory `node`, read from the store now.
+    fn find(&self, node: &Node, name: &[u8]) -> Result<Option<Child>, FsError> {
+        let Ok(name) = std::str::from_utf8(name) else {
+            return Ok(None);
+        };
+        Ok(match node {
+            Node::Root => FIXED[1..]
+                .iter()
+                .find(|n| root_name(n) == Some(name))
+                .cloned()
+                .map(Child::Node),
+            Node::Checkpoints => {
+                let (hex, json) = match name.strip_suffix(".json") {
+                    Some(hex) => (hex, true),
+                    None => (name, false),
+                };
+                match ObjectId::from_hex(hex).filter(|id| id.to_hex() == hex) {
+                    Some(id) if self.record_exists(&id)? => Some(if json {
+                        Child::Node(Node::Record(id))
+                    } else {
+                        Child::Checkpoint(id)
+                    }),
+                    _ => None,
+                }
+            }
+            Node::Refs => self.store.get_ref(name)?.map(|target| {
+                Child::Node(Node::Ref {
+                    name: name.to_string(),
+                    target,
+                })
+            }),
+            Node::Forks => self
+                .store
+                .fork_head(name)?
+                .map(|_| Child::Node(Node::Fork(name.to_string()))),
+            Node::Fork(fork) => match name {
+                "head" => self.store.fork_head(fork)?.map(|target| {
+                    Child::Node(Node::ForkHead {
+                        fork: fork.clone(),
+                        target,
+                    })
+                }),
+                "history" => self
+                    .store
+                    .fork_head(fork)?
+                    .map(|_| Child::Node(Node::History(fork.clone()))),
+                _ => None,
+            },
+            Node::History(_) | Node::Archives => self
+                .list(node)?
+                .into_iter()
+                .find(|(n, _)| n == name.as_bytes())
+                .map(|(_, c)| c),
+            _ => return Err(FsError::NotDir),
+        })
+    }
+
+    /// The entries of store directory `node` (without "." and ".."), sorted.
+    fn list(&self, node: &Node) -> Result<Listing, FsError> {
+        let named = |name: String, node: Node| (name.into_bytes(), Child::Node(node));
+        let mut out: Listing = match node {
+            Node::Root => FIXED[1..]
+                .iter()
+                .filter_map(|n| Some(named(root_name(n)?.to_string(), n.clone())))
+                .collect(),
+            Node::Checkpoints => {
+                let mut out = Vec::new();
+                for id in self.store.list_checkpoints()? {
+                    out.push((id.to_hex().into_bytes(), Child::Checkpoint(id)));
+                    out.push(named(format!("{id}.json"), Node::Record(id)));
+                }
+                out
+            }
+            Node::Refs => self
+                .store
+                .list_refs()?
+                .into_iter()
+                .map(|(name, target)| {
+                    let node = Node::Ref {
+                        name: name.clone(),
+                        target,
+                    };
+                    named(name, node)
+                })
+                .collect(),
+            Node::Forks => self
+                .store
+                .list_forks()?
+                .into_iter()
+                .map(|(name, _)| named(name.clone(), Node::Fork(name)))
+                .collect(),
+            Node::Fork(fork) => match self.store.fork_head(fork)? {
+                None => Vec::new(),
+                Some(target) => vec![
+                    named(
+                        "head".into(),
+                        Node::ForkHead {
+                            fork: fork.clone(),
+                            target,
+                        },
+                    ),
+                    named("history".into(), Node::History(fork.clone())),
+                ],
+            },
+            Node::History(fork) => self.history(fork)?,
+            Node::Archives => self
+                .archives()?
+                .into_iter()
+                .map(|(name, target)| {
+                    let node = Node::Archive {
+                        name: name.clone(),
+                        target,
+                    };
+                    named(name, node)
+                })
+                .collect(),
+            _ => return Err(FsError::NotDir),
+        };
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// A fork's history, from the fork point (0) to the head.
+    fn history(&self, fork: &str) -> Result<Listing, FsError> {
+        let log = match journal::fork_log(&self.store, fork) {
+            Ok(log) => log,
+            Err(journal::Error::NoFork(_)) => return Ok(Vec::new()),
+            Err(e) => {
+                tracing::warn!(fork, error = %e, "cannot read the fork's history");
+                return Err(e.into());
+            }
+        };
+        Ok(log
+            .into_iter()
+            .rev()
+            .enumerate()
+            .map(|(n, (target, _))| {
+                let node = Node::HistoryLink {
+                    fork: fork.to_string(),
+                    n,
+                    target,
+                };
+                (format!("{n}-{target}").into_bytes(), Child::Node(node))
+            })
+            .collect())
+    }
+
+    /// The archive index as (name, checkpoint): the name is the first file's
+    /// base name; when several archives share it, all but the oldest get
+    /// `@<first 12 hex of the archive's sha256>` appended.
+    fn archives(&self) -> Result<Vec<(String, ObjectId)>, FsError> {
+        let dir = self.store.root().join("archives");
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(store_io(&dir, e)),
+        };
+        let mut records: Vec<(String, String, ArchiveRecord)> = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| store_io(&dir, e))?;
+            let file = ent.file_name();
+            let Some(sha) = file.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            match self.store.archive_record(sha) {
+                Ok(Some(rec)) => {
+                    let name = rec
+                        .files
+                        .first()
+                        .and_then(|f| Path::new(f).file_name())
+                        .and_then(OsStr::to_str)
+                        .filter(|n| n.len() <= 200 && n.bytes().all(|b| b != b'/' && b != 0))
+                        .map_or_else(|| format!("archive-{}", &sha[..12]), str::to_string);
+                    records.push((name, sha.to_string(), rec));
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(archive = sha, error = %e, "skipping archive record"),
+            }
+        }
+        records.sort_by(|a, b| (&a.0, a.2.time_ns, &a.1).cmp(&(&b.0, b.2.time_ns, &b.1)));
+        let mut out: Vec<(String, ObjectId)> = Vec::with_capacity(records.len());
+        for (i, (name, sha, rec)) in records.iter().enumerate() {
+            let dup = i > 0 && records[i - 1].0 == *name;
+            let name = if dup {
+                format!("{name}@{}", &sha[..12])
+            } else {
+                name.clone()
+            };
+            out.push((name, rec.checkpoint));
+        }
+        Ok(out)
+    }
+
+    fn record_path(&self, id: &ObjectId) -> PathBuf {
+        self.store
+            .root()
+            .join("checkpoints")
+            .join(format!("{id}.json"))
+    }
+
+    fn record_exists(&self, id: &ObjectId) -> Result<bool, FsError> {
+        let path = self.record_path(id);
+        match fs::symlink_metadata(&path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(store_io(&path, e)),
+        }
+    }
+
+    /// A checkpoint record's bytes, checked against its id.
+    fn record(&self, id: &ObjectId) -> Result<Arc<Vec<u8>>, FsError> {
+        if let Some(bytes) = self.records.read().get(id) {
+            return Ok(bytes.clone());
+        }
+        let path = self.record_path(id);
+        let bytes = fs::read(&path).map_err(|e| store_io(&path, e))?;
+        if ObjectId::of(&bytes) != *id {
+            let e = crate::store::Error::Corrupt {
+                id: *id,
+                detail: format!("checkpoint record {} does not match its id", path.display()),
+            };
+            tracing::warn!(error = %e, "checkpoint record read failed; this read gets EIO");
+            return Err(FsError::Store(e));
+        }
+        let bytes = Arc::new(bytes);
+        self.records.write().insert(*id, bytes.clone());
+        Ok(bytes)
+    }
+}
+
+/// What an inode number stands for.
+enum Resolved {
+    Node(Node),
+    /// A checkpoint's tree: its slot, its filesystem, the local inode number.
+    Tree(u64, Arc<ReadOnlyFs>, u64),
+}
+
+/// The name of a fixed node in the root.
+fn root_name(node: &Node) -> Option<&'static str> {
+    match node {
+        Node::Checkpoints => Some("checkpoints"),
+        Node::Refs => Some("refs"),
+        Node::Forks => Some("forks"),
+        Node::Archives => Some("archives"),
+        _ => None,
+    }
+}
+
+fn store_io(path: &Path, source: std::io::Error) -> FsError {
+    tracing::warn!(path = %path.display(), error = %source, "store read failed; it gets EIO");
+    FsError::Store(crate::store::Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Checkpoint, Content, Entry, Extent, Source, Tree};
+
+    fn entry(name: &str, kind: Kind, content: Content, size: u64) -> Entry {
+        Entry {
+            name: name.as_bytes().to_vec(),
+            kind,
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            size,
+            nlink: 1,
+            link_id: 0,
+            rdev: 0,
+            xattrs: vec![],
+            content,
+        }
+    }
+
+    /// A checkpoint whose root holds one file `f` with `data`.
+    fn checkpoint(store: &Store, data: &[u8], parents: Vec<ObjectId>) -> ObjectId {
+        let (chunk, _) = store.put_object(data).unwrap();
+        let extents = vec![Extent {
+            len: data.len() as u64,
+            id: Some(chunk),
+        }];
+        let file = entry(
+            "f",
+            Kind::File,
+            Content::Extents(extents),
+            data.len() as u64,
+        );
+        let (tree, _) = store
+            .put_tree(&Tree {
+                entries: vec![file],
+            })
+            .unwrap();
+        let (root, _) = store
+            .put_root(entry("", Kind::Dir, Content::Tree(tree), 0))
+            .unwrap();
+        store
+            .write_checkpoint(&Checkpoint {
+                version: 1,
+                root,
+                parents,
+                origin: None,
+                time_ns: 1,
+                message: String::from_utf8_lossy(data).into_owned(),
+                source: Source {
+                    kind: "snapshot".into(),
+                    ..Source::default()
+                },
+            })
+            .unwrap()
+    }
+
+    fn browse() -> (tempfile::TempDir, Arc<Store>, BrowseFs) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open_or_create(&dir.path().join("s")).unwrap());
+        let fs = BrowseFs::new(store.clone(), 1 << 20, "/b".into());
+        (dir, store, fs)
+    }
+
+    fn listing(fs: &BrowseFs, ino: u64) -> Vec<(String, Attr)> {
+        let open = fs.opendir(ino).unwrap();
+        let mut out = Vec::new();
+        fs.readdir(ino, open.fh, 0, |item| {
+            out.push((String::from_utf8(item.name.to_vec()).unwrap(), item.attr));
+            false
+        })
+        .unwrap();
+        fs.releasedir(open.fh);
+        out
+    }
+
+    fn path(fs: &BrowseFs, path: &str) -> Attr {
+        let mut attr = fs.getattr(ROOT_INO).unwrap();
+        for name in path.split('/') {
+            attr = fs.lookup(attr.ino, name.as_bytes()).unwrap();
+        }
+        attr
+    }
+
+    #[test]
+    fn trees_get_their_own_inode_ranges_and_records_read_back() {
+        let (_dir, store, fs) = browse();
+        let a = checkpoint(&store, b"one", vec![]);
+        let b = checkpoint(&store, b"two", vec![a]);
+        let names: Vec<String> = listing(&fs, 2).into_iter().map(|(n, _)| n).collect();
+        let mut want = vec![
+            ".".to_string(),
+            "..".into(),
+            a.to_hex(),
+            format!("{a}.json"),
+            b.to_hex(),
+            format!("{b}.json"),
+        ];
+        want[2..].sort();
+        assert_eq!(names, want);
+        let fa = path(&fs, &format!("checkpoints/{a}/f"));
+        let fb = path(&fs, &format!("checkpoints/{b}/f"));
+        assert!(!BrowseFs::is_store_node(fa.ino) && !BrowseFs::is_store_node(fb.ino));
+        assert_ne!(
+            fa.ino >> LOCAL_BITS,
+            fb.ino >> LOCAL_BITS,
+            "one range per tree"
+        );
+        assert_eq!(fs.read(fa.ino, 0, 100).unwrap(), b"one");
+        assert_eq!(fs.read(fb.ino, 1, 100).unwrap(), b"wo");
+        // ".." of a checkpoint's root is checkpoints/.
+        let root_a = path(&fs, &format!("checkpoints/{a}"));
+        assert_eq!(fs.lookup(root_a.ino, b"..").unwrap().ino, 2);
+        let rec = path(&fs, &format!("checkpoints/{b}.json"));
+        let bytes = fs.read(rec.ino, 0, 1 << 20).unwrap();
+        assert_eq!(ObjectId::of(&bytes), b);
+        assert_eq!(rec.size, bytes.len() as u64);
+        assert!(matches!(
+            fs.lookup(
+                2,
+                b"0000000000000000000000000000000000000000000000000000000000000000"
+            ),
+            Err(FsError::NotFound)
+        ));
+        assert!(matches!(
+            fs.lookup(2, a.to_hex().to_uppercase().as_bytes()),
+            Err(FsError::NotFound)
+        ));
+    }
+
+    #[test]
+    fn a_moved_ref_is_a_new_inode_with_the_new_target() {
+        let (_dir, store, fs) = browse();
+        let a = checkpoint(&store, b"one", vec![]);
+        let b = checkpoint(&store, b"two", vec![a]);
+        store.set_ref("s1", &a).unwrap();
+        let before = path(&fs, "refs/s1");
+        assert_eq!(before.kind, Kind::Symlink);
+        assert_eq!(
+            fs.readlink(before.ino).unwrap(),
+            format!("../checkpoints/{a}").as_bytes()
+        );
+        store.set_ref("s1", &b).unwrap();
+        let after = path(&fs, "refs/s1");
+        assert_ne!(before.ino, after.ino);
+        assert_eq!(
+            fs.readlink(after.ino).unwrap(),
+            format!("../checkpoints/{b}").as_bytes()
+        );
+        // The old inode still answers (the kernel may hold it), with the old target.
+        assert_eq!(
+            fs.readlink(before.ino).unwrap(),
+            format!("../checkpoints/{a}").as_bytes()
+        );
+        assert_eq!(
+            path(&fs, "refs/s1").ino,
+            after.ino,
+            "stable while unchanged"
+        );
+    }
+
+    #[test]
+    fn fork_history_and_archive_names() {
+        let (_dir, store, fs) = browse();
+        let a = checkpoint(&store, b"one", vec![]);
+        let b = checkpoint(&store, b"two", vec![a]);
+        journal::Fork::create(&store, "x", &a).unwrap();
+        let names: Vec<String> = listing(&fs, path(&fs, "forks/x").ino)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, [".", "..", "head", "history"]);
+        let hist: Vec<String> = listing(&fs, path(&fs, "forks/x/history").ino)
+            .into_iter()
+            .skip(2)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(hist, [format!("0-{a}")]);
+        let head = path(&fs, "forks/x/head");
+        assert_eq!(
+            fs.readlink(head.ino).unwrap(),
+            format!("../../checkpoints/{a}").as_bytes()
+        );
+
+        for (sha, file, time_ns, ck) in [
+            ("a".repeat(64), "/x/s1.tar.zst.part00", 1, a),
+            ("b".repeat(64), "/y/s1.tar.zst.part00", 2, b),
+            ("c".repeat(64), "/z/other.tar", 3, b),
+        ] {
+            let rec = ArchiveRecord {
+                checkpoint: ck,
+                files: vec![file.into()],
+                time_ns,
+            };
+            store.set_archive_record(&sha, &rec).unwrap();
+        }
+        let names: Vec<String> = listing(&fs, 5)
+            .into_iter()
+            .skip(2)
+            .map(|(n, _)| n)
+            .collect();
+        let dup = format!("s1.tar.zst.part00@{}", "b".repeat(12));
+        assert_eq!(names, ["other.tar", "s1.tar.zst.part00", dup.as_str()]);
+        let link = path(&fs, "archives/s1.tar.zst.part00");
+        assert_eq!(
+            fs.readlink(link.ino).unwrap(),
+            format!("../checkpoints/{a}").as_bytes()
+        );
+        let link = path(&fs, &format!("archives/{dup}"));
+        assert_eq!(
+            fs.readlink(link.ino).unwrap(),
+            format!("../checkpoints/{b}").as_bytes()
+        );
+    }
+
+    #[test]
+    fn store_nodes_refuse_writes_and_have_no_xattrs() {
+        let (_dir, _store, fs) = browse();
+        assert!(matches!(fs.open(2, libc::O_RDWR), Err(FsError::ReadOnly)));
+        assert!(matches!(fs.access(3, libc::W_OK), Err(FsError::ReadOnly)));
+        assert!(fs.access(3, libc::R_OK).is_ok());
+        assert_eq!(fs.listxattr(1, 0).unwrap(), XattrReply::Size(0));
+        assert!(matches!(
+            fs.getxattr(1, b"user.x", 10),
+            Err(FsError::NoXattr)
+        ));
+        assert!(matches!(fs.getattr(999), Err(FsError::UnknownInode(999))));
+        assert!(matches!(
+            fs.getattr(7 << LOCAL_BITS | 1),
+            Err(FsError::UnknownInode(_))
+        ));
+    }
+}
