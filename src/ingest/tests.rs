@@ -478,6 +478,7 @@ fn corrupt_chunk_is_an_error_naming_the_file() {
     fs::create_dir(&src).unwrap();
     fs::write(src.join("victim"), b"precious bytes").unwrap();
     let res = snap(&store, &src);
+    store.sync_objects().unwrap();
     let ckpt = checkpoint(res.root);
     let entry = store.lookup_path(&ckpt, b"victim").unwrap().unwrap();
     let Content::Extents(ext) = entry.content else {

@@ -1,9 +1,10 @@
 //! Where compressed objects live. `LocalBackend` is a directory; a remote backend
 //! (object storage) can implement the same trait without touching the layers above.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -30,12 +31,21 @@ pub trait ObjectBackend: Send + Sync {
 }
 
 /// Objects as files `objects/ab/cdef…` (first two hex digits fan out).
-/// Each write is temp + fsync + rename; the fan-out directories written since the
-/// last `sync` are fsynced by `sync`, which callers run before publishing a
-/// checkpoint or ref that names the new objects.
+///
+/// A write goes to a temp file in the object's fan-out directory and is held
+/// there, pending, until `sync`, which callers run before publishing a checkpoint
+/// or ref that names the new objects. `sync` makes all pending data durable with
+/// one `syncfs`, only then renames each temp file to its object name, and fsyncs
+/// the fan-out directories. So a crash never leaves a partial object under a valid
+/// name (the name appears only after its data is on disk), while a snapshot of
+/// thousands of small files costs one filesystem sync instead of one fsync per
+/// file. Until `sync`, this process reads pending objects from their temp files.
+/// Temp files of a process that died before `sync` are orphans (`.obj.*.tmp`),
+/// never served.
 pub struct LocalBackend {
     dir: PathBuf,
     dirty_dirs: Mutex<BTreeSet<u8>>,
+    pending: Mutex<HashMap<ObjectId, PathBuf>>,
 }
 
 impl LocalBackend {
@@ -43,6 +53,7 @@ impl LocalBackend {
         LocalBackend {
             dir,
             dirty_dirs: Mutex::new(BTreeSet::new()),
+            pending: Mutex::new(HashMap::new()),
         }
     }
 
@@ -51,11 +62,50 @@ impl LocalBackend {
         let hex = id.to_hex();
         self.dir.join(&hex[..2]).join(&hex[2..])
     }
+
+    /// Where `id` can be read now: its temp file while pending, else its name.
+    fn readable_path(&self, id: &ObjectId) -> PathBuf {
+        match self.pending.lock().get(id) {
+            Some(tmp) => tmp.clone(),
+            None => self.path_of(id),
+        }
+    }
+
+    /// A new temp file in `fan`, creating the fan-out directory if needed.
+    fn create_temp(&self, fan: &Path) -> io::Result<(PathBuf, File)> {
+        let tmp = fan.join(temp_name("obj"));
+        let open = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o444)
+                .open(&tmp)
+        };
+        let f = match open() {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                fs::create_dir_all(fan)?;
+                fsync_dir(&self.dir)?;
+                open()?
+            }
+            Err(e) => return Err(e),
+        };
+        Ok((tmp, f))
+    }
+}
+
+impl Drop for LocalBackend {
+    /// Objects written but never synced belong to nothing published: remove them.
+    fn drop(&mut self) {
+        for (_, tmp) in self.pending.get_mut().drain() {
+            let _ = fs::remove_file(tmp);
+        }
+    }
 }
 
 impl ObjectBackend for LocalBackend {
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
-        match File::open(self.path_of(id)) {
+        match File::open(self.readable_path(id)) {
             Ok(mut f) => {
                 let mut buf = Vec::new();
                 f.read_to_end(&mut buf)?;
@@ -67,40 +117,31 @@ impl ObjectBackend for LocalBackend {
     }
 
     fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
+        if self.contains(id)? {
+            return Ok(());
+        }
         let path = self.path_of(id);
         let fan = path.parent().expect("object path has a parent");
-        let tmp = fan.join(temp_name("obj"));
-        let mut f = match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .open(&tmp)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                fs::create_dir_all(fan)?;
-                fsync_dir(&self.dir)?;
-                OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o444)
-                    .open(&tmp)?
-            }
-            Err(e) => return Err(e),
-        };
-        let result = f
-            .write_all(bytes)
-            .and_then(|_| f.sync_all())
-            .and_then(|_| fs::rename(&tmp, &path));
-        if let Err(e) = result {
+        let (tmp, mut f) = self.create_temp(fan)?;
+        if let Err(e) = f.write_all(bytes) {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
-        self.dirty_dirs.lock().insert(id.0[0]);
+        // Another thread may have written the same object meanwhile: keep one.
+        let mut pending = self.pending.lock();
+        if pending.contains_key(id) {
+            drop(pending);
+            let _ = fs::remove_file(&tmp);
+        } else {
+            pending.insert(*id, tmp);
+        }
         Ok(())
     }
 
     fn contains(&self, id: &ObjectId) -> io::Result<bool> {
+        if self.pending.lock().contains_key(id) {
+            return Ok(true);
+        }
         match fs::symlink_metadata(self.path_of(id)) {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
@@ -109,6 +150,25 @@ impl ObjectBackend for LocalBackend {
     }
 
     fn sync(&self) -> io::Result<()> {
+        let pending: Vec<(ObjectId, PathBuf)> = self.pending.lock().drain().collect();
+        if !pending.is_empty() {
+            // One syncfs makes every pending temp file's data durable. A failure
+            // is reported, not retried, and the objects stay pending.
+            let dir = File::open(&self.dir)?;
+            // SAFETY: syncfs on a valid open descriptor.
+            if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+                let e = io::Error::last_os_error();
+                self.pending.lock().extend(pending);
+                return Err(e);
+            }
+            for (i, (id, tmp)) in pending.iter().enumerate() {
+                if let Err(e) = fs::rename(tmp, self.path_of(id)) {
+                    self.pending.lock().extend(pending[i..].iter().cloned());
+                    return Err(e);
+                }
+                self.dirty_dirs.lock().insert(id.0[0]);
+            }
+        }
         let dirty: Vec<u8> = std::mem::take(&mut *self.dirty_dirs.lock())
             .into_iter()
             .collect();

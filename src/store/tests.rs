@@ -54,13 +54,34 @@ fn object_round_trip_and_dedup() {
     let (id2, written2) = s.put_object(&data).unwrap();
     assert_eq!((id2, written2), (id, 0), "identical content stored once");
     assert_eq!(s.get_object(&id, "t").unwrap(), data);
+    // Pending until synced: readable by this process, not yet under its name.
+    assert!(s.backend().list().unwrap().is_empty());
+    s.sync_objects().unwrap();
     assert_eq!(s.backend().list().unwrap(), vec![id]);
+    assert_eq!(s.get_object(&id, "t").unwrap(), data);
+    let fan = s.root().join("objects").join(&id.to_hex()[..2]);
+    assert_eq!(fs::read_dir(&fan).unwrap().count(), 1, "no temp file left");
+}
+
+#[test]
+fn objects_never_synced_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s");
+    let id = {
+        let s = Store::open_or_create(&root).unwrap();
+        s.put_object(b"written, never published").unwrap().0
+    };
+    let s = Store::open(&root).unwrap();
+    assert!(!s.has_object(&id).unwrap());
+    let fan = root.join("objects").join(&id.to_hex()[..2]);
+    assert_eq!(fs::read_dir(&fan).unwrap().count(), 0, "temp file removed");
 }
 
 #[test]
 fn corruption_and_missing_are_detected() {
     let (_d, s) = new_store();
     let (id, _) = s.put_object(b"precious bytes").unwrap();
+    s.sync_objects().unwrap();
     let path = s
         .root()
         .join("objects")
