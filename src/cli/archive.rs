@@ -82,7 +82,10 @@ fn run_import(
             progress: progress.clone(),
         },
     };
+    // Keeps `storefs gc` from sweeping until the checkpoint, index and ref are published.
+    let lease = store.write_lease()?;
     let result = import_archive(store, &req);
+    drop(lease);
     progress.finish_and_clear();
     let p = result?;
     for w in &p.warnings {

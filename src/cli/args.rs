@@ -66,6 +66,10 @@ pub enum Command {
     Umount(UmountArgs),
     /// List live mounts of this store
     Status(StatusArgs),
+    /// Read every object reachable from checkpoints and report corrupt or missing ones
+    Verify(VerifyArgs),
+    /// Delete objects that no checkpoint reaches (every checkpoint is kept)
+    Gc(GcArgs),
 }
 
 #[derive(Debug, Args)]
@@ -258,6 +262,40 @@ pub struct StatusArgs {
     /// Print a JSON array of {mountpoint, target, checkpoint, pid, mode, log, started_ns}
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Every object a checkpoint uses (trees and file chunks) is read, decompressed and checked
+against its sha256. One line per problem on stdout: the checkpoint, the path inside it, the
+object and what is wrong. Nothing is deleted: a corrupt object is moved to STORE/quarantine/
+(no longer served: reads of it fail with EIO as before, and `storefs gc` never touches the
+quarantine). Without CKPT, every checkpoint, and refs and fork heads naming a missing
+checkpoint. Exit 1 when anything is wrong.")]
+pub struct VerifyArgs {
+    /// Checkpoints to verify (refs, forks, ids, prefixes) [default: all]
+    #[arg(value_name = "CKPT")]
+    pub checkpoints: Vec<String>,
+    /// Reader threads [default: all cores]
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Kept: every checkpoint record and every object reachable from one (refs, forks, archive
+index entries and live mounts all name checkpoints). Removed: objects nothing reaches (an
+interrupted or failed snapshot or import, data of files a fork had open after unlinking
+them) and temp files of interrupted writes, once older than --grace. Safe while snapshots,
+imports and commits run: they hold STORE/gc.lock shared until they publish, and gc sweeps
+under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove).")]
+pub struct GcArgs {
+    /// List what would be removed; delete nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Never remove an object modified less than this long ago (s, m, h, d)
+    #[arg(long, value_name = "AGE", default_value = "1h", value_parser = crate::store::parse_duration)]
+    pub grace: std::time::Duration,
 }
 
 /// Parse `256M`, `1G`, `4096`, `64K` into bytes.

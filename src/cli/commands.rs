@@ -46,6 +46,8 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         bail!("'{name}' is a fork; a ref cannot take its name (pick another --ref)");
     }
 
+    // Keeps `storefs gc` from sweeping until the checkpoint and ref are published.
+    let _lease = store.write_lease()?;
     let progress = progress_bar();
     let opts = SnapshotOptions {
         threads: a.threads,

@@ -6,6 +6,7 @@ mod archive;
 mod args;
 mod commands;
 mod fork;
+mod maint;
 mod mount;
 
 use std::path::PathBuf;
@@ -54,6 +55,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
         Command::Status(a) => mount::status(&store_dir, a),
+        Command::Verify(a) => maint::verify(&open(&store_dir)?, a),
+        Command::Gc(a) => maint::gc(&open(&store_dir)?, a),
     }
 }
 

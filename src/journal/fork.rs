@@ -606,6 +606,9 @@ impl Fork {
             }
         };
         let _one = self.commit_lock.lock();
+        // Keeps `storefs gc` from sweeping until the new checkpoint and HEAD
+        // are written (objects the fold wrote or found are named by then).
+        let _lease = self.store.write_lease()?;
         let head = *self.head.lock();
         // (1) Rotate and snapshot under the state lock.
         let (seg, mut snap) = {

@@ -7,6 +7,7 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
@@ -28,6 +29,19 @@ pub trait ObjectBackend: Send + Sync {
     fn list(&self) -> io::Result<Vec<ObjectId>>;
     /// Move a bad object aside so it is no longer served; returns where it went.
     fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>>;
+    /// Stored size and modification time of `id` (for gc), or `None` when absent.
+    fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>>;
+    /// Delete `id` (gc only); returns whether it was there.
+    fn remove(&self, id: &ObjectId) -> io::Result<bool>;
+    /// Temp files of writes that never finished (a crash), last modified before
+    /// `cutoff`: their paths and sizes. Removed unless `dry_run`.
+    fn remove_stale_temps(
+        &self,
+        _cutoff: SystemTime,
+        _dry_run: bool,
+    ) -> io::Result<Vec<(PathBuf, u64)>> {
+        Ok(Vec::new())
+    }
 }
 
 /// Objects as files `objects/ab/cdef…` (first two hex digits fan out).
@@ -215,6 +229,61 @@ impl ObjectBackend for LocalBackend {
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>> {
+        match fs::symlink_metadata(self.path_of(id)) {
+            Ok(m) => Ok(Some((m.len(), m.modified()?))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove(&self, id: &ObjectId) -> io::Result<bool> {
+        match fs::remove_file(self.path_of(id)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove_stale_temps(
+        &self,
+        cutoff: SystemTime,
+        dry_run: bool,
+    ) -> io::Result<Vec<(PathBuf, u64)>> {
+        let mut out = Vec::new();
+        for fan in read_dir_if_exists(&self.dir)? {
+            let fan = fan?;
+            if !fan.file_type()?.is_dir() {
+                continue;
+            }
+            for ent in fs::read_dir(fan.path())? {
+                let ent = ent?;
+                let name = ent.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if !(name.starts_with(".obj.") && name.ends_with(".tmp")) {
+                    continue;
+                }
+                let m = match ent.metadata() {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                };
+                if m.modified()? >= cutoff {
+                    continue;
+                }
+                if !dry_run {
+                    match fs::remove_file(ent.path()) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                out.push((ent.path(), m.len()));
+            }
+        }
+        Ok(out)
     }
 }
 

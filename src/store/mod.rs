@@ -7,9 +7,11 @@ mod atomic;
 mod backend;
 mod cache;
 mod checkpoint;
+mod gc;
 mod id;
 pub mod mounts;
 mod tree;
+mod verify;
 
 use std::fs;
 use std::io::{self, ErrorKind, Read, Write};
@@ -21,8 +23,10 @@ pub use atomic::{fsync_dir, write_file};
 pub use backend::{LocalBackend, ObjectBackend};
 pub use cache::ChunkCache;
 pub use checkpoint::{Checkpoint, Source, Stats, format_time};
+pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
 pub use id::{ObjectId, is_hex, to_hex};
 pub use tree::{Content, DecodeError, Entry, Extent, Kind, Tree};
+pub use verify::{Bad, Problem, VerifyReport};
 
 /// The file whose presence makes a directory a store.
 pub const MARKER: &str = "storefs.json";

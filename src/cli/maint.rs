@@ -1,0 +1,121 @@
+//! `verify` and `gc`: the maintenance verbs. The work is in `store::verify`
+//! and `store::gc`; this prints it.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use anyhow::{Result, bail};
+
+use super::args::{GcArgs, VerifyArgs};
+use crate::store::{GcOptions, ObjectId, Store};
+
+pub fn verify(store: &Store, a: VerifyArgs) -> Result<()> {
+    let targets = a
+        .checkpoints
+        .iter()
+        .map(|t| store.resolve(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let threads = if a.threads == 0 {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    } else {
+        a.threads
+    };
+    let r = store.verify(&targets, threads)?;
+    let names = names_of(store)?;
+    let mut out = std::io::stdout().lock();
+    for p in &r.problems {
+        match &p.checkpoint {
+            Some(ck) => {
+                let label = names
+                    .get(ck)
+                    .map(|n| format!(" ({})", n.join(", ")))
+                    .unwrap_or_default();
+                writeln!(out, "checkpoint {ck}{label} {}: {}", p.path, p.what)?;
+            }
+            None => writeln!(out, "{}: {}", p.path, p.what)?,
+        }
+    }
+    out.flush()?;
+    eprintln!(
+        "storefs: verified {} checkpoint(s), {} object(s), {} stored",
+        r.checkpoints,
+        r.objects,
+        human(r.bytes)
+    );
+    if !r.is_clean() {
+        bail!(
+            "{} problem(s): {} corrupt object(s) (moved to {}), {} missing; nothing was deleted. \
+             To repair, put the objects back (docs/guide.md, troubleshooting)",
+            r.problems.len(),
+            r.corrupt,
+            store.root().join("quarantine").display(),
+            r.missing
+        );
+    }
+    Ok(())
+}
+
+/// Refs and forks naming each checkpoint, for the report.
+fn names_of(store: &Store) -> Result<HashMap<ObjectId, Vec<String>>> {
+    let mut m: HashMap<ObjectId, Vec<String>> = HashMap::new();
+    for (name, id) in store.list_refs()? {
+        m.entry(id).or_default().push(name);
+    }
+    for (name, id) in store.list_forks()? {
+        m.entry(id).or_default().push(format!("fork {name}"));
+    }
+    Ok(m)
+}
+
+pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
+    let opts = GcOptions {
+        grace: a.grace,
+        dry_run: a.dry_run,
+    };
+    let r = store.gc(&opts, &|| {
+        eprintln!("storefs: waiting for a snapshot, import or commit to publish its checkpoint")
+    })?;
+    let mut out = std::io::stdout().lock();
+    for (id, size) in &r.removed {
+        writeln!(out, "{id} {size}")?;
+    }
+    for (path, size) in &r.temps {
+        writeln!(out, "{} {size}", path.display())?;
+    }
+    out.flush()?;
+    let removed: u64 =
+        r.removed.iter().map(|x| x.1).sum::<u64>() + r.temps.iter().map(|x| x.1).sum::<u64>();
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    eprintln!(
+        "storefs: gc: {} checkpoint(s) keep {} object(s); {verb} {} unreachable object(s) and {} temp file(s), {}; kept {} unreachable object(s) younger than the grace period ({}){}",
+        r.checkpoints,
+        r.reachable,
+        r.removed.len(),
+        r.temps.len(),
+        human(removed),
+        r.young,
+        human(r.young_bytes),
+        if a.dry_run {
+            "; nothing deleted (--dry-run)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// `1.5 MiB`-style sizes.
+fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}

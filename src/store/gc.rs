@@ -1,0 +1,259 @@
+//! Garbage collection: delete objects that no checkpoint reaches.
+//!
+//! **What is kept.** Every checkpoint record is kept (they are the history, and
+//! an id printed by `snapshot` must stay mountable), so every checkpoint is a
+//! root; refs, fork heads and their parents, fork bases, archive index entries
+//! and live mounts all name checkpoints and are covered by that. Objects
+//! reachable from any checkpoint (its root tree, subtrees, file chunks) are
+//! kept. Fork journals hold their data inline, not in objects.
+//!
+//! **Concurrent writers.** A snapshot, import or commit writes objects (or
+//! finds them already present) before it publishes the checkpoint naming them.
+//! Each holds a shared `flock` on `STORE/gc.lock` from before its first object
+//! until its checkpoint (and ref/HEAD) is published ([`Store::write_lease`]).
+//! gc marks without the lock, then takes it exclusively, marks checkpoints that
+//! appeared meanwhile, and sweeps under it; so no writer is ever between
+//! "object exists" and "checkpoint published" while gc deletes. Belt and braces:
+//! objects modified less than `grace` ago (default 1 h) are never deleted,
+//! nor any written since the oldest live fork mount started (a fork daemon
+//! keeps the data of files unlinked while open in objects no checkpoint names).
+//! `STORE/gc.running` (exclusive, non-blocking `flock`) keeps two gcs apart.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{Content, Error, IoContext, ObjectId, Result, Store};
+
+/// Held by a writer (snapshot, import, commit) until its checkpoint is published.
+#[derive(Debug)]
+pub struct WriteLease {
+    _file: File,
+}
+
+/// What gc does.
+#[derive(Clone, Debug)]
+pub struct GcOptions {
+    /// Objects modified more recently than this are kept even when unreachable.
+    pub grace: Duration,
+    /// Report, delete nothing.
+    pub dry_run: bool,
+}
+
+/// What gc found and did.
+#[derive(Clone, Debug, Default)]
+pub struct GcReport {
+    pub checkpoints: usize,
+    /// Objects reachable from a checkpoint (kept).
+    pub reachable: usize,
+    /// Unreachable objects removed (or that would be, with `dry_run`), with their stored sizes.
+    pub removed: Vec<(ObjectId, u64)>,
+    /// Unreachable objects kept because they are younger than the cutoff.
+    pub young: usize,
+    pub young_bytes: u64,
+    /// Temp files of interrupted writes removed (or that would be).
+    pub temps: Vec<(PathBuf, u64)>,
+    /// Nothing older than this was kept for being young.
+    pub cutoff: Option<SystemTime>,
+}
+
+fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn open_lock(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .at(path)
+}
+
+/// Take `op` (an flock lock) on `f`, calling `on_wait` first if it would block.
+fn lock_or_wait(f: &File, op: libc::c_int, path: &Path, on_wait: &dyn Fn()) -> Result<()> {
+    match flock(f, op | libc::LOCK_NB) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            on_wait();
+            flock(f, op).at(path)
+        }
+        Err(e) => Err(e).at(path),
+    }
+}
+
+impl Store {
+    fn gc_lock_path(&self) -> PathBuf {
+        self.root().join("gc.lock")
+    }
+
+    /// A shared lock that keeps gc from sweeping while the caller writes
+    /// objects and publishes the checkpoint that names them. Waits (with a
+    /// warning) while a gc sweeps.
+    pub fn write_lease(&self) -> Result<WriteLease> {
+        let path = self.gc_lock_path();
+        let f = open_lock(&path)?;
+        lock_or_wait(&f, libc::LOCK_SH, &path, &|| {
+            tracing::warn!(
+                "waiting for `storefs gc` to finish its sweep ({})",
+                path.display()
+            )
+        })?;
+        Ok(WriteLease { _file: f })
+    }
+
+    /// Delete (or with `dry_run` list) objects no checkpoint reaches. `on_wait`
+    /// is called if gc must wait for writers to publish.
+    pub fn gc(&self, opts: &GcOptions, on_wait: &dyn Fn()) -> Result<GcReport> {
+        let running = self.root().join("gc.running");
+        let run_lock = open_lock(&running)?;
+        match flock(&run_lock, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(Error::Invalid(format!(
+                    "another `storefs gc` is running on this store ({} is locked); wait for it",
+                    running.display()
+                )));
+            }
+            Err(e) => return Err(e).at(&running),
+        }
+
+        // Mark without the lock: writers keep going.
+        let mut marked = HashSet::new();
+        let mut done = HashSet::new();
+        self.mark_new(&mut done, &mut marked)?;
+
+        // Sweep under the exclusive lock: no writer is between writing an
+        // object (or finding it present) and publishing its checkpoint.
+        let path = self.gc_lock_path();
+        let lock = open_lock(&path)?;
+        lock_or_wait(&lock, libc::LOCK_EX, &path, on_wait)?;
+        self.mark_new(&mut done, &mut marked)?;
+
+        let mut cutoff = SystemTime::now()
+            .checked_sub(opts.grace)
+            .unwrap_or(UNIX_EPOCH);
+        for m in self.live_mounts()? {
+            if m.mode == "rw" {
+                let started = UNIX_EPOCH + Duration::from_nanos(m.started_ns.max(0) as u64);
+                cutoff = cutoff.min(started);
+            }
+        }
+        let mut report = GcReport {
+            checkpoints: done.len(),
+            reachable: marked.len(),
+            cutoff: Some(cutoff),
+            ..Default::default()
+        };
+        let ctx = self.root().join("objects");
+        for id in self.backend().list().at(&ctx)? {
+            if marked.contains(&id) {
+                continue;
+            }
+            let Some((size, mtime)) = self.backend().stat(&id).at(&ctx)? else {
+                continue;
+            };
+            if mtime >= cutoff {
+                report.young += 1;
+                report.young_bytes += size;
+                continue;
+            }
+            if opts.dry_run || self.backend().remove(&id).at(&ctx)? {
+                report.removed.push((id, size));
+            }
+        }
+        report.temps = self
+            .backend()
+            .remove_stale_temps(cutoff, opts.dry_run)
+            .at(&ctx)?;
+        drop(lock);
+        drop(run_lock);
+        Ok(report)
+    }
+
+    /// Mark everything reachable from checkpoints not in `done` yet.
+    fn mark_new(&self, done: &mut HashSet<ObjectId>, marked: &mut HashSet<ObjectId>) -> Result<()> {
+        let refuse = |what: String, e: Error| {
+            Error::Invalid(format!(
+                "{what}: {e}; gc deletes nothing while it cannot tell what is reachable (run `storefs verify`)"
+            ))
+        };
+        for ck in self.list_checkpoints()? {
+            if !done.insert(ck) {
+                continue;
+            }
+            let c = self
+                .read_checkpoint(&ck)
+                .map_err(|e| refuse(format!("checkpoint {ck}"), e))?;
+            let mut stack = vec![c.root];
+            while let Some(tid) = stack.pop() {
+                if !marked.insert(tid) {
+                    continue;
+                }
+                let tree = self
+                    .get_tree(&tid, "gc")
+                    .map_err(|e| refuse(format!("checkpoint {ck}: tree {tid}"), e))?;
+                for e in tree.entries {
+                    match e.content {
+                        Content::Tree(sub) => stack.push(sub),
+                        Content::Extents(ext) => marked.extend(ext.iter().filter_map(|x| x.id)),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parse a duration: `0`, `90s`, `30m`, `1h`, `2d` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86_400,
+                _ => return Err(format!("unknown unit in '{s}': use s, m, h or d")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration: use e.g. 0, 90s, 30m, 1h, 2d"))?;
+    n.checked_mul(mult)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("duration '{s}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        assert!(parse_duration("1y").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! `verify`: read every object reachable from some checkpoints, check each
+//! against its id, and report what is wrong by checkpoint and path. Nothing is
+//! deleted: a corrupt object is moved to `STORE/quarantine/` (so it is no
+//! longer served and can be examined); a missing one is reported.
+//!
+//! Pass 1 reads each distinct tree once (walking from every root) and then
+//! every distinct chunk, on all cores. Only if something is wrong, pass 2 walks
+//! the checkpoints again, descending only into subtrees that hold a bad
+//! object, to name every path that uses it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::{Content, Error, ObjectId, Result, Store, Tree};
+
+/// What is wrong with one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bad {
+    /// Not in the store. `quarantined` is set when an earlier verify moved it aside.
+    Missing { quarantined: Option<PathBuf> },
+    /// Its bytes do not decompress or do not hash to its id; moved to `quarantined`.
+    Corrupt {
+        detail: String,
+        quarantined: Option<PathBuf>,
+    },
+    /// A tree whose bytes match its id but do not decode (written by a bug, not
+    /// damaged on disk): reported, left in place.
+    Malformed(String),
+}
+
+impl std::fmt::Display for Bad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bad::Missing { quarantined: None } => write!(f, "missing"),
+            Bad::Missing {
+                quarantined: Some(q),
+            } => write!(f, "missing (a corrupt copy is in {})", q.display()),
+            Bad::Corrupt {
+                detail,
+                quarantined: Some(q),
+            } => write!(f, "corrupt ({detail}); moved to {}", q.display()),
+            Bad::Corrupt {
+                detail,
+                quarantined: None,
+            } => write!(f, "corrupt ({detail})"),
+            Bad::Malformed(d) => write!(f, "malformed tree ({d})"),
+        }
+    }
+}
+
+/// One problem, located.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The checkpoint it was found in (`None`: a ref or fork head).
+    pub checkpoint: Option<ObjectId>,
+    /// Where: a path inside the checkpoint (`/` is its root), or what names it.
+    pub path: String,
+    /// The object at fault, when it is an object.
+    pub object: Option<ObjectId>,
+    pub what: String,
+}
+
+/// What verify found.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyReport {
+    pub checkpoints: usize,
+    /// Distinct objects read and their compressed bytes.
+    pub objects: u64,
+    pub bytes: u64,
+    pub corrupt: usize,
+    pub missing: usize,
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl Store {
+    /// Verify `targets` (every checkpoint when empty: then refs and fork heads
+    /// that name a missing checkpoint are reported too).
+    pub fn verify(&self, targets: &[ObjectId], threads: usize) -> Result<VerifyReport> {
+        let all = targets.is_empty();
+        let ckpts = if all {
+            self.list_checkpoints()?
+        } else {
+            targets.to_vec()
+        };
+        let mut report = VerifyReport {
+            checkpoints: ckpts.len(),
+            ..Default::default()
+        };
+        let mut problem = |checkpoint, path: String, object, what: String| {
+            report.problems.push(Problem {
+                checkpoint,
+                path,
+                object,
+                what,
+            })
+        };
+        if all {
+            for (name, id) in self.list_refs()? {
+                if !self.checkpoint_exists(&id) {
+                    problem(
+                        None,
+                        format!("ref {name}"),
+                        None,
+                        format!("names checkpoint {id}, which is missing"),
+                    );
+                }
+            }
+            for (name, id) in self.list_forks()? {
+                if !self.checkpoint_exists(&id) {
+                    problem(
+                        None,
+                        format!("fork {name}"),
+                        None,
+                        format!("head is checkpoint {id}, which is missing"),
+                    );
+                }
+            }
+        }
+
+        // Pass 1: records, then trees (each once), then chunks (each once).
+        let mut roots = Vec::new();
+        for ck in &ckpts {
+            match self.read_checkpoint(ck) {
+                Ok(c) => {
+                    for p in &c.parents {
+                        if !self.checkpoint_exists(p) {
+                            problem(
+                                Some(*ck),
+                                "(record)".into(),
+                                None,
+                                format!("parent checkpoint {p} is missing"),
+                            );
+                        }
+                    }
+                    roots.push((*ck, c.root));
+                }
+                Err(Error::UnknownTarget(_)) => {
+                    problem(Some(*ck), "(record)".into(), None, "missing".into())
+                }
+                Err(e) => problem(Some(*ck), "(record)".into(), None, e.to_string()),
+            }
+        }
+        let mut status: HashMap<ObjectId, Option<Bad>> = HashMap::new();
+        let mut trees: HashMap<ObjectId, Tree> = HashMap::new();
+        let mut chunks: HashSet<ObjectId> = HashSet::new();
+        let mut stack: Vec<ObjectId> = roots.iter().map(|r| r.1).collect();
+        while let Some(tid) = stack.pop() {
+            if status.contains_key(&tid) {
+                continue;
+            }
+            let (res, size) = self.check_object(&tid);
+            report.objects += 1;
+            report.bytes += size;
+            let bad = match res {
+                Ok(bytes) => match Tree::decode(&bytes) {
+                    Ok(t) => {
+                        for e in &t.entries {
+                            match &e.content {
+                                Content::Tree(sub) => stack.push(*sub),
+                                Content::Extents(ext) => {
+                                    chunks.extend(ext.iter().filter_map(|x| x.id))
+                                }
+                                _ => {}
+                            }
+                        }
+                        // Kept to name paths in pass 2: the metadata of every distinct
+                        // directory, as much memory as a snapshot of it needs.
+                        trees.insert(tid, t);
+                        None
+                    }
+                    Err(e) => Some(Bad::Malformed(e.to_string())),
+                },
+                Err(b) => Some(b),
+            };
+            status.insert(tid, bad);
+        }
+        let chunks: Vec<ObjectId> = chunks
+            .into_iter()
+            .filter(|c| !status.contains_key(c))
+            .collect();
+        let next = AtomicU64::new(0);
+        let found = Mutex::new(Vec::new());
+        let (objects, bytes) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..threads.max(1) {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        let Some(id) = chunks.get(i) else { break };
+                        let (res, size) = self.check_object(id);
+                        objects.fetch_add(1, Ordering::Relaxed);
+                        bytes.fetch_add(size, Ordering::Relaxed);
+                        found.lock().push((*id, res.err()));
+                    }
+                });
+            }
+        });
+        report.objects += objects.into_inner();
+        report.bytes += bytes.into_inner();
+        status.extend(found.into_inner());
+
+        for bad in status.values().flatten() {
+            match bad {
+                Bad::Missing { .. } => report.missing += 1,
+                _ => report.corrupt += 1,
+            }
+        }
+        if report.missing + report.corrupt == 0 {
+            return Ok(report);
+        }
+
+        // Pass 2: name every path that uses a bad object.
+        let mut dirty: HashMap<ObjectId, bool> = HashMap::new();
+        for (ck, root) in &roots {
+            let mut out = Vec::new();
+            walk(&status, &trees, &mut dirty, *root, b"", &mut out);
+            for (path, id, bad) in out {
+                report.problems.push(Problem {
+                    checkpoint: Some(*ck),
+                    path,
+                    object: Some(id),
+                    what: format!("object {id} {bad}"),
+                });
+            }
+        }
+        Ok(report)
+    }
+
+    fn checkpoint_exists(&self, id: &ObjectId) -> bool {
+        self.root()
+            .join("checkpoints")
+            .join(format!("{id}.json"))
+            .exists()
+    }
+
+    /// Read and check one object; quarantine it when corrupt. Returns the
+    /// uncompressed bytes or what is wrong, and the stored size.
+    fn check_object(&self, id: &ObjectId) -> (std::result::Result<Vec<u8>, Bad>, u64) {
+        let size = self.backend().stat(id).ok().flatten().map_or(0, |(s, _)| s);
+        let res = match self.get_object(id, "verify") {
+            Ok(b) => Ok(b),
+            Err(Error::Missing { .. }) => {
+                let q = self.root().join("quarantine").join(id.to_hex());
+                Err(Bad::Missing {
+                    quarantined: q.exists().then_some(q),
+                })
+            }
+            Err(Error::Corrupt { detail, .. }) => {
+                let quarantined = match self.backend().quarantine(id) {
+                    Ok(q) => q,
+                    Err(e) => {
+                        tracing::warn!(object = %id, error = %e, "cannot move the corrupt object to quarantine");
+                        None
+                    }
+                };
+                Err(Bad::Corrupt {
+                    detail,
+                    quarantined,
+                })
+            }
+            // An I/O error reading it (EIO from the disk, EACCES): as corrupt,
+            // but left in place.
+            Err(e) => Err(Bad::Corrupt {
+                detail: e.to_string(),
+                quarantined: None,
+            }),
+        };
+        (res, size)
+    }
+}
+
+/// Whether the subtree `tid` uses a bad object (memoized in `dirty`).
+fn is_dirty(
+    status: &HashMap<ObjectId, Option<Bad>>,
+    trees: &HashMap<ObjectId, Tree>,
+    dirty: &mut HashMap<ObjectId, bool>,
+    tid: ObjectId,
+) -> bool {
+    if let Some(d) = dirty.get(&tid) {
+        return *d;
+    }
+    let bad = |id: &ObjectId| matches!(status.get(id), Some(Some(_)));
+    let d = match trees.get(&tid) {
+        None => true, // the tree itself is bad
+        Some(t) => t.entries.iter().any(|e| match &e.content {
+            Content::Tree(sub) => is_dirty(status, trees, dirty, *sub),
+            Content::Extents(ext) => ext.iter().filter_map(|x| x.id.as_ref()).any(bad),
+            _ => false,
+        }),
+    };
+    dirty.insert(tid, d);
+    d
+}
+
+/// Collect (path, object, what) for every bad object under tree `tid`, whose
+/// directory is at `dir` ("" for the root tree, whose one entry is "/").
+fn walk(
+    status: &HashMap<ObjectId, Option<Bad>>,
+    trees: &HashMap<ObjectId, Tree>,
+    dirty: &mut HashMap<ObjectId, bool>,
+    tid: ObjectId,
+    dir: &[u8],
+    out: &mut Vec<(String, ObjectId, Bad)>,
+) {
+    if !is_dirty(status, trees, dirty, tid) {
+        return;
+    }
+    let Some(tree) = trees.get(&tid) else {
+        let bad = status
+            .get(&tid)
+            .cloned()
+            .flatten()
+            .unwrap_or(Bad::Missing { quarantined: None });
+        let path = if dir.is_empty() {
+            "/ (root tree)".to_string()
+        } else {
+            format!("{} (directory listing)", String::from_utf8_lossy(dir))
+        };
+        out.push((path, tid, bad));
+        return;
+    };
+    for e in &tree.entries {
+        let mut path = dir.to_vec();
+        if dir.is_empty() {
+            path.push(b'/');
+        } else {
+            if dir != b"/" {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&e.name);
+        }
+        match &e.content {
+            Content::Tree(sub) => walk(status, trees, dirty, *sub, &path, out),
+            Content::Extents(ext) => {
+                let mut seen = HashSet::new();
+                for id in ext.iter().filter_map(|x| x.id) {
+                    if let Some(Some(bad)) = status.get(&id)
+                        && seen.insert(id)
+                    {
+                        out.push((String::from_utf8_lossy(&path).into_owned(), id, bad.clone()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,542 @@
+//! `storefs verify`, `storefs gc` and the mount helpers, through the real binary.
+//! The helper test mounts through mount(8) and needs root and /dev/fuse.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{Env, MountGuard, set_mtime};
+use storefs::store::ObjectId;
+
+/// The file holding object `id` in the store.
+fn object_path(store: &Path, id: &ObjectId) -> PathBuf {
+    let hex = id.to_hex();
+    store.join("objects").join(&hex[..2]).join(&hex[2..])
+}
+
+/// Every object id in the store.
+fn objects(store: &Path) -> Vec<ObjectId> {
+    let mut out = Vec::new();
+    for fan in fs::read_dir(store.join("objects")).unwrap() {
+        let fan = fan.unwrap();
+        let prefix = fan.file_name().into_string().unwrap();
+        for o in fs::read_dir(fan.path()).unwrap() {
+            let name = o.unwrap().file_name().into_string().unwrap();
+            if let Some(id) = ObjectId::from_hex(&format!("{prefix}{name}")) {
+                out.push(id);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A file small enough to be one chunk: its object id is the sha256 of its bytes.
+fn write_small(path: &Path, data: &[u8]) -> ObjectId {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, data).unwrap();
+    ObjectId::of(data)
+}
+
+/// `n` files of random-ish distinct content under `dir`.
+fn junk_dir(dir: &Path, tag: &str, n: usize) {
+    fs::create_dir_all(dir).unwrap();
+    for i in 0..n {
+        let mut data = Vec::with_capacity(40_000);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (i as u64) ^ (tag.len() as u64 * 7919);
+        for b in tag.bytes() {
+            x = x.wrapping_mul(31).wrapping_add(b as u64);
+        }
+        while data.len() < 40_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            data.extend_from_slice(&x.to_le_bytes());
+        }
+        fs::write(dir.join(format!("f{i}.bin")), data).unwrap();
+    }
+}
+
+/// A plain tar of `dir` (one top-level directory), imported with a wrong
+/// digest: it fails and leaves its chunks and trees as unreachable objects.
+fn failed_import(env: &Env, dir: &Path) {
+    let tar = dir.with_extension("tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(dir.parent().unwrap())
+        .arg("-cf")
+        .arg(&tar)
+        .arg(dir.file_name().unwrap())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = env.run([
+        "import".as_ref(),
+        tar.as_os_str(),
+        "--sha256".as_ref(),
+        "0000000000000000000000000000000000000000000000000000000000000000".as_ref(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}
+
+fn days_ago(d: i64) -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    now - d * 86_400 * 1_000_000_000
+}
+
+#[test]
+fn verify_reports_corrupt_and_missing_by_checkpoint_and_path_and_quarantines() {
+    let env = Env::new();
+    let src = env.path("src");
+    let a = write_small(&src.join("a.txt"), b"alpha: the corrupt one\n");
+    let b = write_small(&src.join("sub/b.txt"), b"bravo: the missing one\n");
+    write_small(&src.join("sub/c.txt"), b"charlie: fine\n");
+    let s1 = env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let s1 = s1.trim().to_string();
+    write_small(&src.join("d.txt"), b"delta\n");
+    let s2 = env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s2".as_ref(),
+    ]);
+    let s2 = s2.trim().to_string();
+    let other = env.path("other");
+    write_small(&other.join("x.txt"), b"unrelated\n");
+    env.ok([
+        "snapshot".as_ref(),
+        other.as_os_str(),
+        "--ref".as_ref(),
+        "other".as_ref(),
+    ]);
+
+    let clean = env.run(["verify"]);
+    assert!(clean.status.success(), "{}", stderr(&clean));
+    assert_eq!(stdout(&clean), "");
+
+    // Corrupt a's object (objects are 0444) and delete b's.
+    let pa = object_path(&env.store, &a);
+    fs::set_permissions(&pa, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut bytes = fs::read(&pa).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    fs::write(&pa, &bytes).unwrap();
+    fs::remove_file(object_path(&env.store, &b)).unwrap();
+
+    let out = env.run(["verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    for ck in [&s1, &s2] {
+        let line = |path: &str, id: &ObjectId, what: &str| {
+            text.lines().any(|l| {
+                l.contains(ck.as_str())
+                    && l.contains(&format!(" {path}: "))
+                    && l.contains(&id.to_hex())
+                    && l.contains(what)
+            })
+        };
+        assert!(
+            line("/a.txt", &a, "corrupt"),
+            "no corrupt line for {ck}:\n{text}"
+        );
+        assert!(
+            line("/sub/b.txt", &b, "missing"),
+            "no missing line for {ck}:\n{text}"
+        );
+    }
+    assert_eq!(text.lines().count(), 4, "{text}");
+    assert!(stderr(&out).contains("1 corrupt"), "{}", stderr(&out));
+    // Quarantined, not deleted; no longer under objects/.
+    let q = env.store.join("quarantine").join(a.to_hex());
+    assert_eq!(fs::read(&q).unwrap(), bytes);
+    assert!(!pa.exists());
+
+    // One checkpoint at a time; an unaffected one is clean.
+    let out = env.run(["verify", "s1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("/a.txt") && !stdout(&out).contains(&s2));
+    assert!(env.run(["verify", "other"]).status.success());
+
+    // Repair: the same bytes snapshotted again write the objects back.
+    let fixed = env.path("fixed");
+    write_small(&fixed.join("a.txt"), b"alpha: the corrupt one\n");
+    write_small(&fixed.join("b.txt"), b"bravo: the missing one\n");
+    env.ok(["snapshot".as_ref(), fixed.as_os_str()]);
+    let out = env.run(["verify"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        env.ok(["cat", "s1", "sub/b.txt"]),
+        "bravo: the missing one\n"
+    );
+}
+
+#[test]
+fn verify_checks_checkpoint_records_against_their_ids() {
+    let env = Env::new();
+    let src = env.path("src");
+    write_small(&src.join("a.txt"), b"a\n");
+    let id = env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let rec = env
+        .store
+        .join("checkpoints")
+        .join(format!("{}.json", id.trim()));
+    fs::set_permissions(&rec, fs::Permissions::from_mode(0o644)).unwrap();
+    let text = fs::read_to_string(&rec).unwrap();
+    fs::write(
+        &rec,
+        text.replace("\"message\": \"\"", "\"message\": \"x\""),
+    )
+    .unwrap();
+    let out = env.run(["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains(id.trim()) && stdout(&out).contains("does not match its id"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn gc_removes_old_unreachable_objects_keeps_young_ones_and_dry_run_deletes_nothing() {
+    let env = Env::new();
+    let src = env.path("src");
+    junk_dir(&src, "kept", 3);
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let reachable = objects(&env.store);
+
+    // Objects written but never published (an import that failed its digest).
+    junk_dir(&env.path("junk"), "junk", 3);
+    failed_import(&env, &env.path("junk"));
+    let all = objects(&env.store);
+    let junk: Vec<ObjectId> = all
+        .iter()
+        .filter(|i| !reachable.contains(i))
+        .copied()
+        .collect();
+    assert!(junk.len() >= 4, "{junk:?}");
+
+    // Young: the default grace period (1 h) keeps them.
+    let out = env.run(["gc"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(objects(&env.store), all);
+
+    // Age everything: reachability, not age, keeps s1's objects.
+    for id in &all {
+        set_mtime(&object_path(&env.store, id), days_ago(2));
+    }
+    // More objects written "just now", not yet published.
+    junk_dir(&env.path("fresh"), "fresh", 2);
+    failed_import(&env, &env.path("fresh"));
+    let fresh: Vec<ObjectId> = objects(&env.store)
+        .into_iter()
+        .filter(|i| !all.contains(i))
+        .collect();
+    assert!(!fresh.is_empty());
+    let before = objects(&env.store);
+
+    let expect: Vec<String> = junk
+        .iter()
+        .map(|id| {
+            let size = fs::metadata(object_path(&env.store, id)).unwrap().len();
+            format!("{id} {size}")
+        })
+        .collect();
+    let sorted = |s: String| {
+        let mut v: Vec<String> = s.lines().map(str::to_string).collect();
+        v.sort();
+        v
+    };
+
+    let dry = env.run(["gc", "--dry-run"]);
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    assert_eq!(sorted(stdout(&dry)), expect);
+    assert!(stderr(&dry).contains("would remove"), "{}", stderr(&dry));
+    assert_eq!(objects(&env.store), before, "--dry-run deleted something");
+
+    let out = env.run(["gc"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sorted(stdout(&out)), expect);
+    let total: u64 = expect
+        .iter()
+        .map(|l| l.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(
+        stderr(&out).contains(&format!("removed {} unreachable object(s)", junk.len())),
+        "{} (total {total})",
+        stderr(&out)
+    );
+    let after = objects(&env.store);
+    assert!(junk.iter().all(|j| !after.contains(j)));
+    assert!(reachable.iter().all(|r| after.contains(r)));
+    assert!(fresh.iter().all(|f| after.contains(f)));
+
+    // The young objects get published fine, and the store verifies.
+    let tar = env.path("fresh.tar");
+    env.ok([
+        "import".as_ref(),
+        tar.as_os_str(),
+        "--ref".as_ref(),
+        "fresh".as_ref(),
+    ]);
+    let v = env.run(["verify"]);
+    assert!(v.status.success(), "{}{}", stdout(&v), stderr(&v));
+    let cat = env.run(["cat", "s1", "f0.bin"]);
+    assert!(cat.status.success() && cat.stdout == fs::read(src.join("f0.bin")).unwrap());
+}
+
+#[test]
+fn gc_waits_for_writers_and_concurrent_snapshots_survive() {
+    let env = Env::new();
+    let src = env.path("src");
+    junk_dir(&src, "base", 2);
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+
+    // A writer holds the lease (as snapshot, import and commit do until they
+    // publish): gc waits for it.
+    let lock = env.store.join("gc.lock");
+    let mut holder = Command::new("flock")
+        .arg("--shared")
+        .arg(&lock)
+        .args(["sleep", "2"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let t = Instant::now();
+    let out = env.run(["gc", "--grace", "0"]);
+    let waited = t.elapsed();
+    holder.wait().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        waited >= Duration::from_millis(1200),
+        "gc did not wait: {waited:?}"
+    );
+    assert!(stderr(&out).contains("waiting"), "{}", stderr(&out));
+
+    // The race gc must not lose: a snapshot finds objects already present
+    // (old and unreachable: left by a failed import of the same files) and
+    // skips writing them, while gc with no grace period sweeps.
+    for round in 0..3 {
+        let dir = env.path(&format!("t{round}"));
+        junk_dir(&dir, &format!("round{round}"), 6);
+        failed_import(&env, &dir);
+        for id in objects(&env.store) {
+            set_mtime(&object_path(&env.store, &id), days_ago(3));
+        }
+        let store = env.store.clone();
+        let gcs = std::thread::spawn(move || {
+            let mut removed = 0;
+            for _ in 0..8 {
+                let out = Command::new(env!("CARGO_BIN_EXE_storefs"))
+                    .arg("--store")
+                    .arg(&store)
+                    .args(["gc", "--grace", "0"])
+                    .stderr(Stdio::piped())
+                    .output()
+                    .unwrap();
+                // Two gcs never run at once; this one is alone.
+                assert!(out.status.success(), "{}", stderr(&out));
+                removed += stdout(&out).lines().count();
+            }
+            removed
+        });
+        let name = format!("t{round}");
+        env.ok([
+            "snapshot".as_ref(),
+            dir.as_os_str(),
+            "--ref".as_ref(),
+            name.as_ref(),
+        ]);
+        gcs.join().unwrap();
+        let v = env.run(["verify"]);
+        assert!(
+            v.status.success(),
+            "round {round}: {}{}",
+            stdout(&v),
+            stderr(&v)
+        );
+        for i in 0..6 {
+            let want = fs::read(dir.join(format!("f{i}.bin"))).unwrap();
+            let got = env.run(["cat", &name, &format!("f{i}.bin")]);
+            assert!(got.status.success(), "{}", stderr(&got));
+            assert!(got.stdout == want, "round {round}: f{i}.bin differs");
+        }
+    }
+}
+
+#[test]
+fn two_gcs_do_not_run_at_once() {
+    let env = Env::new();
+    let src = env.path("src");
+    junk_dir(&src, "x", 1);
+    env.ok(["snapshot".as_ref(), src.as_os_str()]);
+    let mut holder = Command::new("flock")
+        .arg(env.store.join("gc.running"))
+        .args(["sleep", "2"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let out = env.run(["gc"]);
+    holder.wait().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("another `storefs gc` is running"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `/sbin/mount.fuse.storefs` for the test: a symlink to mount-scripts/ made
+/// here and removed on drop, unless one is installed already (then it is used
+/// and left alone; it runs $STOREFS_BIN like the one here).
+struct HelperGuard {
+    made: Option<PathBuf>,
+}
+
+impl HelperGuard {
+    fn new() -> HelperGuard {
+        let link = PathBuf::from("/sbin/mount.fuse.storefs");
+        if fs::symlink_metadata(&link).is_ok() {
+            return HelperGuard { made: None };
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mount-scripts/mount.fuse.storefs");
+        std::os::unix::fs::symlink(&script, &link).unwrap();
+        HelperGuard { made: Some(link) }
+    }
+}
+
+impl Drop for HelperGuard {
+    fn drop(&mut self) {
+        if let Some(l) = self.made.take() {
+            let _ = fs::remove_file(l);
+        }
+    }
+}
+
+fn mounted_at(mp: &Path) -> bool {
+    fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(mp.to_str().unwrap()) && l.contains(" fuse.storefs "))
+}
+
+#[test]
+fn mount_helper_works_through_mount_8_and_fstab() {
+    let env = Env::new();
+    let src = env.path("src");
+    write_small(&src.join("state/run.json"), b"{\"ok\": true}\n");
+    let target = format!("helper-{}", std::process::id());
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        target.as_ref(),
+    ]);
+    let _helper = HelperGuard::new();
+    let mp = env.path("mnt");
+    fs::create_dir_all(&mp).unwrap();
+    let bin = env!("CARGO_BIN_EXE_storefs");
+    let store_opt = format!(
+        "store={},noauto,nofail,_netdev,x-systemd.automount,defaults,user",
+        env.store.display()
+    );
+
+    // mount -t fuse.storefs TARGET MOUNTPOINT -o store=…
+    let out = Command::new("mount")
+        .args(["-t", "fuse.storefs", &target])
+        .arg(&mp)
+        .args(["-o", &store_opt])
+        .env("STOREFS_BIN", bin)
+        .output()
+        .unwrap();
+    let mut guard: MountGuard = env.guard_for(&target);
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    assert!(guard.mountpoint.is_some(), "status does not list the mount");
+    assert_eq!(
+        fs::read(mp.join("state/run.json")).unwrap(),
+        b"{\"ok\": true}\n"
+    );
+    // umount(8) unmounts it; the daemon exits and deregisters.
+    let st = Command::new("umount").arg(&mp).status().unwrap();
+    assert!(st.success());
+    let t = Instant::now();
+    while env.guard_for(&target).mountpoint.is_some() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(env.guard_for(&target).mountpoint.is_none());
+    guard.mountpoint = None;
+
+    // The fstab line (an alternative fstab, so the system's is untouched).
+    let fstab = env.path("fstab");
+    fs::write(
+        &fstab,
+        format!(
+            "{target} {} fuse.storefs {store_opt},allow_other 0 0\n",
+            mp.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("mount")
+        .arg("-T")
+        .arg(&fstab)
+        .arg(&mp)
+        .env("STOREFS_BIN", bin)
+        .output()
+        .unwrap();
+    let mut guard = env.guard_for(&target);
+    assert!(out.status.success(), "mount -T: {}", stderr(&out));
+    assert!(mounted_at(&mp));
+    let opts = fs::read_to_string("/proc/mounts").unwrap();
+    assert!(
+        opts.lines()
+            .any(|l| l.contains(mp.to_str().unwrap()) && l.contains("allow_other")),
+        "allow_other was not passed through"
+    );
+
+    // storefs-umount-all --target unmounts it (and only mounts of that target).
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mount-scripts/storefs-umount-all");
+    let out = Command::new(&script)
+        .args(["--target", &target])
+        .env("STOREFS_BIN", bin)
+        .env("STOREFS_STORE", &env.store)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!mounted_at(&mp));
+    guard.mountpoint = None;
+}
