@@ -256,7 +256,9 @@ def main():
             notes.append("squashfuse not installed")
         if have("ratarmount"):
             mp = os.path.join(work, "mnt", "ratarmount")
-            peers.append(Peer("ratarmount", mp, lambda mp=mp: sh(["ratarmount", archive, mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) and None))
+            p = Peer("ratarmount", mp, lambda mp=mp: sh(["ratarmount", archive, mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) and None)
+            p.root = os.path.join(mp, "s1-bench")  # the archive's top-level directory
+            peers.append(p)
         else:
             notes.append("ratarmount not installed")
         if have("restic"):

@@ -14,6 +14,14 @@ apt-get update -qq
 # python3: the demo's "native tool"; psmisc: fuser(1) for busy mountpoints;
 # zstd: the archive tests build split .tar.zst archives with tar | zstd | split.
 apt-get install -y -qq fuse3 attr python3 psmisc zstd tar gzip coreutils >/dev/null
+# The conformance suite (tests/conformance/run.sh): pjdfstest links libacl;
+# util-linux gives mount(8) for its EROFS cases (remount ro and back).
+apt-get install -y -qq libacl1-dev acl util-linux >/dev/null
+# pjdfstest switches to two dummy users: nobody (in nogroup on Debian) and tests.
+if ! id tests >/dev/null 2>&1; then
+    useradd --system --user-group --no-create-home --home-dir / \
+        --shell /usr/sbin/nologin --comment "Dummy user for pjdfstest" tests
+fi
 
 if ! command -v cargo >/dev/null; then
     echo "setup-debian.sh: cargo not found; install Rust >= 1.88 with rustup first" >&2
@@ -26,3 +34,13 @@ if [ ! -e /dev/fuse ]; then
     echo "setup-debian.sh: /dev/fuse is missing; load the fuse module or pass --device /dev/fuse to the container" >&2
     exit 1
 fi
+
+# pjdfstest and fsx (the Rust rewrites), compiled once; skipped when installed.
+export PATH="$HOME/.cargo/bin:$PATH"
+version_of() { case "$1" in pjdfstest) echo 0.2.2 ;; fsx) echo 0.3.2 ;; esac; }
+for tool in pjdfstest fsx; do
+    if ! command -v "$tool" >/dev/null; then
+        echo "setup-debian.sh: cargo install $tool (compiles it; a few minutes)" >&2
+        cargo install --locked --quiet "$tool@$(version_of "$tool")"
+    fi
+done

@@ -18,6 +18,7 @@
 //! - directory listings: a snapshot per open directory, taken at `opendir` and
 //!   on a rewind (offset 0), so entries that do not change are listed exactly
 //!   once even while the directory changes;
+//! - xattr names outside the kernel's namespaces (`EOPNOTSUPP`, as ext4);
 //! - xattr buffers: size-0 probes and `ERANGE`; flag and mode translation
 //!   (rename, setxattr, fallocate, mknod).
 //!
@@ -131,6 +132,24 @@ fn check_name(name: &[u8]) -> Result<(), FsError> {
     Ok(())
 }
 
+/// The xattr namespaces Linux file systems know. The kernel hands a FUSE
+/// mount every name; ext4, xfs and tmpfs refuse a name outside these with
+/// `EOPNOTSUPP` and a bare prefix with `EINVAL` (`xattr_resolve_name`), and so
+/// do we, so a fork never holds an attribute `storefs restore` could not set.
+const XATTR_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
+
+fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
+    match XATTR_NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
+        None => Err(FsError::Unsupported(
+            "an xattr name outside user., trusted., security. and system.",
+        )),
+        Some(ns) if name.len() == ns.len() => {
+            Err(FsError::Invalid("an xattr name that is only a namespace"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
 impl ForkFs {
     pub fn new(fork: Arc<Fork>) -> ForkFs {
         ForkFs {
@@ -165,6 +184,7 @@ impl ForkFs {
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Result<XattrReply, FsError> {
+        check_xattr_name(name)?;
         let value = self.fork.getxattr(ino, name)?;
         sized(value, size)
     }
@@ -358,6 +378,7 @@ impl ForkFs {
 
     /// `setxattr(2)` with its flags (`XATTR_CREATE`, `XATTR_REPLACE`).
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<(), FsError> {
+        check_xattr_name(name)?;
         let mode = match flags {
             0 => XattrMode::Any,
             libc::XATTR_CREATE => XattrMode::Create,
@@ -368,6 +389,7 @@ impl ForkFs {
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), FsError> {
+        check_xattr_name(name)?;
         Ok(self.fork.removexattr(ino, name)?)
     }
 
@@ -653,6 +675,26 @@ mod tests {
         assert_eq!(code(fs.read(12345, 0, 10)), Errno::ENOENT);
         // Still serving.
         assert_eq!(fs.read(file, 0, 100).unwrap(), b"file");
+    }
+
+    #[test]
+    fn xattr_names_outside_a_namespace_are_refused_as_on_ext4() {
+        let (_tmp, fs) = serve();
+        let file = fs.lookup(ROOT_INO, b"file").unwrap().ino;
+        for name in [&b"nonamespace"[..], b"bogus.k", b"User.k", b"userk"] {
+            assert_eq!(code(fs.setxattr(file, name, b"v", 0)), Errno::EOPNOTSUPP);
+            assert_eq!(code(fs.getxattr(file, name, 0)), Errno::EOPNOTSUPP);
+            assert_eq!(code(fs.removexattr(file, name)), Errno::EOPNOTSUPP);
+        }
+        for name in [&b"user."[..], b"trusted.", b"security."] {
+            assert_eq!(code(fs.setxattr(file, name, b"v", 0)), Errno::EINVAL);
+            assert_eq!(code(fs.getxattr(file, name, 0)), Errno::EINVAL);
+        }
+        for name in [&b"user.k"[..], b"trusted.k", b"security.k"] {
+            fs.setxattr(file, name, b"v", 0).unwrap();
+            assert_eq!(fs.getxattr(file, name, 0).unwrap(), XattrReply::Size(1));
+            fs.removexattr(file, name).unwrap();
+        }
     }
 
     #[test]
