@@ -100,14 +100,14 @@ impl Pending {
 /// into content-defined chunks and send them to the hashers. Memory: one
 /// [`MAX_CHUNK`] buffer plus the chunks waiting in the bounded channel.
 pub(crate) fn send_chunks(
-    mut reader: impl Read,
+    reader: impl Read,
     len: u64,
     tx: &SyncSender<ChunkJob>,
     progress: &ProgressBar,
 ) -> io::Result<Pending> {
     let (reply_tx, rx) = mpsc::channel();
     let mut lens = Vec::new();
-    let mut send = |data: Vec<u8>| -> io::Result<()> {
+    let send = |data: Vec<u8>| -> io::Result<()> {
         progress.inc(data.len() as u64);
         lens.push(data.len() as u64);
         let job = ChunkJob {
@@ -118,23 +118,36 @@ pub(crate) fn send_chunks(
         tx.send(job)
             .map_err(|_| io::Error::other("hashing threads stopped"))
     };
+    cut_chunks(reader, len, send)?;
+    Ok(Pending { lens, rx })
+}
+
+/// Cut everything `reader` yields (expected: `len` bytes; it may yield fewer) into
+/// content-defined chunks and hand each to `each`, in order. Memory: one
+/// [`MAX_CHUNK`] buffer. Used by snapshot and import (through [`send_chunks`]) and
+/// by a fork's commit.
+pub fn cut_chunks(
+    mut reader: impl Read,
+    len: u64,
+    mut each: impl FnMut(Vec<u8>) -> io::Result<()>,
+) -> io::Result<()> {
     if len <= u64::from(MIN_CHUNK) {
         // What FastCDC would do, without its MAX_CHUNK buffer per small file.
         let mut data = Vec::with_capacity(len as usize);
         (&mut reader).take(len).read_to_end(&mut data)?;
         if !data.is_empty() {
-            send(data)?;
+            each(data)?;
         }
-    } else {
-        let cdc = StreamCDC::new(
-            reader,
-            MIN_CHUNK as usize,
-            AVG_CHUNK as usize,
-            MAX_CHUNK as usize,
-        );
-        for chunk in cdc {
-            send(chunk.map_err(io::Error::other)?.data)?;
-        }
+        return Ok(());
     }
-    Ok(Pending { lens, rx })
+    let cdc = StreamCDC::new(
+        reader,
+        MIN_CHUNK as usize,
+        AVG_CHUNK as usize,
+        MAX_CHUNK as usize,
+    );
+    for chunk in cdc {
+        each(chunk.map_err(io::Error::other)?.data)?;
+    }
+    Ok(())
 }

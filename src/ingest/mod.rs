@@ -9,7 +9,7 @@
 //! - [`diff`] compares two checkpoints entry by entry.
 
 pub mod archive;
-mod chunk;
+pub mod chunk;
 pub mod diff;
 pub mod export;
 pub mod restore;

@@ -26,13 +26,12 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 
-use fastcdc::v2020::StreamCDC;
 use sha2::{Digest, Sha256};
 
 use super::state::{Data, Dir, ForkState, Inode, ROOT_INO, Src, plan};
 use super::wal::Wal;
 use super::{Error, Result};
-use crate::ingest::snapshot::{AVG_CHUNK, MAX_CHUNK, MIN_CHUNK};
+use crate::ingest::chunk::cut_chunks;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Stats, Store, Tree};
 
 /// What a fold produced.
@@ -271,49 +270,30 @@ impl Folder<'_> {
             cached: None,
             error: None,
         };
-        let mut store_chunk = |this: &mut Self, data: &[u8]| -> Result<()> {
-            let (id, written) = this.store.put_object(data)?;
-            this.count(written);
-            this.out.stats.bytes += data.len() as u64;
-            extents.push(Extent {
-                len: data.len() as u64,
-                id: Some(id),
-            });
-            Ok(())
-        };
-        if total <= u64::from(MIN_CHUNK) {
-            let mut data = Vec::with_capacity(total as usize);
-            if let Err(e) = reader.read_to_end(&mut data) {
-                return Err(reader.error.take().unwrap_or_else(|| io_err(e)));
-            }
-            return store_chunk(self, &data);
-        }
-        let mut failed = None;
-        {
-            let cdc = StreamCDC::new(
-                &mut reader,
-                MIN_CHUNK as usize,
-                AVG_CHUNK as usize,
-                MAX_CHUNK as usize,
-            );
-            // Each chunk is stored as it is cut, so memory stays bounded.
-            for c in cdc {
-                match c {
-                    Ok(c) => store_chunk(self, &c.data)?,
-                    Err(e) => {
-                        failed = Some(e.to_string());
-                        break;
-                    }
+        // Each chunk is stored as it is cut, so memory stays bounded.
+        let mut failed: Option<Error> = None;
+        let cut = cut_chunks(&mut reader, total, |data: Vec<u8>| {
+            let stored = self.store.put_object(&data).map_err(Error::from);
+            match stored {
+                Ok((id, written)) => {
+                    self.count(written);
+                    self.out.stats.bytes += data.len() as u64;
+                    extents.push(Extent {
+                        len: data.len() as u64,
+                        id: Some(id),
+                    });
+                    Ok(())
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    Err(io::Error::other("store failed"))
                 }
             }
-        }
-        if let Some(e) = reader.error.take() {
+        });
+        if let Some(e) = reader.error.take().or(failed) {
             return Err(e);
         }
-        match failed {
-            Some(msg) => Err(io_err(io::Error::other(msg))),
-            None => Ok(()),
-        }
+        cut.map_err(io_err)
     }
 }
 
