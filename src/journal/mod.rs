@@ -193,3 +193,6 @@ pub enum Fallocate {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod stress_tests;
