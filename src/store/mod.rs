@@ -13,6 +13,7 @@ pub mod mounts;
 mod tree;
 mod verify;
 
+use std::cell::RefCell;
 use std::fs;
 use std::io::{self, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
@@ -170,7 +171,7 @@ impl Store {
         if self.backend.contains(&id).at(&self.object_context())? {
             return Ok((id, 0));
         }
-        let compressed = zstd::bulk::compress(data, ZSTD_LEVEL).at(&self.object_context())?;
+        let compressed = compress(data).at(&self.object_context())?;
         self.backend
             .write(&id, &compressed)
             .at(&self.root.join("objects"))?;
@@ -189,15 +190,7 @@ impl Store {
                 context: context.to_string(),
             })?;
         let corrupt = |detail: String| Error::Corrupt { id: *id, detail };
-        let mut out = Vec::new();
-        zstd::stream::read::Decoder::new(&raw[..])
-            .map_err(|e| corrupt(format!("zstd: {e}")))?
-            .take(MAX_OBJECT_SIZE + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| corrupt(format!("zstd: {e}")))?;
-        if out.len() as u64 > MAX_OBJECT_SIZE {
-            return Err(corrupt("larger than any object the store writes".into()));
-        }
+        let out = decompress(&raw).map_err(|e| corrupt(e.to_string()))?;
         let actual = ObjectId::of(&out);
         if actual != *id {
             return Err(corrupt(format!("content hashes to {actual}")));
@@ -516,3 +509,59 @@ pub fn absolute(p: &Path) -> Result<PathBuf> {
 
 #[cfg(test)]
 mod tests;
+
+thread_local! {
+    /// One zstd compression context per thread, reused for every object (a new
+    /// context per object costs an allocation of a few hundred KiB).
+    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+/// zstd-compress an object at [`ZSTD_LEVEL`]; the frame records its content size.
+fn compress(data: &[u8]) -> io::Result<Vec<u8>> {
+    COMPRESSOR.with_borrow_mut(|c| {
+        let c = match c {
+            Some(c) => c,
+            None => c.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
+        };
+        c.compress(data)
+    })
+}
+
+/// Decompress stored bytes, refusing output over [`MAX_OBJECT_SIZE`]. Frames
+/// that declare their size (every frame this store writes) decompress in one
+/// call into an exact buffer; others stream, bounded.
+fn decompress(raw: &[u8]) -> io::Result<Vec<u8>> {
+    let too_big = || io::Error::other("larger than any object the store writes");
+    match zstd::zstd_safe::get_frame_content_size(raw) {
+        Ok(Some(n)) if n > MAX_OBJECT_SIZE => Err(too_big()),
+        Ok(Some(n)) => DECOMPRESSOR.with_borrow_mut(|d| {
+            let d = match d {
+                Some(d) => d,
+                None => d.insert(zstd::bulk::Decompressor::new()?),
+            };
+            let out = d
+                .decompress(raw, n as usize)
+                .map_err(|e| io::Error::other(format!("zstd: {e}")))?;
+            if out.len() as u64 != n {
+                return Err(io::Error::other(format!(
+                    "zstd: {} bytes where the frame declares {n}",
+                    out.len()
+                )));
+            }
+            Ok(out)
+        }),
+        _ => {
+            let mut out = Vec::new();
+            zstd::stream::read::Decoder::new(raw)
+                .map_err(|e| io::Error::other(format!("zstd: {e}")))?
+                .take(MAX_OBJECT_SIZE + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| io::Error::other(format!("zstd: {e}")))?;
+            if out.len() as u64 > MAX_OBJECT_SIZE {
+                return Err(too_big());
+            }
+            Ok(out)
+        }
+    }
+}
