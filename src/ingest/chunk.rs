@@ -96,26 +96,51 @@ impl Pending {
     }
 }
 
+/// Where a stream's chunks are hashed, compressed and written.
+pub(crate) struct Hashers<'a> {
+    /// The pool of hasher threads.
+    pub tx: &'a SyncSender<ChunkJob>,
+    /// With `Some`, a stream of one chunk (a file of at most [`MIN_CHUNK`]
+    /// bytes) is stored on the calling thread instead: for callers that run
+    /// one reader per core (snapshot), this saves two thread hand-offs per
+    /// small file. A single-reader caller (import) leaves it `None` so the
+    /// hashing stays parallel.
+    pub inline: Option<(&'a Store, &'a Counters)>,
+}
+
 /// Cut everything `reader` yields (expected: `len` bytes; it may yield fewer)
 /// into content-defined chunks and send them to the hashers. Memory: one
 /// [`MAX_CHUNK`] buffer plus the chunks waiting in the bounded channel.
 pub(crate) fn send_chunks(
     reader: impl Read,
     len: u64,
-    tx: &SyncSender<ChunkJob>,
+    hashers: &Hashers<'_>,
     progress: &ProgressBar,
 ) -> io::Result<Pending> {
     let (reply_tx, rx) = mpsc::channel();
     let mut lens = Vec::new();
+    let single = len <= u64::from(MIN_CHUNK);
     let send = |data: Vec<u8>| -> io::Result<()> {
         progress.inc(data.len() as u64);
         lens.push(data.len() as u64);
+        let seq = lens.len() - 1;
+        if let (true, Some((store, counters))) = (single, hashers.inline) {
+            let result = store.put_object(&data).map(|(id, written)| {
+                counters.add(written);
+                id
+            });
+            // `rx` is alive in this frame: the send cannot fail.
+            let _ = reply_tx.send((seq, result));
+            return Ok(());
+        }
         let job = ChunkJob {
             data,
-            seq: lens.len() - 1,
+            seq,
             reply: reply_tx.clone(),
         };
-        tx.send(job)
+        hashers
+            .tx
+            .send(job)
             .map_err(|_| io::Error::other("hashing threads stopped"))
     };
     cut_chunks(reader, len, send)?;

@@ -32,7 +32,7 @@ use std::sync::mpsc::{self, SyncSender};
 
 use indicatif::ProgressBar;
 
-use super::chunk::{ChunkJob, Counters, hash_chunks, send_chunks};
+use super::chunk::{ChunkJob, Counters, Hashers, hash_chunks, send_chunks};
 use super::sys::{self, XattrTarget};
 use super::{Error, IoAt, Result};
 use crate::store::{self, Content, Entry, Extent, Kind, ObjectId, Store, Tree};
@@ -416,6 +416,8 @@ struct FileContent {
 
 /// What a reader thread shares with the others.
 struct Readers<'a> {
+    store: &'a Store,
+    counters: &'a Counters,
     nodes: &'a [Node],
     jobs: &'a [usize],
     next: AtomicUsize,
@@ -433,6 +435,8 @@ fn read_contents(
     progress: &ProgressBar,
 ) -> Result<Vec<(usize, FileContent)>> {
     let shared = Readers {
+        store,
+        counters,
         nodes,
         jobs,
         next: AtomicUsize::new(0),
@@ -473,13 +477,17 @@ fn read_contents(
 
 /// Reader thread: take files until none are left or another reader failed.
 fn read_files(shared: &Readers<'_>, tx: SyncSender<ChunkJob>) -> Result<Vec<(usize, FileContent)>> {
+    let hashers = Hashers {
+        tx: &tx,
+        inline: Some((shared.store, shared.counters)),
+    };
     let mut out = Vec::new();
     while !shared.failed.load(Ordering::Relaxed) {
         let i = shared.next.fetch_add(1, Ordering::Relaxed);
         let Some(&idx) = shared.jobs.get(i) else {
             break;
         };
-        match read_file(&shared.nodes[idx], &tx, shared.progress) {
+        match read_file(&shared.nodes[idx], &hashers, shared.progress) {
             Ok(c) => out.push((idx, c)),
             Err(e) => {
                 shared.failed.store(true, Ordering::Relaxed);
@@ -500,12 +508,12 @@ enum Attempt {
 /// Read a file's content, retrying while it changes under us.
 fn read_file(
     node: &Node,
-    tx: &SyncSender<ChunkJob>,
+    hashers: &Hashers<'_>,
     progress: &ProgressBar,
 ) -> Result<FileContent> {
     let mut expected = node.stamp;
     for _ in 0..MAX_READ_ATTEMPTS {
-        match read_once(&node.path, expected, tx, progress)? {
+        match read_once(&node.path, expected, hashers, progress)? {
             Attempt::Stable(c) => return Ok(c),
             Attempt::Changed(now) => expected = now,
         }
@@ -537,7 +545,7 @@ fn open_for_read(path: &Path) -> Result<File> {
 fn read_once(
     path: &Path,
     expected: Stamp,
-    tx: &SyncSender<ChunkJob>,
+    hashers: &Hashers<'_>,
     progress: &ProgressBar,
 ) -> Result<Attempt> {
     let file = open_for_read(path)?;
@@ -548,7 +556,7 @@ fn read_once(
     #[cfg(test)]
     test_hook::run(path);
     let xattrs = sys::read_xattrs(XattrTarget::Fd(file.as_fd())).at(path)?;
-    let extents = read_extents(&file, before.size(), tx, progress).at(path)?;
+    let extents = read_extents(&file, before.size(), maybe_sparse(&before), hashers, progress).at(path)?;
     let after = file.metadata().at(path)?;
     match extents {
         Some(extents) if Stamp::of(&after) == expected => Ok(Attempt::Stable(FileContent {
@@ -560,17 +568,26 @@ fn read_once(
     }
 }
 
+/// Whether a file may have holes: fewer blocks allocated than its size needs.
+/// A file that fails this test has none worth keeping (blocks beyond EOF or an
+/// xattr block can hide a hole; it is then stored as zeros, content intact),
+/// and skipping SEEK_DATA/SEEK_HOLE saves two syscalls per small file.
+fn maybe_sparse(m: &Metadata) -> bool {
+    m.blocks().saturating_mul(512) < m.size()
+}
+
 /// The file's extents: holes found with SEEK_DATA/SEEK_HOLE and data segments
 /// cut into chunks. `None` when the file turned out shorter than `size`.
 fn read_extents(
     file: &File,
     size: u64,
-    tx: &SyncSender<ChunkJob>,
+    maybe_sparse: bool,
+    hashers: &Hashers<'_>,
     progress: &ProgressBar,
 ) -> io::Result<Option<Vec<Extent>>> {
     let mut extents = Vec::new();
     let mut pos = 0;
-    let mut sparse = true;
+    let mut sparse = maybe_sparse;
     while pos < size {
         let data = if sparse {
             match sys::seek(file.as_fd(), pos, libc::SEEK_DATA) {
@@ -602,7 +619,7 @@ fn read_extents(
         } else {
             size
         };
-        if !chunk_segment(file, data, end - data, &mut extents, tx, progress)? {
+        if !chunk_segment(file, data, end - data, &mut extents, hashers, progress)? {
             return Ok(None);
         }
         pos = end;
@@ -617,7 +634,7 @@ fn chunk_segment(
     offset: u64,
     len: u64,
     extents: &mut Vec<Extent>,
-    tx: &SyncSender<ChunkJob>,
+    hashers: &Hashers<'_>,
     progress: &ProgressBar,
 ) -> io::Result<bool> {
     let reader = SegmentReader {
@@ -625,7 +642,7 @@ fn chunk_segment(
         offset,
         remaining: len,
     };
-    let pending = send_chunks(reader, len, tx, progress)?;
+    let pending = send_chunks(reader, len, hashers, progress)?;
     let complete = pending.total() == len;
     extents.extend(pending.wait()?);
     Ok(complete)

@@ -10,7 +10,7 @@ use std::sync::mpsc::SyncSender;
 use indicatif::ProgressBar;
 use tar::EntryType;
 
-use super::super::chunk::{ChunkJob, Counters, Pending, send_chunks};
+use super::super::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
 use super::super::{Error, Result};
 use crate::store::{Content, Entry, Kind, ObjectId, Store, Tree};
 
@@ -229,7 +229,15 @@ impl<'a> TreeBuilder<'a> {
             };
             match node.entry.kind {
                 Kind::File => {
-                    let pending = send_chunks(&mut *data, size, self.tx, &self.progress).map_err(
+                    let pending = send_chunks(
+                        &mut *data,
+                        size,
+                        &Hashers {
+                            tx: self.tx,
+                            inline: None,
+                        },
+                        &self.progress,
+                    ).map_err(
                         |source| Error::Io {
                             path: lossy(raw_path).into(),
                             source,
