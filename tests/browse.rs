@@ -331,9 +331,13 @@ fn browse_corrupt_objects_fail_only_their_file() {
 
     // bad.txt's one chunk: valid zstd of other bytes.
     let hex = ObjectId::of(bad).to_hex();
-    let object = env.store.join("objects").join(&hex[..2]).join(&hex[2..]);
-    fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::write(&object, zstd::bulk::compress(b"other bytes", 3).unwrap()).unwrap();
+    storefs::store::Store::open(&env.store)
+        .unwrap()
+        .replace_stored_object(
+            &ObjectId::of(bad),
+            &zstd::bulk::compress(b"other bytes", 3).unwrap(),
+        )
+        .unwrap();
     // c2's record: bytes that no longer hash to its id.
     let record = env.store.join("checkpoints").join(format!("{c2}.json"));
     let mut bytes = fs::read(&record).unwrap();

@@ -594,14 +594,12 @@ fn corrupt_chunk_fails_only_that_file() {
     let fx = mount_fixture();
     // Replace bad.txt's chunk with valid zstd of other bytes, before any read.
     let hex = fx.bad_id.to_hex();
-    let object = fx
-        .store
-        .root()
-        .join("objects")
-        .join(&hex[..2])
-        .join(&hex[2..]);
-    fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::write(&object, zstd::bulk::compress(b"other bytes", 3).unwrap()).unwrap();
+    fx.store
+        .replace_stored_object(
+            &fx.bad_id,
+            &zstd::bulk::compress(b"other bytes", 3).unwrap(),
+        )
+        .unwrap();
 
     let err = fs::read(fx.path("bad.txt")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
@@ -631,15 +629,11 @@ fn corrupt_chunk_fails_only_that_file() {
     assert_eq!(raw_listing(&fx.path("sub")).len(), 4);
 
     // A corrupt tree object: listing that directory fails, the rest works.
-    let empty_tree = ObjectId::of(&Tree::default().encode()).to_hex();
-    let object = fx
-        .store
-        .root()
-        .join("objects")
-        .join(&empty_tree[..2])
-        .join(&empty_tree[2..]);
-    fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::write(&object, b"not zstd at all").unwrap();
+    let empty_tree = ObjectId::of(&Tree::default().encode());
+    let (_, _, len) = fx.store.backend().locate(&empty_tree).unwrap().unwrap();
+    fx.store
+        .replace_stored_object(&empty_tree, &vec![b'x'; len as usize])
+        .unwrap();
     let err = fs::read_dir(fx.path("empty_dir"))
         .unwrap()
         .next()
@@ -658,15 +652,7 @@ fn second_read_is_served_from_the_kernel_page_cache() {
     // No chunk cache in the daemon: only the kernel can serve a second read.
     let fx = mount_fixture_with(|cfg| cfg.cache_bytes = 0);
     assert_eq!(fs::read(fx.path("bad.txt")).unwrap(), BAD_CONTENT);
-    let hex = fx.bad_id.to_hex();
-    let object = fx
-        .store
-        .root()
-        .join("objects")
-        .join(&hex[..2])
-        .join(&hex[2..]);
-    fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::remove_file(&object).unwrap();
+    assert!(fx.store.backend().remove(&fx.bad_id).unwrap());
     // FOPEN_KEEP_CACHE: a new open keeps the pages; the object is not read again.
     assert_eq!(fs::read(fx.path("bad.txt")).unwrap(), BAD_CONTENT);
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -12,27 +12,37 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::{Env, MountGuard, set_mtime};
 use storefs::store::ObjectId;
 
-/// The file holding object `id` in the store.
+fn open_store(store: &Path) -> storefs::store::Store {
+    storefs::store::Store::open(store).unwrap()
+}
+
+/// The file holding object `id`: its loose file or its pack.
 fn object_path(store: &Path, id: &ObjectId) -> PathBuf {
-    let hex = id.to_hex();
-    store.join("objects").join(&hex[..2]).join(&hex[2..])
+    open_store(store).backend().locate(id).unwrap().unwrap().0
 }
 
 /// Every object id in the store.
 fn objects(store: &Path) -> Vec<ObjectId> {
-    let mut out = Vec::new();
-    for fan in fs::read_dir(store.join("objects")).unwrap() {
-        let fan = fan.unwrap();
-        let prefix = fan.file_name().into_string().unwrap();
-        for o in fs::read_dir(fan.path()).unwrap() {
-            let name = o.unwrap().file_name().into_string().unwrap();
-            if let Some(id) = ObjectId::from_hex(&format!("{prefix}{name}")) {
-                out.push(id);
-            }
-        }
-    }
-    out.sort();
-    out
+    open_store(store).backend().list().unwrap()
+}
+
+/// Flip the last stored byte of object `id`, wherever it is stored; the
+/// stored bytes after the damage.
+fn damage(store: &Path, id: &ObjectId) -> Vec<u8> {
+    let (path, offset, len) = open_store(store).backend().locate(id).unwrap().unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset + len - 1).unwrap();
+    f.write_all_at(&[b[0] ^ 0xff], offset + len - 1).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+    let mut stored = vec![0u8; len as usize];
+    f.read_exact_at(&mut stored, offset).unwrap();
+    stored
 }
 
 fn stdout(o: &std::process::Output) -> String {
@@ -124,14 +134,9 @@ fn verify_reports_corrupt_and_missing_by_checkpoint_and_path_and_quarantines() {
     assert!(clean.status.success(), "{}", stderr(&clean));
     assert_eq!(stdout(&clean), "");
 
-    // Corrupt a's object (objects are 0444) and delete b's.
-    let pa = object_path(&env.store, &a);
-    fs::set_permissions(&pa, fs::Permissions::from_mode(0o644)).unwrap();
-    let mut bytes = fs::read(&pa).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0xff;
-    fs::write(&pa, &bytes).unwrap();
-    fs::remove_file(object_path(&env.store, &b)).unwrap();
+    // Delete b's object and corrupt a's.
+    assert!(open_store(&env.store).backend().remove(&b).unwrap());
+    let bytes = damage(&env.store, &a);
 
     let out = env.run(["verify"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -159,7 +164,13 @@ fn verify_reports_corrupt_and_missing_by_checkpoint_and_path_and_quarantines() {
     // Quarantined, not deleted; no longer under objects/.
     let q = env.store.join("quarantine").join(a.to_hex());
     assert_eq!(fs::read(&q).unwrap(), bytes);
-    assert!(!pa.exists());
+    assert!(
+        open_store(&env.store)
+            .backend()
+            .locate(&a)
+            .unwrap()
+            .is_none()
+    );
 
     // One checkpoint at a time; an unaffected one is clean.
     let out = env.run(["verify", "s1"]);
@@ -258,7 +269,7 @@ fn gc_removes_old_unreachable_objects_keeps_young_ones_and_dry_run_deletes_nothi
     let expect: Vec<String> = junk
         .iter()
         .map(|id| {
-            let size = fs::metadata(object_path(&env.store, id)).unwrap().len();
+            let (size, _) = open_store(&env.store).backend().stat(id).unwrap().unwrap();
             format!("{id} {size}")
         })
         .collect();

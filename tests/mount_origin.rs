@@ -146,13 +146,12 @@ fn a_corrupt_object_fails_only_its_file_with_eio() {
         panic!("not a file")
     };
     let hex = ext[0].id.unwrap().to_hex();
-    let obj = env.store.join("objects").join(&hex[..2]).join(&hex[2..]);
-    fs::set_permissions(&obj, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::write(
-        &obj,
-        zstd::bulk::compress(b"{\"python\": \"evil\"}\n", 3).unwrap(),
-    )
-    .unwrap();
+    store
+        .replace_stored_object(
+            &ext[0].id.unwrap(),
+            &zstd::bulk::compress(b"evil\n", 3).unwrap(),
+        )
+        .unwrap();
 
     let mp = env.path("mnt");
     let m = env.mount("s", Some(&mp));

@@ -506,11 +506,7 @@ enum Attempt {
 }
 
 /// Read a file's content, retrying while it changes under us.
-fn read_file(
-    node: &Node,
-    hashers: &Hashers<'_>,
-    progress: &ProgressBar,
-) -> Result<FileContent> {
+fn read_file(node: &Node, hashers: &Hashers<'_>, progress: &ProgressBar) -> Result<FileContent> {
     let mut expected = node.stamp;
     for _ in 0..MAX_READ_ATTEMPTS {
         match read_once(&node.path, expected, hashers, progress)? {
@@ -556,7 +552,14 @@ fn read_once(
     #[cfg(test)]
     test_hook::run(path);
     let xattrs = sys::read_xattrs(XattrTarget::Fd(file.as_fd())).at(path)?;
-    let extents = read_extents(&file, before.size(), maybe_sparse(&before), hashers, progress).at(path)?;
+    let extents = read_extents(
+        &file,
+        before.size(),
+        maybe_sparse(&before),
+        hashers,
+        progress,
+    )
+    .at(path)?;
     let after = file.metadata().at(path)?;
     match extents {
         Some(extents) if Stamp::of(&after) == expected => Ok(Attempt::Stable(FileContent {

@@ -485,12 +485,9 @@ fn corrupt_chunk_is_an_error_naming_the_file() {
         panic!("file")
     };
     let id = ext[0].id.unwrap();
-    let hex = id.to_hex();
-    let obj = store.root().join("objects").join(&hex[..2]).join(&hex[2..]);
-    let mut perms = fs::metadata(&obj).unwrap().permissions();
-    perms.set_mode(0o644);
-    fs::set_permissions(&obj, perms).unwrap();
-    fs::write(&obj, zstd::bulk::compress(b"tampered bytes", 3).unwrap()).unwrap();
+    store
+        .replace_stored_object(&id, &zstd::bulk::compress(b"tampered bytes", 3).unwrap())
+        .unwrap();
 
     let err = restore(&store, &ckpt, &tmp.path().join("out")).unwrap_err();
     assert!(err.to_string().contains("victim"), "{err}");

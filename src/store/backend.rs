@@ -1,18 +1,25 @@
 //! Where compressed objects live. `LocalBackend` is a directory; a remote backend
 //! (object storage) can implement the same trait without touching the layers above.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
+use std::num::NonZeroUsize;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use parking_lot::Mutex;
+use lru::LruCache;
+use parking_lot::{Mutex, RwLock};
 
-use super::atomic::{fsync_dir, temp_name};
+use super::atomic::{fsync_dir, temp_name, write_file};
 use super::id::ObjectId;
+use super::pack::{PACK_OBJECT_MAX, PackEntry, PackWriter, decode_index, read_entry};
+
+/// The directory under `objects/` that holds pack files.
+pub const PACKS: &str = "packs";
 
 /// Storage of compressed object bytes by id. Implementations must be safe to call
 /// from many threads, and `write` must never leave a partial object under `id`.
@@ -27,12 +34,29 @@ pub trait ObjectBackend: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     /// Every stored id (for verify and gc).
     fn list(&self) -> io::Result<Vec<ObjectId>>;
+    /// Drop what this process believes is stored and look again. Writers call
+    /// it once they hold the gc write lease (gc cannot remove anything until
+    /// it is released), so `contains` never vouches for an object gc removed
+    /// earlier, which a checkpoint would then name without it existing.
+    fn refresh(&self) -> io::Result<()> {
+        Ok(())
+    }
+    /// Where the stored bytes of `id` are on the local disk (file, offset,
+    /// length), for a backend that keeps them there; `None` otherwise.
+    fn locate(&self, _id: &ObjectId) -> io::Result<Option<(PathBuf, u64, u64)>> {
+        Ok(None)
+    }
     /// Move a bad object aside so it is no longer served; returns where it went.
     fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>>;
     /// Stored size and modification time of `id` (for gc), or `None` when absent.
     fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>>;
     /// Delete `id` (gc only); returns whether it was there.
     fn remove(&self, id: &ObjectId) -> io::Result<bool>;
+    /// Delete many objects at once (gc only); whether each was there. A
+    /// backend that packs objects rewrites each pack once, not once per object.
+    fn remove_many(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
+        ids.iter().map(|id| self.remove(id)).collect()
+    }
     /// Temp files of writes that never finished (a crash), last modified before
     /// `cutoff`: their paths and sizes. Removed unless `dry_run`.
     fn remove_stale_temps(
@@ -44,45 +68,120 @@ pub trait ObjectBackend: Send + Sync {
     }
 }
 
-/// Objects as files `objects/ab/cdef…` (first two hex digits fan out).
+/// Objects as files `objects/ab/cdef…` (first two hex digits fan out), and
+/// small objects in pack files under `objects/packs/` (see [`super::pack`]).
 ///
-/// A write goes to a temp file in the object's fan-out directory and is held
-/// there, pending, until `sync`, which callers run before publishing a checkpoint
-/// or ref that names the new objects. `sync` makes all pending data durable with
-/// one `syncfs`, only then renames each temp file to its object name, and fsyncs
-/// the fan-out directories. So a crash never leaves a partial object under a valid
-/// name (the name appears only after its data is on disk), while a snapshot of
-/// thousands of small files costs one filesystem sync instead of one fsync per
-/// file. Until `sync`, this process reads pending objects from their temp files.
-/// Temp files of a process that died before `sync` are orphans (`.obj.*.tmp`),
-/// never served.
+/// A write is held pending until `sync`, which callers run before publishing
+/// a checkpoint or ref that names the new objects: a large object in a temp
+/// file in its fan-out directory, a small one appended to this process's open
+/// pack. `sync` makes all pending data durable with one `syncfs`, only then
+/// renames each temp file to its object name and publishes each pack by
+/// writing its index, and fsyncs the directories. So a crash never leaves a
+/// partial object under a valid name or in a published pack, while a snapshot
+/// of thousands of small files costs one filesystem sync and a few files.
+/// Until `sync`, this process reads pending objects from where they were
+/// written. Temp files and packs of a process that died before `sync` are
+/// orphans, never served, removed by gc.
+///
+/// Published packs are indexed in memory, loaded lazily; packs other processes
+/// publish later are found by rescanning the packs directory when it changed
+/// (checked on a miss) or, for a read, on any miss.
 pub struct LocalBackend {
     dir: PathBuf,
+    packs_dir: PathBuf,
     dirty_dirs: Mutex<BTreeSet<u8>>,
-    pending: Mutex<HashMap<ObjectId, PathBuf>>,
+    /// Written, not yet published (until `sync`).
+    pending: Mutex<HashMap<ObjectId, Pending>>,
+    /// Unpublished packs this process is writing. Lock order: `writing`, then
+    /// `pending`, then `packs`.
+    writing: Mutex<Writing>,
+    /// Published packs.
+    packs: RwLock<Packs>,
+    /// Open pack files, least recently used closed first.
+    files: Mutex<LruCache<String, Arc<File>>>,
 }
+
+/// Where a pending object can be read.
+enum Pending {
+    Loose(PathBuf),
+    Packed {
+        file: Arc<File>,
+        offset: u64,
+        len: u32,
+    },
+}
+
+#[derive(Default)]
+struct Writing {
+    current: Option<PackWriter>,
+    full: Vec<PackWriter>,
+}
+
+/// A published pack, as its index describes it.
+struct Pack {
+    name: String,
+    mtime: SystemTime,
+    entries: Vec<PackEntry>,
+}
+
+#[derive(Default)]
+struct Packs {
+    /// Modification time of the packs directory when it was last scanned.
+    scanned: Option<SystemTime>,
+    by_name: HashMap<String, Arc<Pack>>,
+    objects: HashMap<ObjectId, (Arc<Pack>, u64, u32)>,
+}
+
+impl Packs {
+    fn add(&mut self, pack: Pack) {
+        let pack = Arc::new(pack);
+        for e in &pack.entries {
+            self.objects.insert(e.id, (pack.clone(), e.offset, e.len));
+        }
+        self.by_name.insert(pack.name.clone(), pack);
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(pack) = self.by_name.remove(name) {
+            for e in &pack.entries {
+                if self
+                    .objects
+                    .get(&e.id)
+                    .is_some_and(|(p, ..)| Arc::ptr_eq(p, &pack))
+                {
+                    self.objects.remove(&e.id);
+                }
+            }
+        }
+    }
+}
+
+/// Open pack files kept per process (each read of a packed object needs one).
+const OPEN_PACKS: usize = 64;
 
 impl LocalBackend {
     pub fn new(dir: PathBuf) -> LocalBackend {
         LocalBackend {
+            packs_dir: dir.join(PACKS),
             dir,
             dirty_dirs: Mutex::new(BTreeSet::new()),
             pending: Mutex::new(HashMap::new()),
+            writing: Mutex::new(Writing::default()),
+            packs: RwLock::new(Packs::default()),
+            files: Mutex::new(LruCache::new(
+                NonZeroUsize::new(OPEN_PACKS).expect("nonzero"),
+            )),
         }
     }
 
-    /// The file that holds `id`.
+    /// The file that holds `id` when it is stored loose.
     pub fn path_of(&self, id: &ObjectId) -> PathBuf {
         let hex = id.to_hex();
         self.dir.join(&hex[..2]).join(&hex[2..])
     }
 
-    /// Where `id` can be read now: its temp file while pending, else its name.
-    fn readable_path(&self, id: &ObjectId) -> PathBuf {
-        match self.pending.lock().get(id) {
-            Some(tmp) => tmp.clone(),
-            None => self.path_of(id),
-        }
+    fn pack_path(&self, name: &str, ext: &str) -> PathBuf {
+        self.packs_dir.join(format!("{name}.{ext}"))
     }
 
     /// A new temp file in `fan`, creating the fan-out directory if needed.
@@ -106,34 +205,8 @@ impl LocalBackend {
         };
         Ok((tmp, f))
     }
-}
 
-impl Drop for LocalBackend {
-    /// Objects written but never synced belong to nothing published: remove them.
-    fn drop(&mut self) {
-        for (_, tmp) in self.pending.get_mut().drain() {
-            let _ = fs::remove_file(tmp);
-        }
-    }
-}
-
-impl ObjectBackend for LocalBackend {
-    fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
-        match File::open(self.readable_path(id)) {
-            Ok(mut f) => {
-                let mut buf = Vec::new();
-                f.read_to_end(&mut buf)?;
-                Ok(Some(buf))
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
-        if self.contains(id)? {
-            return Ok(());
-        }
+    fn write_loose(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
         let path = self.path_of(id);
         let fan = path.parent().expect("object path has a parent");
         let (tmp, mut f) = self.create_temp(fan)?;
@@ -147,40 +220,284 @@ impl ObjectBackend for LocalBackend {
             drop(pending);
             let _ = fs::remove_file(&tmp);
         } else {
-            pending.insert(*id, tmp);
+            pending.insert(*id, Pending::Loose(tmp));
         }
         Ok(())
     }
 
-    fn contains(&self, id: &ObjectId) -> io::Result<bool> {
+    fn write_packed(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
+        let mut writing = self.writing.lock();
         if self.pending.lock().contains_key(id) {
-            return Ok(true);
+            return Ok(());
         }
-        match fs::symlink_metadata(self.path_of(id)) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        let w = match &mut writing.current {
+            Some(w) => w,
+            None => writing.current.insert(PackWriter::create(&self.packs_dir)?),
+        };
+        let e = w.append(id, bytes)?;
+        let file = w.file().clone();
+        if w.is_full() {
+            let full = writing.current.take().expect("current pack");
+            writing.full.push(full);
+        }
+        self.pending.lock().insert(
+            *id,
+            Pending::Packed {
+                file,
+                offset: e.offset,
+                len: e.len,
+            },
+        );
+        Ok(())
+    }
+
+    /// The published pack holding `id`. On a miss the packs directory is
+    /// rescanned when it changed since the last scan, or always with `force`.
+    fn lookup_pack(&self, id: &ObjectId, force: bool) -> io::Result<Option<(Arc<Pack>, u64, u32)>> {
+        let scanned = {
+            let packs = self.packs.read();
+            if let Some(found) = packs.objects.get(id) {
+                return Ok(Some(found.clone()));
+            }
+            packs.scanned
+        };
+        if !force && scanned.is_some() && scanned == dir_mtime(&self.packs_dir)? {
+            return Ok(None);
+        }
+        self.rescan()?;
+        Ok(self.packs.read().objects.get(id).cloned())
+    }
+
+    /// Bring the pack index up to date with the packs directory: load new
+    /// indexes, forget packs that are gone.
+    fn rescan(&self) -> io::Result<()> {
+        // The time before the listing: a change during it triggers a rescan later.
+        let mtime = dir_mtime(&self.packs_dir)?;
+        let mut names = BTreeSet::new();
+        for ent in read_dir_if_exists(&self.packs_dir)? {
+            let name = ent?.file_name();
+            if let Some(n) = name.to_str().and_then(|n| n.strip_suffix(".idx"))
+                && !n.starts_with('.')
+            {
+                names.insert(n.to_string());
+            }
+        }
+        let known: Vec<String> = self.packs.read().by_name.keys().cloned().collect();
+        let mut loaded = Vec::new();
+        for name in names.iter().filter(|n| !known.contains(n)) {
+            match self.load_pack(name) {
+                Ok(Some(p)) => loaded.push(p),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(pack = %name, error = %e, "unreadable pack index; its objects are treated as missing (run `storefs verify`)");
+                }
+            }
+        }
+        let mut packs = self.packs.write();
+        for gone in known.iter().filter(|n| !names.contains(*n)) {
+            packs.remove(gone);
+        }
+        for p in loaded {
+            packs.add(p);
+        }
+        packs.scanned = mtime;
+        Ok(())
+    }
+
+    /// Read a pack's index; `None` when it vanished meanwhile (gc).
+    fn load_pack(&self, name: &str) -> io::Result<Option<Pack>> {
+        let idx = match fs::read(self.pack_path(name, "idx")) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let entries = decode_index(&idx)?;
+        let mtime = match fs::metadata(self.pack_path(name, "pack")) {
+            Ok(m) => m.modified()?,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(Some(Pack {
+            name: name.to_string(),
+            mtime,
+            entries,
+        }))
+    }
+
+    fn open_pack(&self, name: &str) -> io::Result<Arc<File>> {
+        if let Some(f) = self.files.lock().get(name) {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(File::open(self.pack_path(name, "pack"))?);
+        self.files.lock().put(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Stored bytes of a published packed object; `None` when not in a pack.
+    fn read_packed(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
+        // A second try after a rescan: gc may have repacked it meanwhile.
+        for _ in 0..2 {
+            let Some((pack, offset, len)) = self.lookup_pack(id, true)? else {
+                return Ok(None);
+            };
+            match self.open_pack(&pack.name) {
+                Ok(f) => return read_entry(&f, offset, len).map(Some),
+                Err(e) if e.kind() == ErrorKind::NotFound => self.rescan()?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Rewrite `pack` without the objects in `doomed` (or delete it when
+    /// nothing is left): the new pack is published before the old one goes,
+    /// so a crash leaves an object twice, never nowhere.
+    fn repack(&self, pack: &Pack, doomed: &HashSet<ObjectId>) -> io::Result<()> {
+        let keep: Vec<&PackEntry> = pack
+            .entries
+            .iter()
+            .filter(|e| !doomed.contains(&e.id))
+            .collect();
+        if !keep.is_empty() {
+            let old = self.open_pack(&pack.name)?;
+            let mut w = PackWriter::create(&self.packs_dir)?;
+            let result = (|| {
+                for e in &keep {
+                    w.append(&e.id, &read_entry(&old, e.offset, e.len)?)?;
+                }
+                w.file().sync_data()?;
+                w.publish()
+            })();
+            if let Err(e) = result {
+                w.discard();
+                return Err(e);
+            }
+        }
+        fs::remove_file(self.pack_path(&pack.name, "idx"))?;
+        self.files.lock().pop(&pack.name);
+        match fs::remove_file(self.pack_path(&pack.name, "pack")) {
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        fsync_dir(&self.packs_dir)
+    }
+}
+
+impl Drop for LocalBackend {
+    /// Objects written but never synced belong to nothing published: remove them.
+    fn drop(&mut self) {
+        for (_, p) in self.pending.get_mut().drain() {
+            if let Pending::Loose(tmp) = p {
+                let _ = fs::remove_file(tmp);
+            }
+        }
+        let writing = self.writing.get_mut();
+        for w in writing.full.iter().chain(writing.current.iter()) {
+            w.discard();
+        }
+    }
+}
+
+impl ObjectBackend for LocalBackend {
+    fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
+        let path = match self.pending.lock().get(id) {
+            Some(Pending::Packed { file, offset, len }) => {
+                return read_entry(file, *offset, *len).map(Some);
+            }
+            Some(Pending::Loose(tmp)) => tmp.clone(),
+            None => self.path_of(id),
+        };
+        match File::open(path) {
+            Ok(mut f) => {
+                let mut buf = Vec::new();
+                f.read_to_end(&mut buf)?;
+                Ok(Some(buf))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => self.read_packed(id),
             Err(e) => Err(e),
         }
     }
 
+    fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
+        if self.contains(id)? {
+            return Ok(());
+        }
+        if bytes.len() <= PACK_OBJECT_MAX {
+            self.write_packed(id, bytes)
+        } else {
+            self.write_loose(id, bytes)
+        }
+    }
+
+    fn contains(&self, id: &ObjectId) -> io::Result<bool> {
+        if self.pending.lock().contains_key(id) || self.packs.read().objects.contains_key(id) {
+            return Ok(true);
+        }
+        match fs::symlink_metadata(self.path_of(id)) {
+            Ok(_) => return Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(self.lookup_pack(id, false)?.is_some())
+    }
+
     fn sync(&self) -> io::Result<()> {
-        let pending: Vec<(ObjectId, PathBuf)> = self.pending.lock().drain().collect();
-        if !pending.is_empty() {
-            // One syncfs makes every pending temp file's data durable. A failure
-            // is reported, not retried, and the objects stay pending.
+        let mut packs: Vec<PackWriter> = {
+            let mut writing = self.writing.lock();
+            let mut v = std::mem::take(&mut writing.full);
+            v.extend(writing.current.take());
+            v
+        };
+        let loose: Vec<(ObjectId, PathBuf)> = self
+            .pending
+            .lock()
+            .iter()
+            .filter_map(|(id, p)| match p {
+                Pending::Loose(tmp) => Some((*id, tmp.clone())),
+                Pending::Packed { .. } => None,
+            })
+            .collect();
+        // Packs not published when this returns go back for the next sync.
+        let requeue = |rest: Vec<PackWriter>| self.writing.lock().full.extend(rest);
+        if !packs.is_empty() || !loose.is_empty() {
+            // One syncfs makes every pending temp file's and pack's data
+            // durable. A failure is reported, not retried; all stays pending.
             let dir = File::open(&self.dir)?;
             // SAFETY: syncfs on a valid open descriptor.
             if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
                 let e = io::Error::last_os_error();
-                self.pending.lock().extend(pending);
+                requeue(packs);
                 return Err(e);
             }
-            for (i, (id, tmp)) in pending.iter().enumerate() {
-                if let Err(e) = fs::rename(tmp, self.path_of(id)) {
-                    self.pending.lock().extend(pending[i..].iter().cloned());
+        }
+        for (id, tmp) in &loose {
+            if let Err(e) = fs::rename(tmp, self.path_of(id)) {
+                requeue(packs);
+                return Err(e);
+            }
+            self.pending.lock().remove(id);
+            self.dirty_dirs.lock().insert(id.0[0]);
+        }
+        while let Some(mut w) = packs.pop() {
+            match w.publish() {
+                Ok(name) => {
+                    let pack = Pack {
+                        name,
+                        mtime: SystemTime::now(),
+                        entries: w.entries().to_vec(),
+                    };
+                    let mut pending = self.pending.lock();
+                    let mut published = self.packs.write();
+                    for e in &pack.entries {
+                        pending.remove(&e.id);
+                    }
+                    published.add(pack);
+                }
+                Err(e) => {
+                    packs.push(w);
+                    requeue(packs);
                     return Err(e);
                 }
-                self.dirty_dirs.lock().insert(id.0[0]);
             }
         }
         let dirty: Vec<u8> = std::mem::take(&mut *self.dirty_dirs.lock())
@@ -213,8 +530,26 @@ impl ObjectBackend for LocalBackend {
                 }
             }
         }
+        self.rescan()?;
+        out.extend(self.packs.read().objects.keys());
         out.sort();
+        out.dedup();
         Ok(out)
+    }
+
+    fn refresh(&self) -> io::Result<()> {
+        self.rescan()
+    }
+
+    /// A loose file, or a range of a pack (published objects only).
+    fn locate(&self, id: &ObjectId) -> io::Result<Option<(PathBuf, u64, u64)>> {
+        let loose = self.path_of(id);
+        if let Ok(m) = fs::symlink_metadata(&loose) {
+            return Ok(Some((loose, 0, m.len())));
+        }
+        Ok(self.lookup_pack(id, true)?.map(|(pack, offset, len)| {
+            (self.pack_path(&pack.name, "pack"), offset, u64::from(len))
+        }))
     }
 
     fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>> {
@@ -224,27 +559,65 @@ impl ObjectBackend for LocalBackend {
         match fs::rename(self.path_of(id), &dest) {
             Ok(()) => {
                 fsync_dir(&qdir)?;
-                Ok(Some(dest))
+                return Ok(Some(dest));
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
+        // Packed: copy its bytes out durably, then drop it from its pack.
+        let Some(bytes) = self.read_packed(id)? else {
+            return Ok(None);
+        };
+        write_file(&dest, &bytes, 0o444, true)?;
+        self.remove_many(&[*id])?;
+        Ok(Some(dest))
     }
 
     fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>> {
         match fs::symlink_metadata(self.path_of(id)) {
             Ok(m) => Ok(Some((m.len(), m.modified()?))),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(self
+                .lookup_pack(id, true)?
+                .map(|(pack, _, len)| (u64::from(len), pack.mtime))),
             Err(e) => Err(e),
         }
     }
 
     fn remove(&self, id: &ObjectId) -> io::Result<bool> {
-        match fs::remove_file(self.path_of(id)) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
+        Ok(self.remove_many(&[*id])?[0])
+    }
+
+    fn remove_many(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
+        let mut out = vec![false; ids.len()];
+        for (i, id) in ids.iter().enumerate() {
+            match fs::remove_file(self.path_of(id)) {
+                Ok(()) => out[i] = true,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
+        // Every pack holding any of them (after a crash mid-repack, an object
+        // can be in two) is rewritten without them.
+        self.rescan()?;
+        let doomed: HashSet<ObjectId> = ids.iter().copied().collect();
+        let affected: Vec<Arc<Pack>> = self
+            .packs
+            .read()
+            .by_name
+            .values()
+            .filter(|p| p.entries.iter().any(|e| doomed.contains(&e.id)))
+            .cloned()
+            .collect();
+        for pack in &affected {
+            self.repack(pack, &doomed)?;
+            for (i, id) in ids.iter().enumerate() {
+                if pack.entries.iter().any(|e| e.id == *id) {
+                    out[i] = true;
+                }
+            }
+        }
+        self.rescan()?;
+        Ok(out)
     }
 
     fn remove_stale_temps(
@@ -253,37 +626,55 @@ impl ObjectBackend for LocalBackend {
         dry_run: bool,
     ) -> io::Result<Vec<(PathBuf, u64)>> {
         let mut out = Vec::new();
+        let mut stale = |path: PathBuf| -> io::Result<()> {
+            let m = match fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            if m.modified()? >= cutoff {
+                return Ok(());
+            }
+            if !dry_run {
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+            out.push((path, m.len()));
+            Ok(())
+        };
         for fan in read_dir_if_exists(&self.dir)? {
             let fan = fan?;
             if !fan.file_type()?.is_dir() {
                 continue;
             }
+            let packs = fan.file_name() == PACKS;
             for ent in fs::read_dir(fan.path())? {
-                let ent = ent?;
-                let name = ent.file_name();
+                let name = ent?.file_name();
                 let Some(name) = name.to_str() else { continue };
-                if !(name.starts_with(".obj.") && name.ends_with(".tmp")) {
-                    continue;
+                let temp = name.starts_with('.') && name.ends_with(".tmp");
+                // A pack whose index was never written: an interrupted sync.
+                let orphan = packs
+                    && name
+                        .strip_suffix(".pack")
+                        .is_some_and(|n| !self.pack_path(n, "idx").exists());
+                if (temp && (packs || name.starts_with(".obj."))) || orphan {
+                    stale(fan.path().join(name))?;
                 }
-                let m = match ent.metadata() {
-                    Ok(m) => m,
-                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                    Err(e) => return Err(e),
-                };
-                if m.modified()? >= cutoff {
-                    continue;
-                }
-                if !dry_run {
-                    match fs::remove_file(ent.path()) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
-                out.push((ent.path(), m.len()));
             }
         }
         Ok(out)
+    }
+}
+
+/// The packs directory's modification time; `None` when it does not exist.
+fn dir_mtime(dir: &Path) -> io::Result<Option<SystemTime>> {
+    match fs::metadata(dir) {
+        Ok(m) => Ok(Some(m.modified()?)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -112,6 +112,8 @@ impl Store {
                 path.display()
             )
         })?;
+        // Objects gc removed before now must not be taken as present.
+        self.backend().refresh().at(&self.root().join("objects"))?;
         Ok(WriteLease { _file: f })
     }
 
@@ -159,6 +161,7 @@ impl Store {
             ..Default::default()
         };
         let ctx = self.root().join("objects");
+        let mut doomed = Vec::new();
         for id in self.backend().list().at(&ctx)? {
             if marked.contains(&id) {
                 continue;
@@ -171,9 +174,18 @@ impl Store {
                 report.young_bytes += size;
                 continue;
             }
-            if opts.dry_run || self.backend().remove(&id).at(&ctx)? {
-                report.removed.push((id, size));
-            }
+            doomed.push((id, size));
+        }
+        if opts.dry_run {
+            report.removed = doomed;
+        } else {
+            let ids: Vec<ObjectId> = doomed.iter().map(|(id, _)| *id).collect();
+            let gone = self.backend().remove_many(&ids).at(&ctx)?;
+            report.removed = doomed
+                .into_iter()
+                .zip(gone)
+                .filter_map(|(d, gone)| gone.then_some(d))
+                .collect();
         }
         report.temps = self
             .backend()

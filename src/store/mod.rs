@@ -10,6 +10,9 @@ mod checkpoint;
 mod gc;
 mod id;
 pub mod mounts;
+mod pack;
+#[doc(hidden)]
+pub mod testing;
 mod tree;
 mod verify;
 

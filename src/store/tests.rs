@@ -59,8 +59,164 @@ fn object_round_trip_and_dedup() {
     s.sync_objects().unwrap();
     assert_eq!(s.backend().list().unwrap(), vec![id]);
     assert_eq!(s.get_object(&id, "t").unwrap(), data);
-    let fan = s.root().join("objects").join(&id.to_hex()[..2]);
-    assert_eq!(fs::read_dir(&fan).unwrap().count(), 1, "no temp file left");
+    // A small object goes into a pack: one pack and its index, no temp file.
+    assert_eq!(
+        names_in(&s.root().join("objects/packs")),
+        vec!["pack".to_string(), "idx".to_string()]
+            .into_iter()
+            .map(|ext| format!("*.{ext}"))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The files in `dir`, as `*.ext` for packs and indexes, sorted; `.tmp` names as they are.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = match fs::read_dir(dir) {
+        Ok(rd) => rd
+            .map(|e| {
+                let n = e.unwrap().file_name().into_string().unwrap();
+                match n.rsplit_once('.') {
+                    Some((_, ext)) if !n.starts_with('.') => format!("*.{ext}"),
+                    _ => n,
+                }
+            })
+            .collect(),
+        Err(_) => vec![],
+    };
+    v.sort_by(|a, b| b.cmp(a));
+    v
+}
+
+#[test]
+fn large_objects_stay_loose_small_ones_are_packed() {
+    let (_d, s) = new_store();
+    // Incompressible, so its stored size is over the pack limit.
+    let mut big = Vec::new();
+    let mut x = 1u64;
+    while big.len() < 200_000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        big.extend_from_slice(&x.to_le_bytes());
+    }
+    let (big_id, _) = s.put_object(&big).unwrap();
+    let (small_id, _) = s.put_object(b"small").unwrap();
+    s.sync_objects().unwrap();
+    let hex = big_id.to_hex();
+    assert!(
+        s.root()
+            .join("objects")
+            .join(&hex[..2])
+            .join(&hex[2..])
+            .is_file()
+    );
+    let (where_small, offset, _) = s.backend().locate(&small_id).unwrap().unwrap();
+    assert!(where_small.extension().is_some_and(|e| e == "pack") && offset > 0);
+    assert_eq!(s.backend().list().unwrap().len(), 2);
+}
+
+#[test]
+fn packs_published_by_another_process_are_found() {
+    let (_d, reader) = new_store();
+    // Loaded (empty) before the writer publishes.
+    assert!(reader.backend().list().unwrap().is_empty());
+    let writer = Store::open(reader.root()).unwrap();
+    let (id, _) = writer.put_object(b"from the other process").unwrap();
+    assert!(
+        !reader.has_object(&id).unwrap(),
+        "not before it is published"
+    );
+    writer.sync_objects().unwrap();
+    assert_eq!(
+        reader.get_object(&id, "t").unwrap(),
+        b"from the other process"
+    );
+    assert!(reader.has_object(&id).unwrap());
+}
+
+#[test]
+fn removing_packed_objects_rewrites_their_pack() {
+    let (_d, s) = new_store();
+    let ids: Vec<ObjectId> = (0..10)
+        .map(|i| s.put_object(format!("object {i}").as_bytes()).unwrap().0)
+        .collect();
+    s.sync_objects().unwrap();
+    let other = Store::open(s.root()).unwrap();
+    assert_eq!(other.get_object(&ids[9], "t").unwrap(), b"object 9");
+    let gone = s.backend().remove_many(&ids[..4]).unwrap();
+    assert_eq!(gone, vec![true; 4]);
+    assert_eq!(s.backend().remove_many(&ids[..1]).unwrap(), vec![false]);
+    assert_eq!(s.backend().list().unwrap().len(), 6);
+    for (i, id) in ids.iter().enumerate() {
+        match s.get_object(id, "t") {
+            Ok(b) => assert!(i >= 4 && b == format!("object {i}").as_bytes()),
+            Err(Error::Missing { .. }) => assert!(i < 4),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // A process that had the old pack indexed still reads the survivors; once
+    // it holds a write lease it no longer takes the removed ones as present.
+    assert_eq!(other.get_object(&ids[5], "t").unwrap(), b"object 5");
+    let lease = other.write_lease().unwrap();
+    assert!(!other.has_object(&ids[0]).unwrap());
+    assert!(matches!(
+        other.get_object(&ids[0], "t"),
+        Err(Error::Missing { .. })
+    ));
+    assert_eq!(other.get_object(&ids[5], "t").unwrap(), b"object 5");
+    drop(lease);
+    // One pack and index remain; removing the rest leaves none.
+    assert_eq!(
+        names_in(&s.root().join("objects/packs")),
+        vec!["*.pack", "*.idx"]
+    );
+    assert_eq!(s.backend().remove_many(&ids[4..]).unwrap(), vec![true; 6]);
+    assert!(names_in(&s.root().join("objects/packs")).is_empty());
+}
+
+#[test]
+fn a_packed_object_is_quarantined_whole() {
+    let (_d, s) = new_store();
+    let (keep, _) = s.put_object(b"keep me").unwrap();
+    let (bad, _) = s.put_object(b"bad one").unwrap();
+    s.sync_objects().unwrap();
+    let stored = s.backend().read(&bad).unwrap().unwrap();
+    let q = s.backend().quarantine(&bad).unwrap().unwrap();
+    assert_eq!(fs::read(&q).unwrap(), stored);
+    assert!(!s.has_object(&bad).unwrap());
+    assert_eq!(s.get_object(&keep, "t").unwrap(), b"keep me");
+}
+
+#[test]
+fn an_interrupted_pack_is_never_served_and_gc_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s");
+    let s = Store::open_or_create(&root).unwrap();
+    s.put_object(b"published").unwrap();
+    s.sync_objects().unwrap();
+    // A pack without an index: a process that died in the middle of sync.
+    let packs = root.join("objects/packs");
+    fs::write(packs.join("00000000deadbeef.pack"), b"half a pack").unwrap();
+    let (id, _) = s.put_object(b"never synced").unwrap();
+    let stale = s
+        .backend()
+        .remove_stale_temps(
+            std::time::SystemTime::now() + std::time::Duration::from_secs(1),
+            false,
+        )
+        .unwrap();
+    let names: Vec<String> = stale
+        .iter()
+        .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.contains(&"00000000deadbeef.pack".to_string()),
+        "{names:?}"
+    );
+    drop(s);
+    let s = Store::open(&root).unwrap();
+    assert!(!s.has_object(&id).unwrap());
+    assert_eq!(s.backend().list().unwrap().len(), 1);
 }
 
 #[test]
@@ -73,8 +229,11 @@ fn objects_never_synced_leave_nothing_behind() {
     };
     let s = Store::open(&root).unwrap();
     assert!(!s.has_object(&id).unwrap());
-    let fan = root.join("objects").join(&id.to_hex()[..2]);
-    assert_eq!(fs::read_dir(&fan).unwrap().count(), 0, "temp file removed");
+    assert_eq!(
+        names_in(&root.join("objects/packs")),
+        Vec::<String>::new(),
+        "temp pack removed"
+    );
 }
 
 #[test]
@@ -82,18 +241,12 @@ fn corruption_and_missing_are_detected() {
     let (_d, s) = new_store();
     let (id, _) = s.put_object(b"precious bytes").unwrap();
     s.sync_objects().unwrap();
-    let path = s
-        .root()
-        .join("objects")
-        .join(&id.to_hex()[..2])
-        .join(&id.to_hex()[2..]);
-    // Valid zstd of different content under the same name.
+    // Valid zstd of different content in its place.
     let other = zstd::bulk::compress(b"precious bytez", 3).unwrap();
-    fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    fs::write(&path, other).unwrap();
+    s.replace_stored_object(&id, &other).unwrap();
     assert!(matches!(s.get_object(&id, "t"), Err(Error::Corrupt { .. })));
     // Not zstd at all.
-    fs::write(&path, b"garbage").unwrap();
+    s.replace_stored_object(&id, b"garbage").unwrap();
     assert!(matches!(s.get_object(&id, "t"), Err(Error::Corrupt { .. })));
     let absent = ObjectId::of(b"never stored");
     assert!(matches!(

@@ -237,12 +237,11 @@ impl<'a> TreeBuilder<'a> {
                             inline: None,
                         },
                         &self.progress,
-                    ).map_err(
-                        |source| Error::Io {
-                            path: lossy(raw_path).into(),
-                            source,
-                        },
-                    )?;
+                    )
+                    .map_err(|source| Error::Io {
+                        path: lossy(raw_path).into(),
+                        source,
+                    })?;
                     if pending.total() != size {
                         return Err(Error::Truncated(format!(
                             "entry '{}' declares {size} bytes but the archive ends after {}",
