@@ -575,3 +575,51 @@ fn hostile_archives_are_refused_or_contained() {
     m.unmount();
     assert!(!Path::new("/srv/hostile").exists() && !env.path("evil").exists());
 }
+
+#[test]
+fn many_small_files_import_intact() {
+    // More small files than a hasher batch holds, with identical ones among
+    // them and a large file between: every file's bytes must come back.
+    let env = Env::new();
+    let src = env.path("srv/many");
+    for i in 0..700 {
+        let dir = src.join(format!("d{}", i % 9));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(
+            dir.join(format!("f{i}.json")),
+            format!("{{\"n\": {}}}\n", i % 250),
+        )
+        .unwrap();
+        if i == 350 {
+            let big: Vec<u8> = (0..3_000_000u32)
+                .map(|x| (x.wrapping_mul(2654435761) >> 13) as u8)
+                .collect();
+            fs::write(dir.join("big.bin"), big).unwrap();
+        }
+    }
+    let out_dir = env.path("out");
+    fs::create_dir_all(&out_dir).unwrap();
+    let archive = out_dir.join("many.tar.zst");
+    sh(&format!(
+        "tar -C {} -cf - many | zstd -q -o {}",
+        q(src.parent().unwrap()),
+        q(&archive)
+    ));
+    let id = env.ok(["import".as_ref(), archive.as_os_str()]);
+    let restored = env.path("restored");
+    env.ok(["restore".as_ref(), id.trim().as_ref(), restored.as_os_str()]);
+    let files = walk(&src);
+    assert!(files.len() > 700);
+    assert_eq!(files, walk(&restored));
+    for p in files {
+        let (a, b) = (src.join(&p), restored.join(&p));
+        if a.is_file() {
+            assert_eq!(
+                fs::read(&a).unwrap(),
+                fs::read(&b).unwrap(),
+                "{}",
+                p.display()
+            );
+        }
+    }
+}

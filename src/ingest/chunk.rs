@@ -2,6 +2,7 @@
 //! zstd + write on a pool of hasher threads. Shared by snapshot (files read
 //! from disk) and archive import (files read from a tar stream).
 
+use std::cell::RefCell;
 use std::io::{self, Read};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,11 +40,19 @@ impl Counters {
 type Reply = (usize, store::Result<ObjectId>);
 
 /// A chunk to store; the id (or error) goes back on `reply` tagged with `seq`.
-pub(crate) struct ChunkJob {
+pub(crate) struct Chunk {
     data: Vec<u8>,
     seq: usize,
     reply: Sender<Reply>,
 }
+
+/// What a hasher takes at once: one chunk, or a batch of small files' chunks
+/// (one channel hand-off for many files instead of one each).
+pub(crate) type ChunkJob = Vec<Chunk>;
+
+/// Small chunks are batched up to this many bytes, or [`BATCH_CHUNKS`] chunks.
+const BATCH_BYTES: usize = 256 * 1024;
+const BATCH_CHUNKS: usize = 64;
 
 /// Hasher thread: store chunks until every sender is gone.
 pub(crate) fn hash_chunks(store: &Store, rx: &Mutex<Receiver<ChunkJob>>, counters: &Counters) {
@@ -53,12 +62,14 @@ pub(crate) fn hash_chunks(store: &Store, rx: &Mutex<Receiver<ChunkJob>>, counter
             Err(_) => return,
         };
         let Ok(job) = job else { return };
-        let result = store.put_object(&job.data).map(|(id, written)| {
-            counters.add(written);
-            id
-        });
-        // The sender may have given up on this stream; nobody to tell then.
-        let _ = job.reply.send((job.seq, result));
+        for chunk in job {
+            let result = store.put_object(&chunk.data).map(|(id, written)| {
+                counters.add(written);
+                id
+            });
+            // The sender may have given up on this stream; nobody to tell then.
+            let _ = chunk.reply.send((chunk.seq, result));
+        }
     }
 }
 
@@ -99,13 +110,81 @@ impl Pending {
 /// Where a stream's chunks are hashed, compressed and written.
 pub(crate) struct Hashers<'a> {
     /// The pool of hasher threads.
-    pub tx: &'a SyncSender<ChunkJob>,
-    /// With `Some`, a stream of one chunk (a file of at most [`MIN_CHUNK`]
-    /// bytes) is stored on the calling thread instead: for callers that run
-    /// one reader per core (snapshot), this saves two thread hand-offs per
-    /// small file. A single-reader caller (import) leaves it `None` so the
-    /// hashing stays parallel.
-    pub inline: Option<(&'a Store, &'a Counters)>,
+    tx: &'a SyncSender<ChunkJob>,
+    how: Small<'a>,
+    /// Small files' chunks not yet sent (with [`Small::Batch`]).
+    batch: RefCell<ChunkJob>,
+}
+
+/// What happens to a stream of one chunk (a file of at most [`MIN_CHUNK`] bytes).
+enum Small<'a> {
+    /// Stored on the calling thread: for callers that run one reader per core
+    /// (snapshot), this saves two thread hand-offs per small file.
+    Inline(&'a Store, &'a Counters),
+    /// Sent to the hashers in batches: for a single reader (import), so the
+    /// hashing stays parallel. The caller must [`Hashers::flush`] before it
+    /// waits for a [`Pending`].
+    Batch,
+}
+
+impl<'a> Hashers<'a> {
+    /// Small files stored on the calling thread.
+    pub fn inline(tx: &'a SyncSender<ChunkJob>, store: &'a Store, counters: &'a Counters) -> Self {
+        Hashers {
+            tx,
+            how: Small::Inline(store, counters),
+            batch: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Small files batched to the hashers; see [`Hashers::flush`].
+    pub fn batched(tx: &'a SyncSender<ChunkJob>) -> Self {
+        Hashers {
+            tx,
+            how: Small::Batch,
+            batch: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Send the small chunks batched so far.
+    pub fn flush(&self) -> io::Result<()> {
+        let batch = std::mem::take(&mut *self.batch.borrow_mut());
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.send(batch)
+    }
+
+    fn send(&self, job: ChunkJob) -> io::Result<()> {
+        self.tx
+            .send(job)
+            .map_err(|_| io::Error::other("hashing threads stopped"))
+    }
+
+    /// Store or send one chunk of a stream; `single` when it is the whole stream.
+    fn chunk(&self, chunk: Chunk, single: bool) -> io::Result<()> {
+        match (&self.how, single) {
+            (Small::Inline(store, counters), true) => {
+                let result = store.put_object(&chunk.data).map(|(id, written)| {
+                    counters.add(written);
+                    id
+                });
+                // The stream's receiver is alive while it sends: cannot fail.
+                let _ = chunk.reply.send((chunk.seq, result));
+                Ok(())
+            }
+            (Small::Batch, true) => {
+                let full = {
+                    let mut batch = self.batch.borrow_mut();
+                    batch.push(chunk);
+                    batch.len() >= BATCH_CHUNKS
+                        || batch.iter().map(|c| c.data.len()).sum::<usize>() >= BATCH_BYTES
+                };
+                if full { self.flush() } else { Ok(()) }
+            }
+            (_, false) => self.send(vec![chunk]),
+        }
+    }
 }
 
 /// Cut everything `reader` yields (expected: `len` bytes; it may yield fewer)
@@ -123,25 +202,12 @@ pub(crate) fn send_chunks(
     let send = |data: Vec<u8>| -> io::Result<()> {
         progress.inc(data.len() as u64);
         lens.push(data.len() as u64);
-        let seq = lens.len() - 1;
-        if let (true, Some((store, counters))) = (single, hashers.inline) {
-            let result = store.put_object(&data).map(|(id, written)| {
-                counters.add(written);
-                id
-            });
-            // `rx` is alive in this frame: the send cannot fail.
-            let _ = reply_tx.send((seq, result));
-            return Ok(());
-        }
-        let job = ChunkJob {
+        let chunk = Chunk {
             data,
-            seq,
+            seq: lens.len() - 1,
             reply: reply_tx.clone(),
         };
-        hashers
-            .tx
-            .send(job)
-            .map_err(|_| io::Error::other("hashing threads stopped"))
+        hashers.chunk(chunk, single)
     };
     cut_chunks(reader, len, send)?;
     Ok(Pending { lens, rx })

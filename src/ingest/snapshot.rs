@@ -477,10 +477,7 @@ fn read_contents(
 
 /// Reader thread: take files until none are left or another reader failed.
 fn read_files(shared: &Readers<'_>, tx: SyncSender<ChunkJob>) -> Result<Vec<(usize, FileContent)>> {
-    let hashers = Hashers {
-        tx: &tx,
-        inline: Some((shared.store, shared.counters)),
-    };
+    let hashers = Hashers::inline(&tx, shared.store, shared.counters);
     let mut out = Vec::new();
     while !shared.failed.load(Ordering::Relaxed) {
         let i = shared.next.fetch_add(1, Ordering::Relaxed);

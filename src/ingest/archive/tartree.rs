@@ -68,7 +68,8 @@ pub(super) struct TreeBuilder<'a> {
     bytes: u64,
     stripped_absolute: u64,
     pub warnings: Vec<String>,
-    tx: &'a SyncSender<ChunkJob>,
+    /// Small files go to the hashers in batches: flushed before any wait.
+    hashers: Hashers<'a>,
     progress: ProgressBar,
 }
 
@@ -128,7 +129,7 @@ impl<'a> TreeBuilder<'a> {
             bytes: 0,
             stripped_absolute: 0,
             warnings: Vec::new(),
-            tx,
+            hashers: Hashers::batched(tx),
             progress,
         }
     }
@@ -229,19 +230,11 @@ impl<'a> TreeBuilder<'a> {
             };
             match node.entry.kind {
                 Kind::File => {
-                    let pending = send_chunks(
-                        &mut *data,
-                        size,
-                        &Hashers {
-                            tx: self.tx,
-                            inline: None,
-                        },
-                        &self.progress,
-                    )
-                    .map_err(|source| Error::Io {
-                        path: lossy(raw_path).into(),
-                        source,
-                    })?;
+                    let pending = send_chunks(&mut *data, size, &self.hashers, &self.progress)
+                        .map_err(|source| Error::Io {
+                            path: lossy(raw_path).into(),
+                            source,
+                        })?;
                     if pending.total() != size {
                         return Err(Error::Truncated(format!(
                             "entry '{}' declares {size} bytes but the archive ends after {}",
@@ -351,6 +344,10 @@ impl<'a> TreeBuilder<'a> {
 
     fn settle(&mut self, idx: usize) -> Result<()> {
         if let Some(p) = self.nodes.get_mut(idx).and_then(|n| n.pending.take()) {
+            // Its chunks may still sit in the batch: send them before waiting.
+            self.hashers
+                .flush()
+                .map_err(|e| Error::Archive(format!("storing data: {e}")))?;
             let extents = p
                 .wait()
                 .map_err(|e| Error::Archive(format!("storing data: {e}")))?;
