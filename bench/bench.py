@@ -307,13 +307,17 @@ def main():
                     pass
 
         # --- archives: first and second mount of the split .tar.zst
+        # A store of its own, as on a machine that has only the archive: the
+        # main store already holds the same files (snapshot s1), which would
+        # make the import deduplicate everything.
         mp = os.path.join(work, "mnt", "archive")
         os.makedirs(mp, exist_ok=True)
+        arch_store = os.path.join(work, "archstore")
         for label in ("archive first mount", "archive second mount"):
             t = time.perf_counter()
-            sh([S, "mount", archive + ".part00", mp, "--sha256", digest], stderr=subprocess.DEVNULL)
+            sh([S, "--store", arch_store, "mount", archive + ".part00", mp, "--sha256", digest], stderr=subprocess.DEVNULL)
             put(label, "storefs", time.perf_counter() - t)
-            sh([S, "umount", mp])
+            sh([S, "--store", arch_store, "umount", mp])
         if have("ratarmount"):
             mp2 = os.path.join(work, "mnt", "rat2")
             os.makedirs(mp2, exist_ok=True)
