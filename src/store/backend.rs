@@ -282,9 +282,9 @@ impl LocalBackend {
                 names.insert(n.to_string());
             }
         }
-        let known: Vec<String> = self.packs.read().by_name.keys().cloned().collect();
+        let known: HashSet<String> = self.packs.read().by_name.keys().cloned().collect();
         let mut loaded = Vec::new();
-        for name in names.iter().filter(|n| !known.contains(n)) {
+        for name in names.iter().filter(|n| !known.contains(*n)) {
             match self.load_pack(name) {
                 Ok(Some(p)) => loaded.push(p),
                 Ok(None) => {}
@@ -400,12 +400,15 @@ impl Drop for LocalBackend {
 
 impl ObjectBackend for LocalBackend {
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
-        let path = match self.pending.lock().get(id) {
-            Some(Pending::Packed { file, offset, len }) => {
-                return read_entry(file, *offset, *len).map(Some);
-            }
-            Some(Pending::Loose(tmp)) => tmp.clone(),
-            None => self.path_of(id),
+        let pending = match self.pending.lock().get(id) {
+            Some(Pending::Packed { file, offset, len }) => Err((file.clone(), *offset, *len)),
+            Some(Pending::Loose(tmp)) => Ok(tmp.clone()),
+            None => Ok(self.path_of(id)),
+        };
+        // Read without holding the lock.
+        let path = match pending {
+            Ok(path) => path,
+            Err((file, offset, len)) => return read_entry(&file, offset, len).map(Some),
         };
         match File::open(path) {
             Ok(mut f) => {
