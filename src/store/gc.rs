@@ -210,20 +210,33 @@ impl Store {
             let c = self
                 .read_checkpoint(&ck)
                 .map_err(|e| refuse(format!("checkpoint {ck}"), e))?;
-            let mut stack = vec![c.root];
-            while let Some(tid) = stack.pop() {
-                if !marked.insert(tid) {
-                    continue;
-                }
-                let tree = self
-                    .get_tree(&tid, "gc")
-                    .map_err(|e| refuse(format!("checkpoint {ck}: tree {tid}"), e))?;
-                for e in tree.entries {
-                    match e.content {
-                        Content::Tree(sub) => stack.push(sub),
-                        Content::Extents(ext) => marked.extend(ext.iter().filter_map(|x| x.id)),
-                        _ => {}
-                    }
+            self.mark_reachable(&c.root, marked, "gc")
+                .map_err(|(tid, e)| refuse(format!("checkpoint {ck}: tree {tid}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// Add every object reachable from the tree `root` (itself, its subtrees,
+    /// file chunks) to `marked`. Trees already in `marked` are not read again
+    /// (their subtrees are taken as marked). On failure, the tree that could
+    /// not be read and why. Used by gc and by push.
+    pub fn mark_reachable(
+        &self,
+        root: &ObjectId,
+        marked: &mut HashSet<ObjectId>,
+        context: &str,
+    ) -> std::result::Result<(), (ObjectId, Error)> {
+        let mut stack = vec![*root];
+        while let Some(tid) = stack.pop() {
+            if !marked.insert(tid) {
+                continue;
+            }
+            let tree = self.get_tree(&tid, context).map_err(|e| (tid, e))?;
+            for e in tree.entries {
+                match e.content {
+                    Content::Tree(sub) => stack.push(sub),
+                    Content::Extents(ext) => marked.extend(ext.iter().filter_map(|x| x.id)),
+                    _ => {}
                 }
             }
         }

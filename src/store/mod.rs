@@ -192,8 +192,16 @@ impl Store {
                 id: *id,
                 context: context.to_string(),
             })?;
+        Self::verify_stored(id, &raw)
+    }
+
+    /// Check stored bytes (one zstd frame, as `ObjectBackend::read` returns
+    /// them) against `id`: they must decompress, and the result must hash to
+    /// `id`. Returns the object's bytes. Every read of an object goes through
+    /// here, local or fetched from a remote.
+    pub fn verify_stored(id: &ObjectId, raw: &[u8]) -> Result<Vec<u8>> {
         let corrupt = |detail: String| Error::Corrupt { id: *id, detail };
-        let out = decompress(&raw).map_err(|e| corrupt(e.to_string()))?;
+        let out = decompress(raw).map_err(|e| corrupt(e.to_string()))?;
         let actual = ObjectId::of(&out);
         if actual != *id {
             return Err(corrupt(format!("content hashes to {actual}")));
@@ -301,11 +309,39 @@ impl Store {
         self.sync_objects()?;
         let bytes = ckpt.to_bytes();
         let id = ObjectId::of(&bytes);
-        let path = self.checkpoint_path(&id);
-        if !path.exists() {
-            write_file(&path, &bytes, 0o444, true).at(&path)?;
-        }
+        self.write_checkpoint_record(&id, &bytes)?;
         Ok(id)
+    }
+
+    /// Publish a checkpoint record as it was received (from a remote): its
+    /// bytes must hash to `id`. The caller makes the objects it names durable
+    /// first ([`Store::sync_objects`]).
+    pub fn put_checkpoint_record(&self, id: &ObjectId, bytes: &[u8]) -> Result<()> {
+        Self::verify_record(id, bytes, "received checkpoint record")?;
+        self.write_checkpoint_record(id, bytes)
+    }
+
+    fn write_checkpoint_record(&self, id: &ObjectId, bytes: &[u8]) -> Result<()> {
+        let path = self.checkpoint_path(id);
+        if !path.exists() {
+            write_file(&path, bytes, 0o444, true).at(&path)?;
+        }
+        Ok(())
+    }
+
+    /// Check a checkpoint record's bytes against its id (their sha256) and
+    /// parse them. `what` names where the bytes came from.
+    pub fn verify_record(id: &ObjectId, bytes: &[u8], what: &str) -> Result<Checkpoint> {
+        if ObjectId::of(bytes) != *id {
+            return Err(Error::Corrupt {
+                id: *id,
+                detail: format!("{what} does not match its id"),
+            });
+        }
+        serde_json::from_slice(bytes).map_err(|e| Error::Corrupt {
+            id: *id,
+            detail: format!("{what}: {e}"),
+        })
     }
 
     fn checkpoint_path(&self, id: &ObjectId) -> PathBuf {
@@ -314,6 +350,11 @@ impl Store {
 
     /// Read a checkpoint record and check it against its id.
     pub fn read_checkpoint(&self, id: &ObjectId) -> Result<Checkpoint> {
+        Ok(self.read_checkpoint_with_bytes(id)?.0)
+    }
+
+    /// A checkpoint record, checked against its id, with its exact bytes.
+    pub fn read_checkpoint_with_bytes(&self, id: &ObjectId) -> Result<(Checkpoint, Vec<u8>)> {
         let path = self.checkpoint_path(id);
         let bytes = match fs::read(&path) {
             Ok(b) => b,
@@ -322,16 +363,31 @@ impl Store {
             }
             Err(e) => return Err(e).at(&path),
         };
-        if ObjectId::of(&bytes) != *id {
-            return Err(Error::Corrupt {
-                id: *id,
-                detail: format!("checkpoint record {} does not match its id", path.display()),
-            });
+        let what = format!("checkpoint record {}", path.display());
+        let ckpt = Self::verify_record(id, &bytes, &what)?;
+        Ok((ckpt, bytes))
+    }
+
+    /// Whether the store holds checkpoint `id`'s record (not checked).
+    pub fn has_checkpoint(&self, id: &ObjectId) -> bool {
+        self.checkpoint_path(id).exists()
+    }
+
+    /// `id` and every checkpoint it derives from (all parents, transitively),
+    /// each once, `id` first. Every record is read and checked.
+    pub fn ancestry(&self, id: &ObjectId) -> Result<Vec<(ObjectId, Checkpoint)>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        let mut queue = std::collections::VecDeque::from([*id]);
+        while let Some(c) = queue.pop_front() {
+            if !seen.insert(c) {
+                continue;
+            }
+            let ckpt = self.read_checkpoint(&c)?;
+            queue.extend(ckpt.parents.iter().copied());
+            out.push((c, ckpt));
         }
-        serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
-            id: *id,
-            detail: format!("checkpoint record: {e}"),
-        })
+        Ok(out)
     }
 
     /// Every checkpoint id in the store, sorted.
