@@ -7,6 +7,8 @@
 //! 3. [`journal`]: forks: copy-on-write state over a checkpoint, its write-ahead
 //!    journal, and commit into new checkpoints (no FUSE; the read-write mount
 //!    and CLI verbs are not built yet).
+//!    [`remote`] (beside them, on [`store`] only): push and pull checkpoints to
+//!    object storage (S3 or a directory).
 //! 4. [`fs`]: the FUSE layer; the only place that speaks errno.
 //! 5. [`cli`]: clap commands that call the layers.
 
@@ -14,4 +16,5 @@ pub mod cli;
 pub mod fs;
 pub mod ingest;
 pub mod journal;
+pub mod remote;
 pub mod store;

@@ -70,6 +70,66 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Delete objects that no checkpoint reaches (every checkpoint is kept)
     Gc(GcArgs),
+    /// Manage remotes (S3 buckets or directories to push checkpoints to and pull from)
+    #[command(subcommand)]
+    Remote(RemoteCommand),
+    /// Upload a checkpoint, its history and its objects to a remote, then move the remote ref
+    Push(PushArgs),
+    /// Fetch a remote ref's checkpoint, history and objects, then set a local ref
+    Pull(PullArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RemoteCommand {
+    /// Add a remote: s3://BUCKET/PREFIX (endpoint and credentials from AWS_*) or file:///PATH
+    Add {
+        /// Its name ([A-Za-z0-9._-]+)
+        name: String,
+        /// s3://BUCKET/PREFIX or file:///ABSOLUTE/PATH
+        url: String,
+    },
+    /// List remotes: `name<TAB>url`
+    List,
+    /// Forget a remote (nothing on the remote is touched)
+    Remove {
+        /// The remote's name
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Uploads only the objects the remote lacks (in parallel), then the \
+checkpoint records, then moves the remote ref by compare-and-swap. A push that would move the \
+remote ref off a checkpoint that is not an ancestor of TARGET (someone else pushed) is refused \
+unless --force. An interrupted push can simply be run again.")]
+pub struct PushArgs {
+    /// The remote's name (`storefs remote list`)
+    pub remote: String,
+    /// A ref, fork, checkpoint id or unique id prefix
+    pub target: String,
+    /// The remote ref to move [default: TARGET when it is a ref or fork name]
+    #[arg(long = "as", value_name = "NAME")]
+    pub as_name: Option<String>,
+    /// Move the remote ref even if that drops checkpoints only the remote has
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Fetches the checkpoint the remote ref names, its history and every \
+object the store lacks, verifying each by its sha256, then writes the records and the local \
+ref. A corrupt or missing remote object fails the pull and publishes nothing.")]
+pub struct PullArgs {
+    /// The remote's name (`storefs remote list`)
+    pub remote: String,
+    /// The remote ref to fetch
+    pub r#ref: String,
+    /// The local ref to set [default: REF]
+    #[arg(long = "as", value_name = "LOCALREF")]
+    pub as_name: Option<String>,
+    /// Move the local ref even if it is not an ancestor of the pulled checkpoint
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ mod commands;
 mod fork;
 mod maint;
 mod mount;
+mod remote;
 
 use std::path::PathBuf;
 
@@ -57,6 +58,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Status(a) => mount::status(&store_dir, a),
         Command::Verify(a) => maint::verify(&open(&store_dir)?, a),
         Command::Gc(a) => maint::gc(&open(&store_dir)?, a),
+        Command::Remote(c) => remote::remote(&store_dir, c),
+        Command::Push(a) => remote::push(&open(&store_dir)?, a),
+        Command::Pull(a) => remote::pull(&store_dir, a),
     }
 }
 

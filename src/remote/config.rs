@@ -1,0 +1,101 @@
+//! Remote configuration: `STORE/remotes/<name>.json` = `{"url": "..."}`,
+//! written atomically.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::PathBuf;
+
+use super::{Error, Location, Result};
+use crate::store::{self, Store};
+
+fn dir(store: &Store) -> PathBuf {
+    store.root().join("remotes")
+}
+
+fn path(store: &Store, name: &str) -> PathBuf {
+    dir(store).join(format!("{name}.json"))
+}
+
+/// Add remote `name` at `url` (checked, not contacted).
+pub fn add(store: &Store, name: &str, url: &str) -> Result<()> {
+    Store::check_name(name)?;
+    Location::parse(url)?;
+    if let Ok(old) = url_of(store, name) {
+        return Err(Error::RemoteExists(name.to_string(), old));
+    }
+    let d = dir(store);
+    fs::create_dir_all(&d).map_err(|source| Error::Io {
+        path: d.clone(),
+        source,
+    })?;
+    let p = path(store, name);
+    let body = serde_json::json!({ "url": url });
+    store::write_file(&p, format!("{body}\n").as_bytes(), 0o644, true)
+        .map_err(|source| Error::Io { path: p, source })
+}
+
+/// Every remote: `(name, url)`, sorted by name.
+pub fn list(store: &Store) -> Result<Vec<(String, String)>> {
+    let d = dir(store);
+    let rd = match fs::read_dir(&d) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(Error::Io { path: d, source }),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|source| Error::Io {
+            path: d.clone(),
+            source,
+        })?;
+        let Some(name) = ent
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_suffix(".json"))
+            .filter(|n| Store::check_name(n).is_ok() && !n.starts_with('.'))
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let url = url_of(store, &name)?;
+        out.push((name, url));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Remove remote `name` (its config only; nothing on the remote is touched).
+pub fn remove(store: &Store, name: &str) -> Result<()> {
+    Store::check_name(name).map_err(|_| Error::UnknownRemote(name.to_string()))?;
+    let p = path(store, name);
+    match fs::remove_file(&p) {
+        Ok(()) => store::fsync_dir(&dir(store)).map_err(|source| Error::Io {
+            path: dir(store),
+            source,
+        }),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::UnknownRemote(name.to_string())),
+        Err(source) => Err(Error::Io { path: p, source }),
+    }
+}
+
+/// The URL of remote `name`.
+pub fn url_of(store: &Store, name: &str) -> Result<String> {
+    Store::check_name(name).map_err(|_| Error::UnknownRemote(name.to_string()))?;
+    let p = path(store, name);
+    let bytes = match fs::read(&p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(Error::UnknownRemote(name.to_string()));
+        }
+        Err(source) => return Err(Error::Io { path: p, source }),
+    };
+    let bad = |detail: String| Error::BadConfig {
+        path: p.clone(),
+        detail,
+    };
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    v.get("url")
+        .and_then(|u| u.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| bad("no \"url\" string".into()))
+}

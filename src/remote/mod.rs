@@ -1,0 +1,471 @@
+//! Remotes: share checkpoints across machines through object storage (S3 or a
+//! local directory), with `push` and `pull`. Sits between `store` (which it
+//! uses) and `cli` (which calls it); nothing below depends on it.
+//!
+//! Layout under the remote URL's prefix (docs/format.md, "Remotes"):
+//! `objects/<64 hex>` (the stored zstd frame, exactly as the local store has
+//! it), `checkpoints/<64 hex>.json` (the record's bytes), `refs/<name>`
+//! (`<64 hex>\n`).
+//!
+//! The API is blocking: each [`Remote`] owns a tokio runtime and every public
+//! call ends in `block_on`. The store stays synchronous; its reads, writes and
+//! the CPU work of verification run on the runtime's blocking pool.
+//!
+//! Order of publication: objects, then checkpoint records, then the ref, on
+//! both sides, so a reader never sees a ref (or record) whose objects are
+//! missing. The remote ref moves by compare-and-swap (docs/design.md).
+
+mod config;
+mod ops;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+
+use crate::store::{self, ObjectId};
+
+pub use config::{add, list, remove, url_of};
+pub use ops::{PullOptions, PullReport, PushOptions, PushReport};
+
+/// How many transfers run at once.
+pub const PARALLEL: usize = 16;
+
+/// Everything that can go wrong with a remote; each message is one line naming
+/// the remote (and object) and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "bad remote URL '{0}': use s3://BUCKET/PREFIX (endpoint and credentials from AWS_*) or file:///ABSOLUTE/PATH"
+    )]
+    BadUrl(String),
+    #[error(
+        "no remote named '{0}'; `storefs remote list` shows them, `storefs remote add NAME URL` adds one"
+    )]
+    UnknownRemote(String),
+    #[error("remote '{0}' exists already ({1}); `storefs remote remove {0}` first")]
+    RemoteExists(String, String),
+    #[error("remote config {path}: {detail}; fix or remove the file")]
+    BadConfig { path: PathBuf, detail: String },
+    #[error(
+        "remote '{remote}' ({url}): {what}: {source}; check the URL, AWS_* settings and network, then run again (finished transfers are kept)"
+    )]
+    Backend {
+        remote: String,
+        url: String,
+        what: String,
+        source: object_store::Error,
+    },
+    #[error(
+        "remote '{remote}': object {id} is corrupt ({detail}); nothing was published here; push it again from a store that has it intact"
+    )]
+    CorruptObject {
+        remote: String,
+        id: ObjectId,
+        detail: String,
+    },
+    #[error(
+        "remote '{remote}': object {id} is missing ({context}); nothing was published here; push it again from a store that has it"
+    )]
+    MissingObject {
+        remote: String,
+        id: ObjectId,
+        context: String,
+    },
+    #[error(
+        "remote '{remote}': checkpoint record {id} is corrupt or missing ({detail}); nothing was published here; push it again from a store that has it"
+    )]
+    BadRecord {
+        remote: String,
+        id: ObjectId,
+        detail: String,
+    },
+    #[error("remote '{remote}' has no ref '{name}'; push it first (`storefs push {remote} TARGET --as {name}`)")]
+    NoRemoteRef { remote: String, name: String },
+    #[error("remote ref {remote}/{name} holds '{content}', not a checkpoint id; overwrite it with push --force")]
+    BadRemoteRef {
+        remote: String,
+        name: String,
+        content: String,
+    },
+    #[error(
+        "remote ref {remote}/{name} is at {theirs}, which is not an ancestor of {ours}: someone else pushed; pull it first, or --force"
+    )]
+    Conflict {
+        remote: String,
+        name: String,
+        theirs: String,
+        ours: ObjectId,
+    },
+    #[error(
+        "local ref {name} is at {ours}, which is not an ancestor of {theirs} (pulled from '{remote}'): pull --as ANOTHER_NAME, or --force"
+    )]
+    LocalConflict {
+        remote: String,
+        name: String,
+        ours: ObjectId,
+        theirs: ObjectId,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where a remote lives, parsed from its URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// `s3://bucket/prefix`
+    S3 { bucket: String, prefix: String },
+    /// `file:///abs/path`
+    File(PathBuf),
+}
+
+impl Location {
+    /// Parse `s3://BUCKET[/PREFIX]` or `file:///ABSOLUTE/PATH`.
+    pub fn parse(url: &str) -> Result<Location> {
+        let bad = || Error::BadUrl(url.to_string());
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let prefix = prefix.trim_matches('/');
+            let ok_bucket = !bucket.is_empty()
+                && bucket
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_'));
+            let ok_prefix = prefix
+                .split('/')
+                .all(|c| !matches!(c, "." | "..") && !c.contains(['\\', '#', '?']));
+            if !ok_bucket || !ok_prefix || prefix.contains("//") {
+                return Err(bad());
+            }
+            return Ok(Location::S3 {
+                bucket: bucket.to_string(),
+                prefix: prefix.to_string(),
+            });
+        }
+        if let Some(path) = url.strip_prefix("file://") {
+            let p = PathBuf::from(path);
+            if !p.is_absolute() || p.components().any(|c| c.as_os_str() == "..") {
+                return Err(bad());
+            }
+            return Ok(Location::File(p));
+        }
+        Err(bad())
+    }
+}
+
+/// An open remote: its object store and the runtime that drives it.
+pub struct Remote {
+    name: String,
+    url: String,
+    objects: Arc<dyn ObjectStore>,
+    /// `file://` remotes: the directory, for the ref lock (LocalFileSystem has
+    /// no conditional update).
+    local_root: Option<PathBuf>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Remote({} = {})", self.name, self.url)
+    }
+}
+
+/// A remote ref as read: its content and the version to compare-and-swap against.
+#[derive(Clone, Debug)]
+pub(crate) struct RefState {
+    pub content: String,
+    pub version: UpdateVersion,
+}
+
+impl Remote {
+    /// Open the remote named `name` in `store`'s config.
+    pub fn open(store: &store::Store, name: &str) -> Result<Remote> {
+        let url = url_of(store, name)?;
+        Self::open_url(name, &url)
+    }
+
+    /// Open a remote by URL (`name` is only for messages). A `file://`
+    /// directory is created if missing. Nothing is contacted yet.
+    pub fn open_url(name: &str, url: &str) -> Result<Remote> {
+        let backend = |what: &str, source| Error::Backend {
+            remote: name.to_string(),
+            url: url.to_string(),
+            what: what.to_string(),
+            source,
+        };
+        let (objects, local_root): (Arc<dyn ObjectStore>, _) = match Location::parse(url)? {
+            Location::S3 { bucket, prefix } => {
+                let s3 = object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(format!("s3://{bucket}"))
+                    .build()
+                    .map_err(|e| backend("configuring S3", e))?;
+                if prefix.is_empty() {
+                    (Arc::new(s3), None)
+                } else {
+                    (
+                        Arc::new(object_store::prefix::PrefixStore::new(s3, prefix.as_str())),
+                        None,
+                    )
+                }
+            }
+            Location::File(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+                    path: dir.clone(),
+                    source,
+                })?;
+                let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(|e| backend("opening the directory", e))?
+                    .with_fsync(true);
+                (Arc::new(fs), Some(dir))
+            }
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("storefs-remote")
+            .build()
+            .map_err(|source| Error::Io {
+                path: PathBuf::from("(tokio runtime)"),
+                source,
+            })?;
+        Ok(Remote {
+            name: name.to_string(),
+            url: url.to_string(),
+            objects,
+            local_root,
+            rt,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn backend_err(&self, what: impl Into<String>, source: object_store::Error) -> Error {
+        Error::Backend {
+            remote: self.name.clone(),
+            url: self.url.clone(),
+            what: what.into(),
+            source,
+        }
+    }
+
+    // ---- raw access (blocking); push/pull and the tests use these ----
+
+    /// The bytes at `key` (relative to the remote's prefix), or `None`.
+    pub fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.rt.block_on(self.get_async(key))
+    }
+
+    /// Write `bytes` at `key`, replacing what is there.
+    pub fn put_bytes(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let path = ObjPath::from(key);
+        self.rt
+            .block_on(self.objects.put(&path, PutPayload::from(bytes.to_vec())))
+            .map_err(|e| self.backend_err(format!("writing {key}"), e))?;
+        Ok(())
+    }
+
+    /// Delete `key` (missing is fine).
+    pub fn delete(&self, key: &str) -> Result<()> {
+        let path = ObjPath::from(key);
+        match self.rt.block_on(self.objects.delete(&path)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.backend_err(format!("deleting {key}"), e)),
+        }
+    }
+
+    /// The object ids under `objects/`.
+    pub fn list_objects(&self) -> Result<HashSet<ObjectId>> {
+        self.rt.block_on(self.list_ids("objects", ""))
+    }
+
+    /// Point remote ref `name` at `content` if it still is at `expected`
+    /// (`None`: if it does not exist). `Ok(false)`: someone moved it.
+    /// Exposed so the tests can check the server honours the precondition.
+    pub fn swap_ref(&self, name: &str, expected: Option<&str>, content: &str) -> Result<bool> {
+        let _lock = self.lock_ref(name)?;
+        self.rt.block_on(async {
+            let current = self.read_ref(name).await?;
+            match (expected, &current) {
+                (None, None) => {}
+                (Some(e), Some(c)) if c.content == e => {}
+                _ => return Ok(false),
+            }
+            self.write_ref(name, current.map(|c| c.version), content)
+                .await
+        })
+    }
+
+    // ---- async helpers ----
+
+    async fn get_async(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let path = ObjPath::from(key);
+        let got = match self.objects.get(&path).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.backend_err(format!("reading {key}"), e)),
+        };
+        let bytes = got
+            .bytes()
+            .await
+            .map_err(|e| self.backend_err(format!("reading {key}"), e))?;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// Ids named `<64 hex><suffix>` directly under `dir/`.
+    async fn list_ids(&self, dir: &str, suffix: &str) -> Result<HashSet<ObjectId>> {
+        let prefix = ObjPath::from(dir);
+        let metas: Vec<_> = self
+            .objects
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .map_err(|e| self.backend_err(format!("listing {dir}/"), e))?;
+        Ok(metas
+            .iter()
+            .filter_map(|m| m.location.filename())
+            .filter_map(|n| n.strip_suffix(suffix))
+            .filter_map(ObjectId::from_hex)
+            .collect())
+    }
+
+    /// The remote ref `name` with its version, or `None`.
+    pub(crate) async fn read_ref(&self, name: &str) -> Result<Option<RefState>> {
+        let key = format!("refs/{name}");
+        let path = ObjPath::from(key.as_str());
+        let got = match self.objects.get(&path).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.backend_err(format!("reading {key}"), e)),
+        };
+        let version = UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        let bytes = got
+            .bytes()
+            .await
+            .map_err(|e| self.backend_err(format!("reading {key}"), e))?;
+        Ok(Some(RefState {
+            content: String::from_utf8_lossy(&bytes).trim().to_string(),
+            version,
+        }))
+    }
+
+    /// Write ref `name` = `content` if it is still at `version` (`None`: only
+    /// if absent). `Ok(false)` when the precondition failed. For `file://`
+    /// the caller holds [`Remote::lock_ref`] and the write is unconditional
+    /// (LocalFileSystem has no conditional update).
+    pub(crate) async fn write_ref(
+        &self,
+        name: &str,
+        version: Option<UpdateVersion>,
+        content: &str,
+    ) -> Result<bool> {
+        let key = format!("refs/{name}");
+        let path = ObjPath::from(key.as_str());
+        let mode = match (&self.local_root, version) {
+            (Some(_), _) => PutMode::Overwrite,
+            (None, Some(v)) => PutMode::Update(v),
+            (None, None) => PutMode::Create,
+        };
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        let payload = PutPayload::from(format!("{content}\n").into_bytes());
+        match self.objects.put_opts(&path, payload, opts).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::Precondition { .. })
+            | Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(self.backend_err(format!("writing {key}"), e)),
+        }
+    }
+
+    /// For `file://` remotes: an exclusive `flock` on `DIR/locks/ref-<name>`
+    /// held while a ref is read, checked and written. `None` for S3, where
+    /// the conditional put does that job.
+    pub(crate) fn lock_ref(&self, name: &str) -> Result<Option<std::fs::File>> {
+        let Some(root) = &self.local_root else {
+            return Ok(None);
+        };
+        let dir = root.join("locks");
+        let path = dir.join(format!("ref-{name}"));
+        let io = |source| Error::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        loop {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock on a descriptor we own.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Some(f));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(io(e));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse() {
+        assert_eq!(
+            Location::parse("s3://bucket/some/prefix/").unwrap(),
+            Location::S3 {
+                bucket: "bucket".into(),
+                prefix: "some/prefix".into()
+            }
+        );
+        assert_eq!(
+            Location::parse("s3://bucket").unwrap(),
+            Location::S3 {
+                bucket: "bucket".into(),
+                prefix: "".into()
+            }
+        );
+        assert_eq!(
+            Location::parse("file:///srv/remote").unwrap(),
+            Location::File(PathBuf::from("/srv/remote"))
+        );
+        for bad in [
+            "http://x/y",
+            "s3://",
+            "s3:///prefix",
+            "s3://b/../x",
+            "file://relative/path",
+            "file:///a/../b",
+            "/plain/path",
+            "",
+        ] {
+            let e = Location::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains("s3://") && e.contains("file:///"), "{e}");
+        }
+    }
+}
