@@ -98,10 +98,12 @@ pub enum RemoteCommand {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Uploads only the objects the remote lacks (in parallel), then the \
+#[command(
+    after_help = "Uploads only the objects the remote lacks (in parallel), then the \
 checkpoint records, then moves the remote ref by compare-and-swap. A push that would move the \
 remote ref off a checkpoint that is not an ancestor of TARGET (someone else pushed) is refused \
-unless --force. An interrupted push can simply be run again.")]
+unless --force. An interrupted push can simply be run again."
+)]
 pub struct PushArgs {
     /// The remote's name (`storefs remote list`)
     pub remote: String,
@@ -116,9 +118,11 @@ pub struct PushArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Fetches the checkpoint the remote ref names, its history and every \
+#[command(
+    after_help = "Fetches the checkpoint the remote ref names, its history and every \
 object the store lacks, verifying each by its sha256, then writes the records and the local \
-ref. A corrupt or missing remote object fails the pull and publishes nothing.")]
+ref. A corrupt or missing remote object fails the pull and publishes nothing."
+)]
 pub struct PullArgs {
     /// The remote's name (`storefs remote list`)
     pub remote: String,

@@ -83,9 +83,13 @@ pub enum Error {
         id: ObjectId,
         detail: String,
     },
-    #[error("remote '{remote}' has no ref '{name}'; push it first (`storefs push {remote} TARGET --as {name}`)")]
+    #[error(
+        "remote '{remote}' has no ref '{name}'; push it first (`storefs push {remote} TARGET --as {name}`)"
+    )]
     NoRemoteRef { remote: String, name: String },
-    #[error("remote ref {remote}/{name} holds '{content}', not a checkpoint id; overwrite it with push --force")]
+    #[error(
+        "remote ref {remote}/{name} holds '{content}', not a checkpoint id; overwrite it with push --force"
+    )]
     BadRemoteRef {
         remote: String,
         name: String,
@@ -292,21 +296,41 @@ impl Remote {
         self.rt.block_on(self.list_ids("objects", ""))
     }
 
-    /// Point remote ref `name` at `content` if it still is at `expected`
-    /// (`None`: if it does not exist). `Ok(false)`: someone moved it.
-    /// Exposed so the tests can check the server honours the precondition.
-    pub fn swap_ref(&self, name: &str, expected: Option<&str>, content: &str) -> Result<bool> {
+    /// Remote ref `name`: its content and the version a conditional write
+    /// compares against, or `None`.
+    pub fn get_ref(&self, name: &str) -> Result<Option<(String, UpdateVersion)>> {
+        Ok(self
+            .rt
+            .block_on(self.read_ref(name))?
+            .map(|r| (r.content, r.version)))
+    }
+
+    /// Write remote ref `name` = `content` only if it is still at `version`
+    /// (`None`: only if it does not exist); `Ok(false)` when it moved. On S3
+    /// a conditional put (the server checks); on `file://` under the ref lock,
+    /// where the check is ours ([`Remote::has_conditional_put`] is false).
+    pub fn put_ref_if(
+        &self,
+        name: &str,
+        version: Option<UpdateVersion>,
+        content: &str,
+    ) -> Result<bool> {
         let _lock = self.lock_ref(name)?;
         self.rt.block_on(async {
-            let current = self.read_ref(name).await?;
-            match (expected, &current) {
-                (None, None) => {}
-                (Some(e), Some(c)) if c.content == e => {}
-                _ => return Ok(false),
+            if self.local_root.is_some() {
+                let cur = self.read_ref(name).await?.map(|c| c.version);
+                if cur != version {
+                    return Ok(false);
+                }
             }
-            self.write_ref(name, current.map(|c| c.version), content)
-                .await
+            self.write_ref(name, version, content).await
         })
+    }
+
+    /// Whether the backend itself checks ref versions (S3: yes; `file://`:
+    /// no, a lock file stands in).
+    pub fn has_conditional_put(&self) -> bool {
+        self.local_root.is_none()
     }
 
     // ---- async helpers ----
@@ -465,7 +489,10 @@ mod tests {
             "",
         ] {
             let e = Location::parse(bad).unwrap_err().to_string();
-            assert!(e.contains(bad) && e.contains("s3://") && e.contains("file:///"), "{e}");
+            assert!(
+                e.contains(bad) && e.contains("s3://") && e.contains("file:///"),
+                "{e}"
+            );
         }
     }
 }

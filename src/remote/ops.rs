@@ -265,16 +265,20 @@ impl Remote {
                     continue;
                 }
                 let key = format!("checkpoints/{id}.json");
-                let bytes = self.get_async(&key).await?.ok_or_else(|| Error::BadRecord {
-                    remote: self.name.clone(),
-                    id,
-                    detail: format!("{key} is missing"),
-                })?;
-                let ckpt = Store::verify_record(&id, &bytes, &key).map_err(|e| Error::BadRecord {
-                    remote: self.name.clone(),
-                    id,
-                    detail: e.to_string(),
-                })?;
+                let bytes = self
+                    .get_async(&key)
+                    .await?
+                    .ok_or_else(|| Error::BadRecord {
+                        remote: self.name.clone(),
+                        id,
+                        detail: format!("{key} is missing"),
+                    })?;
+                let ckpt =
+                    Store::verify_record(&id, &bytes, &key).map_err(|e| Error::BadRecord {
+                        remote: self.name.clone(),
+                        id,
+                        detail: e.to_string(),
+                    })?;
                 queue.extend(ckpt.parents.iter().copied());
                 fetched.insert(id, (ckpt, bytes));
             }
@@ -320,9 +324,8 @@ impl Remote {
                     .map(|(id, ck)| {
                         let backend = backend.clone();
                         async move {
-                            let (bytes, n) = self
-                                .fetch_object(backend, id, ck, &opts.progress)
-                                .await?;
+                            let (bytes, n) =
+                                self.fetch_object(backend, id, ck, &opts.progress).await?;
                             let tree = Tree::decode(&bytes).map_err(|e| Error::CorruptObject {
                                 remote: self.name.clone(),
                                 id,
