@@ -35,6 +35,19 @@ if [ ! -e /dev/fuse ]; then
     exit 1
 fi
 
+# The remote tests (tests/remote.rs) run against moto's S3-compatible server on
+# loopback (scripts/test.sh starts it); curl creates the test bucket.
+apt-get install -y -qq curl >/dev/null
+if ! command -v moto_server >/dev/null; then
+    if ! command -v pip3 >/dev/null && ! command -v pip >/dev/null; then
+        apt-get install -y -qq python3-pip >/dev/null
+    fi
+    PIP=$(command -v pip3 || command -v pip)
+    # Debian's system Python refuses global pip installs (PEP 668) without this flag.
+    "$PIP" install --quiet 'moto[server]==5.2.1' 2>/dev/null \
+        || "$PIP" install --quiet --break-system-packages 'moto[server]==5.2.1'
+fi
+
 # pjdfstest and fsx (the Rust rewrites), compiled once; skipped when installed.
 export PATH="$HOME/.cargo/bin:$PATH"
 version_of() { case "$1" in pjdfstest) echo 0.2.2 ;; fsx) echo 0.3.2 ;; esac; }

@@ -233,7 +233,7 @@ fn push_pull_round_trip(kind: Kind) {
     let id2 = t.snapshot("a", &src);
     let (_, report) = t.ok("a", &["push", "team", "s1"]);
     let (n2, _) = uploaded(&report);
-    assert!(n2 >= 1 && n2 < 6, "only the changed objects: {report}");
+    assert!((1..6).contains(&n2), "only the changed objects: {report}");
     let (out, _) = t.ok("b", &["pull", "team", "s1"]);
     assert_eq!(out.trim(), id2);
     let (log, _) = t.ok("b", &["log", "s1"]);

@@ -57,7 +57,7 @@ pub enum Error {
         remote: String,
         url: String,
         what: String,
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     #[error(
         "remote '{remote}': object {id} is corrupt ({detail}); nothing was published here; push it again from a store that has it intact"
@@ -204,7 +204,7 @@ impl Remote {
             remote: name.to_string(),
             url: url.to_string(),
             what: what.to_string(),
-            source,
+            source: Box::new(source),
         };
         let (objects, local_root): (Arc<dyn ObjectStore>, _) = match Location::parse(url)? {
             Location::S3 { bucket, prefix } => {
@@ -262,7 +262,7 @@ impl Remote {
             remote: self.name.clone(),
             url: self.url.clone(),
             what: what.into(),
-            source,
+            source: Box::new(source),
         }
     }
 
