@@ -226,6 +226,8 @@ fn read_parts(
     let mut whole = Sha256::new();
     let mut each = Vec::new();
     let mut listening = true;
+    // One part: its digest is the whole archive's; hash once.
+    let single = parts.parts.len() == 1;
     for (i, p) in parts.parts.iter().enumerate() {
         let mut f = std::fs::File::open(&p.path).map_err(|e| Error::io(&p.path, e))?;
         let mut h = Sha256::new();
@@ -237,7 +239,9 @@ fn read_parts(
             }
             data.truncate(n);
             whole.update(&data);
-            h.update(&data);
+            if !single {
+                h.update(&data);
+            }
             progress.inc(n as u64);
             if listening {
                 listening = tx.send(Block { part: i, data }).is_ok();
@@ -245,7 +249,11 @@ fn read_parts(
         }
         each.push(to_hex(&h.finalize()));
     }
-    Ok((to_hex(&whole.finalize()), each))
+    let whole = to_hex(&whole.finalize());
+    if single {
+        each = vec![whole.clone()];
+    }
+    Ok((whole, each))
 }
 
 fn read_full(f: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
