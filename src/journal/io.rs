@@ -22,6 +22,12 @@ use parking_lot::Mutex;
 pub trait JournalFile: Send + Sync {
     /// Write all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Write `bufs` back to back at `offset`, as one write: a fault-injecting
+    /// implementation counts (and tears) it as one `write_at` of their
+    /// concatenation, which is what the default does.
+    fn write_parts_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.write_at(&bufs.concat(), offset)
+    }
     /// Fill `buf` from `offset`; reading past the end is an `UnexpectedEof` error.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn size(&self) -> io::Result<u64>;
@@ -63,6 +69,57 @@ struct RealFile(File);
 impl JournalFile for RealFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)
+    }
+    /// pwritev, so a record's data goes from the caller's buffer to the page
+    /// cache without being copied behind its header first.
+    fn write_parts_at(&self, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+        let mut parts: Vec<&[u8]> = bufs.iter().copied().filter(|b| !b.is_empty()).collect();
+        let mut first = 0;
+        while first < parts.len() {
+            let iov: Vec<libc::iovec> = parts[first..]
+                .iter()
+                .take(libc::UIO_MAXIOV as usize)
+                .map(|b| libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                })
+                .collect();
+            let off = libc::off_t::try_from(offset)
+                .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            // SAFETY: every iovec points into a live slice of `parts`, which
+            // outlives the call; the kernel only reads them.
+            let n = unsafe {
+                libc::pwritev(
+                    self.0.as_raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as libc::c_int,
+                    off,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::from(ErrorKind::WriteZero));
+            }
+            let mut n = n as usize;
+            offset += n as u64;
+            while n > 0 {
+                let len = parts[first].len();
+                if n >= len {
+                    n -= len;
+                    first += 1;
+                } else {
+                    parts[first] = &parts[first][n..];
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)

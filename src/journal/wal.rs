@@ -208,13 +208,26 @@ impl Wal {
     /// Append one record payload; returns where its frame starts. Callers hold
     /// the fork's state lock, so records are in the order their changes applied.
     pub fn append(&self, payload: &[u8]) -> Result<Pos> {
+        self.append_parts(payload, &[])
+    }
+
+    /// Append one record whose payload is `head` followed by `data`, written
+    /// from both buffers as they are (one vectored write, no copy of `data`).
+    pub fn append_parts(&self, head: &[u8], data: &[u8]) -> Result<Pos> {
         let mut c = self.cur.lock();
         if let Some(why) = &c.poisoned {
             return Err(self.poisoned_err(c.seq, why));
         }
-        let frame = record::frame(payload);
+        let len = head.len() + data.len();
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(head);
+        crc.update(data);
+        let mut prefix = Vec::with_capacity(FRAME_HEADER + head.len());
+        prefix.extend_from_slice(&(len as u32).to_le_bytes());
+        prefix.extend_from_slice(&crc.finalize().to_le_bytes());
+        prefix.extend_from_slice(head);
         let at = c.end;
-        if let Err(source) = c.file.write_at(&frame, at) {
+        if let Err(source) = c.file.write_parts_at(&[&prefix, data], at) {
             c.poisoned = Some(source.to_string());
             self.sync.lock().poisoned = Some(source.to_string());
             return Err(Error::Io {
@@ -222,7 +235,7 @@ impl Wal {
                 source,
             });
         }
-        c.end += frame.len() as u64;
+        c.end += (FRAME_HEADER + len) as u64;
         Ok(Pos {
             seg: c.seq,
             offset: at,
