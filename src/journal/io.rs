@@ -34,6 +34,11 @@ pub trait JournalFile: Send + Sync {
     /// fdatasync: every write completed before the call is durable when it returns.
     fn sync_data(&self) -> io::Result<()>;
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Start writing `len` bytes from `offset` back to disk without waiting
+    /// (a hint: durability still needs [`JournalFile::sync_data`]).
+    fn start_writeback(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The file-system operations a fork directory needs.
@@ -132,6 +137,22 @@ impl JournalFile for RealFile {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+    fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
+        let (Ok(off), Ok(n)) = (
+            libc::off64_t::try_from(offset),
+            libc::off64_t::try_from(len),
+        ) else {
+            return Ok(());
+        };
+        // SAFETY: sync_file_range on an fd we own; no memory is passed.
+        let r = unsafe {
+            libc::sync_file_range(self.0.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE)
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 }
 
@@ -232,6 +253,8 @@ struct Faulty {
     /// How many bytes of the failing write land (a torn write).
     torn_prefix: usize,
     writes: u64,
+    /// `start_writeback` calls so far: (offset, len). No effect on the images.
+    writebacks: Vec<(u64, u64)>,
 }
 
 struct FaultyFile {
@@ -293,6 +316,11 @@ impl FaultyIo {
     /// Writes (write_at calls) so far.
     pub fn writes(&self) -> u64 {
         self.inner.lock().writes
+    }
+
+    /// The ranges whose writeback was started so far (write-behind hints).
+    pub fn writebacks(&self) -> Vec<(u64, u64)> {
+        self.inner.lock().writebacks.clone()
     }
 
     /// The visible bytes of a file, for tests that damage a journal.
@@ -379,6 +407,12 @@ impl JournalFile for FaultyFile {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.data.lock().volatile.resize(len as usize, 0);
+        Ok(())
+    }
+    fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
+        if let Some(io) = self.io.upgrade() {
+            io.lock().writebacks.push((offset, len));
+        }
         Ok(())
     }
 }
