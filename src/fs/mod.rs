@@ -98,9 +98,10 @@ pub enum FsError {
         reason: &'static str,
     },
     /// Not an error to the user: the answer to open, opendir and flush on a
-    /// read-only mount. The kernel then stops sending them ("zero-message
-    /// opens") and keeps the page cache and directory cache, as it does for
-    /// FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR.
+    /// read-only mount, and to flush on a fork. The kernel then stops sending
+    /// them ("zero-message opens") and keeps the page cache and directory
+    /// cache, as it does for FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR (open and
+    /// opendir), or simply skips the round trip at every close (flush).
     #[error("not needed: the kernel may skip this request from now on")]
     NotNeeded,
     #[error("cannot mount at {}: {source}", path.display())]

@@ -550,13 +550,16 @@ impl Fork {
     /// A write past the end leaves a hole.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.with(|st, ctx| st.write(ctx, ino, Some(offset), data))?;
+        self.wal.write_behind();
         Ok(data.len() as u32)
     }
 
     /// O_APPEND: write at the current end, atomically with respect to other
     /// writers; returns the offset the data landed at.
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
-        self.with(|st, ctx| st.write(ctx, ino, None, data))
+        let at = self.with(|st, ctx| st.write(ctx, ino, None, data))?;
+        self.wal.write_behind();
+        Ok(at)
     }
 
     /// chmod, chown, utimens and truncate in one atomic step; returns the new attributes.

@@ -22,12 +22,23 @@ use parking_lot::Mutex;
 pub trait JournalFile: Send + Sync {
     /// Write all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Write `bufs` back to back at `offset`, as one write: a fault-injecting
+    /// implementation counts (and tears) it as one `write_at` of their
+    /// concatenation, which is what the default does.
+    fn write_parts_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.write_at(&bufs.concat(), offset)
+    }
     /// Fill `buf` from `offset`; reading past the end is an `UnexpectedEof` error.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn size(&self) -> io::Result<u64>;
     /// fdatasync: every write completed before the call is durable when it returns.
     fn sync_data(&self) -> io::Result<()>;
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Start writing `len` bytes from `offset` back to disk without waiting
+    /// (a hint: durability still needs [`JournalFile::sync_data`]).
+    fn start_writeback(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The file-system operations a fork directory needs.
@@ -64,6 +75,57 @@ impl JournalFile for RealFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)
     }
+    /// pwritev, so a record's data goes from the caller's buffer to the page
+    /// cache without being copied behind its header first.
+    fn write_parts_at(&self, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+        let mut parts: Vec<&[u8]> = bufs.iter().copied().filter(|b| !b.is_empty()).collect();
+        let mut first = 0;
+        while first < parts.len() {
+            let iov: Vec<libc::iovec> = parts[first..]
+                .iter()
+                .take(libc::UIO_MAXIOV as usize)
+                .map(|b| libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                })
+                .collect();
+            let off = libc::off_t::try_from(offset)
+                .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            // SAFETY: every iovec points into a live slice of `parts`, which
+            // outlives the call; the kernel only reads them.
+            let n = unsafe {
+                libc::pwritev(
+                    self.0.as_raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as libc::c_int,
+                    off,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::from(ErrorKind::WriteZero));
+            }
+            let mut n = n as usize;
+            offset += n as u64;
+            while n > 0 {
+                let len = parts[first].len();
+                if n >= len {
+                    n -= len;
+                    first += 1;
+                } else {
+                    parts[first] = &parts[first][n..];
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
     }
@@ -75,6 +137,22 @@ impl JournalFile for RealFile {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+    fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
+        let (Ok(off), Ok(n)) = (
+            libc::off64_t::try_from(offset),
+            libc::off64_t::try_from(len),
+        ) else {
+            return Ok(());
+        };
+        // SAFETY: sync_file_range on an fd we own; no memory is passed.
+        let r = unsafe {
+            libc::sync_file_range(self.0.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE)
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 }
 
@@ -175,6 +253,8 @@ struct Faulty {
     /// How many bytes of the failing write land (a torn write).
     torn_prefix: usize,
     writes: u64,
+    /// `start_writeback` calls so far: (offset, len). No effect on the images.
+    writebacks: Vec<(u64, u64)>,
 }
 
 struct FaultyFile {
@@ -236,6 +316,11 @@ impl FaultyIo {
     /// Writes (write_at calls) so far.
     pub fn writes(&self) -> u64 {
         self.inner.lock().writes
+    }
+
+    /// The ranges whose writeback was started so far (write-behind hints).
+    pub fn writebacks(&self) -> Vec<(u64, u64)> {
+        self.inner.lock().writebacks.clone()
     }
 
     /// The visible bytes of a file, for tests that damage a journal.
@@ -322,6 +407,12 @@ impl JournalFile for FaultyFile {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.data.lock().volatile.resize(len as usize, 0);
+        Ok(())
+    }
+    fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
+        if let Some(io) = self.io.upgrade() {
+            io.lock().writebacks.push((offset, len));
+        }
         Ok(())
     }
 }

@@ -227,13 +227,9 @@ impl Record {
                 time_ns,
                 data,
             } => {
-                o.reserve(data.len() + 32);
-                o.push(T_WRITE);
-                var(&mut o, *ino);
-                var(&mut o, *offset);
-                o.extend_from_slice(&time_ns.to_le_bytes());
+                o = write_head(*ino, *offset, *time_ns, data.len());
                 // Data last: its position in the file is derivable (module docs).
-                bytes(&mut o, data);
+                o.extend_from_slice(data);
             }
             Record::Truncate { ino, size, time_ns } => {
                 o.push(T_TRUNCATE);
@@ -465,6 +461,19 @@ impl Record {
 }
 
 /// Wrap a payload in a frame (length, crc32, payload).
+/// The payload of `Record::Write { ino, offset, time_ns, data }` up to its
+/// data, for a `data` of `len` bytes: the payload is this followed by the data
+/// (so the journal can append the data from the caller's buffer).
+pub fn write_head(ino: u64, offset: u64, time_ns: i64, len: usize) -> Vec<u8> {
+    let mut o = Vec::with_capacity(32);
+    o.push(T_WRITE);
+    var(&mut o, ino);
+    var(&mut o, offset);
+    o.extend_from_slice(&time_ns.to_le_bytes());
+    var(&mut o, len as u64);
+    o
+}
+
 pub fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(FRAME_HEADER + payload.len());
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());

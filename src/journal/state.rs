@@ -687,30 +687,7 @@ impl ForkState {
                 offset,
                 time_ns,
                 data,
-            } => {
-                let len = data.len() as u64;
-                let at = pos.offset + super::record::FRAME_HEADER as u64 + plen - len;
-                let n = self.inode_mut(*ino);
-                n.mtime = *time_ns;
-                n.ctime = *time_ns;
-                n.dirty = true;
-                let f = n.file_mut();
-                f.orig = None;
-                if len > 0 {
-                    punch(&mut f.pieces, *offset, offset + len);
-                    f.pieces.insert(
-                        *offset,
-                        Piece {
-                            len,
-                            src: Src::Journal {
-                                seg: pos.seg,
-                                off: at,
-                            },
-                        },
-                    );
-                    f.size = f.size.max(offset + len);
-                }
-            }
+            } => self.apply_write(*ino, *offset, *time_ns, data.len() as u64, pos, plen),
             Record::Truncate { ino, size, time_ns } => {
                 let n = self.inode_mut(*ino);
                 n.mtime = *time_ns;
@@ -806,6 +783,32 @@ impl ForkState {
     }
 
     /// One link of `ino` (found in `parent`) is gone.
+    /// A validated `Write` of `len` bytes at `offset` whose record's frame is
+    /// at `pos` with a payload of `plen` bytes (data last).
+    fn apply_write(&mut self, ino: u64, offset: u64, time_ns: i64, len: u64, pos: Pos, plen: u64) {
+        let at = pos.offset + super::record::FRAME_HEADER as u64 + plen - len;
+        let n = self.inode_mut(ino);
+        n.mtime = time_ns;
+        n.ctime = time_ns;
+        n.dirty = true;
+        let f = n.file_mut();
+        f.orig = None;
+        if len > 0 {
+            punch(&mut f.pieces, offset, offset + len);
+            f.pieces.insert(
+                offset,
+                Piece {
+                    len,
+                    src: Src::Journal {
+                        seg: pos.seg,
+                        off: at,
+                    },
+                },
+            );
+            f.size = f.size.max(offset + len);
+        }
+    }
+
     fn drop_link(&mut self, parent: u64, ino: u64, t: i64) {
         let n = self.inode_mut(ino);
         n.ctime = t;
@@ -1227,15 +1230,13 @@ impl ForkState {
         let t = now_ns();
         let mut at = offset;
         for part in data.chunks(MAX_WRITE_DATA) {
-            self.log(
-                ctx,
-                Record::Write {
-                    ino,
-                    offset: at,
-                    time_ns: t,
-                    data: part.to_vec(),
-                },
-            )?;
+            // What `log` does for a `Record::Write` (checked above), without
+            // copying the data into a record and its frame.
+            let head = super::record::write_head(ino, at, t, part.len());
+            let pos = ctx.wal.append_parts(&head, part)?;
+            let plen = (head.len() + part.len()) as u64;
+            self.fresh = false;
+            self.apply_write(ino, at, t, part.len() as u64, pos, plen);
             at += part.len() as u64;
         }
         Ok(offset)

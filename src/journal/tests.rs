@@ -7,7 +7,7 @@ use std::fs;
 use std::sync::{Arc, Barrier};
 
 use super::fork::CommitStep;
-use super::record::{InodeMap, Record};
+use super::record::{self, InodeMap, Record};
 use super::*;
 use crate::ingest::{self, SnapshotOptions};
 use crate::store::{Checkpoint, ObjectId, Source, Store};
@@ -306,6 +306,116 @@ fn records_round_trip_and_hostile_bytes_never_panic() {
     let mut m = vec![12u8, 1];
     m.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
     assert_eq!(Record::decode(&m), None);
+}
+
+#[test]
+fn a_write_is_its_head_then_its_data_and_frames_the_same_in_parts() {
+    for data in [vec![], vec![7u8], vec![1u8; 300], vec![2u8; 1 << 20]] {
+        let (ino, offset, t) = (10, (1 << 40) + 3, -9);
+        let rec = Record::Write {
+            ino,
+            offset,
+            time_ns: t,
+            data: data.clone(),
+        };
+        let mut parts = record::write_head(ino, offset, t, data.len());
+        parts.extend_from_slice(&data);
+        assert_eq!(parts, rec.encode());
+    }
+    // A record appended in parts reads back as the whole frame.
+    let io = FaultyIo::new();
+    let dir = std::path::Path::new("/j");
+    io.create_dir_all(dir).unwrap();
+    let wal = wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())).unwrap();
+    let before = io.writes();
+    let head = record::write_head(4, 5, 6, 3);
+    let pos = wal.append_parts(&head, b"xyz").unwrap();
+    assert_eq!(
+        io.writes(),
+        before + 1,
+        "one write, so a fault tears one frame"
+    );
+    let mut payload = head.clone();
+    payload.extend_from_slice(b"xyz");
+    let frame = record::frame(&payload);
+    let mut back = vec![0u8; frame.len()];
+    wal.read(pos.seg, pos.offset, &mut back).unwrap();
+    assert_eq!(back, frame);
+}
+
+#[test]
+fn real_files_write_parts_back_to_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = RealIo.open(&tmp.path().join("seg"), true).unwrap();
+    let big = vec![9u8; 3 << 20];
+    f.write_parts_at(&[b"ab", b"", &big, b"c"], 5).unwrap();
+    f.write_parts_at(&[], 0).unwrap();
+    f.start_writeback(0, 1 << 20).unwrap();
+    let mut want = vec![0u8; 5];
+    want.extend_from_slice(b"ab");
+    want.extend_from_slice(&big);
+    want.push(b'c');
+    assert_eq!(fs::read(tmp.path().join("seg")).unwrap(), want);
+}
+
+#[test]
+fn write_behind_starts_writeback_of_every_8_mib_off_the_callers_thread() {
+    let io = FaultyIo::new();
+    let dir = std::path::Path::new("/j");
+    io.create_dir_all(dir).unwrap();
+    let wal = wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())).unwrap();
+    let data = vec![5u8; 1 << 20];
+    let mut ends = Vec::new();
+    for i in 0..20u64 {
+        let head = record::write_head(2, i << 20, 0, data.len());
+        wal.append_parts(&head, &data).unwrap();
+        wal.write_behind();
+        ends.push(wal.end().offset);
+    }
+    // Two hand-overs (after 8 and 16 MiB); the helper may merge them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let want_end = ends
+        .iter()
+        .copied()
+        .find(|&e| e - wal::SEGMENT_HEADER >= 16 << 20);
+    loop {
+        let w = io.writebacks();
+        let covered = w.last().map(|&(o, l)| o + l);
+        if covered == want_end {
+            assert_eq!(w[0].0, wal::SEGMENT_HEADER, "{w:?}");
+            for pair in w.windows(2) {
+                assert_eq!(pair[0].0 + pair[0].1, pair[1].0, "contiguous: {w:?}");
+            }
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{w:?} {want_end:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // The helper blocks every signal (a mount daemon's SIGTERM must reach its
+    // signal thread, not kill the process through this one).
+    let mut helpers = 0;
+    for task in fs::read_dir("/proc/self/task").unwrap() {
+        let task = task.unwrap().path();
+        let comm = fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if comm.trim() != "storefs-wal-beh" {
+            continue;
+        }
+        helpers += 1;
+        let status = fs::read_to_string(task.join("status")).unwrap_or_default();
+        let blocked = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+            .unwrap();
+        let bit = |sig: libc::c_int| 1u64 << (sig - 1);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            assert_ne!(blocked & bit(sig), 0, "signal {sig} not blocked: {status}");
+        }
+    }
+    assert!(helpers >= 1);
+    // A hint only: a sync still works.
+    wal.sync().unwrap();
+    drop(wal);
 }
 
 // ------------------------------------------------------------------ WAL

@@ -10,11 +10,15 @@
 //! log is *poisoned*: every later append or sync fails (after a failed fsync
 //! the kernel may have dropped dirty pages; retrying could lie). Reopening the
 //! fork recovers from what is on disk.
+//!
+//! Write-behind: [`Wal::write_behind`] hands every further 8 MiB appended to a
+//! helper thread that starts their writeback without waiting, so a large
+//! write's fdatasync has little left to do. A hint only: it promises nothing.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -26,6 +30,9 @@ use super::{Error, Result};
 pub const SEGMENT_MAGIC: &[u8; 4] = b"SFJ1";
 /// Segment header: magic + u64le sequence number.
 pub const SEGMENT_HEADER: u64 = 12;
+
+/// Appended bytes after which [`Wal::write_behind`] starts their writeback.
+pub const WRITE_BEHIND: u64 = 8 << 20;
 
 /// Where a record's frame starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -58,6 +65,8 @@ struct Cur {
     seq: u64,
     file: Arc<dyn JournalFile>,
     end: u64,
+    /// Writeback of the current segment was started up to here.
+    behind: u64,
     segs: BTreeMap<u64, Arc<dyn JournalFile>>,
     poisoned: Option<String>,
 }
@@ -76,6 +85,80 @@ pub struct Wal {
     cur: Mutex<Cur>,
     sync: Mutex<SyncState>,
     cv: Condvar,
+    behind: Arc<Behind>,
+    /// Whether the write-behind helper thread runs (started on first use).
+    helper: OnceLock<bool>,
+}
+
+/// Write-behind: ranges of the journal whose writeback a helper thread
+/// starts, so neither the appender nor the fork's locks wait for it.
+#[derive(Default)]
+struct Behind {
+    todo: Mutex<BehindTodo>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct BehindTodo {
+    range: Option<(Arc<dyn JournalFile>, u64, u64)>,
+    stop: bool,
+}
+
+impl Behind {
+    /// The helper thread: start writeback of each range handed over, until stopped.
+    fn run(&self) {
+        let mut t = self.todo.lock();
+        loop {
+            if let Some((file, from, len)) = t.range.take() {
+                drop(t);
+                // An error here shows up again, and is handled, at the next sync.
+                if let Err(e) = file.start_writeback(from, len) {
+                    tracing::debug!(error = %e, "journal write-behind failed");
+                }
+                t = self.todo.lock();
+                continue;
+            }
+            if t.stop {
+                return;
+            }
+            self.cv.wait(&mut t);
+        }
+    }
+}
+
+/// Start the write-behind helper with every signal blocked, so it never takes
+/// one meant for the process (a mount daemon's signal thread `sigwait`s for
+/// SIGTERM; a thread that did not block it would die of it). False when the
+/// thread cannot be started: write-behind is then skipped.
+fn spawn_helper(behind: Arc<Behind>) -> bool {
+    // SAFETY: sigfillset fills a set we own; pthread_sigmask swaps this
+    // thread's mask and puts the old one back right after the spawn.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    };
+    let spawned = std::thread::Builder::new()
+        .name("storefs-wal-behind".into())
+        .spawn(move || behind.run());
+    // SAFETY: as above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    match spawned {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the journal write-behind thread; continuing without it");
+            false
+        }
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        self.behind.todo.lock().stop = true;
+        self.behind.cv.notify_all();
+    }
 }
 
 impl Wal {
@@ -149,6 +232,7 @@ impl Wal {
                 seq,
                 file,
                 end,
+                behind: end,
                 segs,
                 poisoned: None,
             }),
@@ -161,6 +245,8 @@ impl Wal {
                 poisoned: None,
             }),
             cv: Condvar::new(),
+            behind: Arc::new(Behind::default()),
+            helper: OnceLock::new(),
         })
     }
 
@@ -208,13 +294,26 @@ impl Wal {
     /// Append one record payload; returns where its frame starts. Callers hold
     /// the fork's state lock, so records are in the order their changes applied.
     pub fn append(&self, payload: &[u8]) -> Result<Pos> {
+        self.append_parts(payload, &[])
+    }
+
+    /// Append one record whose payload is `head` followed by `data`, written
+    /// from both buffers as they are (one vectored write, no copy of `data`).
+    pub fn append_parts(&self, head: &[u8], data: &[u8]) -> Result<Pos> {
         let mut c = self.cur.lock();
         if let Some(why) = &c.poisoned {
             return Err(self.poisoned_err(c.seq, why));
         }
-        let frame = record::frame(payload);
+        let len = head.len() + data.len();
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(head);
+        crc.update(data);
+        let mut prefix = Vec::with_capacity(FRAME_HEADER + head.len());
+        prefix.extend_from_slice(&(len as u32).to_le_bytes());
+        prefix.extend_from_slice(&crc.finalize().to_le_bytes());
+        prefix.extend_from_slice(head);
         let at = c.end;
-        if let Err(source) = c.file.write_at(&frame, at) {
+        if let Err(source) = c.file.write_parts_at(&[&prefix, data], at) {
             c.poisoned = Some(source.to_string());
             self.sync.lock().poisoned = Some(source.to_string());
             return Err(Error::Io {
@@ -222,11 +321,44 @@ impl Wal {
                 source,
             });
         }
-        c.end += frame.len() as u64;
+        c.end += (FRAME_HEADER + len) as u64;
         Ok(Pos {
             seg: c.seq,
             offset: at,
         })
+    }
+
+    /// Once at least [`WRITE_BEHIND`] bytes were appended since the last
+    /// time, have a helper thread start their writeback (no wait here, no
+    /// durability promise): a later [`Wal::sync`] then finds most of a large
+    /// write on disk already.
+    pub fn write_behind(&self) {
+        if !*self
+            .helper
+            .get_or_init(|| spawn_helper(self.behind.clone()))
+        {
+            return;
+        }
+        let range = {
+            let mut c = self.cur.lock();
+            let len = c.end - c.behind;
+            if len < WRITE_BEHIND || c.poisoned.is_some() {
+                return;
+            }
+            let from = c.behind;
+            c.behind = c.end;
+            (c.file.clone(), from, len)
+        };
+        let mut t = self.behind.todo.lock();
+        // A range still waiting (the helper is behind) grows to cover this one.
+        t.range = Some(match t.range.take() {
+            Some((file, from, len)) if Arc::ptr_eq(&file, &range.0) && from + len == range.1 => {
+                (file, from, len + range.2)
+            }
+            _ => range,
+        });
+        drop(t);
+        self.behind.cv.notify_one();
     }
 
     /// The position after the last appended record.
@@ -319,6 +451,7 @@ impl Wal {
         c.seq = seq;
         c.file = file;
         c.end = end;
+        c.behind = end;
         let mut s = self.sync.lock();
         s.synced = s.synced.max(Pos {
             seg: seq,
