@@ -91,6 +91,8 @@ fn setup(kind: Kind) -> Option<Setup> {
         remote,
         origin,
     };
+    // Two checkpoints: s1 has a parent, which a lazy mount does not fetch.
+    t.ok_a(&["snapshot", t.origin.to_str().unwrap(), "--ref", "s1"]);
     t.ok_a(&["snapshot", t.origin.to_str().unwrap(), "--ref", "s1"]);
     t.ok_a(&["remote", "add", "team", &t.url]);
     t.ok_a(&["push", "team", "s1"]);
@@ -255,6 +257,14 @@ fn lazy_mount_reads_exactly_and_fetches_only_what_is_read(kind: Kind) {
     let id = fs::read_to_string(t.b().join("remotes/team.refs/s1")).unwrap();
     let log = t.ok_b(&["log", id.trim()]);
     assert!(log.contains(id.trim()), "{log}");
+    let parent = Store::open(&t.a())
+        .unwrap()
+        .read_checkpoint(&ObjectId::from_hex(id.trim()).unwrap())
+        .unwrap()
+        .parents[0];
+    let shown = |log: &str| log.lines().filter(|l| l.starts_with("checkpoint ")).count();
+    assert_eq!(shown(&log), 1, "the parent is not fetched: {log}");
+    assert!(log.contains(&parent.to_hex()), "{log}");
     let ls = t.ok_b(&["ls", id.trim()]);
     assert!(ls.contains("many") && ls.contains("big.bin"), "{ls}");
     assert!(
@@ -326,6 +336,8 @@ fn lazy_mount_reads_exactly_and_fetches_only_what_is_read(kind: Kind) {
 
     // pull completes the partial checkpoint: marker gone, verify clean.
     t.ok_b(&["pull", "team", "s1"]);
+    let log = t.ok_b(&["log", "s1"]);
+    assert_eq!(shown(&log), 2, "pull fetched the history: {log}");
     assert!(
         !t.b()
             .join(format!("checkpoints/{}.partial", id.trim()))
