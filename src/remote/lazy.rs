@@ -335,10 +335,23 @@ impl LazyBackend {
 }
 
 impl Shared {
-    /// Fetch `id` from the remote, verify it, write it locally; its stored bytes.
-    async fn fetch(self: Arc<Self>, id: ObjectId) -> io::Result<Vec<u8>> {
+    /// Fetch `id` from the remote, verify it, write it locally; its stored
+    /// bytes. Failures are warnings for a read, debug lines for a prefetch
+    /// (the read that needs the object, if any, warns); a corrupt object
+    /// always warns.
+    async fn fetch(self: Arc<Self>, id: ObjectId, prefetch: bool) -> io::Result<Vec<u8>> {
+        let fail = |msg: &str, e: &dyn std::fmt::Display| {
+            if prefetch {
+                tracing::debug!(object = %id, remote = %self.remote, error = %e, "prefetch: {msg}");
+            } else {
+                tracing::warn!(object = %id, remote = %self.remote, url = %self.url, error = %e, "{msg}; this read gets EIO");
+            }
+        };
         let Some(objects) = self.objects.clone() else {
-            tracing::warn!(object = %id, remote = %self.remote, "object is not in the local store and the remote cannot be opened; this read gets EIO");
+            fail(
+                "object is not in the local store and the remote cannot be opened",
+                &"no remote",
+            );
             return Err(io::Error::other(format!(
                 "object {id} is not in the local store and remote '{}' cannot be opened",
                 self.remote
@@ -351,15 +364,15 @@ impl Shared {
         };
         let raw = match got {
             Ok(b) => b.to_vec(),
-            Err(object_store::Error::NotFound { .. }) => {
-                tracing::warn!(object = %id, remote = %self.remote, url = %self.url, "object is neither here nor on the remote; this read gets EIO");
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                fail("object is neither here nor on the remote", &e);
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
                     format!("object {id} is not on remote '{}'", self.remote),
                 ));
             }
             Err(e) => {
-                tracing::warn!(object = %id, remote = %self.remote, url = %self.url, error = %e, "remote read failed; this read gets EIO");
+                fail("remote read failed", &e);
                 return Err(io::Error::other(format!(
                     "remote '{}' ({}): reading {key}: {e}",
                     self.remote, self.url
@@ -440,7 +453,7 @@ impl ObjectBackend for LazyBackend {
             }
             match self.shared.claim(id) {
                 Ok(flight) => {
-                    let got = self.rt.block_on(self.shared.clone().fetch(*id));
+                    let got = self.rt.block_on(self.shared.clone().fetch(*id, false));
                     self.shared.land(id, &flight);
                     return got.map(Some);
                 }
@@ -468,9 +481,7 @@ impl ObjectBackend for LazyBackend {
             let s = s.clone();
             let id = *id;
             self.rt.spawn(async move {
-                if let Err(e) = s.clone().fetch(id).await {
-                    tracing::debug!(object = %id, error = %e, "prefetch failed");
-                }
+                let _ = s.clone().fetch(id, true).await;
                 s.land(&id, &flight);
                 s.prefetching.fetch_sub(1, Ordering::SeqCst);
             });
