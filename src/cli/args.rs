@@ -260,15 +260,20 @@ pub struct ExportArgs {
 #[derive(Debug, Args)]
 pub struct MountArgs {
     /// A ref, checkpoint id or unique id prefix (read-only); a fork name
-    /// (read-write, copy-on-write, journaled); or an archive file (or its first
-    /// part), which is imported once and then mounted read-only. With
-    /// --browse: the mountpoint
+    /// (read-write, copy-on-write, journaled); an archive file (or its first
+    /// part), which is imported once and then mounted read-only; or
+    /// REMOTE:REF, a remote's ref mounted read-only and lazily (objects
+    /// fetched on first read, verified, kept in this store). With --browse:
+    /// the mountpoint
     pub target: String,
     #[command(flatten)]
     pub digests: DigestArgs,
     /// Internal: the daemon's TARGET is a checkpoint id; this is what to show for it
     #[arg(long, hide = true, value_name = "NAME")]
     pub label: Option<String>,
+    /// Internal: the daemon fetches objects it lacks from this remote (lazy mount)
+    #[arg(long, hide = true, value_name = "REMOTE", requires = "label")]
+    pub remote: Option<String>,
     /// Where to mount [default: the checkpoint's origin]; created if missing, must be empty
     pub mountpoint: Option<PathBuf>,
     /// Stay attached to the terminal instead of returning once mounted

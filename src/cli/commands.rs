@@ -113,7 +113,15 @@ pub fn log(store: &Store, a: LogArgs) -> Result<()> {
                 if list.iter().any(|(seen, _)| *seen == id) {
                     break;
                 }
-                let ck = store.read_checkpoint(&id)?;
+                let ck = match store.read_checkpoint(&id) {
+                    // A partial checkpoint (lazy mount) comes without its history.
+                    Err(crate::store::Error::UnknownTarget(_))
+                        if list.last().is_some_and(|(c, _)| store.is_partial(c)) =>
+                    {
+                        break;
+                    }
+                    r => r?,
+                };
                 next = ck.parents.first().copied();
                 list.push((id, ck));
             }

@@ -50,9 +50,24 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     // An existing file (or first part) is an archive: imported here, in the
     // parent, so errors reach the user; the daemon gets the checkpoint id.
     let archive = a.label.is_none() && is_archive_path(Path::new(&a.target));
+    // The daemon of a lazy mount is told its remote; the command finds it in TARGET.
+    let mut lazy_remote = a.remote.clone();
     let (id, label, fork) = if archive {
         let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
         (p.id, a.target.clone(), None)
+    } else if let Some((remote, name)) = a.target.split_once(':').filter(|_| a.label.is_none()) {
+        // REMOTE:REF (':' is in no ref, fork or id): a lazy mount.
+        let store = Store::open(store_dir)?;
+        let t = crate::remote::prepare_lazy_mount(&store, remote, name)?;
+        if let Some(why) = &t.offline {
+            eprintln!(
+                "storefs: warning: {why}; mounting {} as this store last saw it ({}): what was read before works offline, the rest gets EIO",
+                a.target,
+                &t.checkpoint.to_hex()[..12]
+            );
+        }
+        lazy_remote = Some(remote.to_string());
+        (t.checkpoint, a.target.clone(), None)
     } else {
         if a.digests.sha256.is_some() || a.digests.manifest.is_some() {
             bail!(
@@ -69,6 +84,15 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         (id, label, is_fork.then(|| a.target.clone()))
     };
     let store = Store::open(store_dir)?;
+    // The daemon of a lazy mount reads objects through the fetching backend.
+    let lazy = match (&lazy_remote, a.foreground) {
+        (Some(r), true) => Some(Arc::new(crate::remote::LazyBackend::open(&store, r)?)),
+        _ => None,
+    };
+    let store = match &lazy {
+        Some(l) => Store::open_with_backend(store.root(), l.clone())?,
+        None => store,
+    };
     let ck = store.read_checkpoint(&id)?;
     let mountpoint = match &a.mountpoint {
         Some(p) => absolute(p)?,
@@ -93,12 +117,21 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             Some(id),
             &label,
             fork.as_deref(),
+            lazy.as_deref(),
             &a,
             &mountpoint,
             ready,
         )
     } else {
-        start_daemon(&store, Some(id), &label, fork.as_deref(), &a, &mountpoint)
+        start_daemon(
+            &store,
+            Some(id),
+            &label,
+            fork.as_deref(),
+            lazy_remote.as_deref(),
+            &a,
+            &mountpoint,
+        )
     };
     if result.is_err() && created {
         // Leave no trace of a mount that never happened (removes only an empty dir).
@@ -126,9 +159,18 @@ fn mount_browse(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Re
             .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
     }
     let result = if a.foreground {
-        run_daemon(store, None, BROWSE_LABEL, None, &a, &mountpoint, ready)
+        run_daemon(
+            store,
+            None,
+            BROWSE_LABEL,
+            None,
+            None,
+            &a,
+            &mountpoint,
+            ready,
+        )
     } else {
-        start_daemon(&store, None, BROWSE_LABEL, None, &a, &mountpoint)
+        start_daemon(&store, None, BROWSE_LABEL, None, None, &a, &mountpoint)
     };
     if result.is_err() && created {
         let _ = fs::remove_dir(&mountpoint);
@@ -200,12 +242,13 @@ fn check_dev_fuse() -> Result<()> {
 
 /// Start `storefs mount … --foreground` in a new session with its stderr in the
 /// log, and wait until it reports that the mount answers (or why it failed).
-/// `id` is `None` for a browse mount.
+/// `id` is `None` for a browse mount; `remote` is set for a lazy mount.
 fn start_daemon(
     store: &Store,
     id: Option<ObjectId>,
     label: &str,
     fork: Option<&str>,
+    remote: Option<&str>,
     a: &MountArgs,
     mp: &Path,
 ) -> Result<()> {
@@ -230,6 +273,9 @@ fn start_daemon(
             .arg(label),
         None => cmd.arg("--browse").arg(mp),
     };
+    if let Some(r) = remote {
+        cmd.arg("--remote").arg(r);
+    }
     cmd.arg("--foreground")
         .arg("--cache-size")
         .arg(a.cache_size.to_string())
@@ -315,12 +361,15 @@ fn start_daemon(
 }
 
 /// The daemon itself: mount, register, report, serve until unmounted.
-/// `id` is `None` for a browse mount.
+/// `id` is `None` for a browse mount; `lazy` is the fetching backend of a
+/// lazy mount (synced and its counters logged at unmount).
+#[allow(clippy::too_many_arguments)]
 fn run_daemon(
     store: Store,
     id: Option<ObjectId>,
     label: &str,
     fork: Option<&str>,
+    lazy: Option<&crate::remote::LazyBackend>,
     a: &MountArgs,
     mp: &Path,
     ready: Option<&ReadyPipe>,
@@ -393,6 +442,9 @@ fn run_daemon(
     }
     let result = mounted.serve();
     tracing::info!(mountpoint = %mp.display(), "unmounted");
+    if let Some(l) = lazy {
+        l.finish();
+    }
     if let Some(c) = &control {
         let _ = fs::remove_file(store.mount_file(mp, "sock"));
         if c.skip_final_commit.load(Ordering::SeqCst) {

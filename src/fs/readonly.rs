@@ -210,7 +210,7 @@ impl ReadOnlyFs {
             match &extent.id {
                 None => out.resize(out.len() + (to - from) as usize, 0),
                 Some(id) => {
-                    let chunk = self.chunk(&node, id)?;
+                    let chunk = self.chunk(&node, id, || next_chunks(extents, index))?;
                     if chunk.len() as u64 != extent.len {
                         return Err(self.malformed(&node, "chunk length differs from its extent"));
                     }
@@ -296,10 +296,18 @@ impl ReadOnlyFs {
     }
 
     /// A file chunk: from the cache, else read, decompressed and verified.
-    fn chunk(&self, node: &Node, id: &ObjectId) -> Result<Arc<Vec<u8>>, FsError> {
+    /// On a cache miss the store is told which chunks follow in the file
+    /// (`following`), so a backend that fetches from a remote can prefetch them.
+    fn chunk(
+        &self,
+        node: &Node,
+        id: &ObjectId,
+        following: impl FnOnce() -> Vec<ObjectId>,
+    ) -> Result<Arc<Vec<u8>>, FsError> {
         if let Some(chunk) = self.cache.get(id) {
             return Ok(chunk);
         }
+        self.store.prefetch(&following());
         let path = self.display_path(node.ino);
         let data = self
             .store
@@ -336,6 +344,19 @@ impl ReadOnlyFs {
 }
 
 /// What `stat` shows for a node.
+/// How many chunks after the one being read a miss hints at ([`Store::prefetch`]).
+const PREFETCH_AHEAD: usize = 4;
+
+/// The ids of the next [`PREFETCH_AHEAD`] data extents after extent `index`.
+fn next_chunks(extents: &[crate::store::Extent], index: usize) -> Vec<ObjectId> {
+    extents
+        .iter()
+        .skip(index + 1)
+        .filter_map(|e| e.id)
+        .take(PREFETCH_AHEAD)
+        .collect()
+}
+
 fn attr(node: &Node) -> Attr {
     let e = &node.entry;
     let min_links = if e.kind == Kind::Dir { 2 } else { 1 };

@@ -16,6 +16,7 @@
 //! missing. The remote ref moves by compare-and-swap (docs/design.md).
 
 mod config;
+mod lazy;
 mod ops;
 
 use std::collections::HashSet;
@@ -29,6 +30,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use crate::store::{self, ObjectId};
 
 pub use config::{add, list, remove, url_of};
+pub use lazy::{FetchStats, LazyBackend, LazyTarget, prepare_lazy_mount};
 pub use ops::{PullOptions, PullReport, PushOptions, PushReport};
 
 /// How many transfers run at once.
@@ -112,6 +114,14 @@ pub enum Error {
         name: String,
         ours: ObjectId,
         theirs: ObjectId,
+    },
+    #[error(
+        "remote '{remote}' cannot be reached ({detail}) and this store has no earlier lazy mount of {remote}:{name} to fall back on; check the URL, AWS_* settings and network"
+    )]
+    Offline {
+        remote: String,
+        name: String,
+        detail: String,
     },
     #[error("{path}: {source}")]
     Io {
@@ -200,38 +210,7 @@ impl Remote {
     /// Open a remote by URL (`name` is only for messages). A `file://`
     /// directory is created if missing. Nothing is contacted yet.
     pub fn open_url(name: &str, url: &str) -> Result<Remote> {
-        let backend = |what: &str, source| Error::Backend {
-            remote: name.to_string(),
-            url: url.to_string(),
-            what: what.to_string(),
-            source: Box::new(source),
-        };
-        let (objects, local_root): (Arc<dyn ObjectStore>, _) = match Location::parse(url)? {
-            Location::S3 { bucket, prefix } => {
-                let s3 = object_store::aws::AmazonS3Builder::from_env()
-                    .with_url(format!("s3://{bucket}"))
-                    .build()
-                    .map_err(|e| backend("configuring S3", e))?;
-                if prefix.is_empty() {
-                    (Arc::new(s3), None)
-                } else {
-                    (
-                        Arc::new(object_store::prefix::PrefixStore::new(s3, prefix.as_str())),
-                        None,
-                    )
-                }
-            }
-            Location::File(dir) => {
-                std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
-                    path: dir.clone(),
-                    source,
-                })?;
-                let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|e| backend("opening the directory", e))?
-                    .with_fsync(true);
-                (Arc::new(fs), Some(dir))
-            }
-        };
+        let (objects, local_root) = object_store_for(name, url, false)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("storefs-remote")
@@ -452,6 +431,65 @@ impl Remote {
             }
         }
     }
+}
+
+/// The `object_store` for `url`, and for `file://` its directory. For push
+/// and pull (`lazy` false) a missing `file://` directory is created and S3
+/// requests are retried as `object_store` does by default (up to minutes).
+/// For a lazy mount a missing directory is an error (a vanished remote must
+/// not pass for an empty one) and S3 requests give up after a few seconds,
+/// since a reader is blocked on them.
+fn object_store_for(
+    name: &str,
+    url: &str,
+    lazy: bool,
+) -> Result<(Arc<dyn ObjectStore>, Option<PathBuf>)> {
+    let backend = |what: &str, source| Error::Backend {
+        remote: name.to_string(),
+        url: url.to_string(),
+        what: what.to_string(),
+        source: Box::new(source),
+    };
+    Ok(match Location::parse(url)? {
+        Location::S3 { bucket, prefix } => {
+            let mut builder =
+                object_store::aws::AmazonS3Builder::from_env().with_url(format!("s3://{bucket}"));
+            if lazy {
+                builder = builder.with_retry(object_store::RetryConfig {
+                    max_retries: 2,
+                    retry_timeout: std::time::Duration::from_secs(10),
+                    ..Default::default()
+                });
+            }
+            let s3 = builder.build().map_err(|e| backend("configuring S3", e))?;
+            if prefix.is_empty() {
+                (Arc::new(s3), None)
+            } else {
+                (
+                    Arc::new(object_store::prefix::PrefixStore::new(s3, prefix.as_str())),
+                    None,
+                )
+            }
+        }
+        Location::File(dir) => {
+            let io = |source| Error::Io {
+                path: dir.clone(),
+                source,
+            };
+            if !lazy {
+                std::fs::create_dir_all(&dir).map_err(io)?;
+            } else if !dir.is_dir() {
+                return Err(io(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the remote directory is not there",
+                )));
+            }
+            let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                .map_err(|e| backend("opening the directory", e))?
+                .with_fsync(true);
+            (Arc::new(fs), Some(dir))
+        }
+    })
 }
 
 #[cfg(test)]

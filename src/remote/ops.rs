@@ -259,7 +259,9 @@ impl Remote {
                 if fetched.contains_key(&id) || boundary.contains(&id) {
                     continue;
                 }
-                if store.has_checkpoint(&id) {
+                // A partial checkpoint (lazy mount) has its record but maybe
+                // not its objects: fetched like a missing one.
+                if store.has_checkpoint(&id) && !store.is_partial(&id) {
                     store.read_checkpoint(&id)?;
                     boundary.push(id);
                     continue;
@@ -400,6 +402,10 @@ impl Remote {
                         written.insert(*id);
                     }
                 }
+            }
+            // Every object of the fetched checkpoints is here and durable now.
+            for id in fetched.keys() {
+                store.clear_partial(id)?;
             }
             store.set_ref(local, &target)?;
             Ok(PullReport {

@@ -46,6 +46,10 @@ pub trait ObjectBackend: Send + Sync {
     fn locate(&self, _id: &ObjectId) -> io::Result<Option<(PathBuf, u64, u64)>> {
         Ok(None)
     }
+    /// A hint that `ids` will probably be read soon (the next chunks of a file
+    /// being read). A backend that fetches from far away may start fetching
+    /// them in the background; the default ignores it.
+    fn prefetch(&self, _ids: &[ObjectId]) {}
     /// Move a bad object aside so it is no longer served; returns where it went.
     fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>>;
     /// Stored size and modification time of `id` (for gc), or `None` when absent.

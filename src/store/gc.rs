@@ -210,7 +210,9 @@ impl Store {
             let c = self
                 .read_checkpoint(&ck)
                 .map_err(|e| refuse(format!("checkpoint {ck}"), e))?;
-            self.mark_reachable(&c.root, marked, "gc")
+            // A partial checkpoint (lazy mount) lacks objects by design:
+            // keep what it has, do not require the rest.
+            self.mark_reachable_inner(&c.root, marked, "gc", self.is_partial(&ck))
                 .map_err(|(tid, e)| refuse(format!("checkpoint {ck}: tree {tid}"), e))?;
         }
         Ok(())
@@ -226,12 +228,28 @@ impl Store {
         marked: &mut HashSet<ObjectId>,
         context: &str,
     ) -> std::result::Result<(), (ObjectId, Error)> {
+        self.mark_reachable_inner(root, marked, context, false)
+    }
+
+    /// As [`Store::mark_reachable`]; with `skip_missing`, a tree that is not
+    /// in the store is passed over (a partial checkpoint's).
+    fn mark_reachable_inner(
+        &self,
+        root: &ObjectId,
+        marked: &mut HashSet<ObjectId>,
+        context: &str,
+        skip_missing: bool,
+    ) -> std::result::Result<(), (ObjectId, Error)> {
         let mut stack = vec![*root];
         while let Some(tid) = stack.pop() {
             if !marked.insert(tid) {
                 continue;
             }
-            let tree = self.get_tree(&tid, context).map_err(|e| (tid, e))?;
+            let tree = match self.get_tree(&tid, context) {
+                Ok(t) => t,
+                Err(Error::Missing { .. }) if skip_missing => continue,
+                Err(e) => return Err((tid, e)),
+            };
             for e in tree.entries {
                 match e.content {
                     Content::Tree(sub) => stack.push(sub),

@@ -153,6 +153,17 @@ impl Store {
         Ok(Store { root, backend })
     }
 
+    /// Open an existing store whose objects are served by `backend` instead
+    /// of its own `objects/` directory (a lazy mount's fetching backend, which
+    /// wraps a [`LocalBackend`] of the same store).
+    pub fn open_with_backend(root: &Path, backend: Arc<dyn ObjectBackend>) -> Result<Store> {
+        let store = Self::open(root)?;
+        Ok(Store {
+            root: store.root,
+            backend,
+        })
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -207,6 +218,13 @@ impl Store {
             return Err(corrupt(format!("content hashes to {actual}")));
         }
         Ok(out)
+    }
+
+    /// Tell the backend `ids` will probably be read soon ([`ObjectBackend::prefetch`]).
+    pub fn prefetch(&self, ids: &[ObjectId]) {
+        if !ids.is_empty() {
+            self.backend.prefetch(ids);
+        }
     }
 
     pub fn has_object(&self, id: &ObjectId) -> Result<bool> {
@@ -366,6 +384,36 @@ impl Store {
         let what = format!("checkpoint record {}", path.display());
         let ckpt = Self::verify_record(id, &bytes, &what)?;
         Ok((ckpt, bytes))
+    }
+
+    fn partial_path(&self, id: &ObjectId) -> PathBuf {
+        self.root.join("checkpoints").join(format!("{id}.partial"))
+    }
+
+    /// Mark checkpoint `id` as *partial*: its record is here but its objects
+    /// may not be (a lazy mount of a remote checkpoint fetches them on first
+    /// read). Written before the record. `note` (the remote's name) is kept
+    /// in the file for people. gc keeps what is present of a partial
+    /// checkpoint and does not require the rest; pull fetches the rest.
+    pub fn mark_partial(&self, id: &ObjectId, note: &str) -> Result<()> {
+        let path = self.partial_path(id);
+        write_file(&path, format!("{note}\n").as_bytes(), 0o644, true).at(&path)
+    }
+
+    /// Whether checkpoint `id` is partial ([`Store::mark_partial`]).
+    pub fn is_partial(&self, id: &ObjectId) -> bool {
+        self.partial_path(id).exists()
+    }
+
+    /// Checkpoint `id` is complete now (every object it reaches is local and
+    /// durable): drop the partial mark.
+    pub fn clear_partial(&self, id: &ObjectId) -> Result<()> {
+        let path = self.partial_path(id);
+        match fs::remove_file(&path) {
+            Ok(()) => fsync_dir(&self.root.join("checkpoints")).at(&path),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).at(&path),
+        }
     }
 
     /// Whether the store holds checkpoint `id`'s record (not checked).

@@ -132,7 +132,8 @@ impl Store {
             match self.read_checkpoint(ck) {
                 Ok(c) => {
                     for p in &c.parents {
-                        if !self.checkpoint_exists(p) {
+                        // A partial checkpoint (lazy mount) comes without its history.
+                        if !self.checkpoint_exists(p) && !self.is_partial(ck) {
                             problem(
                                 Some(*ck),
                                 "(record)".into(),
@@ -218,12 +219,22 @@ impl Store {
             return Ok(report);
         }
 
-        // Pass 2: name every path that uses a bad object.
+        // Pass 2: name every path that uses a bad object. A partial
+        // checkpoint (lazy mount) lacks objects by design: its missing ones
+        // are not problems (and not counted unless a complete one needs them).
         let mut dirty: HashMap<ObjectId, bool> = HashMap::new();
+        let mut missing: HashSet<ObjectId> = HashSet::new();
         for (ck, root) in &roots {
             let mut out = Vec::new();
             walk(&status, &trees, &mut dirty, *root, b"", &mut out);
+            let partial = self.is_partial(ck);
             for (path, id, bad) in out {
+                if matches!(bad, Bad::Missing { .. }) {
+                    if partial {
+                        continue;
+                    }
+                    missing.insert(id);
+                }
                 report.problems.push(Problem {
                     checkpoint: Some(*ck),
                     path,
@@ -232,6 +243,7 @@ impl Store {
                 });
             }
         }
+        report.missing = missing.len();
         Ok(report)
     }
 
