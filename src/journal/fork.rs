@@ -310,6 +310,13 @@ impl Fork {
                 },
             })
         })?;
+        // A segment started by a head move that crashed before writing its
+        // first record (HEAD is written first there) gets the map now, so
+        // records appended to it replay later; the state is still fresh.
+        if first && head.journal_from > 0 {
+            wal.append(&Record::InodeMap(state.inode_map()).encode())?;
+            wal.sync()?;
+        }
         state.finish_replay();
         Ok(Fork {
             store,
@@ -727,10 +734,11 @@ impl Fork {
     /// Opened just for this (the fork's lock is held, so it is not mounted).
     /// A changed journal is refused with [`Error::Uncommitted`]: only
     /// records that change the tree count, not directory loads. The journal
-    /// restarts in a new segment whose first record is the inode map of a
-    /// fresh state over `new`; HEAD is written durably, then older segments
-    /// go (a crash in between leaves them for the next open to delete, as
-    /// after a commit).
+    /// restarts at segment S+1: HEAD `{new, S+1}` is written durably first,
+    /// then S+1 is created with the inode map of a fresh state over `new` as
+    /// its first record, then segments <= S go. A crash after HEAD leaves the
+    /// old segments for the next open to delete (as after a commit) and
+    /// perhaps no S+1, which the next open creates with that map.
     pub fn move_head(self, new: &ObjectId, force: bool) -> Result<ObjectId> {
         let _one = self.commit_lock.lock();
         let old = self.head.lock().checkpoint;
@@ -750,13 +758,19 @@ impl Fork {
         let ckpt = self.store.read_checkpoint(new)?;
         let root = self.store.root_entry(&ckpt)?;
         let map = Record::InodeMap(ForkState::new(&root).inode_map()).encode();
-        let seg = self.wal.rotate(&map)?;
+        // HEAD first: segment S+1 must not exist while HEAD names the old
+        // head, whose replay would check the fresh map against its own state.
+        let seg = self.wal.current_segment() + 1;
         let head = Head {
             checkpoint: *new,
             journal_from: seg,
         };
         write_json(&*self.io, &self.dir.join("HEAD"), &head)?;
         *self.head.lock() = head;
+        // A crash here leaves no segment S+1: the next open creates it and
+        // writes its map (see `open_with`).
+        let made = self.wal.rotate(&map)?;
+        debug_assert_eq!(made, seg);
         self.wal.trim(seg)?;
         Ok(old)
     }

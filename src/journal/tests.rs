@@ -1326,6 +1326,45 @@ fn move_head_needs_a_clean_journal_and_a_descendant() {
     assert_eq!(f.move_head(&env.base, true).unwrap(), mine);
     let f = Fork::open(env.store.clone(), "f").unwrap();
     assert_eq!(cat(&f, "hello.txt"), b"hello\n");
+    // A crash after a head move wrote HEAD but before its segment existed:
+    // the next open starts the segment with a map, and records appended
+    // after it replay at the open after that.
+    Fork::create(&env.store, "c", &env.base).unwrap();
+    let c = Fork::open(env.store.clone(), "c").unwrap();
+    assert_eq!(cat(&c, "dir/a.txt"), b"a");
+    c.commit("nothing").unwrap();
+    let _ = ino(&c, "other/x/y.txt");
+    drop(c);
+    let dir = fork_dir(&env.store, "c");
+    let last = fs::read_dir(dir.join("journal"))
+        .unwrap()
+        .map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            u64::from_str_radix(n.trim_end_matches(".wal"), 16).unwrap()
+        })
+        .max()
+        .unwrap();
+    assert!(last > 0);
+    fs::write(
+        dir.join("HEAD"),
+        serde_json::to_vec(&Head {
+            checkpoint: next,
+            journal_from: last + 1,
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let c = Fork::open(env.store.clone(), "c").unwrap();
+    assert!(!c.has_uncommitted());
+    c.write(ino(&c, "dir/sub/deeper/deep.txt"), 0, b"DEEP")
+        .unwrap();
+    c.sync().unwrap();
+    drop(c);
+    let c = Fork::open(env.store.clone(), "c").unwrap();
+    assert_eq!(cat(&c, "dir/sub/deeper/deep.txt"), b"DEEP data\n");
+    assert_eq!(cat(&c, "dir/a.txt"), b"A from elsewhere");
+    drop(c);
+
     // fork.json written before `upstream` existed still loads.
     let info = read_fork_info(&env.store, "f").unwrap().unwrap();
     assert_eq!(info.upstream, None);
