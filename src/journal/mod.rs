@@ -101,7 +101,7 @@ pub enum Error {
     Uncommitted(String),
     /// A head move that is not a fast-forward.
     #[error(
-        "fork '{name}' is at {head}, which is not an ancestor of {new}: moving the head would lose its checkpoints; use --force, or fork {new} under another name"
+        "fork '{name}' is at {head}, which is not an ancestor of {new}: moving the head would lose its checkpoints; keep them with `storefs fork {name} --name OTHER`, then retry with --force"
     )]
     NotAncestor {
         name: String,
