@@ -102,7 +102,9 @@ pub enum RemoteCommand {
     after_help = "Uploads only the objects the remote lacks (in parallel), then the \
 checkpoint records, then moves the remote ref by compare-and-swap. A push that would move the \
 remote ref off a checkpoint that is not an ancestor of TARGET (someone else pushed) is refused \
-unless --force. An interrupted push can simply be run again."
+unless --force. An interrupted push can simply be run again. A fork pushes its head to the \
+remote ref of the fork's name (also for a fork made with `storefs fork REMOTE:REF --name NAME`: \
+it pushes to NAME, not REF) unless --as says otherwise."
 )]
 pub struct PushArgs {
     /// The remote's name (`storefs remote list`)
@@ -121,7 +123,10 @@ pub struct PushArgs {
 #[command(
     after_help = "Fetches the checkpoint the remote ref names, its history and every \
 object the store lacks, verifying each by its sha256, then writes the records and the local \
-ref. A corrupt or missing remote object fails the pull and publishes nothing."
+ref. A corrupt or missing remote object fails the pull and publishes nothing. With --fork \
+NAME no ref is set: the fork's head moves to the pulled checkpoint instead, only if the fork is \
+not mounted, has no uncommitted changes, and its head is an ancestor of the pulled checkpoint \
+(else refused unless --force)."
 )]
 pub struct PullArgs {
     /// The remote's name (`storefs remote list`)
@@ -129,9 +134,12 @@ pub struct PullArgs {
     /// The remote ref to fetch
     pub r#ref: String,
     /// The local ref to set [default: REF]
-    #[arg(long = "as", value_name = "LOCALREF")]
+    #[arg(long = "as", value_name = "LOCALREF", conflicts_with = "fork")]
     pub as_name: Option<String>,
-    /// Move the local ref even if it is not an ancestor of the pulled checkpoint
+    /// Move this fork's head to the pulled checkpoint instead of setting a ref
+    #[arg(long, value_name = "FORK")]
+    pub fork: Option<String>,
+    /// Move the local ref (or fork head) even if it is not an ancestor of the pulled checkpoint
     #[arg(long)]
     pub force: bool,
 }
@@ -309,8 +317,16 @@ pub struct UmountArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "CHECKPOINT may be REMOTE:REF (e.g. `team:s1`) where REMOTE is a configured \
+remote: the remote ref's checkpoint, history and objects are pulled in full (no local ref is \
+set; the fork holds the checkpoint), then the fork is made at it and fork.json records the \
+upstream (remote and ref). `storefs push REMOTE NAME` later pushes the fork's head to the remote \
+ref NAME (the fork's name, not REF) unless --as; `storefs pull REMOTE REF --fork NAME` moves the \
+fork to a checkpoint pushed from elsewhere."
+)]
 pub struct ForkArgs {
-    /// The checkpoint to fork (ref, fork, id or unique prefix)
+    /// The checkpoint to fork (ref, fork, id, unique prefix, or REMOTE:REF)
     pub checkpoint: String,
     /// The fork's name: letters, digits, '.', '_' and '-'; not a ref's or fork's name
     #[arg(long, value_name = "NAME")]

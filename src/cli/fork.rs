@@ -16,14 +16,52 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::args::{CommitArgs, ForkArgs};
-use crate::journal::{self, Fork};
+use crate::journal::{self, Fork, Upstream};
+use crate::remote::{self, PullOptions, Remote};
 use crate::store::Store;
 
 pub fn fork(store: &Store, a: ForkArgs) -> Result<()> {
-    let base = store.resolve(&a.checkpoint)?;
-    Fork::create(store, &a.name, &base)?;
+    // `REMOTE:REF` (no ref, fork or id contains ':'), as for `mount`.
+    let remote_ref = a
+        .checkpoint
+        .split_once(':')
+        .filter(|(r, _)| remote::url_of(store, r).is_ok());
+    let (base, upstream) = match remote_ref {
+        None => (store.resolve(&a.checkpoint)?, None),
+        Some((remote_name, name)) => {
+            // Refuse a taken name before moving any bytes.
+            if store.get_ref(&a.name)?.is_some() || journal::fork_dir(store, &a.name).exists() {
+                return Err(journal::Error::NameTaken(a.name.clone()).into());
+            }
+            let r = Remote::open(store, remote_name)?;
+            let progress = super::remote::progress_bar("fetching");
+            let opts = PullOptions {
+                force: false,
+                progress: progress.clone(),
+            };
+            let result = r.pull(store, name, None, &opts);
+            progress.finish_and_clear();
+            let rep = result?;
+            eprintln!(
+                "storefs: pulled {remote_name}/{name}: {} objects fetched ({} bytes), {} records fetched",
+                rep.objects_fetched, rep.bytes_fetched, rep.records_fetched
+            );
+            (
+                rep.checkpoint,
+                Some(Upstream {
+                    remote: remote_name.to_string(),
+                    r#ref: name.to_string(),
+                }),
+            )
+        }
+    };
+    let from = upstream
+        .as_ref()
+        .map(|u| format!(" (from {}/{})", u.remote, u.r#ref))
+        .unwrap_or_default();
+    Fork::create_from(store, &a.name, &base, upstream)?;
     eprintln!(
-        "storefs: fork '{}' at {}; mount it read-write with `storefs mount {}`",
+        "storefs: fork '{}' at {}{from}; mount it read-write with `storefs mount {}`",
         a.name,
         &base.to_hex()[..12],
         a.name

@@ -2,10 +2,12 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Result, bail};
 
 use super::args::{PullArgs, PushArgs, RemoteCommand};
+use crate::journal::{self, Fork};
 use crate::remote::{self, PullOptions, PushOptions, Remote};
 use crate::store::Store;
 
@@ -68,26 +70,71 @@ pub fn push(store: &Store, a: PushArgs) -> Result<()> {
 }
 
 pub fn pull(store_dir: &Path, a: PullArgs) -> Result<()> {
-    let store = Store::open_or_create(store_dir)?;
-    let local = a.as_name.unwrap_or_else(|| a.r#ref.clone());
+    let store = Arc::new(Store::open_or_create(store_dir)?);
+    let local = match &a.fork {
+        Some(_) => None,
+        None => Some(a.as_name.clone().unwrap_or_else(|| a.r#ref.clone())),
+    };
     let r = Remote::open(&store, &a.remote)?;
+    // Fail before fetching when the fork cannot move: missing, mounted, or
+    // with uncommitted changes (checked again, under the fork's lock, after).
+    let fork = match &a.fork {
+        Some(name) => {
+            if journal::read_fork_info(&store, name)?.is_none() {
+                bail!(
+                    "no fork named '{name}'; make one with `storefs fork {}:{} --name {name}`",
+                    a.remote,
+                    a.r#ref
+                );
+            }
+            Some(Fork::open(store.clone(), name)?)
+        }
+        None => None,
+    };
+    if let Some(f) = &fork
+        && f.has_uncommitted()
+    {
+        return Err(journal::Error::Uncommitted(f.name().to_string()).into());
+    }
     let progress = progress_bar("fetching");
     let opts = PullOptions {
         force: a.force,
         progress: progress.clone(),
     };
-    let result = r.pull(&store, &a.r#ref, &local, &opts);
+    let result = r.pull(&store, &a.r#ref, local.as_deref(), &opts);
     progress.finish_and_clear();
     let rep = result?;
+    let into = match (&local, &a.fork) {
+        (Some(l), _) => format!("ref {l}"),
+        (None, Some(f)) => format!("fork {f}"),
+        (None, None) => unreachable!("one of them is set"),
+    };
+    // The fork moves (or is refused) before anything is reported, so a
+    // refusal is one line; the pulled checkpoint stays here either way.
+    let moved = match fork {
+        Some(f) => {
+            let old = f.move_head(&rep.checkpoint, a.force)?;
+            if old != rep.checkpoint {
+                format!(
+                    "; fork moved from {} to {}",
+                    &old.to_hex()[..12],
+                    &rep.checkpoint.to_hex()[..12]
+                )
+            } else {
+                "; fork unchanged".to_string()
+            }
+        }
+        None => String::new(),
+    };
     eprintln!(
-        "storefs: pulled {}/{} into ref {local}: {} objects fetched ({} bytes), {} records fetched",
+        "storefs: pulled {}/{} for {into}: {} objects fetched ({} bytes), {} records fetched{moved}",
         a.remote, a.r#ref, rep.objects_fetched, rep.bytes_fetched, rep.records_fetched
     );
     println!("{}", rep.checkpoint);
     Ok(())
 }
 
-fn progress_bar(what: &str) -> indicatif::ProgressBar {
+pub(super) fn progress_bar(what: &str) -> indicatif::ProgressBar {
     if !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }

@@ -165,7 +165,8 @@ fn journal_errno(e: &journal::Error) -> Errno {
         J::TooBig => Errno::E2BIG,
         J::FileTooLarge => Errno::EFBIG,
         J::TooManyLinks => Errno::EMLINK,
-        J::Busy(_) => Errno::EBUSY,
+        J::Busy(_) | J::Uncommitted(_) => Errno::EBUSY,
+        J::NotAncestor { .. } => Errno::EINVAL,
         // Failures of the fork itself: the operation fails, the mount stays.
         J::NoFork(_) | J::NameTaken(_) | J::Io { .. } | J::Store(_) | J::Corrupt { .. } => {
             tracing::warn!(error = %e, "fork operation failed; it gets EIO");

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! STORE/forks/<name>/
-//!   fork.json        {"name", "base": <fork point id>, "created_ns"}   (never changes)
+//!   fork.json        {"name", "base": <fork point id>, "created_ns",
+//!                     "upstream"?: {"remote", "ref"}}                   (never changes)
 //!   HEAD             {"checkpoint": <id>, "journal_from": <seq>}       (replaced atomically)
 //!   journal/<16 hex>.wal   segments >= journal_from, replayed in order onto HEAD's checkpoint
 //!   lock             flock(LOCK_EX|LOCK_NB) while the fork is open (mount or commit)
@@ -46,6 +47,21 @@ pub struct ForkInfo {
     /// The checkpoint the fork was made from.
     pub base: ObjectId,
     pub created_ns: i64,
+    /// Where the base came from when the fork was made of a remote ref
+    /// (`storefs fork team:s1 --name …`); absent otherwise and in fork.json
+    /// files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Upstream>,
+}
+
+/// The remote ref a fork was made from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upstream {
+    /// The remote's name (`storefs remote list`).
+    pub remote: String,
+    /// The remote ref's name.
+    #[serde(rename = "ref")]
+    pub r#ref: String,
 }
 
 /// `HEAD`: the fork's current checkpoint and the first journal segment to
@@ -155,6 +171,9 @@ pub struct Fork {
     wal: Wal,
     commit_lock: Mutex<()>,
     cache: ChunkCache,
+    /// Records replayed at open that change the tree (not directory loads
+    /// or inode maps): uncommitted changes.
+    replayed_changes: usize,
     _lock: Box<dyn Any + Send + Sync>,
 }
 
@@ -171,12 +190,32 @@ impl Fork {
         Self::create_with(store, Arc::new(RealIo), name, base)
     }
 
+    /// [`Fork::create`], recording in fork.json the remote ref the base came from.
+    pub fn create_from(
+        store: &Store,
+        name: &str,
+        base: &ObjectId,
+        upstream: Option<Upstream>,
+    ) -> Result<ForkInfo> {
+        Self::create_full(store, Arc::new(RealIo), name, base, upstream)
+    }
+
     /// [`Fork::create`] through a given I/O implementation (tests).
     pub fn create_with(
         store: &Store,
         io: Arc<dyn JournalIo>,
         name: &str,
         base: &ObjectId,
+    ) -> Result<ForkInfo> {
+        Self::create_full(store, io, name, base, None)
+    }
+
+    fn create_full(
+        store: &Store,
+        io: Arc<dyn JournalIo>,
+        name: &str,
+        base: &ObjectId,
+        upstream: Option<Upstream>,
     ) -> Result<ForkInfo> {
         Store::check_name(name)?;
         if store.get_ref(name)?.is_some() {
@@ -196,6 +235,7 @@ impl Fork {
             name: name.into(),
             base: *base,
             created_ns: now_ns(),
+            upstream,
         };
         write_json(&*io, &dir.join("fork.json"), &info)?;
         let journal = dir.join("journal");
@@ -245,6 +285,7 @@ impl Fork {
         state.replaying = true;
         let journal = dir.join("journal");
         let mut first = true;
+        let mut changes = 0usize;
         let wal = Wal::open(io.clone(), &journal, head.journal_from, |rec, pos, plen| {
             let at = || journal.join(segment_name(pos.seg));
             if first && head.journal_from > 0 && !matches!(rec, Record::InodeMap(_)) {
@@ -254,6 +295,9 @@ impl Fork {
                 });
             }
             first = false;
+            if !matches!(rec, Record::InodeMap(_) | Record::LoadDir { .. }) {
+                changes += 1;
+            }
             state.apply(&store, &rec, pos, plen).map_err(|e| match e {
                 Error::Io { .. } | Error::Store(_) => e,
                 Error::Corrupt { detail, .. } => Error::Corrupt {
@@ -266,6 +310,13 @@ impl Fork {
                 },
             })
         })?;
+        // A segment started by a head move that crashed before writing its
+        // first record (HEAD is written first there) gets the map now, so
+        // records appended to it replay later; the state is still fresh.
+        if first && head.journal_from > 0 {
+            wal.append(&Record::InodeMap(state.inode_map()).encode())?;
+            wal.sync()?;
+        }
         state.finish_replay();
         Ok(Fork {
             store,
@@ -277,6 +328,7 @@ impl Fork {
             wal,
             commit_lock: Mutex::new(()),
             cache: ChunkCache::new(CACHE_BYTES),
+            replayed_changes: changes,
             _lock: lock,
         })
     }
@@ -667,5 +719,59 @@ impl Fork {
         // (5) Trim.
         self.wal.trim(seg)?;
         Ok(new)
+    }
+
+    /// Whether the journal held changes to the tree when the fork was
+    /// opened (directory loads and inode maps do not count).
+    pub fn has_uncommitted(&self) -> bool {
+        self.replayed_changes > 0
+    }
+
+    /// Move the head of an open fork that holds no uncommitted changes to
+    /// checkpoint `new` (e.g. one pulled from a remote), which must descend
+    /// from the current head unless `force`. Returns the previous head.
+    ///
+    /// Opened just for this (the fork's lock is held, so it is not mounted).
+    /// A changed journal is refused with [`Error::Uncommitted`]: only
+    /// records that change the tree count, not directory loads. The journal
+    /// restarts at segment S+1: HEAD `{new, S+1}` is written durably first,
+    /// then S+1 is created with the inode map of a fresh state over `new` as
+    /// its first record, then segments <= S go. A crash after HEAD leaves the
+    /// old segments for the next open to delete (as after a commit) and
+    /// perhaps no S+1, which the next open creates with that map.
+    pub fn move_head(self, new: &ObjectId, force: bool) -> Result<ObjectId> {
+        let _one = self.commit_lock.lock();
+        let old = self.head.lock().checkpoint;
+        if self.replayed_changes > 0 {
+            return Err(Error::Uncommitted(self.info.name.clone()));
+        }
+        if old == *new {
+            return Ok(old);
+        }
+        if !force && !self.store.ancestry(new)?.iter().any(|(id, _)| *id == old) {
+            return Err(Error::NotAncestor {
+                name: self.info.name.clone(),
+                head: old,
+                new: *new,
+            });
+        }
+        let ckpt = self.store.read_checkpoint(new)?;
+        let root = self.store.root_entry(&ckpt)?;
+        let map = Record::InodeMap(ForkState::new(&root).inode_map()).encode();
+        // HEAD first: segment S+1 must not exist while HEAD names the old
+        // head, whose replay would check the fresh map against its own state.
+        let seg = self.wal.current_segment() + 1;
+        let head = Head {
+            checkpoint: *new,
+            journal_from: seg,
+        };
+        write_json(&*self.io, &self.dir.join("HEAD"), &head)?;
+        *self.head.lock() = head;
+        // A crash here leaves no segment S+1: the next open creates it and
+        // writes its map (see `open_with`).
+        let made = self.wal.rotate(&map)?;
+        debug_assert_eq!(made, seg);
+        self.wal.trim(seg)?;
+        Ok(old)
     }
 }

@@ -32,11 +32,11 @@ pub mod wal;
 use std::io as stdio;
 use std::path::PathBuf;
 
-pub use fork::{Fork, ForkInfo, Head, StatFs, fork_dir, fork_log, read_fork_info};
+pub use fork::{Fork, ForkInfo, Head, StatFs, Upstream, fork_dir, fork_log, read_fork_info};
 pub use io::{FaultyIo, JournalFile, JournalIo, RealIo};
 pub use state::{MAX_FILE_SIZE, NAME_MAX, ROOT_INO, XATTR_SIZE_MAX};
 
-use crate::store::{self, Kind};
+use crate::store::{self, Kind, ObjectId};
 
 /// What can go wrong on a fork. The first group are the POSIX outcomes of
 /// operations (fs/ maps each to one errno); the rest are failures of the
@@ -93,6 +93,21 @@ pub enum Error {
     /// A fork's name is taken by a ref or another fork.
     #[error("'{0}' is already the name of a ref or a fork; pick another name")]
     NameTaken(String),
+    /// The fork's journal holds changes not yet committed (moving its head
+    /// would lose them).
+    #[error(
+        "fork '{0}' has uncommitted changes in its journal; commit them (`storefs commit {0}`) or discard them, then retry"
+    )]
+    Uncommitted(String),
+    /// A head move that is not a fast-forward.
+    #[error(
+        "fork '{name}' is at {head}, which is not an ancestor of {new}: moving the head would lose its checkpoints; keep them with `storefs fork {name} --name OTHER`, then retry with --force"
+    )]
+    NotAncestor {
+        name: String,
+        head: ObjectId,
+        new: ObjectId,
+    },
     /// I/O on a fork file failed (EIO through a mount).
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: stdio::Error },

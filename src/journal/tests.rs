@@ -1278,3 +1278,96 @@ fn hardlink_changed_through_one_name_is_consistent_in_the_commit() {
     assert_eq!(ino(&f, "link1"), ino(&f, "dir/link2"));
     assert_eq!(cat(&f, "dir/link2"), b"CHANGED");
 }
+
+#[test]
+fn move_head_needs_a_clean_journal_and_a_descendant() {
+    let env = env();
+    // Another fork makes a descendant of the base (as a pull would bring one).
+    Fork::create(&env.store, "other", &env.base).unwrap();
+    let o = Fork::open(env.store.clone(), "other").unwrap();
+    o.write(ino(&o, "dir/a.txt"), 0, b"A from elsewhere")
+        .unwrap();
+    let next = o.commit("elsewhere").unwrap();
+    drop(o);
+
+    Fork::create(&env.store, "f", &env.base).unwrap();
+    // Directory loads (a read-only walk) are not changes.
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert_eq!(cat(&f, "dir/sub/deeper/deep.txt"), b"deep data\n");
+    drop(f);
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert!(!f.has_uncommitted());
+    assert_eq!(f.move_head(&next, false).unwrap(), env.base);
+    // It opens at the new head, its journal restarted there, and works on.
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert_eq!(f.head(), next);
+    assert_eq!(cat(&f, "dir/a.txt"), b"A from elsewhere");
+    f.write(ino(&f, "hello.txt"), 0, b"HELLO").unwrap();
+    f.sync().unwrap();
+    drop(f);
+    // A change not committed: refused.
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert!(f.has_uncommitted());
+    assert!(matches!(
+        f.move_head(&env.base, true),
+        Err(Error::Uncommitted(n)) if n == "f"
+    ));
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert_eq!(cat(&f, "hello.txt"), b"HELLO\n");
+    let mine = f.commit("mine").unwrap();
+    drop(f);
+    // Back to the base is not a fast-forward: refused unless forced.
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert!(matches!(
+        f.move_head(&env.base, false),
+        Err(Error::NotAncestor { head, new, .. }) if head == mine && new == env.base
+    ));
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert_eq!(f.move_head(&env.base, true).unwrap(), mine);
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert_eq!(cat(&f, "hello.txt"), b"hello\n");
+    // A crash after a head move wrote HEAD but before its segment existed:
+    // the next open starts the segment with a map, and records appended
+    // after it replay at the open after that.
+    Fork::create(&env.store, "c", &env.base).unwrap();
+    let c = Fork::open(env.store.clone(), "c").unwrap();
+    assert_eq!(cat(&c, "dir/a.txt"), b"a");
+    c.commit("nothing").unwrap();
+    let _ = ino(&c, "other/x/y.txt");
+    drop(c);
+    let dir = fork_dir(&env.store, "c");
+    let last = fs::read_dir(dir.join("journal"))
+        .unwrap()
+        .map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            u64::from_str_radix(n.trim_end_matches(".wal"), 16).unwrap()
+        })
+        .max()
+        .unwrap();
+    assert!(last > 0);
+    fs::write(
+        dir.join("HEAD"),
+        serde_json::to_vec(&Head {
+            checkpoint: next,
+            journal_from: last + 1,
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let c = Fork::open(env.store.clone(), "c").unwrap();
+    assert!(!c.has_uncommitted());
+    c.write(ino(&c, "dir/sub/deeper/deep.txt"), 0, b"DEEP")
+        .unwrap();
+    c.sync().unwrap();
+    drop(c);
+    let c = Fork::open(env.store.clone(), "c").unwrap();
+    assert_eq!(cat(&c, "dir/sub/deeper/deep.txt"), b"DEEP data\n");
+    assert_eq!(cat(&c, "dir/a.txt"), b"A from elsewhere");
+    drop(c);
+
+    // fork.json written before `upstream` existed still loads.
+    let info = read_fork_info(&env.store, "f").unwrap().unwrap();
+    assert_eq!(info.upstream, None);
+    let json = fs::read_to_string(fork_dir(&env.store, "f").join("fork.json")).unwrap();
+    assert!(!json.contains("upstream"), "{json}");
+}

@@ -98,7 +98,7 @@ pub enum Error {
         content: String,
     },
     #[error(
-        "remote ref {remote}/{name} is at {theirs}, which is not an ancestor of {ours}: someone else pushed; pull it first, or --force"
+        "remote ref {remote}/{name} is at {theirs}, which is not an ancestor of {ours}: someone else pushed; pull it first (`storefs pull {remote} {name} --fork FORK` for a fork), or --force"
     )]
     Conflict {
         remote: String,

@@ -215,22 +215,26 @@ impl Remote {
         Ok(len)
     }
 
-    /// Fetch remote ref `name` into local ref `local`: missing records, then
-    /// every missing object (each verified), sync, records, ref.
+    /// Fetch remote ref `name` into local ref `local` (or no ref when
+    /// `None`: `fork REMOTE:REF` and `pull --fork`, whose fork then holds the
+    /// checkpoint): missing records, then every missing object (each
+    /// verified), sync, records, ref.
     pub fn pull(
         &self,
         store: &Store,
         name: &str,
-        local: &str,
+        local: Option<&str>,
         opts: &PullOptions,
     ) -> Result<PullReport> {
         Store::check_name(name)?;
-        Store::check_name(local)?;
-        if store.fork_head(local)?.is_some() {
-            return Err(store::Error::Invalid(format!(
-                "'{local}' is a fork; a ref cannot take its name (pull --as ANOTHER_NAME)"
-            ))
-            .into());
+        if let Some(local) = local {
+            Store::check_name(local)?;
+            if store.fork_head(local)?.is_some() {
+                return Err(store::Error::Invalid(format!(
+                    "'{local}' is a fork; a ref cannot take its name (pull --as ANOTHER_NAME, or pull --fork {local} to move the fork)"
+                ))
+                .into());
+            }
         }
         self.rt.block_on(async {
             let cur = self
@@ -245,7 +249,10 @@ impl Remote {
                 name: name.to_string(),
                 content: cur.content.clone(),
             })?;
-            let previous = store.get_ref(local)?;
+            let previous = match local {
+                Some(l) => store.get_ref(l)?,
+                None => None,
+            };
 
             // Keeps gc from sweeping objects we find present until the ref is written.
             let _lease = store.write_lease()?;
@@ -301,7 +308,7 @@ impl Remote {
                 if !is_ancestor {
                     return Err(Error::LocalConflict {
                         remote: self.name.clone(),
-                        name: local.to_string(),
+                        name: local.unwrap_or_default().to_string(),
                         ours: prev,
                         theirs: target,
                     });
@@ -407,7 +414,9 @@ impl Remote {
             for id in fetched.keys() {
                 store.clear_partial(id)?;
             }
-            store.set_ref(local, &target)?;
+            if let Some(local) = local {
+                store.set_ref(local, &target)?;
+            }
             Ok(PullReport {
                 checkpoint: target,
                 records_fetched,
