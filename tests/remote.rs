@@ -5,22 +5,19 @@
 //! AWS_REGION). Every body runs for both; when the variable is set and the
 //! server does not answer, the S3 tests fail.
 
+#[macro_use]
 mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Env, assert_same_tree, make_store};
+use common::{
+    Env, RemoteKind, RemoteKind as Kind, assert_same_tree, make_store, open_probed_remote,
+    remote_url,
+};
 use storefs::remote::Remote;
 use storefs::store::{Content, ObjectId, Store};
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    File,
-    S3,
-}
 
 struct Setup {
     env: Env,
@@ -28,59 +25,15 @@ struct Setup {
     remote: Remote,
 }
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A fresh env and an empty remote of `kind`; `None` (and a note on stderr)
-/// for S3 when no server was given.
+/// A fresh env and an empty remote of `kind`; `None` for S3 when no server was given.
 fn setup(kind: Kind) -> Option<Setup> {
     let env = Env::new();
-    let url = match kind {
-        Kind::File => format!("file://{}", env.path("remote").display()),
-        Kind::S3 => {
-            let Ok(endpoint) = std::env::var("STOREFS_TEST_S3_ENDPOINT") else {
-                eprintln!("S3 variant not run: STOREFS_TEST_S3_ENDPOINT is not set");
-                return None;
-            };
-            assert_eq!(
-                std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
-                Some(endpoint.as_str()),
-                "STOREFS_TEST_S3_ENDPOINT is set: AWS_ENDPOINT_URL must name the same server (scripts/test.sh sets both)"
-            );
-            let bucket =
-                std::env::var("STOREFS_TEST_S3_BUCKET").unwrap_or_else(|_| "storefs-test".into());
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            format!("s3://{bucket}/t-{}-{nanos}-{n}", std::process::id())
-        }
-    };
-    let remote = Remote::open_url("team", &url).unwrap();
-    // The server must answer: a probe written and read back.
-    remote
-        .put_bytes("probe", b"ok")
-        .unwrap_or_else(|e| panic!("remote {url} does not answer: {e}"));
-    assert_eq!(
-        remote.get_bytes("probe").unwrap().as_deref(),
-        Some(&b"ok"[..])
-    );
-    remote.delete("probe").unwrap();
+    let url = remote_url(kind, env.tmp.path(), "t")?;
+    let remote = open_probed_remote(&url);
     Some(Setup { env, url, remote })
 }
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod file {
-            $( #[test] fn $name() { super::$name(super::Kind::File) } )*
-        }
-        mod s3 {
-            $( #[test] fn $name() { super::$name(super::Kind::S3) } )*
-        }
-    };
-}
-
-both!(
+both_remotes!(
     push_pull_round_trip,
     conflicting_push_refused_unless_forced,
     interrupted_push_resumes,

@@ -9,23 +9,15 @@
 //! with --force (B kept its commit under another fork name), and B's next push
 //! is accepted. Every mount is unmounted by a guard, on failure too.
 
+#[macro_use]
 mod common;
 
 use std::fs;
 use std::path::Path;
 use std::process::Output;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Env, MountGuard};
+use common::{Env, MountGuard, RemoteKind, RemoteKind as Kind, open_probed_remote, remote_url};
 use storefs::remote::Remote;
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    File,
-    S3,
-}
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Machine A, machine B, the remote's URL and a handle on it; `None` for S3
 /// when no server was given.
@@ -39,48 +31,12 @@ struct Setup {
 fn setup(kind: Kind) -> Option<Setup> {
     let a = Env::new();
     let b = Env::new();
-    let url = match kind {
-        Kind::File => format!("file://{}", a.path("remote").display()),
-        Kind::S3 => {
-            let Ok(endpoint) = std::env::var("STOREFS_TEST_S3_ENDPOINT") else {
-                eprintln!("S3 variant not run: STOREFS_TEST_S3_ENDPOINT is not set");
-                return None;
-            };
-            assert_eq!(
-                std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
-                Some(endpoint.as_str()),
-                "STOREFS_TEST_S3_ENDPOINT is set: AWS_ENDPOINT_URL must name the same server (scripts/test.sh sets both)"
-            );
-            let bucket =
-                std::env::var("STOREFS_TEST_S3_BUCKET").unwrap_or_else(|_| "storefs-test".into());
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            format!("s3://{bucket}/f-{}-{nanos}-{n}", std::process::id())
-        }
-    };
-    let remote = Remote::open_url("team", &url).unwrap();
-    remote
-        .put_bytes("probe", b"ok")
-        .unwrap_or_else(|e| panic!("remote {url} does not answer: {e}"));
-    remote.delete("probe").unwrap();
+    let url = remote_url(kind, a.tmp.path(), "f")?;
+    let remote = open_probed_remote(&url);
     Some(Setup { a, b, url, remote })
 }
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod file {
-            $( #[test] fn $name() { super::$name(super::Kind::File) } )*
-        }
-        mod s3 {
-            $( #[test] fn $name() { super::$name(super::Kind::S3) } )*
-        }
-    };
-}
-
-both!(fork_travels_between_machines);
+both_remotes!(fork_travels_between_machines);
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

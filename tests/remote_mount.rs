@@ -5,23 +5,20 @@
 //! tests/remote.rs; scripts/test.sh starts moto and sets it). Every mount is
 //! unmounted by a guard that runs on failure too.
 
+#[macro_use]
 mod common;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Env, MountGuard, assert_same_tree, make_store};
+use common::{
+    Env, MountGuard, RemoteKind, RemoteKind as Kind, assert_same_tree, make_store,
+    open_probed_remote, remote_url,
+};
 use storefs::remote::Remote;
 use storefs::store::{Content, ObjectId, Store};
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    File,
-    S3,
-}
 
 /// Store B is `env.store` (so `Env::mount` mounts from it); A is `env.path("a")`.
 struct Setup {
@@ -33,44 +30,13 @@ struct Setup {
     moved: PathBuf,
 }
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-fn url_for(env: &Env, kind: Kind) -> Option<String> {
-    Some(match kind {
-        Kind::File => format!("file://{}", env.path("remote").display()),
-        Kind::S3 => {
-            let Ok(endpoint) = std::env::var("STOREFS_TEST_S3_ENDPOINT") else {
-                eprintln!("S3 variant not run: STOREFS_TEST_S3_ENDPOINT is not set");
-                return None;
-            };
-            assert_eq!(
-                std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
-                Some(endpoint.as_str()),
-                "STOREFS_TEST_S3_ENDPOINT is set: AWS_ENDPOINT_URL must name the same server"
-            );
-            let bucket =
-                std::env::var("STOREFS_TEST_S3_BUCKET").unwrap_or_else(|_| "storefs-test".into());
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            format!("s3://{bucket}/lazy-{}-{nanos}-{n}", std::process::id())
-        }
-    })
-}
-
 /// A tree (the agent-store fixture, a 3 MiB file of random bytes, 300 small
 /// files) snapshotted in A as `s1`, pushed to `team`, moved away from its
 /// origin; B has the remote configured and nothing else.
 fn setup(kind: Kind) -> Option<Setup> {
     let env = Env::new();
-    let url = url_for(&env, kind)?;
-    let remote = Remote::open_url("team", &url).unwrap();
-    remote
-        .put_bytes("probe", b"ok")
-        .unwrap_or_else(|e| panic!("remote {url} does not answer: {e}"));
-    remote.delete("probe").unwrap();
+    let url = remote_url(kind, env.tmp.path(), "m")?;
+    let remote = open_probed_remote(&url);
 
     let origin = env.path("srv/sessions/agent-1");
     make_store(&origin);
@@ -101,18 +67,7 @@ fn setup(kind: Kind) -> Option<Setup> {
     Some(t)
 }
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod file {
-            $( #[test] fn $name() { super::$name(super::Kind::File) } )*
-        }
-        mod s3 {
-            $( #[test] fn $name() { super::$name(super::Kind::S3) } )*
-        }
-    };
-}
-
-both!(
+both_remotes!(
     lazy_mount_reads_exactly_and_fetches_only_what_is_read,
     offline_after_first_read,
     tampered_remote_object_is_eio,

@@ -397,3 +397,71 @@ pub fn assert_same_tree(orig: &Path, mounted: &Path, ctime: bool) {
         .ino();
     assert_eq!(i1, i2, "hardlinked paths share an inode");
 }
+
+// ---- remotes (tests/remote*.rs) ----
+
+/// Where a remote test's remote lives: every remote test body runs for both
+/// (see [`both_remotes!`]).
+#[derive(Clone, Copy, Debug)]
+pub enum RemoteKind {
+    File,
+    S3,
+}
+
+static REMOTE_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A fresh, empty remote URL: `file://DIR/remote`, or for S3 a unique prefix
+/// (starting `tag`) in the test bucket. `None`, with a note on stderr, for S3
+/// when `STOREFS_TEST_S3_ENDPOINT` is not set (scripts/test.sh sets it).
+pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> Option<String> {
+    Some(match kind {
+        RemoteKind::File => format!("file://{}", dir.join("remote").display()),
+        RemoteKind::S3 => {
+            let Ok(endpoint) = std::env::var("STOREFS_TEST_S3_ENDPOINT") else {
+                eprintln!("S3 variant not run: STOREFS_TEST_S3_ENDPOINT is not set");
+                return None;
+            };
+            assert_eq!(
+                std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
+                Some(endpoint.as_str()),
+                "STOREFS_TEST_S3_ENDPOINT is set: AWS_ENDPOINT_URL must name the same server (scripts/test.sh sets both)"
+            );
+            let bucket =
+                std::env::var("STOREFS_TEST_S3_BUCKET").unwrap_or_else(|_| "storefs-test".into());
+            let n = REMOTE_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            format!("s3://{bucket}/{tag}-{}-{nanos}-{n}", std::process::id())
+        }
+    })
+}
+
+/// Open remote `team` at `url` and check the server answers: a probe written,
+/// read back and deleted. Panics (the test fails) when it does not.
+pub fn open_probed_remote(url: &str) -> storefs::remote::Remote {
+    let remote = storefs::remote::Remote::open_url("team", url).unwrap();
+    remote
+        .put_bytes("probe", b"ok")
+        .unwrap_or_else(|e| panic!("remote {url} does not answer: {e}"));
+    assert_eq!(
+        remote.get_bytes("probe").unwrap().as_deref(),
+        Some(&b"ok"[..])
+    );
+    remote.delete("probe").unwrap();
+    remote
+}
+
+/// `both_remotes!(a, b)`: tests `file::a`, `s3::a`, … calling `a(RemoteKind::File)` etc.
+#[allow(unused_macros)]
+macro_rules! both_remotes {
+    ($($name:ident),* $(,)?) => {
+        mod file {
+            $( #[test] fn $name() { super::$name(super::RemoteKind::File) } )*
+        }
+        mod s3 {
+            $( #[test] fn $name() { super::$name(super::RemoteKind::S3) } )*
+        }
+    };
+}
