@@ -343,7 +343,6 @@ impl ReadOnlyFs {
     }
 }
 
-/// What `stat` shows for a node.
 /// How many chunks after the one being read a miss hints at ([`Store::prefetch`]).
 const PREFETCH_AHEAD: usize = 4;
 
@@ -357,6 +356,7 @@ fn next_chunks(extents: &[crate::store::Extent], index: usize) -> Vec<ObjectId> 
         .collect()
 }
 
+/// What `stat` shows for a node.
 fn attr(node: &Node) -> Attr {
     let e = &node.entry;
     let min_links = if e.kind == Kind::Dir { 2 } else { 1 };

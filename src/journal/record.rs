@@ -460,7 +460,6 @@ impl Record {
     }
 }
 
-/// Wrap a payload in a frame (length, crc32, payload).
 /// The payload of `Record::Write { ino, offset, time_ns, data }` up to its
 /// data, for a `data` of `len` bytes: the payload is this followed by the data
 /// (so the journal can append the data from the caller's buffer).
@@ -474,12 +473,26 @@ pub fn write_head(ino: u64, offset: u64, time_ns: i64, len: usize) -> Vec<u8> {
     o
 }
 
+/// Wrap a payload in a frame (length, crc32, payload).
 pub fn frame(payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(FRAME_HEADER + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    let mut out = frame_head(&[payload]).to_vec();
     out.extend_from_slice(payload);
     out
+}
+
+/// The frame header (length, crc32) of the payload that is `parts` back to
+/// back, for writing a frame from several buffers without joining them.
+pub fn frame_head(parts: &[&[u8]]) -> [u8; FRAME_HEADER] {
+    let mut crc = crc32fast::Hasher::new();
+    let mut len = 0usize;
+    for p in parts {
+        crc.update(p);
+        len += p.len();
+    }
+    let mut h = [0u8; FRAME_HEADER];
+    h[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    h[4..].copy_from_slice(&crc.finalize().to_le_bytes());
+    h
 }
 
 /// Parse a frame header: the announced payload length and crc, or `None` when

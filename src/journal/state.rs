@@ -782,7 +782,6 @@ impl ForkState {
         self.mutate(store, rec, pos, plen)
     }
 
-    /// One link of `ino` (found in `parent`) is gone.
     /// A validated `Write` of `len` bytes at `offset` whose record's frame is
     /// at `pos` with a payload of `plen` bytes (data last).
     fn apply_write(&mut self, ino: u64, offset: u64, time_ns: i64, len: u64, pos: Pos, plen: u64) {
@@ -809,6 +808,7 @@ impl ForkState {
         }
     }
 
+    /// One link of `ino` (found in `parent`) is gone.
     fn drop_link(&mut self, parent: u64, ino: u64, t: i64) {
         let n = self.inode_mut(ino);
         n.ctime = t;

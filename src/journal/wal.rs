@@ -304,16 +304,9 @@ impl Wal {
         if let Some(why) = &c.poisoned {
             return Err(self.poisoned_err(c.seq, why));
         }
-        let len = head.len() + data.len();
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(head);
-        crc.update(data);
-        let mut prefix = Vec::with_capacity(FRAME_HEADER + head.len());
-        prefix.extend_from_slice(&(len as u32).to_le_bytes());
-        prefix.extend_from_slice(&crc.finalize().to_le_bytes());
-        prefix.extend_from_slice(head);
+        let frame_head = record::frame_head(&[head, data]);
         let at = c.end;
-        if let Err(source) = c.file.write_parts_at(&[&prefix, data], at) {
+        if let Err(source) = c.file.write_parts_at(&[&frame_head, head, data], at) {
             c.poisoned = Some(source.to_string());
             self.sync.lock().poisoned = Some(source.to_string());
             return Err(Error::Io {
@@ -321,7 +314,7 @@ impl Wal {
                 source,
             });
         }
-        c.end += (FRAME_HEADER + len) as u64;
+        c.end += (FRAME_HEADER + head.len() + data.len()) as u64;
         Ok(Pos {
             seg: c.seq,
             offset: at,
