@@ -748,7 +748,7 @@ impl Fork {
         if old == *new {
             return Ok(old);
         }
-        if !force && !self.store.ancestry(new)?.iter().any(|(id, _)| *id == old) {
+        if !force && !self.store.descends_from(new, &old)? {
             return Err(Error::NotAncestor {
                 name: self.info.name.clone(),
                 head: old,

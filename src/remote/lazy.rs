@@ -23,7 +23,7 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parking_lot::{Condvar, Mutex};
 
-use super::{Error, Result, object_store_for, url_of};
+use super::{Error, Remote, Result, corrupt_detail, corrupt_object, object_store_for, url_of};
 use crate::store::{self, LocalBackend, ObjectBackend, ObjectId, Store};
 
 /// Fetched objects written but not yet synced that trigger a sync.
@@ -64,8 +64,7 @@ fn note_path(store: &Store, remote: &str, name: &str) -> PathBuf {
 /// a bad record or root tree, is an error.
 pub fn prepare_lazy_mount(store: &Store, remote: &str, name: &str) -> Result<LazyTarget> {
     Store::check_name(name)?;
-    let url = url_of(store, remote)?;
-    match fetch_head(store, remote, &url, name) {
+    match fetch_head(store, remote, name) {
         Ok((id, bytes)) => {
             let _lease = store.write_lease()?;
             if !store.has_checkpoint(&id) {
@@ -112,90 +111,46 @@ pub fn prepare_lazy_mount(store: &Store, remote: &str, name: &str) -> Result<Laz
 /// Read remote ref `name`, its record (from here if present, else fetched
 /// and checked) and make sure the root tree is here (fetched, verified,
 /// written and synced). Returns the id and the record's bytes.
-fn fetch_head(store: &Store, remote: &str, url: &str, name: &str) -> Result<(ObjectId, Vec<u8>)> {
-    let (objects, _) = object_store_for(remote, url, true)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            path: PathBuf::from("(tokio runtime)"),
-            source,
-        })?;
-    let get = |key: String| {
-        let objects = objects.clone();
-        rt.block_on(async move {
-            let backend_err = |e| Error::Backend {
+fn fetch_head(store: &Store, remote: &str, name: &str) -> Result<(ObjectId, Vec<u8>)> {
+    let r = Remote::open_for_lazy_mount(store, remote)?;
+    r.rt.block_on(async {
+        let id = r.read_ref_id(name).await?;
+        let (ckpt, bytes) = if store.has_checkpoint(&id) {
+            store.read_checkpoint_with_bytes(&id)?
+        } else {
+            r.fetch_record(id).await?
+        };
+        let root = ckpt.root;
+        if !store.has_object(&root)? {
+            let key = format!("objects/{root}");
+            let raw = r
+                .get_async(&key)
+                .await?
+                .ok_or_else(|| Error::MissingObject {
+                    remote: remote.to_string(),
+                    id: root,
+                    context: format!(
+                        "{key} is not there; checkpoint {id} needs it as its root tree"
+                    ),
+                })?;
+            let tree =
+                Store::verify_stored(&root, &raw).map_err(|e| corrupt_object(remote, root, e))?;
+            store::Tree::decode(&tree).map_err(|e| Error::CorruptObject {
                 remote: remote.to_string(),
-                url: url.to_string(),
-                what: format!("reading {key}"),
-                source: Box::new(e),
-            };
-            match objects.get(&ObjPath::from(key.as_str())).await {
-                Ok(got) => Ok(Some(got.bytes().await.map_err(backend_err)?.to_vec())),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(backend_err(e)),
-            }
-        })
-    };
-    let content = get(format!("refs/{name}"))?.ok_or_else(|| Error::NoRemoteRef {
-        remote: remote.to_string(),
-        name: name.to_string(),
-    })?;
-    let content = String::from_utf8_lossy(&content).trim().to_string();
-    let id = ObjectId::from_hex(&content).ok_or_else(|| Error::BadRemoteRef {
-        remote: remote.to_string(),
-        name: name.to_string(),
-        content: content.clone(),
-    })?;
-    let bad_record = |detail: String| Error::BadRecord {
-        remote: remote.to_string(),
-        id,
-        detail,
-    };
-    let (ckpt, bytes) = if store.has_checkpoint(&id) {
-        store.read_checkpoint_with_bytes(&id)?
-    } else {
-        let key = format!("checkpoints/{id}.json");
-        let bytes = get(key.clone())?.ok_or_else(|| bad_record(format!("{key} is missing")))?;
-        let ckpt =
-            Store::verify_record(&id, &bytes, &key).map_err(|e| bad_record(e.to_string()))?;
-        (ckpt, bytes)
-    };
-    let root = ckpt.root;
-    if !store.has_object(&root)? {
-        let key = format!("objects/{root}");
-        let raw = get(key.clone())?.ok_or_else(|| Error::MissingObject {
-            remote: remote.to_string(),
-            id: root,
-            context: format!("{key} is not there; checkpoint {id} needs it as its root tree"),
-        })?;
-        let tree = Store::verify_stored(&root, &raw).map_err(|e| corrupt(remote, &root, e))?;
-        store::Tree::decode(&tree).map_err(|e| Error::CorruptObject {
-            remote: remote.to_string(),
-            id: root,
-            detail: format!("tree: {e}"),
-        })?;
-        store
-            .backend()
-            .write(&root, &raw)
-            .map_err(|source| Error::Io {
-                path: store.root().join("objects"),
-                source,
+                id: root,
+                detail: format!("tree: {e}"),
             })?;
-        store.sync_objects()?;
-    }
-    Ok((id, bytes))
-}
-
-fn corrupt(remote: &str, id: &ObjectId, e: store::Error) -> Error {
-    Error::CorruptObject {
-        remote: remote.to_string(),
-        id: *id,
-        detail: match e {
-            store::Error::Corrupt { detail, .. } => detail,
-            other => other.to_string(),
-        },
-    }
+            store
+                .backend()
+                .write(&root, &raw)
+                .map_err(|source| Error::Io {
+                    path: store.root().join("objects"),
+                    source,
+                })?;
+            store.sync_objects()?;
+        }
+        Ok((id, bytes))
+    })
 }
 
 /// What a lazy mount fetched (stored, i.e. compressed, bytes).
@@ -387,10 +342,7 @@ impl Shared {
     /// Verify fetched bytes and write them into the local store.
     fn keep(&self, id: ObjectId, raw: Vec<u8>) -> io::Result<Vec<u8>> {
         if let Err(e) = Store::verify_stored(&id, &raw) {
-            let detail = match e {
-                store::Error::Corrupt { detail, .. } => detail,
-                other => other.to_string(),
-            };
+            let detail = corrupt_detail(e);
             tracing::warn!(object = %id, remote = %self.remote, url = %self.url, detail = %detail, "remote object is corrupt or tampered with: not stored, this read gets EIO");
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

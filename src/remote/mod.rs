@@ -210,8 +210,25 @@ impl Remote {
     /// Open a remote by URL (`name` is only for messages). A `file://`
     /// directory is created if missing. Nothing is contacted yet.
     pub fn open_url(name: &str, url: &str) -> Result<Remote> {
-        let (objects, local_root) = object_store_for(name, url, false)?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
+        Self::open_url_with(name, url, false)
+    }
+
+    /// Open the remote named `name` for a lazy mount's start-up: a missing
+    /// `file://` directory is an error and S3 gives up after seconds (see
+    /// [`object_store_for`]), and the runtime is single-threaded, so it
+    /// leaves no thread behind in the process that goes on to serve the mount.
+    pub(crate) fn open_for_lazy_mount(store: &store::Store, name: &str) -> Result<Remote> {
+        Self::open_url_with(name, &url_of(store, name)?, true)
+    }
+
+    fn open_url_with(name: &str, url: &str, lazy: bool) -> Result<Remote> {
+        let (objects, local_root) = object_store_for(name, url, lazy)?;
+        let mut builder = if lazy {
+            tokio::runtime::Builder::new_current_thread()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+        };
+        let rt = builder
             .enable_all()
             .thread_name("storefs-remote")
             .build()
@@ -328,6 +345,40 @@ impl Remote {
         Ok(Some(bytes.to_vec()))
     }
 
+    /// The checkpoint remote ref `name` names.
+    async fn read_ref_id(&self, name: &str) -> Result<ObjectId> {
+        let cur = self
+            .read_ref(name)
+            .await?
+            .ok_or_else(|| Error::NoRemoteRef {
+                remote: self.name.clone(),
+                name: name.to_string(),
+            })?;
+        ObjectId::from_hex(&cur.content).ok_or_else(|| Error::BadRemoteRef {
+            remote: self.name.clone(),
+            name: name.to_string(),
+            content: cur.content.clone(),
+        })
+    }
+
+    /// Checkpoint record `id` from the remote, checked against its id: the
+    /// record and its exact bytes.
+    async fn fetch_record(&self, id: ObjectId) -> Result<(store::Checkpoint, Vec<u8>)> {
+        let key = format!("checkpoints/{id}.json");
+        let bad = |detail: String| Error::BadRecord {
+            remote: self.name.clone(),
+            id,
+            detail,
+        };
+        let bytes = self
+            .get_async(&key)
+            .await?
+            .ok_or_else(|| bad(format!("{key} is missing")))?;
+        let ckpt =
+            store::Store::verify_record(&id, &bytes, &key).map_err(|e| bad(e.to_string()))?;
+        Ok((ckpt, bytes))
+    }
+
     /// Ids named `<64 hex><suffix>` directly under `dir/`.
     async fn list_ids(&self, dir: &str, suffix: &str) -> Result<HashSet<ObjectId>> {
         let prefix = ObjPath::from(dir);
@@ -430,6 +481,23 @@ impl Remote {
                 return Err(io(e));
             }
         }
+    }
+}
+
+/// A remote object that failed [`store::Store::verify_stored`]: what is wrong with it.
+fn corrupt_detail(e: store::Error) -> String {
+    match e {
+        store::Error::Corrupt { detail, .. } => detail,
+        other => other.to_string(),
+    }
+}
+
+/// The error for remote object `id` that failed verification.
+fn corrupt_object(remote: &str, id: ObjectId, e: store::Error) -> Error {
+    Error::CorruptObject {
+        remote: remote.to_string(),
+        id,
+        detail: corrupt_detail(e),
     }
 }
 

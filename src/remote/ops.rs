@@ -8,7 +8,7 @@ use indicatif::ProgressBar;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStoreExt, PutPayload};
 
-use super::{Error, PARALLEL, Remote, Result};
+use super::{Error, PARALLEL, Remote, Result, corrupt_object};
 use crate::store::{self, Checkpoint, Content, ObjectBackend, ObjectId, Store, Tree};
 
 /// How a push behaves.
@@ -237,18 +237,7 @@ impl Remote {
             }
         }
         self.rt.block_on(async {
-            let cur = self
-                .read_ref(name)
-                .await?
-                .ok_or_else(|| Error::NoRemoteRef {
-                    remote: self.name.clone(),
-                    name: name.to_string(),
-                })?;
-            let target = ObjectId::from_hex(&cur.content).ok_or_else(|| Error::BadRemoteRef {
-                remote: self.name.clone(),
-                name: name.to_string(),
-                content: cur.content.clone(),
-            })?;
+            let target = self.read_ref_id(name).await?;
             let previous = match local {
                 Some(l) => store.get_ref(l)?,
                 None => None,
@@ -273,21 +262,7 @@ impl Remote {
                     boundary.push(id);
                     continue;
                 }
-                let key = format!("checkpoints/{id}.json");
-                let bytes = self
-                    .get_async(&key)
-                    .await?
-                    .ok_or_else(|| Error::BadRecord {
-                        remote: self.name.clone(),
-                        id,
-                        detail: format!("{key} is missing"),
-                    })?;
-                let ckpt =
-                    Store::verify_record(&id, &bytes, &key).map_err(|e| Error::BadRecord {
-                        remote: self.name.clone(),
-                        id,
-                        detail: e.to_string(),
-                    })?;
+                let (ckpt, bytes) = self.fetch_record(id).await?;
                 queue.extend(ckpt.parents.iter().copied());
                 fetched.insert(id, (ckpt, bytes));
             }
@@ -300,7 +275,7 @@ impl Remote {
             {
                 let mut is_ancestor = false;
                 for b in &boundary {
-                    if store.ancestry(b)?.iter().any(|(id, _)| *id == prev) {
+                    if store.descends_from(b, &prev)? {
                         is_ancestor = true;
                         break;
                     }
@@ -485,14 +460,8 @@ impl Remote {
         let len = raw.len() as u64;
         let remote = self.name.clone();
         let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
-            let bytes = Store::verify_stored(&id, &raw).map_err(|e| Error::CorruptObject {
-                remote,
-                id,
-                detail: match e {
-                    store::Error::Corrupt { detail, .. } => detail,
-                    other => other.to_string(),
-                },
-            })?;
+            let bytes =
+                Store::verify_stored(&id, &raw).map_err(|e| corrupt_object(&remote, id, e))?;
             backend.write(&id, &raw).map_err(io)?;
             Ok(if want { bytes } else { Vec::new() })
         })

@@ -438,6 +438,11 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether checkpoint `ancestor` is `id` or one it derives from.
+    pub fn descends_from(&self, id: &ObjectId, ancestor: &ObjectId) -> Result<bool> {
+        Ok(self.ancestry(id)?.iter().any(|(c, _)| c == ancestor))
+    }
+
     /// Every checkpoint id in the store, sorted.
     pub fn list_checkpoints(&self) -> Result<Vec<ObjectId>> {
         let dir = self.root.join("checkpoints");

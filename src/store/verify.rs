@@ -105,7 +105,7 @@ impl Store {
         };
         if all {
             for (name, id) in self.list_refs()? {
-                if !self.checkpoint_exists(&id) {
+                if !self.has_checkpoint(&id) {
                     problem(
                         None,
                         format!("ref {name}"),
@@ -115,7 +115,7 @@ impl Store {
                 }
             }
             for (name, id) in self.list_forks()? {
-                if !self.checkpoint_exists(&id) {
+                if !self.has_checkpoint(&id) {
                     problem(
                         None,
                         format!("fork {name}"),
@@ -133,7 +133,7 @@ impl Store {
                 Ok(c) => {
                     for p in &c.parents {
                         // A partial checkpoint (lazy mount) comes without its history.
-                        if !self.checkpoint_exists(p) && !self.is_partial(ck) {
+                        if !self.has_checkpoint(p) && !self.is_partial(ck) {
                             problem(
                                 Some(*ck),
                                 "(record)".into(),
@@ -245,13 +245,6 @@ impl Store {
         }
         report.missing = missing.len();
         Ok(report)
-    }
-
-    fn checkpoint_exists(&self, id: &ObjectId) -> bool {
-        self.root()
-            .join("checkpoints")
-            .join(format!("{id}.json"))
-            .exists()
     }
 
     /// Read and check one object; quarantine it when corrupt. Returns the
