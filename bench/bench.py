@@ -182,6 +182,31 @@ def peak_rss_kib(pid):
     return None
 
 
+# ---- fork-write workloads (also run by forkwrite.py)
+
+def write_fsync(path, mib):
+    """`mib` MiB of zeros written sequentially to `path`, then fsync (dd)."""
+    sh(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}", "conv=fsync"], stderr=subprocess.DEVNULL)
+
+
+def small_appends(log):
+    """1,000 open(O_APPEND) + write of one JSON line + close, as agents journal."""
+    for i in range(1000):
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, b'{"seq": %d, "event": "collect"}\n' % i)
+        os.close(fd)
+
+
+def temp_renames(d):
+    """1,000 state-file updates in directory `d`: write a temp file, rename it over."""
+    os.makedirs(d, exist_ok=True)
+    for i in range(1000):
+        tmp = os.path.join(d, ".state.json.tmp")
+        with open(tmp, "w") as f:
+            f.write('{"turn": %d}\n' % i)
+        os.rename(tmp, os.path.join(d, "state.json"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--storefs", required=True)
@@ -344,26 +369,11 @@ def main():
             writers.append(("fuse-overlayfs", ovl))
         for system, root in writers:
             big = os.path.join(root, "big-write")
-            put("256 MiB write + fsync", system, best(lambda: sh(["dd", "if=/dev/zero", f"of={big}", "bs=1M", f"count={256 // scale}", "conv=fsync"], stderr=subprocess.DEVNULL)))
+            put("256 MiB write + fsync", system, best(lambda: write_fsync(big, 256 // scale)))
             os.unlink(big)
             log = os.path.join(root, "native", "lead", "sessions", "appends.jsonl")
-
-            def appends():
-                for i in range(1000):
-                    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                    os.write(fd, b'{"seq": %d, "event": "collect"}\n' % i)
-                    os.close(fd)
-            put("1000 small appends", system, best(appends))
-
-            def renames():
-                d = os.path.join(root, "state")
-                os.makedirs(d, exist_ok=True)
-                for i in range(1000):
-                    tmp = os.path.join(d, ".state.json.tmp")
-                    with open(tmp, "w") as f:
-                        f.write('{"turn": %d}\n' % i)
-                    os.rename(tmp, os.path.join(d, "state.json"))
-            put("1000 temp+rename", system, best(renames))
+            put("1000 small appends", system, best(lambda: small_appends(log)))
+            put("1000 temp+rename", system, best(lambda: temp_renames(os.path.join(root, "state"))))
         # commit after 1000 changed files
         changed = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(fork_mp, "workspace")) for f in fs)[:1000]
         for p in changed:

@@ -16,6 +16,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench import small_appends, temp_renames, write_fsync  # noqa: E402  (the same workloads as bench.py)
 S = os.environ.get("STOREFS_BIN", os.path.join(ROOT, "target", "release", "storefs"))
 
 
@@ -55,38 +57,17 @@ def workloads(root, rounds, mib, daemon=False):
     out = {}
     big = os.path.join(root, "big-write")
 
-    def dd():
-        sh(["dd", "if=/dev/zero", f"of={big}", "bs=1M", f"count={mib}", "conv=fsync"],
-           stderr=subprocess.DEVNULL)
-
     k = f"{mib} MiB write + fsync"
     if not ONLY or "dd" in ONLY:
-        out[k] = best(dd, rounds, daemon and k)
+        out[k] = best(lambda: write_fsync(big, mib), rounds, daemon and k)
         os.unlink(big)
     log = os.path.join(root, "lead", "sessions", "appends.jsonl")
-
-    def appends():
-        for i in range(1000):
-            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(fd, b'{"seq": %d, "event": "collect"}\n' % i)
-            os.close(fd)
-
     k = "1000 small appends"
     if not ONLY or "append" in ONLY:
-        out[k] = best(appends, rounds, daemon and k)
-
-    def renames():
-        d = os.path.join(root, "state")
-        os.makedirs(d, exist_ok=True)
-        for i in range(1000):
-            tmp = os.path.join(d, ".state.json.tmp")
-            with open(tmp, "w") as f:
-                f.write('{"turn": %d}\n' % i)
-            os.rename(tmp, os.path.join(d, "state.json"))
-
+        out[k] = best(lambda: small_appends(log), rounds, daemon and k)
     k = "1000 temp+rename"
     if not ONLY or "rename" in ONLY:
-        out[k] = best(renames, rounds, daemon and k)
+        out[k] = best(lambda: temp_renames(os.path.join(root, "state")), rounds, daemon and k)
     return out
 
 
