@@ -39,6 +39,12 @@ pub trait JournalFile: Send + Sync {
     fn start_writeback(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
     }
+    /// Wait for the writeback of `len` bytes from `offset` (started earlier by
+    /// [`JournalFile::start_writeback`]) and drop those now clean pages from
+    /// the page cache (a hint: dirty pages are never dropped).
+    fn drop_behind(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The file-system operations a fork directory needs.
@@ -69,7 +75,11 @@ pub trait JournalIo: Send + Sync {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealIo;
 
-struct RealFile(File);
+/// A journal file, and a second descriptor of it for the write-behind
+/// helper: waiting for writeback through a descriptor consumes a writeback
+/// error for that descriptor only (errseq), so the helper's waits can never
+/// hide an error from the fdatasync of the first.
+struct RealFile(File, File);
 
 impl JournalFile for RealFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -154,6 +164,29 @@ impl JournalFile for RealFile {
         }
         Ok(())
     }
+    fn drop_behind(&self, offset: u64, len: u64) -> io::Result<()> {
+        let (Ok(off), Ok(n)) = (
+            libc::off64_t::try_from(offset),
+            libc::off64_t::try_from(len),
+        ) else {
+            return Ok(());
+        };
+        let fd = self.1.as_raw_fd();
+        let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: sync_file_range and posix_fadvise on an fd we own; no memory
+        // is passed.
+        if unsafe { libc::sync_file_range(fd, off, n, wait) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        let r = unsafe { libc::posix_fadvise(fd, off, n, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        Ok(())
+    }
 }
 
 impl JournalIo for RealIo {
@@ -171,7 +204,11 @@ impl JournalIo for RealIo {
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC)
             .open(path)?;
-        Ok(Arc::new(RealFile(f)))
+        let hints = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        Ok(Arc::new(RealFile(f, hints)))
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut out = Vec::new();
@@ -255,6 +292,8 @@ struct Faulty {
     writes: u64,
     /// `start_writeback` calls so far: (offset, len). No effect on the images.
     writebacks: Vec<(u64, u64)>,
+    /// `drop_behind` calls so far: (offset, len). No effect on the images.
+    dropped: Vec<(u64, u64)>,
 }
 
 struct FaultyFile {
@@ -321,6 +360,11 @@ impl FaultyIo {
     /// The ranges whose writeback was started so far (write-behind hints).
     pub fn writebacks(&self) -> Vec<(u64, u64)> {
         self.inner.lock().writebacks.clone()
+    }
+
+    /// The ranges dropped from the page cache so far (drop-behind hints).
+    pub fn dropped(&self) -> Vec<(u64, u64)> {
+        self.inner.lock().dropped.clone()
     }
 
     /// The visible bytes of a file, for tests that damage a journal.
@@ -412,6 +456,12 @@ impl JournalFile for FaultyFile {
     fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
         if let Some(io) = self.io.upgrade() {
             io.lock().writebacks.push((offset, len));
+        }
+        Ok(())
+    }
+    fn drop_behind(&self, offset: u64, len: u64) -> io::Result<()> {
+        if let Some(io) = self.io.upgrade() {
+            io.lock().dropped.push((offset, len));
         }
         Ok(())
     }

@@ -107,6 +107,9 @@ struct BehindTodo {
 impl Behind {
     /// The helper thread: start writeback of each range handed over, until stopped.
     fn run(&self) {
+        // The range handed over before the current one: once its writeback is
+        // done, its pages leave the page cache.
+        let mut prev: Option<(Arc<dyn JournalFile>, u64, u64)> = None;
         let mut t = self.todo.lock();
         loop {
             if let Some((file, from, len)) = t.range.take() {
@@ -115,6 +118,12 @@ impl Behind {
                 if let Err(e) = file.start_writeback(from, len) {
                     tracing::debug!(error = %e, "journal write-behind failed");
                 }
+                if let Some((pfile, pfrom, plen)) = prev.take()
+                    && let Err(e) = pfile.drop_behind(pfrom, plen)
+                {
+                    tracing::debug!(error = %e, "journal drop-behind failed");
+                }
+                prev = Some((file, from, len));
                 t = self.todo.lock();
                 continue;
             }
