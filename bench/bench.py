@@ -197,6 +197,14 @@ def small_appends(log):
         os.close(fd)
 
 
+def open_close(path):
+    """1,000 open + close of one existing file, nothing read or written: the
+    cost of the kernel's round trips to a FUSE daemon, which every small
+    append pays too."""
+    for _ in range(1000):
+        os.close(os.open(path, os.O_RDONLY))
+
+
 def temp_renames(d):
     """1,000 state-file updates in directory `d`: write a temp file, rename it over."""
     os.makedirs(d, exist_ok=True)
@@ -378,6 +386,7 @@ def main():
             os.unlink(big)
             log = os.path.join(root, "native", "lead", "sessions", "appends.jsonl")
             put("1000 small appends", system, best(lambda: small_appends(log)))
+            put("1000 open + close", system, best(lambda: open_close(log)))
             put("1000 temp+rename", system, best(lambda: temp_renames(os.path.join(root, "state"))))
         # commit after 1000 changed files
         changed = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(fork_mp, "workspace")) for f in fs)[:1000]
