@@ -79,8 +79,6 @@ fn junk_dir(dir: &Path, tag: &str, n: usize) {
     }
 }
 
-/// A plain tar of `dir` (one top-level directory), imported with a wrong
-/// digest: it fails and leaves its chunks and trees as unreachable objects.
 /// Objects written and made durable but never published: what a snapshot or
 /// import leaves when its process dies between syncing its objects and writing
 /// its checkpoint. (A failed import in-process removes its pending objects.)
@@ -314,6 +312,88 @@ fn gc_removes_old_unreachable_objects_keeps_young_ones_and_dry_run_deletes_nothi
     assert!(v.status.success(), "{}{}", stdout(&v), stderr(&v));
     let cat = env.run(["cat", "s1", "f0.bin"]);
     assert!(cat.status.success() && cat.stdout == fs::read(src.join("f0.bin")).unwrap());
+}
+
+/// The pack files (`*.pack`) of a store, sorted.
+fn packs(store: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(store.join("objects/packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pack"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn gc_merges_small_packs_but_leaves_a_pack_holding_young_unreachable_objects() {
+    let env = Env::new();
+    // Ten snapshots, each publishing its own small pack.
+    for i in 0..10 {
+        let src = env.path(&format!("src{i}"));
+        junk_dir(&src, &format!("snap{i}"), 2);
+        env.ok([
+            "snapshot".as_ref(),
+            src.as_os_str(),
+            "--ref".as_ref(),
+            format!("s{i}").as_ref(),
+        ]);
+    }
+    let reachable = objects(&env.store);
+    // Unreachable and young: its pack must keep its age, so it is not merged.
+    junk_dir(&env.path("junk"), "junk", 2);
+    unpublished_objects(&env, &env.path("junk"));
+    let junk: Vec<ObjectId> = objects(&env.store)
+        .into_iter()
+        .filter(|i| !reachable.contains(i))
+        .collect();
+    assert!(!junk.is_empty());
+    let junk_pack = object_path(&env.store, &junk[0]);
+    let junk_age = fs::metadata(&junk_pack).unwrap().modified().unwrap();
+    let before = packs(&env.store);
+    assert_eq!(before.len(), 11, "{before:?}");
+
+    let out = env.run(["gc", "--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(packs(&env.store), before, "--dry-run merged packs");
+
+    // A reader (a mount daemon, say) that indexed the old packs before gc.
+    let reader = open_store(&env.store);
+    reader.get_object(&reachable[0], "t").unwrap();
+
+    let out = env.run(["gc"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for id in &reachable {
+        reader.get_object(id, "t").unwrap();
+    }
+    assert!(
+        stderr(&out).contains("merged 10 small pack(s) into 1"),
+        "{}",
+        stderr(&out)
+    );
+    let after = packs(&env.store);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.contains(&junk_pack));
+    assert_eq!(
+        fs::metadata(&junk_pack).unwrap().modified().unwrap(),
+        junk_age
+    );
+    let mut all = objects(&env.store);
+    let mut want: Vec<ObjectId> = reachable.iter().chain(&junk).copied().collect();
+    all.sort();
+    want.sort();
+    assert_eq!(all, want);
+    for i in 0..10 {
+        let cat = env.run(["cat", &format!("s{i}"), "f1.bin"]);
+        let src = fs::read(env.path(&format!("src{i}")).join("f1.bin")).unwrap();
+        assert!(cat.status.success() && cat.stdout == src, "s{i}");
+    }
+    let v = env.run(["verify"]);
+    assert!(v.status.success(), "{}{}", stdout(&v), stderr(&v));
+    // Two packs left: below the threshold, nothing more to merge.
+    let again = env.run(["gc"]);
+    assert!(!stderr(&again).contains("merged"), "{}", stderr(&again));
+    assert_eq!(packs(&env.store), after);
 }
 
 #[test]

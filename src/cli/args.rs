@@ -373,7 +373,8 @@ index entries and live mounts all name checkpoints). Removed: objects nothing re
 interrupted or failed snapshot or import, data of files a fork had open after unlinking
 them) and temp files of interrupted writes, once older than --grace. Safe while snapshots,
 imports and commits run: they hold STORE/gc.lock shared until they publish, and gc sweeps
-under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove).")]
+under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove).
+Also merges small pack files (one per snapshot or commit) once there are 8 or more.")]
 pub struct GcArgs {
     /// List what would be removed; delete nothing
     #[arg(long)]

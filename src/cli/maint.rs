@@ -101,6 +101,12 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
             ""
         }
     );
+    if r.packs_merged.0 > 0 {
+        eprintln!(
+            "storefs: gc: merged {} small pack(s) into {}",
+            r.packs_merged.0, r.packs_merged.1
+        );
+    }
     Ok(())
 }
 

@@ -16,7 +16,9 @@ use parking_lot::{Mutex, RwLock};
 
 use super::atomic::{fsync_dir, temp_name, write_file};
 use super::id::ObjectId;
-use super::pack::{PACK_OBJECT_MAX, PackEntry, PackWriter, decode_index, read_entry};
+use super::pack::{
+    PACK_OBJECT_MAX, PACK_TARGET_SIZE, PackEntry, PackWriter, decode_index, read_entry,
+};
 
 /// The directory under `objects/` that holds pack files.
 pub const PACKS: &str = "packs";
@@ -60,6 +62,13 @@ pub trait ObjectBackend: Send + Sync {
     /// backend that packs objects rewrites each pack once, not once per object.
     fn remove_many(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
         ids.iter().map(|id| self.remove(id)).collect()
+    }
+    /// Merge many small packs into few (gc only, while no writer publishes).
+    /// Only packs whose every object is `movable` take part: moving an object
+    /// gives it a new modification time, which must not extend the grace of
+    /// one that nothing reaches. Returns (packs merged, packs written).
+    fn consolidate(&self, _movable: &dyn Fn(&ObjectId) -> bool) -> io::Result<(usize, usize)> {
+        Ok((0, 0))
     }
     /// Temp files of writes that never finished (a crash), last modified before
     /// `cutoff`: their paths and sizes. Removed unless `dry_run`.
@@ -162,6 +171,11 @@ impl Packs {
 
 /// Open pack files kept per process (each read of a packed object needs one).
 const OPEN_PACKS: usize = 64;
+
+/// gc merges small packs (under half of [`PACK_TARGET_SIZE`]) once there are
+/// this many: every snapshot or commit publishes one, and each costs an index
+/// read at every store open and a file.
+pub const MERGE_PACKS: usize = 8;
 
 impl LocalBackend {
     pub fn new(dir: PathBuf) -> LocalBackend {
@@ -353,37 +367,62 @@ impl LocalBackend {
         Ok(None)
     }
 
-    /// Rewrite `pack` without the objects in `doomed` (or delete it when
-    /// nothing is left): the new pack is published before the old one goes,
-    /// so a crash leaves an object twice, never nowhere.
-    fn repack(&self, pack: &Pack, doomed: &HashSet<ObjectId>) -> io::Result<()> {
-        let keep: Vec<&PackEntry> = pack
-            .entries
-            .iter()
-            .filter(|e| !doomed.contains(&e.id))
-            .collect();
-        if !keep.is_empty() {
-            let old = self.open_pack(&pack.name)?;
-            let mut w = PackWriter::create(&self.packs_dir)?;
-            let result = (|| {
-                for e in &keep {
-                    w.append(&e.id, &read_entry(&old, e.offset, e.len)?)?;
+    /// Write the objects of `packs` that are not in `doomed` (each once) into
+    /// new packs, a new one whenever one is full, publish them, then delete
+    /// the old packs: a crash leaves an object twice, never nowhere. Returns
+    /// how many packs it wrote.
+    fn rewrite(&self, packs: &[Arc<Pack>], doomed: &HashSet<ObjectId>) -> io::Result<usize> {
+        let mut written = 0;
+        let mut current: Option<PackWriter> = None;
+        let result = (|| {
+            let mut seen = HashSet::new();
+            for pack in packs {
+                let mut old = None;
+                for e in &pack.entries {
+                    if doomed.contains(&e.id) || !seen.insert(e.id) {
+                        continue;
+                    }
+                    let old = match &old {
+                        Some(f) => f,
+                        None => old.insert(self.open_pack(&pack.name)?),
+                    };
+                    let w = match &mut current {
+                        Some(w) => w,
+                        None => current.insert(PackWriter::create(&self.packs_dir)?),
+                    };
+                    w.append(&e.id, &read_entry(old, e.offset, e.len)?)?;
+                    if w.is_full() {
+                        w.file().sync_data()?;
+                        w.publish()?;
+                        current = None;
+                        written += 1;
+                    }
                 }
+            }
+            if let Some(w) = &mut current {
                 w.file().sync_data()?;
-                w.publish()
-            })();
-            if let Err(e) = result {
+                w.publish()?;
+                current = None;
+                written += 1;
+            }
+            Ok::<(), io::Error>(())
+        })();
+        if let Err(e) = result {
+            if let Some(w) = current {
                 w.discard();
-                return Err(e);
+            }
+            return Err(e);
+        }
+        for pack in packs {
+            fs::remove_file(self.pack_path(&pack.name, "idx"))?;
+            self.files.lock().pop(&pack.name);
+            match fs::remove_file(self.pack_path(&pack.name, "pack")) {
+                Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+                _ => {}
             }
         }
-        fs::remove_file(self.pack_path(&pack.name, "idx"))?;
-        self.files.lock().pop(&pack.name);
-        match fs::remove_file(self.pack_path(&pack.name, "pack")) {
-            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        fsync_dir(&self.packs_dir)
+        fsync_dir(&self.packs_dir)?;
+        Ok(written)
     }
 }
 
@@ -616,7 +655,7 @@ impl ObjectBackend for LocalBackend {
             .cloned()
             .collect();
         for pack in &affected {
-            self.repack(pack, &doomed)?;
+            self.rewrite(std::slice::from_ref(pack), &doomed)?;
             for (i, id) in ids.iter().enumerate() {
                 if pack.entries.iter().any(|e| e.id == *id) {
                     out[i] = true;
@@ -625,6 +664,28 @@ impl ObjectBackend for LocalBackend {
         }
         self.rescan()?;
         Ok(out)
+    }
+
+    fn consolidate(&self, movable: &dyn Fn(&ObjectId) -> bool) -> io::Result<(usize, usize)> {
+        self.rescan()?;
+        let mut small: Vec<Arc<Pack>> = self
+            .packs
+            .read()
+            .by_name
+            .values()
+            .filter(|p| {
+                let bytes: u64 = p.entries.iter().map(|e| u64::from(e.len)).sum();
+                bytes < PACK_TARGET_SIZE / 2 && p.entries.iter().all(|e| movable(&e.id))
+            })
+            .cloned()
+            .collect();
+        if small.len() < MERGE_PACKS {
+            return Ok((0, 0));
+        }
+        small.sort_by(|a, b| a.name.cmp(&b.name));
+        let written = self.rewrite(&small, &HashSet::new())?;
+        self.rescan()?;
+        Ok((small.len(), written))
     }
 
     fn remove_stale_temps(

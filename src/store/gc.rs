@@ -58,6 +58,8 @@ pub struct GcReport {
     pub temps: Vec<(PathBuf, u64)>,
     /// Nothing older than this was kept for being young.
     pub cutoff: Option<SystemTime>,
+    /// Small packs merged, and the packs they became (none with `dry_run`).
+    pub packs_merged: (usize, usize),
 }
 
 fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
@@ -186,6 +188,14 @@ impl Store {
                 .zip(gone)
                 .filter_map(|(d, gone)| gone.then_some(d))
                 .collect();
+        }
+        if !opts.dry_run {
+            // Objects still unmarked here are young ones gc keeps: they stay
+            // where they are, so they keep their age.
+            report.packs_merged = self
+                .backend()
+                .consolidate(&|id| marked.contains(id))
+                .at(&ctx)?;
         }
         report.temps = self
             .backend()
