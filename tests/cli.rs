@@ -136,6 +136,42 @@ fn bad_input_is_one_clear_line_and_changes_nothing() {
     );
 }
 
+/// Without /dev/fuse (here: a private mount namespace with an empty /dev),
+/// `mount` says what is missing and how to get it, in one line, and leaves no
+/// mountpoint behind.
+#[test]
+fn mount_without_dev_fuse_names_the_device_and_the_fix() {
+    let env = Env::new();
+    let tree = make_tree(&env, "t");
+    env.ok([
+        "snapshot".as_ref(),
+        tree.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let mp = env.path("mp");
+    let o = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs none /dev && exec "$0" --store "$1" mount s1 "$2""#)
+        .arg(env!("CARGO_BIN_EXE_storefs"))
+        .arg(&env.store)
+        .arg(&mp)
+        .env_remove("STOREFS_STORE")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("/dev/fuse is missing") && err.contains("modprobe fuse"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        !mp.exists(),
+        "a mount that never happened leaves no mountpoint"
+    );
+}
+
 #[test]
 fn ambiguous_prefix_is_refused_and_unique_prefix_works() {
     let env = Env::new();

@@ -235,6 +235,7 @@ impl ReadOnlyFs {
 
     /// The value of xattr `name`; `size` 0 asks for its length only.
     pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Result<XattrReply, FsError> {
+        check_xattr_name(name)?;
         let node = self.node(ino)?;
         let value = node
             .entry
@@ -401,6 +402,25 @@ fn sized_reply(data: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
     }
 }
 
+/// The xattr namespaces Linux file systems know. The kernel hands a FUSE
+/// mount every name; ext4, xfs and tmpfs refuse a name outside these with
+/// `EOPNOTSUPP` and a bare prefix with `EINVAL` (`xattr_resolve_name`), and so
+/// do we, so a fork never holds an attribute `storefs restore` could not set, and a
+/// checkpoint answers such a name as ext4 would.
+const XATTR_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
+
+pub(super) fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
+    match XATTR_NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
+        None => Err(FsError::Unsupported(
+            "an xattr name outside user., trusted., security. and system.",
+        )),
+        Some(ns) if name.len() == ns.len() => {
+            Err(FsError::Invalid("an xattr name that is only a namespace"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,6 +537,15 @@ mod tests {
         assert!(matches!(
             fs.getxattr(ino, b"user.b", 9),
             Err(FsError::NoXattr)
+        ));
+        // As ext4: a name outside the namespaces, or a bare namespace.
+        assert!(matches!(
+            fs.getxattr(ino, b"a", 9),
+            Err(FsError::Unsupported(_))
+        ));
+        assert!(matches!(
+            fs.getxattr(ino, b"user.", 9),
+            Err(FsError::Invalid(_))
         ));
         assert_eq!(fs.listxattr(ino, 0).unwrap(), XattrReply::Size(7));
         assert!(fs.open(ino, libc::O_RDONLY).is_ok());

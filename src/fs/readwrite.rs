@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::FsError;
-use super::readonly::XattrReply;
+use super::readonly::{XattrReply, check_xattr_name};
 use crate::journal::{self, Attr, DirEntry, Fallocate, Fork, RenameMode, SetAttr, XattrMode};
 use crate::store::Kind;
 
@@ -130,24 +130,6 @@ fn check_name(name: &[u8]) -> Result<(), FsError> {
         return Err(FsError::NameTooLong);
     }
     Ok(())
-}
-
-/// The xattr namespaces Linux file systems know. The kernel hands a FUSE
-/// mount every name; ext4, xfs and tmpfs refuse a name outside these with
-/// `EOPNOTSUPP` and a bare prefix with `EINVAL` (`xattr_resolve_name`), and so
-/// do we, so a fork never holds an attribute `storefs restore` could not set.
-const XATTR_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
-
-fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
-    match XATTR_NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
-        None => Err(FsError::Unsupported(
-            "an xattr name outside user., trusted., security. and system.",
-        )),
-        Some(ns) if name.len() == ns.len() => {
-            Err(FsError::Invalid("an xattr name that is only a namespace"))
-        }
-        Some(_) => Ok(()),
-    }
 }
 
 impl ForkFs {
