@@ -95,7 +95,11 @@ impl Store {
     }
 }
 
-/// Whether a process with this pid exists and has not exited.
+/// Whether a process with this pid exists and has not finished exiting. A
+/// zombie counts as gone only once it is its only thread: the main thread of
+/// an exiting process turns zombie while its other threads may still be
+/// leaving a system call (an fdatasync, say), and until the last one is gone
+/// the process keeps its descriptors, and with them its locks.
 pub fn pid_alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
@@ -103,7 +107,12 @@ pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence and permission.
     let r = unsafe { libc::kill(pid, 0) };
     let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    exists && !is_zombie(pid)
+    exists && !(is_zombie(pid) && threads(pid) <= 1)
+}
+
+/// How many threads process `pid` has, exiting ones included (0 if it is gone).
+fn threads(pid: i32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
 
 /// The state field of /proc/PID/stat is 'Z' for a zombie nobody has reaped yet.
@@ -177,5 +186,39 @@ mod tests {
         assert_eq!(unescape_mount_path("/a\\040b"), PathBuf::from("/a b"));
         assert_eq!(unescape_mount_path("/plain"), PathBuf::from("/plain"));
         assert_eq!(unescape_mount_path("/x\\"), PathBuf::from("/x\\"));
+    }
+
+    /// Poll `cond` every 10 ms, for at most 30 s.
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !cond() {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_zombie_main_thread_with_live_threads_is_still_alive() {
+        // The main thread leaves with pthread_exit; another thread lives on
+        // until told (its stdin closes).
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, sys, threading\n\
+                 threading.Thread(target=sys.stdin.read).start()\n\
+                 ctypes.CDLL(None).pthread_exit(None)",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let pid = child.id();
+        eventually("the main thread is a zombie", || is_zombie(pid as i32));
+        assert!(threads(pid as i32) >= 2);
+        assert!(pid_alive(pid), "its other thread still holds its files");
+        drop(child.stdin.take());
+        eventually("the last thread is gone", || threads(pid as i32) <= 1);
+        assert!(!pid_alive(pid), "an unreaped zombie has exited");
+        child.wait().unwrap();
+        assert!(!pid_alive(pid));
     }
 }
