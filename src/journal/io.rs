@@ -149,44 +149,45 @@ impl JournalFile for RealFile {
         self.0.set_len(len)
     }
     fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
-        let (Ok(off), Ok(n)) = (
-            libc::off64_t::try_from(offset),
-            libc::off64_t::try_from(len),
-        ) else {
-            return Ok(());
-        };
-        // SAFETY: sync_file_range on an fd we own; no memory is passed.
-        let r = unsafe {
-            libc::sync_file_range(self.0.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE)
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        sync_range(&self.0, offset, len, libc::SYNC_FILE_RANGE_WRITE).map(|_| ())
     }
     fn drop_behind(&self, offset: u64, len: u64) -> io::Result<()> {
-        let (Ok(off), Ok(n)) = (
-            libc::off64_t::try_from(offset),
-            libc::off64_t::try_from(len),
-        ) else {
-            return Ok(());
-        };
-        let fd = self.1.as_raw_fd();
         let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE
             | libc::SYNC_FILE_RANGE_WRITE
             | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        // SAFETY: sync_file_range and posix_fadvise on an fd we own; no memory
-        // is passed.
-        if unsafe { libc::sync_file_range(fd, off, n, wait) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: as above.
-        let r = unsafe { libc::posix_fadvise(fd, off, n, libc::POSIX_FADV_DONTNEED) };
+        let Some((off, n)) = sync_range(&self.1, offset, len, wait)? else {
+            return Ok(());
+        };
+        // SAFETY: posix_fadvise on an fd we own; no memory is passed.
+        let r =
+            unsafe { libc::posix_fadvise(self.1.as_raw_fd(), off, n, libc::POSIX_FADV_DONTNEED) };
         if r != 0 {
             return Err(io::Error::from_raw_os_error(r));
         }
         Ok(())
     }
+}
+
+/// `sync_file_range(2)` of `len` bytes from `offset` with `flags`; the range
+/// as the kernel takes it, or `None` (nothing done: these calls are hints)
+/// when it does not fit an `off64_t`.
+fn sync_range(
+    f: &File,
+    offset: u64,
+    len: u64,
+    flags: libc::c_uint,
+) -> io::Result<Option<(libc::off64_t, libc::off64_t)>> {
+    let (Ok(off), Ok(n)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return Ok(None);
+    };
+    // SAFETY: sync_file_range on an fd we own; no memory is passed.
+    if unsafe { libc::sync_file_range(f.as_raw_fd(), off, n, flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Some((off, n)))
 }
 
 impl JournalIo for RealIo {
