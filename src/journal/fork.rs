@@ -665,12 +665,16 @@ impl Fork {
         // are written (objects the fold wrote or found are named by then).
         let _lease = self.store.write_lease()?;
         let head = *self.head.lock();
-        // (1) Rotate and snapshot under the state lock.
-        let (seg, mut snap) = {
+        // (1) Rotate and snapshot under the state lock; nothing to fold:
+        // HEAD is the commit (no new segment, no new checkpoint).
+        let (seg, mut snap, folding) = {
             let st = self.state.lock();
+            if st.changes == 0 {
+                return Ok(head.checkpoint);
+            }
             let map = Record::InodeMap(st.inode_map()).encode();
             let seg = self.wal.rotate(&map)?;
-            (seg, st.clone())
+            (seg, st.clone(), st.changes)
         };
         step(CommitStep::Rotated)?;
         // (2) Fold without it.
@@ -711,10 +715,13 @@ impl Fork {
         write_json(&*self.io, &self.dir.join("HEAD"), &new_head)?;
         *self.head.lock() = new_head;
         step(CommitStep::HeadMoved)?;
-        // (4) Rebase, briefly under the state lock.
-        self.state
-            .lock()
-            .rebase(seg, &folded.extents, &folded.link_ids);
+        // (4) Rebase, briefly under the state lock. Changes made since the
+        // snapshot are left for the next commit.
+        {
+            let mut st = self.state.lock();
+            st.rebase(seg, &folded.extents, &folded.link_ids);
+            st.changes -= folding;
+        }
         step(CommitStep::Rebased)?;
         // (5) Trim.
         self.wal.trim(seg)?;

@@ -128,6 +128,10 @@ pub struct ForkState {
     /// The next record applied is the first of the replay: an `InodeMap`
     /// there rebinds numbers instead of being checked.
     pub fresh: bool,
+    /// Records that changed the tree (not directory loads), replayed or
+    /// appended, that no commit has folded yet: a commit with none to fold
+    /// has nothing to do.
+    pub changes: u64,
     prefetch: Option<(ObjectId, Arc<Tree>)>,
 }
 
@@ -360,6 +364,7 @@ impl ForkState {
             by_link: HashMap::new(),
             replaying: false,
             fresh: true,
+            changes: 0,
             prefetch: None,
         }
     }
@@ -586,6 +591,9 @@ impl ForkState {
     /// (where a `Write`'s data is read back from).
     pub fn mutate(&mut self, store: &Store, rec: &Record, pos: Pos, plen: u64) -> Result<()> {
         self.fresh = false;
+        if !matches!(rec, Record::LoadDir { .. }) {
+            self.changes += 1;
+        }
         match rec {
             Record::LoadDir { dir, .. } => {
                 let Data::Dir(Dir::Unloaded(id)) = self.inode(*dir)?.data else {
@@ -1236,6 +1244,7 @@ impl ForkState {
             let pos = ctx.wal.append_parts(&head, part)?;
             let plen = (head.len() + part.len()) as u64;
             self.fresh = false;
+            self.changes += 1;
             self.apply_write(ino, at, t, part.len() as u64, pos, plen);
             at += part.len() as u64;
         }

@@ -1338,7 +1338,11 @@ fn move_head_needs_a_clean_journal_and_a_descendant() {
     Fork::create(&env.store, "c", &env.base).unwrap();
     let c = Fork::open(env.store.clone(), "c").unwrap();
     assert_eq!(cat(&c, "dir/a.txt"), b"a");
-    c.commit("nothing").unwrap();
+    // A commit with nothing to fold does nothing; one with a change rotates.
+    assert_eq!(c.commit("nothing").unwrap(), env.base);
+    assert_eq!(fs::read_dir(journal_dir(&env, "c")).unwrap().count(), 1);
+    write_path(&c, "dir/a.txt", 0, b"A");
+    c.commit("a change").unwrap();
     let _ = ino(&c, "other/x/y.txt");
     drop(c);
     let dir = fork_dir(&env.store, "c");
