@@ -220,3 +220,69 @@ fn a_killed_daemon_is_reported_and_cleared_by_umount() {
     assert_eq!(fs::read(mp.join("d/f")).unwrap(), b"data\n");
     m.unmount();
 }
+
+/// A tree with more entries than the mount keeps in memory (`--cache-size 1M`
+/// keeps 4,096) has directories evicted and loaded again, with the same inode
+/// numbers: two walks with the kernel's dentry and inode caches dropped in
+/// between (so the second one asks the daemon again) see the same numbers,
+/// hardlinks included, and the same bytes.
+#[test]
+fn a_tree_larger_than_the_inode_budget_keeps_its_inode_numbers() {
+    let env = Env::new();
+    let src = env.path("big");
+    for d in 0..60 {
+        fs::create_dir_all(src.join(format!("d{d:02}"))).unwrap();
+        for f in 0..100 {
+            fs::write(src.join(format!("d{d:02}/f{f:03}")), format!("{d}/{f}\n")).unwrap();
+        }
+    }
+    fs::hard_link(src.join("d00/f000"), src.join("d59/link")).unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let mp = env.path("mnt");
+    let out = env.run([
+        "mount".as_ref(),
+        "s1".as_ref(),
+        mp.as_os_str(),
+        "--cache-size".as_ref(),
+        "1M".as_ref(),
+    ]);
+    let guard = env.guard_for("s1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inos = || -> Vec<(std::path::PathBuf, u64)> {
+        walk(&mp)
+            .into_iter()
+            .map(|p| {
+                let ino = fs::symlink_metadata(mp.join(&p)).unwrap().ino();
+                (p, ino)
+            })
+            .collect()
+    };
+    let first = inos();
+    assert_eq!(first.len(), 60 + 60 * 100 + 1);
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    let second = inos();
+    assert_eq!(first, second);
+    let ino_of = |p: &str| first.iter().find(|(q, _)| q == Path::new(p)).unwrap().1;
+    assert_eq!(ino_of("d00/f000"), ino_of("d59/link"));
+    for (p, _) in &first {
+        let (a, b) = (mp.join(p), src.join(p));
+        if b.is_file() {
+            assert_eq!(
+                fs::read(&a).unwrap(),
+                fs::read(&b).unwrap(),
+                "{}",
+                p.display()
+            );
+        }
+    }
+    guard.unmount();
+}

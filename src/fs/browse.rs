@@ -38,7 +38,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::FsError;
 use super::inode::ROOT_INO;
-use super::readonly::{Attr, BLOCK_SIZE, DirItem, FsStats, ReadOnlyFs, XattrReply};
+use super::readonly::{Attr, BLOCK_SIZE, DirItem, FsStats, ReadOnlyFs, XattrReply, inode_budget};
 use crate::journal;
 use crate::store::{ArchiveRecord, ChunkCache, Kind, ObjectId, Store};
 
@@ -183,6 +183,8 @@ struct Table {
 pub struct BrowseFs {
     store: Arc<Store>,
     cache: Arc<ChunkCache>,
+    /// Directory entries each checkpoint's tree keeps in memory.
+    tree_inode_budget: usize,
     mountpoint: PathBuf,
     table: RwLock<Table>,
     /// Verified checkpoint records (they never change).
@@ -208,6 +210,8 @@ impl BrowseFs {
         BrowseFs {
             store,
             cache: Arc::new(ChunkCache::new(cache_bytes)),
+            // Trees share the budget a checkpoint mount would have, 8 ways.
+            tree_inode_budget: (inode_budget(cache_bytes) / 8).max(4096),
             mountpoint,
             table: RwLock::new(table),
             records: RwLock::new(HashMap::new()),
@@ -495,6 +499,7 @@ impl BrowseFs {
             self.store.clone(),
             root,
             self.cache.clone(),
+            self.tree_inode_budget,
             self.mountpoint.join("checkpoints").join(id.to_hex()),
             record.source.stats,
         ));

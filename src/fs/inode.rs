@@ -1,17 +1,23 @@
-//! The inode table: inode number -> node (an entry of the checkpoint, the
-//! directory it was first found in, and for directories their children once
-//! loaded).
+//! The inode table: inode number -> node (an entry of the checkpoint and the
+//! directory it was first found in) and, for directories, their children.
 //!
-//! Inode numbers are handed out on first sight (lookup or readdir of the parent)
-//! and never reused, so they stay stable for the life of the mount; `forget` need
-//! not do anything. Entries sharing a non-zero `link_id` (hardlinks) get one inode.
+//! Numbers are handed out a directory at a time: the first time a directory's
+//! children are listed they get a contiguous range, recorded for good with the
+//! directory's tree id (a few dozen bytes per directory). The nodes and child
+//! lists themselves are a cache of recently used directories, bounded by a
+//! node budget: an evicted directory is rebuilt from its tree object, in the
+//! same order, so every number keeps meaning the same entry for the life of
+//! the mount and `forget` need not do anything. Entries sharing a non-zero
+//! `link_id` (hardlinks) get one inode: the number of the first one seen; the
+//! others' slots in their ranges stay unused.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use lru::LruCache;
+use parking_lot::Mutex;
 
-use crate::store::{Content, Entry, Kind};
+use crate::store::{Content, Entry, Kind, ObjectId};
 
 /// The root directory's inode number (FUSE's `FUSE_ROOT_ID`).
 pub const ROOT_INO: u64 = 1;
@@ -19,6 +25,10 @@ pub const ROOT_INO: u64 = 1;
 /// Parent links are followed at most this far when rebuilding a path for a log
 /// line (they cannot loop, but a bound costs nothing).
 const MAX_PATH_DEPTH: usize = 4096;
+
+/// About what a node costs in memory with its share of a child list (bytes),
+/// to turn a memory budget into a node budget.
+pub const NODE_BYTES: usize = 768;
 
 /// One inode of the mount.
 #[derive(Debug)]
@@ -38,53 +48,118 @@ pub struct Node {
 /// A loaded directory: its children's names (sorted) and inode numbers.
 pub type Children = Vec<(Vec<u8>, u64)>;
 
+/// What the table knows of an inode number.
+pub enum Found {
+    Node(Arc<Node>),
+    /// Numbered, but its directory is not in memory: load tree `tree` and
+    /// give its entries to [`InodeTable::insert_children`] for `dir`.
+    Evicted {
+        dir: u64,
+        tree: ObjectId,
+    },
+    /// Never handed out.
+    Unknown,
+}
+
 /// The table of every inode handed out so far. Safe to share between threads.
 pub struct InodeTable {
-    inner: RwLock<Inner>,
+    root: Arc<Node>,
+    inner: Mutex<Inner>,
+}
+
+/// The numbers a directory's children got.
+struct Range {
+    first: u64,
+    len: u64,
+    dir: u64,
+    tree: ObjectId,
+}
+
+/// A directory in memory: its child list, and the nodes of its range
+/// (`None` for a hardlink whose inode is numbered elsewhere).
+struct Loaded {
+    children: Arc<Children>,
+    nodes: Vec<Option<Arc<Node>>>,
 }
 
 struct Inner {
-    nodes: HashMap<u64, Arc<Node>>,
-    children: HashMap<u64, Arc<Children>>,
-    by_link_id: HashMap<u64, u64>,
+    /// Every range handed out, in number order.
+    ranges: Vec<Range>,
+    /// Directory inode -> its range's index.
+    range_of: HashMap<u64, usize>,
+    loaded: LruCache<u64, Loaded>,
+    /// Nodes in `loaded`, and how many it may hold before evicting.
+    nodes: usize,
+    budget: usize,
+    /// Link id -> the inode of the first entry seen with it, and its kind.
+    by_link_id: HashMap<u64, (u64, Kind)>,
     next_ino: u64,
 }
 
 impl InodeTable {
-    /// A table holding only the root directory.
-    pub fn new(root: Entry) -> InodeTable {
-        let mut nodes = HashMap::new();
-        nodes.insert(ROOT_INO, Arc::new(Node::new(ROOT_INO, ROOT_INO, root)));
+    /// A table holding only the root directory, keeping the children of
+    /// recently used directories up to about `budget` nodes in memory.
+    pub fn new(root: Entry, budget: usize) -> InodeTable {
         InodeTable {
-            inner: RwLock::new(Inner {
-                nodes,
-                children: HashMap::new(),
+            root: Arc::new(Node::new(ROOT_INO, ROOT_INO, root)),
+            inner: Mutex::new(Inner {
+                ranges: Vec::new(),
+                range_of: HashMap::new(),
+                loaded: LruCache::unbounded(),
+                nodes: 0,
+                budget: budget.max(1),
                 by_link_id: HashMap::new(),
                 next_ino: ROOT_INO + 1,
             }),
         }
     }
 
-    /// The node for `ino`, if that number was handed out.
-    pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
-        self.inner.read().nodes.get(&ino).cloned()
-    }
-
-    /// The children of directory `ino`, if already loaded.
-    pub fn children(&self, ino: u64) -> Option<Arc<Children>> {
-        self.inner.read().children.get(&ino).cloned()
-    }
-
-    /// Record the entries of directory `dir` (from its tree object), giving each
-    /// an inode number. If another thread loaded it first, its result is kept,
-    /// so a name maps to one inode number for the life of the mount.
-    pub fn insert_children(&self, dir: u64, mut entries: Vec<Entry>) -> Arc<Children> {
-        let mut inner = self.inner.write();
-        if let Some(existing) = inner.children.get(&dir) {
-            return existing.clone();
+    /// The node for `ino`, or which directory to load to get it.
+    pub fn get(&self, ino: u64) -> Found {
+        if ino == ROOT_INO {
+            return Found::Node(self.root.clone());
         }
+        let mut inner = self.inner.lock();
+        let i = inner.ranges.partition_point(|r| r.first <= ino);
+        let Some(r) = i.checked_sub(1).map(|i| &inner.ranges[i]) else {
+            return Found::Unknown;
+        };
+        if ino >= r.first + r.len {
+            return Found::Unknown;
+        }
+        let (first, dir, tree) = (r.first, r.dir, r.tree);
+        match inner.loaded.get(&dir) {
+            Some(l) => match &l.nodes[(ino - first) as usize] {
+                Some(n) => Found::Node(n.clone()),
+                // The unused slot of a hardlink: never handed out.
+                None => Found::Unknown,
+            },
+            None => Found::Evicted { dir, tree },
+        }
+    }
+
+    /// The children of directory `dir`, if in memory.
+    pub fn children(&self, dir: u64) -> Option<Arc<Children>> {
+        self.inner
+            .lock()
+            .loaded
+            .get(&dir)
+            .map(|l| l.children.clone())
+    }
+
+    /// Record the entries of directory `dir` (from its tree object `tree`):
+    /// the first time, each gets a new inode number; after an eviction, the
+    /// same numbers again. If another thread loaded it meanwhile, its result
+    /// is kept.
+    pub fn insert_children(
+        &self,
+        dir: u64,
+        tree: ObjectId,
+        mut entries: Vec<Entry>,
+    ) -> Arc<Children> {
         // Trees are sorted by the store; sort again so a hostile tree cannot
-        // break the binary search in lookup.
+        // break the binary search in lookup. The same tree always gives the
+        // same list, so a reload numbers it as the first load did.
         let before = entries.len();
         entries.retain(|e| servable_name(&e.name));
         if entries.len() != before {
@@ -96,64 +171,102 @@ impl InodeTable {
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         entries.dedup_by(|a, b| a.name == b.name);
-        let mut list = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let name = entry.name.clone();
-            let ino = inner.assign(dir, entry);
-            list.push((name, ino));
+        let mut inner = self.inner.lock();
+        if let Some(l) = inner.loaded.get(&dir) {
+            return l.children.clone();
         }
-        let list = Arc::new(list);
-        inner.children.insert(dir, list.clone());
-        list
+        let first = match inner.range_of.get(&dir) {
+            Some(&i) => inner.ranges[i].first,
+            None => {
+                let first = inner.next_ino;
+                let len = entries.len() as u64;
+                inner.next_ino += len;
+                let index = inner.ranges.len();
+                inner.ranges.push(Range {
+                    first,
+                    len,
+                    dir,
+                    tree,
+                });
+                inner.range_of.insert(dir, index);
+                first
+            }
+        };
+        let mut children = Vec::with_capacity(entries.len());
+        let mut nodes = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.into_iter().enumerate() {
+            let slot = first + i as u64;
+            let name = entry.name.clone();
+            let ino = inner.link_target(slot, &entry);
+            nodes.push((ino == slot).then(|| Arc::new(Node::new(slot, dir, entry))));
+            children.push((name, ino));
+        }
+        let children = Arc::new(children);
+        inner.nodes += nodes.len();
+        inner.loaded.put(
+            dir,
+            Loaded {
+                children: children.clone(),
+                nodes,
+            },
+        );
+        // Evict the least recently used directories beyond the budget (never
+        // the one just loaded).
+        while inner.nodes > inner.budget && inner.loaded.len() > 1 {
+            if let Some((_, l)) = inner.loaded.pop_lru() {
+                inner.nodes -= l.nodes.len();
+            }
+        }
+        children
     }
 
     /// The path of `ino` relative to the mount root, as raw bytes ("" for the
-    /// root). A hardlinked file is named by the first link that was seen.
+    /// root), from the directories in memory; a part that is not is written
+    /// `<inode N>`. A hardlinked file is named by the first link that was seen.
     pub fn path(&self, ino: u64) -> Vec<u8> {
-        let inner = self.inner.read();
-        let mut names: Vec<&[u8]> = Vec::new();
+        let mut names: Vec<Vec<u8>> = Vec::new();
         let mut cur = ino;
         while cur != ROOT_INO && names.len() < MAX_PATH_DEPTH {
-            let Some(node) = inner.nodes.get(&cur) else {
+            let Found::Node(node) = self.get(cur) else {
+                names.push(format!("<inode {cur}>").into_bytes());
                 break;
             };
-            names.push(&node.entry.name);
+            names.push(node.entry.name.clone());
             cur = node.parent;
         }
         names.reverse();
         names.join(&b'/')
     }
 
-    /// How many inodes have been handed out.
+    /// How many inode numbers have been handed out.
     pub fn len(&self) -> usize {
-        self.inner.read().nodes.len()
+        (self.inner.lock().next_ino - ROOT_INO) as usize
+    }
+
+    /// How many nodes are in memory (for tests of the budget).
+    #[cfg(test)]
+    fn resident(&self) -> usize {
+        self.inner.lock().nodes
     }
 }
 
 impl Inner {
-    /// The inode number for `entry` found in directory `parent`: the one already
-    /// given to its hardlink group, or a new one.
-    fn assign(&mut self, parent: u64, entry: Entry) -> u64 {
+    /// The inode number for `entry` in slot `slot`: the slot itself, or the
+    /// number already given to its hardlink group.
+    fn link_target(&mut self, slot: u64, entry: &Entry) -> u64 {
         let link_id = entry.link_id;
-        let linkable = link_id != 0 && entry.kind != Kind::Dir;
-        if linkable && let Some(&ino) = self.by_link_id.get(&link_id) {
+        if link_id == 0 || entry.kind == Kind::Dir {
+            return slot;
+        }
+        match self.by_link_id.get(&link_id) {
             // A hostile tree could reuse a link id for different kinds of file.
-            let same_kind = self
-                .nodes
-                .get(&ino)
-                .is_some_and(|n| n.entry.kind == entry.kind);
-            if same_kind {
-                return ino;
+            Some(&(ino, kind)) if kind == entry.kind => ino,
+            Some(_) => slot,
+            None => {
+                self.by_link_id.insert(link_id, (slot, entry.kind));
+                slot
             }
         }
-        let ino = self.next_ino;
-        self.next_ino += 1;
-        self.nodes
-            .insert(ino, Arc::new(Node::new(ino, parent, entry)));
-        if linkable {
-            self.by_link_id.entry(link_id).or_insert(ino);
-        }
-        ino
     }
 }
 
@@ -210,7 +323,7 @@ fn extent_starts(entry: &Entry) -> Option<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Extent, ObjectId};
+    use crate::store::Extent;
 
     fn entry(name: &str, kind: Kind, link_id: u64, content: Content) -> Entry {
         Entry {
@@ -230,15 +343,35 @@ mod tests {
         }
     }
 
+    fn file(name: &str, link_id: u64) -> Entry {
+        entry(name, Kind::File, link_id, Content::Extents(vec![]))
+    }
+
+    /// The node of `ino`, loading `trees[dir]` when it was evicted.
+    fn node(t: &InodeTable, trees: &HashMap<u64, Vec<Entry>>, ino: u64) -> Arc<Node> {
+        match t.get(ino) {
+            Found::Node(n) => n,
+            Found::Evicted { dir, tree } => {
+                t.insert_children(dir, tree, trees[&dir].clone());
+                match t.get(ino) {
+                    Found::Node(n) => n,
+                    _ => panic!("{ino} not there after loading {dir}"),
+                }
+            }
+            Found::Unknown => panic!("{ino} unknown"),
+        }
+    }
+
     #[test]
     fn hardlinks_share_an_inode_and_numbers_are_stable() {
         let id = ObjectId::of(b"d");
-        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(id)));
+        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(id)), 1 << 20);
         let kids = t.insert_children(
             ROOT_INO,
+            id,
             vec![
-                entry("b", Kind::File, 9, Content::Extents(vec![])),
-                entry("a", Kind::File, 9, Content::Extents(vec![])),
+                file("b", 9),
+                file("a", 9),
                 entry("d", Kind::Dir, 0, Content::Tree(id)),
             ],
         );
@@ -246,29 +379,77 @@ mod tests {
         assert_eq!(names, [b"a".as_slice(), b"b", b"d"]);
         assert_eq!(kids[0].1, kids[1].1, "one inode for the link group");
         assert_ne!(kids[0].1, kids[2].1);
-        let again = t.insert_children(ROOT_INO, vec![]);
+        let again = t.insert_children(ROOT_INO, id, vec![]);
         assert_eq!(*again, *kids, "a second load keeps the first numbers");
-        let sub = t.insert_children(
-            kids[2].1,
-            vec![entry("x", Kind::File, 0, Content::Extents(vec![]))],
-        );
+        let sub = t.insert_children(kids[2].1, id, vec![file("x", 0)]);
         assert_eq!(t.path(sub[0].1), b"d/x");
         assert_eq!(t.path(ROOT_INO), b"");
+        assert!(matches!(t.get(kids[1].1 + 1000), Found::Unknown));
+    }
+
+    #[test]
+    fn evicted_directories_come_back_with_the_same_numbers() {
+        let root_id = ObjectId::of(b"root");
+        let dir_id = |i: u64| ObjectId::of(&i.to_le_bytes());
+        // A budget of 5 nodes: a directory of 4 files, and 10 of them.
+        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(root_id)), 5);
+        let mut trees: HashMap<u64, Vec<Entry>> = HashMap::new();
+        let root: Vec<Entry> = (0..10)
+            .map(|i| entry(&format!("d{i}"), Kind::Dir, 0, Content::Tree(dir_id(i))))
+            .collect();
+        trees.insert(ROOT_INO, root.clone());
+        let dirs = t.insert_children(ROOT_INO, root_id, root);
+        let mut seen = Vec::new();
+        for (i, (_, dir)) in dirs.iter().enumerate() {
+            // File "h" in every directory is one hardlink group.
+            let kids: Vec<Entry> = (0..3)
+                .map(|j| file(&format!("f{i}-{j}"), 0))
+                .chain([file("h", 77)])
+                .collect();
+            trees.insert(*dir, kids.clone());
+            let list = t.insert_children(*dir, dir_id(i as u64), kids);
+            seen.push((*dir, list));
+            assert!(t.resident() <= 10 + 4, "budget kept: {}", t.resident());
+        }
+        assert!(t.resident() < 10 * 4 + 10, "something was evicted");
+        let h = seen[0].1[3].1;
+        for (dir, list) in &seen {
+            assert_eq!(list[3].1, h, "one inode for the link group in {dir}");
+            for (name, ino) in list.iter() {
+                let n = node(&t, &trees, *ino);
+                assert_eq!(n.ino, *ino);
+                if name != b"h" {
+                    assert_eq!(&n.entry.name, name);
+                    assert_eq!(n.parent, *dir);
+                    // From memory only: an evicted directory is a number.
+                    let path = t.path(*ino);
+                    let full = [b"d".as_slice(), &n.entry.name[1..2], b"/", name].concat();
+                    let short = [format!("<inode {dir}>/").as_bytes(), name].concat();
+                    assert!(path == full || path == short, "{path:?}");
+                }
+            }
+            // Listing it again after evictions: the same names and numbers.
+            let again = match t.children(*dir) {
+                Some(c) => c,
+                None => t.insert_children(*dir, ObjectId::of(b"unused"), trees[dir].clone()),
+            };
+            assert_eq!(*again, **list);
+        }
+        assert_eq!(
+            node(&t, &trees, h).parent,
+            seen[0].0,
+            "named by its first link"
+        );
+        assert_eq!(t.len(), 1 + 10 + 10 * 4);
     }
 
     #[test]
     fn unservable_names_are_dropped() {
         let id = ObjectId::of(b"d");
-        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(id)));
+        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(id)), 1 << 20);
         let long = "x".repeat(256);
         let names = ["", ".", "..", "a/b", "nul\0", long.as_str(), "ok"];
-        let kids = t.insert_children(
-            ROOT_INO,
-            names
-                .iter()
-                .map(|n| entry(n, Kind::File, 0, Content::Extents(vec![])))
-                .collect(),
-        );
+        let kids = t.insert_children(ROOT_INO, id, names.iter().map(|n| file(n, 0)).collect());
         assert_eq!(kids.len(), 1);
         assert_eq!(kids[0].0, b"ok");
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::FsError;
-use super::inode::{Children, InodeTable, Node, ROOT_INO};
+use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node, ROOT_INO};
 use crate::store::{ChunkCache, Content, Entry, Kind, ObjectId, Stats, Store};
 
 /// The block size reported by `stat` and `statfs`.
@@ -72,7 +72,8 @@ pub struct ReadOnlyFs {
 
 impl ReadOnlyFs {
     /// Serve the tree under `root` (a checkpoint's root directory entry), keeping
-    /// up to `cache_bytes` of decompressed chunks in memory.
+    /// up to `cache_bytes` of decompressed chunks in memory, and directory
+    /// entries for about a quarter of that again ([`inode_budget`]).
     pub fn new(
         store: Arc<Store>,
         root: Entry,
@@ -81,21 +82,24 @@ impl ReadOnlyFs {
         stats: Option<Stats>,
     ) -> ReadOnlyFs {
         let cache = Arc::new(ChunkCache::new(cache_bytes));
-        ReadOnlyFs::with_cache(store, root, cache, mountpoint, stats)
+        let budget = inode_budget(cache_bytes);
+        ReadOnlyFs::with_cache(store, root, cache, budget, mountpoint, stats)
     }
 
     /// Serve the tree under `root` with a chunk cache shared with other trees
-    /// (a browse mount serves many checkpoints from one cache).
+    /// (a browse mount serves many checkpoints from one cache), keeping about
+    /// `inode_budget` directory entries in memory.
     pub fn with_cache(
         store: Arc<Store>,
         root: Entry,
         cache: Arc<ChunkCache>,
+        inode_budget: usize,
         mountpoint: PathBuf,
         stats: Option<Stats>,
     ) -> ReadOnlyFs {
         ReadOnlyFs {
             store,
-            inodes: InodeTable::new(root),
+            inodes: InodeTable::new(root, inode_budget),
             cache,
             mountpoint,
             stats,
@@ -273,11 +277,23 @@ impl ReadOnlyFs {
         }
     }
 
+    /// The node of `ino`, loading its directory again if it was evicted.
     fn node(&self, ino: u64) -> Result<Arc<Node>, FsError> {
-        self.inodes.get(ino).ok_or(FsError::UnknownInode(ino))
+        match self.inodes.get(ino) {
+            Found::Node(n) => Ok(n),
+            Found::Evicted { dir, tree } => {
+                self.load(dir, &tree)?;
+                match self.inodes.get(ino) {
+                    Found::Node(n) => Ok(n),
+                    _ => Err(FsError::UnknownInode(ino)),
+                }
+            }
+            Found::Unknown => Err(FsError::UnknownInode(ino)),
+        }
     }
 
-    /// The children of a directory, loading its tree object on first use.
+    /// The children of a directory, loading its tree object when they are
+    /// not in memory (the first time, or after an eviction).
     fn children(&self, dir: &Node) -> Result<Arc<Children>, FsError> {
         if dir.entry.kind != Kind::Dir {
             return Err(FsError::NotDir);
@@ -288,12 +304,18 @@ impl ReadOnlyFs {
         let Content::Tree(id) = dir.entry.content else {
             return Err(self.malformed(dir, "directory without a tree"));
         };
-        let path = self.display_path(dir.ino);
+        self.load(dir.ino, &id)
+    }
+
+    /// Read tree `id` of directory `dir` into the inode table.
+    fn load(&self, dir: u64, id: &ObjectId) -> Result<Arc<Children>, FsError> {
+        // Named from what is in memory: naming it fully could load more.
+        let path = self.path_in_memory(dir);
         let tree = self
             .store
-            .get_tree(&id, &path)
-            .map_err(|e| self.store_failure(&path, &id, e))?;
-        Ok(self.inodes.insert_children(dir.ino, tree.entries))
+            .get_tree(id, &path)
+            .map_err(|e| self.store_failure(&path, id, e))?;
+        Ok(self.inodes.insert_children(dir, *id, tree.entries))
     }
 
     /// A file chunk: from the cache, else read, decompressed and verified.
@@ -331,8 +353,24 @@ impl ReadOnlyFs {
         FsError::Malformed { path, detail }
     }
 
-    /// The absolute path of `ino` under the mountpoint, for messages.
+    /// The absolute path of `ino` under the mountpoint, for messages; its
+    /// directories are loaded again if they were evicted.
     fn display_path(&self, ino: u64) -> String {
+        let mut cur = ino;
+        for _ in 0..MAX_PATH_LOADS {
+            if cur == ROOT_INO {
+                break;
+            }
+            match self.node(cur) {
+                Ok(n) => cur = n.parent,
+                Err(_) => break,
+            }
+        }
+        self.path_in_memory(ino)
+    }
+
+    /// The absolute path of `ino` from the directories in memory.
+    fn path_in_memory(&self, ino: u64) -> String {
         if ino == ROOT_INO {
             return self.mountpoint.display().to_string();
         }
@@ -400,6 +438,15 @@ fn sized_reply(data: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
     } else {
         Ok(XattrReply::Data(data))
     }
+}
+
+/// Directories [`ReadOnlyFs::display_path`] loads at most to name a file.
+const MAX_PATH_LOADS: usize = 4096;
+
+/// How many directory entries a mount keeps in memory for a chunk cache of
+/// `cache_bytes`: about a quarter of that in bytes, and at least 4,096.
+pub fn inode_budget(cache_bytes: usize) -> usize {
+    (cache_bytes / 4 / NODE_BYTES).max(4096)
 }
 
 /// The xattr namespaces Linux file systems know. The kernel hands a FUSE
