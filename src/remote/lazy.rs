@@ -194,6 +194,12 @@ struct Shared {
     sync_lock: Mutex<()>,
 }
 
+/// A fetched object: its stored bytes and, verified against its id, its content.
+struct Fetched {
+    raw: Vec<u8>,
+    plain: Vec<u8>,
+}
+
 #[derive(Default)]
 struct Flight {
     done: Mutex<bool>,
@@ -291,10 +297,10 @@ impl LazyBackend {
 
 impl Shared {
     /// Fetch `id` from the remote, verify it, write it locally; its stored
-    /// bytes. Failures are warnings for a read, debug lines for a prefetch
+    /// bytes and its content. Failures are warnings for a read, debug lines for a prefetch
     /// (the read that needs the object, if any, warns); a corrupt object
     /// always warns.
-    async fn fetch(self: Arc<Self>, id: ObjectId, prefetch: bool) -> io::Result<Vec<u8>> {
+    async fn fetch(self: Arc<Self>, id: ObjectId, prefetch: bool) -> io::Result<Fetched> {
         let fail = |msg: &str, e: &dyn std::fmt::Display| {
             if prefetch {
                 tracing::debug!(object = %id, remote = %self.remote, error = %e, "prefetch: {msg}");
@@ -340,18 +346,21 @@ impl Shared {
     }
 
     /// Verify fetched bytes and write them into the local store.
-    fn keep(&self, id: ObjectId, raw: Vec<u8>) -> io::Result<Vec<u8>> {
-        if let Err(e) = Store::verify_stored(&id, &raw) {
-            let detail = corrupt_detail(e);
-            tracing::warn!(object = %id, remote = %self.remote, url = %self.url, detail = %detail, "remote object is corrupt or tampered with: not stored, this read gets EIO");
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "object {id} from remote '{}' is corrupt ({detail})",
-                    self.remote
-                ),
-            ));
-        }
+    fn keep(&self, id: ObjectId, raw: Vec<u8>) -> io::Result<Fetched> {
+        let plain = match Store::verify_stored(&id, &raw) {
+            Ok(plain) => plain,
+            Err(e) => {
+                let detail = corrupt_detail(e);
+                tracing::warn!(object = %id, remote = %self.remote, url = %self.url, detail = %detail, "remote object is corrupt or tampered with: not stored, this read gets EIO");
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "object {id} from remote '{}' is corrupt ({detail})",
+                        self.remote
+                    ),
+                ));
+            }
+        };
         self.local.write(&id, &raw)?;
         self.fetched_objects.fetch_add(1, Ordering::SeqCst);
         self.fetched_bytes
@@ -363,7 +372,7 @@ impl Shared {
                 tracing::warn!(error = %e, "sync of fetched objects failed");
             }
         }
-        Ok(raw)
+        Ok(Fetched { raw, plain })
     }
 
     /// Sync the local store if anything fetched is not durable yet.
@@ -407,11 +416,31 @@ impl ObjectBackend for LazyBackend {
                 Ok(flight) => {
                     let got = self.rt.block_on(self.shared.clone().fetch(*id, false));
                     self.shared.land(id, &flight);
-                    return got.map(Some);
+                    return got.map(|f| Some(f.raw));
                 }
                 // Another reader or a prefetch is fetching it: wait, then
                 // look locally again (fetch it ourselves if that one failed).
                 Err(flight) => flight.wait(),
+            }
+        }
+    }
+
+    /// A fetch from the remote hands over the content it verified, so the
+    /// store does not decompress and hash it a second time; an object that
+    /// is here (or that another reader is fetching) is left to `read`.
+    fn read_verified(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
+        if self.shared.local.contains(id)? {
+            return Ok(None);
+        }
+        match self.shared.claim(id) {
+            Ok(flight) => {
+                let got = self.rt.block_on(self.shared.clone().fetch(*id, false));
+                self.shared.land(id, &flight);
+                got.map(|f| Some(f.plain))
+            }
+            Err(flight) => {
+                flight.wait();
+                Ok(None)
             }
         }
     }

@@ -28,6 +28,13 @@ pub const PACKS: &str = "packs";
 pub trait ObjectBackend: Send + Sync {
     /// The stored (compressed) bytes of `id`, or `None` when the backend lacks it.
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>>;
+    /// The content of `id` (decompressed, hashed and found equal to `id`) when
+    /// the backend verified it itself on the way in (a fetch from a remote);
+    /// `None` to have the store [`read`](ObjectBackend::read) and verify the
+    /// stored bytes, which is what the default does.
+    fn read_verified(&self, _id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
     /// Store `bytes` under `id`, atomically. Storing an id that exists is a no-op.
     fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()>;
     /// Whether `id` is stored.
