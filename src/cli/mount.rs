@@ -52,9 +52,9 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     let archive = a.label.is_none() && is_archive_path(Path::new(&a.target));
     // The daemon of a lazy mount is told its remote; the command finds it in TARGET.
     let mut lazy_remote = a.remote.clone();
-    let (id, label, fork) = if archive {
+    let (id, label, fork, store) = if archive {
         let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
-        (p.id, a.target.clone(), None)
+        (p.id, a.target.clone(), None, Store::open(store_dir)?)
     } else if let Some((remote, name)) = a.target.split_once(':').filter(|_| a.label.is_none()) {
         // REMOTE:REF (':' is in no ref, fork or id): a lazy mount.
         let store = Store::open(store_dir)?;
@@ -67,7 +67,7 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             );
         }
         lazy_remote = Some(remote.to_string());
-        (t.checkpoint, a.target.clone(), None)
+        (t.checkpoint, a.target.clone(), None, store)
     } else {
         if a.digests.sha256.is_some() || a.digests.manifest.is_some() {
             bail!(
@@ -81,9 +81,8 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         let is_fork = store.get_ref(&a.target)?.is_none()
             && journal::read_fork_info(&store, &a.target)?.is_some();
         let label = a.label.clone().unwrap_or_else(|| a.target.clone());
-        (id, label, is_fork.then(|| a.target.clone()))
+        (id, label, is_fork.then(|| a.target.clone()), store)
     };
-    let store = Store::open(store_dir)?;
     // The daemon of a lazy mount reads objects through the fetching backend.
     let lazy = match (&lazy_remote, a.foreground) {
         (Some(r), true) => Some(Arc::new(crate::remote::LazyBackend::open(&store, r)?)),
