@@ -200,6 +200,12 @@ struct Fetched {
     plain: Vec<u8>,
 }
 
+/// An object read from the local store, or fetched from the remote.
+enum Found {
+    Local(Vec<u8>),
+    Fetched(Fetched),
+}
+
 #[derive(Default)]
 struct Flight {
     done: Mutex<bool>,
@@ -406,17 +412,18 @@ impl Shared {
     }
 }
 
-impl ObjectBackend for LazyBackend {
-    fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
+impl LazyBackend {
+    /// The object from the local store, else fetched (verified, kept here).
+    fn local_or_fetched(&self, id: &ObjectId) -> io::Result<Found> {
         loop {
             if let Some(raw) = self.shared.local.read(id)? {
-                return Ok(Some(raw));
+                return Ok(Found::Local(raw));
             }
             match self.shared.claim(id) {
                 Ok(flight) => {
                     let got = self.rt.block_on(self.shared.clone().fetch(*id, false));
                     self.shared.land(id, &flight);
-                    return got.map(|f| Some(f.raw));
+                    return got.map(Found::Fetched);
                 }
                 // Another reader or a prefetch is fetching it: wait, then
                 // look locally again (fetch it ourselves if that one failed).
@@ -424,25 +431,23 @@ impl ObjectBackend for LazyBackend {
             }
         }
     }
+}
 
-    /// A fetch from the remote hands over the content it verified, so the
-    /// store does not decompress and hash it a second time; an object that
-    /// is here (or that another reader is fetching) is left to `read`.
-    fn read_verified(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
-        if self.shared.local.contains(id)? {
-            return Ok(None);
-        }
-        match self.shared.claim(id) {
-            Ok(flight) => {
-                let got = self.rt.block_on(self.shared.clone().fetch(*id, false));
-                self.shared.land(id, &flight);
-                got.map(|f| Some(f.plain))
-            }
-            Err(flight) => {
-                flight.wait();
-                Ok(None)
-            }
-        }
+impl ObjectBackend for LazyBackend {
+    fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
+        Ok(Some(match self.local_or_fetched(id)? {
+            Found::Local(raw) => raw,
+            Found::Fetched(f) => f.raw,
+        }))
+    }
+
+    /// A fetch hands over the content it verified, so the store does not
+    /// decompress and hash it a second time.
+    fn read_for_use(&self, id: &ObjectId) -> io::Result<Option<store::Got>> {
+        Ok(Some(match self.local_or_fetched(id)? {
+            Found::Local(raw) => store::Got::Stored(raw),
+            Found::Fetched(f) => store::Got::Verified(f.plain),
+        }))
     }
 
     fn prefetch(&self, ids: &[ObjectId]) {

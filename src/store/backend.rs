@@ -23,17 +23,25 @@ use super::pack::{
 /// The directory under `objects/` that holds pack files.
 pub const PACKS: &str = "packs";
 
+/// An object as [`ObjectBackend::read_for_use`] hands it over.
+pub enum Got {
+    /// The stored (compressed) bytes, still to be verified.
+    Stored(Vec<u8>),
+    /// The content, decompressed and found to hash to the id.
+    Verified(Vec<u8>),
+}
+
 /// Storage of compressed object bytes by id. Implementations must be safe to call
 /// from many threads, and `write` must never leave a partial object under `id`.
 pub trait ObjectBackend: Send + Sync {
     /// The stored (compressed) bytes of `id`, or `None` when the backend lacks it.
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>>;
-    /// The content of `id` (decompressed, hashed and found equal to `id`) when
-    /// the backend verified it itself on the way in (a fetch from a remote);
-    /// `None` to have the store [`read`](ObjectBackend::read) and verify the
-    /// stored bytes, which is what the default does.
-    fn read_verified(&self, _id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
-        Ok(None)
+    /// What [`Store::get_object`](super::Store::get_object) reads: the stored
+    /// bytes, or the content when the backend verified it itself on the way
+    /// in (a fetch from a remote), so it is not decompressed and hashed twice.
+    /// The default is [`read`](ObjectBackend::read).
+    fn read_for_use(&self, id: &ObjectId) -> io::Result<Option<Got>> {
+        Ok(self.read(id)?.map(Got::Stored))
     }
     /// Store `bytes` under `id`, atomically. Storing an id that exists is a no-op.
     fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()>;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
-pub use backend::{LocalBackend, ObjectBackend};
+pub use backend::{Got, LocalBackend, ObjectBackend};
 pub use cache::ChunkCache;
 pub use checkpoint::{Checkpoint, Source, Stats, format_time};
 pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
@@ -195,18 +195,14 @@ impl Store {
     /// Read, decompress and verify an object. `context` names what needed it
     /// (a path), for the error message.
     pub fn get_object(&self, id: &ObjectId, context: &str) -> Result<Vec<u8>> {
-        if let Some(plain) = self.backend.read_verified(id).at(&self.object_context())? {
-            return Ok(plain);
-        }
-        let raw = self
-            .backend
-            .read(id)
-            .at(&self.object_context())?
-            .ok_or_else(|| Error::Missing {
+        match self.backend.read_for_use(id).at(&self.object_context())? {
+            Some(Got::Stored(raw)) => Self::verify_stored(id, &raw),
+            Some(Got::Verified(plain)) => Ok(plain),
+            None => Err(Error::Missing {
                 id: *id,
                 context: context.to_string(),
-            })?;
-        Self::verify_stored(id, &raw)
+            }),
+        }
     }
 
     /// Check stored bytes (one zstd frame, as `ObjectBackend::read` returns
