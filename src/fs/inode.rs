@@ -221,13 +221,22 @@ impl InodeTable {
     }
 
     /// The path of `ino` relative to the mount root, as raw bytes ("" for the
-    /// root), from the directories in memory; a part that is not is written
-    /// `<inode N>`. A hardlinked file is named by the first link that was seen.
+    /// root), from the directories in memory; see [`InodeTable::path_with`].
     pub fn path(&self, ino: u64) -> Vec<u8> {
+        self.path_with(ino, |i| match self.get(i) {
+            Found::Node(n) => Some(n),
+            _ => None,
+        })
+    }
+
+    /// The path of `ino` relative to the mount root, following parents that
+    /// `node_of` gives; a part it cannot give is written `<inode N>`. A
+    /// hardlinked file is named by the first link that was seen.
+    pub fn path_with(&self, ino: u64, node_of: impl Fn(u64) -> Option<Arc<Node>>) -> Vec<u8> {
         let mut names: Vec<Vec<u8>> = Vec::new();
         let mut cur = ino;
         while cur != ROOT_INO && names.len() < MAX_PATH_DEPTH {
-            let Found::Node(node) = self.get(cur) else {
+            let Some(node) = node_of(cur) else {
                 names.push(format!("<inode {cur}>").into_bytes());
                 break;
             };

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::FsError;
-use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node, ROOT_INO};
+use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node};
 use crate::store::{ChunkCache, Content, Entry, Kind, ObjectId, Stats, Store};
 
 /// The block size reported by `stat` and `statfs`.
@@ -356,25 +356,19 @@ impl ReadOnlyFs {
     /// The absolute path of `ino` under the mountpoint, for messages; its
     /// directories are loaded again if they were evicted.
     fn display_path(&self, ino: u64) -> String {
-        let mut cur = ino;
-        for _ in 0..MAX_PATH_LOADS {
-            if cur == ROOT_INO {
-                break;
-            }
-            match self.node(cur) {
-                Ok(n) => cur = n.parent,
-                Err(_) => break,
-            }
-        }
-        self.path_in_memory(ino)
+        self.absolute(self.inodes.path_with(ino, |i| self.node(i).ok()))
     }
 
     /// The absolute path of `ino` from the directories in memory.
     fn path_in_memory(&self, ino: u64) -> String {
-        if ino == ROOT_INO {
+        self.absolute(self.inodes.path(ino))
+    }
+
+    /// `rel` (from the mount root; empty for the root) under the mountpoint.
+    fn absolute(&self, rel: Vec<u8>) -> String {
+        if rel.is_empty() {
             return self.mountpoint.display().to_string();
         }
-        let rel = self.inodes.path(ino);
         self.mountpoint
             .join(OsStr::from_bytes(&rel))
             .display()
@@ -440,9 +434,6 @@ fn sized_reply(data: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
     }
 }
 
-/// Directories [`ReadOnlyFs::display_path`] loads at most to name a file.
-const MAX_PATH_LOADS: usize = 4096;
-
 /// How many directory entries a mount keeps in memory for a chunk cache of
 /// `cache_bytes`: about a quarter of that in bytes, and at least 4,096.
 pub fn inode_budget(cache_bytes: usize) -> usize {
@@ -471,6 +462,7 @@ pub(super) fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::inode::ROOT_INO;
     use crate::store::Extent;
 
     fn file(name: &str, size: u64, extents: Vec<Extent>) -> Entry {
