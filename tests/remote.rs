@@ -12,10 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{
-    Env, RemoteKind, RemoteKind as Kind, assert_same_tree, make_store, open_probed_remote,
-    remote_url,
-};
+use common::{Env, RemoteKind, RemoteKind as Kind, assert_same_tree, env_with_remote, make_store};
 use storefs::remote::Remote;
 use storefs::store::{Content, ObjectId, Store};
 
@@ -27,9 +24,7 @@ struct Setup {
 
 /// A fresh env and an empty remote of `kind`; `None` for S3 when no server was given.
 fn setup(kind: Kind) -> Option<Setup> {
-    let env = Env::new();
-    let url = remote_url(kind, env.tmp.path(), "t")?;
-    let remote = open_probed_remote(&url);
+    let (env, url, remote) = env_with_remote(kind, "t")?;
     Some(Setup { env, url, remote })
 }
 
@@ -52,28 +47,11 @@ impl Setup {
     }
 
     fn ok(&self, store: &str, args: &[&str]) -> (String, String) {
-        let out = self.run(store, args);
-        assert!(
-            out.status.success(),
-            "storefs {args:?} failed ({}): {}",
-            out.status,
-            stderr(&out)
-        );
-        let err = stderr(&out);
-        (String::from_utf8(out.stdout).unwrap(), err)
+        self.env.ok_in(&self.store(store), args)
     }
 
     fn fails(&self, store: &str, args: &[&str]) -> String {
-        let out = self.run(store, args);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "storefs {args:?} should fail with exit 1: {}",
-            stderr(&out)
-        );
-        let err = stderr(&out);
-        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-        err
+        self.env.fails_in(&self.store(store), args)
     }
 
     /// A tree to push: the agent-store fixture plus a 3 MiB file of
@@ -100,10 +78,6 @@ impl Setup {
             .unwrap()
             .map(|b| String::from_utf8(b).unwrap().trim().to_string())
     }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {

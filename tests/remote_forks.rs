@@ -14,9 +14,8 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::process::Output;
 
-use common::{Env, MountGuard, RemoteKind, RemoteKind as Kind, open_probed_remote, remote_url};
+use common::{Env, MountGuard, RemoteKind, RemoteKind as Kind, env_with_remote, stderr};
 use storefs::remote::Remote;
 
 /// Machine A, machine B, the remote's URL and a handle on it; `None` for S3
@@ -29,42 +28,24 @@ struct Setup {
 }
 
 fn setup(kind: Kind) -> Option<Setup> {
-    let a = Env::new();
-    let b = Env::new();
-    let url = remote_url(kind, a.tmp.path(), "f")?;
-    let remote = open_probed_remote(&url);
-    Some(Setup { a, b, url, remote })
+    let (a, url, remote) = env_with_remote(kind, "f")?;
+    Some(Setup {
+        a,
+        b: Env::new(),
+        url,
+        remote,
+    })
 }
 
 both_remotes!(fork_travels_between_machines);
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 fn ok(env: &Env, args: &[&str]) -> (String, String) {
-    let out = env.run(args);
-    assert!(
-        out.status.success(),
-        "storefs {args:?} failed ({}): {}",
-        out.status,
-        stderr(&out)
-    );
-    let err = stderr(&out);
-    (String::from_utf8(out.stdout).unwrap(), err)
+    env.ok_in(&env.store, args)
 }
 
 /// Require exit 1 and a one-line message; returns it.
 fn fails(env: &Env, args: &[&str]) -> String {
-    let out = env.run(args);
-    let err = stderr(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "storefs {args:?} should fail with exit 1: {err}"
-    );
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    err
+    env.fails_in(&env.store, args)
 }
 
 fn head(env: &Env, fork: &str) -> String {

@@ -11,11 +11,10 @@ mod common;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use common::{
-    Env, MountGuard, RemoteKind, RemoteKind as Kind, assert_same_tree, make_store,
-    open_probed_remote, remote_url,
+    Env, MountGuard, RemoteKind, RemoteKind as Kind, assert_same_tree, env_with_remote, make_store,
 };
 use storefs::remote::Remote;
 use storefs::store::{Content, ObjectId, Store};
@@ -34,9 +33,7 @@ struct Setup {
 /// files) snapshotted in A as `s1`, pushed to `team`, moved away from its
 /// origin; B has the remote configured and nothing else.
 fn setup(kind: Kind) -> Option<Setup> {
-    let env = Env::new();
-    let url = remote_url(kind, env.tmp.path(), "m")?;
-    let remote = open_probed_remote(&url);
+    let (env, url, remote) = env_with_remote(kind, "m")?;
 
     let origin = env.path("srv/sessions/agent-1");
     make_store(&origin);
@@ -83,11 +80,11 @@ impl Setup {
     }
 
     fn ok_a(&self, args: &[&str]) -> String {
-        check(self.env.run_with_store(&self.a(), args), args)
+        stdout(&self.env.output_ok_in(&self.a(), args))
     }
 
     fn ok_b(&self, args: &[&str]) -> String {
-        check(self.env.run(args), args)
+        stdout(&self.env.output_ok_in(self.b(), args))
     }
 
     fn mount(&self) -> MountGuard {
@@ -133,13 +130,8 @@ impl Setup {
     }
 }
 
-fn check(out: Output, args: &[&str]) -> String {
-    assert!(
-        out.status.success(),
-        "storefs {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// stdout as text (names in listings need not be UTF-8).
+fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -352,11 +344,8 @@ fn offline_after_first_read(kind: Kind) {
 
     // Without an earlier mount to fall back on: one line, exit 1.
     let other = t.env.path("other-store");
-    check(
-        t.env
-            .run_with_store(&other, ["remote", "add", "team", &t.url]),
-        &["remote", "add"],
-    );
+    t.env
+        .output_ok_in(&other, &["remote", "add", "team", &t.url]);
     let out = Command::new(env!("CARGO_BIN_EXE_storefs"))
         .arg("--store")
         .arg(&other)

@@ -70,6 +70,40 @@ impl Env {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Run with `--store store` and require success; its output.
+    pub fn output_ok_in(&self, store: &Path, args: &[&str]) -> Output {
+        let out = self.run_with_store(store, args);
+        assert!(
+            out.status.success(),
+            "storefs {args:?} failed ({}): {}",
+            out.status,
+            stderr(&out)
+        );
+        out
+    }
+
+    /// Run with `--store store` and require success and UTF-8 on stdout;
+    /// (stdout, stderr).
+    pub fn ok_in(&self, store: &Path, args: &[&str]) -> (String, String) {
+        let out = self.output_ok_in(store, args);
+        let err = stderr(&out);
+        (String::from_utf8(out.stdout).unwrap(), err)
+    }
+
+    /// Run with `--store store` and require exit 1 with a one-line message;
+    /// returns the message.
+    pub fn fails_in(&self, store: &Path, args: &[&str]) -> String {
+        let out = self.run_with_store(store, args);
+        let err = stderr(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "storefs {args:?} should fail with exit 1: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        err
+    }
+
     /// A guard for the live mount whose target is `target` (none: an empty guard).
     pub fn guard_for(&self, target: &str) -> MountGuard {
         let status = self.ok(["status", "--json"]);
@@ -436,6 +470,23 @@ pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> Option<String> {
             format!("s3://{bucket}/{tag}-{}-{nanos}-{n}", std::process::id())
         }
     })
+}
+
+/// A command's stderr, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh env and an empty remote of `kind` (its URL tagged `tag`), opened
+/// and probed; `None` for S3 when no server was given.
+pub fn env_with_remote(
+    kind: RemoteKind,
+    tag: &str,
+) -> Option<(Env, String, storefs::remote::Remote)> {
+    let env = Env::new();
+    let url = remote_url(kind, env.tmp.path(), tag)?;
+    let remote = open_probed_remote(&url);
+    Some((env, url, remote))
 }
 
 /// Open remote `team` at `url` and check the server answers: a probe written,
