@@ -63,6 +63,17 @@ impl Setup {
         src
     }
 
+    /// [`Setup::make_tree`] snapshotted in store `a` as `s1` and pushed to
+    /// `team`, which store `b` has as a remote too; the tree.
+    fn pushed_from_a(&self) -> PathBuf {
+        let src = self.make_tree();
+        self.snapshot("a", &src);
+        self.add_remote("a");
+        self.ok("a", &["push", "team", "s1"]);
+        self.add_remote("b");
+        src
+    }
+
     fn snapshot(&self, store: &str, dir: &Path) -> String {
         let (out, _) = self.ok(store, &["snapshot", dir.to_str().unwrap(), "--ref", "s1"]);
         out.trim().to_string()
@@ -278,11 +289,7 @@ fn assert_nothing_published(t: &Setup) {
 
 fn tampered_object_fails_pull(kind: Kind) {
     let Some(t) = setup(kind) else { return };
-    let src = t.make_tree();
-    t.snapshot("a", &src);
-    t.add_remote("a");
-    t.ok("a", &["push", "team", "s1"]);
-    t.add_remote("b");
+    let src = t.pushed_from_a();
 
     // A well-formed zstd frame of other bytes under the chunk's name.
     let victim = chunk_of(&t.store("a"), "s1", "big.bin");
@@ -330,11 +337,7 @@ fn tampered_object_fails_pull(kind: Kind) {
 
 fn missing_object_fails_pull(kind: Kind) {
     let Some(t) = setup(kind) else { return };
-    let src = t.make_tree();
-    t.snapshot("a", &src);
-    t.add_remote("a");
-    t.ok("a", &["push", "team", "s1"]);
-    t.add_remote("b");
+    t.pushed_from_a();
     let victim = chunk_of(&t.store("a"), "s1", "big.bin");
     t.remote.delete(&format!("objects/{victim}")).unwrap();
     let err = t.fails("b", &["pull", "team", "s1"]);
