@@ -12,9 +12,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{Env, RemoteKind, RemoteKind as Kind, assert_same_tree, env_with_remote, make_store};
+use common::{
+    Env, RemoteKind, RemoteKind as Kind, assert_same_tree, chunk_of, env_with_remote, make_store,
+    pseudo_random,
+};
 use storefs::remote::Remote;
-use storefs::store::{Content, ObjectId, Store};
+use storefs::store::ObjectId;
 
 struct Setup {
     env: Env,
@@ -91,18 +94,6 @@ impl Setup {
     }
 }
 
-fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// The "N of M objects uploaded" numbers from push's report.
 fn uploaded(report: &str) -> (usize, usize) {
     let (before, _) = report
@@ -114,16 +105,6 @@ fn uploaded(report: &str) -> (usize, usize) {
 }
 
 /// The first chunk of `path` in checkpoint `target` of `store`.
-fn chunk_of(store: &Path, target: &str, path: &str) -> ObjectId {
-    let s = Store::open(store).unwrap();
-    let ck = s.read_checkpoint(&s.resolve(target).unwrap()).unwrap();
-    let e = s.lookup_path(&ck, path.as_bytes()).unwrap().unwrap();
-    match e.content {
-        Content::Extents(x) => x[0].id.unwrap(),
-        _ => panic!("{path} is not a file"),
-    }
-}
-
 fn push_pull_round_trip(kind: Kind) {
     let Some(t) = setup(kind) else { return };
     let src = t.make_tree();

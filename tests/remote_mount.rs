@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
-    Env, MountGuard, RemoteKind, RemoteKind as Kind, assert_same_tree, env_with_remote, make_store,
+    Env, MountGuard, RemoteKind, RemoteKind as Kind, assert_same_tree, chunk_of, env_with_remote,
+    make_store, pseudo_random,
 };
 use storefs::remote::Remote;
 use storefs::store::{Content, ObjectId, Store};
@@ -141,29 +142,6 @@ fn field(line: &str, name: &str) -> u64 {
         .find_map(|w| w.strip_prefix(&format!("{name}=")))
         .unwrap_or_else(|| panic!("no {name}= in {line}"));
     v.parse().unwrap()
-}
-
-fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// The first chunk of `path` in checkpoint s1 of `store`.
-fn chunk_of(store: &Path, path: &str) -> ObjectId {
-    let s = Store::open(store).unwrap();
-    let ck = s.read_checkpoint(&s.resolve("s1").unwrap()).unwrap();
-    let e = s.lookup_path(&ck, path.as_bytes()).unwrap().unwrap();
-    match e.content {
-        Content::Extents(x) => x[0].id.unwrap(),
-        _ => panic!("{path} is not a file"),
-    }
 }
 
 fn is_eio(r: std::io::Result<Vec<u8>>) -> bool {
@@ -367,7 +345,7 @@ fn offline_after_first_read(kind: Kind) {
 fn tampered_remote_object_is_eio(kind: Kind) {
     let Some(t) = setup(kind) else { return };
     let victim_path = "many/f0042.json";
-    let victim = chunk_of(&t.a(), victim_path);
+    let victim = chunk_of(&t.a(), "s1", victim_path);
     // A well-formed zstd frame of other bytes under the object's name.
     let other = zstd::bulk::compress(&pseudo_random(3000, 9), 3).unwrap();
     t.remote

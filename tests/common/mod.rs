@@ -472,6 +472,30 @@ pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> Option<String> {
     })
 }
 
+/// `len` deterministic pseudo-random (incompressible) bytes for `seed`.
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The id of the first chunk of file `path` in checkpoint `target` of `store`.
+pub fn chunk_of(store: &Path, target: &str, path: &str) -> storefs::store::ObjectId {
+    let s = storefs::store::Store::open(store).unwrap();
+    let ck = s.read_checkpoint(&s.resolve(target).unwrap()).unwrap();
+    let e = s.lookup_path(&ck, path.as_bytes()).unwrap().unwrap();
+    match e.content {
+        storefs::store::Content::Extents(x) => x[0].id.unwrap(),
+        _ => panic!("{path} is not a file"),
+    }
+}
+
 /// A command's stderr, as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
