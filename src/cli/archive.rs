@@ -36,7 +36,7 @@ pub fn import(store_dir: &Path, a: ImportArgs) -> Result<()> {
         a.message,
         a.threads,
     )?;
-    println!("{}", p.id);
+    super::say(p.id)?;
     Ok(())
 }
 
@@ -143,7 +143,7 @@ pub fn export(store: &Store, a: ExportArgs) -> Result<()> {
         eprintln!("storefs: warning: {w}");
     }
     for (p, h) in &done.parts {
-        println!("{h}  {}", p.display());
+        super::say(format_args!("{h}  {}", p.display()))?;
     }
     eprintln!(
         "storefs: exported {} ({} entries) to {} file(s); sha256 {}; manifest {}",

@@ -83,7 +83,7 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
     if let Some(name) = &a.r#ref {
         store.set_ref(name, &id)?;
     }
-    println!("{id}");
+    super::say(id)?;
     Ok(())
 }
 

@@ -94,7 +94,7 @@ pub fn commit(store_dir: &Path, a: CommitArgs) -> Result<()> {
             fork.commit(&a.message)?.to_hex()
         }
     };
-    println!("{id}");
+    super::say(id)?;
     Ok(())
 }
 

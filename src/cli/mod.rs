@@ -31,11 +31,50 @@ pub fn main() -> i32 {
     }
     match run(cli) {
         Ok(()) => 0,
+        Err(e) if stdout_closed(&e) => die_of_sigpipe(),
         Err(e) => {
             eprintln!("storefs: error: {}", one_line(&e));
             1
         }
     }
+}
+
+/// Whether `e` is a write to a standard output whose reader has gone
+/// (`storefs log | head`): then there is nobody to tell.
+fn stdout_closed(e: &anyhow::Error) -> bool {
+    let epipe = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.to_string().contains("os error 32")
+    });
+    let mut fd = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no timeout. POLLERR on a pipe's write end
+    // means its read end is closed.
+    let gone = unsafe { libc::poll(&mut fd, 1, 0) } == 1 && fd.revents & libc::POLLERR != 0;
+    epipe && gone
+}
+
+/// End as coreutils do when their reader goes away: killed by SIGPIPE,
+/// silently (Rust ignores SIGPIPE, so the write only failed with EPIPE).
+fn die_of_sigpipe() -> i32 {
+    // SAFETY: restoring the default action and raising a signal at ourselves.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    128 + libc::SIGPIPE
+}
+
+/// One line on standard output; an error (EPIPE) is returned, not a panic as
+/// with `println!`.
+pub(crate) fn say(line: impl std::fmt::Display) -> Result<()> {
+    use std::io::Write;
+    writeln!(std::io::stdout().lock(), "{line}")?;
+    Ok(())
 }
 
 fn run(cli: Cli) -> Result<()> {

@@ -20,7 +20,7 @@ pub fn remote(store_dir: &Path, c: RemoteCommand) -> Result<()> {
         RemoteCommand::List => {
             let store = Store::open(store_dir)?;
             for (name, url) in remote::list(&store)? {
-                println!("{name}\t{url}");
+                super::say(format_args!("{name}\t{url}"))?;
             }
         }
         RemoteCommand::Remove { name } => {
@@ -130,7 +130,7 @@ pub fn pull(store_dir: &Path, a: PullArgs) -> Result<()> {
         "storefs: pulled {}/{} for {into}: {} objects fetched ({} bytes), {} records fetched{moved}",
         a.remote, a.r#ref, rep.objects_fetched, rep.bytes_fetched, rep.records_fetched
     );
-    println!("{}", rep.checkpoint);
+    super::say(rep.checkpoint)?;
     Ok(())
 }
 
