@@ -25,6 +25,9 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read};
+use std::sync::LazyLock;
+
+use parking_lot::Mutex;
 
 use sha2::{Digest, Sha256};
 
@@ -97,10 +100,46 @@ pub fn fold(state: &mut ForkState, store: &Store, wal: &Wal, salt: &ObjectId) ->
         f.file_extents(o)?;
     }
     let root = f.dir_entry(ROOT_INO, Vec::new())?;
+    // The root itself counts (docs/format.md: stats.entries, root included).
+    f.out.stats.entries += 1;
     let (id, written) = store.put_root(root)?;
     f.count(written);
     f.out.root = id;
     Ok(f.out)
+}
+
+/// Trees already counted by [`subtree_stats`]: trees are immutable, so a
+/// count never goes stale, and a fork's later commits read only new trees.
+static TREE_STATS: LazyLock<Mutex<HashMap<ObjectId, (u64, u64)>>> = LazyLock::new(Default::default);
+/// Bound on [`TREE_STATS`] (about 50 bytes an entry); cleared when reached.
+const TREE_STATS_MAX: usize = 1 << 20;
+
+/// Entries under tree `id` (at every depth, not counting the directory
+/// itself) and the bytes of its regular files: an unchanged directory's share
+/// of a commit's `stats`.
+fn subtree_stats(store: &Store, id: &ObjectId) -> Result<(u64, u64)> {
+    if let Some(s) = TREE_STATS.lock().get(id) {
+        return Ok(*s);
+    }
+    let tree = store.get_tree(id, "a directory of the fork's base")?;
+    let (mut entries, mut bytes) = (tree.entries.len() as u64, 0);
+    for e in &tree.entries {
+        match &e.content {
+            Content::Tree(sub) => {
+                let (n, b) = subtree_stats(store, sub)?;
+                entries += n;
+                bytes += b;
+            }
+            _ if e.kind == Kind::File => bytes += e.size,
+            _ => {}
+        }
+    }
+    let mut memo = TREE_STATS.lock();
+    if memo.len() >= TREE_STATS_MAX {
+        memo.clear();
+    }
+    memo.insert(*id, (entries, bytes));
+    Ok((entries, bytes))
 }
 
 struct Folder<'a> {
@@ -180,8 +219,20 @@ impl Folder<'_> {
             let fr = stack.pop().expect("non-empty");
             let n = &self.state.inodes[&fr.ino];
             let mut e = self.meta(fr.ino, n, fr.name);
+            self.out.stats.entries += fr.done.len() as u64;
+            self.out.stats.bytes += fr
+                .done
+                .iter()
+                .filter(|c| c.kind == Kind::File)
+                .map(|c| c.size)
+                .sum::<u64>();
             e.content = match &n.data {
-                Data::Dir(Dir::Unloaded(id)) => Content::Tree(*id),
+                Data::Dir(Dir::Unloaded(id)) => {
+                    let (entries, bytes) = subtree_stats(self.store, id)?;
+                    self.out.stats.entries += entries;
+                    self.out.stats.bytes += bytes;
+                    Content::Tree(*id)
+                }
                 _ => {
                     let tree = Tree { entries: fr.done };
                     let (id, written) = self.store.put_tree(&tree)?;
@@ -277,7 +328,6 @@ impl Folder<'_> {
             match stored {
                 Ok((id, written)) => {
                     self.count(written);
-                    self.out.stats.bytes += data.len() as u64;
                     extents.push(Extent {
                         len: data.len() as u64,
                         id: Some(id),

@@ -217,7 +217,9 @@ impl Fork {
         base: &ObjectId,
         upstream: Option<Upstream>,
     ) -> Result<ForkInfo> {
-        Store::check_name(name)?;
+        if Store::check_name(name).is_err() {
+            return Err(Error::BadName(name.into()));
+        }
         if store.get_ref(name)?.is_some() {
             return Err(Error::NameTaken(name.into()));
         }
@@ -685,8 +687,7 @@ impl Fork {
         let new = if folded.root == parent.root {
             head.checkpoint
         } else {
-            let mut stats = folded.stats.clone();
-            stats.entries = 0;
+            let stats = folded.stats.clone();
             let ckpt = Checkpoint {
                 version: 1,
                 root: folded.root,
