@@ -76,7 +76,16 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             );
         }
         let store = Store::open(store_dir)?;
-        let id = store.resolve(&a.target)?;
+        let id = store.resolve(&a.target).map_err(|e| {
+            if looks_like_archive(&a.target) {
+                anyhow!(
+                    "{}: no such file (nor a ref, fork or checkpoint of that name); check the archive's path",
+                    a.target
+                )
+            } else {
+                e.into()
+            }
+        })?;
         // A fork (and not a ref of the same name) mounts read-write at its head.
         let is_fork = store.get_ref(&a.target)?.is_none()
             && journal::read_fork_info(&store, &a.target)?.is_some();
@@ -463,7 +472,7 @@ fn run_daemon(
 }
 
 pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
-    let mp = absolute(&a.mountpoint)?;
+    let mp = umount_target(store_dir, &a.mountpoint)?;
     let Some((_, fstype)) = mount_table().into_iter().find(|(p, _)| *p == mp) else {
         bail!("{} is not mounted", mp.display());
     };
@@ -528,19 +537,76 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     Ok(())
 }
 
+/// Whether a TARGET that is neither a file nor a checkpoint was meant as an
+/// archive: a path, or a name with an archive's extension or a part suffix.
+fn looks_like_archive(target: &str) -> bool {
+    let name = target.rsplit('/').next().unwrap_or(target);
+    target.contains('/')
+        || [
+            ".tar", ".tar.zst", ".tar.gz", ".tgz", ".tzst", ".zst", ".gz",
+        ]
+        .iter()
+        .any(|ext| name.ends_with(ext))
+        || crate::ingest::archive::parts::split_part_name(name).is_some()
+}
+
+/// What `storefs umount ARG` unmounts: ARG as a path when something is
+/// mounted there; else, when ARG is a plain name, the one live (or dead)
+/// mount made from the ref or fork of that name.
+fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
+    let mp = absolute(arg)?;
+    let table = mount_table();
+    if table.iter().any(|(p, _)| *p == mp) {
+        return Ok(mp);
+    }
+    let name = arg.to_str().filter(|n| !n.contains('/'));
+    let (Some(name), Ok(store)) = (name, Store::open(store_dir)) else {
+        return Ok(mp);
+    };
+    let (live, dead) = store.mounts()?;
+    let found: Vec<_> = live
+        .into_iter()
+        .chain(dead)
+        .filter(|r| r.target == name)
+        .collect();
+    match found.as_slice() {
+        [] => Ok(mp),
+        [one] => Ok(PathBuf::from(&one.mountpoint)),
+        many => bail!(
+            "'{name}' is mounted at {} places ({}); give the mountpoint",
+            many.len(),
+            many.iter()
+                .map(|r| r.mountpoint.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
-    let mounts = match Store::open(store_dir) {
-        Ok(s) => s.live_mounts()?,
-        Err(crate::store::Error::NoStore(_)) => Vec::new(),
+    let (mut live, dead) = match Store::open(store_dir) {
+        Ok(s) => {
+            let (mut live, dead) = s.mounts()?;
+            // A fork's head moves with each commit; its record has the head at mount time.
+            for m in live.iter_mut().filter(|m| m.mode == "rw") {
+                if let Ok(Some(head)) = s.fork_head(&m.target) {
+                    m.checkpoint = head.to_hex();
+                }
+            }
+            (live, dead)
+        }
+        Err(crate::store::Error::NoStore(_)) => (Vec::new(), Vec::new()),
         Err(e) => return Err(e.into()),
     };
     let mut out = std::io::stdout().lock();
+    let ndead = dead.len();
+    live.extend(dead);
     if a.json {
-        serde_json::to_writer_pretty(&mut out, &mounts)?;
+        serde_json::to_writer_pretty(&mut out, &live)?;
         writeln!(out)?;
         return Ok(());
     }
-    if mounts.is_empty() {
+    if live.is_empty() {
         eprintln!("storefs: no live mounts");
         return Ok(());
     }
@@ -549,16 +615,26 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
         "{:<6} {:<8} {:<12} {:<20} MOUNTPOINT",
         "MODE", "PID", "CHECKPOINT", "TARGET"
     )?;
-    for m in mounts {
+    for m in &live {
+        let pid = if m.mode == "dead" {
+            "-".to_string()
+        } else {
+            m.pid.to_string()
+        };
         writeln!(
             out,
             "{:<6} {:<8} {:<12} {:<20} {}",
             m.mode,
-            m.pid,
+            pid,
             &m.checkpoint[..12.min(m.checkpoint.len())],
             m.target,
             m.mountpoint
         )?;
+    }
+    if ndead > 0 {
+        eprintln!(
+            "storefs: {ndead} dead mount(s): the daemon is gone and every access fails (\"Transport endpoint is not connected\"); `storefs umount MOUNTPOINT` clears each"
+        );
     }
     Ok(())
 }

@@ -58,11 +58,23 @@ impl Store {
     }
 
     /// Live mounts: records whose daemon runs and whose mountpoint is mounted.
-    /// Stale records are removed.
+    /// Stale records are removed (a dead mount's record is kept: see
+    /// [`Store::mounts`]).
     pub fn live_mounts(&self) -> Result<Vec<MountRecord>> {
+        Ok(self.mounts()?.0)
+    }
+
+    /// Live mounts, and dead ones: storefs mounts the kernel still lists
+    /// whose daemon is gone (every access fails with "Transport endpoint is
+    /// not connected" until `storefs umount`). A dead mount this store made
+    /// keeps its record (target, checkpoint, the dead pid); one without a
+    /// record (another store's, or its record lost) is named by its fsname. Dead
+    /// mounts have mode `dead`. Records of neither are removed.
+    pub fn mounts(&self) -> Result<(Vec<MountRecord>, Vec<MountRecord>)> {
         let dir = self.root().join("mounts");
-        let mounted = mounted_fuse_paths();
-        let mut out = Vec::new();
+        let table = mount_table();
+        let mounted = |p: &Path| table.iter().any(|(m, _)| m == p);
+        let (mut live, mut dead) = (Vec::new(), Vec::new());
         for ent in fs::read_dir(&dir).at(&dir)? {
             let path = ent.at(&dir)?.path();
             if path.extension().is_none_or(|e| e != "json") {
@@ -71,19 +83,41 @@ impl Store {
             let Ok(bytes) = fs::read(&path) else { continue };
             let rec: Option<MountRecord> = serde_json::from_slice(&bytes).ok();
             match rec {
+                Some(r) if mounted(Path::new(&r.mountpoint)) && pid_alive(r.pid) => live.push(r),
                 Some(r)
-                    if pid_alive(r.pid)
-                        && mounted.iter().any(|m| m == Path::new(&r.mountpoint)) =>
+                    if mounted(Path::new(&r.mountpoint))
+                        && is_disconnected(Path::new(&r.mountpoint)) =>
                 {
-                    out.push(r)
+                    dead.push(MountRecord {
+                        mode: "dead".into(),
+                        ..r
+                    })
                 }
                 _ => {
                     let _ = fs::remove_file(&path);
                 }
             }
         }
-        out.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
-        Ok(out)
+        for (mp, fstype, source) in mounts_with_source() {
+            let known = live
+                .iter()
+                .chain(&dead)
+                .any(|r| Path::new(&r.mountpoint) == mp);
+            if fstype == "fuse.storefs" && !known && is_disconnected(&mp) {
+                dead.push(MountRecord {
+                    mountpoint: mp.to_string_lossy().into_owned(),
+                    target: source.strip_prefix("storefs:").unwrap_or("?").to_string(),
+                    checkpoint: String::new(),
+                    pid: 0,
+                    mode: "dead".into(),
+                    log: String::new(),
+                    started_ns: 0,
+                });
+            }
+        }
+        live.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+        dead.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+        Ok((live, dead))
     }
 
     /// The live record for `mountpoint`, if any.
@@ -126,17 +160,32 @@ fn is_zombie(pid: i32) -> bool {
         .is_some_and(|state| state == "Z" || state == "X")
 }
 
-/// Mount points of every FUSE filesystem, from /proc/self/mountinfo.
-pub fn mounted_fuse_paths() -> Vec<PathBuf> {
-    mount_table()
-        .into_iter()
-        .filter(|(_, fstype)| fstype.starts_with("fuse"))
-        .map(|(p, _)| p)
-        .collect()
+/// Whether `path` is a FUSE mount whose daemon is gone: statfs fails with
+/// ENOTCONN ("Transport endpoint is not connected"); stat may still answer
+/// from the kernel's attribute cache, statfs always asks the daemon. Only
+/// asked of mounts with no live daemon, so it never waits on a busy one.
+fn is_disconnected(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path and a zeroed out-buffer of the right type.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
 }
 
 /// (mount point, fs type) of every mount, from /proc/self/mountinfo.
 pub fn mount_table() -> Vec<(PathBuf, String)> {
+    mounts_with_source()
+        .into_iter()
+        .map(|(p, t, _)| (p, t))
+        .collect()
+}
+
+/// (mount point, fs type, source) of every mount, from /proc/self/mountinfo.
+/// A storefs mount's source is `storefs:TARGET`.
+fn mounts_with_source() -> Vec<(PathBuf, String, String)> {
     let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };
@@ -146,7 +195,10 @@ pub fn mount_table() -> Vec<(PathBuf, String)> {
             let sep = fields.iter().position(|f| *f == "-")?;
             let mp = unescape_mount_path(fields.get(4)?);
             let fstype = fields.get(sep + 1)?.to_string();
-            Some((mp, fstype))
+            let source = unescape_mount_path(fields.get(sep + 2).unwrap_or(&""))
+                .to_string_lossy()
+                .into_owned();
+            Some((mp, fstype, source))
         })
         .collect()
 }
