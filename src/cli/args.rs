@@ -109,7 +109,7 @@ it pushes to NAME, not REF) unless --as says otherwise."
 pub struct PushArgs {
     /// The remote's name (`storefs remote list`)
     pub remote: String,
-    /// A ref, fork, checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix
     pub target: String,
     /// The remote ref to move [default: TARGET when it is a ref or fork name]
     #[arg(long = "as", value_name = "NAME")]
@@ -155,28 +155,28 @@ pub struct SnapshotArgs {
     #[arg(short, long, value_name = "MSG", default_value = "")]
     pub message: String,
     /// Worker threads for hashing and compression [default: all cores]
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
 }
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// A ref, checkpoint id or unique id prefix; without it, every checkpoint, newest first
+    /// A ref, fork name (its head), checkpoint id or unique id prefix; without it, every checkpoint, newest first
     pub target: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// A ref, checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix
     pub checkpoint: String,
     /// A path inside the checkpoint [default: its root]
-    #[arg(default_value = "/")]
+    #[arg(default_value = "/", hide_default_value = true)]
     pub path: String,
 }
 
 #[derive(Debug, Args)]
 pub struct CatArgs {
-    /// A ref, checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix
     pub checkpoint: String,
     /// A regular file's path inside the checkpoint
     pub path: String,
@@ -184,15 +184,15 @@ pub struct CatArgs {
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The older checkpoint (ref, id or prefix)
+    /// The older checkpoint (ref, fork name, id or prefix)
     pub a: String,
-    /// The newer checkpoint (ref, id or prefix)
+    /// The newer checkpoint (ref, fork name, id or prefix)
     pub b: String,
 }
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
-    /// A ref, checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix
     pub checkpoint: String,
     /// Where to recreate the tree: a new or empty directory
     pub dir: PathBuf,
@@ -237,7 +237,7 @@ pub struct ImportArgs {
     #[arg(short, long, value_name = "MSG")]
     pub message: Option<String>,
     /// Hashing and compression threads [default: all cores]
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
 }
 
@@ -252,7 +252,7 @@ Compression follows the name: .zst → zstd, .gz/.tgz → gzip, anything else �
 The manifest has one `sha256sum` line per file written and, with --split, one more for the
 joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.")]
 pub struct ExportArgs {
-    /// A ref, checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix
     pub checkpoint: String,
     /// The archive to write (never overwritten)
     #[arg(short, long, value_name = "FILE")]
@@ -261,7 +261,7 @@ pub struct ExportArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub split: Option<usize>,
     /// zstd compression threads [default: all cores]
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
 }
 
@@ -309,7 +309,7 @@ pub struct MountArgs {
 
 #[derive(Debug, Args)]
 pub struct UmountArgs {
-    /// The mount point
+    /// The mount point, or the ref or fork name a live mount was made from
     pub mountpoint: PathBuf,
     /// For a fork: keep the journal as it is instead of committing first
     /// (the next mount replays it)
@@ -363,7 +363,7 @@ pub struct VerifyArgs {
     #[arg(value_name = "CKPT")]
     pub checkpoints: Vec<String>,
     /// Reader threads [default: all cores]
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
 }
 

@@ -168,7 +168,12 @@ fn journal_errno(e: &journal::Error) -> Errno {
         J::Busy(_) | J::Uncommitted(_) => Errno::EBUSY,
         J::NotAncestor { .. } => Errno::EINVAL,
         // Failures of the fork itself: the operation fails, the mount stays.
-        J::NoFork(_) | J::NameTaken(_) | J::Io { .. } | J::Store(_) | J::Corrupt { .. } => {
+        J::NoFork(_)
+        | J::BadName(_)
+        | J::NameTaken(_)
+        | J::Io { .. }
+        | J::Store(_)
+        | J::Corrupt { .. } => {
             tracing::warn!(error = %e, "fork operation failed; it gets EIO");
             Errno::EIO
         }

@@ -90,6 +90,9 @@ pub enum Error {
     /// No fork of that name.
     #[error("no fork named '{0}'")]
     NoFork(String),
+    /// A fork name outside `[A-Za-z0-9._-]+` (or `.`/`..`).
+    #[error("bad fork name '{0}': use letters, digits, '.', '_' and '-', not '.' or '..'")]
+    BadName(String),
     /// A fork's name is taken by a ref or another fork.
     #[error("'{0}' is already the name of a ref or a fork; pick another name")]
     NameTaken(String),

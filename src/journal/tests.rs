@@ -528,7 +528,7 @@ fn second_open_is_busy_and_real_io_round_trips() {
     ));
     assert!(matches!(
         Fork::create(&env.store, "..", &env.base),
-        Err(Error::Store(_))
+        Err(Error::BadName(_))
     ));
     assert!(matches!(
         Fork::open(env.store.clone(), "nope"),

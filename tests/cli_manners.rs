@@ -1,0 +1,223 @@
+//! What a user of a Unix tool expects of the command line (issue 15, items
+//! 13, 15, 16): quiet exit on a closed pipe, commit records that count their
+//! entries, `status` that follows a fork's head and lists dead mounts,
+//! `umount NAME`, messages that name the thing the user typed.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use common::{Env, stderr, walk};
+
+/// A store with ref `s1`: 5,000 files (a `diff` against an empty tree prints
+/// more than a pipe buffer) and one 4 MiB file.
+fn big_store(env: &Env) -> std::path::PathBuf {
+    let src = env.path("src");
+    fs::create_dir_all(src.join("many")).unwrap();
+    for i in 0..5000 {
+        fs::write(src.join(format!("many/file-{i:05}")), i.to_string()).unwrap();
+    }
+    fs::write(src.join("big"), common::pseudo_random(4 << 20, 7)).unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let empty = env.path("empty");
+    fs::create_dir_all(&empty).unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        empty.as_os_str(),
+        "--ref".as_ref(),
+        "e".as_ref(),
+    ]);
+    src
+}
+
+/// `storefs ARGS | head -c 10`: storefs's exit status (as bash reports it)
+/// and its stderr.
+fn into_head(env: &Env, args: &str) -> (i32, String) {
+    let err = env.path("stderr");
+    let script = format!(
+        "'{}' --store '{}' {args} 2>'{}' | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}",
+        env!("CARGO_BIN_EXE_storefs"),
+        env.store.display(),
+        err.display()
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    let code = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    (code, fs::read_to_string(err).unwrap())
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_like_coreutils() {
+    let env = Env::new();
+    big_store(&env);
+    for args in ["cat s1 big", "diff e s1", "ls s1 many"] {
+        let (code, err) = into_head(&env, args);
+        // Killed by SIGPIPE (bash: 128 + 13), as `cat big | head` is; no message.
+        assert_eq!(
+            code, 141,
+            "storefs {args} | head: exit {code}, stderr {err:?}"
+        );
+        assert_eq!(err, "", "storefs {args} | head printed on stderr");
+    }
+}
+
+#[test]
+fn a_commit_record_counts_its_entries() {
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(src.join("a/b")).unwrap();
+    fs::write(src.join("a/b/f"), "f").unwrap();
+    fs::write(src.join("top"), "top").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    env.ok(["fork", "s1", "--name", "w"]);
+    let mp = env.path("mnt");
+    let m = env.mount("w", Some(&mp));
+    fs::write(mp.join("new"), "12345").unwrap();
+    fs::create_dir(mp.join("d2")).unwrap();
+    fs::write(mp.join("d2/x"), "x").unwrap();
+    fs::remove_file(mp.join("top")).unwrap();
+    let id = env.ok(["commit", "w"]).trim().to_string();
+    // status follows the fork's head after a commit.
+    let status: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
+    assert_eq!(
+        status[0]["checkpoint"],
+        id.as_str(),
+        "status shows the head"
+    );
+    m.unmount();
+    let rec: serde_json::Value = serde_json::from_slice(
+        &fs::read(env.store.join(format!("checkpoints/{id}.json"))).unwrap(),
+    )
+    .unwrap();
+    let restored = env.path("restored");
+    env.ok(["restore".as_ref(), id.as_ref(), restored.as_os_str()]);
+    // Root included (docs/format.md).
+    let entries = walk(&restored).len() as u64 + 1;
+    assert_eq!(rec["source"]["stats"]["entries"], entries, "{rec}");
+    assert_eq!(rec["source"]["stats"]["bytes"], 1 + 5 + 1, "{rec}");
+}
+
+#[test]
+fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), "f").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let mp = env.path("mnt");
+    let guard = env.mount("s1", Some(&mp));
+    let status: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
+    let pid = status[0]["pid"].as_i64().unwrap() as i32;
+    // SAFETY: the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = env.run(["status"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.ends_with(mp.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("status does not list the dead mount: {text}"));
+    assert!(line.starts_with("dead"), "{line}");
+    assert!(line.contains("s1"), "the target is named: {line}");
+    assert!(stderr(&out).contains("storefs umount"), "the fix is named");
+    let json: Vec<serde_json::Value> = serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
+    assert_eq!(json[0]["mode"], "dead");
+    // umount by the ref's name.
+    env.ok(["umount", "s1"]);
+    drop(guard);
+    assert!(!common_mounted(&mp), "still mounted");
+    assert_eq!(env.ok(["status", "--json"]).trim(), "[]");
+}
+
+#[test]
+fn umount_takes_the_name_of_what_is_mounted() {
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), "f").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    env.ok(["fork", "s1", "--name", "w"]);
+    let (ro, rw) = (env.path("ro"), env.path("rw"));
+    let g1 = env.mount("s1", Some(&ro));
+    let g2 = env.mount("w", Some(&rw));
+    fs::write(rw.join("g"), "g").unwrap();
+    env.ok(["umount", "w"]);
+    env.ok(["umount", "s1"]);
+    drop((g1, g2));
+    assert!(!common_mounted(&ro) && !common_mounted(&rw));
+    // The fork was committed on the way out, as umount MOUNTPOINT does.
+    assert_eq!(env.ok(["cat", "w", "g"]), "g");
+    // A name nothing is mounted from still says what is wrong.
+    let err = env.fails_in(&env.store, &["umount", "nothing"]);
+    assert!(err.contains("is not mounted"), "{err}");
+}
+
+#[test]
+fn messages_name_what_the_user_typed() {
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let err = env.fails_in(&env.store, &["mount", "missing.tar.zst"]);
+    assert!(err.contains("missing.tar.zst: no such file"), "{err}");
+    let err = env.fails_in(&env.store, &["fork", "s1", "--name", "a/b"]);
+    assert!(err.contains("bad fork name 'a/b'"), "{err}");
+    for verb in ["snapshot", "ls", "import", "export", "verify", "mount"] {
+        let help = env.ok([verb, "--help"]);
+        for line in help.lines() {
+            assert!(
+                line.matches("[default:").count() <= 1,
+                "storefs {verb} --help repeats a default: {line}"
+            );
+        }
+    }
+    for verb in ["ls", "cat", "diff", "restore", "export", "log", "push"] {
+        let help = env.ok([verb, "--help"]);
+        assert!(
+            help.contains("fork"),
+            "storefs {verb} --help names fork names"
+        );
+    }
+}
+
+fn common_mounted(p: &Path) -> bool {
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == p.to_str())
+}
