@@ -221,3 +221,19 @@ fn common_mounted(p: &Path) -> bool {
         .lines()
         .any(|l| l.split(' ').nth(4) == p.to_str())
 }
+
+#[test]
+fn messages_escape_control_characters_in_names() {
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let err = env.fails_in(&env.store, &["cat", "s1", "a\x1b[2Jb\nc"]);
+    assert!(!err.contains('\x1b'), "raw ESC on stderr: {err:?}");
+    assert!(err.contains("a\\x1b[2Jb\\nc"), "{err:?}");
+}

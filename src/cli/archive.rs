@@ -89,7 +89,7 @@ fn run_import(
     progress.finish_and_clear();
     let p = result?;
     for w in &p.warnings {
-        eprintln!("storefs: warning: {w}");
+        super::warn(w);
     }
     if !p.verified {
         eprintln!(
@@ -140,7 +140,7 @@ pub fn export(store: &Store, a: ExportArgs) -> Result<()> {
     };
     let done = export_tree(store, &ck, &id, &out, &opts)?;
     for w in &done.warnings {
-        eprintln!("storefs: warning: {w}");
+        super::warn(w);
     }
     for (p, h) in &done.parts {
         super::say(format_args!("{h}  {}", p.display()))?;

@@ -57,7 +57,7 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
     progress.finish_and_clear();
     let result = result?;
     for w in &result.warnings {
-        eprintln!("storefs: warning: {w}");
+        super::warn(w);
     }
 
     let parents = match &a.r#ref {

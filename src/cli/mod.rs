@@ -146,5 +146,27 @@ fn one_line(e: &anyhow::Error) -> String {
         }
         out.push_str(&s);
     }
-    out.replace('\n', " ")
+    printable(&out)
+}
+
+/// `s` with control characters escaped (`\n`, `\t`, `\x1b`, …), so a
+/// message naming a hostile file name stays one line and cannot drive the
+/// terminal. For messages only; data on stdout is written as it is.
+pub(crate) fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A warning from the layers below, as one line on stderr.
+pub(crate) fn warn(w: &str) {
+    eprintln!("storefs: warning: {}", printable(w));
 }
