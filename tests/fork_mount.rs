@@ -716,12 +716,6 @@ fn new_entries_take_umask_owner_and_setgid_group() {
     let fifo = fs::metadata(fx.path("p")).unwrap();
     assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fifo.file_type()));
     assert_eq!(fifo.mode() & 0o7777, 0o640);
-    // Device nodes are refused (nodev mount).
-    let c = cstr(&fx.path("dev"));
-    // SAFETY: valid path.
-    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
-    assert_eq!(rc, -1);
-    assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
 
     // A setgid directory gives its group; new directories inherit S_ISGID.
     let g = fx.path("g");
@@ -1009,4 +1003,280 @@ fn commit_while_mounted_then_reopen() {
     assert_eq!(out, b"changed in the fork\n");
     assert!(fx.store.lookup_path(&ckpt, b"after").unwrap().is_none());
     fx.assert_base_untouched();
+}
+
+// ------------------------------------------------------------ device nodes
+
+fn mknod(p: &Path, mode: libc::mode_t, dev: libc::dev_t) -> io::Result<()> {
+    let c = cstr(p);
+    // SAFETY: a valid path string.
+    let rc = unsafe { libc::mknod(c.as_ptr(), mode, dev) };
+    check(rc.into()).map(|_| ())
+}
+
+/// The two device nodes the device tests make: a character device with small
+/// numbers, and a block device whose major and minor need every field of the
+/// kernel's 32-bit encoding (major > 255, minor > 65535).
+const CHR: (u32, u32) = (1, 3);
+const BLK: (u32, u32) = (259, 70_000);
+
+/// (is char device, is block device, rdev, mode & 07777, uid, gid, nlink)
+fn dev_stat(p: &Path) -> (bool, bool, u64, u32, u32, u32, u64) {
+    use std::os::unix::fs::FileTypeExt;
+    let m = fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let t = m.file_type();
+    (
+        t.is_char_device(),
+        t.is_block_device(),
+        m.rdev(),
+        m.mode() & 0o7777,
+        m.uid(),
+        m.gid(),
+        m.nlink(),
+    )
+}
+
+#[test]
+fn device_nodes_are_recorded_with_type_and_rdev() {
+    use std::os::unix::fs::FileTypeExt;
+    let mut fx = mount_fixture();
+    let cdev = libc::makedev(CHR.0, CHR.1);
+    let bdev = libc::makedev(BLK.0, BLK.1);
+    // Modes without group/other write bits, so the umask cannot change them.
+    mknod(&fx.path("chr"), libc::S_IFCHR | 0o640, cdev).unwrap();
+    mknod(&fx.path("sub/blk"), libc::S_IFBLK | 0o604, bdev).unwrap();
+    assert_eq!(
+        dev_stat(&fx.path("chr")),
+        (true, false, cdev, 0o640, 0, 0, 1)
+    );
+    assert_eq!(
+        dev_stat(&fx.path("sub/blk")),
+        (false, true, bdev, 0o604, 0, 0, 1)
+    );
+    // The same name again: EEXIST, as on any file system.
+    let again = mknod(&fx.path("chr"), libc::S_IFCHR | 0o640, cdev);
+    assert_eq!(os_error(again), libc::EEXIST);
+    // The mount is nodev: the kernel refuses to open one.
+    assert_eq!(os_error(File::open(fx.path("chr"))), libc::EACCES);
+
+    // chmod, chown, link, rename, unlink, readdir.
+    fs::set_permissions(fx.path("chr"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(fx.path("chr"), Some(1234), Some(5678)).unwrap();
+    fs::hard_link(fx.path("chr"), fx.path("sub/chr2")).unwrap();
+    assert_eq!(
+        dev_stat(&fx.path("sub/chr2")),
+        (true, false, cdev, 0o600, 1234, 5678, 2)
+    );
+    fs::rename(fx.path("sub/blk"), fx.path("blk")).unwrap();
+    assert_eq!(
+        os_error(fs::symlink_metadata(fx.path("sub/blk"))),
+        libc::ENOENT
+    );
+    let types: Vec<(String, bool, bool)> = fs::read_dir(fx.mounted.mnt.clone())
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                t.is_char_device(),
+                t.is_block_device(),
+            )
+        })
+        .filter(|(n, _, _)| n == "chr" || n == "blk")
+        .collect();
+    assert_eq!(types.len(), 2, "{types:?}");
+    for (name, c, b) in types {
+        assert_eq!((c, b), (name == "chr", name == "blk"), "{name}");
+    }
+    fs::remove_file(fx.path("sub/chr2")).unwrap();
+    let want_chr = (true, false, cdev, 0o600, 1234, 5678, 1);
+    let want_blk = (false, true, bdev, 0o604, 0, 0, 1);
+    assert_eq!(dev_stat(&fx.path("chr")), want_chr);
+    assert_eq!(dev_stat(&fx.path("blk")), want_blk);
+
+    // Unmount and reopen the fork: the journal replays both nodes.
+    fx.mounted.unmount_and_join().unwrap();
+    drop(fx.fork.take());
+    let fork = Fork::open(fx.store.clone(), "f1").unwrap();
+    let c = fork.lookup(ROOT_INO, b"chr").unwrap();
+    assert_eq!(
+        (c.kind, c.rdev, c.perm, c.uid, c.gid, c.nlink),
+        (storefs::store::Kind::CharDev, cdev, 0o600, 1234, 5678, 1)
+    );
+    let b = fork.lookup(ROOT_INO, b"blk").unwrap();
+    assert_eq!(
+        (b.kind, b.rdev, b.perm),
+        (storefs::store::Kind::BlockDev, bdev, 0o604)
+    );
+
+    // Commit folds them into the tree: kinds 5 and 6 with their rdev.
+    let head = fork.commit("devices").unwrap();
+    let ckpt = fx.store.read_checkpoint(&head).unwrap();
+    let e = fx.store.lookup_path(&ckpt, b"chr").unwrap().unwrap();
+    assert_eq!(
+        (e.kind, e.rdev, e.perm, e.uid, e.gid, e.nlink),
+        (storefs::store::Kind::CharDev, cdev, 0o600, 1234, 5678, 1)
+    );
+    let e = fx.store.lookup_path(&ckpt, b"blk").unwrap().unwrap();
+    assert_eq!(
+        (e.kind, e.rdev, e.perm),
+        (storefs::store::Kind::BlockDev, bdev, 0o604)
+    );
+    assert!(fx.store.lookup_path(&ckpt, b"sub/chr2").unwrap().is_none());
+    assert!(fx.store.lookup_path(&ckpt, b"sub/blk").unwrap().is_none());
+    fx.assert_base_untouched();
+}
+
+/// Run the storefs binary with `--store`; its output, whatever the exit code.
+fn storefs_cli(store: &Path, args: &[&OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_storefs"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .env_remove("STOREFS_STORE")
+        .output()
+        .unwrap()
+}
+
+/// Run it and require success; its stdout.
+fn storefs_ok(store: &Path, args: &[&str]) -> String {
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let out = storefs_cli(store, &args);
+    assert!(
+        out.status.success(),
+        "storefs {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A mount made by `storefs mount` (a daemon): unmounted without a commit
+/// when dropped, also when the daemon is dead.
+struct CliMount {
+    store: PathBuf,
+    mnt: PathBuf,
+}
+
+impl CliMount {
+    fn mount(store: &Path, target: &str, mnt: &Path) -> CliMount {
+        let guard = CliMount {
+            store: store.to_path_buf(),
+            mnt: mnt.to_path_buf(),
+        };
+        storefs_ok(store, &["mount", target, mnt.to_str().unwrap()]);
+        guard
+    }
+
+    /// Unmount through the CLI (which commits) and require success.
+    fn unmount(self) {
+        storefs_ok(&self.store, &["umount", self.mnt.to_str().unwrap()]);
+    }
+}
+
+impl Drop for CliMount {
+    fn drop(&mut self) {
+        let listed = fs::read_to_string("/proc/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split(' ').nth(1) == self.mnt.to_str());
+        if listed {
+            let args = [
+                OsStr::new("umount"),
+                self.mnt.as_os_str(),
+                OsStr::new("--no-commit"),
+            ];
+            if !storefs_cli(&self.store, &args).status.success() {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+    }
+}
+
+#[test]
+fn device_nodes_survive_a_killed_daemon_commit_and_restore() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("file"), b"base\n").unwrap();
+    let src_arg = src.to_str().unwrap();
+    storefs_ok(&store, &["snapshot", src_arg, "--ref", "b"]);
+    storefs_ok(&store, &["fork", "b", "--name", "f"]);
+    let mnt = tmp.path().join("mnt");
+    let cdev = libc::makedev(CHR.0, CHR.1);
+    let bdev = libc::makedev(BLK.0, BLK.1);
+    let want_chr = (true, false, cdev, 0o640, 1234, 5678, 1);
+    let want_blk = (false, true, bdev, 0o604, 0, 0, 1);
+
+    let m = CliMount::mount(&store, "f", &mnt);
+    mknod(&mnt.join("chr"), libc::S_IFCHR | 0o640, cdev).unwrap();
+    mknod(&mnt.join("blk"), libc::S_IFBLK | 0o604, bdev).unwrap();
+    std::os::unix::fs::chown(mnt.join("chr"), Some(1234), Some(5678)).unwrap();
+    File::open(&mnt).unwrap().sync_all().unwrap();
+
+    // SIGKILL the daemon after the fsync; the journal brings both back.
+    let status: Vec<serde_json::Value> =
+        serde_json::from_str(&storefs_ok(&store, &["status", "--json"])).unwrap();
+    let pid = status[0]["pid"].as_i64().unwrap() as i32;
+    // SAFETY: the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while storefs_ok(&store, &["status", "--json"]).trim() != "[]" {
+        assert!(
+            Instant::now() < deadline,
+            "the killed daemon is still listed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(m); // clears the dead mount
+    let m = CliMount::mount(&store, "f", &mnt);
+    assert_eq!(dev_stat(&mnt.join("chr")), want_chr);
+    assert_eq!(dev_stat(&mnt.join("blk")), want_blk);
+    m.unmount(); // commits
+
+    // The committed tree lists them as ls -l does: type letter, "major, minor".
+    let ls = storefs_ok(&store, &["ls", "f"]);
+    let line = |name: &str| {
+        ls.lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .unwrap_or_else(|| panic!("no {name} in\n{ls}"))
+            .to_string()
+    };
+    let (c, b) = (line("chr"), line("blk"));
+    assert!(c.starts_with("crw-r----- "), "{c}");
+    assert!(c.contains(" 1234 ") && c.contains(" 5678 "), "{c}");
+    assert!(c.contains(&format!(" {}, {} ", CHR.0, CHR.1)), "{c}");
+    assert!(b.starts_with("brw----r-- "), "{b}");
+    assert!(b.contains(&format!(" {}, {} ", BLK.0, BLK.1)), "{b}");
+
+    // Restore as root makes the nodes with mknod, same numbers and owners.
+    let dest = tmp.path().join("restored");
+    storefs_ok(&store, &["restore", "f", dest.to_str().unwrap()]);
+    assert_eq!(dev_stat(&dest.join("chr")), want_chr);
+    assert_eq!(dev_stat(&dest.join("blk")), want_blk);
+    assert_eq!(fs::read(dest.join("file")).unwrap(), b"base\n");
+
+    // Without CAP_MKNOD the restore stops at the first device node, naming it
+    // and the fix, with exit 1.
+    let dest2 = tmp.path().join("restored2");
+    let out = Command::new("setpriv")
+        .args(["--inh-caps=-mknod", "--bounding-set=-mknod"])
+        .arg(env!("CARGO_BIN_EXE_storefs"))
+        .arg("--store")
+        .arg(&store)
+        .args(["restore", "f"])
+        .arg(&dest2)
+        .env_remove("STOREFS_STORE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("blk: cannot create device node") && err.contains("restore as root"),
+        "{err}"
+    );
 }

@@ -208,6 +208,14 @@ pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
         None => vec![entry],
     };
     for e in &entries {
+        // Devices show "major, minor" where the size goes, as `ls -l` does.
+        let size = match e.kind {
+            Kind::CharDev | Kind::BlockDev => {
+                let dev = e.rdev as libc::dev_t;
+                format!("{}, {}", libc::major(dev), libc::minor(dev))
+            }
+            _ => e.size.to_string(),
+        };
         write!(
             out,
             "{} {:>3} {:>5} {:>5} {:>10} {} ",
@@ -215,7 +223,7 @@ pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
             e.nlink,
             e.uid,
             e.gid,
-            e.size,
+            size,
             &format_time(e.mtime_ns)[..16]
         )?;
         out.write_all(&e.name)?;

@@ -186,12 +186,12 @@ impl Filesystem for ForkAdapter {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         match self
             .fs
-            .mknod(parent.0, name.as_bytes(), mode, umask, caller(req))
+            .mknod(parent.0, name.as_bytes(), mode, umask, rdev, caller(req))
         {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
             Err(e) => reply.error(fail(&e)),

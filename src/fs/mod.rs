@@ -115,9 +115,6 @@ pub enum FsError {
     /// Flags or arguments this mount does not accept.
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
-    /// Device nodes cannot be made on a fork (the mount is `nodev`).
-    #[error("device nodes cannot be created on a fork")]
-    NoDevices,
     /// A mode of an operation the fork does not implement.
     #[error("not supported: {0}")]
     Unsupported(&'static str),
@@ -143,7 +140,6 @@ fn errno(e: &FsError) -> Errno {
         FsError::Mount { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
         FsError::NameTooLong => Errno::ENAMETOOLONG,
         FsError::Invalid(_) => Errno::EINVAL,
-        FsError::NoDevices => Errno::EPERM,
         FsError::Unsupported(_) => Errno::EOPNOTSUPP,
         FsError::Journal(e) => journal_errno(e),
     }

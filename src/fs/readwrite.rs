@@ -36,7 +36,8 @@
 //! would drop it; we do not know the requester's supplementary groups; the
 //! mount is `nosuid`, so the bit grants nothing here). The setgid check reads
 //! the parent's attributes just before the create, not atomically with it.
-//! Device nodes are refused (`EPERM`; the mount is `nodev`). `lseek`
+//! Device nodes are recorded (type and `rdev`) but cannot be opened: the
+//! mount is `nodev`, so the kernel refuses with `EACCES`. `lseek`
 //! `SEEK_DATA`/`SEEK_HOLE`, POSIX locks and `copy_file_range` are left to the
 //! kernel's generic fallbacks (whole file is data; local locks; copy through
 //! read and write). An `O_APPEND` handle is direct I/O, so it can be mapped
@@ -377,13 +378,19 @@ impl ForkFs {
 
     // ------------------------------------------------------------ names
 
-    /// `mknod(2)`: regular files, fifos and sockets; device nodes are refused.
+    /// `mknod(2)`: regular files, fifos, sockets and device nodes. `rdev` is
+    /// the kernel's 32-bit encoding (what FUSE carries); the fork keeps the
+    /// store's (userspace `dev_t`), for devices only. The kernel checks
+    /// `CAP_MKNOD` before it asks. A device node cannot be opened here (the
+    /// mount is `nodev`), so recording it grants nothing.
+    #[allow(clippy::too_many_arguments)] // mknod(2)'s arguments plus the caller
     pub fn mknod(
         &self,
         parent: u64,
         name: &[u8],
         mode: u32,
         umask: u32,
+        rdev: u32,
         caller: Caller,
     ) -> Result<Attr, FsError> {
         check_name(name)?;
@@ -391,14 +398,19 @@ impl ForkFs {
             libc::S_IFREG | 0 => Kind::File,
             libc::S_IFIFO => Kind::Fifo,
             libc::S_IFSOCK => Kind::Socket,
-            libc::S_IFCHR | libc::S_IFBLK => return Err(FsError::NoDevices),
+            libc::S_IFCHR => Kind::CharDev,
+            libc::S_IFBLK => Kind::BlockDev,
             libc::S_IFDIR => return Err(FsError::Invalid("mknod of a directory")),
             _ => return Err(FsError::Invalid("mknod file type")),
+        };
+        let rdev = match kind {
+            Kind::CharDev | Kind::BlockDev => user_dev(rdev),
+            _ => 0,
         };
         let (perm, gid) = self.new_owner(parent, mode, umask, caller, false)?;
         Ok(self
             .fork
-            .mknod(parent, name, kind, perm, caller.uid, gid, 0)?)
+            .mknod(parent, name, kind, perm, caller.uid, gid, rdev)?)
     }
 
     pub fn mkdir(
@@ -513,6 +525,15 @@ fn sized(bytes: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
     } else {
         Ok(XattrReply::Data(bytes))
     }
+}
+
+/// A device number in the kernel's 32-bit `new_encode_dev` form (what FUSE's
+/// `mknod` carries) as a userspace `dev_t`, the store's encoding; the inverse
+/// of `readonly::kernel_dev`.
+fn user_dev(kernel: u32) -> u64 {
+    let major = (kernel & 0xfff00) >> 8;
+    let minor = (kernel & 0xff) | ((kernel >> 12) & 0xfff00);
+    libc::makedev(major, minor)
 }
 
 #[cfg(test)]
@@ -647,8 +668,11 @@ mod tests {
             Errno::E2BIG
         );
         assert_eq!(code(fs.getxattr(file, b"user.none", 0)), Errno::NO_XATTR);
-        let dev = libc::S_IFCHR | 0o600;
-        assert_eq!(code(fs.mknod(ROOT_INO, b"dev", dev, 0, ROOT)), Errno::EPERM);
+        let dir = libc::S_IFDIR | 0o700;
+        assert_eq!(
+            code(fs.mknod(ROOT_INO, b"d", dir, 0, 0, ROOT)),
+            Errno::EINVAL
+        );
         assert_eq!(code(fs.unlink(ROOT_INO, b"missing")), Errno::ENOENT);
         assert_eq!(
             code(fs.mkdir(ROOT_INO, b"a", 0o755, 0, ROOT)),
@@ -724,9 +748,34 @@ mod tests {
         let s = fs.symlink(g.ino, b"s", b"t", USER).unwrap();
         assert_eq!(s.gid, 50);
         let p = fs
-            .mknod(ROOT_INO, b"p", libc::S_IFIFO | 0o644, 0, USER)
+            .mknod(ROOT_INO, b"p", libc::S_IFIFO | 0o644, 0, 0x1234, USER)
             .unwrap();
-        assert_eq!((p.kind, p.gid), (Kind::Fifo, 1000));
+        assert_eq!((p.kind, p.gid, p.rdev), (Kind::Fifo, 1000, 0), "no rdev");
+    }
+
+    #[test]
+    fn device_nodes_keep_their_numbers() {
+        let (_tmp, fs) = serve();
+        // Majors and minors past 8 bits use every field of the kernel's form.
+        for (mode, major, minor, kind) in [
+            (libc::S_IFCHR | 0o620, 1, 3, Kind::CharDev),
+            (libc::S_IFBLK | 0o640, 259, 70_000, Kind::BlockDev),
+            (libc::S_IFCHR | 0o600, 4095, (1 << 20) - 1, Kind::CharDev),
+        ] {
+            let rdev = libc::makedev(major, minor);
+            let kernel = super::super::readonly::kernel_dev(rdev);
+            let name = format!("dev{major}");
+            let a = fs
+                .mknod(ROOT_INO, name.as_bytes(), mode, 0, kernel, USER)
+                .unwrap();
+            assert_eq!(
+                (a.kind, a.perm, a.uid, a.rdev),
+                (kind, mode & 0o7777, 1000, rdev)
+            );
+            let back = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
+            assert_eq!((back.kind, back.rdev), (kind, rdev));
+            assert_eq!(super::super::readonly::kernel_dev(back.rdev), kernel);
+        }
     }
 
     #[test]

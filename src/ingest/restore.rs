@@ -15,7 +15,10 @@
 //! Privilege policy (kept simple): as root every failure is an error. As
 //! another user, giving a file away (`chown` → EPERM) is skipped, and so are
 //! xattrs outside `user.*` that the kernel refuses (EPERM, EACCES, ENOTSUP):
-//! an unprivileged restore keeps what it can, like `tar` does.
+//! an unprivileged restore keeps what it can, like `tar` does. Device nodes
+//! are made with `mknod` and their recorded numbers; without `CAP_MKNOD` the
+//! restore stops at the first one with an error naming it and saying to
+//! restore as root (never a silent skip; entries already written stay).
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr};
