@@ -1224,7 +1224,12 @@ fn device_nodes_survive_a_killed_daemon_commit_and_restore() {
     // SAFETY: the daemon this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while storefs_ok(&store, &["status", "--json"]).trim() != "[]" {
+    let live = |store| {
+        let list: Vec<serde_json::Value> =
+            serde_json::from_str(&storefs_ok(store, &["status", "--json"])).unwrap();
+        list.iter().any(|m| m["mode"] != "dead")
+    };
+    while live(&store) {
         assert!(
             Instant::now() < deadline,
             "the killed daemon is still listed"

@@ -540,3 +540,10 @@ macro_rules! both_remotes {
         }
     };
 }
+
+/// Whether `storefs status --json` output lists no live mount (dead ones,
+/// whose daemon was killed, may remain until `storefs umount`).
+pub fn no_live_mount(status_json: &str) -> bool {
+    let list: Vec<serde_json::Value> = serde_json::from_str(status_json).unwrap();
+    list.iter().all(|m| m["mode"] == "dead")
+}
