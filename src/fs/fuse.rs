@@ -9,12 +9,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::readonly::{Attr, BLOCK_SIZE, ReadOnlyFs, XattrReply};
 use super::{FsError, errno};
+use crate::journal::ext4::Seek;
 use crate::store::Kind;
 
 /// How long the kernel may cache entries and attributes. A checkpoint never
@@ -39,6 +40,27 @@ impl FuseAdapter {
 pub(super) fn fail(e: &FsError) -> Errno {
     tracing::debug!(error = %e, "fails");
     errno(e)
+}
+
+/// The `lseek` whence a view answers: `SEEK_DATA` or `SEEK_HOLE` (the kernel
+/// answers the others itself and never sends them).
+pub(super) fn seek_whence(whence: i32) -> Result<Seek, FsError> {
+    match whence {
+        libc::SEEK_DATA => Ok(Seek::Data),
+        libc::SEEK_HOLE => Ok(Seek::Hole),
+        _ => Err(FsError::Invalid(
+            "lseek whence other than SEEK_DATA or SEEK_HOLE",
+        )),
+    }
+}
+
+/// Reply to `lseek` with a view's answer (`None`: `ENXIO`).
+pub(super) fn reply_seek(result: Result<Option<u64>, FsError>, reply: ReplyLseek) {
+    match result.and_then(|o| o.ok_or(FsError::NoSeekTarget)) {
+        // Offsets come from i64 file sizes.
+        Ok(offset) => reply.offset(offset.min(i64::MAX as u64) as i64),
+        Err(e) => reply.error(fail(&e)),
+    }
 }
 
 pub(super) fn file_type(kind: Kind) -> FileType {
@@ -155,6 +177,22 @@ impl Filesystem for FuseAdapter {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail(&e)),
         }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence))]
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply_seek(
+            seek_whence(whence).and_then(|w| self.fs.seek(ino.0, offset, w)),
+            reply,
+        );
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]

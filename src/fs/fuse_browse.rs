@@ -21,12 +21,12 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::browse::BrowseFs;
-use super::fuse::{fail, file_attr, file_type};
+use super::fuse::{fail, file_attr, file_type, reply_seek, seek_whence};
 use super::readonly::XattrReply;
 use super::{FsError, errno};
 
@@ -123,6 +123,22 @@ impl Filesystem for BrowseAdapter {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail(&e)),
         }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence))]
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply_seek(
+            seek_whence(whence).and_then(|w| self.fs.seek(ino.0, offset, w)),
+            reply,
+        );
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]

@@ -21,11 +21,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::fuse::{fail, file_type, system_time};
+use super::fuse::{fail, file_type, reply_seek, seek_whence, system_time};
 use super::readonly::{BLOCK_SIZE, XattrReply, kernel_dev};
 use super::readwrite::{Caller, ForkFs, Opened, WriteCtx};
 use super::{FsError, errno};
@@ -314,6 +314,22 @@ impl Filesystem for ForkAdapter {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail(&e)),
         }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence))]
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply_seek(
+            seek_whence(whence).and_then(|w| self.fs.seek(ino.0, offset, w)),
+            reply,
+        );
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, len = data.len(), write_flags = write_flags.bits(), flags = flags.0))]

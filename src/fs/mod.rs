@@ -121,6 +121,10 @@ pub enum FsError {
     /// A mode of an operation the fork does not implement.
     #[error("not supported: {0}")]
     Unsupported(&'static str),
+    /// `lseek` `SEEK_DATA` with no data after the offset, or either at or
+    /// past the end of file (as ext4).
+    #[error("no data or hole at or after this offset")]
+    NoSeekTarget,
 }
 
 /// The errno a failed operation returns to the kernel. The only errno mapping
@@ -145,6 +149,7 @@ fn errno(e: &FsError) -> Errno {
         FsError::Invalid(_) => Errno::EINVAL,
         FsError::NoDevices => Errno::EPERM,
         FsError::Unsupported(_) => Errno::EOPNOTSUPP,
+        FsError::NoSeekTarget => Errno::ENXIO,
         FsError::Journal(e) => journal_errno(e),
     }
 }
