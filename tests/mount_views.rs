@@ -9,6 +9,7 @@ mod common;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -399,4 +400,68 @@ with tarfile.open({tar:?}, "w", format=tarfile.GNU_FORMAT) as t:
     for (_, guard, _) in views {
         guard.unmount();
     }
+}
+
+/// The daemon logs of the store's mounts, concatenated.
+fn daemon_logs(store: &Path) -> String {
+    let mut out = String::new();
+    for e in fs::read_dir(store.join("logs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap().as_bytes().starts_with(b"mount-") {
+            out.push_str(&fs::read_to_string(&p).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn daemon_log_stays_quiet_over_many_opens_and_a_clean_umount() {
+    let env = Env::new();
+    let (id, _tree) = setup(&env);
+    let views = mount_views(&env, &id);
+    for (view, _guard, path) in &views {
+        // Each Python open() asks isatty() (an ioctl); tools copy, seek, read.
+        let script = format!(
+            "import os\nfor i in range(50):\n    for n in ('small/f1', 'sparse/hole-middle'):\n        with open(os.path.join({p:?}, n), 'rb') as f:\n            f.read(10)\n            os.lseek(f.fileno(), 0, os.SEEK_HOLE)\n",
+            p = path.to_str().unwrap()
+        );
+        let st = Command::new("python3")
+            .arg("-c")
+            .arg(&script)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let st = Command::new("cp")
+            .arg(path.join("small/f5"))
+            .arg(env.path("copied"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        if *view == "fork" {
+            // Within the fork: cp tries copy_file_range first.
+            for i in 0..3 {
+                let st = Command::new("cp")
+                    .arg(path.join("small/f5"))
+                    .arg(path.join(format!("copy-{i}")))
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            }
+        }
+    }
+    for (_, guard, _) in views {
+        guard.unmount();
+    }
+    let log = daemon_logs(&env.store);
+    assert!(log.contains("mounted"), "the daemons logged: {log}");
+    let ioctl: Vec<&str> = log.lines().filter(|l| l.contains("ioctl")).collect();
+    assert!(ioctl.is_empty(), "ioctl lines in the daemon log: {ioctl:?}");
+    let warn: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert!(
+        warn.is_empty(),
+        "warnings in the daemon log of a clean session: {warn:?}"
+    );
 }

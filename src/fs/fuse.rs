@@ -8,13 +8,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::readonly::{Attr, BLOCK_SIZE, ReadOnlyFs, XattrReply};
-use super::{FsError, errno};
+use super::{FsError, MountRelease, errno};
 use crate::journal::ext4::Seek;
 use crate::store::Kind;
 
@@ -27,11 +27,12 @@ const GENERATION: Generation = Generation(0);
 /// The fuser `Filesystem` for a read-only checkpoint.
 pub struct FuseAdapter {
     fs: ReadOnlyFs,
+    release: MountRelease,
 }
 
 impl FuseAdapter {
-    pub fn new(fs: ReadOnlyFs) -> FuseAdapter {
-        FuseAdapter { fs }
+    pub fn new(fs: ReadOnlyFs, release: MountRelease) -> FuseAdapter {
+        FuseAdapter { fs, release }
     }
 }
 
@@ -109,6 +110,10 @@ pub(super) fn file_attr(a: &Attr) -> FileAttr {
 }
 
 impl Filesystem for FuseAdapter {
+    fn destroy(&mut self) {
+        self.release.release();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // readdirplus fills the attribute cache while listing; symlink caching
         // spares readlink calls. Both are optional: run without them if the
@@ -193,6 +198,21 @@ impl Filesystem for FuseAdapter {
             seek_whence(whence).and_then(|w| self.fs.seek(ino.0, offset, w)),
             reply,
         );
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, cmd = cmd))]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(fail(&FsError::NoIoctl));
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
