@@ -40,6 +40,7 @@ use super::FsError;
 use super::inode::ROOT_INO;
 use super::readonly::{Attr, BLOCK_SIZE, DirItem, FsStats, ReadOnlyFs, XattrReply, inode_budget};
 use crate::journal;
+use crate::journal::ext4;
 use crate::store::{ArchiveRecord, ChunkCache, Kind, ObjectId, Store};
 
 /// Bits of an inode number local to one checkpoint's tree.
@@ -376,6 +377,20 @@ impl BrowseFs {
         }
     }
 
+    /// `lseek` `SEEK_DATA`/`SEEK_HOLE`: from the extents inside a checkpoint;
+    /// a record file is all data. `None` is `ENXIO`.
+    pub fn seek(&self, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>, FsError> {
+        match self.resolve(ino)? {
+            Resolved::Tree(_, fs, local) => fs.seek(local, offset, whence),
+            Resolved::Node(Node::Record(id)) => {
+                let size = self.record(&id)?.len() as u64;
+                Ok(ext4::seek(size, [(0, size)], offset, whence))
+            }
+            Resolved::Node(node) if node.kind() == Kind::Dir => Err(FsError::IsDir),
+            Resolved::Node(_) => Err(FsError::Invalid("not a regular file")),
+        }
+    }
+
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.readlink(local),
@@ -540,6 +555,11 @@ impl BrowseFs {
     }
 
     fn base_attr(&self, ino: u64, kind: Kind) -> Attr {
+        // The store's directories: one ext4 block, whatever they list.
+        let (size, blocks) = match kind {
+            Kind::Dir => ext4::dir_size([]),
+            _ => (0, 0),
+        };
         Attr {
             ino,
             kind,
@@ -547,8 +567,8 @@ impl BrowseFs {
             nlink: if kind == Kind::Dir { 2 } else { 1 },
             uid: self.uid,
             gid: self.gid,
-            size: 0,
-            blocks: 0,
+            size,
+            blocks,
             mtime_ns: self.started_ns,
             ctime_ns: self.started_ns,
             rdev: 0,
@@ -563,7 +583,7 @@ impl BrowseFs {
                 // still stats (reading it fails).
                 if let Ok(meta) = fs::metadata(self.record_path(id)) {
                     attr.size = meta.len();
-                    attr.blocks = meta.len().div_ceil(512);
+                    attr.blocks = ext4::file_blocks(meta.len(), [(0, meta.len())]);
                     attr.mtime_ns = meta
                         .mtime()
                         .saturating_mul(1_000_000_000)
@@ -575,6 +595,7 @@ impl BrowseFs {
                 if let Some(target) = node.target() {
                     attr.perm = 0o777;
                     attr.size = target.len() as u64;
+                    attr.blocks = ext4::symlink_blocks(attr.size);
                 }
             }
         }

@@ -8,13 +8,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::readonly::{Attr, BLOCK_SIZE, ReadOnlyFs, XattrReply};
-use super::{FsError, errno};
+use super::{FsError, MountRelease, errno};
+use crate::journal::ext4::Seek;
 use crate::store::Kind;
 
 /// How long the kernel may cache entries and attributes. A checkpoint never
@@ -26,11 +27,12 @@ const GENERATION: Generation = Generation(0);
 /// The fuser `Filesystem` for a read-only checkpoint.
 pub struct FuseAdapter {
     fs: ReadOnlyFs,
+    release: MountRelease,
 }
 
 impl FuseAdapter {
-    pub fn new(fs: ReadOnlyFs) -> FuseAdapter {
-        FuseAdapter { fs }
+    pub fn new(fs: ReadOnlyFs, release: MountRelease) -> FuseAdapter {
+        FuseAdapter { fs, release }
     }
 }
 
@@ -39,6 +41,27 @@ impl FuseAdapter {
 pub(super) fn fail(e: &FsError) -> Errno {
     tracing::debug!(error = %e, "fails");
     errno(e)
+}
+
+/// The `lseek` whence a view answers: `SEEK_DATA` or `SEEK_HOLE` (the kernel
+/// answers the others itself and never sends them).
+pub(super) fn seek_whence(whence: i32) -> Result<Seek, FsError> {
+    match whence {
+        libc::SEEK_DATA => Ok(Seek::Data),
+        libc::SEEK_HOLE => Ok(Seek::Hole),
+        _ => Err(FsError::Invalid(
+            "lseek whence other than SEEK_DATA or SEEK_HOLE",
+        )),
+    }
+}
+
+/// Reply to `lseek` with a view's answer (`None`: `ENXIO`).
+pub(super) fn reply_seek(result: Result<Option<u64>, FsError>, reply: ReplyLseek) {
+    match result.and_then(|o| o.ok_or(FsError::NoSeekTarget)) {
+        // Offsets come from i64 file sizes.
+        Ok(offset) => reply.offset(offset.min(i64::MAX as u64) as i64),
+        Err(e) => reply.error(fail(&e)),
+    }
 }
 
 pub(super) fn file_type(kind: Kind) -> FileType {
@@ -87,6 +110,10 @@ pub(super) fn file_attr(a: &Attr) -> FileAttr {
 }
 
 impl Filesystem for FuseAdapter {
+    fn destroy(&mut self) {
+        self.release.release();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // readdirplus fills the attribute cache while listing; symlink caching
         // spares readlink calls. Both are optional: run without them if the
@@ -155,6 +182,37 @@ impl Filesystem for FuseAdapter {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail(&e)),
         }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence))]
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply_seek(
+            seek_whence(whence).and_then(|w| self.fs.seek(ino.0, offset, w)),
+            reply,
+        );
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, cmd = cmd))]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(fail(&FsError::NoIoctl));
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]

@@ -19,16 +19,16 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::browse::BrowseFs;
-use super::fuse::{fail, file_attr, file_type};
+use super::fuse::{fail, file_attr, file_type, reply_seek, seek_whence};
 use super::readonly::XattrReply;
-use super::{FsError, errno};
+use super::{FsError, MountRelease, errno};
 
 /// How long the kernel may cache the store's own entries and attributes.
 pub const STORE_TTL: Duration = Duration::from_secs(1);
@@ -49,15 +49,20 @@ fn ttl(ino: u64) -> &'static Duration {
 /// The fuser `Filesystem` for a browse mount.
 pub struct BrowseAdapter {
     fs: BrowseFs,
+    release: MountRelease,
 }
 
 impl BrowseAdapter {
-    pub fn new(fs: BrowseFs) -> BrowseAdapter {
-        BrowseAdapter { fs }
+    pub fn new(fs: BrowseFs, release: MountRelease) -> BrowseAdapter {
+        BrowseAdapter { fs, release }
     }
 }
 
 impl Filesystem for BrowseAdapter {
+    fn destroy(&mut self) {
+        self.release.release();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // As for a read-only mount. Cached symlink targets are safe: a store
         // symlink's inode is tied to its target (a moved ref is a new inode).
@@ -123,6 +128,37 @@ impl Filesystem for BrowseAdapter {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail(&e)),
         }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence))]
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply_seek(
+            seek_whence(whence).and_then(|w| self.fs.seek(ino.0, offset, w)),
+            reply,
+        );
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, cmd = cmd))]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(fail(&FsError::NoIoctl));
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]

@@ -19,16 +19,16 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::fuse::{fail, file_type, system_time};
+use super::fuse::{fail, file_type, reply_seek, seek_whence, system_time};
 use super::readonly::{BLOCK_SIZE, XattrReply, kernel_dev};
 use super::readwrite::{Caller, ForkFs, Opened, WriteCtx};
-use super::{FsError, errno};
+use super::{FsError, MountRelease, errno};
 use crate::journal::{Attr, SetAttr, Time};
 
 /// How long the kernel may cache entries and attributes. This daemon is the
@@ -41,11 +41,12 @@ const GENERATION: Generation = Generation(0);
 /// The fuser `Filesystem` for a fork.
 pub struct ForkAdapter {
     fs: ForkFs,
+    release: MountRelease,
 }
 
 impl ForkAdapter {
-    pub fn new(fs: ForkFs) -> ForkAdapter {
-        ForkAdapter { fs }
+    pub fn new(fs: ForkFs, release: MountRelease) -> ForkAdapter {
+        ForkAdapter { fs, release }
     }
 }
 
@@ -101,6 +102,10 @@ fn fopen_flags(o: Opened) -> FopenFlags {
 }
 
 impl Filesystem for ForkAdapter {
+    fn destroy(&mut self) {
+        self.release.release();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // readdirplus fills the attribute cache while listing; a symlink's
         // target never changes; DIRECT_IO_ALLOW_MMAP lets O_APPEND (direct
@@ -314,6 +319,56 @@ impl Filesystem for ForkAdapter {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail(&e)),
         }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence))]
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply_seek(
+            seek_whence(whence).and_then(|w| self.fs.seek(ino.0, offset, w)),
+            reply,
+        );
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, cmd = cmd))]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(fail(&FsError::NoIoctl));
+    }
+
+    /// Not implemented: ENOSYS makes the kernel copy through read and write
+    /// from now on (it stops asking), without fuser's warning.
+    #[tracing::instrument(level = "debug", skip_all, fields(ino_in = ino_in.0, ino_out = ino_out.0))]
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(errno(&FsError::NotNeeded));
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, len = data.len(), write_flags = write_flags.bits(), flags = flags.0))]

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use crate::store::{Content, Entry, Kind, ObjectId};
+use crate::journal::ext4;
+use crate::store::{Content, Entry, Extent, Kind, ObjectId};
 
 /// The root directory's inode number (FUSE's `FUSE_ROOT_ID`).
 pub const ROOT_INO: u64 = 1;
@@ -38,8 +39,10 @@ pub struct Node {
     pub parent: u64,
     /// The checkpoint's entry; its `name` is the name in `parent`.
     pub entry: Entry,
-    /// Bytes of stored (non-hole) data, for `st_blocks`; saturates on hostile sizes.
-    pub allocated: u64,
+    /// `st_blocks` of a regular file or symlink as ext4 would allocate it
+    /// ([`crate::journal::ext4`]); 0 for the others (a directory's depends on
+    /// its children).
+    pub blocks: u64,
     /// For regular files: the offset where each extent starts, or `None` when the
     /// extents do not add up to the file size (a malformed tree; reads fail).
     pub extent_starts: Option<Vec<u64>>,
@@ -281,22 +284,24 @@ impl Inner {
 
 impl Node {
     fn new(ino: u64, parent: u64, entry: Entry) -> Node {
-        let (allocated, extent_starts) = match &entry.content {
+        let (blocks, extent_starts) = match &entry.content {
             Content::Extents(extents) => {
-                let allocated = extents
-                    .iter()
-                    .filter(|e| e.id.is_some())
-                    .fold(0u64, |sum, e| sum.saturating_add(e.len));
-                (allocated, extent_starts(&entry))
+                let starts = extent_starts(&entry);
+                // Malformed extents (reads fail): counted as stored bytes.
+                let blocks = match &starts {
+                    Some(starts) => ext4::file_blocks(entry.size, data_ranges(extents, starts, 0)),
+                    None => ext4::file_blocks(entry.size, [(0, entry.allocated_bytes())]),
+                };
+                (blocks, starts)
             }
-            Content::Target(target) => (target.len() as u64, None),
+            Content::Target(target) => (ext4::symlink_blocks(target.len() as u64), None),
             Content::None | Content::Tree(_) => (0, None),
         };
         Node {
             ino,
             parent,
             entry,
-            allocated,
+            blocks,
             extent_starts,
         }
     }
@@ -312,6 +317,22 @@ fn servable_name(name: &[u8]) -> bool {
         && name != b".."
         && !name.contains(&b'/')
         && !name.contains(&0)
+}
+
+/// The byte ranges `[start, end)` of a file's stored (non-hole) extents, in
+/// order, from the extent holding `from` on; `starts` from [`extent_starts`].
+pub fn data_ranges<'a>(
+    extents: &'a [Extent],
+    starts: &'a [u64],
+    from: u64,
+) -> impl Iterator<Item = (u64, u64)> + 'a {
+    let first = starts.partition_point(|&s| s <= from).saturating_sub(1);
+    extents
+        .iter()
+        .zip(starts)
+        .skip(first)
+        .filter(|(e, _)| e.id.is_some() && e.len > 0)
+        .map(|(e, &s)| (s, s.saturating_add(e.len)))
 }
 
 /// Where each extent of a regular file starts, or `None` when the extent

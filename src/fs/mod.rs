@@ -118,6 +118,13 @@ pub enum FsError {
     /// A mode of an operation the fork does not implement.
     #[error("not supported: {0}")]
     Unsupported(&'static str),
+    /// `lseek` `SEEK_DATA` with no data after the offset, or either at or
+    /// past the end of file (as ext4).
+    #[error("no data or hole at or after this offset")]
+    NoSeekTarget,
+    /// An `ioctl`: none is implemented (each `isatty()` asks `TCGETS`).
+    #[error("inappropriate ioctl for a storefs file")]
+    NoIoctl,
 }
 
 /// The errno a failed operation returns to the kernel. The only errno mapping
@@ -141,6 +148,8 @@ fn errno(e: &FsError) -> Errno {
         FsError::NameTooLong => Errno::ENAMETOOLONG,
         FsError::Invalid(_) => Errno::EINVAL,
         FsError::Unsupported(_) => Errno::EOPNOTSUPP,
+        FsError::NoSeekTarget => Errno::ENXIO,
+        FsError::NoIoctl => Errno::ENOTTY,
         FsError::Journal(e) => journal_errno(e),
     }
 }
@@ -172,6 +181,44 @@ fn journal_errno(e: &journal::Error) -> Errno {
         | J::Corrupt { .. } => {
             tracing::warn!(error = %e, "fork operation failed; it gets EIO");
             Errno::EIO
+        }
+    }
+}
+
+/// The session's unmounter, handed to the adapter so that its `destroy`
+/// (called once the session's workers have stopped) takes the mount out of
+/// fuser's hands.
+///
+/// Why: after an unmount by someone else (`storefs umount`, `umount`,
+/// `fusermount3 -u`), fuser 0.18 drops its mount at the end of
+/// `Session::run` and unmounts again: its "still mounted?" test polls
+/// `/dev/fuse`, which reports `POLLERR` once the kernel let go, and it
+/// takes `POLLERR` for "mounted". The second `umount2` fails with `EINVAL`,
+/// which fuser logs as `WARN Failed to umount filesystem` at every clean
+/// unmount. Taking the mount first runs that same unmount here: `EINVAL`
+/// (already unmounted) is expected and logged at debug; after an aborted
+/// connection the mount is still there and this unmounts it. After our own
+/// signal-driven unmount there is nothing left to take.
+#[derive(Clone, Default)]
+pub(crate) struct MountRelease(Arc<parking_lot::Mutex<Option<SessionUnmounter>>>);
+
+impl MountRelease {
+    fn set(&self, unmounter: SessionUnmounter) {
+        *self.0.lock() = Some(unmounter);
+    }
+
+    /// Unmount if still mounted (see [`MountRelease`]); quiet when the kernel
+    /// already unmounted.
+    pub(crate) fn release(&self) {
+        let Some(mut unmounter) = self.0.lock().take() else {
+            return;
+        };
+        match unmounter.unmount() {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::debug!("already unmounted");
+            }
+            Err(e) => tracing::warn!(error = %e, "unmount at the end of the session failed"),
         }
     }
 }
@@ -258,8 +305,14 @@ pub fn mount_checkpoint(
         record.source.stats,
     );
     block_stop_signals().map_err(|e| mount_error(cfg, e))?;
-    let session = Session::new(FuseAdapter::new(fs), &cfg.mountpoint, &config)
-        .map_err(|e| mount_error(cfg, e))?;
+    let release = MountRelease::default();
+    let mut session = Session::new(
+        FuseAdapter::new(fs, release.clone()),
+        &cfg.mountpoint,
+        &config,
+    )
+    .map_err(|e| mount_error(cfg, e))?;
+    release.set(session.unmount_callable());
     tracing::info!(mountpoint = %cfg.mountpoint.display(), checkpoint = %ckpt, "mounted");
     Ok(Mounted {
         session: AnySession::Checkpoint(session),
@@ -282,8 +335,14 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError
     let name = fork.name().to_string();
     let fs = ForkFs::new(fork);
     block_stop_signals().map_err(|e| mount_error(cfg, e))?;
-    let session = Session::new(ForkAdapter::new(fs), &cfg.mountpoint, &config)
-        .map_err(|e| mount_error(cfg, e))?;
+    let release = MountRelease::default();
+    let mut session = Session::new(
+        ForkAdapter::new(fs, release.clone()),
+        &cfg.mountpoint,
+        &config,
+    )
+    .map_err(|e| mount_error(cfg, e))?;
+    release.set(session.unmount_callable());
     tracing::info!(mountpoint = %cfg.mountpoint.display(), fork = %name, "mounted read-write");
     Ok(Mounted {
         session: AnySession::Fork(session),
@@ -299,8 +358,14 @@ pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted, FsE
     let config = fuser_config(cfg, Mode::ReadOnly)?;
     let fs = BrowseFs::new(store, cfg.cache_bytes, cfg.mountpoint.clone());
     block_stop_signals().map_err(|e| mount_error(cfg, e))?;
-    let session = Session::new(BrowseAdapter::new(fs), &cfg.mountpoint, &config)
-        .map_err(|e| mount_error(cfg, e))?;
+    let release = MountRelease::default();
+    let mut session = Session::new(
+        BrowseAdapter::new(fs, release.clone()),
+        &cfg.mountpoint,
+        &config,
+    )
+    .map_err(|e| mount_error(cfg, e))?;
+    release.set(session.unmount_callable());
     tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted for browsing");
     Ok(Mounted {
         session: AnySession::Browse(session),

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::FsError;
-use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node};
+use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node, data_ranges};
+use crate::journal::ext4;
 use crate::store::{ChunkCache, Content, Entry, Kind, ObjectId, Stats, Store};
 
 /// The block size reported by `stat` and `statfs`.
@@ -27,7 +28,7 @@ pub struct Attr {
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
-    /// 512-byte blocks of stored data (holes excluded).
+    /// 512-byte blocks as ext4 would allocate them ([`ext4`]).
     pub blocks: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
@@ -118,11 +119,11 @@ impl ReadOnlyFs {
                 .map(|i| children[i].1)
                 .map_err(|_| FsError::NotFound)?,
         };
-        Ok(attr(&*self.node(ino)?))
+        Ok(self.attr(&*self.node(ino)?))
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
-        Ok(attr(&*self.node(ino)?))
+        Ok(self.attr(&*self.node(ino)?))
     }
 
     /// List directory `ino` from `offset` (0 = start; "." and ".." come first),
@@ -138,13 +139,14 @@ impl ReadOnlyFs {
         let parent = self.node(dir.parent)?;
         let dots: [(&[u8], &Node); 2] = [(b".", &dir), (b"..", &parent)];
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        self.prefetch_subdirs(&children, start.saturating_sub(dots.len()));
         for i in start..dots.len().saturating_add(children.len()) {
             let next_offset = i as u64 + 1;
             let item = match dots.get(i) {
                 Some(&(name, node)) => DirItem {
                     next_offset,
                     name,
-                    attr: attr(node),
+                    attr: self.attr(node),
                 },
                 None => {
                     let Some((name, child)) = children.get(i - dots.len()) else {
@@ -153,7 +155,7 @@ impl ReadOnlyFs {
                     DirItem {
                         next_offset,
                         name,
-                        attr: attr(&*self.node(*child)?),
+                        attr: self.attr(&*self.node(*child)?),
                     }
                 }
             };
@@ -162,6 +164,80 @@ impl ReadOnlyFs {
             }
         }
         Ok(())
+    }
+
+    /// What `stat` shows for a node: sizes and blocks as ext4 would have them
+    /// ([`ext4`]); symlinks are always `rwxrwxrwx`, as on Linux, whatever
+    /// mode the tree recorded.
+    fn attr(&self, node: &Node) -> Attr {
+        let e = &node.entry;
+        let min_links = if e.kind == Kind::Dir { 2 } else { 1 };
+        let (size, blocks) = match e.kind {
+            Kind::Dir => self.dir_size(node),
+            _ => (e.size, node.blocks),
+        };
+        let perm = match e.kind {
+            Kind::Symlink => 0o777,
+            _ => (e.perm & 0o7777) as u16,
+        };
+        Attr {
+            ino: node.ino,
+            kind: e.kind,
+            perm,
+            nlink: e.nlink.max(min_links),
+            uid: e.uid,
+            gid: e.gid,
+            size,
+            blocks,
+            mtime_ns: e.mtime_ns,
+            ctime_ns: e.ctime_ns,
+            rdev: kernel_dev(e.rdev),
+        }
+    }
+
+    /// A subdirectory's attributes need its tree (for its size): tell the
+    /// store which trees the next entries listed from `first` on will read,
+    /// so a lazy store fetches them together rather than one at a time.
+    fn prefetch_subdirs(&self, children: &Children, first: usize) {
+        let trees: Vec<ObjectId> = children
+            .iter()
+            .skip(first)
+            .take(PREFETCH_SUBDIRS)
+            .filter_map(|(_, ino)| match self.inodes.get(*ino) {
+                Found::Node(n) if self.inodes.children(n.ino).is_none() => n.entry.tree_id(),
+                _ => None,
+            })
+            .collect();
+        self.store.prefetch(&trees);
+    }
+
+    /// A directory's `(st_size, st_blocks)` from its entries' names; one
+    /// block when its tree cannot be read (that failure was logged, and
+    /// listing it fails).
+    fn dir_size(&self, dir: &Node) -> (u64, u64) {
+        match self.children(dir) {
+            Ok(children) => ext4::dir_size(children.iter().map(|(name, _)| name.len())),
+            Err(_) => ext4::dir_size([]),
+        }
+    }
+
+    /// `lseek` with `SEEK_DATA` or `SEEK_HOLE` on file `ino`, from its extents
+    /// as ext4 would report them ([`ext4::seek`]); `None` is `ENXIO`.
+    pub fn seek(&self, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>, FsError> {
+        let node = self.node(ino)?;
+        match (&node.entry.content, &node.extent_starts) {
+            (Content::Extents(extents), Some(starts)) => {
+                let from = u64::try_from(offset).unwrap_or(0);
+                let from = from - from % ext4::BLOCK;
+                let ranges = data_ranges(extents, starts, from);
+                Ok(ext4::seek(node.entry.size, ranges, offset, whence))
+            }
+            (Content::Extents(_), None) => {
+                Err(self.malformed(&node, "extent lengths do not add up to the size"))
+            }
+            _ if node.entry.kind == Kind::Dir => Err(FsError::IsDir),
+            _ => Err(FsError::Invalid("not a regular file")),
+        }
     }
 
     /// Check that `ino` may be opened with `flags` (the `open(2)` flags): any
@@ -376,6 +452,9 @@ impl ReadOnlyFs {
     }
 }
 
+/// How many entries ahead a listing hints at their subdirectories' trees.
+const PREFETCH_SUBDIRS: usize = 128;
+
 /// How many chunks after the one being read a miss hints at ([`Store::prefetch`]).
 const PREFETCH_AHEAD: usize = 4;
 
@@ -387,25 +466,6 @@ fn next_chunks(extents: &[crate::store::Extent], index: usize) -> Vec<ObjectId> 
         .filter_map(|e| e.id)
         .take(PREFETCH_AHEAD)
         .collect()
-}
-
-/// What `stat` shows for a node.
-fn attr(node: &Node) -> Attr {
-    let e = &node.entry;
-    let min_links = if e.kind == Kind::Dir { 2 } else { 1 };
-    Attr {
-        ino: node.ino,
-        kind: e.kind,
-        perm: (e.perm & 0o7777) as u16,
-        nlink: e.nlink.max(min_links),
-        uid: e.uid,
-        gid: e.gid,
-        size: e.size,
-        blocks: node.allocated.div_ceil(512),
-        mtime_ns: e.mtime_ns,
-        ctime_ns: e.ctime_ns,
-        rdev: kernel_dev(e.rdev),
-    }
 }
 
 /// Re-encode a userspace `dev_t` in the kernel's 32-bit `new_encode_dev` form,
@@ -619,6 +679,69 @@ mod tests {
         })
         .unwrap();
         assert_eq!(none, 0);
+    }
+
+    #[test]
+    fn attributes_are_ext4s_and_seek_follows_the_extents() {
+        use crate::journal::ext4::Seek;
+        let (_dir, fs) = serve_with(|store| {
+            let (a, _) = store.put_object(&[1; 5000]).unwrap();
+            let (b, _) = store.put_object(b"bb").unwrap();
+            let extents = vec![
+                Extent {
+                    len: 5000,
+                    id: Some(a),
+                },
+                Extent {
+                    len: 20000,
+                    id: None,
+                },
+                Extent {
+                    len: 2,
+                    id: Some(b),
+                },
+            ];
+            let mut link = file("link", 4, vec![]);
+            link.kind = Kind::Symlink;
+            link.perm = 0o755;
+            link.content = Content::Target(b"f".to_vec());
+            let mut long = link.clone();
+            long.name = b"long".to_vec();
+            long.content = Content::Target(vec![b'x'; 60]);
+            vec![file("f", 25002, extents), link, long]
+        });
+        let f = fs.lookup(ROOT_INO, b"f").unwrap();
+        // Blocks 0 and 1 (5000 bytes), and block 6 (the last 2 bytes).
+        assert_eq!(f.blocks, 24);
+        for (offset, whence, want) in [
+            (0, Seek::Data, Some(0)),
+            (0, Seek::Hole, Some(8192)),
+            (8192, Seek::Data, Some(24576)),
+            (24576, Seek::Hole, Some(25002)),
+            (25001, Seek::Data, Some(25001)),
+            (25002, Seek::Data, None),
+            (25002, Seek::Hole, None),
+            (-1, Seek::Hole, None),
+        ] {
+            assert_eq!(
+                fs.seek(f.ino, offset, whence).unwrap(),
+                want,
+                "{offset} {whence:?}"
+            );
+        }
+        let link = fs.lookup(ROOT_INO, b"link").unwrap();
+        assert_eq!((link.perm, link.blocks), (0o777, 0), "as on Linux, fast");
+        assert_eq!(fs.lookup(ROOT_INO, b"long").unwrap().blocks, 8);
+        assert!(matches!(
+            fs.seek(link.ino, 0, Seek::Data),
+            Err(FsError::Invalid(_))
+        ));
+        let root = fs.getattr(ROOT_INO).unwrap();
+        assert_eq!((root.size, root.blocks), (4096, 8));
+        assert!(matches!(
+            fs.seek(ROOT_INO, 0, Seek::Data),
+            Err(FsError::IsDir)
+        ));
     }
 
     #[test]

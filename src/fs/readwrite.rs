@@ -38,9 +38,10 @@
 //! the parent's attributes just before the create, not atomically with it.
 //! Device nodes are recorded (type and `rdev`) but cannot be opened: the
 //! mount is `nodev`, so the kernel refuses with `EACCES`. `lseek`
-//! `SEEK_DATA`/`SEEK_HOLE`, POSIX locks and `copy_file_range` are left to the
-//! kernel's generic fallbacks (whole file is data; local locks; copy through
-//! read and write). An `O_APPEND` handle is direct I/O, so it can be mapped
+//! `SEEK_DATA`/`SEEK_HOLE` is answered from the fork's extent map, as ext4
+//! would ([`journal::ext4`]); POSIX locks and `copy_file_range` are left to
+//! the kernel's generic fallbacks (local locks; copy through read and
+//! write). An `O_APPEND` handle is direct I/O, so it can be mapped
 //! shared only where the kernel grants `FUSE_DIRECT_IO_ALLOW_MMAP` (asked for;
 //! not tested), and pages other handles cached are not invalidated by its
 //! appends until they reopen the file. `O_APPEND` set later with `fcntl(F_SETFL)` on a cached handle
@@ -160,6 +161,17 @@ impl ForkFs {
     /// Up to `size` bytes of file `ino` from `offset`; empty at or past the end.
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
         Ok(self.fork.read(ino, offset, size)?)
+    }
+
+    /// `lseek` `SEEK_DATA`/`SEEK_HOLE` on file `ino` from the fork's extent
+    /// map; `None` is `ENXIO`.
+    pub fn seek(
+        &self,
+        ino: u64,
+        offset: i64,
+        whence: journal::ext4::Seek,
+    ) -> Result<Option<u64>, FsError> {
+        Ok(self.fork.seek(ino, offset, whence)?)
     }
 
     pub fn statfs(&self) -> Result<journal::StatFs, FsError> {

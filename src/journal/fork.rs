@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::fold::fold;
 use super::io::{JournalIo, RealIo};
 use super::record::Record;
-use super::state::{Ctx, ForkState, Src, now_ns};
+use super::state::{Ctx, ForkState, Src, check_name, now_ns};
 use super::wal::{Wal, segment_name};
 use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
 use crate::store::{Checkpoint, ChunkCache, Kind, ObjectId, Source, Store};
@@ -367,12 +367,45 @@ impl Fork {
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         self.with(|st, ctx| {
             let ino = st.lookup(ctx, parent, name)?;
-            Ok(st.inode(ino)?.attr(ino))
+            self.attr_of(st, ino)
         })
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        self.with(|st, _| Ok(st.inode(ino)?.attr(ino)))
+        self.with(|st, _| self.attr_of(st, ino))
+    }
+
+    /// Inode `ino`'s attributes; a directory not loaded yet is sized from
+    /// its base tree (read, not loaded: no journal record), as ext4 would
+    /// size it ([`super::ext4::dir_size`]). One block if that tree cannot
+    /// be read (listing it will fail and say why).
+    fn attr_of(&self, st: &ForkState, ino: u64) -> Result<Attr> {
+        let n = st.inode(ino)?;
+        let mut attr = n.attr(ino);
+        if let super::state::Data::Dir(super::state::Dir::Unloaded(id)) = &n.data
+            && let Ok(tree) = self.store.get_tree(id, &format!("directory inode {ino}"))
+        {
+            let names = tree.entries.iter().map(|e| &e.name);
+            let lens = names.filter(|n| check_name(n).is_ok()).map(|n| n.len());
+            (attr.size, attr.blocks) = super::ext4::dir_size(lens);
+        }
+        Ok(attr)
+    }
+
+    /// `lseek` `SEEK_DATA`/`SEEK_HOLE` on file `ino`, from the fork's extent
+    /// map (base extents and journal writes are data, gaps are holes), as
+    /// ext4 would answer ([`super::ext4::seek`]); `None` is `ENXIO`.
+    pub fn seek(&self, ino: u64, offset: i64, whence: super::ext4::Seek) -> Result<Option<u64>> {
+        self.with(|st, _| match &st.inode(ino)?.data {
+            super::state::Data::File(f) => {
+                let from = u64::try_from(offset).unwrap_or(0);
+                let from = from - from % super::ext4::BLOCK;
+                let ranges = super::state::data_ranges(f, from);
+                Ok(super::ext4::seek(f.size, ranges, offset, whence))
+            }
+            super::state::Data::Dir(_) => Err(Error::IsDir),
+            _ => Err(Error::Invalid("not a regular file")),
+        })
     }
 
     /// Directory `ino`'s parent and its entries in name order ("." and ".."
@@ -620,7 +653,7 @@ impl Fork {
     pub fn setattr(&self, ino: u64, attrs: &SetAttr) -> Result<Attr> {
         self.with(|st, ctx| {
             st.setattr(ctx, ino, attrs)?;
-            Ok(st.inode(ino)?.attr(ino))
+            self.attr_of(st, ino)
         })
     }
 

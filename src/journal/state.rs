@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use super::ext4;
 use super::record::{
     InodeMap, MAX_WRITE_DATA, RENAME_EXCHANGE, RENAME_NOREPLACE, Record, XATTR_CREATE,
     XATTR_REPLACE,
@@ -237,22 +238,31 @@ impl Inode {
         }
     }
 
+    /// What `stat` shows: sizes and blocks as ext4 would have them
+    /// ([`ext4`]); a symlink is always `rwxrwxrwx`. A directory not loaded
+    /// yet shows one block here: [`super::Fork`] sizes it from its base tree.
     pub fn attr(&self, ino: u64) -> Attr {
-        let (size, allocated) = match &self.data {
-            Data::File(f) => (f.size, f.pieces.values().map(|p| p.len).sum()),
-            Data::Symlink(t) => (t.len() as u64, t.len() as u64),
-            _ => (self.dsize, 0),
+        let (size, blocks) = match &self.data {
+            Data::File(f) => (f.size, ext4::file_blocks(f.size, data_ranges(f, 0))),
+            Data::Symlink(t) => (t.len() as u64, ext4::symlink_blocks(t.len() as u64)),
+            Data::Dir(Dir::Loaded(k)) => ext4::dir_size(k.keys().map(Vec::len)),
+            Data::Dir(Dir::Unloaded(_)) => ext4::dir_size([]),
+            Data::Special => (self.dsize, 0),
         };
         Attr {
             ino,
             kind: self.kind,
-            perm: self.perm,
+            perm: if self.kind == Kind::Symlink {
+                0o777
+            } else {
+                self.perm
+            },
             nlink: self.nlink,
             uid: self.uid,
             gid: self.gid,
             rdev: self.rdev,
             size,
-            blocks: allocated.div_ceil(512),
+            blocks,
             atime_ns: self.atime,
             mtime_ns: self.mtime,
             ctime_ns: self.ctime,
@@ -322,6 +332,21 @@ pub fn punch(pieces: &mut BTreeMap<u64, Piece>, start: u64, end: u64) {
             );
         }
     }
+}
+
+/// The byte ranges `[start, end)` of a file's data (base extents and
+/// journal writes; the gaps are holes), in order, from the piece holding
+/// `from` on: the extent map `SEEK_DATA`/`SEEK_HOLE` and `st_blocks` read
+/// ([`ext4`]). Adjacent pieces come as separate ranges.
+pub fn data_ranges(f: &FileData, from: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let first = f
+        .pieces
+        .range(..=from)
+        .next_back()
+        .map_or(from, |(s, _)| *s);
+    f.pieces
+        .range(first..)
+        .map(|(s, p)| (*s, s.saturating_add(p.len)))
 }
 
 /// The pieces (or holes) covering `[start, end)` of a piece map.
