@@ -1104,3 +1104,74 @@ fn a_storefs_origin_global_header_is_an_origin_hint() {
         assert_eq!(origin_of(&out), serde_json::Value::Null, "{name}");
     }
 }
+
+#[test]
+fn sparse_sizes_and_malformed_records_follow_gnu_tar() {
+    let env = Env::new();
+    let sparse10 = |map: &[u8], realsize: &[u8], data: &[u8]| {
+        let mut ar = Vec::new();
+        pax_entry(
+            &mut ar,
+            b'x',
+            &[
+                ("GNU.sparse.major", b"1"),
+                ("GNU.sparse.minor", b"0"),
+                ("GNU.sparse.name", b"s/a"),
+                ("GNU.sparse.realsize", realsize),
+            ],
+        );
+        let mut body = padded(map);
+        body.extend_from_slice(data);
+        ar.extend_from_slice(
+            &RawHeader::new(b"s/GNUSparseFile.0/a", b'0', body.len() as u64, true).sum(false),
+        );
+        ar.extend(padded(&body));
+        ar.extend_from_slice(&[0; 1024]);
+        ar
+    };
+    // The map ends before the declared real size: GNU tar extracts up to
+    // the end of the map (libarchive's test_read_format_gtar_sparse_skip_entry).
+    let ar = sparse10(
+        b"2\n0\n4096\n10737418240\n3\n",
+        b"10737418244",
+        &[b'x'; 4099],
+    );
+    let p = env.path("short-map.tar");
+    fs::write(&p, &ar).unwrap();
+    let want = env.path("want");
+    fs::create_dir_all(&want).unwrap();
+    sh(&format!("tar -xpS -C {} -f {}", q(&want), q(&p)));
+    let out = import_path(&env, &p);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let got = env.path("got");
+    env.ok(["restore".as_ref(), id.as_ref(), got.as_os_str()]);
+    let (w, g) = (want.join("s/a"), got.join("a"));
+    assert_eq!(fs::metadata(&w).unwrap().len(), 10737418243);
+    assert_eq!(fs::metadata(&g).unwrap().len(), 10737418243);
+    assert_eq!(data_map(&w), data_map(&g));
+    // What GNU tar refuses: a map with comment lines, a record without its
+    // newline. One line, nothing published.
+    let before = checkpoints(&env);
+    let commented = sparse10(b"#!gnu-sparse-format\n1\n0\n3\n", b"3", b"abc");
+    let mut no_nl = Vec::new();
+    no_nl.extend_from_slice(&RawHeader::new(b"PaxHeader/e", b'x', 4, true).sum(false));
+    no_nl.extend(padded(b"4 x="));
+    no_nl.extend_from_slice(&RawHeader::new(b"e", b'0', 0, true).sum(false));
+    no_nl.extend_from_slice(&[0; 1024]);
+    for (name, bytes) in [("commented.tar", commented), ("no-newline.tar", no_nl)] {
+        let p = env.path(name);
+        fs::write(&p, &bytes).unwrap();
+        let st = Command::new("tar")
+            .args(["-tf".as_ref(), p.as_os_str()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!st.success(), "{name}: GNU tar refuses it");
+        let out = import_path(&env, &p);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{name}: {}", stderr(&out));
+    }
+    assert_eq!(checkpoints(&env), before);
+}

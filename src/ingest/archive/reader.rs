@@ -303,7 +303,7 @@ impl<R: Read> TarReader<R> {
                         b'L' => long_name = Some(field_str(&data).to_vec()),
                         b'K' => long_link = Some(field_str(&data).to_vec()),
                         b'g' => {
-                            let recs = self.records(&data);
+                            let recs = self.records(&data)?;
                             self.globals_bytes += size;
                             if self.globals_bytes > MAX_HEADER_BYTES {
                                 return Err(TarError::Corrupt(format!(
@@ -319,7 +319,7 @@ impl<R: Read> TarReader<R> {
                             }
                         }
                         _ => {
-                            let recs = self.records(&data);
+                            let recs = self.records(&data)?;
                             local.extend(recs);
                         }
                     }
@@ -333,18 +333,15 @@ impl<R: Read> TarReader<R> {
         }
     }
 
-    /// Parse PAX records; a malformed record ends the set with a warning
-    /// (what GNU tar and libarchive do).
-    fn records(&mut self, data: &[u8]) -> Records {
-        match parse_records(data) {
-            Ok(r) => r,
-            Err((r, why)) => {
-                self.warnings.push(format!(
-                    "a PAX extended header is malformed ({why}); its remaining records were ignored"
-                ));
-                r
-            }
-        }
+    /// Parse PAX records; a malformed record is an error (GNU tar refuses
+    /// such archives; libarchive only warns).
+    fn records(&mut self, data: &[u8]) -> Res<Records> {
+        parse_records(data).map_err(|(_, why)| {
+            TarError::Corrupt(format!(
+                "malformed PAX extended header before byte {} of the tar stream: {why}",
+                self.offset
+            ))
+        })
     }
 
     /// Build the entry of header `h` with the records that came before it.
@@ -535,6 +532,22 @@ impl<R: Read> TarReader<R> {
             }
         }
         if let Some(map) = &mut sparse {
+            // GNU tar extracts a sparse file up to the end of its last map
+            // segment (a final zero-length one marks a trailing hole), not
+            // to the declared real size: do the same.
+            let declared = size;
+            if let Some(last) = map.last() {
+                let end = last.offset.saturating_add(last.len);
+                if end > declared {
+                    return Err(bad(
+                        "sparse map",
+                        format!("it ends at {end}, past the size {declared}"),
+                    ));
+                }
+                size = end;
+            } else {
+                size = 0;
+            }
             map.retain(|s| s.len > 0);
             let mut end = 0u64;
             let mut total = 0u64;
@@ -615,9 +628,7 @@ impl<R: Read> TarReader<R> {
                 if let Some(i) = buf[pos..].iter().position(|&b| b == b'\n') {
                     let l = &buf[pos..pos + i];
                     pos += i + 1;
-                    if l.first() == Some(&b'#') {
-                        continue;
-                    }
+                    // GNU tar refuses '#' lines (libarchive skips them).
                     return decimal(l).ok_or_else(|| TarError::BadEntry {
                         entry: path.to_vec(),
                         detail: format!(
@@ -958,21 +969,23 @@ impl Pax {
 
 /// Parse a PAX time (`1700000000.123456789`, possibly negative) as ns.
 pub fn pax_time(v: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(v).ok()?;
-    let (neg, s) = match s.strip_prefix('-') {
+    let (neg, s) = match v.strip_prefix(b"-") {
         Some(r) => (true, r),
-        None => (false, s),
+        None => (false, v),
     };
-    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
-    if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit()) {
+    // Trailing bytes after the number are ignored, as GNU tar does.
+    let digits = |t: &[u8]| t.iter().take_while(|b| b.is_ascii_digit()).count();
+    let n = digits(s);
+    if n == 0 {
         return None;
     }
-    let secs: i64 = secs.parse().ok()?;
-    if !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
+    let secs: i64 = std::str::from_utf8(&s[..n]).ok()?.parse().ok()?;
+    let frac = match s[n..].strip_prefix(b".") {
+        Some(f) => &f[..digits(f)],
+        None => &[][..],
+    };
     let mut ns: i64 = 0;
-    for (i, b) in frac.bytes().take(9).enumerate() {
+    for (i, b) in frac.iter().take(9).enumerate() {
         ns += i64::from(b - b'0') * 10i64.pow(8 - i as u32);
     }
     let t = secs.checked_mul(1_000_000_000)?.checked_add(ns)?;
@@ -1083,6 +1096,17 @@ mod tests {
         let mut padded = recs.clone();
         padded.extend_from_slice(&[0; 20]);
         assert_eq!(parse_records(&padded).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn pax_times() {
+        assert_eq!(pax_time(b"1.5"), Some(1_500_000_000));
+        assert_eq!(pax_time(b"-1000.5"), Some(-1_000_500_000_000));
+        assert_eq!(
+            pax_time(b"1748089464.951928467a"),
+            Some(1_748_089_464_951_928_467)
+        );
+        assert_eq!(pax_time(b"x"), None);
     }
 
     #[test]
