@@ -1175,3 +1175,50 @@ fn sparse_sizes_and_malformed_records_follow_gnu_tar() {
     }
     assert_eq!(checkpoints(&env), before);
 }
+
+#[test]
+fn a_hardlinked_name_given_again_is_replaced_as_gnu_tar_does() {
+    // libarchive's tar/test/test_list_item.tar: f, hl → f, …, f again.
+    let env = Env::new();
+    let mut ar = Vec::new();
+    let file = |ar: &mut Vec<u8>, name: &[u8], data: &[u8]| {
+        ar.extend_from_slice(&RawHeader::new(name, b'0', data.len() as u64, true).sum(false));
+        ar.extend(padded(data));
+    };
+    let link = |ar: &mut Vec<u8>, name: &[u8], target: &[u8]| {
+        ar.extend_from_slice(
+            &RawHeader::new(name, b'1', 0, true)
+                .put(157, target)
+                .sum(false),
+        );
+    };
+    file(&mut ar, b"d/f", b"old f");
+    link(&mut ar, b"d/hl", b"d/f");
+    link(&mut ar, b"d/hl2", b"d/f");
+    file(&mut ar, b"d/g", b"g");
+    link(&mut ar, b"d/g2", b"d/g");
+    file(&mut ar, b"d/f", b"new f");
+    file(&mut ar, b"d/g2", b"new g2");
+    link(&mut ar, b"d/hl3", b"d/f");
+    ar.extend_from_slice(&[0; 1024]);
+    let p = env.path("relinked.tar");
+    fs::write(&p, &ar).unwrap();
+    let want = env.path("want");
+    fs::create_dir_all(&want).unwrap();
+    sh(&format!("tar -xp -C {} -f {}", q(&want), q(&p)));
+    let out = import_path(&env, &p);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let got = env.path("got");
+    env.ok(["restore".as_ref(), id.as_ref(), got.as_os_str()]);
+    for name in ["f", "hl", "hl2", "g", "g2", "hl3"] {
+        let (w, g) = (want.join("d").join(name), got.join(name));
+        assert_eq!(fs::read(&w).unwrap(), fs::read(&g).unwrap(), "{name}");
+        let (wm, gm) = (fs::metadata(&w).unwrap(), fs::metadata(&g).unwrap());
+        assert_eq!(wm.nlink(), gm.nlink(), "{name}: links");
+    }
+    let ino = |n: &str| fs::metadata(got.join(n)).unwrap().ino();
+    assert_eq!(ino("hl"), ino("hl2"));
+    assert_eq!(ino("f"), ino("hl3"));
+    assert_ne!(ino("f"), ino("hl"));
+}

@@ -310,10 +310,12 @@ impl<'a> TreeBuilder<'a> {
                 self.nodes[parent].children.insert(name.clone(), i);
             }
             Some(i) => {
-                let old = &self.nodes[i];
-                if old.group.is_some() {
-                    return Err(hostile(raw_path, "appears twice and is hardlinked"));
+                if let Some(g) = self.nodes[i].group {
+                    // Extraction unlinks the name and creates a new file (or
+                    // link): the other names keep the earlier content.
+                    self.leave_group(i, g);
                 }
+                let old = &self.nodes[i];
                 if old.entry.kind == Kind::Dir && node.entry.kind == Kind::Dir {
                     // A directory again: its metadata is updated, its contents kept.
                     let e = node.entry;
@@ -342,6 +344,28 @@ impl<'a> TreeBuilder<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Take node `i` out of hardlink group `g` (its name is about to be
+    /// replaced). When it was the group's first entry, the next name takes
+    /// over its content (still pending or stored).
+    fn leave_group(&mut self, i: usize, g: usize) {
+        self.nodes[i].group = None;
+        if self.groups[g] != i {
+            return;
+        }
+        let Some(j) = (0..self.nodes.len()).find(|&j| j != i && self.nodes[j].group == Some(g))
+        else {
+            return;
+        };
+        self.groups[g] = j;
+        let mut e = self.nodes[i].entry.clone();
+        e.name = std::mem::take(&mut self.nodes[j].entry.name);
+        self.nodes[j].entry = e;
+        if let Some(p) = self.nodes[i].pending.take() {
+            self.nodes[j].pending = Some(p);
+            self.in_flight.push_back(j);
+        }
     }
 
     /// The node a hardlink names: resolved inside the archive, already seen,
@@ -478,6 +502,12 @@ impl<'a> TreeBuilder<'a> {
         for &i in &order {
             if let Some(g) = self.nodes[i].group {
                 counts[g] += 1;
+            }
+        }
+        for &i in &order {
+            if let Some(g) = self.nodes[i].group
+                && counts[g] > 1
+            {
                 if ids[g] == 0 {
                     ids[g] = next;
                     next += 1;
