@@ -507,11 +507,10 @@ impl<'a> TreeBuilder<'a> {
         for &i in &order {
             if let Some(g) = self.nodes[i].group
                 && counts[g] > 1
+                && ids[g] == 0
             {
-                if ids[g] == 0 {
-                    ids[g] = next;
-                    next += 1;
-                }
+                ids[g] = next;
+                next += 1;
             }
         }
         for &i in &order {
