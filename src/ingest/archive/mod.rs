@@ -492,13 +492,15 @@ fn parse(
                     .into_iter()
                     .next()
                     .unwrap_or_else(|| format!("{suffix}?"));
-                return Err(Error::Truncated(format!(
-                    "the archive ends without its end-of-archive marker; is {base}.part{next} missing?"
+                return Err(Error::Archive(format!(
+                    "{}: the archive ends without its end-of-archive marker: is {base}.part{next} missing? Nothing was imported",
+                    parts.describe()
                 )));
             }
             None if parts.parts.len() > 1 => {
-                return Err(Error::Truncated(format!(
-                    "the archive ends without its end-of-archive marker; is a part after {last_name} missing?"
+                return Err(Error::Archive(format!(
+                    "{}: the archive ends without its end-of-archive marker: is a part after {last_name} missing? Nothing was imported",
+                    parts.describe()
                 )));
             }
             None => {
