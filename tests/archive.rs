@@ -955,6 +955,17 @@ fn the_end_of_archive_marker_decides_whether_a_part_is_missing() {
         stderr(&out)
     );
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    // Cut inside an entry: truncated, and the missing part is named too.
+    let dir2 = env.path("split2");
+    fs::create_dir_all(&dir2).unwrap();
+    fs::write(dir2.join("s2.tar.part00"), &first[..first.len() - 512]).unwrap();
+    let out = import_path(&env, &dir2.join("s2.tar.part00"));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("s2.tar.part01 missing"),
+        "{}",
+        stderr(&out)
+    );
     // With it, the archive imports.
     fs::write(dir.join("s1.tar.part01"), &second).unwrap();
     let out = import_path(&env, &dir.join("s1.tar.part00"));

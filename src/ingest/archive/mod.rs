@@ -437,10 +437,16 @@ fn parse(
             detail,
         },
     };
+    // A split archive that ends early most likely lacks its next part.
+    let missing = missing_part(parts);
+    let hint = |e: Error| match (e, &missing) {
+        (Error::Truncated(m), Some(h)) => Error::Truncated(format!("{m} ({h})")),
+        (e, _) => e,
+    };
     let mut tar = TarReader::new(decoded);
     let mut builder = TreeBuilder::new(chunk_tx, ProgressBar::hidden());
     let mut skipped = 0u64;
-    while let Some(entry) = tar.next_entry().map_err(tar_error)? {
+    while let Some(entry) = tar.next_entry().map_err(tar_error).map_err(hint)? {
         match kind_of(entry.kind) {
             None => skipped += 1,
             Some(kind) => {
@@ -459,7 +465,8 @@ fn parse(
                     .map_err(|e| match e {
                         Error::Io { source, .. } => corrupt(source),
                         e => e,
-                    })?;
+                    })
+                    .map_err(hint)?;
             }
         }
         if builder.entries().is_multiple_of(1000) {
@@ -484,28 +491,17 @@ fn parse(
     }
     let mut end_warning = None;
     if !end_marker {
-        let last = &parts.parts[parts.parts.len() - 1].path;
-        let last_name = parts::file_name(last);
-        match parts::split_part_name(&last_name) {
-            Some((base, suffix)) => {
-                let next = parts::successors(suffix)
-                    .into_iter()
-                    .next()
-                    .unwrap_or_else(|| format!("{suffix}?"));
+        match &missing {
+            Some(m) => {
                 return Err(Error::Archive(format!(
-                    "{}: the archive ends without its end-of-archive marker: is {base}.part{next} missing? Nothing was imported",
-                    parts.describe()
-                )));
-            }
-            None if parts.parts.len() > 1 => {
-                return Err(Error::Archive(format!(
-                    "{}: the archive ends without its end-of-archive marker: is a part after {last_name} missing? Nothing was imported",
+                    "{}: the archive ends without its end-of-archive marker: {m} Nothing was imported",
                     parts.describe()
                 )));
             }
             None => {
                 end_warning = Some(format!(
-                    "{last_name} ends without an end-of-archive marker (some writers omit it); it may be truncated"
+                    "{} ends without an end-of-archive marker (some writers omit it); it may be truncated",
+                    parts.describe()
                 ));
             }
         }
@@ -520,6 +516,23 @@ fn parse(
         ));
     }
     Ok(built)
+}
+
+/// For an archive that came in parts: "is NAME.partNN missing?", naming the
+/// part after the last one given. `None` for a single, unsplit file.
+fn missing_part(parts: &Parts) -> Option<String> {
+    let last = parts::file_name(&parts.parts[parts.parts.len() - 1].path);
+    match parts::split_part_name(&last) {
+        Some((base, suffix)) => {
+            let next = parts::successors(suffix)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| format!("{suffix}?"));
+            Some(format!("is {base}.part{next} missing?"))
+        }
+        None if parts.parts.len() > 1 => Some(format!("is a part after {last} missing?")),
+        None => None,
+    }
 }
 
 /// An entry's metadata from its header and PAX records (no name, no content yet).
