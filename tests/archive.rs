@@ -674,6 +674,10 @@ fn sparse_files_import_with_their_holes_in_every_format() {
     );
     sparse_file(&src.join("tail-hole"), 8 << 20, &[(0, b"head")]);
     sparse_file(&src.join("all-hole"), 3 << 20, &[]);
+    // More segments than an old-GNU header holds (4): extension blocks.
+    let seg = vec![b's'; 4096];
+    let many: Vec<(u64, &[u8])> = (0..40u64).map(|i| (i * (256 << 10), &seg[..])).collect();
+    sparse_file(&src.join("many"), 12 << 20, &many);
     fs::write(src.join("dense"), b"dense file").unwrap();
     let kinds: &[(&str, &str)] = &[
         ("gnu", "tar --sparse --format=gnu"),
@@ -705,15 +709,17 @@ fn sparse_files_import_with_their_holes_in_every_format() {
         assert!(!ls.contains("GNUSparseFile"), "{name}: {ls}");
         let got = env.path(&format!("got-{name}"));
         env.ok(["restore".as_ref(), id.as_ref(), got.as_os_str()]);
-        for f in ["big", "tail-hole", "all-hole", "dense"] {
+        for f in ["big", "tail-hole", "all-hole", "many", "dense"] {
             let (w, g) = (want.join("sp").join(f), got.join(f));
             assert_eq!(fs::read(&w).unwrap(), fs::read(&g).unwrap(), "{name}: {f}");
             assert_eq!(data_map(&w), data_map(&g), "{name}: {f}: holes");
-            assert_eq!(
+            // Allocation may differ by the file system's own metadata
+            // (an extent tree block), not by data.
+            let (wb, gb) = (
                 fs::metadata(&w).unwrap().blocks(),
                 fs::metadata(&g).unwrap().blocks(),
-                "{name}: {f}: blocks"
             );
+            assert!(wb.abs_diff(gb) <= 8, "{name}: {f}: blocks {wb} vs {gb}");
         }
         assert!(
             fs::metadata(got.join("big")).unwrap().blocks() < 2048,
