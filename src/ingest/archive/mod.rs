@@ -171,7 +171,7 @@ fn verify(
             && want != actual
         {
             return Err(Error::DigestMismatch {
-                what: p.path.display().to_string(),
+                what: shown(&p.path),
                 expected: want.clone(),
                 actual: actual.clone(),
                 hint,
@@ -376,10 +376,7 @@ fn parse(
     opts: &ImportOptions,
 ) -> Result<tartree::Built> {
     let corrupt = |e: io::Error| {
-        let part = parts.parts[position.part.load(Ordering::Relaxed)]
-            .path
-            .display()
-            .to_string();
+        let part = shown(&parts.parts[position.part.load(Ordering::Relaxed)].path);
         let offset = position.offset.load(Ordering::Relaxed);
         if position.done.load(Ordering::Relaxed) && e.kind() == io::ErrorKind::UnexpectedEof
             || e.to_string().contains("incomplete")
@@ -396,7 +393,7 @@ fn parse(
     };
     let head: Vec<u8> = raw.peek().iter().take(8).copied().collect();
     let format = detect(&head)?;
-    let first = parts.parts[0].path.display().to_string();
+    let first = shown(&parts.parts[0].path);
     let decoded: Box<dyn Read> = match format {
         Format::Tar => Box::new(raw),
         Format::Zstd => {
@@ -418,18 +415,12 @@ fn parse(
     let tar_error = |e: TarError| match e {
         TarError::Io(e) => corrupt(e),
         TarError::Truncated(m) => {
-            let part = parts.parts[position.part.load(Ordering::Relaxed)]
-                .path
-                .display()
-                .to_string();
+            let part = shown(&parts.parts[position.part.load(Ordering::Relaxed)].path);
             Error::Truncated(format!("{part}: {m}; a part is missing or was cut short"))
         }
         TarError::NotTar => not_tar(),
         TarError::Corrupt(detail) => Error::Corrupt {
-            part: parts.parts[position.part.load(Ordering::Relaxed)]
-                .path
-                .display()
-                .to_string(),
+            part: shown(&parts.parts[position.part.load(Ordering::Relaxed)].path),
             detail,
         },
         TarError::BadEntry { entry, detail } => Error::HostileEntry {
@@ -516,6 +507,12 @@ fn parse(
         ));
     }
     Ok(built)
+}
+
+/// A file's path for a message, non-printable bytes escaped.
+fn shown(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    escape(p.as_os_str().as_bytes())
 }
 
 /// For an archive that came in parts: "is NAME.partNN missing?", naming the
