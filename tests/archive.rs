@@ -7,7 +7,7 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -893,9 +893,11 @@ fn old_and_odd_headers_are_read_as_gnu_tar_and_bsdtar_do() {
             .sum(false),
     );
     ar.extend(padded(b"pax!"));
-    // A symlink with mode 0755 in its header.
+    // A symlink with mode 0755 and the target's length as size (no data),
+    // then a fifo with a size.
+    ar.extend_from_slice(&RawHeader::new(b"top/fifo", b'6', 3, true).sum(false));
     ar.extend_from_slice(
-        &RawHeader::new(b"top/sym", b'2', 0, true)
+        &RawHeader::new(b"top/sym", b'2', 7, true)
             .put(100, b"0000755\0")
             .put(157, b"v7dir/f")
             .sum(false),
@@ -911,6 +913,16 @@ fn old_and_odd_headers_are_read_as_gnu_tar_and_bsdtar_do() {
     let got = env.path("got");
     env.ok(["restore".as_ref(), id.as_ref(), got.as_os_str()]);
     assert!(got.join("v7dir").is_dir());
+    assert!(
+        fs::symlink_metadata(got.join("fifo"))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    assert_eq!(
+        fs::read_link(got.join("sym")).unwrap(),
+        Path::new("v7dir/f")
+    );
     assert_eq!(fs::read(got.join("v7dir/f")).unwrap(), b"v7!");
     assert!(got.join("sized-dir").is_dir());
     assert_eq!(fs::read(got.join("sized-dir/g")).unwrap(), b"g!");

@@ -454,8 +454,11 @@ impl<R: Read> TarReader<R> {
 
         // Stored data bytes.
         let mut stored = match typeflag {
-            // Directories have no data (GNU tar, libarchive); a GNU dumpdir does.
-            b'5' => 0,
+            // Directories, symlinks, devices and fifos have no data whatever
+            // their size field says: GNU tar extracts them reading none (its
+            // listing skips a symlink's or fifo's size and then fails), and
+            // libarchive reads none. A GNU dumpdir (`D`) has data.
+            b'2' | b'3' | b'4' | b'5' | b'6' => 0,
             _ => header_size,
         };
         // Old archives: a regular entry named `dir/` is a directory.
@@ -463,8 +466,6 @@ impl<R: Read> TarReader<R> {
             kind = TarKind::Dir;
             stored = 0;
         }
-        // Symlinks, devices, fifos: GNU tar skips a size's worth of data,
-        // as does this reader (libarchive ignores it; writers write 0).
         let mut size = match kind {
             TarKind::File | TarKind::HardLink => stored,
             _ => 0,
@@ -1171,15 +1172,15 @@ mod tests {
         ar.extend_from_slice(&v7);
         ar.extend_from_slice(&header(b"d", b'5', 4096));
         ar.extend_from_slice(&header(b"h", b'1', 5));
+        ar.extend_from_slice(&header(b"sym", b'2', 5));
+        ar.extend_from_slice(&header(b"fifo", b'6', 3));
         ar.extend_from_slice(&header(b"f", b'0', 2));
         ar.extend(data(b"hi"));
         let e = entries(&ar).unwrap();
         let kinds: Vec<_> = e.iter().map(|(e, _)| e.kind).collect();
-        assert_eq!(
-            kinds,
-            [TarKind::Dir, TarKind::Dir, TarKind::HardLink, TarKind::File]
-        );
-        assert_eq!(e[3].1, b"hi");
+        use TarKind::*;
+        assert_eq!(kinds, [Dir, Dir, HardLink, Symlink, Fifo, File]);
+        assert_eq!(e[5].1, b"hi");
     }
 
     #[test]
