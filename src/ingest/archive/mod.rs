@@ -468,7 +468,6 @@ fn parse(
     let end_marker = tar.end_marker_seen();
     let headers = tar.headers();
     let pax_origin = tar.global(b"STOREFS.origin").map(<[u8]>::to_vec);
-    let reader_warnings = std::mem::take(&mut tar.warnings);
     // The rest of the decompressed stream: tar's end blocks and padding.
     let mut rest = tar.into_inner();
     skip(&mut rest).map_err(corrupt)?;
@@ -499,7 +498,6 @@ fn parse(
     }
     let mut built = builder.finish(store, counters)?;
     built.pax_origin = pax_origin;
-    built.warnings.extend(reader_warnings);
     built.warnings.extend(end_warning);
     if skipped > 0 {
         built.warnings.push(format!(

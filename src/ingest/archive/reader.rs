@@ -120,8 +120,6 @@ pub struct TarReader<R> {
     used: u64,
     /// A header block read ahead (after a hard link with a size), to be used next.
     pushed: Option<[u8; BLOCK]>,
-    /// Things the reader accepted but a user should hear about.
-    pub warnings: Vec<String>,
 }
 
 /// One PAX record set, as (key, value) pairs in order.
@@ -141,7 +139,6 @@ impl<R: Read> TarReader<R> {
             entries: 0,
             used: 0,
             pushed: None,
-            warnings: Vec::new(),
         }
     }
 
