@@ -7,7 +7,7 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -529,12 +529,7 @@ fn hostile_archives_are_refused_or_contained() {
         (b"zeros-link", Link, b"zeros", b""),
     ]);
     let objects = |env: &Env| {
-        storefs::store::Store::open(&env.store)
-            .unwrap()
-            .backend()
-            .list()
-            .unwrap()
-            .len()
+        storefs::store::Store::open(&env.store).map_or(0, |s| s.backend().list().unwrap().len())
     };
     let objects_before = objects(&env);
     let out = import_bytes(&env, "ok.tar", &ok);
@@ -622,4 +617,637 @@ fn many_small_files_import_intact() {
             );
         }
     }
+}
+
+// ------------------------------------------------- what GNU tar and bsdtar read
+
+/// Import a file as is (no --origin).
+fn import_path(env: &Env, p: &Path) -> std::process::Output {
+    env.run(["import".as_ref(), p.as_os_str()])
+}
+
+fn checkpoint_json(env: &Env, id: &str) -> serde_json::Value {
+    serde_json::from_slice(&fs::read(env.store.join(format!("checkpoints/{id}.json"))).unwrap())
+        .unwrap()
+}
+
+/// A file's data segments, (start, end), from SEEK_DATA/SEEK_HOLE.
+fn data_map(p: &Path) -> Vec<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(p).unwrap();
+    let size = f.metadata().unwrap().len() as i64;
+    let mut out = Vec::new();
+    let mut pos = 0i64;
+    while pos < size {
+        let d = unsafe { libc::lseek(f.as_raw_fd(), pos, libc::SEEK_DATA) };
+        if d < 0 {
+            break;
+        }
+        let h = unsafe { libc::lseek(f.as_raw_fd(), d, libc::SEEK_HOLE) };
+        out.push((d as u64, h as u64));
+        pos = h;
+    }
+    out
+}
+
+/// Write `data` at each offset of a `size`-byte sparse file.
+fn sparse_file(p: &Path, size: u64, data: &[(u64, &[u8])]) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::create(p).unwrap();
+    f.set_len(size).unwrap();
+    for (off, d) in data {
+        f.write_all_at(d, *off).unwrap();
+    }
+}
+
+#[test]
+fn sparse_files_import_with_their_holes_in_every_format() {
+    let env = Env::new();
+    let src = env.path("src/sp");
+    fs::create_dir_all(&src).unwrap();
+    let a = vec![b'a'; 10_000];
+    let b = common::pseudo_random(300_000, 7);
+    sparse_file(
+        &src.join("big"),
+        64 << 20,
+        &[(1 << 20, &a), (40 << 20, &b), ((64 << 20) - 100, b"end")],
+    );
+    sparse_file(&src.join("tail-hole"), 8 << 20, &[(0, b"head")]);
+    sparse_file(&src.join("all-hole"), 3 << 20, &[]);
+    // More segments than an old-GNU header holds (4): extension blocks.
+    let seg = vec![b's'; 4096];
+    let many: Vec<(u64, &[u8])> = (0..40u64).map(|i| (i * (256 << 10), &seg[..])).collect();
+    sparse_file(&src.join("many"), 12 << 20, &many);
+    fs::write(src.join("dense"), b"dense file").unwrap();
+    let kinds: &[(&str, &str)] = &[
+        ("gnu", "tar --sparse --format=gnu"),
+        ("oldgnu", "tar --sparse --format=oldgnu"),
+        ("pax00", "tar --sparse --format=posix --sparse-version=0.0"),
+        ("pax01", "tar --sparse --format=posix --sparse-version=0.1"),
+        ("pax10", "tar --sparse --format=posix --sparse-version=1.0"),
+        ("bsdtar", "bsdtar --read-sparse --format=pax"),
+    ];
+    for (name, cmd) in kinds {
+        let ar = env.path(&format!("{name}.tar"));
+        sh(&format!(
+            "cd {} && {cmd} -cf {} sp",
+            q(src.parent().unwrap()),
+            q(&ar)
+        ));
+        // What GNU tar extracts is the reference.
+        let want = env.path(&format!("want-{name}"));
+        fs::create_dir_all(&want).unwrap();
+        sh(&format!(
+            "tar -xpS --numeric-owner -C {} -f {}",
+            q(&want),
+            q(&ar)
+        ));
+        let out = import_path(&env, &ar);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let ls = env.ok(["ls", &id]);
+        assert!(!ls.contains("GNUSparseFile"), "{name}: {ls}");
+        let got = env.path(&format!("got-{name}"));
+        env.ok(["restore".as_ref(), id.as_ref(), got.as_os_str()]);
+        for f in ["big", "tail-hole", "all-hole", "many", "dense"] {
+            let (w, g) = (want.join("sp").join(f), got.join(f));
+            assert_eq!(fs::read(&w).unwrap(), fs::read(&g).unwrap(), "{name}: {f}");
+            assert_eq!(data_map(&w), data_map(&g), "{name}: {f}: holes");
+            // Allocation may differ by the file system's own metadata
+            // (an extent tree block), not by data.
+            let (wb, gb) = (
+                fs::metadata(&w).unwrap().blocks(),
+                fs::metadata(&g).unwrap().blocks(),
+            );
+            assert!(wb.abs_diff(gb) <= 8, "{name}: {f}: blocks {wb} vs {gb}");
+        }
+        assert!(
+            fs::metadata(got.join("big")).unwrap().blocks() < 2048,
+            "{name}: the holes stayed holes"
+        );
+    }
+}
+
+#[test]
+fn a_huge_sparse_file_is_never_materialized() {
+    // 1 TiB declared, a few bytes of data: old-GNU `S` and PAX 1.0 entries.
+    let env = Env::new();
+    let src = env.path("src/huge");
+    fs::create_dir_all(&src).unwrap();
+    sparse_file(
+        &src.join("tera"),
+        1 << 40,
+        &[(1 << 39, b"middle"), ((1 << 40) - 3, b"end")],
+    );
+    let objects = |env: &Env| {
+        storefs::store::Store::open(&env.store).map_or(0, |s| s.backend().list().unwrap().len())
+    };
+    for (name, fmt) in [("gnu", "--format=gnu"), ("pax", "--format=posix")] {
+        let ar = env.path(&format!("huge-{name}.tar"));
+        sh(&format!(
+            "tar --sparse {fmt} -C {} -cf {} huge",
+            q(src.parent().unwrap()),
+            q(&ar)
+        ));
+        assert!(fs::metadata(&ar).unwrap().len() < 1 << 20);
+        let before = objects(&env);
+        let out = import_path(&env, &ar);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert!(
+            objects(&env) - before < 16,
+            "{name}: holes were stored as data"
+        );
+        let ls = env.ok(["ls", &id]);
+        assert!(ls.contains("1099511627776"), "{name}: {ls}");
+    }
+}
+
+/// A raw 512-byte tar header: ustar (`magic` true) or V7 (no magic), with
+/// octal fields; change fields with `put` and then call `sum`.
+struct RawHeader([u8; 512]);
+
+impl RawHeader {
+    fn new(name: &[u8], typeflag: u8, size: u64, magic: bool) -> RawHeader {
+        let mut h = RawHeader([0u8; 512]);
+        h.put(0, name);
+        h.put(100, b"0000644\0");
+        h.put(108, b"0001750\0");
+        h.put(116, b"0001750\0");
+        h.put(124, format!("{size:011o}\0").as_bytes());
+        h.put(136, b"14524640000\0");
+        h.0[156] = typeflag;
+        if magic {
+            h.put(257, b"ustar\0");
+            h.put(263, b"00");
+        }
+        h
+    }
+
+    fn put(&mut self, at: usize, v: &[u8]) -> &mut Self {
+        self.0[at..at + v.len()].copy_from_slice(v);
+        self
+    }
+
+    /// Set the checksum, summed with unsigned bytes (or signed, as old Unix tars did).
+    fn sum(&mut self, signed: bool) -> [u8; 512] {
+        self.0[148..156].copy_from_slice(b"        ");
+        let sum: i64 = if signed {
+            self.0.iter().map(|&b| i64::from(b as i8)).sum()
+        } else {
+            self.0.iter().map(|&b| i64::from(b)).sum()
+        };
+        self.put(148, format!("{sum:06o}\0 ").as_bytes());
+        self.0
+    }
+}
+
+/// Data padded to whole blocks.
+fn padded(d: &[u8]) -> Vec<u8> {
+    let mut v = d.to_vec();
+    v.resize(d.len().div_ceil(512) * 512, 0);
+    v
+}
+
+/// PAX records `LEN KEY=VALUE\n`.
+fn pax_records(recs: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in recs {
+        let body = k.len() + v.len() + 3;
+        let mut len = body + 1;
+        while format!("{len}").len() + body != len {
+            len += 1;
+        }
+        out.extend_from_slice(format!("{len} {k}=").as_bytes());
+        out.extend_from_slice(v);
+        out.push(b'\n');
+    }
+    out
+}
+
+fn pax_entry(out: &mut Vec<u8>, typeflag: u8, recs: &[(&str, &[u8])]) {
+    let r = pax_records(recs);
+    out.extend_from_slice(
+        &RawHeader::new(b"PaxHeaders/x", typeflag, r.len() as u64, true).sum(false),
+    );
+    out.extend(padded(&r));
+}
+
+#[test]
+fn old_and_odd_headers_are_read_as_gnu_tar_and_bsdtar_do() {
+    let env = Env::new();
+    let mut ar = Vec::new();
+    // A volume label with an empty size field: skipped with the count warning.
+    ar.extend_from_slice(
+        &RawHeader::new(b"LABEL", b'V', 0, true)
+            .put(124, &[0; 12])
+            .sum(false),
+    );
+    // V7: a regular entry whose name ends in '/' is a directory.
+    ar.extend_from_slice(&RawHeader::new(b"top/v7dir/", 0, 0, false).sum(false));
+    ar.extend_from_slice(&RawHeader::new(b"top/v7dir/f", 0, 3, false).sum(false));
+    ar.extend(padded(b"v7!"));
+    // A directory with a size but no data.
+    ar.extend_from_slice(&RawHeader::new(b"top/sized-dir", b'5', 4096, true).sum(false));
+    ar.extend_from_slice(&RawHeader::new(b"top/sized-dir/g", b'0', 2, true).sum(false));
+    ar.extend(padded(b"g!"));
+    // A hard link with the target's size and no data.
+    ar.extend_from_slice(
+        &RawHeader::new(b"top/link", b'1', 2, true)
+            .put(157, b"top/sized-dir/g")
+            .sum(false),
+    );
+    // Before 1970, base-256 (negative), uid/gid all spaces, signed checksum.
+    let mut neg = [0xffu8; 12];
+    neg[4..].copy_from_slice(&(-86_400i64 * 365).to_be_bytes());
+    ar.extend_from_slice(
+        &RawHeader::new(b"top/caf\xe9-1969", b'0', 1, true)
+            .put(136, &neg)
+            .put(108, b"        ")
+            .put(116, &[0; 8])
+            .sum(true),
+    );
+    ar.extend(padded(b"o"));
+    // A PAX mtime overrides a header field no reader could parse alone,
+    // a binary xattr with newlines, and a redundant long name.
+    pax_entry(
+        &mut ar,
+        b'x',
+        &[
+            ("mtime", b"-1000.5"),
+            ("SCHILY.xattr.user.bin", b"a\nb=\0\xff\n"),
+            ("uname", b"nobody"),
+            ("atime", b"1.5"),
+        ],
+    );
+    for name in [&b"top/wrong-long-name"[..], b"top/pax-file"] {
+        let n = padded(name);
+        ar.extend_from_slice(
+            &RawHeader::new(b"././@LongLink", b'L', name.len() as u64, true).sum(false),
+        );
+        ar.extend(n);
+    }
+    ar.extend_from_slice(
+        &RawHeader::new(b"short", b'0', 4, true)
+            .put(136, b"garbage!!!!\0")
+            .sum(false),
+    );
+    ar.extend(padded(b"pax!"));
+    // A symlink with mode 0755 and the target's length as size (no data),
+    // then a fifo with a size.
+    ar.extend_from_slice(&RawHeader::new(b"top/fifo", b'6', 3, true).sum(false));
+    ar.extend_from_slice(
+        &RawHeader::new(b"top/sym", b'2', 7, true)
+            .put(100, b"0000755\0")
+            .put(157, b"v7dir/f")
+            .sum(false),
+    );
+    ar.extend_from_slice(&[0; 1024]);
+    let p = env.path("odd.tar");
+    fs::write(&p, &ar).unwrap();
+    let out = import_path(&env, &p);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("1 archive entries of types"), "{err}");
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let got = env.path("got");
+    env.ok(["restore".as_ref(), id.as_ref(), got.as_os_str()]);
+    assert!(got.join("v7dir").is_dir());
+    assert!(
+        fs::symlink_metadata(got.join("fifo"))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    assert_eq!(
+        fs::read_link(got.join("sym")).unwrap(),
+        Path::new("v7dir/f")
+    );
+    assert_eq!(fs::read(got.join("v7dir/f")).unwrap(), b"v7!");
+    assert!(got.join("sized-dir").is_dir());
+    assert_eq!(fs::read(got.join("sized-dir/g")).unwrap(), b"g!");
+    let link = fs::metadata(got.join("link")).unwrap();
+    assert_eq!(link.nlink(), 2);
+    assert_eq!(
+        link.ino(),
+        fs::metadata(got.join("sized-dir/g")).unwrap().ino()
+    );
+    use std::os::unix::ffi::OsStrExt;
+    let old = got.join(std::ffi::OsStr::from_bytes(b"caf\xe9-1969"));
+    let m = fs::symlink_metadata(&old).unwrap();
+    assert_eq!(m.mtime(), -86_400 * 365);
+    assert_eq!((m.uid(), m.gid()), (0, 0));
+    let m = fs::symlink_metadata(got.join("pax-file")).unwrap();
+    assert_eq!((m.mtime(), m.mtime_nsec()), (-1001, 500_000_000));
+    assert_eq!(fs::read(got.join("pax-file")).unwrap(), b"pax!");
+    assert!(!got.join("wrong-long-name").exists() && !got.join("short").exists());
+    assert_eq!(
+        common::xattrs(&got.join("pax-file")),
+        vec![(b"user.bin".to_vec(), b"a\nb=\0\xff\n".to_vec())]
+    );
+    let ls = String::from_utf8_lossy(&env.run(["ls", &id]).stdout).into_owned();
+    assert!(ls.contains("lrwxrwxrwx"), "symlinks are 0777: {ls}");
+}
+
+#[test]
+fn the_end_of_archive_marker_decides_whether_a_part_is_missing() {
+    let env = Env::new();
+    let file = |name: &[u8], data: &[u8]| {
+        let mut v = RawHeader::new(name, b'0', data.len() as u64, true)
+            .sum(false)
+            .to_vec();
+        v.extend(padded(data));
+        v
+    };
+    let first = [file(b"s1/a", b"first"), file(b"s1/b", b"second")].concat();
+    let second = [file(b"s1/c", b"third"), vec![0u8; 10240]].concat();
+    // A split tar whose second part is missing, cut at an entry boundary.
+    let dir = env.path("split");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("s1.tar.part00"), &first).unwrap();
+    let out = import_path(&env, &dir.join("s1.tar.part00"));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("s1.tar.part01 missing"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    // Cut inside an entry: truncated, and the missing part is named too.
+    let dir2 = env.path("split2");
+    fs::create_dir_all(&dir2).unwrap();
+    fs::write(dir2.join("s2.tar.part00"), &first[..first.len() - 512]).unwrap();
+    let out = import_path(&env, &dir2.join("s2.tar.part00"));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("s2.tar.part01 missing"),
+        "{}",
+        stderr(&out)
+    );
+    // With it, the archive imports.
+    fs::write(dir.join("s1.tar.part01"), &second).unwrap();
+    let out = import_path(&env, &dir.join("s1.tar.part00"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("truncated"), "{}", stderr(&out));
+    // One file without the marker: imported, with a warning.
+    let p = env.path("nomarker.tar");
+    fs::write(&p, &first).unwrap();
+    let out = import_path(&env, &p);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("may be truncated"),
+        "{}",
+        stderr(&out)
+    );
+    // Nothing or only zeros: not an archive.
+    assert_eq!(checkpoints(&env), 2);
+    for (name, bytes) in [("empty.tar", vec![]), ("zeros.tar", vec![0u8; 10240])] {
+        let p = env.path(name);
+        fs::write(&p, &bytes).unwrap();
+        let out = import_path(&env, &p);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("not a tar"),
+            "{name}: {}",
+            stderr(&out)
+        );
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+    assert_eq!(checkpoints(&env), 2, "nothing refused was published");
+}
+
+#[test]
+fn messages_are_one_line_without_raw_bytes() {
+    let env = Env::new();
+    let text = env.path("README.md");
+    fs::write(&text, "# storefs\n\nA text file, not an archive.\n").unwrap();
+    let random = env.path("random.bin");
+    let mut r = common::pseudo_random(100_000, 3);
+    r[0] = 0x42;
+    r[10] = 0;
+    fs::write(&random, &r).unwrap();
+    for (p, first) in [(&text, "23 20 73 74"), (&random, "42")] {
+        let out = import_path(&env, p);
+        assert_eq!(out.status.code(), Some(1));
+        let e = stderr(&out);
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(
+            e.contains("not a tar, tar.zst or tar.gz archive (first bytes: "),
+            "{e}"
+        );
+        assert!(e.contains(first), "{e}");
+        assert!(e.is_ascii() || !e.contains('\0'), "{e}");
+        assert!(!e.contains("text file") && !e.contains('\0'), "{e}");
+    }
+    // Names with control bytes are escaped in errors and warnings.
+    let mut ar = Vec::new();
+    for name in [&b"t/a\x01b"[..], b"t/a\x01b"] {
+        ar.extend_from_slice(&RawHeader::new(name, b'0', 1, true).sum(false));
+        ar.extend(padded(b"x"));
+    }
+    ar.extend_from_slice(&RawHeader::new(b"t/new\nline/../x", b'0', 1, true).sum(false));
+    ar.extend(padded(b"x"));
+    ar.extend_from_slice(&[0; 1024]);
+    let p = env.path("names.tar");
+    fs::write(&p, &ar).unwrap();
+    let out = import_path(&env, &p);
+    assert_eq!(out.status.code(), Some(1));
+    let e = stderr(&out);
+    assert!(e.contains("t/new\\nline/../x") && e.contains("'..'"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    ar.truncate(ar.len() - 2048);
+    ar.extend_from_slice(&[0; 1024]);
+    fs::write(&p, &ar).unwrap();
+    let out = import_path(&env, &p);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("'t/a\\x01b' appears twice"),
+        "{}",
+        stderr(&out)
+    );
+    // A zstd frame that declares a 2 GiB window (`zstd --long=31`).
+    let tar = [
+        RawHeader::new(b"w/f", b'0', 5, true).sum(false).to_vec(),
+        padded(b"long!"),
+        vec![0; 1024],
+    ]
+    .concat();
+    let plain = env.path("w.tar");
+    fs::write(&plain, &tar).unwrap();
+    let z = env.path("w.tar.zst");
+    sh(&format!("zstd -q --long=31 -c < {} > {}", q(&plain), q(&z)));
+    let out = import_path(&env, &z);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(env.ok(["cat", &id, "f"]), "long!");
+}
+
+#[test]
+fn a_storefs_origin_global_header_is_an_origin_hint() {
+    let env = Env::new();
+    let make = |name: &str, origin: &[u8], store_json: Option<&str>| {
+        let mut ar = Vec::new();
+        pax_entry(&mut ar, b'g', &[("STOREFS.origin", origin)]);
+        ar.extend_from_slice(&RawHeader::new(b"proj/", b'5', 0, true).sum(false));
+        ar.extend_from_slice(&RawHeader::new(b"proj/f", b'0', 2, true).sum(false));
+        ar.extend(padded(b"hi"));
+        if let Some(j) = store_json {
+            ar.extend_from_slice(
+                &RawHeader::new(b"proj/STORE.json", b'0', j.len() as u64, true).sum(false),
+            );
+            ar.extend(padded(j.as_bytes()));
+        }
+        ar.extend_from_slice(&[0; 1024]);
+        let p = env.path(name);
+        fs::write(&p, ar).unwrap();
+        p
+    };
+    let origin_of = |out: &std::process::Output| {
+        assert!(out.status.success(), "{}", stderr(out));
+        let id = String::from_utf8(out.stdout.clone()).unwrap();
+        checkpoint_json(&env, id.trim())["origin"].clone()
+    };
+    let p = make("hint.tar", b"/srv/from-pax", None);
+    assert_eq!(origin_of(&import_path(&env, &p)), "/srv/from-pax");
+    let p = make(
+        "both.tar",
+        b"/srv/from-pax",
+        Some(r#"{"root": "/srv/from-json"}"#),
+    );
+    assert_eq!(origin_of(&import_path(&env, &p)), "/srv/from-json");
+    let p = make("given.tar", b"/srv/from-pax", None);
+    let out = env.run([
+        "import".as_ref(),
+        p.as_os_str(),
+        "--origin".as_ref(),
+        "/srv/given".as_ref(),
+    ]);
+    assert_eq!(origin_of(&out), "/srv/given");
+    for (name, bad) in [
+        ("dotdot.tar", &b"/srv/../etc"[..]),
+        ("relative.tar", b"srv/x"),
+    ] {
+        let p = make(name, bad, None);
+        let out = import_path(&env, &p);
+        assert!(stderr(&out).contains("STOREFS.origin"), "{}", stderr(&out));
+        assert_eq!(origin_of(&out), serde_json::Value::Null, "{name}");
+    }
+}
+
+#[test]
+fn sparse_sizes_and_malformed_records_follow_gnu_tar() {
+    let env = Env::new();
+    let sparse10 = |map: &[u8], realsize: &[u8], data: &[u8]| {
+        let mut ar = Vec::new();
+        pax_entry(
+            &mut ar,
+            b'x',
+            &[
+                ("GNU.sparse.major", b"1"),
+                ("GNU.sparse.minor", b"0"),
+                ("GNU.sparse.name", b"s/a"),
+                ("GNU.sparse.realsize", realsize),
+            ],
+        );
+        let mut body = padded(map);
+        body.extend_from_slice(data);
+        ar.extend_from_slice(
+            &RawHeader::new(b"s/GNUSparseFile.0/a", b'0', body.len() as u64, true).sum(false),
+        );
+        ar.extend(padded(&body));
+        ar.extend_from_slice(&[0; 1024]);
+        ar
+    };
+    // The map ends before the declared real size: GNU tar extracts up to
+    // the end of the map (libarchive's test_read_format_gtar_sparse_skip_entry).
+    let ar = sparse10(
+        b"2\n0\n4096\n10737418240\n3\n",
+        b"10737418244",
+        &[b'x'; 4099],
+    );
+    let p = env.path("short-map.tar");
+    fs::write(&p, &ar).unwrap();
+    let want = env.path("want");
+    fs::create_dir_all(&want).unwrap();
+    sh(&format!("tar -xpS -C {} -f {}", q(&want), q(&p)));
+    let out = import_path(&env, &p);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let got = env.path("got");
+    env.ok(["restore".as_ref(), id.as_ref(), got.as_os_str()]);
+    let (w, g) = (want.join("s/a"), got.join("a"));
+    assert_eq!(fs::metadata(&w).unwrap().len(), 10737418243);
+    assert_eq!(fs::metadata(&g).unwrap().len(), 10737418243);
+    assert_eq!(data_map(&w), data_map(&g));
+    // What GNU tar refuses: a map with comment lines, a record without its
+    // newline. One line, nothing published.
+    let before = checkpoints(&env);
+    let commented = sparse10(b"#!gnu-sparse-format\n1\n0\n3\n", b"3", b"abc");
+    let mut no_nl = Vec::new();
+    no_nl.extend_from_slice(&RawHeader::new(b"PaxHeader/e", b'x', 4, true).sum(false));
+    no_nl.extend(padded(b"4 x="));
+    no_nl.extend_from_slice(&RawHeader::new(b"e", b'0', 0, true).sum(false));
+    no_nl.extend_from_slice(&[0; 1024]);
+    for (name, bytes) in [("commented.tar", commented), ("no-newline.tar", no_nl)] {
+        let p = env.path(name);
+        fs::write(&p, &bytes).unwrap();
+        let st = Command::new("tar")
+            .args(["-tf".as_ref(), p.as_os_str()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!st.success(), "{name}: GNU tar refuses it");
+        let out = import_path(&env, &p);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{name}: {}", stderr(&out));
+    }
+    assert_eq!(checkpoints(&env), before);
+}
+
+#[test]
+fn a_hardlinked_name_given_again_is_replaced_as_gnu_tar_does() {
+    // libarchive's tar/test/test_list_item.tar: f, hl → f, …, f again.
+    let env = Env::new();
+    let mut ar = Vec::new();
+    let file = |ar: &mut Vec<u8>, name: &[u8], data: &[u8]| {
+        ar.extend_from_slice(&RawHeader::new(name, b'0', data.len() as u64, true).sum(false));
+        ar.extend(padded(data));
+    };
+    let link = |ar: &mut Vec<u8>, name: &[u8], target: &[u8]| {
+        ar.extend_from_slice(
+            &RawHeader::new(name, b'1', 0, true)
+                .put(157, target)
+                .sum(false),
+        );
+    };
+    file(&mut ar, b"d/f", b"old f");
+    link(&mut ar, b"d/hl", b"d/f");
+    link(&mut ar, b"d/hl2", b"d/f");
+    file(&mut ar, b"d/g", b"g");
+    link(&mut ar, b"d/g2", b"d/g");
+    file(&mut ar, b"d/f", b"new f");
+    file(&mut ar, b"d/g2", b"new g2");
+    link(&mut ar, b"d/hl3", b"d/f");
+    ar.extend_from_slice(&[0; 1024]);
+    let p = env.path("relinked.tar");
+    fs::write(&p, &ar).unwrap();
+    let want = env.path("want");
+    fs::create_dir_all(&want).unwrap();
+    sh(&format!("tar -xp -C {} -f {}", q(&want), q(&p)));
+    let out = import_path(&env, &p);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let got = env.path("got");
+    env.ok(["restore".as_ref(), id.as_ref(), got.as_os_str()]);
+    for name in ["f", "hl", "hl2", "g", "g2", "hl3"] {
+        let (w, g) = (want.join("d").join(name), got.join(name));
+        assert_eq!(fs::read(&w).unwrap(), fs::read(&g).unwrap(), "{name}");
+        let (wm, gm) = (fs::metadata(&w).unwrap(), fs::metadata(&g).unwrap());
+        assert_eq!(wm.nlink(), gm.nlink(), "{name}: links");
+    }
+    let ino = |n: &str| fs::metadata(got.join(n)).unwrap().ino();
+    assert_eq!(ino("hl"), ino("hl2"));
+    assert_eq!(ino("f"), ino("hl3"));
+    assert_ne!(ino("f"), ino("hl"));
 }

@@ -110,6 +110,34 @@ impl Error {
     }
 }
 
+/// A name for a message: UTF-8 text as is, except control characters and
+/// backslashes, which are escaped (`\n`, `\t`, `\\`, `\x01`), as are bytes
+/// that are not UTF-8 (`\xff`). One line, whatever the name holds.
+pub fn escape(name: &[u8]) -> String {
+    let mut out = String::with_capacity(name.len());
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if c.is_control() => {
+                    let mut b = [0u8; 4];
+                    for byte in c.encode_utf8(&mut b).bytes() {
+                        out.push_str(&format!("\\x{byte:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 /// Attach a path to an io::Result.
 pub(crate) trait IoAt<T> {
     fn at(self, path: &Path) -> Result<T>;

@@ -14,12 +14,11 @@
 //! docs/format.md ("Archive import rules") and [`tartree`].
 
 pub mod parts;
+pub mod reader;
 mod tartree;
 
-use std::cell::Cell;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -31,14 +30,13 @@ pub use parts::{Digests, Part, Parts, discover, expected_digests, hash_parts};
 pub use tartree::{MAX_ENTRIES, MAX_NAME, MAX_PATH, SIZE_COMMENT};
 
 use super::chunk::{ChunkJob, Counters, hash_chunks};
-use super::{Error, Result};
+use super::{Error, Result, escape};
 use crate::store::{
     self, ArchiveRecord, Checkpoint, Content, Entry, Kind, ObjectId, Source, Store, to_hex,
 };
-use tartree::{TreeBuilder, kind_of, pax_time, skip};
-
-/// Largest total of headers, GNU long names and PAX records before one entry.
-pub const MAX_HEADER_BYTES: u64 = 8 << 20;
+pub use reader::MAX_HEADER_BYTES;
+use reader::{TarEntry, TarError, TarKind, TarReader};
+use tartree::{TreeBuilder, kind_of, skip};
 /// Raw archive bytes per block handed from the reader thread.
 const BLOCK: usize = 1 << 20;
 
@@ -127,11 +125,18 @@ fn run(store: &Store, parts: &Parts, expected: &Digests, opts: &ImportOptions) -
         &part_sha256,
         parsed.as_ref().err(),
     )?;
-    let built = parsed?;
-    let origin_hint = built
+    let mut built = parsed?;
+    let origin_hint = match built
         .store_json
         .as_ref()
-        .and_then(|e| origin_from_store_json(store, e));
+        .and_then(|e| origin_from_store_json(store, e))
+    {
+        Some(root) => Some(root),
+        None => built
+            .pax_origin
+            .as_deref()
+            .and_then(|o| origin_from_pax(o, &mut built.warnings)),
+    };
     Ok(Imported {
         root: built.root,
         stats: store::Stats {
@@ -166,7 +171,7 @@ fn verify(
             && want != actual
         {
             return Err(Error::DigestMismatch {
-                what: p.path.display().to_string(),
+                what: shown(&p.path),
                 expected: want.clone(),
                 actual: actual.clone(),
                 hint,
@@ -197,6 +202,21 @@ fn origin_from_store_json(store: &Store, e: &store::Entry) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(&buf).ok()?;
     let root = v.get("root")?.as_str()?;
     (root.starts_with('/') && !root.split('/').any(|c| c == "..")).then(|| root.to_string())
+}
+
+/// The `STOREFS.origin` global PAX record export writes, when it is a
+/// canonical absolute path (else ignored, with a warning).
+fn origin_from_pax(o: &[u8], warnings: &mut Vec<String>) -> Option<String> {
+    let ok = std::str::from_utf8(o).ok().filter(|s| {
+        s.starts_with('/') && !s.split('/').any(|c| c == ".." || c == ".") && !s.contains('\0')
+    });
+    if ok.is_none() {
+        warnings.push(format!(
+            "the archive's STOREFS.origin '{}' is not a canonical absolute path; ignored (give --origin)",
+            escape(o)
+        ));
+    }
+    ok.map(str::to_string)
 }
 
 // ---------------------------------------------------------------- reading
@@ -315,31 +335,6 @@ impl Read for ChannelReader {
     }
 }
 
-/// Counts what the tar parser reads between entries (headers, GNU long
-/// names, PAX records, which the `tar` crate holds in memory) and fails past
-/// [`MAX_HEADER_BYTES`].
-struct Budget<R> {
-    inner: R,
-    in_header: Rc<Cell<bool>>,
-    used: Rc<Cell<u64>>,
-}
-
-impl<R: Read> Read for Budget<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if self.in_header.get() {
-            self.used.set(self.used.get() + n as u64);
-            if self.used.get() > MAX_HEADER_BYTES {
-                return Err(io::Error::other(format!(
-                    "an entry's headers (long names, PAX records) exceed {} MiB",
-                    MAX_HEADER_BYTES >> 20
-                )));
-            }
-        }
-        Ok(n)
-    }
-}
-
 /// Compression, from the first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -381,10 +376,7 @@ fn parse(
     opts: &ImportOptions,
 ) -> Result<tartree::Built> {
     let corrupt = |e: io::Error| {
-        let part = parts.parts[position.part.load(Ordering::Relaxed)]
-            .path
-            .display()
-            .to_string();
+        let part = shown(&parts.parts[position.part.load(Ordering::Relaxed)].path);
         let offset = position.offset.load(Ordering::Relaxed);
         if position.done.load(Ordering::Relaxed) && e.kind() == io::ErrorKind::UnexpectedEof
             || e.to_string().contains("incomplete")
@@ -399,60 +391,114 @@ fn parse(
             }
         }
     };
-    let format = detect(raw.peek())?;
+    let head: Vec<u8> = raw.peek().iter().take(8).copied().collect();
+    let format = detect(&head)?;
+    let first = shown(&parts.parts[0].path);
     let decoded: Box<dyn Read> = match format {
         Format::Tar => Box::new(raw),
-        Format::Zstd => Box::new(zstd::stream::read::Decoder::new(raw).map_err(corrupt)?),
+        Format::Zstd => {
+            let mut d = zstd::stream::read::Decoder::new(raw).map_err(corrupt)?;
+            // `zstd --long=31` archives are legitimate: allow a 2 GiB window
+            // (the default limit is 128 MiB).
+            d.window_log_max(31).map_err(corrupt)?;
+            Box::new(d)
+        }
         Format::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
     };
-    let in_header = Rc::new(Cell::new(false));
-    let used = Rc::new(Cell::new(0));
-    let mut archive = tar::Archive::new(Budget {
-        inner: decoded,
-        in_header: in_header.clone(),
-        used: used.clone(),
-    });
+    let not_tar = || {
+        let bytes: Vec<String> = head.iter().map(|b| format!("{b:02x}")).collect();
+        Error::Archive(format!(
+            "{first}: not a tar, tar.zst or tar.gz archive (first bytes: {} …)",
+            bytes.join(" ")
+        ))
+    };
+    let tar_error = |e: TarError| match e {
+        TarError::Io(e) => corrupt(e),
+        TarError::Truncated(m) => {
+            let part = shown(&parts.parts[position.part.load(Ordering::Relaxed)].path);
+            Error::Truncated(format!("{part}: {m}; a part is missing or was cut short"))
+        }
+        TarError::NotTar => not_tar(),
+        TarError::Corrupt(detail) => Error::Corrupt {
+            part: shown(&parts.parts[position.part.load(Ordering::Relaxed)].path),
+            detail,
+        },
+        TarError::BadEntry { entry, detail } => Error::HostileEntry {
+            entry: escape(&entry),
+            detail,
+        },
+    };
+    // A split archive that ends early most likely lacks its next part.
+    let missing = missing_part(parts);
+    let hint = |e: Error| match (e, &missing) {
+        (Error::Truncated(m), Some(h)) => Error::Truncated(format!("{m} ({h})")),
+        (e, _) => e,
+    };
+    let mut tar = TarReader::new(decoded);
     let mut builder = TreeBuilder::new(chunk_tx, ProgressBar::hidden());
-    let mut entries = archive.entries().map_err(corrupt)?;
     let mut skipped = 0u64;
-    loop {
-        in_header.set(true);
-        used.set(0);
-        let next = entries.next();
-        in_header.set(false);
-        let Some(entry) = next else { break };
-        let mut entry = entry.map_err(corrupt)?;
-        let etype = entry.header().entry_type();
-        let raw_path = entry.path_bytes().into_owned();
-        match kind_of(etype) {
-            None => {
-                if etype != tar::EntryType::XGlobalHeader {
-                    skipped += 1;
-                }
-            }
+    while let Some(entry) = tar.next_entry().map_err(tar_error).map_err(hint)? {
+        match kind_of(entry.kind) {
+            None => skipped += 1,
             Some(kind) => {
-                let link = entry.link_name_bytes().map(|c| c.into_owned());
-                let meta = meta_of(&mut entry, kind, &raw_path)?;
-                let size = entry.size();
+                let meta = meta_of(&entry, kind)?;
+                let link = (!entry.link.is_empty()).then(|| entry.link.clone());
                 builder
-                    .add(&raw_path, etype, size, link, meta, &mut entry)
+                    .add(
+                        &entry.path,
+                        entry.kind == TarKind::HardLink,
+                        entry.size,
+                        entry.sparse.as_deref(),
+                        link,
+                        meta,
+                        &mut tar,
+                    )
                     .map_err(|e| match e {
                         Error::Io { source, .. } => corrupt(source),
                         e => e,
-                    })?;
+                    })
+                    .map_err(hint)?;
             }
         }
-        skip(&mut entry).map_err(corrupt)?;
         if builder.entries().is_multiple_of(1000) {
             opts.progress
                 .set_message(format!("{} entries", builder.entries()));
         }
     }
+    let end_marker = tar.end_marker_seen();
+    let headers = tar.headers();
+    let pax_origin = tar.global(b"STOREFS.origin").map(<[u8]>::to_vec);
     // The rest of the decompressed stream: tar's end blocks and padding.
-    let mut rest = archive.into_inner();
+    let mut rest = tar.into_inner();
     skip(&mut rest).map_err(corrupt)?;
     drop(rest);
+    if headers == 0 {
+        return Err(Error::Archive(if end_marker {
+            format!("{first}: holds only zero bytes: not a tar, tar.zst or tar.gz archive")
+        } else {
+            format!("{first} is empty: not a tar, tar.zst or tar.gz archive")
+        }));
+    }
+    let mut end_warning = None;
+    if !end_marker {
+        match &missing {
+            Some(m) => {
+                return Err(Error::Archive(format!(
+                    "{}: the archive ends without its end-of-archive marker: {m} Nothing was imported",
+                    parts.describe()
+                )));
+            }
+            None => {
+                end_warning = Some(format!(
+                    "{} ends without an end-of-archive marker (some writers omit it); it may be truncated",
+                    parts.describe()
+                ));
+            }
+        }
+    }
     let mut built = builder.finish(store, counters)?;
+    built.pax_origin = pax_origin;
+    built.warnings.extend(end_warning);
     if skipped > 0 {
         built.warnings.push(format!(
             "{skipped} archive entries of types storefs does not keep (volume labels, multi-volume continuations, …) were skipped"
@@ -461,68 +507,57 @@ fn parse(
     Ok(built)
 }
 
-/// An entry's metadata from its header and PAX records (no name, no content yet).
-fn meta_of<R: Read>(entry: &mut tar::Entry<'_, R>, kind: Kind, raw: &[u8]) -> Result<Entry> {
-    let bad = |what: &str, e: io::Error| Error::HostileEntry {
-        entry: String::from_utf8_lossy(raw).into_owned(),
-        detail: format!("bad {what} field: {e}"),
-    };
-    let h = entry.header();
-    let perm = h.mode().map_err(|e| bad("mode", e))? & 0o7777;
-    let id = |v: u64, what: &str| {
-        u32::try_from(v).map_err(|_| bad(what, io::Error::other("larger than 32 bits")))
-    };
-    let uid = id(h.uid().map_err(|e| bad("uid", e))?, "uid")?;
-    let gid = id(h.gid().map_err(|e| bad("gid", e))?, "gid")?;
-    let secs = h.mtime().map_err(|e| bad("mtime", e))?;
-    let mut mtime_ns = i64::try_from(secs)
-        .ok()
-        .and_then(|s| s.checked_mul(1_000_000_000))
-        .ok_or_else(|| bad("mtime", io::Error::other("out of range")))?;
-    let rdev = match kind {
-        Kind::CharDev | Kind::BlockDev => {
-            let major = h.device_major().map_err(|e| bad("device", e))?.unwrap_or(0);
-            let minor = h.device_minor().map_err(|e| bad("device", e))?.unwrap_or(0);
-            libc::makedev(major, minor)
+/// A file's path for a message, non-printable bytes escaped.
+fn shown(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    escape(p.as_os_str().as_bytes())
+}
+
+/// For an archive that came in parts: "is NAME.partNN missing?", naming the
+/// part after the last one given. `None` for a single, unsplit file.
+fn missing_part(parts: &Parts) -> Option<String> {
+    let last = parts::file_name(&parts.parts[parts.parts.len() - 1].path);
+    match parts::split_part_name(&last) {
+        Some((base, suffix)) => {
+            let next = parts::successors(suffix)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| format!("{suffix}?"));
+            Some(format!("is {base}.part{next} missing?"))
         }
+        None if parts.parts.len() > 1 => Some(format!("is a part after {last} missing?")),
+        None => None,
+    }
+}
+
+/// An entry's metadata from its header and PAX records (no name, no content yet).
+fn meta_of(e: &TarEntry, kind: Kind) -> Result<Entry> {
+    let id = |v: u64, what: &str| {
+        u32::try_from(v).map_err(|_| Error::HostileEntry {
+            entry: escape(&e.path),
+            detail: format!("bad {what} field: {v} is larger than 32 bits"),
+        })
+    };
+    let rdev = match kind {
+        Kind::CharDev | Kind::BlockDev => libc::makedev(e.dev_major, e.dev_minor),
         _ => 0,
     };
-    let mut ctime_ns = None;
-    let mut xattrs = Vec::new();
-    let mut dir_size = 0;
-    if let Some(pax) = entry.pax_extensions().map_err(|e| bad("PAX", e))? {
-        for ext in pax {
-            let ext = ext.map_err(|e| bad("PAX", e))?;
-            let (k, v) = (ext.key_bytes(), ext.value_bytes());
-            match k {
-                b"mtime" => mtime_ns = pax_time(v).unwrap_or(mtime_ns),
-                b"ctime" => ctime_ns = pax_time(v),
-                b"comment" => {
-                    if let Some(n) = v
-                        .strip_prefix(SIZE_COMMENT.as_bytes())
-                        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
-                    {
-                        dir_size = n;
-                    }
-                }
-                _ => {
-                    if let Some(name) = k.strip_prefix(b"SCHILY.xattr.") {
-                        xattrs.retain(|(n, _): &(Vec<u8>, Vec<u8>)| n.as_slice() != name);
-                        xattrs.push((name.to_vec(), v.to_vec()));
-                    }
-                }
-            }
-        }
-    }
+    let dir_size = e
+        .comment
+        .as_deref()
+        .and_then(|v| v.strip_prefix(SIZE_COMMENT.as_bytes()))
+        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
+        .unwrap_or(0);
+    let mut xattrs = e.xattrs.clone();
     xattrs.sort();
     Ok(Entry {
         name: Vec::new(),
         kind,
-        perm,
-        uid,
-        gid,
-        mtime_ns,
-        ctime_ns: ctime_ns.unwrap_or(mtime_ns),
+        perm: e.mode & 0o7777,
+        uid: id(e.uid, "uid")?,
+        gid: id(e.gid, "gid")?,
+        mtime_ns: e.mtime_ns,
+        ctime_ns: e.ctime_ns.unwrap_or(e.mtime_ns),
         size: if kind == Kind::Dir { dir_size } else { 0 },
         nlink: if kind == Kind::Dir { 2 } else { 1 },
         link_id: 0,

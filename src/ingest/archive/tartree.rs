@@ -8,11 +8,11 @@ use std::io::{self, Read};
 use std::sync::mpsc::SyncSender;
 
 use indicatif::ProgressBar;
-use tar::EntryType;
 
 use super::super::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
-use super::super::{Error, Result};
-use crate::store::{Content, Entry, Kind, ObjectId, Store, Tree};
+use super::super::{Error, Result, escape};
+use super::reader::{Segment, TarKind};
+use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
 /// More entries than this is an error (bounds memory: ~200 bytes per entry).
 pub const MAX_ENTRIES: u64 = 10_000_000;
@@ -30,8 +30,16 @@ struct Node {
     children: BTreeMap<Vec<u8>, usize>,
     /// Hardlink group (index into `groups`), when hardlinked.
     group: Option<usize>,
-    /// Content still being stored.
-    pending: Option<Pending>,
+    /// Content still being stored: data and holes, in file order.
+    pending: Option<Vec<Piece>>,
+}
+
+/// A part of a file's content while it is stored.
+enum Piece {
+    /// A hole: never materialized, chunked or hashed.
+    Hole(u64),
+    /// A data segment's chunks, in flight.
+    Data(Pending),
 }
 
 impl Node {
@@ -74,12 +82,12 @@ pub(super) struct TreeBuilder<'a> {
 }
 
 fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    escape(b)
 }
 
 fn hostile(entry: &[u8], detail: impl Into<String>) -> Error {
     Error::HostileEntry {
-        entry: lossy(entry),
+        entry: escape(entry),
         detail: detail.into(),
     }
 }
@@ -170,13 +178,17 @@ impl<'a> TreeBuilder<'a> {
         Ok(cur)
     }
 
-    /// Add one tar entry. `data` is the entry's data stream (read fully here
-    /// for regular files; others' data is left for the caller to skip).
+    /// Add one tar entry. `data` is the entry's stored data (read here for
+    /// regular files; others' data is left for the caller to skip). A sparse
+    /// file's data holds its `sparse` segments one after the other; the rest
+    /// of its `size` bytes are holes.
+    #[allow(clippy::too_many_arguments)]
     pub fn add(
         &mut self,
         raw_path: &[u8],
-        etype: EntryType,
+        hardlink: bool,
         size: u64,
+        sparse: Option<&[Segment]>,
         link_name: Option<Vec<u8>>,
         meta: Entry,
         data: &mut dyn Read,
@@ -206,7 +218,7 @@ impl<'a> TreeBuilder<'a> {
         let existing = self.nodes[parent].children.get(name).copied();
 
         let mut node = Node::dir(name.clone());
-        if etype == EntryType::Link {
+        if hardlink {
             let target = link_name.ok_or_else(|| hostile(raw_path, "hardlink without a target"))?;
             let t = self.resolve_link(raw_path, &target)?;
             if Some(t) == existing {
@@ -230,24 +242,52 @@ impl<'a> TreeBuilder<'a> {
             };
             match node.entry.kind {
                 Kind::File => {
-                    let pending = send_chunks(&mut *data, size, &self.hashers, &self.progress)
+                    let whole = [Segment {
+                        offset: 0,
+                        len: size,
+                    }];
+                    let segments = sparse.unwrap_or(&whole);
+                    let mut pieces = Vec::new();
+                    let mut pos = 0;
+                    for seg in segments {
+                        if seg.offset > pos {
+                            pieces.push(Piece::Hole(seg.offset - pos));
+                        }
+                        let pending = send_chunks(
+                            (&mut *data).take(seg.len),
+                            seg.len,
+                            &self.hashers,
+                            &self.progress,
+                        )
                         .map_err(|source| Error::Io {
                             path: lossy(raw_path).into(),
                             source,
                         })?;
-                    if pending.total() != size {
-                        return Err(Error::Truncated(format!(
-                            "entry '{}' declares {size} bytes but the archive ends after {}",
-                            lossy(raw_path),
-                            pending.total()
-                        )));
+                        if pending.total() != seg.len {
+                            return Err(Error::Truncated(format!(
+                                "entry '{}' declares {} bytes of data but the archive ends after {}",
+                                lossy(raw_path),
+                                pos + seg.len,
+                                pos + pending.total()
+                            )));
+                        }
+                        if seg.len > 0 {
+                            pieces.push(Piece::Data(pending));
+                        }
+                        pos = seg.offset + seg.len;
+                    }
+                    if size > pos {
+                        pieces.push(Piece::Hole(size - pos));
                     }
                     node.entry.size = size;
                     node.entry.content = Content::Extents(Vec::new());
-                    node.pending = Some(pending);
+                    node.pending = Some(pieces);
                     self.bytes += size;
                 }
                 Kind::Symlink => {
+                    // Linux symlinks are lrwxrwxrwx whatever the header says
+                    // (snapshot records 0777 too).
+                    node.entry.perm = 0o777;
                     let t =
                         link_name.ok_or_else(|| hostile(raw_path, "symlink without a target"))?;
                     if t.len() > MAX_PATH {
@@ -270,10 +310,12 @@ impl<'a> TreeBuilder<'a> {
                 self.nodes[parent].children.insert(name.clone(), i);
             }
             Some(i) => {
-                let old = &self.nodes[i];
-                if old.group.is_some() {
-                    return Err(hostile(raw_path, "appears twice and is hardlinked"));
+                if let Some(g) = self.nodes[i].group {
+                    // Extraction unlinks the name and creates a new file (or
+                    // link): the other names keep the earlier content.
+                    self.leave_group(i, g);
                 }
+                let old = &self.nodes[i];
                 if old.entry.kind == Kind::Dir && node.entry.kind == Kind::Dir {
                     // A directory again: its metadata is updated, its contents kept.
                     let e = node.entry;
@@ -302,6 +344,28 @@ impl<'a> TreeBuilder<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Take node `i` out of hardlink group `g` (its name is about to be
+    /// replaced). When it was the group's first entry, the next name takes
+    /// over its content (still pending or stored).
+    fn leave_group(&mut self, i: usize, g: usize) {
+        self.nodes[i].group = None;
+        if self.groups[g] != i {
+            return;
+        }
+        let Some(j) = (0..self.nodes.len()).find(|&j| j != i && self.nodes[j].group == Some(g))
+        else {
+            return;
+        };
+        self.groups[g] = j;
+        let mut e = self.nodes[i].entry.clone();
+        e.name = std::mem::take(&mut self.nodes[j].entry.name);
+        self.nodes[j].entry = e;
+        if let Some(p) = self.nodes[i].pending.take() {
+            self.nodes[j].pending = Some(p);
+            self.in_flight.push_back(j);
+        }
     }
 
     /// The node a hardlink names: resolved inside the archive, already seen,
@@ -348,9 +412,16 @@ impl<'a> TreeBuilder<'a> {
             self.hashers
                 .flush()
                 .map_err(|e| Error::Archive(format!("storing data: {e}")))?;
-            let extents = p
-                .wait()
-                .map_err(|e| Error::Archive(format!("storing data: {e}")))?;
+            let mut extents = Vec::new();
+            for piece in p {
+                match piece {
+                    Piece::Hole(len) => extents.push(Extent { len, id: None }),
+                    Piece::Data(d) => extents.extend(
+                        d.wait()
+                            .map_err(|e| Error::Archive(format!("storing data: {e}")))?,
+                    ),
+                }
+            }
             self.nodes[idx].entry.content = Content::Extents(extents);
         }
         Ok(())
@@ -410,6 +481,7 @@ impl<'a> TreeBuilder<'a> {
             entries: self.nodes.len() as u64 - u64::from(top != 0),
             bytes: self.bytes,
             store_json,
+            pax_origin: None,
             warnings: self.warnings,
         })
     }
@@ -430,10 +502,15 @@ impl<'a> TreeBuilder<'a> {
         for &i in &order {
             if let Some(g) = self.nodes[i].group {
                 counts[g] += 1;
-                if ids[g] == 0 {
-                    ids[g] = next;
-                    next += 1;
-                }
+            }
+        }
+        for &i in &order {
+            if let Some(g) = self.nodes[i].group
+                && counts[g] > 1
+                && ids[g] == 0
+            {
+                ids[g] = next;
+                next += 1;
             }
         }
         for &i in &order {
@@ -475,41 +552,23 @@ pub(super) struct Built {
     pub bytes: u64,
     /// The top directory's `STORE.json`, if small enough to read for its `root`.
     pub store_json: Option<Entry>,
+    /// A `STOREFS.origin` global PAX record (set by the caller).
+    pub pax_origin: Option<Vec<u8>>,
     pub warnings: Vec<String>,
 }
 
 /// An entry's type as a storefs kind; `None` for types that are skipped.
-pub(super) fn kind_of(t: EntryType) -> Option<Kind> {
+pub(super) fn kind_of(t: TarKind) -> Option<Kind> {
     Some(match t {
-        EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => Kind::File,
-        EntryType::Directory => Kind::Dir,
-        EntryType::Symlink => Kind::Symlink,
-        EntryType::Link => Kind::File, // replaced by the target's kind
-        EntryType::Char => Kind::CharDev,
-        EntryType::Block => Kind::BlockDev,
-        EntryType::Fifo => Kind::Fifo,
-        _ => return None,
+        TarKind::File => Kind::File,
+        TarKind::Dir => Kind::Dir,
+        TarKind::Symlink => Kind::Symlink,
+        TarKind::HardLink => Kind::File, // replaced by the target's kind
+        TarKind::CharDev => Kind::CharDev,
+        TarKind::BlockDev => Kind::BlockDev,
+        TarKind::Fifo => Kind::Fifo,
+        TarKind::Other => return None,
     })
-}
-
-/// Parse a PAX time (`1700000000.123456789`, possibly negative) as ns.
-pub(super) fn pax_time(v: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(v).ok()?;
-    let (neg, s) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s),
-    };
-    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
-    let secs: i64 = secs.parse().ok()?;
-    if !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let mut ns: i64 = 0;
-    for (i, b) in frac.bytes().take(9).enumerate() {
-        ns += i64::from(b - b'0') * 10i64.pow(8 - i as u32);
-    }
-    let t = secs.checked_mul(1_000_000_000)?.checked_add(ns)?;
-    Some(if neg { -t } else { t })
 }
 
 /// Read and discard what is left of a stream (bounded memory).
