@@ -1,0 +1,303 @@
+//! Export as other tools read it: the origin in a PAX global header, files
+//! with holes as PAX 1.0 sparse entries, every node type as GNU tar extracts
+//! it; and origins checked wherever one is recorded or used (issue 15, items
+//! 5, 7 and 8). Archives are checked with GNU tar, bsdtar and Python's
+//! tarfile, and extracted into the test's own temp dirs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{Env, read_all, set_xattr, stderr, walk, xattrs};
+
+/// Run a shell command; returns its output whatever the exit code.
+fn sh(cmd: &str) -> Output {
+    Command::new("bash").arg("-c").arg(cmd).output().unwrap()
+}
+
+/// Run a shell command that must succeed with nothing on stderr.
+fn sh_clean(cmd: &str) -> String {
+    let out = sh(cmd);
+    assert!(out.status.success(), "{cmd}: {}", stderr(&out));
+    assert_eq!(stderr(&out), "", "{cmd} wrote to stderr");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn q(p: &Path) -> String {
+    format!("'{}'", p.display())
+}
+
+/// Snapshot `dir` under ref `name`; returns the checkpoint id.
+fn snapshot(env: &Env, dir: &Path, name: &str) -> String {
+    env.ok([
+        "snapshot".as_ref(),
+        dir.as_os_str(),
+        "--ref".as_ref(),
+        name.as_ref(),
+    ])
+    .trim()
+    .to_string()
+}
+
+/// Export `target` to `out`.
+fn export(env: &Env, target: &str, out: &Path) {
+    env.ok([
+        "export".as_ref(),
+        target.as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+}
+
+fn checkpoint(env: &Env, id: &str) -> serde_json::Value {
+    serde_json::from_slice(
+        &fs::read(env.store.join(format!("checkpoints/{}.json", id.trim()))).unwrap(),
+    )
+    .unwrap()
+}
+
+/// What Python's tarfile sees: the global PAX headers, and each member's
+/// name, type, PAX headers and sparse map.
+fn python_listing(archive: &Path) -> serde_json::Value {
+    let script = r#"
+import json, sys, tarfile
+t = tarfile.open(sys.argv[1], encoding="utf-8", errors="surrogateescape")
+ms = [{"name": m.name.encode("utf-8", "surrogateescape").decode("latin-1"),
+       "type": m.type.decode("latin-1"), "size": m.size,
+       "pax": m.pax_headers, "sparse": m.sparse} for m in t.getmembers()]
+print(json.dumps({"global": t.pax_headers, "members": ms}))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(archive)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "python3 tarfile: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The data segments of a file as SEEK_DATA/SEEK_HOLE report them.
+fn data_map(path: &Path) -> Vec<(i64, i64)> {
+    let f = fs::File::open(path).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    let size = f.metadata().unwrap().len() as i64;
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < size {
+        // SAFETY: a valid open descriptor.
+        let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+        if data < 0 {
+            break; // ENXIO: only a hole from here on
+        }
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        out.push((data, hole));
+        pos = hole;
+    }
+    out
+}
+
+/// Everything a restore must keep, per path under `root` (root included):
+/// type and mode, owner, mtime to the nanosecond, size, device numbers,
+/// symlink target, xattrs, bytes, data segments, and hardlink groups.
+fn describe(root: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut first_of_inode: BTreeMap<u64, PathBuf> = BTreeMap::new();
+    for rel in std::iter::once(PathBuf::new()).chain(walk(root)) {
+        let p = root.join(&rel);
+        let m = fs::symlink_metadata(&p).unwrap();
+        let mut d = format!(
+            "mode={:o} owner={}:{} mtime={}.{:09}",
+            m.mode(),
+            m.uid(),
+            m.gid(),
+            m.mtime(),
+            m.mtime_nsec()
+        );
+        let ft = m.file_type();
+        if !ft.is_dir() {
+            d += &format!(" size={}", m.size());
+        }
+        if m.mode() & libc::S_IFMT == libc::S_IFCHR || m.mode() & libc::S_IFMT == libc::S_IFBLK {
+            d += &format!(" rdev={}:{}", libc::major(m.rdev()), libc::minor(m.rdev()));
+        }
+        if ft.is_symlink() {
+            d += &format!(" target={:?}", fs::read_link(&p).unwrap());
+        } else {
+            d += &format!(" xattrs={:?}", xattrs(&p));
+        }
+        if ft.is_file() {
+            let bytes = read_all(&p).unwrap();
+            d += &format!(
+                " sha={} data={:?}",
+                &storefs::store::to_hex(&sha256(&bytes))[..16],
+                data_map(&p)
+            );
+            if m.nlink() > 1 {
+                let first = first_of_inode.entry(m.ino()).or_insert_with(|| rel.clone());
+                d += &format!(" links-with={first:?}");
+            }
+        }
+        out.insert(rel, d);
+    }
+    out
+}
+
+fn sha256(b: &[u8]) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).to_vec()
+}
+
+fn assert_described_same(a: &Path, b: &Path, what: &str) {
+    let (da, db) = (describe(a), describe(b));
+    assert_eq!(
+        da.keys().collect::<Vec<_>>(),
+        db.keys().collect::<Vec<_>>(),
+        "{what}: same names"
+    );
+    for (k, v) in &da {
+        assert_eq!(v, &db[k], "{what}: {}", k.display());
+    }
+}
+
+/// Write `len` bytes of `byte` at `offset` of an existing file.
+fn write_at(path: &Path, offset: u64, len: usize, byte: u8) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&vec![byte; len], offset).unwrap();
+}
+
+/// A file of `size` bytes, all hole, then `data` written at each offset.
+fn sparse_file(path: &Path, size: u64, data: &[(u64, usize, u8)]) {
+    let f = fs::File::create(path).unwrap();
+    f.set_len(size).unwrap();
+    drop(f);
+    for &(off, len, byte) in data {
+        write_at(path, off, len, byte);
+    }
+}
+
+/// A tree with holes in every position: ending in a hole, starting with one,
+/// only a hole, holes between data; a dense file; a hardlink to a sparse file.
+fn make_sparse_tree(dir: &Path) {
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    sparse_file(&dir.join("ends-in-hole"), 3 << 20, &[(1 << 20, 4096, b'a')]);
+    sparse_file(
+        &dir.join("starts-with-hole"),
+        2 << 20,
+        &[((2 << 20) - 5000, 5000, b'b')],
+    );
+    sparse_file(&dir.join("only-hole"), 1 << 20, &[]);
+    sparse_file(
+        &dir.join("sub/holes-between"),
+        (8 << 20) + 3,
+        &[(0, 10, b'c'), (4 << 20, 70_000, b'd'), (8 << 20, 3, b'e')],
+    );
+    fs::write(dir.join("dense"), common::pseudo_random(200_000, 7)).unwrap();
+    fs::hard_link(dir.join("ends-in-hole"), dir.join("sub/link-to-sparse")).unwrap();
+    // The holes really are holes here (else the test proves nothing).
+    assert_eq!(data_map(&dir.join("only-hole")), vec![]);
+    assert_eq!(data_map(&dir.join("ends-in-hole")).len(), 1);
+}
+
+// ------------------------------------------------------------ item 5: origins
+
+/// A small archive of one directory, made with GNU tar.
+fn small_archive(env: &Env) -> PathBuf {
+    let src = env.path("a/tree");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    let archive = env.path("a.tar");
+    sh_clean(&format!(
+        "tar -cf {} -C {} tree",
+        q(&archive),
+        q(&env.path("a"))
+    ));
+    archive
+}
+
+fn list_checkpoints(env: &Env) -> usize {
+    fs::read_dir(env.store.join("checkpoints")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn import_refuses_an_origin_with_dot_dot_and_drops_redundant_slashes() {
+    let env = Env::new();
+    let archive = small_archive(&env);
+    let import = |origin: &str| {
+        env.run([
+            "import".as_ref(),
+            archive.as_os_str(),
+            "--origin".as_ref(),
+            OsStr::new(origin),
+        ])
+    };
+    for bad in ["/srv/x/../../etc", "/srv/x/..", "srv/x", "./x"] {
+        let out = import(bad);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "--origin {bad} accepted: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains("--origin") && err.contains("realpath"),
+            "{err}"
+        );
+        assert_eq!(
+            list_checkpoints(&env),
+            0,
+            "--origin {bad}: nothing published"
+        );
+    }
+    // `//`, `.` and a trailing `/` name the same place: recorded canonical.
+    let out = import("/srv//x/./y/");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(checkpoint(&env, &id)["origin"], "/srv/x/y");
+}
+
+/// Unmounts `0` when dropped, if something is mounted there.
+struct UnmountOnDrop(PathBuf);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let here = format!(" {} ", self.0.display());
+        if mounts.lines().any(|l| l.contains(&here)) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+}
+
+#[test]
+fn mount_refuses_a_recorded_origin_that_is_not_canonical() {
+    let env = Env::new();
+    let dir = env.path("t");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("f"), b"x").unwrap();
+    let id = snapshot(&env, &dir, "t");
+    // A record as a store written before origins were checked may hold one.
+    let mut ck = checkpoint(&env, &id);
+    let sneaky = format!("{}/m/../elsewhere", env.tmp.path().display());
+    ck["origin"] = sneaky.clone().into();
+    let mut bytes = serde_json::to_vec_pretty(&ck).unwrap();
+    bytes.push(b'\n');
+    let bad_id = storefs::store::to_hex(&sha256(&bytes));
+    fs::write(env.store.join(format!("checkpoints/{bad_id}.json")), &bytes).unwrap();
+
+    // Before the fix it mounted at .../elsewhere: unmounted however the test ends.
+    let _guard = UnmountOnDrop(env.path("elsewhere"));
+    let out = env.run(["mount", &bad_id]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "mounted at {sneaky}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("'..'") && err.contains("storefs mount"),
+        "{err}"
+    );
+    assert!(!env.path("elsewhere").exists(), "no mountpoint made");
+}
