@@ -301,3 +301,72 @@ fn mount_refuses_a_recorded_origin_that_is_not_canonical() {
     );
     assert!(!env.path("elsewhere").exists(), "no mountpoint made");
 }
+
+// --------------------------------------------------- item 7: origin recorded
+
+#[test]
+fn export_records_the_origin_in_a_pax_global_header_other_tools_ignore() {
+    let env = Env::new();
+    // A plain directory: no STORE.json, so only the header carries the origin.
+    let dir = env.path("srv/plain-dir");
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    fs::write(dir.join("sub/f"), b"hello").unwrap();
+    snapshot(&env, &dir, "p");
+    let archive = env.path("p.tar");
+    export(&env, "p", &archive);
+
+    // The first entry is a global header (typeflag 'g') with STOREFS.origin.
+    let bytes = fs::read(&archive).unwrap();
+    assert_eq!(bytes[156], b'g', "first entry is a PAX global header");
+    let listing = python_listing(&archive);
+    assert_eq!(
+        listing["global"],
+        serde_json::json!({"STOREFS.origin": dir.to_str().unwrap()})
+    );
+
+    // GNU tar and bsdtar list and extract the tree and nothing else, silently.
+    let expected = "plain-dir/\nplain-dir/sub/\nplain-dir/sub/f\n";
+    assert_eq!(sh_clean(&format!("tar -tf {}", q(&archive))), expected);
+    assert_eq!(sh_clean(&format!("bsdtar -tf {}", q(&archive))), expected);
+    for (tool, cmd) in [("gnu", "tar -xf"), ("bsd", "bsdtar -xf")] {
+        let x = env.path(&format!("x-{tool}"));
+        fs::create_dir_all(&x).unwrap();
+        sh_clean(&format!("cd {} && {cmd} {}", q(&x), q(&archive)));
+        assert_eq!(
+            walk(&x),
+            ["plain-dir", "plain-dir/sub", "plain-dir/sub/f"]
+                .map(PathBuf::from)
+                .to_vec(),
+            "{tool}: no extra file"
+        );
+    }
+}
+
+/// Needs the import side of item 7 (the reader branch): STOREFS.origin read back.
+#[test]
+fn import_of_an_export_keeps_a_plain_directorys_origin() {
+    let env = Env::new();
+    let dir = env.path("srv/plain-dir");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("f"), b"hello").unwrap();
+    let id = snapshot(&env, &dir, "p");
+    let archive = env.path("p.tar.zst");
+    export(&env, "p", &archive);
+    let env2 = Env::new();
+    let id2 = env2.ok(["import".as_ref(), archive.as_os_str()]);
+    let (a, b) = (checkpoint(&env, &id), checkpoint(&env2, &id2));
+    assert_eq!(
+        b["origin"],
+        dir.to_str().unwrap(),
+        "origin from the global header"
+    );
+    assert_eq!(a["root"], b["root"], "same tree");
+    // --origin still wins over the header.
+    let id3 = env2.ok([
+        "import".as_ref(),
+        archive.as_os_str(),
+        "--origin".as_ref(),
+        "/srv/other".as_ref(),
+    ]);
+    assert_eq!(checkpoint(&env2, &id3)["origin"], "/srv/other");
+}

@@ -66,6 +66,11 @@ pub struct Exported {
     pub warnings: Vec<String>,
 }
 
+/// The PAX keyword of the archive's global header (its first entry) that
+/// records the checkpoint's origin. GNU tar and bsdtar keep unknown keywords
+/// of a global header to themselves; `import` reads it back.
+pub const ORIGIN_KEY: &str = "STOREFS.origin";
+
 /// Deepest directory nesting exported (a hostile tree cannot overflow the stack).
 const MAX_DEPTH: usize = 2048;
 
@@ -132,11 +137,16 @@ fn write_all(
     sink: &mut PartWriter,
     opts: &ExportOptions,
 ) -> Result<(u64, Vec<String>)> {
-    let top: Vec<u8> = ckpt
+    // Only a canonical origin is written (a record made before origins were
+    // checked may hold another), and its basename names the top directory.
+    let origin = ckpt
         .origin
         .as_deref()
+        .filter(|o| crate::store::check_origin(o).is_none());
+    let top: Vec<u8> = origin
         .and_then(|o| Path::new(o).file_name())
         .map(|n| n.as_bytes().to_vec())
+        .filter(|n| !bad_name(n))
         .unwrap_or_else(|| format!("checkpoint-{}", &id.to_hex()[..12]).into_bytes());
     let root = store.root_entry(ckpt)?;
     let threads = match opts.threads {
@@ -168,6 +178,9 @@ fn write_all(
         entries: 0,
         warnings: Vec::new(),
     };
+    if let Some(o) = origin {
+        w.global(&[(ORIGIN_KEY.to_string(), o.as_bytes().to_vec())])?;
+    }
     w.entry(&top, &root, 0)?;
     let Writer {
         builder,
@@ -370,6 +383,23 @@ impl<W: Write> Writer<'_, W> {
         }
     }
 
+    /// A PAX global header (typeflag `g`) holding `records`.
+    fn global(&mut self, records: &[(String, Vec<u8>)]) -> Result<()> {
+        let data = pax_records(records);
+        let mut h = Header::new_ustar();
+        h.set_entry_type(EntryType::XGlobalHeader);
+        h.as_old_mut().name[..GLOBAL_NAME.len()].copy_from_slice(GLOBAL_NAME);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        self.builder
+            .append(&h, data.as_slice())
+            .map_err(|e| Error::Archive(format!("writing the archive's global header: {e}")))
+    }
+
     fn pax(&mut self, records: &[(String, Vec<u8>)], path: &[u8]) -> Result<()> {
         self.builder
             .append_pax_extensions(records.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
@@ -404,6 +434,26 @@ impl<W: Write> Writer<'_, W> {
             )
             .map_err(|e| self.err(path, e))
     }
+}
+
+/// The name of the global header entry (what `git archive` calls it), which
+/// a reader that does not know PAX extracts as a small file.
+const GLOBAL_NAME: &[u8] = b"pax_global_header";
+
+/// PAX records: `LEN KEY=VALUE\n`, LEN counting the whole record.
+fn pax_records(records: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in records {
+        let rest = k.len() + v.len() + 3;
+        let mut len = rest + 1;
+        while len.to_string().len() + rest > len {
+            len += 1;
+        }
+        out.extend_from_slice(format!("{len} {k}=").as_bytes());
+        out.extend_from_slice(v);
+        out.push(b'\n');
+    }
+    out
 }
 
 /// `SECS.NNNNNNNNN` for a PAX time record (negative times as `-SECS.N…`).
@@ -576,6 +626,20 @@ impl Write for PartWriter {
         match &mut self.file {
             Some((f, ..)) => f.flush(),
             None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pax_record_lengths_count_themselves() {
+        for v in [0usize, 1, 5, 6, 7, 85, 86, 87, 88, 990, 995, 996, 1000] {
+            let rec = pax_records(&[("k".into(), vec![b'x'; v])]);
+            let (len, _) = std::str::from_utf8(&rec).unwrap().split_once(' ').unwrap();
+            assert_eq!(len.parse::<usize>().unwrap(), rec.len(), "{v}");
         }
     }
 }
