@@ -370,3 +370,216 @@ fn import_of_an_export_keeps_a_plain_directorys_origin() {
     ]);
     assert_eq!(checkpoint(&env2, &id3)["origin"], "/srv/other");
 }
+
+// ------------------------------------------------------ item 8: sparse files
+
+#[test]
+fn files_with_holes_export_as_pax_sparse_entries_gnu_tar_and_bsdtar_restore_sparse() {
+    let env = Env::new();
+    let dir = env.path("srv/sparse");
+    make_sparse_tree(&dir);
+    snapshot(&env, &dir, "s");
+    let archive = env.path("s.tar");
+    export(&env, "s", &archive);
+    let apparent: u64 = walk(&dir)
+        .iter()
+        .map(|r| fs::symlink_metadata(dir.join(r)).unwrap().size())
+        .sum();
+    let archived = fs::metadata(&archive).unwrap().len();
+    assert!(
+        archived < 400_000,
+        "{archived} bytes for {apparent} bytes of files: holes written as zeros"
+    );
+
+    // As GNU tar's `--format=posix --sparse --sparse-version=1.0` writes them.
+    let listing = python_listing(&archive);
+    let members: BTreeMap<String, &serde_json::Value> = listing["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap().to_string(), m))
+        .collect();
+    for (rel, size, map) in [
+        (
+            "ends-in-hole",
+            3u64 << 20,
+            vec![(1u64 << 20, 4096u64), (3 << 20, 0)],
+        ),
+        ("starts-with-hole", 2 << 20, vec![((2 << 20) - 8192, 8192)]),
+        ("only-hole", 1 << 20, vec![(1 << 20, 0)]),
+        (
+            "sub/holes-between",
+            (8 << 20) + 3,
+            vec![(0, 4096), (4 << 20, 73_728), (8 << 20, 3)],
+        ),
+    ] {
+        let name = format!("sparse/{rel}");
+        let m = members[&name];
+        let pax = &m["pax"];
+        assert_eq!(pax["GNU.sparse.major"], "1", "{rel}: {m}");
+        assert_eq!(pax["GNU.sparse.minor"], "0", "{rel}");
+        assert_eq!(pax["GNU.sparse.name"], name.as_str(), "{rel}");
+        assert_eq!(pax["GNU.sparse.realsize"], size.to_string(), "{rel}");
+        assert_eq!(m["size"], size, "{rel}");
+        let got: Vec<(u64, u64)> = serde_json::from_value(m["sparse"].clone()).unwrap();
+        assert_eq!(got, map, "{rel}: sparse map");
+    }
+    let dense = members["sparse/dense"];
+    assert!(dense["sparse"].is_null(), "a file without holes is plain");
+    assert!(
+        !dense["pax"]
+            .as_object()
+            .unwrap()
+            .contains_key("GNU.sparse.major")
+    );
+    assert_eq!(
+        members["sparse/sub/link-to-sparse"]["type"], "1",
+        "hardlink"
+    );
+
+    // GNU tar and bsdtar restore them sparse, byte for byte, silently.
+    for (tool, cmd) in [
+        ("gnu", "tar -xpS --numeric-owner -f"),
+        ("bsd", "bsdtar -xp --numeric-owner -f"),
+    ] {
+        let x = env.path(&format!("x-{tool}"));
+        fs::create_dir_all(&x).unwrap();
+        sh_clean(&format!("cd {} && {cmd} {}", q(&x), q(&archive)));
+        assert_described_same(&dir, &x.join("sparse"), tool);
+    }
+}
+
+#[test]
+fn a_terabyte_sparse_file_exports_to_a_small_archive_and_extracts_sparse() {
+    let env = Env::new();
+    let dir = env.path("srv/huge");
+    fs::create_dir_all(&dir).unwrap();
+    let size = 1u64 << 40;
+    sparse_file(
+        &dir.join("tb"),
+        size,
+        &[
+            (1 << 30, 5000, b'x'),
+            (1 << 39, 4096, b'y'),
+            (size - 100, 100, b'z'),
+        ],
+    );
+    snapshot(&env, &dir, "h");
+    let archive = env.path("h.tar.zst");
+    export(&env, "h", &archive);
+    let archived = fs::metadata(&archive).unwrap().len();
+    assert!(
+        archived < 64 << 10,
+        "{archived} bytes for a 1 TiB sparse file"
+    );
+    let x = env.path("x");
+    fs::create_dir_all(&x).unwrap();
+    sh_clean(&format!(
+        "cd {} && zstd -qdc {} | tar -xpS -f -",
+        q(&x),
+        q(&archive)
+    ));
+    let (a, b) = (dir.join("tb"), x.join("huge/tb"));
+    assert_eq!(fs::metadata(&b).unwrap().len(), size);
+    assert_eq!(data_map(&a), data_map(&b), "the same data segments");
+    assert!(fs::metadata(&b).unwrap().blocks() < 1024, "restored sparse");
+    // The bytes of each segment (reading the whole file would read 1 TiB).
+    let read = |p: &Path, off: u64, len: usize| {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; len];
+        fs::File::open(p)
+            .unwrap()
+            .read_exact_at(&mut buf, off)
+            .unwrap();
+        buf
+    };
+    for (off, end) in data_map(&a) {
+        let (off, len) = (off as u64, (end - off) as usize);
+        assert_eq!(read(&a, off, len), read(&b, off, len), "bytes at {off}");
+    }
+}
+
+/// Needs the import side of item 1 (the reader branch): PAX 1.0 sparse
+/// entries decoded into holes.
+#[test]
+fn an_export_with_holes_reimports_to_the_same_tree() {
+    let env = Env::new();
+    let dir = env.path("srv/sparse");
+    make_sparse_tree(&dir);
+    let id = snapshot(&env, &dir, "s");
+    for name in ["s.tar", "s.tar.zst"] {
+        let archive = env.path(name);
+        export(&env, "s", &archive);
+        let env2 = Env::new();
+        let id2 = env2.ok(["import".as_ref(), archive.as_os_str()]);
+        assert_eq!(
+            checkpoint(&env, &id)["root"],
+            checkpoint(&env2, &id2)["root"],
+            "{name}: import(export(x)) has x's tree, holes included"
+        );
+    }
+}
+
+// ------------------------------------------------ every node type, GNU tar
+
+#[test]
+fn every_node_type_extracts_with_gnu_tar_as_it_was() {
+    let env = Env::new();
+    let dir = env.path("srv/kinds");
+    make_sparse_tree(&dir);
+    let p = |rel: &str| dir.join(rel);
+    fs::write(p("suid"), b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(
+        p("suid"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o4755),
+    )
+    .unwrap();
+    fs::create_dir(p("sticky")).unwrap();
+    fs::set_permissions(
+        p("sticky"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    fs::write(p("sticky/a"), b"a").unwrap();
+    fs::hard_link(p("sticky/a"), p("a-link")).unwrap();
+    symlink("dense", p("sym")).unwrap();
+    symlink("t".repeat(300), p("long-target")).unwrap();
+    symlink("/nonexistent/abs", p("dangling")).unwrap();
+    let long_dir = p(&"d".repeat(150));
+    fs::create_dir(&long_dir).unwrap();
+    fs::write(long_dir.join("f".repeat(200)), b"long").unwrap();
+    let bad = dir.join(OsStr::from_bytes(b"not-utf8-\xff\xfe"));
+    fs::write(&bad, b"latin").unwrap();
+    sparse_file(
+        &dir.join(OsStr::from_bytes(b"sparse-\xe9")),
+        1 << 20,
+        &[(1000, 1, b'q')],
+    );
+    set_xattr(&p("dense"), "user.binary", b"\n\0\xff\nA=1\n");
+    set_xattr(&p("sub"), "user.dir", b"on a directory");
+    set_xattr(&p("ends-in-hole"), "user.sparse", b"on a sparse file");
+    fs::write(p("big-ids"), b"").unwrap();
+    let mk = sh(&format!(
+        "cd {} && mkfifo fifo && mknod cdev c 1 3 && mknod bdev b 8 1 && mknod bigdev c 4095 1048575 \
+         && chown 3000000:4000000 big-ids \
+         && touch -h -d @-304430399.876543211 sub/holes-between sym \
+         && touch -d @-0.5 dense && touch -d @-86400 sticky/a && touch -d @-1 sticky",
+        q(&dir)
+    ));
+    assert!(mk.status.success(), "{}", stderr(&mk));
+    snapshot(&env, &dir, "k");
+    for name in ["k.tar", "k.tar.gz"] {
+        let archive = env.path(name);
+        export(&env, "k", &archive);
+        let x = env.path(&format!("x-{name}"));
+        fs::create_dir_all(&x).unwrap();
+        // GNU tar warns of any time before 1970 ("implausibly old"); it
+        // restores them exactly all the same.
+        sh_clean(&format!(
+            "cd {} && tar -xpS --xattrs --xattrs-include='*' --numeric-owner --warning=no-timestamp -f {}",
+            q(&x),
+            q(&archive)
+        ));
+        assert_described_same(&dir, &x.join("kinds"), name);
+    }
+}
