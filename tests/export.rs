@@ -583,3 +583,31 @@ fn every_node_type_extracts_with_gnu_tar_as_it_was() {
         assert_described_same(&dir, &x.join("kinds"), name);
     }
 }
+
+#[test]
+fn acls_extract_with_gnu_tar_and_bsdtar() {
+    let env = Env::new();
+    let dir = env.path("srv/acls");
+    fs::create_dir_all(dir.join("d")).unwrap();
+    fs::write(dir.join("f"), b"acl").unwrap();
+    let acl = |d: &Path| sh_clean(&format!("cd {} && getfacl -n -p f d | grep -v '^#'", q(d)));
+    sh_clean(&format!(
+        "cd {} && setfacl -m u:1234:rw,g:55:r f && setfacl -d -m g:55:rx,u:7:rwx d",
+        q(&dir)
+    ));
+    let want = acl(&dir);
+    assert!(want.contains("user:1234:rw-") && want.contains("default:user:7:rwx"));
+    snapshot(&env, &dir, "a");
+    let archive = env.path("a.tar");
+    export(&env, "a", &archive);
+    for (tool, cmd) in [
+        ("gnu xattrs", "tar -xp --xattrs --xattrs-include='*' -f"),
+        ("gnu acls", "tar -xp --acls -f"),
+        ("bsd", "bsdtar -xp -f"),
+    ] {
+        let x = env.path(&format!("x-{}", tool.replace(' ', "-")));
+        fs::create_dir_all(&x).unwrap();
+        sh_clean(&format!("cd {} && {cmd} {}", q(&x), q(&archive)));
+        assert_eq!(acl(&x.join("acls")), want, "{tool}");
+    }
+}

@@ -290,6 +290,18 @@ impl<W: Write> Writer<'_, W> {
                 )),
             }
         }
+        // POSIX ACLs also as star's text records, which bsdtar restores (it
+        // does not restore the system.posix_acl_* xattrs) and `tar --acls` reads.
+        for (xattr, key) in ACL_XATTRS {
+            if let Some(text) = e
+                .xattrs
+                .iter()
+                .find(|(k, _)| k.as_slice() == xattr.as_bytes())
+                .and_then(|(_, v)| acl_text(v))
+            {
+                pax.push((key.to_string(), text.into_bytes()));
+            }
+        }
         let first_link = (e.link_id != 0)
             .then(|| self.links.get(&e.link_id).cloned())
             .flatten();
@@ -488,6 +500,48 @@ impl<W: Write> Writer<'_, W> {
             )
             .map_err(|e| self.err(path, e))
     }
+}
+
+/// The xattrs holding POSIX ACLs, and the PAX records star, GNU tar and
+/// libarchive use for the same ACLs as text.
+const ACL_XATTRS: [(&str, &str); 2] = [
+    ("system.posix_acl_access", "SCHILY.acl.access"),
+    ("system.posix_acl_default", "SCHILY.acl.default"),
+];
+
+/// A Linux POSIX ACL xattr (version 2: entries of tag u16, perm u16, id u32,
+/// little-endian) as star's text form, `user::rw-,user:1000:r--:1000,…`:
+/// named entries carry the id both as name (no names are stored) and as the
+/// extra id field libarchive writes and reads (GNU tar drops it). `None` for
+/// anything else, which is then only exported as the xattr.
+fn acl_text(v: &[u8]) -> Option<String> {
+    let (head, body) = v.split_at_checked(4)?;
+    if head != 2u32.to_le_bytes() || body.is_empty() || body.len() % 8 != 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    for e in body.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u16::from_le_bytes([e[2], e[3]]);
+        let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+        if perm > 7 {
+            return None;
+        }
+        let rwx: String = [(4, 'r'), (2, 'w'), (1, 'x')]
+            .iter()
+            .map(|&(bit, c)| if perm & bit != 0 { c } else { '-' })
+            .collect();
+        out.push(match tag {
+            0x01 => format!("user::{rwx}"),
+            0x02 => format!("user:{id}:{rwx}:{id}"),
+            0x04 => format!("group::{rwx}"),
+            0x08 => format!("group:{id}:{rwx}:{id}"),
+            0x10 => format!("mask::{rwx}"),
+            0x20 => format!("other::{rwx}"),
+            _ => return None,
+        });
+    }
+    Some(out.join(","))
 }
 
 /// The largest value of a 7- and an 11-digit octal header field.
@@ -885,6 +939,30 @@ mod tests {
                 vec![(100, true), (10, false), (7, true)]
             ))
         );
+    }
+
+    #[test]
+    fn acls_as_star_text() {
+        let mut v = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (1u16, 6u16, u32::MAX),
+            (2, 6, 1234),
+            (4, 4, u32::MAX),
+            (8, 5, 55),
+            (0x10, 6, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ] {
+            v.extend_from_slice(&tag.to_le_bytes());
+            v.extend_from_slice(&perm.to_le_bytes());
+            v.extend_from_slice(&id.to_le_bytes());
+        }
+        assert_eq!(
+            acl_text(&v).as_deref(),
+            Some("user::rw-,user:1234:rw-:1234,group::r--,group:55:r-x:55,mask::rw-,other::---")
+        );
+        assert_eq!(acl_text(b"\x02\0\0\0"), None);
+        assert_eq!(acl_text(&v[..v.len() - 1]), None);
+        assert_eq!(acl_text(&[&[1u8, 0, 0, 0][..], &v[4..]].concat()), None);
     }
 
     #[test]
