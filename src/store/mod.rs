@@ -328,7 +328,7 @@ impl Store {
             && let Some(why) = check_origin(o)
         {
             return Err(Error::Invalid(format!(
-                "origin '{}' is not a canonical absolute path ({why}); record none or the path it resolves to",
+                "origin '{}' is not a canonical absolute path ({why}); give --origin with the path it stands for",
                 o.escape_debug()
             )));
         }
