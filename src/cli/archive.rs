@@ -3,27 +3,20 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 
 use super::args::{DigestArgs, ExportArgs, ImportArgs};
 use super::commands::{hostname, now_ns, progress_bar};
 use crate::ingest::archive::{ImportOptions, ImportRequest, Published, import_archive};
 use crate::ingest::export::{Compression, ExportOptions, export as export_tree};
-use crate::store::{Store, absolute};
+use crate::store::{Store, absolute, canonical_origin};
 
 pub fn import(store_dir: &Path, a: ImportArgs) -> Result<()> {
     if let Some(name) = &a.r#ref {
         Store::check_name(name)?;
     }
     let origin = match &a.origin {
-        Some(o) if !o.is_absolute() => {
-            bail!("--origin {} must be an absolute path", o.display())
-        }
-        Some(o) => Some(
-            o.to_str()
-                .with_context(|| format!("--origin {}: must be UTF-8", o.display()))?
-                .to_string(),
-        ),
+        Some(o) => Some(origin_arg(o)?),
         None => None,
     };
     let store = Store::open_or_create(store_dir)?;
@@ -38,6 +31,22 @@ pub fn import(store_dir: &Path, a: ImportArgs) -> Result<()> {
     )?;
     super::say(p.id)?;
     Ok(())
+}
+
+/// `--origin PATH` as a canonical absolute path (see [`canonical_origin`]):
+/// `//`, `.` components and a trailing `/` are dropped; a relative path or a
+/// `..` component is refused, with the fix.
+fn origin_arg(o: &Path) -> Result<String> {
+    let s = o
+        .to_str()
+        .with_context(|| format!("--origin {}: must be UTF-8", o.display()))?;
+    canonical_origin(s).map_err(|why| {
+        anyhow!(
+            "--origin {}: {why}; give the canonical absolute path it stands for, e.g. --origin \"$(realpath -m '{}')\"",
+            s.escape_debug(),
+            s.escape_debug()
+        )
+    })
 }
 
 /// Import (or find the earlier import of) the archive a `mount` names; returns its checkpoint.

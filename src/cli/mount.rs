@@ -104,13 +104,26 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     let ck = store.read_checkpoint(&id)?;
     let mountpoint = match &a.mountpoint {
         Some(p) => absolute(p)?,
-        None => PathBuf::from(ck.origin.clone().with_context(|| {
-            format!(
-                "checkpoint {} has no origin path; give a mountpoint: storefs mount {} PATH",
-                &id.to_hex()[..12],
-                label
-            )
-        })?),
+        None => {
+            let origin = ck.origin.clone().with_context(|| {
+                format!(
+                    "checkpoint {} has no origin path; give a mountpoint: storefs mount {} PATH",
+                    &id.to_hex()[..12],
+                    label
+                )
+            })?;
+            // A record written before origins were checked (or received from
+            // a remote) may name another place than it seems: never mount there.
+            if let Some(why) = crate::store::check_origin(&origin) {
+                bail!(
+                    "checkpoint {}'s origin '{}' is not a canonical absolute path ({why}); give a mountpoint: storefs mount {} PATH",
+                    &id.to_hex()[..12],
+                    origin.escape_debug(),
+                    label
+                );
+            }
+            PathBuf::from(origin)
+        }
     };
     check_mountpoint(&store, &mountpoint)?;
     check_dev_fuse()?;

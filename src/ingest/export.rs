@@ -66,6 +66,15 @@ pub struct Exported {
     pub warnings: Vec<String>,
 }
 
+/// The PAX keyword of the archive's global header (its first entry) that
+/// records the checkpoint's origin. GNU tar and bsdtar keep unknown keywords
+/// of a global header to themselves; `import` reads it back.
+pub const ORIGIN_KEY: &str = "STOREFS.origin";
+
+/// The placeholder directory GNU tar puts a PAX 1.0 sparse file's header name
+/// in (`%d/GNUSparseFile.%p/%f`); a fixed 0 for the pid keeps exports reproducible.
+const SPARSE_DIR: &[u8] = b"GNUSparseFile.0";
+
 /// Deepest directory nesting exported (a hostile tree cannot overflow the stack).
 const MAX_DEPTH: usize = 2048;
 
@@ -132,11 +141,16 @@ fn write_all(
     sink: &mut PartWriter,
     opts: &ExportOptions,
 ) -> Result<(u64, Vec<String>)> {
-    let top: Vec<u8> = ckpt
+    // Only a canonical origin is written (a record made before origins were
+    // checked may hold another), and its basename names the top directory.
+    let origin = ckpt
         .origin
         .as_deref()
+        .filter(|o| crate::store::check_origin(o).is_none());
+    let top: Vec<u8> = origin
         .and_then(|o| Path::new(o).file_name())
         .map(|n| n.as_bytes().to_vec())
+        .filter(|n| !bad_name(n))
         .unwrap_or_else(|| format!("checkpoint-{}", &id.to_hex()[..12]).into_bytes());
     let root = store.root_entry(ckpt)?;
     let threads = match opts.threads {
@@ -168,6 +182,9 @@ fn write_all(
         entries: 0,
         warnings: Vec::new(),
     };
+    if let Some(o) = origin {
+        w.global(&[(ORIGIN_KEY.to_string(), o.as_bytes().to_vec())])?;
+    }
     w.entry(&top, &root, 0)?;
     let Writer {
         builder,
@@ -257,6 +274,13 @@ impl<W: Write> Writer<'_, W> {
             ("mtime".into(), pax_time(e.mtime_ns).into_bytes()),
             ("ctime".into(), pax_time(e.ctime_ns).into_bytes()),
         ];
+        // Ids past a ustar field's 7 octal digits: the header holds them in
+        // base-256 (a GNU extension); PAX `uid`/`gid` say it the standard way.
+        for (key, v) in [("uid", e.uid), ("gid", e.gid)] {
+            if u64::from(v) > OCTAL_7 {
+                pax.push((key.into(), v.to_string().into_bytes()));
+            }
+        }
         for (k, v) in &e.xattrs {
             match std::str::from_utf8(k) {
                 Ok(k) => pax.push((format!("SCHILY.xattr.{k}"), v.clone())),
@@ -264,6 +288,18 @@ impl<W: Write> Writer<'_, W> {
                     "{}: xattr with a non-UTF-8 name not exported",
                     String::from_utf8_lossy(path)
                 )),
+            }
+        }
+        // POSIX ACLs also as star's text records, which bsdtar restores (it
+        // does not restore the system.posix_acl_* xattrs) and `tar --acls` reads.
+        for (xattr, key) in ACL_XATTRS {
+            if let Some(text) = e
+                .xattrs
+                .iter()
+                .find(|(k, _)| k.as_slice() == xattr.as_bytes())
+                .and_then(|(_, v)| acl_text(v))
+            {
+                pax.push((key.to_string(), text.into_bytes()));
             }
         }
         let first_link = (e.link_id != 0)
@@ -311,7 +347,6 @@ impl<W: Write> Writer<'_, W> {
             (Kind::File, Content::Extents(extents)) => {
                 h.set_entry_type(EntryType::Regular);
                 h.set_size(e.size);
-                self.pax(&pax, path)?;
                 let total: u64 = extents.iter().map(|x| x.len).sum();
                 if total != e.size {
                     return Err(Error::BadEntry {
@@ -319,15 +354,11 @@ impl<W: Write> Writer<'_, W> {
                         detail: format!("extents add up to {total} bytes, size is {}", e.size),
                     });
                 }
-                let reader = ExtentReader {
-                    store: self.store,
-                    extents,
-                    next: 0,
-                    buf: Vec::new(),
-                    pos: 0,
-                    zeros: 0,
-                    path: String::from_utf8_lossy(path).into_owned(),
-                };
+                if let Some(plan) = sparse_plan(extents, e.size) {
+                    return self.sparse(&h, pax, path, e.size, plan);
+                }
+                self.pax(&pax, path)?;
+                let reader = ExtentReader::new(self.store, extents, path);
                 self.builder
                     .append_data(&mut h, os(path), reader)
                     .map_err(|err| self.err(path, err))
@@ -370,6 +401,71 @@ impl<W: Write> Writer<'_, W> {
         }
     }
 
+    /// A file with holes as GNU tar's PAX sparse format 1.0 (what `tar
+    /// --format=posix --sparse --sparse-version=1.0` writes): `GNU.sparse.*`
+    /// records in the PAX header, a ustar header (GNU tar decodes the format
+    /// only after a ustar-magic header) named `DIR/GNUSparseFile.0/NAME`,
+    /// and as data the map (decimal lines: count, then offset and size of each
+    /// data segment; padded to 512 bytes) followed by the segments' bytes.
+    fn sparse(
+        &mut self,
+        gnu: &Header,
+        mut pax: Vec<(String, Vec<u8>)>,
+        path: &[u8],
+        size: u64,
+        plan: SparsePlan,
+    ) -> Result<()> {
+        let stored = plan.map.len() as u64 + plan.body.iter().map(|x| x.len).sum::<u64>();
+        pax.splice(
+            0..0,
+            [
+                ("GNU.sparse.major".to_string(), b"1".to_vec()),
+                ("GNU.sparse.minor".to_string(), b"0".to_vec()),
+                ("GNU.sparse.name".to_string(), path.to_vec()),
+                (
+                    "GNU.sparse.realsize".to_string(),
+                    size.to_string().into_bytes(),
+                ),
+            ],
+        );
+        if stored > OCTAL_11 {
+            pax.push(("size".into(), stored.to_string().into_bytes()));
+        }
+        self.pax(&pax, path)?;
+        let mut h = Header::new_ustar();
+        h.set_entry_type(EntryType::Regular);
+        h.set_mode(gnu.mode().map_err(|e| self.err(path, e))?);
+        h.set_uid(gnu.uid().map_err(|e| self.err(path, e))?);
+        h.set_gid(gnu.gid().map_err(|e| self.err(path, e))?);
+        h.set_mtime(gnu.mtime().map_err(|e| self.err(path, e))?);
+        h.set_size(stored);
+        let name = sparse_header_name(path);
+        h.as_old_mut().name[..name.len()].copy_from_slice(&name);
+        h.set_cksum();
+        let reader =
+            io::Cursor::new(plan.map).chain(ExtentReader::new(self.store, &plan.body, path));
+        self.builder
+            .append(&h, reader)
+            .map_err(|e| self.err(path, e))
+    }
+
+    /// A PAX global header (typeflag `g`) holding `records`.
+    fn global(&mut self, records: &[(String, Vec<u8>)]) -> Result<()> {
+        let data = pax_records(records);
+        let mut h = Header::new_ustar();
+        h.set_entry_type(EntryType::XGlobalHeader);
+        h.as_old_mut().name[..GLOBAL_NAME.len()].copy_from_slice(GLOBAL_NAME);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        self.builder
+            .append(&h, data.as_slice())
+            .map_err(|e| Error::Archive(format!("writing the archive's global header: {e}")))
+    }
+
     fn pax(&mut self, records: &[(String, Vec<u8>)], path: &[u8]) -> Result<()> {
         self.builder
             .append_pax_extensions(records.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
@@ -406,6 +502,177 @@ impl<W: Write> Writer<'_, W> {
     }
 }
 
+/// The xattrs holding POSIX ACLs, and the PAX records star, GNU tar and
+/// libarchive use for the same ACLs as text.
+const ACL_XATTRS: [(&str, &str); 2] = [
+    ("system.posix_acl_access", "SCHILY.acl.access"),
+    ("system.posix_acl_default", "SCHILY.acl.default"),
+];
+
+/// A Linux POSIX ACL xattr (version 2: entries of tag u16, perm u16, id u32,
+/// little-endian) as star's text form, `user::rw-,user:1000:r--:1000,…`:
+/// named entries carry the id both as name (no names are stored) and as the
+/// extra id field libarchive writes and reads (GNU tar drops it). `None` for
+/// anything else, which is then only exported as the xattr.
+fn acl_text(v: &[u8]) -> Option<String> {
+    let (head, body) = v.split_at_checked(4)?;
+    if head != 2u32.to_le_bytes() || body.is_empty() || body.len() % 8 != 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    for e in body.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u16::from_le_bytes([e[2], e[3]]);
+        let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+        if perm > 7 {
+            return None;
+        }
+        let rwx: String = [(4, 'r'), (2, 'w'), (1, 'x')]
+            .iter()
+            .map(|&(bit, c)| if perm & bit != 0 { c } else { '-' })
+            .collect();
+        out.push(match tag {
+            0x01 => format!("user::{rwx}"),
+            0x02 => format!("user:{id}:{rwx}:{id}"),
+            0x04 => format!("group::{rwx}"),
+            0x08 => format!("group:{id}:{rwx}:{id}"),
+            0x10 => format!("mask::{rwx}"),
+            0x20 => format!("other::{rwx}"),
+            _ => return None,
+        });
+    }
+    Some(out.join(","))
+}
+
+/// The largest value of a 7- and an 11-digit octal header field.
+const OCTAL_7: u64 = 0o7_777_777;
+const OCTAL_11: u64 = 0o77_777_777_777;
+
+/// The name of the global header entry (what `git archive` calls it), which
+/// a reader that does not know PAX extracts as a small file.
+const GLOBAL_NAME: &[u8] = b"pax_global_header";
+
+/// PAX records: `LEN KEY=VALUE\n`, LEN counting the whole record.
+fn pax_records(records: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in records {
+        let rest = k.len() + v.len() + 3;
+        let mut len = rest + 1;
+        while len.to_string().len() + rest > len {
+            len += 1;
+        }
+        out.extend_from_slice(format!("{len} {k}=").as_bytes());
+        out.extend_from_slice(v);
+        out.push(b'\n');
+    }
+    out
+}
+
+/// `DIR/GNUSparseFile.0/NAME`, cut to the 100 bytes of a ustar name field
+/// (as GNU tar does; readers take the real name from `GNU.sparse.name`).
+fn sparse_header_name(path: &[u8]) -> Vec<u8> {
+    let (dir, base) = match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&path[..=i], &path[i + 1..]),
+        None => (&b""[..], path),
+    };
+    let mut name = [dir, SPARSE_DIR, b"/", base].concat();
+    name.truncate(100);
+    while name.last() == Some(&b'/') {
+        name.pop();
+    }
+    name
+}
+
+/// How a file with holes is written as a PAX 1.0 sparse entry.
+#[derive(Debug, PartialEq, Eq)]
+struct SparsePlan {
+    /// The map block(s): count, then offset and size of each segment, one
+    /// decimal number a line, NUL-padded to 512 bytes.
+    map: Vec<u8>,
+    /// The bytes of the segments, in order: data extents, and holes only
+    /// where a segment takes in zeros.
+    body: Vec<crate::store::Extent>,
+}
+
+/// The sparse layout of a file of `size` bytes made of `extents`, or `None`
+/// when it has no hole (then it is a plain entry).
+///
+/// Every segment but the last is a multiple of 512 bytes long: GNU tar reads
+/// each segment in whole blocks, libarchive and Python read them back to
+/// back, and the two agree only then. A segment that would end inside a
+/// block takes in the zeros after it (up to the next segment, with which it
+/// then merges): a hole shorter than that, or not on a 512-byte boundary, is
+/// written partly as zeros. A file that ends in a hole ends its map with a
+/// zero-length segment at its size (as GNU tar writes it).
+fn sparse_plan(extents: &[crate::store::Extent], size: u64) -> Option<SparsePlan> {
+    if !extents.iter().any(|x| x.id.is_none() && x.len > 0) {
+        return None;
+    }
+    // Data runs: [start, end) of consecutive data extents.
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut off = 0u64;
+    for x in extents {
+        if x.len > 0 && x.id.is_some() {
+            match runs.last_mut() {
+                Some(r) if r.1 == off => r.1 += x.len,
+                _ => runs.push((off, off + x.len)),
+            }
+        }
+        off += x.len;
+    }
+    // Whole blocks for every segment but the last: each run, when the next
+    // one comes, is padded or merged with it.
+    let mut padded_runs: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+    for run in runs {
+        if let Some(last) = padded_runs.last_mut() {
+            let padded = last.0 + (last.1 - last.0).div_ceil(512) * 512;
+            if padded >= run.0 {
+                last.1 = run.1;
+                continue;
+            }
+            last.1 = padded;
+        }
+        padded_runs.push(run);
+    }
+    let runs = padded_runs;
+    let mut map_entries = runs.clone();
+    if runs.last().is_none_or(|r| r.1 < size) {
+        map_entries.push((size, size));
+    }
+    let mut map = format!("{}\n", map_entries.len()).into_bytes();
+    for (start, end) in &map_entries {
+        map.extend_from_slice(format!("{start}\n{}\n", end - start).as_bytes());
+    }
+    map.resize(map.len().div_ceil(512) * 512, 0);
+    // The bytes of each run, from the extents it covers.
+    let mut body = Vec::new();
+    let mut off = 0u64;
+    let mut r = 0;
+    for x in extents {
+        let (xs, xe) = (off, off + x.len);
+        off = xe;
+        while r < runs.len() && runs[r].1 <= xs {
+            r += 1;
+        }
+        let mut k = r;
+        while k < runs.len() && runs[k].0 < xe {
+            let (s, e) = (runs[k].0.max(xs), runs[k].1.min(xe));
+            if e > s {
+                debug_assert!(
+                    x.id.is_none() || (s, e) == (xs, xe),
+                    "a run holds whole extents"
+                );
+                body.push(crate::store::Extent {
+                    len: e - s,
+                    id: x.id.filter(|_| (s, e) == (xs, xe)),
+                });
+            }
+            k += 1;
+        }
+    }
+    Some(SparsePlan { map, body })
+}
+
 /// `SECS.NNNNNNNNN` for a PAX time record (negative times as `-SECS.N…`).
 fn pax_time(ns: i64) -> String {
     let sign = if ns < 0 { "-" } else { "" };
@@ -422,6 +689,20 @@ struct ExtentReader<'a> {
     pos: usize,
     zeros: u64,
     path: String,
+}
+
+impl<'a> ExtentReader<'a> {
+    fn new(store: &'a Store, extents: &'a [crate::store::Extent], path: &[u8]) -> Self {
+        ExtentReader {
+            store,
+            extents,
+            next: 0,
+            buf: Vec::new(),
+            pos: 0,
+            zeros: 0,
+            path: String::from_utf8_lossy(path).into_owned(),
+        }
+    }
 }
 
 impl Read for ExtentReader<'_> {
@@ -577,5 +858,128 @@ impl Write for PartWriter {
             Some((f, ..)) => f.flush(),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Extent;
+
+    fn data(len: u64) -> Extent {
+        Extent {
+            len,
+            id: Some(ObjectId::of(&len.to_le_bytes())),
+        }
+    }
+
+    fn hole(len: u64) -> Extent {
+        Extent { len, id: None }
+    }
+
+    /// The map's numbers, and the body as (len, is data).
+    type Plan = (Vec<u64>, Vec<(u64, bool)>);
+
+    fn plan(extents: &[Extent]) -> Option<Plan> {
+        let size = extents.iter().map(|x| x.len).sum();
+        let p = sparse_plan(extents, size)?;
+        assert_eq!(p.map.len() % 512, 0);
+        let text = String::from_utf8(p.map.iter().copied().take_while(|&b| b != 0).collect());
+        let nums = text.unwrap().lines().map(|l| l.parse().unwrap()).collect();
+        Some((
+            nums,
+            p.body.iter().map(|x| (x.len, x.id.is_some())).collect(),
+        ))
+    }
+
+    #[test]
+    fn files_without_holes_are_plain() {
+        assert_eq!(plan(&[]), None);
+        assert_eq!(plan(&[data(10), data(5000)]), None);
+        assert_eq!(plan(&[data(10), hole(0)]), None);
+    }
+
+    #[test]
+    fn sparse_maps_as_gnu_tar_writes_them() {
+        // Ends in a hole: a last zero-length segment at the size.
+        assert_eq!(
+            plan(&[hole(1 << 20), data(4096), hole(2 << 20)]),
+            Some((
+                vec![2, 1 << 20, 4096, (3 << 20) + 4096, 0],
+                vec![(4096, true)]
+            ))
+        );
+        // Only a hole.
+        assert_eq!(plan(&[hole(4096)]), Some((vec![1, 4096, 0], vec![])));
+        // Ends in data: no extra segment; adjacent data extents are one segment.
+        assert_eq!(
+            plan(&[data(4096), data(4096), hole(8192), data(3)]),
+            Some((
+                vec![2, 0, 8192, 16384, 3],
+                vec![(4096, true), (4096, true), (3, true)]
+            ))
+        );
+    }
+
+    #[test]
+    fn segments_but_the_last_fill_whole_blocks() {
+        // 100 data bytes then a hole: the segment takes 412 zeros of the hole.
+        assert_eq!(
+            plan(&[data(100), hole(4096), data(7)]),
+            Some((
+                vec![2, 0, 512, 4196, 7],
+                vec![(100, true), (412, false), (7, true)]
+            ))
+        );
+        // A hole shorter than the padding: the segments merge across it.
+        assert_eq!(
+            plan(&[data(100), hole(10), data(7), hole(1000)]),
+            Some((
+                vec![2, 0, 117, 1117, 0],
+                vec![(100, true), (10, false), (7, true)]
+            ))
+        );
+    }
+
+    #[test]
+    fn acls_as_star_text() {
+        let mut v = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (1u16, 6u16, u32::MAX),
+            (2, 6, 1234),
+            (4, 4, u32::MAX),
+            (8, 5, 55),
+            (0x10, 6, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ] {
+            v.extend_from_slice(&tag.to_le_bytes());
+            v.extend_from_slice(&perm.to_le_bytes());
+            v.extend_from_slice(&id.to_le_bytes());
+        }
+        assert_eq!(
+            acl_text(&v).as_deref(),
+            Some("user::rw-,user:1234:rw-:1234,group::r--,group:55:r-x:55,mask::rw-,other::---")
+        );
+        assert_eq!(acl_text(b"\x02\0\0\0"), None);
+        assert_eq!(acl_text(&v[..v.len() - 1]), None);
+        assert_eq!(acl_text(&[&[1u8, 0, 0, 0][..], &v[4..]].concat()), None);
+    }
+
+    #[test]
+    fn pax_record_lengths_count_themselves() {
+        for v in [0usize, 1, 5, 6, 7, 85, 86, 87, 88, 990, 995, 996, 1000] {
+            let rec = pax_records(&[("k".into(), vec![b'x'; v])]);
+            let (len, _) = std::str::from_utf8(&rec).unwrap().split_once(' ').unwrap();
+            assert_eq!(len.parse::<usize>().unwrap(), rec.len(), "{v}");
+        }
+    }
+
+    #[test]
+    fn sparse_header_names_fit_a_ustar_field() {
+        assert_eq!(sparse_header_name(b"top/a/f"), b"top/a/GNUSparseFile.0/f");
+        let long = [b"top/".as_slice(), &[b'n'; 200]].concat();
+        assert_eq!(sparse_header_name(&long).len(), 100);
+        let dir = [b"top/".as_slice(), &[b'd'; 80], b"/f"].concat();
+        assert!(!sparse_header_name(&dir).ends_with(b"/"));
     }
 }

@@ -725,7 +725,12 @@ impl Fork {
                 version: 1,
                 root: folded.root,
                 parents: vec![head.checkpoint],
-                origin: parent.origin.clone(),
+                // A parent recorded before origins were checked may hold one
+                // `write_checkpoint` refuses: the commit goes without it.
+                origin: parent
+                    .origin
+                    .clone()
+                    .filter(|o| crate::store::check_origin(o).is_none()),
                 time_ns: now_ns(),
                 message: message.to_string(),
                 source: Source {

@@ -78,6 +78,62 @@ impl Checkpoint {
     }
 }
 
+/// Why `origin` is not a canonical absolute path, or `None` when it is one:
+/// it starts with `/`, has no empty, `.` or `..` component (so no `//` and no
+/// trailing `/`, except the root `/` itself) and no NUL. Every origin a
+/// checkpoint records passes this ([`Store::write_checkpoint`] refuses others);
+/// `mount` checks it again before using a record's origin as a mountpoint.
+///
+/// [`Store::write_checkpoint`]: super::Store::write_checkpoint
+pub fn check_origin(origin: &str) -> Option<&'static str> {
+    if !origin.starts_with('/') {
+        return Some("it is not an absolute path");
+    }
+    if origin.contains('\0') {
+        return Some("it contains a NUL byte");
+    }
+    if origin == "/" {
+        return None;
+    }
+    for c in origin[1..].split('/') {
+        match c {
+            ".." => return Some("it has a '..' component"),
+            "." => return Some("it has a '.' component"),
+            "" => return Some("it has an empty component ('//' or a trailing '/')"),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `origin` as a canonical absolute path: empty and `.` components (`//`,
+/// `/./`, a trailing `/`) are dropped, which names the same directory on any
+/// system. A relative path, a `..` component (whose meaning depends on the
+/// symlinks on the way) or a NUL is refused with the reason.
+pub fn canonical_origin(origin: &str) -> Result<String, &'static str> {
+    if !origin.starts_with('/') {
+        return Err("it is not an absolute path");
+    }
+    if origin.contains('\0') {
+        return Err("it contains a NUL byte");
+    }
+    let mut out = String::with_capacity(origin.len());
+    for c in origin.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err("it has a '..' component"),
+            c => {
+                out.push('/');
+                out.push_str(c);
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Ok(out)
+}
+
 /// Format nanoseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn format_time(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);
@@ -104,6 +160,30 @@ pub fn format_time(ns: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origins_are_canonical_absolute_paths() {
+        for ok in ["/", "/srv/x", "/srv/x y/é"] {
+            assert_eq!(check_origin(ok), None, "{ok}");
+            assert_eq!(canonical_origin(ok).as_deref(), Ok(ok));
+        }
+        for bad in [
+            "srv/x",
+            "",
+            "/srv/../etc",
+            "/srv/x/..",
+            "/srv/./x",
+            "/srv//x",
+            "/srv/x/",
+            "/a\0b",
+        ] {
+            assert!(check_origin(bad).is_some(), "{bad}");
+        }
+        assert_eq!(canonical_origin("/srv//x/./y/").as_deref(), Ok("/srv/x/y"));
+        assert_eq!(canonical_origin("//").as_deref(), Ok("/"));
+        assert!(canonical_origin("/srv/x/../../etc").is_err());
+        assert!(canonical_origin("x/y").is_err());
+    }
 
     #[test]
     fn time_formats() {

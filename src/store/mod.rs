@@ -26,7 +26,7 @@ pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
 pub use backend::{Got, LocalBackend, ObjectBackend};
 pub use cache::ChunkCache;
-pub use checkpoint::{Checkpoint, Source, Stats, format_time};
+pub use checkpoint::{Checkpoint, Source, Stats, canonical_origin, check_origin, format_time};
 pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
 pub use id::{ObjectId, is_hex, to_hex};
 pub use tree::{Content, DecodeError, Entry, Extent, Kind, Tree};
@@ -322,7 +322,16 @@ impl Store {
     // ---- checkpoints ----
 
     /// Publish a checkpoint: objects made durable first, then the record.
+    /// Its origin, if any, must be a canonical absolute path ([`check_origin`]).
     pub fn write_checkpoint(&self, ckpt: &Checkpoint) -> Result<ObjectId> {
+        if let Some(o) = &ckpt.origin
+            && let Some(why) = check_origin(o)
+        {
+            return Err(Error::Invalid(format!(
+                "origin '{}' is not a canonical absolute path ({why}); give --origin with the path it stands for",
+                o.escape_debug()
+            )));
+        }
         self.sync_objects()?;
         let bytes = ckpt.to_bytes();
         let id = ObjectId::of(&bytes);

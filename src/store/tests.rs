@@ -332,3 +332,21 @@ fn non_store_directory_is_refused() {
         "nothing written"
     );
 }
+
+#[test]
+fn write_checkpoint_refuses_an_origin_that_is_not_canonical() {
+    let (_d, s) = new_store();
+    let (blob, _) = s.put_object(b"x").unwrap();
+    let mut root = file_entry(b"", blob, 0);
+    root.kind = Kind::Dir;
+    root.content = Content::Tree(s.put_tree(&Tree { entries: vec![] }).unwrap().0);
+    let (rid, _) = s.put_root(root).unwrap();
+    for bad in ["/srv/x/../../etc", "srv/x", "/srv/./x", "/srv/x/"] {
+        let mut c = checkpoint(rid, "bad");
+        c.origin = Some(bad.into());
+        let e = s.write_checkpoint(&c).unwrap_err().to_string();
+        assert!(e.contains("not a canonical absolute path"), "{bad}: {e}");
+    }
+    assert!(s.list_checkpoints().unwrap().is_empty());
+    s.write_checkpoint(&checkpoint(rid, "ok")).unwrap();
+}

@@ -201,22 +201,22 @@ fn origin_from_store_json(store: &Store, e: &store::Entry) -> Option<String> {
     store.copy_content(e, &mut buf, "STORE.json").ok()?;
     let v: serde_json::Value = serde_json::from_slice(&buf).ok()?;
     let root = v.get("root")?.as_str()?;
-    (root.starts_with('/') && !root.split('/').any(|c| c == "..")).then(|| root.to_string())
+    store::canonical_origin(root).ok()
 }
 
 /// The `STOREFS.origin` global PAX record export writes, when it is a
 /// canonical absolute path (else ignored, with a warning).
 fn origin_from_pax(o: &[u8], warnings: &mut Vec<String>) -> Option<String> {
-    let ok = std::str::from_utf8(o).ok().filter(|s| {
-        s.starts_with('/') && !s.split('/').any(|c| c == ".." || c == ".") && !s.contains('\0')
-    });
+    let ok = std::str::from_utf8(o)
+        .ok()
+        .and_then(|s| store::canonical_origin(s).ok());
     if ok.is_none() {
         warnings.push(format!(
             "the archive's STOREFS.origin '{}' is not a canonical absolute path; ignored (give --origin)",
             escape(o)
         ));
     }
-    ok.map(str::to_string)
+    ok
 }
 
 // ---------------------------------------------------------------- reading
