@@ -133,7 +133,7 @@ fn assert_rsync_clean(a: &Path, b: &Path, what: &str) {
 /// Which of the permission probes uid 99 passes in `root`.
 fn probes(root: &Path) -> Vec<(&'static str, bool)> {
     [
-        ("write a (g:99 is not uid 99's group here)", "echo x >> a"),
+        ("write a (g:99:rw; uid 99 runs with gid 99)", "echo x >> a"),
         ("write p (u:99:rw on a 0600 file)", "echo x >> p"),
         ("read p", "cat p"),
         ("write q (0600, no ACL)", "echo x >> q"),
