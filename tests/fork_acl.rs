@@ -66,6 +66,11 @@ setfacl -x u:99 e
 chmod 600 p
 setfacl -m u:99:rw p
 chmod 600 q
+touch s t
+chown 99:50 s t
+chmod 2775 s t
+setpriv --reuid=99 --regid=99 --clear-groups setfacl -m u:1:r s
+setpriv --reuid=99 --regid=99 --groups=50 setfacl -m u:1:r t
 mkdir dd plain
 setfacl -d -m u:99:rwx dd
 setfacl -m u:99:rx dd
@@ -102,7 +107,13 @@ fn acl_state(root: &Path) -> Vec<String> {
             m.mode(),
             m.uid(),
             m.gid(),
-            xattrs(&p),
+            xattrs(&p)
+                .iter()
+                .map(|(k, v)| {
+                    let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+                    format!("{}={hex}", String::from_utf8_lossy(k))
+                })
+                .collect::<Vec<_>>(),
             String::from_utf8_lossy(&getfacl.stdout)
         ));
     }
@@ -203,6 +214,8 @@ fn acls_on_a_fork_mount_behave_as_on_ext4() {
     assert_eq!(mode("a"), 0o664, "the mask is the group bits");
     assert_eq!(mode("dd/f077"), 0o664, "no umask under a default ACL");
     assert_eq!(mode("plain/f077"), 0o600, "umask without one");
+    assert_eq!(mode("s"), 0o775, "setfacl by a non-member drops setgid");
+    assert_eq!(mode("t"), 0o2775, "a supplementary group keeps it");
     let getfacl = Command::new("getfacl")
         .args(["-n", "--omit-header"])
         .arg(m.path().join("b"))
