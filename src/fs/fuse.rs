@@ -116,11 +116,13 @@ impl Filesystem for FuseAdapter {
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // readdirplus fills the attribute cache while listing; symlink caching
-        // spares readlink calls. Both are optional: run without them if the
-        // kernel lacks them.
+        // spares readlink calls; POSIX_ACL makes the kernel check permissions
+        // against the stored ACL xattrs, as ext4 would. All optional: run
+        // without them if the kernel lacks them.
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_POSIX_ACL,
         ] {
             if let Err(missing) = config.add_capabilities(flag) {
                 tracing::info!(

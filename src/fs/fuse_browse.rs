@@ -64,11 +64,12 @@ impl Filesystem for BrowseAdapter {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // As for a read-only mount. Cached symlink targets are safe: a store
+        // As for a read-only mount (ACLs in checkpoints are enforced). Cached symlink targets are safe: a store
         // symlink's inode is tied to its target (a moved ref is a new inode).
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_POSIX_ACL,
         ] {
             if let Err(missing) = config.add_capabilities(flag) {
                 tracing::info!(

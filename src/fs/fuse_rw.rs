@@ -54,6 +54,7 @@ fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
         gid: req.gid(),
+        pid: req.pid(),
     }
 }
 
@@ -109,11 +110,16 @@ impl Filesystem for ForkAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // readdirplus fills the attribute cache while listing; a symlink's
         // target never changes; DIRECT_IO_ALLOW_MMAP lets O_APPEND (direct
-        // I/O) handles be mapped shared. All optional.
+        // I/O) handles be mapped shared. POSIX_ACL makes the kernel check
+        // permissions against the ACL xattrs (and validate what setfacl
+        // sets); keeping mode and ACLs in step and inheriting default ACLs
+        // is ours (`journal::acl`), so DONT_MASK hands us the umask instead
+        // of applying it (no umask under a default ACL). All optional.
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+            InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK,
         ] {
             if let Err(missing) = config.add_capabilities(flag) {
                 tracing::info!(
@@ -548,7 +554,7 @@ impl Filesystem for ForkAdapter {
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name, len = value.len(), flags))]
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -556,7 +562,10 @@ impl Filesystem for ForkAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        match self.fs.setxattr(ino.0, name.as_bytes(), value, flags) {
+        match self
+            .fs
+            .setxattr(ino.0, name.as_bytes(), value, flags, caller(req))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fail(&e)),
         }
@@ -590,7 +599,8 @@ impl Filesystem for ForkAdapter {
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // Not sent with default_permissions (the kernel checks the mode bits).
+        // Not sent with default_permissions (the kernel checks the mode bits
+        // and ACLs).
         reply.ok();
     }
 

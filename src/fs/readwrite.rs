@@ -23,7 +23,11 @@
 //!   (rename, setxattr, fallocate, mknod).
 //!
 //! Permission checks are the kernel's (the mount always has
-//! `default_permissions`). Setuid/setgid on a write, truncate or chown by
+//! `default_permissions`, and `FUSE_POSIX_ACL`, so the kernel also reads the
+//! ACL xattrs; keeping mode and ACLs in step and inheriting default ACLs is
+//! [`Fork`]'s, with `journal::acl`: this layer passes the umask through and
+//! says whether the caller is in a file's group, for the setgid rule of an
+//! ACL change). Setuid/setgid on a write, truncate or chown by
 //! someone without `CAP_FSETID`: without `FUSE_HANDLE_KILLPRIV` the kernel
 //! sends the mode change as a `setattr` of its own for truncate, chown and
 //! page-cache writes, but not (Linux 6.18, checked by `tests/fork_mount.rs`)
@@ -56,7 +60,9 @@ use parking_lot::Mutex;
 
 use super::FsError;
 use super::readonly::{XattrReply, check_xattr_name};
-use crate::journal::{self, Attr, DirEntry, Fallocate, Fork, RenameMode, SetAttr, XattrMode};
+use crate::journal::{
+    self, Attr, DirEntry, Fallocate, Fork, NewNode, RenameMode, SetAttr, XattrMode,
+};
 use crate::store::Kind;
 
 /// The longest name this mount accepts (and `statfs` reports).
@@ -67,6 +73,28 @@ const NAME_MAX: usize = journal::NAME_MAX;
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
+    /// The requesting process (0: unknown), for its supplementary groups.
+    pub pid: u32,
+}
+
+impl Caller {
+    /// Whether the caller is in group `gid` (its own group or a
+    /// supplementary one, read from `/proc/PID/status`) or is root (standing
+    /// in for `CAP_FSETID`, as elsewhere here).
+    fn in_group(self, gid: u32) -> bool {
+        if self.uid == 0 || self.gid == gid {
+            return true;
+        }
+        if self.pid == 0 {
+            return false;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid));
+        status.ok().is_some_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Groups:"))
+                .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+        })
+    }
 }
 
 /// How the kernel should treat an open file.
@@ -303,8 +331,8 @@ impl ForkFs {
         caller: Caller,
     ) -> Result<(Attr, Opened), FsError> {
         check_name(name)?;
-        let (perm, gid) = self.new_owner(parent, mode, umask, caller, false)?;
-        let attr = self.fork.create_open(parent, name, perm, caller.uid, gid)?;
+        let node = self.new_node(parent, Kind::File, mode, umask, caller)?;
+        let attr = self.fork.make(parent, name, &node, true)?;
         Ok((attr, opened(flags)))
     }
 
@@ -371,8 +399,17 @@ impl ForkFs {
         Ok(self.fork.setattr(ino, attrs)?)
     }
 
-    /// `setxattr(2)` with its flags (`XATTR_CREATE`, `XATTR_REPLACE`).
-    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<(), FsError> {
+    /// `setxattr(2)` with its flags (`XATTR_CREATE`, `XATTR_REPLACE`). An
+    /// access ACL also sets the mode ([`Fork::setxattr_as`]); whether the
+    /// caller keeps a setgid bit depends on its groups.
+    pub fn setxattr(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        caller: Caller,
+    ) -> Result<(), FsError> {
         check_xattr_name(name)?;
         let mode = match flags {
             0 => XattrMode::Any,
@@ -380,7 +417,8 @@ impl ForkFs {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return Err(FsError::Invalid("setxattr flags")),
         };
-        Ok(self.fork.setxattr(ino, name, value, mode)?)
+        let in_group = |gid| caller.in_group(gid);
+        Ok(self.fork.setxattr_as(ino, name, value, mode, &in_group)?)
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), FsError> {
@@ -419,10 +457,11 @@ impl ForkFs {
             Kind::CharDev | Kind::BlockDev => user_dev(rdev),
             _ => 0,
         };
-        let (perm, gid) = self.new_owner(parent, mode, umask, caller, false)?;
-        Ok(self
-            .fork
-            .mknod(parent, name, kind, perm, caller.uid, gid, rdev)?)
+        let node = NewNode {
+            rdev,
+            ..self.new_node(parent, kind, mode, umask, caller)?
+        };
+        Ok(self.fork.make(parent, name, &node, false)?)
     }
 
     pub fn mkdir(
@@ -434,8 +473,8 @@ impl ForkFs {
         caller: Caller,
     ) -> Result<Attr, FsError> {
         check_name(name)?;
-        let (perm, gid) = self.new_owner(parent, mode, umask, caller, true)?;
-        Ok(self.fork.mkdir(parent, name, perm, caller.uid, gid)?)
+        let node = self.new_node(parent, Kind::Dir, mode, umask, caller)?;
+        Ok(self.fork.make(parent, name, &node, false)?)
     }
 
     pub fn symlink(
@@ -446,8 +485,11 @@ impl ForkFs {
         caller: Caller,
     ) -> Result<Attr, FsError> {
         check_name(name)?;
-        let (_, gid) = self.new_owner(parent, 0o777, 0, caller, false)?;
-        Ok(self.fork.symlink(parent, name, target, caller.uid, gid)?)
+        let node = NewNode {
+            target: Some(target),
+            ..self.new_node(parent, Kind::Symlink, 0o777, 0, caller)?
+        };
+        Ok(self.fork.make(parent, name, &node, false)?)
     }
 
     pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr, FsError> {
@@ -487,30 +529,36 @@ impl ForkFs {
         Ok(self.fork.rename(parent, name, new_parent, new_name, mode)?)
     }
 
-    /// The permission bits and group of a new entry in `parent`: `mode` less
-    /// the umask, the caller's group, or the directory's when it is setgid
-    /// (and then a new directory is setgid too).
-    fn new_owner(
+    /// A new entry in `parent` as the caller asks for it: `mode` and the
+    /// umask (which the fork applies unless `parent` has a default ACL), the
+    /// caller as owner, the caller's group, or the directory's when it is
+    /// setgid (and then a new directory is setgid too).
+    fn new_node(
         &self,
         parent: u64,
+        kind: Kind,
         mode: u32,
         umask: u32,
         caller: Caller,
-        is_dir: bool,
-    ) -> Result<(u32, u32), FsError> {
-        let mut perm = mode & 0o7777 & !umask;
+    ) -> Result<NewNode<'static>, FsError> {
+        let mut perm = mode & 0o7777;
         let dir = self.fork.getattr(parent)?;
         if dir.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
         let sgid = libc::S_ISGID;
-        if dir.perm & sgid == 0 {
-            return Ok((perm, caller.gid));
-        }
-        if is_dir {
-            perm |= sgid;
-        }
-        Ok((perm, dir.gid))
+        let gid = if dir.perm & sgid == 0 {
+            caller.gid
+        } else {
+            if kind == Kind::Dir {
+                perm |= sgid;
+            }
+            dir.gid
+        };
+        Ok(NewNode {
+            umask,
+            ..NewNode::new(kind, perm, caller.uid, gid)
+        })
     }
 }
 
@@ -557,10 +605,15 @@ mod tests {
     use crate::store::{Checkpoint, Source, Store};
     use fuser::Errno;
 
-    const ROOT: Caller = Caller { uid: 0, gid: 0 };
+    const ROOT: Caller = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
     const USER: Caller = Caller {
         uid: 1000,
         gid: 1000,
+        pid: 0,
     };
 
     /// A fork of a checkpoint of {a, b, c, file}, served without a kernel.
@@ -674,9 +727,12 @@ mod tests {
             code(fs.fallocate(file, 0, 2, libc::FALLOC_FL_COLLAPSE_RANGE)),
             Errno::EOPNOTSUPP
         );
-        assert_eq!(code(fs.setxattr(file, b"user.k", b"v", 3)), Errno::EINVAL);
         assert_eq!(
-            code(fs.setxattr(file, b"user.k", &vec![0; 64 * 1024 + 1], 0)),
+            code(fs.setxattr(file, b"user.k", b"v", 3, ROOT)),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            code(fs.setxattr(file, b"user.k", &vec![0; 64 * 1024 + 1], 0, ROOT)),
             Errno::E2BIG
         );
         assert_eq!(code(fs.getxattr(file, b"user.none", 0)), Errno::NO_XATTR);
@@ -700,16 +756,19 @@ mod tests {
         let (_tmp, fs) = serve();
         let file = fs.lookup(ROOT_INO, b"file").unwrap().ino;
         for name in [&b"nonamespace"[..], b"bogus.k", b"User.k", b"userk"] {
-            assert_eq!(code(fs.setxattr(file, name, b"v", 0)), Errno::EOPNOTSUPP);
+            assert_eq!(
+                code(fs.setxattr(file, name, b"v", 0, ROOT)),
+                Errno::EOPNOTSUPP
+            );
             assert_eq!(code(fs.getxattr(file, name, 0)), Errno::EOPNOTSUPP);
             assert_eq!(code(fs.removexattr(file, name)), Errno::EOPNOTSUPP);
         }
         for name in [&b"user."[..], b"trusted.", b"security."] {
-            assert_eq!(code(fs.setxattr(file, name, b"v", 0)), Errno::EINVAL);
+            assert_eq!(code(fs.setxattr(file, name, b"v", 0, ROOT)), Errno::EINVAL);
             assert_eq!(code(fs.getxattr(file, name, 0)), Errno::EINVAL);
         }
         for name in [&b"user.k"[..], b"trusted.k", b"security.k"] {
-            fs.setxattr(file, name, b"v", 0).unwrap();
+            fs.setxattr(file, name, b"v", 0, ROOT).unwrap();
             assert_eq!(fs.getxattr(file, name, 0).unwrap(), XattrReply::Size(1));
             fs.removexattr(file, name).unwrap();
         }

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use super::acl;
 use super::fold::fold;
 use super::io::{JournalIo, RealIo};
 use super::record::Record;
@@ -36,6 +37,37 @@ use super::state::{Ctx, ForkState, Src, check_name, now_ns};
 use super::wal::{Wal, segment_name};
 use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
 use crate::store::{Checkpoint, ChunkCache, Kind, ObjectId, Source, Store};
+
+/// A new inode as its creator asks for it ([`Fork::make`]).
+#[derive(Clone, Debug)]
+pub struct NewNode<'a> {
+    pub kind: Kind,
+    /// The mode bits asked for (permissions, setuid, setgid, sticky).
+    pub perm: u32,
+    /// Cleared from `perm` unless the parent directory has a default ACL.
+    pub umask: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// A device node's number (the store's encoding); 0 otherwise.
+    pub rdev: u64,
+    /// A symlink's target.
+    pub target: Option<&'a [u8]>,
+}
+
+impl NewNode<'_> {
+    /// `kind` with `perm`, owned by `uid`:`gid`; no umask, rdev or target.
+    pub fn new(kind: Kind, perm: u32, uid: u32, gid: u32) -> NewNode<'static> {
+        NewNode {
+            kind,
+            perm,
+            umask: 0,
+            uid,
+            gid,
+            rdev: 0,
+            target: None,
+        }
+    }
+}
 
 /// Decompressed base chunks kept for reads, per open fork.
 const CACHE_BYTES: usize = 64 << 20;
@@ -522,6 +554,64 @@ impl Fork {
 
     // ---------------------------------------------------------------- writes
 
+    /// Create any kind of inode but a hardlink, in one step under the state
+    /// lock: the entry, then the ACLs it inherits. When `parent` has a
+    /// default ACL (and the new inode is not a symlink), the new inode's mode
+    /// is masked by it instead of by the umask, it gets an access ACL unless
+    /// the mode says it all, and a directory inherits the default ACL too
+    /// ([`acl::Acl::create_masq`], as ext4). With `open`, the new file is
+    /// also opened (O_CREAT|O_EXCL).
+    pub fn make(&self, parent: u64, name: &[u8], node: &NewNode<'_>, open: bool) -> Result<Attr> {
+        let kind = node.kind;
+        if kind == Kind::Symlink && node.target.is_none_or(<[u8]>::is_empty) {
+            return Err(Error::NotFound);
+        }
+        if kind != Kind::Symlink && node.target.is_some() {
+            return Err(Error::Invalid(
+                "a target for an inode that is not a symlink",
+            ));
+        }
+        self.with(|st, ctx| {
+            st.ensure_loaded(ctx, parent)?;
+            let default = match kind {
+                Kind::Symlink => None,
+                _ => st.inode(parent)?.xattrs.get(acl::DEFAULT).and_then(|v| {
+                    let a = acl::Acl::parse(v)?;
+                    Some((a, v.clone()))
+                }),
+            };
+            let (perm, access) = match &default {
+                Some((a, _)) => {
+                    let mut a = a.clone();
+                    let (perm, store) = a.create_masq(node.perm);
+                    (perm, store.then(|| a.encode()))
+                }
+                None => (node.perm & !(node.umask & 0o777), None),
+            };
+            let ino = st.create(
+                ctx,
+                parent,
+                name,
+                kind,
+                perm,
+                node.uid,
+                node.gid,
+                node.rdev,
+                node.target.map(<[u8]>::to_vec),
+            )?;
+            if let (Kind::Dir, Some((_, value))) = (kind, &default) {
+                st.setxattr(ctx, ino, acl::DEFAULT, value, XattrMode::Any)?;
+            }
+            if let Some(value) = access {
+                st.setxattr(ctx, ino, acl::ACCESS, &value, XattrMode::Any)?;
+            }
+            if open {
+                st.open(ino)?;
+            }
+            Ok(st.inode(ino)?.attr(ino))
+        })
+    }
+
     /// Create a regular file, fifo, socket or device node (mknod/create).
     #[allow(clippy::too_many_arguments)] // mknod(2)'s arguments plus the owner
     pub fn mknod(
@@ -537,10 +627,11 @@ impl Fork {
         if matches!(kind, Kind::Dir | Kind::Symlink) {
             return Err(Error::Invalid("mknod of a directory or symlink"));
         }
-        self.with(|st, ctx| {
-            let ino = st.create(ctx, parent, name, kind, perm, uid, gid, rdev, None)?;
-            Ok(st.inode(ino)?.attr(ino))
-        })
+        let node = NewNode {
+            rdev,
+            ..NewNode::new(kind, perm, uid, gid)
+        };
+        self.make(parent, name, &node, false)
     }
 
     /// Create a regular file and open it (one atomic step): O_CREAT|O_EXCL.
@@ -552,19 +643,22 @@ impl Fork {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
-        self.with(|st, ctx| {
-            let ino = st.create(ctx, parent, name, Kind::File, perm, uid, gid, 0, None)?;
-            st.open(ino)?;
-            Ok(st.inode(ino)?.attr(ino))
-        })
+        self.make(
+            parent,
+            name,
+            &NewNode::new(Kind::File, perm, uid, gid),
+            true,
+        )
     }
 
     /// mkdir: of callers racing for one name exactly one succeeds; the others get [`Error::Exists`].
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.with(|st, ctx| {
-            let ino = st.create(ctx, parent, name, Kind::Dir, perm, uid, gid, 0, None)?;
-            Ok(st.inode(ino)?.attr(ino))
-        })
+        self.make(
+            parent,
+            name,
+            &NewNode::new(Kind::Dir, perm, uid, gid),
+            false,
+        )
     }
 
     pub fn symlink(
@@ -575,23 +669,11 @@ impl Fork {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
-        if target.is_empty() {
-            return Err(Error::NotFound);
-        }
-        self.with(|st, ctx| {
-            let ino = st.create(
-                ctx,
-                parent,
-                name,
-                Kind::Symlink,
-                0o777,
-                uid,
-                gid,
-                0,
-                Some(target.to_vec()),
-            )?;
-            Ok(st.inode(ino)?.attr(ino))
-        })
+        let node = NewNode {
+            target: Some(target),
+            ..NewNode::new(Kind::Symlink, 0o777, uid, gid)
+        };
+        self.make(parent, name, &node, false)
     }
 
     /// A new name `new_name` in `new_parent` for inode `ino`.
@@ -661,12 +743,64 @@ impl Fork {
         self.with(|st, ctx| st.fallocate(ctx, ino, offset, len, mode))
     }
 
+    /// setxattr by a caller who may keep a setgid bit (see [`Fork::setxattr_as`]).
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
-        self.with(|st, ctx| st.setxattr(ctx, ino, name, value, mode))
+        self.setxattr_as(ino, name, value, mode, &|_| true)
     }
 
+    /// setxattr. An access ACL (`system.posix_acl_access`, validated by the
+    /// kernel) also sets the mode's rwx bits from it, is not stored when the
+    /// mode says it all, and clears setgid unless `in_group(file's gid)` (the
+    /// caller is in that group or has `CAP_FSETID`), all in one step, as ext4
+    /// (`posix_acl_update_mode`). ACLs ignore `mode`, as Linux does.
+    pub fn setxattr_as(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+        in_group: &dyn Fn(u32) -> bool,
+    ) -> Result<()> {
+        if name != acl::ACCESS {
+            let mode = if acl::is_acl(name) {
+                XattrMode::Any
+            } else {
+                mode
+            };
+            return self.with(|st, ctx| st.setxattr(ctx, ino, name, value, mode));
+        }
+        let a = acl::Acl::parse(value).ok_or(Error::Invalid("a malformed POSIX ACL"))?;
+        let (bits, equiv) = a.equiv_mode();
+        self.with(|st, ctx| {
+            let n = st.inode(ino)?;
+            let (old, gid, has) = (n.perm, n.gid, n.xattrs.contains_key(acl::ACCESS));
+            if equiv {
+                if has {
+                    st.removexattr(ctx, ino, acl::ACCESS)?;
+                }
+            } else {
+                st.setxattr(ctx, ino, acl::ACCESS, value, XattrMode::Any)?;
+            }
+            let mut perm = (old & !0o777) | bits;
+            if perm & libc::S_ISGID != 0 && !in_group(gid) {
+                perm &= !libc::S_ISGID;
+            }
+            let set = SetAttr {
+                perm: Some(perm),
+                ..SetAttr::default()
+            };
+            st.setattr(ctx, ino, &set)
+        })
+    }
+
+    /// removexattr; removing an ACL that is not there succeeds, as on ext4.
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        self.with(|st, ctx| st.removexattr(ctx, ino, name))
+        self.with(|st, ctx| {
+            if acl::is_acl(name) && !st.inode(ino)?.xattrs.contains_key(name) {
+                return Ok(());
+            }
+            st.removexattr(ctx, ino, name)
+        })
     }
 
     /// fsync, fdatasync and fsyncdir of anything in the fork: when this

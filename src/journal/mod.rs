@@ -22,6 +22,7 @@
 //! not yet refused by `Store::set_ref`; the fork's own lock is not checked
 //! against a concurrent `Fork::create` of a ref of the same name.
 
+pub mod acl;
 pub mod ext4;
 mod fold;
 mod fork;
@@ -33,7 +34,9 @@ pub mod wal;
 use std::io as stdio;
 use std::path::PathBuf;
 
-pub use fork::{Fork, ForkInfo, Head, StatFs, Upstream, fork_dir, fork_log, read_fork_info};
+pub use fork::{
+    Fork, ForkInfo, Head, NewNode, StatFs, Upstream, fork_dir, fork_log, read_fork_info,
+};
 pub use io::{FaultyIo, JournalFile, JournalIo, RealIo};
 pub use state::{MAX_FILE_SIZE, NAME_MAX, ROOT_INO, XATTR_SIZE_MAX};
 

@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use super::acl;
 use super::ext4;
 use super::record::{
     InodeMap, MAX_WRITE_DATA, RENAME_EXCHANGE, RENAME_NOREPLACE, Record, XATTR_CREATE,
@@ -1313,7 +1314,36 @@ impl ForkState {
                 },
             )?;
         }
+        if let Some(perm) = a.perm {
+            self.chmod_acl(ctx, ino, perm, t)?;
+        }
         Ok(())
+    }
+
+    /// After a chmod: an access ACL's owner, mask (or group) and other
+    /// entries follow the new mode, as on ext4 ([`acl::Acl::chmod`]).
+    fn chmod_acl(&mut self, ctx: &Ctx<'_>, ino: u64, perm: u32, t: i64) -> Result<()> {
+        let Some(old) = self.inode(ino)?.xattrs.get(acl::ACCESS) else {
+            return Ok(());
+        };
+        let Some(mut a) = acl::Acl::parse(old) else {
+            return Ok(()); // not an ACL ext4 would have kept; left as it is
+        };
+        a.chmod(perm);
+        let value = a.encode();
+        if value == *old {
+            return Ok(());
+        }
+        self.log(
+            ctx,
+            Record::SetXattr {
+                ino,
+                name: acl::ACCESS.to_vec(),
+                value,
+                flags: 0,
+                time_ns: t,
+            },
+        )
     }
 
     pub fn fallocate(

@@ -1382,3 +1382,99 @@ fn move_head_needs_a_clean_journal_and_a_descendant() {
     let json = fs::read_to_string(fork_dir(&env.store, "f").join("fork.json")).unwrap();
     assert!(!json.contains("upstream"), "{json}");
 }
+
+// ------------------------------------------------------------------ ACLs
+
+/// An ACL value as Linux hands it over: (tag, perm, id) entries.
+fn acl_value(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn acls_follow_the_mode_are_inherited_and_replay() {
+    const U: u32 = u32::MAX;
+    let env = env();
+    let f = env.fork();
+    let hello = ino(&f, "hello.txt");
+    let perm = |i| f.getattr(i).unwrap().perm;
+    let access = |i| f.getxattr(i, acl::ACCESS).ok();
+    // setfacl -m g:99:rw on a 0644 file: the mask becomes the group bits.
+    let g99 = acl_value(&[(1, 6, U), (4, 4, U), (8, 6, 99), (0x10, 6, U), (0x20, 4, U)]);
+    f.setattr(
+        hello,
+        &SetAttr {
+            perm: Some(0o2644),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    f.setxattr_as(hello, acl::ACCESS, &g99, XattrMode::Any, &|_| false)
+        .unwrap();
+    assert_eq!(perm(hello), 0o664, "mode from the ACL; setgid dropped");
+    assert_eq!(access(hello), Some(g99.clone()), "stored byte for byte");
+    // chmod rewrites the mask (and owner and other).
+    f.setattr(
+        hello,
+        &SetAttr {
+            perm: Some(0o640),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    let masked = acl_value(&[(1, 6, U), (4, 4, U), (8, 6, 99), (0x10, 4, U), (0x20, 0, U)]);
+    assert_eq!(access(hello), Some(masked));
+    // An ACL the mode can say is not stored; removing a missing ACL is fine.
+    let plain = acl_value(&[(1, 7, U), (4, 5, U), (0x20, 1, U)]);
+    f.setxattr(hello, acl::ACCESS, &plain, XattrMode::Create)
+        .unwrap();
+    assert_eq!((perm(hello), access(hello)), (0o751, None));
+    f.removexattr(hello, acl::ACCESS).unwrap();
+    assert!(matches!(
+        f.setxattr(hello, acl::ACCESS, b"junk", XattrMode::Any),
+        Err(Error::Invalid(_))
+    ));
+    // A default ACL: new entries are masked by it, not by the umask.
+    let dir = f.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    let default = acl_value(&[(1, 7, U), (2, 7, 99), (4, 5, U), (0x10, 7, U), (0x20, 5, U)]);
+    f.setxattr(dir, acl::DEFAULT, &default, XattrMode::Any)
+        .unwrap();
+    let new = |kind, perm, umask| NewNode {
+        umask,
+        ..NewNode::new(kind, perm, 0, 0)
+    };
+    let file = f
+        .make(dir, b"f", &new(Kind::File, 0o666, 0o077), true)
+        .unwrap();
+    f.release(file.ino);
+    assert_eq!(file.perm, 0o664);
+    let inherited = acl_value(&[(1, 6, U), (2, 7, 99), (4, 5, U), (0x10, 6, U), (0x20, 4, U)]);
+    assert_eq!(access(file.ino), Some(inherited));
+    assert_eq!(f.getxattr(file.ino, acl::DEFAULT).ok(), None);
+    let sub = f
+        .make(dir, b"sub", &new(Kind::Dir, 0o777, 0o077), false)
+        .unwrap();
+    assert_eq!(sub.perm, 0o775);
+    assert_eq!(f.getxattr(sub.ino, acl::DEFAULT).unwrap(), default);
+    let link = f.symlink(dir, b"s", b"f", 0, 0).unwrap();
+    assert_eq!((link.perm, access(link.ino)), (0o777, None));
+    let plain_dir = f
+        .make(ROOT_INO, b"p", &new(Kind::Dir, 0o777, 0o027), false)
+        .unwrap();
+    assert_eq!((plain_dir.perm, access(plain_dir.ino)), (0o750, None));
+    // All of it is in the journal, and in a commit.
+    let live = dump(&f);
+    f.sync().unwrap();
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert_eq!(dump(&f), live, "replayed");
+    f.commit("acls").unwrap();
+    drop(f);
+    assert_eq!(dump(&env.open("f")), live, "committed");
+}
