@@ -222,14 +222,14 @@ fn unescape_mount(m: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < m.len() {
-        if m[i] == b'\\' && i + 3 < m.len() {
-            if let Ok(v) =
+        if m[i] == b'\\'
+            && i + 3 < m.len()
+            && let Ok(v) =
                 u8::from_str_radix(std::str::from_utf8(&m[i + 1..i + 4]).unwrap_or("x"), 8)
-            {
-                out.push(v);
-                i += 4;
-                continue;
-            }
+        {
+            out.push(v);
+            i += 4;
+            continue;
         }
         out.push(m[i]);
         i += 1;
@@ -376,11 +376,11 @@ pub fn scan(root: &Path) -> BTreeMap<PathBuf, Node> {
             Err(_) => continue,
         };
         let kind = kind_of(&md.file_type());
-        if kind == "dir" {
-            if let Ok(rd) = fs::read_dir(&p) {
-                for e in rd.flatten() {
-                    stack.push(rel.join(e.file_name()));
-                }
+        if kind == "dir"
+            && let Ok(rd) = fs::read_dir(&p)
+        {
+            for e in rd.flatten() {
+                stack.push(rel.join(e.file_name()));
             }
         }
         let target = if kind == "symlink" {
@@ -724,10 +724,10 @@ pub fn allocated(root: &Path) -> u64 {
             continue;
         };
         total += md.blocks() * 512;
-        if md.is_dir() {
-            if let Ok(rd) = fs::read_dir(&p) {
-                stack.extend(rd.flatten().map(|e| e.path()));
-            }
+        if md.is_dir()
+            && let Ok(rd) = fs::read_dir(&p)
+        {
+            stack.extend(rd.flatten().map(|e| e.path()));
         }
     }
     total
