@@ -196,7 +196,8 @@ fn check_archive(archive: &Path, dir: &Path) -> Vec<String> {
         blocks: false,
     };
     let native_alloc = allocated(&cmp_root);
-    let budget = native_alloc * 2 + (256 << 20);
+    // Room for headers and padding; a copy that writes holes as data is stopped early.
+    let budget = native_alloc * 2 + (16 << 20);
 
     // Restore.
     let t_restore = Instant::now();
