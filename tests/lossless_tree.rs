@@ -138,13 +138,20 @@ fn compare(native: &Path, nv: &Views, copy: &Path) -> Vec<String> {
                 let (a, b) = (tv(native), tv(copy));
                 let a = String::from_utf8_lossy(&a);
                 let b = String::from_utf8_lossy(&b);
-                let first: Vec<String> = a
-                    .lines()
-                    .zip(b.lines())
-                    .filter(|(x, y)| x != y)
+                let la: Vec<&str> = a.lines().collect();
+                let lb: Vec<&str> = b.lines().collect();
+                let mut first: Vec<String> = la
+                    .iter()
+                    .filter(|x| !lb.contains(x))
                     .take(3)
-                    .map(|(x, y)| format!("native `{x}` vs `{y}`"))
+                    .map(|x| format!("native only `{x}`"))
                     .collect();
+                first.extend(
+                    lb.iter()
+                        .filter(|y| !la.contains(y))
+                        .take(3)
+                        .map(|y| format!("copy only `{y}`")),
+                );
                 d.push(format!(
                     "tar --sparse --format=gnu differs (first listing differences: {})",
                     clip(&first.join("; "), 400)
