@@ -43,6 +43,9 @@ fn require_root() {
         0,
         "archive_corpus runs as root (mounts, mknod, chown)"
     );
+    require_tools(&[
+        "tar", "bsdtar", "zstd", "gzip", "setfattr", "mknod", "truncate",
+    ]);
 }
 
 fn workdir(tag: &str) -> tempfile::TempDir {

@@ -187,6 +187,7 @@ fn ok_id(r: &Run, what: &str, failures: &mut Vec<String>) -> Option<String> {
 fn native_tree() -> (tempfile::TempDir, Views) {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "lossless_tree runs as root");
+    require_tools(&["rsync", "setfacl", "setfattr", "du", "tar", "sha256sum"]);
     let work = tempfile::Builder::new()
         .prefix("corpus-lossless-")
         .tempdir_in("/tmp")

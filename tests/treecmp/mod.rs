@@ -26,6 +26,22 @@ pub fn bin() -> PathBuf {
     }
 }
 
+/// Panic with the set-up command when a tool the test needs is missing.
+pub fn require_tools(tools: &[&str]) {
+    for t in tools {
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {t}"))
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            found,
+            "{t} is missing: run scripts/setup-debian.sh (it installs libarchive-tools, rsync, acl, attr, zstd)"
+        );
+    }
+}
+
 /// The result of a command run with a limit.
 pub struct Run {
     pub code: Option<i32>,
