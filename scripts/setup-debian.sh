@@ -14,6 +14,9 @@ apt-get update -qq
 # python3: the demo's "native tool"; psmisc: fuser(1) for busy mountpoints;
 # zstd: the archive tests build split .tar.zst archives with tar | zstd | split.
 apt-get install -y -qq fuse3 attr python3 psmisc zstd tar gzip coreutils >/dev/null
+# The archive corpus and lossless-tree tests (tests/archive_corpus.rs, tests/lossless_tree.rs):
+# bsdtar (libarchive-tools) writes archives to compare with GNU tar; rsync -aHAXS compares trees.
+apt-get install -y -qq libarchive-tools rsync >/dev/null
 # The conformance suite (tests/conformance/run.sh): pjdfstest links libacl;
 # util-linux gives mount(8) for its EROFS cases (remount ro and back).
 apt-get install -y -qq libacl1-dev acl util-linux >/dev/null
