@@ -437,7 +437,9 @@ fn parse(
     let mut tar = TarReader::new(decoded);
     let mut builder = TreeBuilder::new(chunk_tx, ProgressBar::hidden());
     let mut skipped = 0u64;
+    let mut acl_text_only = 0u64;
     while let Some(entry) = tar.next_entry().map_err(tar_error).map_err(hint)? {
+        acl_text_only += u64::from(entry.acl_text_only && entry.kind != TarKind::Other);
         match kind_of(entry.kind) {
             None => skipped += 1,
             Some(kind) => {
@@ -499,6 +501,11 @@ fn parse(
     let mut built = builder.finish(store, counters)?;
     built.pax_origin = pax_origin;
     built.warnings.extend(end_warning);
+    if acl_text_only > 0 {
+        built.warnings.push(format!(
+            "{acl_text_only} archive entries carry ACLs only as SCHILY.acl.* text (tar --acls), which storefs does not import: their ACLs are not kept (archives written with --xattrs --xattrs-include='system.posix_acl_*' keep them)"
+        ));
+    }
     if skipped > 0 {
         built.warnings.push(format!(
             "{skipped} archive entries of types storefs does not keep (volume labels, multi-volume continuations, …) were skipped"

@@ -71,6 +71,9 @@ pub struct TarEntry {
     pub dev_major: u32,
     pub dev_minor: u32,
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The entry's ACLs come only as `SCHILY.acl.*` text, which is not
+    /// imported (the caller warns).
+    pub acl_text_only: bool,
     pub comment: Option<Vec<u8>>,
     /// For a sparse file: its data segments in file order; the data holds
     /// them one after the other, everything else is a hole.
@@ -609,6 +612,13 @@ impl<R: Read> TarReader<R> {
             stored,
             dev_major: pax.devmajor.unwrap_or(dev_major),
             dev_minor: pax.devminor.unwrap_or(dev_minor),
+            // ACL text is lost only when the binary ACL xattrs are absent
+            // (storefs's export writes both).
+            acl_text_only: pax.acl_text
+                && !pax
+                    .xattrs
+                    .iter()
+                    .any(|(n, _)| n.starts_with(b"system.posix_acl_")),
             xattrs: pax.xattrs,
             comment: pax.comment,
             sparse,
@@ -853,6 +863,9 @@ struct Pax {
     devminor: Option<u32>,
     comment: Option<Vec<u8>>,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// `SCHILY.acl.access`/`SCHILY.acl.default` (ACLs as text, what `tar
+    /// --acls` writes): not decoded.
+    acl_text: bool,
     // GNU sparse.
     sparse_any: bool,
     major: Option<u64>,
@@ -917,6 +930,8 @@ impl Pax {
                 if let Some(name) = k.strip_prefix(b"SCHILY.xattr.") {
                     self.xattrs.retain(|(n, _)| n.as_slice() != name);
                     self.xattrs.push((name.to_vec(), v.to_vec()));
+                } else if k.starts_with(b"SCHILY.acl.") {
+                    self.acl_text |= !empty;
                 } else if let Some(g) = k.strip_prefix(b"GNU.sparse.") {
                     self.sparse_any = true;
                     match g {
