@@ -15,8 +15,9 @@ apt-get update -qq
 # zstd: the archive tests build split .tar.zst archives with tar | zstd | split.
 apt-get install -y -qq fuse3 attr python3 psmisc zstd tar gzip coreutils >/dev/null
 # The archive corpus and lossless-tree tests (tests/archive_corpus.rs, tests/lossless_tree.rs):
-# bsdtar (libarchive-tools) writes archives to compare with GNU tar; rsync -aHAXS compares trees.
-apt-get install -y -qq libarchive-tools rsync >/dev/null
+# bsdtar (libarchive-tools) writes archives to compare with GNU tar; rsync -aHAXS compares trees;
+# xz-utils, bzip2 and lzip let GNU tar extract the corpus archives in those compressions.
+apt-get install -y -qq libarchive-tools rsync xz-utils bzip2 lzip >/dev/null
 # The conformance suite (tests/conformance/run.sh): pjdfstest links libacl;
 # util-linux gives mount(8) for its EROFS cases (remount ro and back).
 apt-get install -y -qq libacl1-dev acl util-linux >/dev/null

@@ -1032,7 +1032,9 @@ fn messages_are_one_line_without_raw_bytes() {
         let e = stderr(&out);
         assert_eq!(e.lines().count(), 1, "{e}");
         assert!(
-            e.contains("not a tar, tar.zst or tar.gz archive (first bytes: "),
+            e.contains(
+                "not a tar, tar.zst, tar.gz, tar.xz, tar.bz2 or tar.lz archive (first bytes: "
+            ),
             "{e}"
         );
         assert!(e.contains(first), "{e}");
@@ -1284,4 +1286,47 @@ fn acls_as_text_records_are_not_dropped_silently() {
     env.ok(["restore".as_ref(), id.trim().as_ref(), restored.as_os_str()]);
     let acl = sh_out(&format!("getfacl -n {}", q(&restored.join("f"))));
     assert!(acl.contains("user:99:rw-"), "{acl}");
+}
+
+/// xz, bzip2 and lzip archives import as GNU tar reads them (through its
+/// external programs); export, which writes only zstd and gzip, refuses those
+/// names rather than write a plain tar under them.
+#[test]
+fn xz_bzip2_and_lzip_archives_import_and_export_refuses_their_names() {
+    let env = Env::new();
+    let root = env.path("lead");
+    make_lead_store(&root);
+    let mut ids = Vec::new();
+    for (ext, flag) in [
+        ("tar.xz", "--xz"),
+        ("tar.bz2", "--bzip2"),
+        ("tar.lz", "--lzip"),
+    ] {
+        let a = env.path(&format!("lead.{ext}"));
+        sh(&format!(
+            "tar --format=posix --xattrs --xattrs-include='*' {flag} -cf {} -C {} lead",
+            q(&a),
+            q(env.tmp.path())
+        ));
+        let out = import_path(&env, &a);
+        assert!(out.status.success(), "{ext}: {}", stderr(&out));
+        ids.push(String::from_utf8(out.stdout).unwrap().trim().to_string());
+    }
+    let roots: Vec<_> = ids
+        .iter()
+        .map(|id| checkpoint_json(&env, id)["root"].clone())
+        .collect();
+    assert!(roots.windows(2).all(|w| w[0] == w[1]), "{roots:?}");
+    let restored = env.path("restored");
+    env.ok(["restore".as_ref(), ids[0].as_ref(), restored.as_os_str()]);
+    assert_same_tree(&root, &restored, false);
+    let out = env.run([
+        "export",
+        ids[0].as_str(),
+        "-o",
+        env.path("x.tar.xz").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not .xz"), "{}", stderr(&out));
+    assert!(!env.path("x.tar.xz").exists());
 }

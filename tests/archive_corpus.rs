@@ -7,7 +7,7 @@
 //!
 //! The archives: tests/data/archives/ (libarchive's and tar-rs's test archives, see
 //! SOURCES.md there) and archives this test makes with GNU tar (every --format, the
-//! PAX sparse versions, --xattrs, gzip and zstd) and bsdtar (pax, ustar, gnutar, v7)
+//! PAX sparse versions, --xattrs, gzip, zstd, xz, bzip2 and lzip) and bsdtar (pax, ustar, gnutar, v7)
 //! from a tree with every node type tar can hold.
 //!
 //! Every difference of every archive is collected and reported in one assertion at the
@@ -44,7 +44,7 @@ fn require_root() {
         "archive_corpus runs as root (mounts, mknod, chown)"
     );
     require_tools(&[
-        "tar", "bsdtar", "zstd", "gzip", "setfattr", "mknod", "truncate",
+        "tar", "bsdtar", "zstd", "gzip", "xz", "bzip2", "lzip", "setfattr", "mknod", "truncate",
     ]);
 }
 
@@ -68,6 +68,12 @@ fn plain_tar(archive: &Path, dir: &Path) -> Result<PathBuf, String> {
         "zstd -dc"
     } else if head.starts_with(&[0x1f, 0x8b]) {
         "gzip -dc"
+    } else if head.starts_with(&[0xfd, b'7', b'z', b'X']) {
+        "xz -dc"
+    } else if head.starts_with(b"BZh") {
+        "bzip2 -dc"
+    } else if head.starts_with(b"LZIP") {
+        "lzip -dc"
     } else {
         return Ok(archive.to_path_buf());
     };
@@ -497,6 +503,12 @@ fn make_archives(src: &Path, out: &Path) -> Vec<(String, PathBuf)> {
         "gnutar-posix.tar.zst".into(),
         format!("{gnu} --format=posix {xa} --zstd -f OUT -C {s} top"),
     ));
+    for (ext, flag) in [("xz", "--xz"), ("bz2", "--bzip2"), ("lz", "--lzip")] {
+        cmds.push((
+            format!("gnutar-posix.tar.{ext}"),
+            format!("{gnu} --format=posix {xa} {flag} -f OUT -C {s} top"),
+        ));
+    }
     for f in ["pax", "ustar", "gnutar", "v7"] {
         cmds.push((
             format!("bsdtar-{f}.tar"),

@@ -142,6 +142,12 @@ pub fn export(store: &Store, a: ExportArgs) -> Result<()> {
     if a.split == Some(0) {
         bail!("--split 0: give a part size such as 64M");
     }
+    if let Some(ext) = Compression::unsupported(&out) {
+        bail!(
+            "cannot write {}: export compresses with zstd (.zst) or gzip (.gz) only, not {ext}; name it .tar.zst, .tar.gz or .tar",
+            out.display()
+        );
+    }
     let opts = ExportOptions {
         compression: Compression::from_name(&out),
         split: a.split.map(|s| s as u64),

@@ -218,7 +218,7 @@ Examples:
   storefs import /backup/s1.tar.zst.part* --manifest /backup/s1.tar.zst.sha256
   storefs import s1.tar.gz --origin /srv/_lead_sessions/s1
 
-The format is found from the magic bytes (tar, zstd, gzip). When the archive holds one
+The format is found from the magic bytes (tar, zstd, gzip, xz, bzip2, lzip). When the archive holds one
 top-level directory, the checkpoint is that directory; its STORE.json `root` becomes the
 origin unless --origin is given. An archive imported before (same sha256) is not read again.")]
 pub struct ImportArgs {

@@ -31,6 +31,17 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// A name that asks for a compression export does not write (`.xz`,
+    /// `.bz2`, …): writing a plain tar under it would mislead every reader.
+    pub fn unsupported(path: &Path) -> Option<&'static str> {
+        let n = path.to_string_lossy();
+        [
+            ".xz", ".txz", ".bz2", ".tbz", ".tbz2", ".lz", ".lz4", ".lzma", ".Z",
+        ]
+        .into_iter()
+        .find(|ext| n.ends_with(ext))
+    }
+
     /// From the output name: `.zst` → zstd, `.gz`/`.tgz` → gzip, else plain tar.
     pub fn from_name(path: &Path) -> Compression {
         let n = path.to_string_lossy();

@@ -1,4 +1,4 @@
-//! Import a tar archive (plain, zstd or gzip; whole or split into parts) as a
+//! Import a tar archive (plain, zstd, gzip, xz, bzip2 or lzip; whole or split into parts) as a
 //! checkpoint, in one streaming pass:
 //!
 //! - a **reader** thread reads the parts in order, hashes every byte (the
@@ -341,6 +341,9 @@ pub enum Format {
     Tar,
     Zstd,
     Gzip,
+    Xz,
+    Bzip2,
+    Lzip,
 }
 
 /// Recognize the compression by magic number (not by name).
@@ -349,14 +352,17 @@ pub fn detect(head: &[u8]) -> Result<Format> {
         [0x28, 0xb5, 0x2f, 0xfd, ..] => Format::Zstd,
         [m, 0x2a, 0x4d, 0x18, ..] if m & 0xf0 == 0x50 => Format::Zstd, // skippable frame
         [0x1f, 0x8b, ..] => Format::Gzip,
-        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => {
+        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => Format::Xz,
+        [b'B', b'Z', b'h', ..] => Format::Bzip2,
+        [b'L', b'Z', b'I', b'P', ..] => Format::Lzip,
+        [0x04, 0x22, 0x4d, 0x18, ..] => {
             return Err(Error::Archive(
-                "xz-compressed archives are not supported; decompress with `xz -d` first".into(),
+                "lz4-compressed archives are not supported; decompress with `lz4 -d` first".into(),
             ));
         }
-        [b'B', b'Z', b'h', ..] => {
+        [0x1f, 0x9d, ..] => {
             return Err(Error::Archive(
-                "bzip2-compressed archives are not supported; decompress with `bzip2 -d` first"
+                "compress(1) (.Z) archives are not supported; decompress with `gzip -d` first"
                     .into(),
             ));
         }
@@ -404,11 +410,15 @@ fn parse(
             Box::new(d)
         }
         Format::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
+        Format::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(raw)),
+        // Concatenated streams, as `xz -d` and `lzip -d` read them.
+        Format::Xz => Box::new(lzma_rust2::XzReader::new(raw, true)),
+        Format::Lzip => Box::new(lzma_rust2::LzipReader::new(raw)),
     };
     let not_tar = || {
         let bytes: Vec<String> = head.iter().map(|b| format!("{b:02x}")).collect();
         Error::Archive(format!(
-            "{first}: not a tar, tar.zst or tar.gz archive (first bytes: {} …)",
+            "{first}: not a tar, tar.zst, tar.gz, tar.xz, tar.bz2 or tar.lz archive (first bytes: {} …)",
             bytes.join(" ")
         ))
     };
@@ -476,9 +486,13 @@ fn parse(
     drop(rest);
     if headers == 0 {
         return Err(Error::Archive(if end_marker {
-            format!("{first}: holds only zero bytes: not a tar, tar.zst or tar.gz archive")
+            format!(
+                "{first}: holds only zero bytes: not a tar, tar.zst, tar.gz, tar.xz, tar.bz2 or tar.lz archive"
+            )
         } else {
-            format!("{first} is empty: not a tar, tar.zst or tar.gz archive")
+            format!(
+                "{first} is empty: not a tar, tar.zst, tar.gz, tar.xz, tar.bz2 or tar.lz archive"
+            )
         }));
     }
     let mut end_warning = None;
