@@ -59,21 +59,54 @@ impl Store {
 
     /// Live mounts: records whose daemon runs and whose mountpoint is mounted.
     /// Stale records are removed (a dead mount's record is kept: see
-    /// [`Store::mounts`]).
+    /// [`Store::mounts`]). Only this store's records are looked at.
     pub fn live_mounts(&self) -> Result<Vec<MountRecord>> {
-        Ok(self.mounts()?.0)
+        Ok(self.recorded_mounts(&mounts_with_source())?.0)
     }
 
     /// Live mounts, and dead ones: storefs mounts the kernel still lists
     /// whose daemon is gone (every access fails with "Transport endpoint is
     /// not connected" until `storefs umount`). A dead mount this store made
     /// keeps its record (target, checkpoint, the dead pid); one without a
-    /// record (another store's, or its record lost) is named by its fsname. Dead
-    /// mounts have mode `dead`. Records of neither are removed.
+    /// record (another store's, or its record lost) is named by its fsname.
+    /// Dead mounts have mode `dead`. Records of neither are removed.
+    ///
+    /// Finding the dead mounts without a record asks every other storefs
+    /// mount for its statfs (another store's live daemon answers; a hung one
+    /// would make this wait), so only `status` and `umount NAME` call this.
     pub fn mounts(&self) -> Result<(Vec<MountRecord>, Vec<MountRecord>)> {
+        let table = mounts_with_source();
+        let (live, mut dead) = self.recorded_mounts(&table)?;
+        for (mp, fstype, source) in table {
+            let known = live
+                .iter()
+                .chain(&dead)
+                .any(|r| Path::new(&r.mountpoint) == mp);
+            if fstype == "fuse.storefs" && !known && is_disconnected(&mp) {
+                dead.push(MountRecord {
+                    mountpoint: mp.to_string_lossy().into_owned(),
+                    target: source.strip_prefix("storefs:").unwrap_or("?").to_string(),
+                    checkpoint: String::new(),
+                    pid: 0,
+                    mode: "dead".into(),
+                    log: String::new(),
+                    started_ns: 0,
+                });
+            }
+        }
+        dead.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+        Ok((live, dead))
+    }
+
+    /// This store's mount records, live and dead (as [`Store::mounts`] says),
+    /// against the mount `table`; the records of neither are removed. Only
+    /// mounts whose daemon is gone are probed, so this never waits on one.
+    fn recorded_mounts(
+        &self,
+        table: &[(PathBuf, String, String)],
+    ) -> Result<(Vec<MountRecord>, Vec<MountRecord>)> {
         let dir = self.root().join("mounts");
-        let table = mount_table();
-        let mounted = |p: &Path| table.iter().any(|(m, _)| m == p);
+        let mounted = |p: &Path| table.iter().any(|(m, _, _)| m == p);
         let (mut live, mut dead) = (Vec::new(), Vec::new());
         for ent in fs::read_dir(&dir).at(&dir)? {
             let path = ent.at(&dir)?.path();
@@ -96,23 +129,6 @@ impl Store {
                 _ => {
                     let _ = fs::remove_file(&path);
                 }
-            }
-        }
-        for (mp, fstype, source) in mounts_with_source() {
-            let known = live
-                .iter()
-                .chain(&dead)
-                .any(|r| Path::new(&r.mountpoint) == mp);
-            if fstype == "fuse.storefs" && !known && is_disconnected(&mp) {
-                dead.push(MountRecord {
-                    mountpoint: mp.to_string_lossy().into_owned(),
-                    target: source.strip_prefix("storefs:").unwrap_or("?").to_string(),
-                    checkpoint: String::new(),
-                    pid: 0,
-                    mode: "dead".into(),
-                    log: String::new(),
-                    started_ns: 0,
-                });
             }
         }
         live.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
@@ -162,8 +178,7 @@ fn is_zombie(pid: i32) -> bool {
 
 /// Whether `path` is a FUSE mount whose daemon is gone: statfs fails with
 /// ENOTCONN ("Transport endpoint is not connected"); stat may still answer
-/// from the kernel's attribute cache, statfs always asks the daemon. Only
-/// asked of mounts with no live daemon, so it never waits on a busy one.
+/// from the kernel's attribute cache, statfs always asks the daemon.
 fn is_disconnected(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
