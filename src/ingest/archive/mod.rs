@@ -335,6 +335,9 @@ impl Read for ChannelReader {
     }
 }
 
+/// What import says of a file it cannot read as an archive.
+const NOT_A_TAR: &str = "not a tar, tar.zst, tar.gz, tar.xz, tar.bz2 or tar.lz archive";
+
 /// Compression, from the first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -418,7 +421,7 @@ fn parse(
     let not_tar = || {
         let bytes: Vec<String> = head.iter().map(|b| format!("{b:02x}")).collect();
         Error::Archive(format!(
-            "{first}: not a tar, tar.zst, tar.gz, tar.xz, tar.bz2 or tar.lz archive (first bytes: {} …)",
+            "{first}: {NOT_A_TAR} (first bytes: {} …)",
             bytes.join(" ")
         ))
     };
@@ -486,13 +489,9 @@ fn parse(
     drop(rest);
     if headers == 0 {
         return Err(Error::Archive(if end_marker {
-            format!(
-                "{first}: holds only zero bytes: not a tar, tar.zst, tar.gz, tar.xz, tar.bz2 or tar.lz archive"
-            )
+            format!("{first}: holds only zero bytes: {NOT_A_TAR}")
         } else {
-            format!(
-                "{first} is empty: not a tar, tar.zst, tar.gz, tar.xz, tar.bz2 or tar.lz archive"
-            )
+            format!("{first} is empty: {NOT_A_TAR}")
         }));
     }
     let mut end_warning = None;

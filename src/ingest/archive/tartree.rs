@@ -81,10 +81,6 @@ pub(super) struct TreeBuilder<'a> {
     progress: ProgressBar,
 }
 
-fn lossy(b: &[u8]) -> String {
-    escape(b)
-}
-
 fn hostile(entry: &[u8], detail: impl Into<String>) -> Error {
     Error::HostileEntry {
         entry: escape(entry),
@@ -156,13 +152,13 @@ impl<'a> TreeBuilder<'a> {
                     Kind::Symlink => {
                         return Err(hostile(
                             raw,
-                            format!("its path goes through the symlink '{}'", lossy(c)),
+                            format!("its path goes through the symlink '{}'", escape(c)),
                         ));
                     }
                     _ => {
                         return Err(hostile(
                             raw,
-                            format!("its parent '{}' is not a directory", lossy(c)),
+                            format!("its parent '{}' is not a directory", escape(c)),
                         ));
                     }
                 },
@@ -260,13 +256,13 @@ impl<'a> TreeBuilder<'a> {
                             &self.progress,
                         )
                         .map_err(|source| Error::Io {
-                            path: lossy(raw_path).into(),
+                            path: escape(raw_path).into(),
                             source,
                         })?;
                         if pending.total() != seg.len {
                             return Err(Error::Truncated(format!(
                                 "entry '{}' declares {} bytes of data but the archive ends after {}",
-                                lossy(raw_path),
+                                escape(raw_path),
                                 pos + seg.len,
                                 pos + pending.total()
                             )));
@@ -335,7 +331,7 @@ impl<'a> TreeBuilder<'a> {
                 }
                 self.warnings.push(format!(
                     "archive entry '{}' appears twice; the later one is kept",
-                    lossy(raw_path)
+                    escape(raw_path)
                 ));
                 if node.pending.is_some() {
                     self.track(i)?;
@@ -381,7 +377,7 @@ impl<'a> TreeBuilder<'a> {
                         raw,
                         format!(
                             "hardlink to '{}', which is not earlier in the archive",
-                            lossy(target)
+                            escape(target)
                         ),
                     ));
                 }
@@ -390,7 +386,7 @@ impl<'a> TreeBuilder<'a> {
         if cur == 0 || self.nodes[cur].entry.kind == Kind::Dir {
             return Err(hostile(
                 raw,
-                format!("hardlink to the directory '{}'", lossy(target)),
+                format!("hardlink to the directory '{}'", escape(target)),
             ));
         }
         Ok(cur)
