@@ -280,6 +280,22 @@ fn mount_error(cfg: &MountConfig, source: io::Error) -> FsError {
     }
 }
 
+/// Block the stop signals in the calling thread (see [`mount_checkpoint`]),
+/// then mount the adapter `make` builds around the session's
+/// [`MountRelease`] at `cfg.mountpoint`.
+fn start_session<FS: fuser::Filesystem>(
+    cfg: &MountConfig,
+    config: &Config,
+    make: impl FnOnce(MountRelease) -> FS,
+) -> Result<Session<FS>, FsError> {
+    block_stop_signals().map_err(|e| mount_error(cfg, e))?;
+    let release = MountRelease::default();
+    let mut session = Session::new(make(release.clone()), &cfg.mountpoint, config)
+        .map_err(|e| mount_error(cfg, e))?;
+    release.set(session.unmount_callable());
+    Ok(session)
+}
+
 /// Mount checkpoint `ckpt` read-only. Returns once the kernel mount exists
 /// (before serving); requests wait until [`Mounted::serve`] runs.
 ///
@@ -304,15 +320,7 @@ pub fn mount_checkpoint(
         cfg.mountpoint.clone(),
         record.source.stats,
     );
-    block_stop_signals().map_err(|e| mount_error(cfg, e))?;
-    let release = MountRelease::default();
-    let mut session = Session::new(
-        FuseAdapter::new(fs, release.clone()),
-        &cfg.mountpoint,
-        &config,
-    )
-    .map_err(|e| mount_error(cfg, e))?;
-    release.set(session.unmount_callable());
+    let session = start_session(cfg, &config, |release| FuseAdapter::new(fs, release))?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), checkpoint = %ckpt, "mounted");
     Ok(Mounted {
         session: AnySession::Checkpoint(session),
@@ -334,15 +342,7 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
     let fs = ForkFs::new(fork);
-    block_stop_signals().map_err(|e| mount_error(cfg, e))?;
-    let release = MountRelease::default();
-    let mut session = Session::new(
-        ForkAdapter::new(fs, release.clone()),
-        &cfg.mountpoint,
-        &config,
-    )
-    .map_err(|e| mount_error(cfg, e))?;
-    release.set(session.unmount_callable());
+    let session = start_session(cfg, &config, |release| ForkAdapter::new(fs, release))?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), fork = %name, "mounted read-write");
     Ok(Mounted {
         session: AnySession::Fork(session),
@@ -357,15 +357,7 @@ pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted, FsE
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadOnly)?;
     let fs = BrowseFs::new(store, cfg.cache_bytes, cfg.mountpoint.clone());
-    block_stop_signals().map_err(|e| mount_error(cfg, e))?;
-    let release = MountRelease::default();
-    let mut session = Session::new(
-        BrowseAdapter::new(fs, release.clone()),
-        &cfg.mountpoint,
-        &config,
-    )
-    .map_err(|e| mount_error(cfg, e))?;
-    release.set(session.unmount_callable());
+    let session = start_session(cfg, &config, |release| BrowseAdapter::new(fs, release))?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted for browsing");
     Ok(Mounted {
         session: AnySession::Browse(session),
