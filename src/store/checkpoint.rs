@@ -86,24 +86,13 @@ impl Checkpoint {
 ///
 /// [`Store::write_checkpoint`]: super::Store::write_checkpoint
 pub fn check_origin(origin: &str) -> Option<&'static str> {
-    if !origin.starts_with('/') {
-        return Some("it is not an absolute path");
-    }
-    if origin.contains('\0') {
-        return Some("it contains a NUL byte");
-    }
-    if origin == "/" {
-        return None;
-    }
-    for c in origin[1..].split('/') {
-        match c {
-            ".." => return Some("it has a '..' component"),
-            "." => return Some("it has a '.' component"),
-            "" => return Some("it has an empty component ('//' or a trailing '/')"),
-            _ => {}
+    match canonical_origin(origin) {
+        Err(why) => Some(why),
+        Ok(canonical) if canonical != origin => {
+            Some("it has an empty or '.' component ('//', '/./' or a trailing '/')")
         }
+        Ok(_) => None,
     }
-    None
 }
 
 /// `origin` as a canonical absolute path: empty and `.` components (`//`,
