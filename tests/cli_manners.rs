@@ -36,6 +36,19 @@ fn big_store(env: &Env) -> std::path::PathBuf {
     src
 }
 
+/// A store with ref `s1`: one file, `f`.
+fn small_store(env: &Env) {
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), "f").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+}
+
 /// `storefs ARGS | head -c 10`: storefs's exit status (as bash reports it)
 /// and its stderr.
 fn into_head(env: &Env, args: &str) -> (i32, String) {
@@ -115,25 +128,10 @@ fn a_commit_record_counts_its_entries() {
 #[test]
 fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
     let env = Env::new();
-    let src = env.path("src");
-    fs::create_dir_all(&src).unwrap();
-    fs::write(src.join("f"), "f").unwrap();
-    env.ok([
-        "snapshot".as_ref(),
-        src.as_os_str(),
-        "--ref".as_ref(),
-        "s1".as_ref(),
-    ]);
+    small_store(&env);
     let mp = env.path("mnt");
     let guard = env.mount("s1", Some(&mp));
-    let status: Vec<serde_json::Value> =
-        serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
-    let pid = status[0]["pid"].as_i64().unwrap() as i32;
-    // SAFETY: the daemon this test started.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    common::kill_the_daemon(&env);
     let out = env.run(["status"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -156,15 +154,7 @@ fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
 #[test]
 fn umount_takes_the_name_of_what_is_mounted() {
     let env = Env::new();
-    let src = env.path("src");
-    fs::create_dir_all(&src).unwrap();
-    fs::write(src.join("f"), "f").unwrap();
-    env.ok([
-        "snapshot".as_ref(),
-        src.as_os_str(),
-        "--ref".as_ref(),
-        "s1".as_ref(),
-    ]);
+    small_store(&env);
     env.ok(["fork", "s1", "--name", "w"]);
     let (ro, rw) = (env.path("ro"), env.path("rw"));
     let g1 = env.mount("s1", Some(&ro));
@@ -184,14 +174,7 @@ fn umount_takes_the_name_of_what_is_mounted() {
 #[test]
 fn messages_name_what_the_user_typed() {
     let env = Env::new();
-    let src = env.path("src");
-    fs::create_dir_all(&src).unwrap();
-    env.ok([
-        "snapshot".as_ref(),
-        src.as_os_str(),
-        "--ref".as_ref(),
-        "s1".as_ref(),
-    ]);
+    small_store(&env);
     let err = env.fails_in(&env.store, &["mount", "missing.tar.zst"]);
     assert!(err.contains("missing.tar.zst: no such file"), "{err}");
     let err = env.fails_in(&env.store, &["fork", "s1", "--name", "a/b"]);
@@ -224,14 +207,7 @@ fn common_mounted(p: &Path) -> bool {
 #[test]
 fn messages_escape_control_characters_in_names() {
     let env = Env::new();
-    let src = env.path("src");
-    fs::create_dir_all(&src).unwrap();
-    env.ok([
-        "snapshot".as_ref(),
-        src.as_os_str(),
-        "--ref".as_ref(),
-        "s1".as_ref(),
-    ]);
+    small_store(&env);
     let err = env.fails_in(&env.store, &["cat", "s1", "a\x1b[2Jb\nc"]);
     assert!(!err.contains('\x1b'), "raw ESC on stderr: {err:?}");
     assert!(err.contains("a\\x1b[2Jb\\nc"), "{err:?}");

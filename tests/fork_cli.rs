@@ -161,16 +161,7 @@ fn fsynced_writes_survive_a_killed_daemon_and_no_commit_keeps_the_journal() {
 
     let m = env.mount("f", Some(&mp));
     agent_turn(&mp, 1); // fsyncs everything it writes
-    let status: Vec<serde_json::Value> =
-        serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
-    let pid = status[0]["pid"].as_i64().unwrap() as i32;
-    // SAFETY: the daemon this test started.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !common::no_live_mount(&env.ok(["status", "--json"])) {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::kill_the_daemon(&env);
     m.unmount(); // clears the dead mount
 
     // The journal replays: what fsync acknowledged is there.

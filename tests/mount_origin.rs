@@ -195,19 +195,7 @@ fn a_killed_daemon_is_reported_and_cleared_by_umount() {
     ]);
     let mp = env.path("mnt");
     let m = env.mount("k", Some(&mp));
-    let status: Vec<serde_json::Value> =
-        serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
-    let pid = status[0]["pid"].as_i64().unwrap() as i32;
-    // SAFETY: the pid is the daemon this test started.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !common::no_live_mount(&env.ok(["status", "--json"])) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "status still lists a killed daemon"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::kill_the_daemon(&env);
     let again = env.run(["mount".as_ref(), "k".as_ref(), mp.as_os_str()]);
     assert_eq!(again.status.code(), Some(1));
     assert!(

@@ -541,9 +541,26 @@ macro_rules! both_remotes {
     };
 }
 
-/// Whether `storefs status --json` output lists no live mount (dead ones,
-/// whose daemon was killed, may remain until `storefs umount`).
-pub fn no_live_mount(status_json: &str) -> bool {
-    let list: Vec<serde_json::Value> = serde_json::from_str(status_json).unwrap();
-    list.iter().all(|m| m["mode"] == "dead")
+/// SIGKILL the daemon of the store's one live mount, and wait (10 s at
+/// most) until `storefs status` lists no live mount: its mount stays, dead,
+/// until `storefs umount`.
+pub fn kill_the_daemon(env: &Env) {
+    let status: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
+    let pid = status[0]["pid"].as_i64().unwrap() as i32;
+    // SAFETY: the daemon of a mount the test made.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let list: Vec<serde_json::Value> =
+            serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
+        if list.iter().all(|m| m["mode"] == "dead") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "status still lists a killed daemon"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
