@@ -113,7 +113,7 @@ impl Filesystem for ForkAdapter {
         // I/O) handles be mapped shared. POSIX_ACL makes the kernel check
         // permissions against the ACL xattrs (and validate what setfacl
         // sets); keeping mode and ACLs in step and inheriting default ACLs
-        // is ours (`journal::acl`), so DONT_MASK hands us the umask instead
+        // is ours (`store::acl`, applied by the fork), so DONT_MASK hands us the umask instead
         // of applying it (no umask under a default ACL). All optional.
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,

@@ -25,7 +25,7 @@
 //! Permission checks are the kernel's (the mount always has
 //! `default_permissions`, and `FUSE_POSIX_ACL`, so the kernel also reads the
 //! ACL xattrs; keeping mode and ACLs in step and inheriting default ACLs is
-//! [`Fork`]'s, with `journal::acl`: this layer passes the umask through and
+//! [`Fork`]'s, with `store::acl`: this layer passes the umask through and
 //! says whether the caller is in a file's group, for the setgid rule of an
 //! ACL change). Setuid/setgid on a write, truncate or chown by
 //! someone without `CAP_FSETID`: without `FUSE_HANDLE_KILLPRIV` the kernel

@@ -307,7 +307,7 @@ impl<W: Write> Writer<'_, W> {
             if let Some(text) = e
                 .xattrs
                 .iter()
-                .find(|(k, _)| k.as_slice() == xattr.as_bytes())
+                .find(|(k, _)| k.as_slice() == xattr)
                 .and_then(|(_, v)| acl_text(v))
             {
                 pax.push((key.to_string(), text.into_bytes()));
@@ -515,9 +515,9 @@ impl<W: Write> Writer<'_, W> {
 
 /// The xattrs holding POSIX ACLs, and the PAX records star, GNU tar and
 /// libarchive use for the same ACLs as text.
-const ACL_XATTRS: [(&str, &str); 2] = [
-    ("system.posix_acl_access", "SCHILY.acl.access"),
-    ("system.posix_acl_default", "SCHILY.acl.default"),
+const ACL_XATTRS: [(&[u8], &str); 2] = [
+    (crate::store::acl::ACCESS, "SCHILY.acl.access"),
+    (crate::store::acl::DEFAULT, "SCHILY.acl.default"),
 ];
 
 /// A Linux POSIX ACL xattr (version 2: entries of tag u16, perm u16, id u32,
@@ -526,15 +526,9 @@ const ACL_XATTRS: [(&str, &str); 2] = [
 /// extra id field libarchive writes and reads (GNU tar drops it). `None` for
 /// anything else, which is then only exported as the xattr.
 fn acl_text(v: &[u8]) -> Option<String> {
-    let (head, body) = v.split_at_checked(4)?;
-    if head != 2u32.to_le_bytes() || body.is_empty() || body.len() % 8 != 0 {
-        return None;
-    }
+    use crate::store::acl::{GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ, raw_entries};
     let mut out = Vec::new();
-    for e in body.chunks_exact(8) {
-        let tag = u16::from_le_bytes([e[0], e[1]]);
-        let perm = u16::from_le_bytes([e[2], e[3]]);
-        let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+    for (tag, perm, id) in raw_entries(v)? {
         if perm > 7 {
             return None;
         }
@@ -543,16 +537,16 @@ fn acl_text(v: &[u8]) -> Option<String> {
             .map(|&(bit, c)| if perm & bit != 0 { c } else { '-' })
             .collect();
         out.push(match tag {
-            0x01 => format!("user::{rwx}"),
-            0x02 => format!("user:{id}:{rwx}:{id}"),
-            0x04 => format!("group::{rwx}"),
-            0x08 => format!("group:{id}:{rwx}:{id}"),
-            0x10 => format!("mask::{rwx}"),
-            0x20 => format!("other::{rwx}"),
+            USER_OBJ => format!("user::{rwx}"),
+            USER => format!("user:{id}:{rwx}:{id}"),
+            GROUP_OBJ => format!("group::{rwx}"),
+            GROUP => format!("group:{id}:{rwx}:{id}"),
+            MASK => format!("mask::{rwx}"),
+            OTHER => format!("other::{rwx}"),
             _ => return None,
         });
     }
-    Some(out.join(","))
+    (!out.is_empty()).then(|| out.join(","))
 }
 
 /// The largest value of a 7- and an 11-digit octal header field.

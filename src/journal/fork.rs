@@ -29,14 +29,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::acl;
 use super::fold::fold;
 use super::io::{JournalIo, RealIo};
 use super::record::Record;
 use super::state::{Ctx, ForkState, Src, check_name, now_ns};
 use super::wal::{Wal, segment_name};
 use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
-use crate::store::{Checkpoint, ChunkCache, Kind, ObjectId, Source, Store};
+use crate::store::{Checkpoint, ChunkCache, Kind, ObjectId, Source, Store, acl};
 
 /// A new inode as its creator asks for it ([`Fork::make`]).
 #[derive(Clone, Debug)]

@@ -22,7 +22,6 @@
 //! not yet refused by `Store::set_ref`; the fork's own lock is not checked
 //! against a concurrent `Fork::create` of a ref of the same name.
 
-pub mod acl;
 pub mod ext4;
 mod fold;
 mod fork;

@@ -22,7 +22,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::acl;
 use super::ext4;
 use super::record::{
     InodeMap, MAX_WRITE_DATA, RENAME_EXCHANGE, RENAME_NOREPLACE, Record, XATTR_CREATE,
@@ -30,6 +29,7 @@ use super::record::{
 };
 use super::wal::{Pos, Wal};
 use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, Time, XattrMode};
+use crate::store::acl;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
 /// The root directory's inode number.

@@ -10,6 +10,7 @@ use super::fork::CommitStep;
 use super::record::{self, InodeMap, Record};
 use super::*;
 use crate::ingest::{self, SnapshotOptions};
+use crate::store::acl;
 use crate::store::{Checkpoint, ObjectId, Source, Store};
 
 // ------------------------------------------------------------------ helpers

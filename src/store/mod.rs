@@ -2,6 +2,7 @@
 //! their uncompressed bytes, verified on every read), trees, checkpoints, refs
 //! and the registry of live mounts. Pure library: no FUSE here.
 
+pub mod acl;
 mod archives;
 mod atomic;
 mod backend;

@@ -4,7 +4,8 @@
 //! reads the `system.posix_acl_*` xattrs to check permissions, validates what
 //! `setfacl` sets and hands it over in its canonical xattr form; keeping the
 //! mode and the ACL in step is the file system's job. These are Linux's
-//! rules (`fs/posix_acl.c`), applied by [`super::Fork`]:
+//! rules (`fs/posix_acl.c`), which a fork (`crate::journal::Fork`) applies;
+//! export reads the same values to write them as text as well:
 //!
 //! - setting an access ACL sets the mode's rwx bits from it (the group bits
 //!   from the mask when there is one); an ACL the mode can express is not
@@ -26,17 +27,35 @@ pub const ACCESS: &[u8] = b"system.posix_acl_access";
 pub const DEFAULT: &[u8] = b"system.posix_acl_default";
 
 const VERSION: u32 = 2;
-const USER_OBJ: u16 = 0x01;
-const USER: u16 = 0x02;
-const GROUP_OBJ: u16 = 0x04;
-const GROUP: u16 = 0x08;
-const MASK: u16 = 0x10;
-const OTHER: u16 = 0x20;
+/// Entry tags.
+pub const USER_OBJ: u16 = 0x01;
+pub const USER: u16 = 0x02;
+pub const GROUP_OBJ: u16 = 0x04;
+pub const GROUP: u16 = 0x08;
+pub const MASK: u16 = 0x10;
+pub const OTHER: u16 = 0x20;
 const UNDEFINED_ID: u32 = u32::MAX;
 
 /// Whether `name` is one of the two ACL attributes.
 pub fn is_acl(name: &[u8]) -> bool {
     name == ACCESS || name == DEFAULT
+}
+
+/// The entries of an xattr value in Linux's format, `(tag, perm, id)` as
+/// stored (nothing checked but the version and the length), or `None` when
+/// the value is not version 2 with whole 8-byte entries.
+pub fn raw_entries(value: &[u8]) -> Option<impl Iterator<Item = (u16, u16, u32)> + '_> {
+    let (head, rest) = value.split_first_chunk::<4>()?;
+    if u32::from_le_bytes(*head) != VERSION || rest.len() % 8 != 0 {
+        return None;
+    }
+    Some(rest.chunks_exact(8).map(|e| {
+        (
+            u16::from_le_bytes([e[0], e[1]]),
+            u16::from_le_bytes([e[2], e[3]]),
+            u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+        )
+    }))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,20 +75,15 @@ impl Acl {
     /// Parse an xattr value; `None` unless it is a well-formed ACL (version
     /// 2, known tags, the three base entries present).
     pub fn parse(value: &[u8]) -> Option<Acl> {
-        let (head, rest) = value.split_first_chunk::<4>()?;
-        if u32::from_le_bytes(*head) != VERSION || rest.len() % 8 != 0 {
-            return None;
-        }
-        let mut entries = Vec::with_capacity(rest.len() / 8);
-        for e in rest.chunks_exact(8) {
-            let tag = u16::from_le_bytes([e[0], e[1]]);
+        let mut entries = Vec::with_capacity(value.len() / 8);
+        for (tag, perm, id) in raw_entries(value)? {
             if ![USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER].contains(&tag) {
                 return None;
             }
             entries.push(Entry {
                 tag,
-                perm: u16::from_le_bytes([e[2], e[3]]) & 7,
-                id: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+                perm: perm & 7,
+                id,
             });
         }
         let has = |t| entries.iter().any(|e| e.tag == t);
