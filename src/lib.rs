@@ -18,3 +18,4 @@ pub mod ingest;
 pub mod journal;
 pub mod remote;
 pub mod store;
+pub mod sys;

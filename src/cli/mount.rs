@@ -19,8 +19,9 @@ use super::fork::{Control, Request, commit_periodically, request};
 use crate::fs::{self as sfs, MountConfig};
 use crate::ingest::archive::is_archive_path;
 use crate::journal::{self, Fork};
-use crate::store::mounts::{MountRecord, mount_table, pid_alive};
+use crate::store::mounts::MountRecord;
 use crate::store::{ObjectId, Store, absolute};
+use crate::sys::{mount_table, pid_alive};
 
 /// The environment variable through which a daemon reports to the `mount` that
 /// started it: the number of a pipe's write end.
@@ -220,7 +221,11 @@ fn check_mountpoint(store: &Store, mp: &Path) -> Result<()> {
             mp.display()
         );
     }
-    if let Some((_, fstype)) = mount_table().into_iter().find(|(p, _)| p == mp) {
+    if let Some((_, fstype)) = mount_table()
+        .into_iter()
+        .map(|m| (m.mountpoint, m.fstype))
+        .find(|(p, _)| p == mp)
+    {
         bail!(
             "{} is already a mount point ({fstype}); unmount it first (`storefs umount {}`)",
             mp.display(),
@@ -486,7 +491,11 @@ fn run_daemon(
 
 pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     let mp = umount_target(store_dir, &a.mountpoint)?;
-    let Some((_, fstype)) = mount_table().into_iter().find(|(p, _)| *p == mp) else {
+    let Some((_, fstype)) = mount_table()
+        .into_iter()
+        .map(|m| (m.mountpoint, m.fstype))
+        .find(|(p, _)| *p == mp)
+    else {
         bail!("{} is not mounted", mp.display());
     };
     if fstype != "fuse.storefs" {
@@ -569,7 +578,7 @@ fn looks_like_archive(target: &str) -> bool {
 fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
     let mp = absolute(arg)?;
     let table = mount_table();
-    if table.iter().any(|(p, _)| *p == mp) {
+    if table.iter().any(|m| m.mountpoint == mp) {
         return Ok(mp);
     }
     let name = arg.to_str().filter(|n| !n.contains('/'));

@@ -245,18 +245,9 @@ impl JournalIo for RealIo {
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC)
             .open(path)?;
-        // SAFETY: flock on an fd we own; no memory is involved.
-        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if r == 0 {
-            // Closing the fd (dropping the guard) releases the lock.
-            return Ok(Some(Box::new(f)));
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            Ok(None)
-        } else {
-            Err(e)
-        }
+        // Closing the fd (dropping the guard) releases the lock.
+        Ok(crate::sys::try_lock(&f, crate::sys::Lock::Exclusive)?
+            .then(|| Box::new(f) as Box<dyn Any + Send + Sync>))
     }
 }
 

@@ -135,26 +135,12 @@ impl Behind {
     }
 }
 
-/// Start the write-behind helper with every signal blocked, so it never takes
-/// one meant for the process (a mount daemon's signal thread `sigwait`s for
-/// SIGTERM; a thread that did not block it would die of it). False when the
-/// thread cannot be started: write-behind is then skipped.
+/// Start the write-behind helper with the stop signals blocked, so it never
+/// takes one meant for the process (a mount daemon's signal thread `sigwait`s
+/// for SIGTERM; a thread that did not block it would die of it). False when
+/// the thread cannot be started: write-behind is then skipped.
 fn spawn_helper(behind: Arc<Behind>) -> bool {
-    // SAFETY: sigfillset fills a set we own; pthread_sigmask swaps this
-    // thread's mask and puts the old one back right after the spawn.
-    let old = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        old
-    };
-    let spawned = std::thread::Builder::new()
-        .name("storefs-wal-behind".into())
-        .spawn(move || behind.run());
-    // SAFETY: as above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    match spawned {
+    match crate::sys::spawn_unsignalled("storefs-wal-behind", move || behind.run()) {
         Ok(_) => true,
         Err(e) => {
             tracing::warn!(error = %e, "cannot start the journal write-behind thread; continuing without it");

@@ -171,8 +171,10 @@ pub struct FetchStats {
 pub struct LazyBackend {
     shared: Arc<Shared>,
     /// The runtime the fetches run on: `read` blocks on it, prefetches are
-    /// spawned on it. Its threads block the stop signals, which the FUSE
-    /// layer handles on its own thread.
+    /// spawned on it. Its threads block the stop signals (SIGTERM, SIGINT,
+    /// SIGHUP), which the mount daemon waits for on its own thread to unmount
+    /// cleanly; a runtime thread started before the daemon blocked them would
+    /// otherwise take them.
     rt: tokio::runtime::Runtime,
 }
 
@@ -238,7 +240,11 @@ impl LazyBackend {
             .worker_threads(2)
             .enable_all()
             .thread_name("storefs-lazy")
-            .on_thread_start(block_stop_signals)
+            .on_thread_start(|| {
+                if let Err(e) = crate::sys::block_stop_signals() {
+                    tracing::warn!(error = %e, "cannot block the stop signals in a runtime thread");
+                }
+            })
             .build()
             .map_err(|source| Error::Io {
                 path: PathBuf::from("(tokio runtime)"),
@@ -522,20 +528,5 @@ impl ObjectBackend for LazyBackend {
         dry_run: bool,
     ) -> io::Result<Vec<(PathBuf, u64)>> {
         self.shared.local.remove_stale_temps(cutoff, dry_run)
-    }
-}
-
-/// Runtime threads never take SIGTERM, SIGINT or SIGHUP: the FUSE layer
-/// waits for them on its own thread to unmount cleanly, and a runtime thread
-/// created before it blocked them would otherwise get them.
-fn block_stop_signals() {
-    // SAFETY: the set is initialised by sigemptyset before use.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }

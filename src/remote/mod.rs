@@ -470,17 +470,8 @@ impl Remote {
             .truncate(false)
             .open(&path)
             .map_err(io)?;
-        loop {
-            use std::os::fd::AsRawFd;
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Some(f));
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(io(e));
-            }
-        }
+        crate::sys::lock(&f, crate::sys::Lock::Exclusive).map_err(io)?;
+        Ok(Some(f))
     }
 }
 

@@ -21,12 +21,11 @@
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{Content, Error, IoContext, ObjectId, Result, Store};
+use crate::sys::{self, Lock};
 
 /// Held by a writer (snapshot, import, commit) until its checkpoint is published.
 #[derive(Debug)]
@@ -62,19 +61,6 @@ pub struct GcReport {
     pub packs_merged: (usize, usize),
 }
 
-fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
-    loop {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
 fn open_lock(path: &Path) -> Result<File> {
     OpenOptions::new()
         .read(true)
@@ -85,16 +71,13 @@ fn open_lock(path: &Path) -> Result<File> {
         .at(path)
 }
 
-/// Take `op` (an flock lock) on `f`, calling `on_wait` first if it would block.
-fn lock_or_wait(f: &File, op: libc::c_int, path: &Path, on_wait: &dyn Fn()) -> Result<()> {
-    match flock(f, op | libc::LOCK_NB) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            on_wait();
-            flock(f, op).at(path)
-        }
-        Err(e) => Err(e).at(path),
+/// Take `kind` of lock on `f`, calling `on_wait` first if it would block.
+fn lock_or_wait(f: &File, kind: Lock, path: &Path, on_wait: &dyn Fn()) -> Result<()> {
+    if !sys::try_lock(f, kind).at(path)? {
+        on_wait();
+        sys::lock(f, kind).at(path)?;
     }
+    Ok(())
 }
 
 impl Store {
@@ -108,7 +91,7 @@ impl Store {
     pub fn write_lease(&self) -> Result<WriteLease> {
         let path = self.gc_lock_path();
         let f = open_lock(&path)?;
-        lock_or_wait(&f, libc::LOCK_SH, &path, &|| {
+        lock_or_wait(&f, Lock::Shared, &path, &|| {
             tracing::warn!(
                 "waiting for `storefs gc` to finish its sweep ({})",
                 path.display()
@@ -124,9 +107,9 @@ impl Store {
     pub fn gc(&self, opts: &GcOptions, on_wait: &dyn Fn()) -> Result<GcReport> {
         let running = self.root().join("gc.running");
         let run_lock = open_lock(&running)?;
-        match flock(&run_lock, libc::LOCK_EX | libc::LOCK_NB) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+        match sys::try_lock(&run_lock, Lock::Exclusive) {
+            Ok(true) => {}
+            Ok(false) => {
                 return Err(Error::Invalid(format!(
                     "another `storefs gc` is running on this store ({} is locked); wait for it",
                     running.display()
@@ -144,7 +127,7 @@ impl Store {
         // object (or finding it present) and publishing its checkpoint.
         let path = self.gc_lock_path();
         let lock = open_lock(&path)?;
-        lock_or_wait(&lock, libc::LOCK_EX, &path, on_wait)?;
+        lock_or_wait(&lock, Lock::Exclusive, &path, on_wait)?;
         self.mark_new(&mut done, &mut marked)?;
 
         let mut cutoff = SystemTime::now()

@@ -1,0 +1,329 @@
+//! Shared OS plumbing, at the very bottom of the layers: every module may use
+//! it, and it imports no other module of storefs. Safe wrappers (over rustix,
+//! and nix where rustix has no API) for the calls that more than one layer
+//! makes, so each is written once:
+//!
+//! - the stop signals (SIGTERM, SIGINT, SIGHUP): blocking them in a thread,
+//!   starting a helper thread with them blocked, waiting for one, and waking
+//!   a thread that waits for one;
+//! - `flock` locks on open files;
+//! - process liveness (`kill(pid, 0)` and `/proc`), and whether we are root;
+//! - the kernel's mount table (`/proc/self/mountinfo`), unmounting, and
+//!   whether a FUSE mount's daemon is gone;
+//! - what a daemonized child needs: a new session, and a descriptor kept
+//!   across `exec`.
+//!
+//! It holds no policy: which thread waits for the signals, what a lock
+//! guards, and what a dead mount means to the user are its callers' affairs.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::os::unix::thread::JoinHandleExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread::JoinHandle;
+
+use nix::sys::signal::{SigSet, Signal};
+use rustix::fs::FlockOperation;
+use rustix::io::Errno;
+
+// ------------------------------------------------------------------ signals
+
+/// The signals that make a serving daemon unmount cleanly and return. Every
+/// thread of a daemon blocks them; one thread waits for them.
+const STOP_SIGNALS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
+
+fn stop_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in STOP_SIGNALS {
+        set.add(sig);
+    }
+    set
+}
+
+/// Block the stop signals in the calling thread; threads it starts from now
+/// on inherit the mask. A thread that does not block them would die of a
+/// process-directed SIGTERM instead of leaving it to the thread that waits.
+pub fn block_stop_signals() -> io::Result<()> {
+    stop_signals().thread_block().map_err(io::Error::from)
+}
+
+/// Start a helper thread named `name` with the stop signals blocked, whatever
+/// the calling thread's mask; the caller's mask is left as it was.
+pub fn spawn_unsignalled<F, T>(name: &str, f: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let old = stop_signals()
+        .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
+        .map_err(io::Error::from)?;
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+    old.thread_set_mask().map_err(io::Error::from)?;
+    spawned
+}
+
+/// Wait until a stop signal is pending for the calling thread (which must
+/// have it blocked) and take it.
+pub fn wait_for_stop_signal() -> io::Result<Signal> {
+    stop_signals().wait().map_err(io::Error::from)
+}
+
+/// Send SIGTERM to `thread` alone: wakes a thread in
+/// [`wait_for_stop_signal`]. The thread must not have been joined.
+pub fn send_stop_signal<T>(thread: &JoinHandle<T>) -> io::Result<()> {
+    nix::sys::pthread::pthread_kill(thread.as_pthread_t(), Signal::SIGTERM).map_err(io::Error::from)
+}
+
+// -------------------------------------------------------------------- locks
+
+/// A kind of `flock` lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    Shared,
+    Exclusive,
+}
+
+/// Take `kind` of lock on `f`, waiting while another open file holds a
+/// conflicting one. Closing `f` (every descriptor of it) releases it.
+pub fn lock(f: &File, kind: Lock) -> io::Result<()> {
+    let op = match kind {
+        Lock::Shared => FlockOperation::LockShared,
+        Lock::Exclusive => FlockOperation::LockExclusive,
+    };
+    loop {
+        match rustix::fs::flock(f, op) {
+            Err(Errno::INTR) => continue,
+            r => return r.map_err(io::Error::from),
+        }
+    }
+}
+
+/// Take `kind` of lock on `f` if nobody holds a conflicting one: false when
+/// someone does.
+pub fn try_lock(f: &File, kind: Lock) -> io::Result<bool> {
+    let op = match kind {
+        Lock::Shared => FlockOperation::NonBlockingLockShared,
+        Lock::Exclusive => FlockOperation::NonBlockingLockExclusive,
+    };
+    loop {
+        match rustix::fs::flock(f, op) {
+            Ok(()) => return Ok(true),
+            Err(Errno::WOULDBLOCK) => return Ok(false),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- processes
+
+/// Whether we run as root (effective uid 0).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Whether a process with this pid exists and has not finished exiting. A
+/// zombie counts as gone only once it is its only thread: the main thread of
+/// an exiting process turns zombie while its other threads may still be
+/// leaving a system call (an fdatasync, say), and until the last one is gone
+/// the process keeps its descriptors, and with them its locks.
+pub fn pid_alive(pid: u32) -> bool {
+    let Some(p) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    let exists = matches!(
+        rustix::process::test_kill_process(p),
+        Ok(()) | Err(Errno::PERM)
+    );
+    exists && !(is_zombie(pid) && threads(pid) <= 1)
+}
+
+/// How many threads process `pid` has, exiting ones included (0 if it is gone).
+fn threads(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// The state field of /proc/PID/stat is 'Z' for a zombie nobody has reaped yet.
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": comm may contain spaces and parentheses.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state == "Z" || state == "X")
+}
+
+/// Make the child `cmd` spawns the leader of a new session (no controlling
+/// terminal, out of the parent's process group), and keep descriptor `keep`
+/// open across its `exec`.
+pub fn in_new_session_keeping(cmd: &mut Command, keep: RawFd) {
+    // SAFETY: only async-signal-safe calls (setsid, fcntl) between fork and
+    // exec; `keep` is open in the parent, so in the child too.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid()?;
+            let fd = BorrowedFd::borrow_raw(keep);
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            Ok(())
+        });
+    }
+}
+
+/// Take ownership of descriptor `fd` inherited from the parent (see
+/// [`in_new_session_keeping`]), closing it on `exec` from now on. `None` if
+/// no such descriptor is open.
+pub fn adopt_inherited_fd(fd: RawFd) -> Option<File> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the borrow only asks the kernel about `fd` (EBADF if closed);
+    // ownership is taken once it is known to be open, and nothing else in
+    // this process owns an inherited descriptor the parent named for us.
+    unsafe {
+        let borrowed = BorrowedFd::borrow_raw(fd);
+        rustix::io::fcntl_getfd(borrowed).ok()?;
+        rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::CLOEXEC).ok()?;
+        Some(File::from_raw_fd(fd))
+    }
+}
+
+// ------------------------------------------------------------------- mounts
+
+/// One line of the kernel's mount table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountEntry {
+    pub mountpoint: PathBuf,
+    /// `fuse.storefs`, `ext4`, …
+    pub fstype: String,
+    /// What was mounted; a storefs mount's is `storefs:TARGET`.
+    pub source: String,
+}
+
+/// Every mount this process sees, from /proc/self/mountinfo (empty if it
+/// cannot be read).
+pub fn mount_table() -> Vec<MountEntry> {
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines().filter_map(parse_mountinfo_line).collect()
+}
+
+fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let sep = fields.iter().position(|f| *f == "-")?;
+    let mountpoint = unescape_mount_path(fields.get(4)?);
+    let fstype = fields.get(sep + 1)?.to_string();
+    let source = unescape_mount_path(fields.get(sep + 2).unwrap_or(&""))
+        .to_string_lossy()
+        .into_owned();
+    Some(MountEntry {
+        mountpoint,
+        fstype,
+        source,
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\040` etc.
+fn unescape_mount_path(s: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Whether `path` is a FUSE mount whose daemon is gone: statfs fails with
+/// ENOTCONN ("Transport endpoint is not connected"); stat may still answer
+/// from the kernel's attribute cache, statfs always asks the daemon.
+pub fn is_disconnected(path: &Path) -> bool {
+    matches!(rustix::fs::statfs(path), Err(Errno::NOTCONN))
+}
+
+/// `umount2(path, 0)` (root only).
+pub fn unmount(path: &Path) -> io::Result<()> {
+    rustix::mount::unmount(path, rustix::mount::UnmountFlags::empty()).map_err(io::Error::from)
+}
+
+/// `umount2(path, MNT_DETACH)`: the mount disappears now and ends once its
+/// last user leaves (root only).
+pub fn detach(path: &Path) -> io::Result<()> {
+    rustix::mount::unmount(path, rustix::mount::UnmountFlags::DETACH).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_mountinfo() {
+        assert_eq!(unescape_mount_path("/a\\040b"), PathBuf::from("/a b"));
+        assert_eq!(unescape_mount_path("/plain"), PathBuf::from("/plain"));
+        assert_eq!(unescape_mount_path("/x\\"), PathBuf::from("/x\\"));
+    }
+
+    #[test]
+    fn try_lock_sees_another_open_files_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let a = File::create(&path).unwrap();
+        let b = File::open(&path).unwrap();
+        assert!(try_lock(&a, Lock::Exclusive).unwrap());
+        assert!(!try_lock(&b, Lock::Shared).unwrap());
+        drop(a);
+        assert!(try_lock(&b, Lock::Shared).unwrap());
+        lock(&b, Lock::Exclusive).unwrap();
+    }
+
+    /// Poll `cond` every 10 ms, for at most 30 s.
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !cond() {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_zombie_main_thread_with_live_threads_is_still_alive() {
+        // The main thread leaves with pthread_exit; another thread lives on
+        // until told (its stdin closes).
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, sys, threading\n\
+                 threading.Thread(target=sys.stdin.read).start()\n\
+                 ctypes.CDLL(None).pthread_exit(None)",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let pid = child.id();
+        eventually("the main thread is a zombie", || is_zombie(pid));
+        assert!(threads(pid) >= 2);
+        assert!(pid_alive(pid), "its other thread still holds its files");
+        drop(child.stdin.take());
+        eventually("the last thread is gone", || threads(pid) <= 1);
+        assert!(!pid_alive(pid), "an unreaped zombie has exited");
+        child.wait().unwrap();
+        assert!(!pid_alive(pid));
+    }
+}
