@@ -13,6 +13,7 @@
 //! 5. [`cli`]: clap commands that call the layers.
 
 pub mod cli;
+pub mod daemon;
 pub mod fs;
 pub mod ingest;
 pub mod journal;

@@ -19,7 +19,8 @@ use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use storefs::fs::{MountConfig, mount_fork, unmount};
+use storefs::daemon::{serve, unmount};
+use storefs::fs::{MountConfig, mount_fork};
 use storefs::ingest::{self, SnapshotOptions};
 use storefs::journal::{Fork, ROOT_INO};
 use storefs::store::{Checkpoint, ObjectId, Source, Store};
@@ -145,7 +146,7 @@ fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
     };
     adjust(&mut cfg);
     let mounted = mount_fork(fork.clone(), &cfg).unwrap();
-    let serving = std::thread::spawn(move || mounted.serve());
+    let serving = std::thread::spawn(move || serve(mounted));
     Fixture {
         mounted: MountGuard {
             mnt,

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use storefs::fs::{FsError, MountConfig, mount_checkpoint, unmount};
+use storefs::daemon::{serve, unmount};
+use storefs::fs::{FsError, MountConfig, mount_checkpoint};
 use storefs::store::{Checkpoint, Content, Entry, Extent, Kind, ObjectId, Source, Store, Tree};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -278,7 +279,7 @@ fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
     let mut cfg = mount_config(&mnt);
     adjust(&mut cfg);
     let mounted = mount_checkpoint(store.clone(), ckpt, &cfg).unwrap();
-    let serving = std::thread::spawn(move || mounted.serve());
+    let serving = std::thread::spawn(move || serve(mounted));
     Fixture {
         mounted: MountGuard {
             mnt,

@@ -1,4 +1,4 @@
-//! Layer 5: the command line. Each verb parses its arguments and calls the layers
+//! Layer 6: the command line. Each verb parses its arguments and calls the layers
 //! below; the logic lives there. Errors print as one line on stderr:
 //! exit 0 ok, 1 error, 2 usage; a closed standard output ends the process
 //! by SIGPIPE, silently, as coreutils do.

@@ -1,45 +1,28 @@
-//! `mount`, `umount` and `status`: checks on the mountpoint, the daemon's
-//! start-up handshake, and the registry of live mounts.
+//! `mount`, `umount` and `status`: what the user named, resolved into what
+//! to mount and where; the daemon's life is [`crate::daemon`]'s.
 
-use std::fs::{self, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::process::CommandExt;
+use std::ffi::OsString;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::args::{MountArgs, StatusArgs, UmountArgs};
-use super::commands::now_ns;
-use super::fork::{Control, Request, commit_periodically, request};
-use crate::fs::{self as sfs, MountConfig};
+use crate::daemon::{self, Mount, ReadyPipe, Request, Settings, What, request};
 use crate::ingest::archive::is_archive_path;
-use crate::journal::{self, Fork};
-use crate::store::mounts::MountRecord;
-use crate::store::{ObjectId, Store, absolute};
-use crate::sys::{mount_table, pid_alive};
+use crate::journal;
+use crate::store::{Store, absolute};
+use crate::sys::mount_table;
 
-/// The environment variable through which a daemon reports to the `mount` that
-/// started it: the number of a pipe's write end.
-const READY_FD_ENV: &str = "STOREFS_READY_FD";
-/// How long `mount` waits for its daemon to answer.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// What a browse mount's record and fsname show as its target.
 const BROWSE_LABEL: &str = "(browse)";
-/// How long `umount` waits for the daemon to exit after the kernel unmount.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
-/// The same for a fork's daemon, which commits on its way out.
-const FORK_EXIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub fn mount(store_dir: &Path, a: MountArgs) -> Result<()> {
     let ready = ReadyPipe::from_env();
     let result = mount_inner(store_dir, a, ready.as_ref());
     if let (Err(e), Some(r)) = (&result, &ready) {
-        r.send(&format!("error: {}\n", super::one_line(e)));
+        r.failed(&super::one_line(e));
     }
     result
 }
@@ -126,40 +109,19 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             PathBuf::from(origin)
         }
     };
-    check_mountpoint(&store, &mountpoint)?;
-    check_dev_fuse()?;
-    let created = !mountpoint.exists();
-    if created {
-        fs::create_dir_all(&mountpoint)
-            .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
-    }
-    let result = if a.foreground {
-        run_daemon(
-            store,
-            Some(id),
-            &label,
-            fork.as_deref(),
-            lazy.as_deref(),
-            &a,
-            &mountpoint,
-            ready,
-        )
-    } else {
-        start_daemon(
-            &store,
-            Some(id),
-            &label,
-            fork.as_deref(),
-            lazy_remote.as_deref(),
-            &a,
-            &mountpoint,
-        )
+    let what = match fork {
+        Some(name) => What::Fork { name, head: id },
+        None => What::Checkpoint(id),
     };
-    if result.is_err() && created {
-        // Leave no trace of a mount that never happened (removes only an empty dir).
-        let _ = fs::remove_dir(&mountpoint);
-    }
-    result
+    let m = Mount {
+        store,
+        lazy,
+        what,
+        label,
+        mountpoint,
+        settings: settings(&a),
+    };
+    launch(m, lazy_remote.as_deref(), a.foreground, ready)
 }
 
 /// `mount --browse MOUNTPOINT`: the whole store, read-only (TARGET is the mountpoint).
@@ -173,335 +135,118 @@ fn mount_browse(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Re
     }
     let store = Store::open(store_dir)?;
     let mountpoint = absolute(Path::new(&a.target))?;
-    check_mountpoint(&store, &mountpoint)?;
-    check_dev_fuse()?;
-    let created = !mountpoint.exists();
-    if created {
-        fs::create_dir_all(&mountpoint)
-            .with_context(|| format!("cannot create mountpoint {}", mountpoint.display()))?;
-    }
-    let result = if a.foreground {
-        run_daemon(
-            store,
-            None,
-            BROWSE_LABEL,
-            None,
-            None,
-            &a,
-            &mountpoint,
-            ready,
-        )
-    } else {
-        start_daemon(&store, None, BROWSE_LABEL, None, None, &a, &mountpoint)
+    let m = Mount {
+        store,
+        lazy: None,
+        what: What::Browse,
+        label: BROWSE_LABEL.to_string(),
+        mountpoint,
+        settings: settings(&a),
     };
-    if result.is_err() && created {
-        let _ = fs::remove_dir(&mountpoint);
-    }
-    result
+    launch(m, None, a.foreground, ready)
 }
 
-/// Refuse mountpoints that would hide the store, are busy, or are not empty.
-fn check_mountpoint(store: &Store, mp: &Path) -> Result<()> {
-    let root = store.root();
-    if mp.starts_with(root) || root.starts_with(mp) {
-        bail!(
-            "cannot mount at {}: it overlaps the store {} (the daemon would read its own mount and hang); choose a mountpoint outside the store",
-            mp.display(),
-            root.display()
-        );
-    }
-    // A dead daemon's mount still answers stat from the kernel's attribute cache;
-    // listing it tells.
-    if let Err(e) = fs::read_dir(mp)
-        && e.raw_os_error() == Some(libc::ENOTCONN)
-    {
-        bail!(
-            "{} is a mount left by a daemon that died (transport endpoint is not connected); clear it with `storefs umount {}`",
-            mp.display(),
-            mp.display()
-        );
-    }
-    if let Some((_, fstype)) = mount_table()
-        .into_iter()
-        .map(|m| (m.mountpoint, m.fstype))
-        .find(|(p, _)| p == mp)
-    {
-        bail!(
-            "{} is already a mount point ({fstype}); unmount it first (`storefs umount {}`)",
-            mp.display(),
-            mp.display()
-        );
-    }
-    match fs::symlink_metadata(mp) {
-        Ok(m) if m.is_dir() => {
-            let mut rd = fs::read_dir(mp).with_context(|| format!("{}", mp.display()))?;
-            if rd.next().is_some() {
-                bail!(
-                    "{} is not empty; storefs mounts only on an empty directory (move its contents away or give another mountpoint)",
-                    mp.display()
-                );
-            }
-            Ok(())
-        }
-        Ok(_) => bail!(
-            "{} exists and is not a directory; give another mountpoint",
-            mp.display()
-        ),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(anyhow!(e).context(format!("{}", mp.display()))),
+fn settings(a: &MountArgs) -> Settings {
+    Settings {
+        options: a.options.clone(),
+        cache_size: a.cache_size,
+        threads: a.threads,
+        commit_interval: a.commit_interval,
     }
 }
 
-/// FUSE needs /dev/fuse, readable and writable by us.
-fn check_dev_fuse() -> Result<()> {
-    match OpenOptions::new().read(true).write(true).open("/dev/fuse") {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::NotFound => bail!(
-            "/dev/fuse is missing: load the module (`modprobe fuse`) or, in a container, pass the device (--device /dev/fuse)"
-        ),
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => bail!(
-            "not permitted to open /dev/fuse: run as root, or give your user access to it (the fuse group)"
-        ),
-        Err(e) => Err(anyhow!(e).context("/dev/fuse")),
-    }
-}
-
-/// Start `storefs mount … --foreground` in a new session with its stderr in the
-/// log, and wait until it reports that the mount answers (or why it failed).
-/// `id` is `None` for a browse mount; `remote` is set for a lazy mount.
-fn start_daemon(
-    store: &Store,
-    id: Option<ObjectId>,
-    label: &str,
-    fork: Option<&str>,
+/// Serve `m` in this process (`--foreground`; a lazy mount's backend is
+/// open), or start a daemon that does (told `remote` for a lazy mount) and
+/// say what it mounted.
+fn launch(
+    m: Mount,
     remote: Option<&str>,
-    a: &MountArgs,
-    mp: &Path,
+    foreground: bool,
+    ready: Option<&ReadyPipe>,
 ) -> Result<()> {
-    let log_path = log_path(store, mp);
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("cannot open log {}", log_path.display()))?;
-    let (mut reader, writer) = std::io::pipe().context("pipe")?;
-    let wfd = writer.as_raw_fd();
-
-    let exe = std::env::current_exe().context("cannot find the storefs executable")?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("--store").arg(store.root()).arg("mount");
-    match id {
-        // A fork is named (the daemon opens it); anything else is the checkpoint id.
-        Some(id) => cmd
-            .arg(fork.map_or_else(|| id.to_hex(), str::to_string))
-            .arg(mp)
-            .arg("--label")
-            .arg(label),
-        None => cmd.arg("--browse").arg(mp),
-    };
-    if let Some(r) = remote {
-        cmd.arg("--remote").arg(r);
-    }
-    cmd.arg("--foreground")
-        .arg("--cache-size")
-        .arg(a.cache_size.to_string())
-        .arg("--commit-interval")
-        .arg(a.commit_interval.to_string());
-    if let Some(t) = a.threads {
-        cmd.arg("--threads").arg(t.to_string());
-    }
-    for o in &a.options {
-        cmd.arg("-o").arg(o);
-    }
-    cmd.env(READY_FD_ENV, wfd.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 || libc::fcntl(wfd, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().context("cannot start the mount daemon")?;
-    drop(writer);
-
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut msg = String::new();
-        let _ = reader.read_to_string(&mut msg);
-        let _ = tx.send(msg);
-    });
-    let msg = match rx.recv_timeout(START_TIMEOUT) {
-        Ok(m) => m,
-        Err(_) => {
-            let _ = child.kill();
-            bail!(
-                "the mount daemon did not answer within {}s; see {}",
-                START_TIMEOUT.as_secs(),
-                log_path.display()
-            );
-        }
-    };
-    if let Some(err) = msg.strip_prefix("error: ") {
-        let _ = child.wait();
-        bail!("{}", err.trim());
-    }
-    if msg.trim() != "ok" {
-        let status = child.wait().ok();
-        bail!(
-            "the mount daemon exited before mounting ({}); see {}",
-            status.map(|s| s.to_string()).unwrap_or_default(),
-            log_path.display()
-        );
-    }
-    // The kernel mount exists; make sure it answers before returning.
-    fs::metadata(mp)
-        .with_context(|| format!("the new mount at {} does not answer", mp.display()))?;
-    let Some(id) = id else {
-        eprintln!(
-            "storefs: mounted the store read-only for browsing at {} (pid {}, log {})",
-            mp.display(),
-            child.id(),
-            log_path.display()
-        );
+    let mp = m.mountpoint.clone();
+    if foreground {
+        let label = m.label.clone();
+        daemon::run(m, || match ready {
+            Some(r) => r.ready(),
+            None => eprintln!(
+                "storefs: serving {} at {}; `storefs umount {}` or Ctrl-C to stop",
+                label,
+                mp.display(),
+                mp.display()
+            ),
+        })?;
         return Ok(());
+    }
+    let started = daemon::start(&m.store, &mp, &daemon_args(&m, remote))?;
+    let (id, mode) = match &m.what {
+        What::Checkpoint(id) => (id, "read-only"),
+        What::Fork { head, .. } => (head, "read-write"),
+        What::Browse => {
+            eprintln!(
+                "storefs: mounted the store read-only for browsing at {} (pid {}, log {})",
+                mp.display(),
+                started.pid,
+                started.log.display()
+            );
+            return Ok(());
+        }
     };
     eprintln!(
-        "storefs: mounted {} ({}) {} at {} (pid {}, log {})",
-        label,
+        "storefs: mounted {} ({}) {mode} at {} (pid {}, log {})",
+        m.label,
         &id.to_hex()[..12],
-        if fork.is_some() {
-            "read-write"
-        } else {
-            "read-only"
-        },
         mp.display(),
-        child.id(),
-        log_path.display()
+        started.pid,
+        started.log.display()
     );
     Ok(())
 }
 
-/// The daemon itself: mount, register, report, serve until unmounted.
-/// `id` is `None` for a browse mount; `lazy` is the fetching backend of a
-/// lazy mount (synced and its counters logged at unmount).
-#[allow(clippy::too_many_arguments)]
-fn run_daemon(
-    store: Store,
-    id: Option<ObjectId>,
-    label: &str,
-    fork: Option<&str>,
-    lazy: Option<&crate::remote::LazyBackend>,
-    a: &MountArgs,
-    mp: &Path,
-    ready: Option<&ReadyPipe>,
-) -> Result<()> {
-    let log_path = log_path(&store, mp);
-    init_file_logging(&log_path)?;
-    let store = Arc::new(store);
-    let cfg = MountConfig {
-        mountpoint: mp.to_path_buf(),
-        fsname: format!("storefs:{label}"),
-        extra_options: a
-            .options
-            .iter()
-            .flat_map(|o| o.split(','))
-            .filter(|o| !o.is_empty())
-            .map(str::to_string)
-            .collect(),
-        cache_bytes: a.cache_size,
-        threads: a.threads.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-                .max(2)
-        }),
-    };
-    // A fork is opened (locked, journal replayed) before the kernel mount.
-    let control = match fork {
-        Some(name) => Some(Arc::new(Control {
-            fork: Arc::new(Fork::open(store.clone(), name)?),
-            skip_final_commit: AtomicBool::new(false),
-        })),
-        None => None,
-    };
-    let mounted = match (&control, id) {
-        (Some(c), _) => sfs::mount_fork(c.fork.clone(), &cfg),
-        (None, Some(id)) => sfs::mount_checkpoint(store.clone(), id, &cfg),
-        (None, None) => sfs::mount_browse(store.clone(), &cfg),
+/// The command line of a daemon that serves `m`: `mount --foreground` with
+/// the checkpoint id (a fork by name) and the label, so that it resolves
+/// nothing again, and `--remote` for a lazy mount.
+fn daemon_args(m: &Mount, remote: Option<&str>) -> Vec<OsString> {
+    let mp = m.mountpoint.as_os_str();
+    let mut args: Vec<OsString> = vec!["--store".into(), m.store.root().into(), "mount".into()];
+    match &m.what {
+        What::Checkpoint(id) => args.extend([id.to_hex().into(), mp.into()]),
+        What::Fork { name, .. } => args.extend([name.into(), mp.into()]),
+        What::Browse => args.extend(["--browse".into(), mp.into()]),
     }
-    .with_context(|| format!("cannot mount at {}", mp.display()))?;
-    // Threads start after the mount, which blocked the stop signals: they inherit the mask.
-    if let Some(c) = &control {
-        super::fork::serve_control(store.mount_file(mp, "sock"), c.clone())?;
-        if a.commit_interval > 0 {
-            commit_periodically(c.clone(), Duration::from_secs(a.commit_interval))?;
-        }
+    if !matches!(m.what, What::Browse) {
+        args.extend(["--label".into(), m.label.as_str().into()]);
     }
-    let mode = match (&control, id) {
-        (Some(_), _) => "rw",
-        (None, Some(_)) => "ro",
-        (None, None) => "browse",
-    };
-    store.add_mount(&MountRecord {
-        mountpoint: mp.to_string_lossy().into_owned(),
-        target: label.to_string(),
-        checkpoint: id.map(|id| id.to_hex()).unwrap_or_default(),
-        pid: std::process::id(),
-        mode: mode.into(),
-        log: log_path.to_string_lossy().into_owned(),
-        started_ns: now_ns(),
-    })?;
-    tracing::info!(mountpoint = %mp.display(), checkpoint = ?id, target = %label, mode, "mounted");
-    match ready {
-        Some(r) => r.send("ok\n"),
-        None => eprintln!(
-            "storefs: serving {} at {}; `storefs umount {}` or Ctrl-C to stop",
-            label,
-            mp.display(),
-            mp.display()
-        ),
+    if let Some(r) = remote {
+        args.extend(["--remote".into(), r.into()]);
     }
-    let result = mounted.serve();
-    tracing::info!(mountpoint = %mp.display(), "unmounted");
-    if let Some(l) = lazy {
-        l.finish();
+    let s = &m.settings;
+    args.extend([
+        "--foreground".into(),
+        "--cache-size".into(),
+        s.cache_size.to_string().into(),
+        "--commit-interval".into(),
+        s.commit_interval.to_string().into(),
+    ]);
+    if let Some(t) = s.threads {
+        args.extend(["--threads".into(), t.to_string().into()]);
     }
-    if let Some(c) = &control {
-        let _ = fs::remove_file(store.mount_file(mp, "sock"));
-        if c.skip_final_commit.load(Ordering::SeqCst) {
-            tracing::info!("not committing on unmount (--no-commit); the journal is kept");
-        } else {
-            // Everything written is already in the journal; a failed commit loses nothing.
-            match c.fork.commit("unmount") {
-                Ok(id) => tracing::info!(checkpoint = %id, "committed on unmount"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "commit on unmount failed; the journal is kept")
-                }
-            }
-        }
+    for o in &s.options {
+        args.extend(["-o".into(), o.into()]);
     }
-    store.remove_mount(mp)?;
-    result.with_context(|| format!("serving {}", mp.display()))
+    args
 }
 
 pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     let mp = umount_target(store_dir, &a.mountpoint)?;
-    let Some((_, fstype)) = mount_table()
-        .into_iter()
-        .map(|m| (m.mountpoint, m.fstype))
-        .find(|(p, _)| *p == mp)
-    else {
+    let Some(entry) = mount_table().into_iter().find(|m| m.mountpoint == mp) else {
         bail!("{} is not mounted", mp.display());
     };
-    if fstype != "fuse.storefs" {
+    if entry.fstype != "fuse.storefs" {
         bail!(
-            "{} is a {fstype} mount, not storefs; use umount(8)",
-            mp.display()
+            "{} is a {} mount, not storefs; use umount(8)",
+            mp.display(),
+            entry.fstype
         );
     }
     // The record (if the store is known) tells which daemon to wait for.
@@ -525,7 +270,7 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             );
         }
     }
-    sfs::unmount(&mp).map_err(|e| {
+    daemon::unmount(&mp).map_err(|e| {
         if e.kind() == ErrorKind::ResourceBusy {
             anyhow!(
                 "{} is busy: a process has files open or its cwd there (find it with `fuser -vm {}`); close them and retry",
@@ -536,25 +281,15 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             anyhow!(e).context(format!("cannot unmount {}", mp.display()))
         }
     })?;
-    if let Some(r) = record {
-        let start = Instant::now();
-        // A fork's daemon commits what was written since before it exits.
-        let limit = if r.mode == "rw" {
-            FORK_EXIT_TIMEOUT
-        } else {
-            EXIT_TIMEOUT
-        };
-        while pid_alive(r.pid) && start.elapsed() < limit {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if pid_alive(r.pid) {
-            bail!(
-                "{} is unmounted but its daemon (pid {}) has not exited; see {}",
-                mp.display(),
-                r.pid,
-                r.log
-            );
-        }
+    if let Some(r) = record
+        && !daemon::wait_for_exit(&r)
+    {
+        bail!(
+            "{} is unmounted but its daemon (pid {}) has not exited; see {}",
+            mp.display(),
+            r.pid,
+            r.log
+        );
     }
     Ok(())
 }
@@ -577,8 +312,7 @@ fn looks_like_archive(target: &str) -> bool {
 /// mount made from the ref or fork of that name.
 fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
     let mp = absolute(arg)?;
-    let table = mount_table();
-    if table.iter().any(|m| m.mountpoint == mp) {
+    if mount_table().iter().any(|m| m.mountpoint == mp) {
         return Ok(mp);
     }
     let name = arg.to_str().filter(|n| !n.contains('/'));
@@ -659,53 +393,4 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// `logs/mount-<key>.log` in the store, one file per mountpoint.
-fn log_path(store: &Store, mp: &Path) -> PathBuf {
-    let key = ObjectId::of(mp.as_os_str().as_encoded_bytes()).to_hex();
-    store.logs_dir().join(format!("mount-{}.log", &key[..16]))
-}
-
-fn init_file_logging(path: &Path) -> Result<()> {
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("cannot open log {}", path.display()))?;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STOREFS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::sync::Mutex::new(file))
-        .with_ansi(false)
-        .try_init();
-    Ok(())
-}
-
-/// The write end of the start-up pipe, inherited from the `mount` that started us.
-struct ReadyPipe(std::sync::Mutex<Option<std::fs::File>>);
-
-impl ReadyPipe {
-    fn from_env() -> Option<ReadyPipe> {
-        let fd: i32 = std::env::var(READY_FD_ENV).ok()?.parse().ok()?;
-        // SAFETY: the fd is checked to be open before taking ownership of it.
-        unsafe {
-            std::env::remove_var(READY_FD_ENV);
-            if libc::fcntl(fd, libc::F_GETFD) < 0 {
-                return None;
-            }
-            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-            Some(ReadyPipe(std::sync::Mutex::new(Some(
-                std::fs::File::from_raw_fd(fd),
-            ))))
-        }
-    }
-
-    /// Send one message and close the pipe (the parent reads to EOF).
-    fn send(&self, msg: &str) {
-        if let Some(mut f) = self.0.lock().ok().and_then(|mut g| g.take()) {
-            let _ = f.write_all(msg.as_bytes());
-        }
-    }
 }

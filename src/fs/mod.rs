@@ -26,14 +26,9 @@ mod inode;
 mod readonly;
 mod readwrite;
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::thread::JoinHandleExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 
@@ -45,9 +40,6 @@ use fuse_browse::BrowseAdapter;
 use fuse_rw::ForkAdapter;
 use readonly::ReadOnlyFs;
 use readwrite::ForkFs;
-
-/// The signals that make a serving daemon unmount cleanly and return.
-const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// How to mount a checkpoint.
 #[derive(Clone, Debug)]
@@ -288,7 +280,7 @@ fn start_session<FS: fuser::Filesystem>(
     config: &Config,
     make: impl FnOnce(MountRelease) -> FS,
 ) -> Result<Session<FS>, FsError> {
-    block_stop_signals().map_err(|e| mount_error(cfg, e))?;
+    crate::sys::block_stop_signals().map_err(|e| mount_error(cfg, e))?;
     let release = MountRelease::default();
     let mut session = Session::new(make(release.clone()), &cfg.mountpoint, config)
         .map_err(|e| mount_error(cfg, e))?;
@@ -297,10 +289,11 @@ fn start_session<FS: fuser::Filesystem>(
 }
 
 /// Mount checkpoint `ckpt` read-only. Returns once the kernel mount exists
-/// (before serving); requests wait until [`Mounted::serve`] runs.
+/// (before serving); requests wait until [`Mounted::run`] runs.
 ///
-/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, so that the threads
-/// `serve` starts inherit the mask and only its signal thread takes them. Call
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread
+/// ([`crate::sys::block_stop_signals`]), so that the threads started after it
+/// inherit the mask and only a thread that waits for them takes them. Call
 /// it from the daemon's main thread before starting other threads (a thread that
 /// does not block them would die of a process-directed SIGTERM). The mask is
 /// left in place even when mounting fails.
@@ -329,14 +322,14 @@ pub fn mount_checkpoint(
 }
 
 /// Mount an open fork read-write. Returns once the kernel mount exists
-/// (before serving); requests wait until [`Mounted::serve`] runs. Signals as
+/// (before serving); requests wait until [`Mounted::run`] runs. Signals as
 /// for [`mount_checkpoint`].
 ///
 /// Writes reach the fork's journal before `write(2)` returns (no writeback
 /// cache), and `fsync`, `fdatasync` and `fsyncdir` return once
 /// [`Fork::sync`] has made everything so far durable. The caller may keep
 /// its own clone of `fork` to [`Fork::commit`] or [`Fork::sync`] from other
-/// threads while the mount serves, and commits after `serve` returns.
+/// threads while the mount serves, and commits after `run` returns.
 pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
@@ -366,68 +359,24 @@ pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted, FsE
 }
 
 impl Mounted {
-    /// Serve requests until unmounted (by `umount`/`fusermount3 -u`) or until
-    /// SIGTERM/SIGINT/SIGHUP, which trigger a clean unmount. Returns Ok on clean
-    /// unmount. The signals stay blocked in the calling thread afterwards.
-    pub fn serve(mut self) -> io::Result<()> {
-        // In case serve runs on another thread than mount_checkpoint did: the
-        // workers fuser spawns inherit this thread's mask.
-        block_stop_signals()?;
-        let done = Arc::new(AtomicBool::new(false));
-        let signal_thread = {
-            let unmounter = self.session.unmount_callable();
-            let mountpoint = self.mountpoint.clone();
-            let done = done.clone();
-            std::thread::Builder::new()
-                .name("storefs-signals".into())
-                .spawn(move || unmount_on_signal(unmounter, &mountpoint, &done))?
-        };
+    /// Where it is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// What unmounts it from another thread (ending [`Mounted::run`]).
+    pub fn unmounter(&mut self) -> SessionUnmounter {
+        self.session.unmount_callable()
+    }
+
+    /// Serve requests on the calling thread until unmounted (by `umount`,
+    /// `fusermount3 -u` or an [`Mounted::unmounter`]). Ok on a clean unmount.
+    /// The FUSE worker threads inherit the calling thread's signal mask.
+    pub fn run(self) -> io::Result<()> {
         let result = self.session.run();
-        // Wake the signal thread (the signal is blocked there, so sigwait takes
-        // it) and tell it to exit without unmounting.
-        done.store(true, Ordering::SeqCst);
-        // SAFETY: the thread is not joined yet, so its pthread_t is valid.
-        unsafe { libc::pthread_kill(signal_thread.as_pthread_t(), libc::SIGTERM) };
-        if signal_thread.join().is_err() {
-            tracing::error!("signal thread panicked");
-        }
         tracing::info!(mountpoint = %self.mountpoint.display(), ?result, "stopped serving");
         result
     }
-}
-
-/// Unmount a FUSE mount point: `umount2` as root, else `fusermount3 -u`.
-pub fn unmount(path: &Path) -> io::Result<()> {
-    let named = |e: io::Error| io::Error::new(e.kind(), format!("unmount {}: {e}", path.display()));
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        let c_path = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| named(io::Error::new(io::ErrorKind::InvalidInput, "NUL in path")))?;
-        // SAFETY: c_path is a valid NUL-terminated string.
-        if unsafe { libc::umount2(c_path.as_ptr(), 0) } != 0 {
-            return Err(named(io::Error::last_os_error()));
-        }
-        return Ok(());
-    }
-    let out = Command::new("fusermount3")
-        .arg("-u")
-        .arg("--")
-        .arg(path)
-        .output()
-        .map_err(|e| {
-            named(io::Error::new(
-                e.kind(),
-                format!("cannot run fusermount3: {e}"),
-            ))
-        })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(named(io::Error::other(format!(
-            "fusermount3 -u failed: {}",
-            stderr.trim()
-        ))));
-    }
-    Ok(())
 }
 
 /// The fuser configuration: `ro` or `rw` by `mode`, plus the user's options.
@@ -504,72 +453,4 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, FsError> {
     config.acl = acl;
     config.n_threads = Some(cfg.threads.max(1));
     Ok(config)
-}
-
-/// Block the stop signals in the calling thread (threads it spawns inherit this).
-fn block_stop_signals() -> io::Result<()> {
-    let set = stop_signal_set()?;
-    // SAFETY: set is initialised; a null old-set pointer is allowed.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    Ok(())
-}
-
-fn stop_signal_set() -> io::Result<libc::sigset_t> {
-    // SAFETY: sigemptyset/sigaddset initialise and fill the set we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        if libc::sigemptyset(&mut set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        for sig in STOP_SIGNALS {
-            if libc::sigaddset(&mut set, sig) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(set)
-    }
-}
-
-/// Wait for a stop signal, then unmount (which ends the session's run loop).
-/// Returns without unmounting when `done` is set: serving ended by itself.
-fn unmount_on_signal(mut unmounter: SessionUnmounter, mountpoint: &Path, done: &AtomicBool) {
-    let set = match stop_signal_set() {
-        Ok(set) => set,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build the signal set; signals will not unmount");
-            return;
-        }
-    };
-    let mut sig: libc::c_int = 0;
-    // SAFETY: set is initialised and blocked in this thread (inherited).
-    let rc = unsafe { libc::sigwait(&set, &mut sig) };
-    if done.load(Ordering::SeqCst) {
-        return;
-    }
-    if rc != 0 {
-        tracing::error!(rc, "sigwait failed; signals will not unmount");
-        return;
-    }
-    tracing::info!(signal = sig, mountpoint = %mountpoint.display(), "signal received; unmounting");
-    if let Err(e) = unmounter.unmount() {
-        // Busy (a process has its cwd or a file open inside): detach it lazily,
-        // so it disappears now and the session ends when the last user leaves.
-        tracing::warn!(error = %e, "unmount failed; detaching lazily");
-        if let Err(e) = lazy_unmount(mountpoint) {
-            tracing::error!(error = %e, "lazy unmount failed too");
-        }
-    }
-}
-
-fn lazy_unmount(path: &Path) -> io::Result<()> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
-    // SAFETY: c_path is a valid NUL-terminated string.
-    if unsafe { libc::umount2(c_path.as_ptr(), libc::MNT_DETACH) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

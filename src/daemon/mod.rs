@@ -1,0 +1,159 @@
+//! Layer 5: the running mount. Everything about a mount daemon's life, for
+//! a checkpoint (read-only), a fork (read-write), the whole store (browse)
+//! or a lazy remote mount alike:
+//!
+//! - `mountpoint`: the checks before mounting (not inside the store, not
+//!   busy, empty, `/dev/fuse` usable), and creating the mountpoint;
+//! - `spawn`: starting a daemon in a session of its own ([`start`]) and the
+//!   start-up handshake with it ([`ReadyPipe`]); the daemon's command line is
+//!   the caller's, this module only runs it;
+//! - `run`: the daemon itself ([`run()`]): mount, register, serve until
+//!   stopped, commit a fork on the way out; and [`serve`], whose signal
+//!   thread unmounts on SIGTERM, SIGINT or SIGHUP;
+//! - [`control`]: a fork daemon's control socket and its request protocol,
+//!   and the periodic commit;
+//! - `log`: the daemon's log file, `logs/mount-<key>.log` in the store;
+//! - `unmount`: unmounting from outside ([`unmount()`]: `umount2` as root,
+//!   else `fusermount3 -u`) and waiting for a daemon to exit.
+//!
+//! It sits between [`crate::fs`] (which it mounts and serves) and
+//! `cli` (which resolves what the user named into a [`Mount`] or a daemon
+//! command line, calls this module and prints what happened). It may not
+//! import `cli`, and it prints nothing to the terminal: what it has to say
+//! goes to its log, or back to the caller as a value or an [`Error`]. The raw
+//! OS calls are in [`crate::sys`]; the mount records in the store directory
+//! are [`crate::store::mounts`]'s.
+
+pub mod control;
+mod log;
+mod mountpoint;
+mod run;
+mod spawn;
+mod unmount;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use control::{Request, request};
+pub use run::{Mount, Settings, What, run, serve};
+pub use spawn::{ReadyPipe, Started, start};
+pub use unmount::{unmount, wait_for_exit};
+
+/// Everything that can go wrong in starting, running or talking to a daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "cannot mount at {}: it overlaps the store {} (the daemon would read its own mount and hang); choose a mountpoint outside the store",
+        mountpoint.display(),
+        store.display()
+    )]
+    OverlapsStore { mountpoint: PathBuf, store: PathBuf },
+    #[error(
+        "{} is a mount left by a daemon that died (transport endpoint is not connected); clear it with `storefs umount {}`",
+        .0.display(),
+        .0.display()
+    )]
+    DeadMount(PathBuf),
+    #[error(
+        "{} is already a mount point ({fstype}); unmount it first (`storefs umount {}`)",
+        mountpoint.display(),
+        mountpoint.display()
+    )]
+    AlreadyMounted { mountpoint: PathBuf, fstype: String },
+    #[error(
+        "{} is not empty; storefs mounts only on an empty directory (move its contents away or give another mountpoint)",
+        .0.display()
+    )]
+    NotEmpty(PathBuf),
+    #[error("{} exists and is not a directory; give another mountpoint", .0.display())]
+    NotDir(PathBuf),
+    #[error("cannot create mountpoint {}", path.display())]
+    CreateMountpoint {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "/dev/fuse is missing: load the module (`modprobe fuse`) or, in a container, pass the device (--device /dev/fuse)"
+    )]
+    NoDevFuse,
+    #[error(
+        "not permitted to open /dev/fuse: run as root, or give your user access to it (the fuse group)"
+    )]
+    DevFuseDenied,
+    /// A file the daemon needs (the mountpoint, `/dev/fuse`) cannot be read.
+    #[error("{}", path.display())]
+    Access {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot open log {}", path.display())]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("pipe")]
+    Pipe(#[source] io::Error),
+    #[error("cannot find the storefs executable")]
+    NoExecutable(#[source] io::Error),
+    #[error("cannot start the mount daemon")]
+    Spawn(#[source] io::Error),
+    #[error("the mount daemon did not answer within {secs}s; see {}", log.display())]
+    NoAnswer { secs: u64, log: PathBuf },
+    /// The daemon's own report of why it could not mount.
+    #[error("{0}")]
+    DaemonFailed(String),
+    #[error("the mount daemon exited before mounting ({status}); see {}", log.display())]
+    DaemonExited { status: String, log: PathBuf },
+    #[error("the new mount at {} does not answer", mountpoint.display())]
+    NotAnswering {
+        mountpoint: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot mount at {}", mountpoint.display())]
+    Mount {
+        mountpoint: PathBuf,
+        #[source]
+        source: crate::fs::FsError,
+    },
+    #[error("serving {}", mountpoint.display())]
+    Serve {
+        mountpoint: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot listen on {}", socket.display())]
+    Listen {
+        socket: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot reach the mount daemon at {}", socket.display())]
+    Unreachable {
+        socket: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the mount daemon gave no answer on {}", socket.display())]
+    NoReply {
+        socket: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The daemon's answer to a request it could not carry out.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
+    #[error(transparent)]
+    Journal(#[from] crate::journal::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,230 @@
+//! The daemon itself: mount, register, report ready, serve until unmounted
+//! or stopped by a signal, then commit a fork and deregister.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::control::{self, Control};
+use super::log::{init_file_logging, log_path};
+use super::mountpoint::on_mountpoint;
+use super::{Error, Result};
+use crate::fs::{self as sfs, MountConfig, Mounted};
+use crate::journal::Fork;
+use crate::remote::LazyBackend;
+use crate::store::mounts::MountRecord;
+use crate::store::{ObjectId, Store};
+use crate::sys;
+
+/// What a daemon serves.
+#[derive(Clone, Debug)]
+pub enum What {
+    /// A checkpoint, read-only.
+    Checkpoint(ObjectId),
+    /// Fork `name`, read-write; `head` is its head now (for the record).
+    Fork { name: String, head: ObjectId },
+    /// The whole store, read-only.
+    Browse,
+}
+
+/// How a daemon serves.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The user's `-o` options (each may hold several, comma-separated).
+    pub options: Vec<String>,
+    /// Bound on decompressed chunks kept in memory.
+    pub cache_size: usize,
+    /// FUSE worker threads; `None` for the number of cores (at least 2).
+    pub threads: Option<usize>,
+    /// For a fork: commit every this many seconds (0: only on unmount).
+    pub commit_interval: u64,
+}
+
+/// One mount to serve.
+pub struct Mount {
+    /// The store, reading through `lazy` for a lazy mount.
+    pub store: Store,
+    /// The fetching backend of a lazy mount (synced, and its counters
+    /// logged, at unmount).
+    pub lazy: Option<Arc<LazyBackend>>,
+    pub what: What,
+    /// What the record, the fsname and the log name as the target.
+    pub label: String,
+    pub mountpoint: PathBuf,
+    pub settings: Settings,
+}
+
+/// Be the daemon: check and create the mountpoint, mount, register the
+/// mount, call `on_serving` (the mount answers), serve until unmounted or
+/// stopped by SIGTERM, SIGINT or SIGHUP, then commit a fork (unless told
+/// not to) and remove the record. Logs to the store's log for the mountpoint.
+///
+/// Call it from the process's main thread before starting other threads
+/// (see [`crate::fs::mount_checkpoint`] on the signal mask).
+pub fn run(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
+    let root = m.store.root().to_path_buf();
+    let mp = m.mountpoint.clone();
+    on_mountpoint(&root, &mp, || serve_mount(m, on_serving))
+}
+
+fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
+    let mp = m.mountpoint.as_path();
+    let log = log_path(&m.store, mp);
+    init_file_logging(&log)?;
+    let store = Arc::new(m.store);
+    let cfg = MountConfig {
+        mountpoint: mp.to_path_buf(),
+        fsname: format!("storefs:{}", m.label),
+        extra_options: m
+            .settings
+            .options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .filter(|o| !o.is_empty())
+            .map(str::to_string)
+            .collect(),
+        cache_bytes: m.settings.cache_size,
+        threads: m.settings.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .max(2)
+        }),
+    };
+    // A fork is opened (locked, journal replayed) before the kernel mount.
+    let control = match &m.what {
+        What::Fork { name, .. } => Some(Arc::new(Control {
+            fork: Arc::new(Fork::open(store.clone(), name)?),
+            skip_final_commit: AtomicBool::new(false),
+        })),
+        _ => None,
+    };
+    let mounted = match (&control, &m.what) {
+        (Some(c), _) => sfs::mount_fork(c.fork.clone(), &cfg),
+        (None, What::Checkpoint(id)) => sfs::mount_checkpoint(store.clone(), *id, &cfg),
+        (None, _) => sfs::mount_browse(store.clone(), &cfg),
+    }
+    .map_err(|source| Error::Mount {
+        mountpoint: mp.to_path_buf(),
+        source,
+    })?;
+    // Threads start after the mount, which blocked the stop signals: they inherit the mask.
+    let socket = store.mount_file(mp, "sock");
+    if let Some(c) = &control {
+        control::serve_control(socket.clone(), c.clone())?;
+        if m.settings.commit_interval > 0 {
+            control::commit_periodically(
+                c.clone(),
+                Duration::from_secs(m.settings.commit_interval),
+            )?;
+        }
+    }
+    let (mode, id) = match &m.what {
+        What::Checkpoint(id) => ("ro", Some(*id)),
+        What::Fork { head, .. } => ("rw", Some(*head)),
+        What::Browse => ("browse", None),
+    };
+    store.add_mount(&MountRecord {
+        mountpoint: mp.to_string_lossy().into_owned(),
+        target: m.label.clone(),
+        checkpoint: id.map(|id| id.to_hex()).unwrap_or_default(),
+        pid: std::process::id(),
+        mode: mode.into(),
+        log: log.to_string_lossy().into_owned(),
+        started_ns: now_ns(),
+    })?;
+    tracing::info!(mountpoint = %mp.display(), checkpoint = ?id, target = %m.label, mode, "mounted");
+    on_serving();
+    let result = serve(mounted);
+    tracing::info!(mountpoint = %mp.display(), "unmounted");
+    if let Some(l) = &m.lazy {
+        l.finish();
+    }
+    if let Some(c) = &control {
+        let _ = std::fs::remove_file(&socket);
+        if c.skip_final_commit.load(Ordering::SeqCst) {
+            tracing::info!("not committing on unmount (--no-commit); the journal is kept");
+        } else {
+            // Everything written is already in the journal; a failed commit loses nothing.
+            match c.fork.commit("unmount") {
+                Ok(id) => tracing::info!(checkpoint = %id, "committed on unmount"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "commit on unmount failed; the journal is kept")
+                }
+            }
+        }
+    }
+    store.remove_mount(mp)?;
+    result.map_err(|source| Error::Serve {
+        mountpoint: mp.to_path_buf(),
+        source,
+    })
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Serve `mounted` on the calling thread until it is unmounted, or until
+/// SIGTERM, SIGINT or SIGHUP, which unmount it cleanly (lazily when it is
+/// busy) from a thread of their own, `storefs-signals`. Ok on a clean
+/// unmount. The signals stay blocked in the calling thread afterwards.
+pub fn serve(mut mounted: Mounted) -> io::Result<()> {
+    // In case this runs on another thread than the mount did: the workers
+    // fuser starts inherit this thread's mask.
+    sys::block_stop_signals()?;
+    let done = Arc::new(AtomicBool::new(false));
+    let signal_thread = {
+        let mut unmounter = mounted.unmounter();
+        let mountpoint = mounted.mountpoint().to_path_buf();
+        let done = done.clone();
+        std::thread::Builder::new()
+            .name("storefs-signals".into())
+            .spawn(move || unmount_on_signal(move || unmounter.unmount(), &mountpoint, &done))?
+    };
+    let result = mounted.run();
+    // Wake the signal thread (the signal is blocked there, so sigwait takes
+    // it) and tell it to exit without unmounting.
+    done.store(true, Ordering::SeqCst);
+    if let Err(e) = sys::send_stop_signal(&signal_thread) {
+        tracing::error!(error = %e, "cannot wake the signal thread");
+    }
+    if signal_thread.join().is_err() {
+        tracing::error!("signal thread panicked");
+    }
+    result
+}
+
+/// Wait for a stop signal, then `unmount` (which ends the session's run loop).
+/// Returns without unmounting when `done` is set: serving ended by itself.
+fn unmount_on_signal(
+    unmount: impl FnOnce() -> io::Result<()>,
+    mountpoint: &Path,
+    done: &AtomicBool,
+) {
+    let sig = sys::wait_for_stop_signal();
+    if done.load(Ordering::SeqCst) {
+        return;
+    }
+    let sig = match sig {
+        Ok(sig) => sig,
+        Err(e) => {
+            tracing::error!(error = %e, "sigwait failed; signals will not unmount");
+            return;
+        }
+    };
+    tracing::info!(signal = %sig, mountpoint = %mountpoint.display(), "signal received; unmounting");
+    if let Err(e) = unmount() {
+        // Busy (a process has its cwd or a file open inside): detach it lazily,
+        // so it disappears now and the session ends when the last user leaves.
+        tracing::warn!(error = %e, "unmount failed; detaching lazily");
+        if let Err(e) = sys::detach(mountpoint) {
+            tracing::error!(error = %e, "lazy unmount failed too");
+        }
+    }
+}
