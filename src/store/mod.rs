@@ -430,6 +430,31 @@ impl Store {
         self.checkpoint_path(id).exists()
     }
 
+    /// The file metadata of checkpoint `id`'s record (its size and time), or
+    /// `None` when the store does not hold it.
+    pub fn checkpoint_record_metadata(&self, id: &ObjectId) -> Result<Option<fs::Metadata>> {
+        let path = self.checkpoint_path(id);
+        match fs::symlink_metadata(&path) {
+            Ok(meta) => Ok(Some(meta)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).at(&path),
+        }
+    }
+
+    /// Checkpoint `id`'s record exactly as stored, checked against its id
+    /// but not parsed. A missing record is an I/O error here.
+    pub fn checkpoint_record_bytes(&self, id: &ObjectId) -> Result<Vec<u8>> {
+        let path = self.checkpoint_path(id);
+        let bytes = fs::read(&path).at(&path)?;
+        if ObjectId::of(&bytes) != *id {
+            return Err(Error::Corrupt {
+                id: *id,
+                detail: format!("checkpoint record {} does not match its id", path.display()),
+            });
+        }
+        Ok(bytes)
+    }
+
     /// `id` and every checkpoint it derives from (all parents, transitively),
     /// each once, `id` first. Every record is read and checked.
     pub fn ancestry(&self, id: &ObjectId) -> Result<Vec<(ObjectId, Checkpoint)>> {
