@@ -8,6 +8,7 @@ mod atomic;
 mod backend;
 mod cache;
 mod checkpoint;
+mod forks;
 mod gc;
 mod id;
 pub mod mounts;
@@ -28,6 +29,7 @@ pub use atomic::{fsync_dir, write_file};
 pub use backend::{Got, LocalBackend, ObjectBackend};
 pub use cache::ChunkCache;
 pub use checkpoint::{Checkpoint, Source, Stats, canonical_origin, check_origin, format_time};
+pub use forks::ForkHead;
 pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
 pub use id::{ObjectId, is_hex, to_hex};
 pub use tree::{Content, DecodeError, Entry, Extent, Kind, Tree};
@@ -553,57 +555,6 @@ impl Store {
                 continue;
             }
             if let Some(id) = self.get_ref(&name)? {
-                out.push((name, id));
-            }
-        }
-        out.sort();
-        Ok(out)
-    }
-
-    // ---- forks (the journal layer owns them; resolution only needs their head) ----
-
-    /// Where forks live: `forks/<name>/` (created with the first fork).
-    pub fn forks_dir(&self) -> PathBuf {
-        self.root.join("forks")
-    }
-
-    /// The head checkpoint of fork `name` (from `forks/<name>/HEAD`), or
-    /// `None` when there is no such fork.
-    pub fn fork_head(&self, name: &str) -> Result<Option<ObjectId>> {
-        if Self::check_name(name).is_err() {
-            return Ok(None);
-        }
-        let path = self.forks_dir().join(name).join("HEAD");
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).at(&path),
-        };
-        let v: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
-        v.get("checkpoint")
-            .and_then(|c| c.as_str())
-            .and_then(ObjectId::from_hex)
-            .map(Some)
-            .ok_or_else(|| Error::Invalid(format!("{}: no checkpoint id", path.display())))
-    }
-
-    /// All forks and their heads, sorted by name. A fork whose creation did
-    /// not finish (no HEAD) is not listed.
-    pub fn list_forks(&self) -> Result<Vec<(String, ObjectId)>> {
-        let dir = self.forks_dir();
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e).at(&dir),
-        };
-        let mut out = Vec::new();
-        for ent in rd {
-            let ent = ent.at(&dir)?;
-            let Some(name) = ent.file_name().to_str().map(str::to_string) else {
-                continue;
-            };
-            if let Some(id) = self.fork_head(&name)? {
                 out.push((name, id));
             }
         }
