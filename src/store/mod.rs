@@ -13,6 +13,7 @@ mod gc;
 mod id;
 pub mod mounts;
 mod pack;
+pub mod progress;
 #[doc(hidden)]
 pub mod testing;
 mod tree;
