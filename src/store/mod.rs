@@ -1,6 +1,8 @@
 //! Layer 1: the content-addressed store. Objects (zstd, named by the sha256 of
-//! their uncompressed bytes, verified on every read), trees, checkpoints, refs
-//! and the registry of live mounts. Pure library: no FUSE here.
+//! their uncompressed bytes, verified on every read), trees, checkpoints, refs,
+//! fork heads, the archive index, the registry of live mounts, and the
+//! [`progress::Progress`] callback that long operations above report through.
+//! Pure library: no FUSE here, no terminal output.
 
 pub mod acl;
 mod archives;
