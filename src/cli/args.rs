@@ -380,7 +380,7 @@ pub struct GcArgs {
     /// List what would be removed; delete nothing
     #[arg(long)]
     pub dry_run: bool,
-    /// Never remove an object modified less than this long ago (s, m, h, d)
+    /// Never remove an object modified less than this long ago (90s, 30m, 1h, 2d, 1h30m)
     #[arg(long, value_name = "AGE", default_value = "1h", value_parser = crate::store::parse_duration)]
     pub grace: std::time::Duration,
 }

@@ -3,12 +3,14 @@
 use std::fs;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 
 use super::args::{CatArgs, DiffArgs, LogArgs, LsArgs, RestoreArgs, SnapshotArgs};
 use crate::ingest::{self, ChangeKind, SnapshotOptions};
+use crate::store::progress::Progress;
 use crate::store::{Checkpoint, Content, Entry, Kind, ObjectId, Source, Store, format_time};
 
 pub fn init(store_dir: &Path) -> Result<()> {
@@ -320,10 +322,27 @@ pub fn restore(store: &Store, a: RestoreArgs) -> Result<()> {
     Ok(())
 }
 
-/// A progress bar on stderr when it is a terminal; hidden otherwise.
-pub(super) fn progress_bar() -> indicatif::ProgressBar {
+/// The library reports progress through [`Progress`]; the CLI shows it as an
+/// indicatif bar.
+impl Progress for indicatif::ProgressBar {
+    fn set_total(&self, total: u64) {
+        self.set_length(total);
+    }
+    fn advance(&self, n: u64) {
+        self.inc(n);
+    }
+    fn set_message(&self, message: String) {
+        indicatif::ProgressBar::set_message(self, message);
+    }
+    fn finish(&self) {
+        self.finish_and_clear();
+    }
+}
+
+/// A byte progress bar on stderr when it is a terminal; hidden otherwise.
+pub(super) fn progress_bar() -> Arc<indicatif::ProgressBar> {
     if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
+        return Arc::new(indicatif::ProgressBar::hidden());
     }
     let pb = indicatif::ProgressBar::new(0);
     pb.set_style(
@@ -332,7 +351,7 @@ pub(super) fn progress_bar() -> indicatif::ProgressBar {
         )
         .expect("valid template"),
     );
-    pb
+    Arc::new(pb)
 }
 
 pub(super) fn now_ns() -> i64 {

@@ -134,9 +134,10 @@ pub fn pull(store_dir: &Path, a: PullArgs) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn progress_bar(what: &str) -> indicatif::ProgressBar {
+/// An object-count progress bar on stderr when it is a terminal; hidden otherwise.
+pub(super) fn progress_bar(what: &str) -> Arc<indicatif::ProgressBar> {
     if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
+        return Arc::new(indicatif::ProgressBar::hidden());
     }
     let pb = indicatif::ProgressBar::new(0);
     pb.set_style(
@@ -144,5 +145,5 @@ pub(super) fn progress_bar(what: &str) -> indicatif::ProgressBar {
             .expect("valid template"),
     );
     pb.set_message(what.to_string());
-    pb
+    Arc::new(pb)
 }

@@ -26,11 +26,8 @@
 //! checkpoint's tree never changes and is cached like a read-only mount's.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::fs;
-use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -41,7 +38,7 @@ use super::inode::ROOT_INO;
 use super::readonly::{Attr, BLOCK_SIZE, DirItem, FsStats, ReadOnlyFs, XattrReply, inode_budget};
 use crate::journal;
 use crate::journal::ext4;
-use crate::store::{ArchiveRecord, ChunkCache, Kind, ObjectId, Store};
+use crate::store::{ChunkCache, Kind, ObjectId, Store};
 
 /// Bits of an inode number local to one checkpoint's tree.
 const LOCAL_BITS: u32 = 40;
@@ -581,7 +578,7 @@ impl BrowseFs {
             Node::Record(id) => {
                 // The record file's size and time; a record that went away
                 // still stats (reading it fails).
-                if let Ok(meta) = fs::metadata(self.record_path(id)) {
+                if let Ok(Some(meta)) = self.store.checkpoint_record_metadata(id) {
                     attr.size = meta.len();
                     attr.blocks = ext4::file_blocks(meta.len(), [(0, meta.len())]);
                     attr.mtime_ns = meta
@@ -710,7 +707,9 @@ impl BrowseFs {
             },
             Node::History(fork) => self.history(fork)?,
             Node::Archives => self
-                .archives()?
+                .store
+                .list_archives()
+                .map_err(store_err)?
                 .into_iter()
                 .map(|(name, target)| {
                     let node = Node::Archive {
@@ -751,66 +750,9 @@ impl BrowseFs {
             .collect())
     }
 
-    /// The archive index as (name, checkpoint): the name is the first file's
-    /// base name; when several archives share it, all but the oldest get
-    /// `@<first 12 hex of the archive's sha256>` appended.
-    fn archives(&self) -> Result<Vec<(String, ObjectId)>, FsError> {
-        let dir = self.store.root().join("archives");
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(store_io(&dir, e)),
-        };
-        let mut records: Vec<(String, String, ArchiveRecord)> = Vec::new();
-        for ent in rd {
-            let ent = ent.map_err(|e| store_io(&dir, e))?;
-            let file = ent.file_name();
-            let Some(sha) = file.to_str().and_then(|n| n.strip_suffix(".json")) else {
-                continue;
-            };
-            match self.store.archive_record(sha) {
-                Ok(Some(rec)) => {
-                    let name = rec
-                        .files
-                        .first()
-                        .and_then(|f| Path::new(f).file_name())
-                        .and_then(OsStr::to_str)
-                        .filter(|n| n.len() <= 200 && n.bytes().all(|b| b != b'/' && b != 0))
-                        .map_or_else(|| format!("archive-{}", &sha[..12]), str::to_string);
-                    records.push((name, sha.to_string(), rec));
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(archive = sha, error = %e, "skipping archive record"),
-            }
-        }
-        records.sort_by(|a, b| (&a.0, a.2.time_ns, &a.1).cmp(&(&b.0, b.2.time_ns, &b.1)));
-        let mut out: Vec<(String, ObjectId)> = Vec::with_capacity(records.len());
-        for (i, (name, sha, rec)) in records.iter().enumerate() {
-            let dup = i > 0 && records[i - 1].0 == *name;
-            let name = if dup {
-                format!("{name}@{}", &sha[..12])
-            } else {
-                name.clone()
-            };
-            out.push((name, rec.checkpoint));
-        }
-        Ok(out)
-    }
-
-    fn record_path(&self, id: &ObjectId) -> PathBuf {
-        self.store
-            .root()
-            .join("checkpoints")
-            .join(format!("{id}.json"))
-    }
-
     fn record_exists(&self, id: &ObjectId) -> Result<bool, FsError> {
-        let path = self.record_path(id);
-        match fs::symlink_metadata(&path) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(store_io(&path, e)),
-        }
+        let meta = self.store.checkpoint_record_metadata(id);
+        Ok(meta.map_err(store_err)?.is_some())
     }
 
     /// A checkpoint record's bytes, checked against its id.
@@ -818,17 +760,7 @@ impl BrowseFs {
         if let Some(bytes) = self.records.read().get(id) {
             return Ok(bytes.clone());
         }
-        let path = self.record_path(id);
-        let bytes = fs::read(&path).map_err(|e| store_io(&path, e))?;
-        if ObjectId::of(&bytes) != *id {
-            let e = crate::store::Error::Corrupt {
-                id: *id,
-                detail: format!("checkpoint record {} does not match its id", path.display()),
-            };
-            tracing::warn!(error = %e, "checkpoint record read failed; this read gets EIO");
-            return Err(FsError::Store(e));
-        }
-        let bytes = Arc::new(bytes);
+        let bytes = Arc::new(self.store.checkpoint_record_bytes(id).map_err(store_err)?);
         self.records.write().insert(*id, bytes.clone());
         Ok(bytes)
     }
@@ -852,18 +784,15 @@ fn root_name(node: &Node) -> Option<&'static str> {
     }
 }
 
-fn store_io(path: &Path, source: std::io::Error) -> FsError {
-    tracing::warn!(path = %path.display(), error = %source, "store read failed; it gets EIO");
-    FsError::Store(crate::store::Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+fn store_err(e: crate::store::Error) -> FsError {
+    tracing::warn!(error = %e, "store read failed; it gets EIO");
+    FsError::Store(e)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Checkpoint, Content, Entry, Extent, Source, Tree};
+    use crate::store::{ArchiveRecord, Checkpoint, Content, Entry, Extent, Source, Tree};
 
     fn entry(name: &str, kind: Kind, content: Content, size: u64) -> Entry {
         Entry {

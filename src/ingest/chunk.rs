@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 
 use fastcdc::v2020::StreamCDC;
-use indicatif::ProgressBar;
 
+use crate::store::progress::Progress;
 use crate::store::{self, Extent, ObjectId, Store};
 
 /// Smallest chunk FastCDC cuts (bytes); smaller files are one chunk.
@@ -194,13 +194,13 @@ pub(crate) fn send_chunks(
     reader: impl Read,
     len: u64,
     hashers: &Hashers<'_>,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> io::Result<Pending> {
     let (reply_tx, rx) = mpsc::channel();
     let mut lens = Vec::new();
     let single = len <= u64::from(MIN_CHUNK);
     let send = |data: Vec<u8>| -> io::Result<()> {
-        progress.inc(data.len() as u64);
+        progress.advance(data.len() as u64);
         lens.push(data.len() as u64);
         let chunk = Chunk {
             data,

@@ -30,11 +30,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender};
 
-use indicatif::ProgressBar;
-
 use super::chunk::{ChunkJob, Counters, Hashers, hash_chunks, send_chunks};
 use super::sys::{self, XattrTarget};
 use super::{Error, IoAt, Result};
+use crate::store::progress::{Progress, SharedProgress, no_progress};
 use crate::store::{self, Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
 pub use super::chunk::{AVG_CHUNK, MAX_CHUNK, MIN_CHUNK};
@@ -47,17 +46,17 @@ pub const MAX_READ_ATTEMPTS: u32 = 3;
 pub struct SnapshotOptions {
     /// Worker threads for reading and for hashing/compressing; 0 = all cores.
     pub threads: usize,
-    /// Progress display: length = total bytes once the walk is done, advanced
-    /// as bytes are read, message = entry counts; cleared when the snapshot
-    /// ends (success or failure). Use `ProgressBar::hidden()` when not on a TTY.
-    pub progress: ProgressBar,
+    /// Told the total bytes once the walk is done, advanced as bytes are
+    /// read, given entry counts as messages; finished when the snapshot ends
+    /// (success or failure).
+    pub progress: SharedProgress,
 }
 
 impl Default for SnapshotOptions {
     fn default() -> Self {
         SnapshotOptions {
             threads: 0,
-            progress: ProgressBar::hidden(),
+            progress: no_progress(),
         }
     }
 }
@@ -82,7 +81,7 @@ pub struct SnapshotResult {
 /// read. Objects stored before a failure are harmless (unreferenced).
 pub fn snapshot(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResult> {
     let result = run(store, dir, opts);
-    opts.progress.finish_and_clear();
+    opts.progress.finish();
     result
 }
 
@@ -95,7 +94,7 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         }
         Err(e) => return Err(Error::io(dir, e)),
     };
-    let mut walk = Walk::new(&opts.progress);
+    let mut walk = Walk::new(&*opts.progress);
     walk.run(dir, &root_meta)?;
     walk.assign_links();
 
@@ -111,7 +110,7 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
     // (Results are keyed by node, so the order does not affect the tree.)
     jobs.sort_by_key(|&i| std::cmp::Reverse(walk.nodes[i].entry.size));
     let total: u64 = jobs.iter().map(|&i| walk.nodes[i].entry.size).sum();
-    opts.progress.set_length(total);
+    opts.progress.set_total(total);
     opts.progress.set_message(format!(
         "{} entries, {} files to read",
         walk.nodes.len(),
@@ -123,7 +122,7 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         &jobs,
         threads,
         &counters,
-        &opts.progress,
+        &*opts.progress,
     )?;
     walk.apply_contents(contents);
 
@@ -223,11 +222,11 @@ fn entry_from(name: Vec<u8>, kind: Kind, m: &Metadata) -> Entry {
 struct Walk<'p> {
     nodes: Vec<Node>,
     warnings: Vec<String>,
-    progress: &'p ProgressBar,
+    progress: &'p dyn Progress,
 }
 
 impl<'p> Walk<'p> {
-    fn new(progress: &'p ProgressBar) -> Self {
+    fn new(progress: &'p dyn Progress) -> Self {
         Walk {
             nodes: Vec::new(),
             warnings: Vec::new(),
@@ -422,7 +421,7 @@ struct Readers<'a> {
     jobs: &'a [usize],
     next: AtomicUsize,
     failed: AtomicBool,
-    progress: &'a ProgressBar,
+    progress: &'a dyn Progress,
 }
 
 /// Read every job's content with `threads` readers feeding `threads` hashers.
@@ -432,7 +431,7 @@ fn read_contents(
     jobs: &[usize],
     threads: usize,
     counters: &Counters,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<Vec<(usize, FileContent)>> {
     let shared = Readers {
         store,
@@ -503,7 +502,7 @@ enum Attempt {
 }
 
 /// Read a file's content, retrying while it changes under us.
-fn read_file(node: &Node, hashers: &Hashers<'_>, progress: &ProgressBar) -> Result<FileContent> {
+fn read_file(node: &Node, hashers: &Hashers<'_>, progress: &dyn Progress) -> Result<FileContent> {
     let mut expected = node.stamp;
     for _ in 0..MAX_READ_ATTEMPTS {
         match read_once(&node.path, expected, hashers, progress)? {
@@ -539,7 +538,7 @@ fn read_once(
     path: &Path,
     expected: Stamp,
     hashers: &Hashers<'_>,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<Attempt> {
     let file = open_for_read(path)?;
     let before = file.metadata().at(path)?;
@@ -583,7 +582,7 @@ fn read_extents(
     size: u64,
     maybe_sparse: bool,
     hashers: &Hashers<'_>,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> io::Result<Option<Vec<Extent>>> {
     let mut extents = Vec::new();
     let mut pos = 0;
@@ -606,7 +605,7 @@ fn read_extents(
                 len: data - pos,
                 id: None,
             });
-            progress.inc(data - pos);
+            progress.advance(data - pos);
         }
         if data >= size {
             break;
@@ -635,7 +634,7 @@ fn chunk_segment(
     len: u64,
     extents: &mut Vec<Extent>,
     hashers: &Hashers<'_>,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> io::Result<bool> {
     let reader = SegmentReader {
         file,

@@ -35,7 +35,7 @@ use super::record::Record;
 use super::state::{Ctx, ForkState, Src, check_name, now_ns};
 use super::wal::{Wal, segment_name};
 use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
-use crate::store::{Checkpoint, ChunkCache, Kind, ObjectId, Source, Store, acl};
+use crate::store::{Checkpoint, ChunkCache, ForkHead, Kind, ObjectId, Source, Store, acl};
 
 /// A new inode as its creator asks for it ([`Fork::make`]).
 #[derive(Clone, Debug)]
@@ -93,14 +93,6 @@ pub struct Upstream {
     /// The remote ref's name.
     #[serde(rename = "ref")]
     pub r#ref: String,
-}
-
-/// `HEAD`: the fork's current checkpoint and the first journal segment to
-/// replay onto it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Head {
-    pub checkpoint: ObjectId,
-    pub journal_from: u64,
 }
 
 /// What `statfs` reports for a fork mount.
@@ -163,7 +155,7 @@ pub fn read_fork_info(store: &Store, name: &str) -> Result<Option<ForkInfo>> {
         return Ok(None);
     }
     let dir = fork_dir(store, name);
-    if read_json::<Head>(&RealIo, &dir.join("HEAD"))?.is_none() {
+    if read_json::<ForkHead>(&RealIo, &dir.join(ForkHead::FILE))?.is_none() {
         return Ok(None);
     }
     read_json(&RealIo, &dir.join("fork.json"))
@@ -197,7 +189,7 @@ pub struct Fork {
     io: Arc<dyn JournalIo>,
     info: ForkInfo,
     dir: PathBuf,
-    head: Mutex<Head>,
+    head: Mutex<ForkHead>,
     state: Mutex<ForkState>,
     wal: Wal,
     commit_lock: Mutex<()>,
@@ -275,11 +267,11 @@ impl Fork {
         io.create_dir(&journal).map_err(io_at(&journal))?;
         io.sync_dir(&dir).map_err(io_at(&dir))?;
         // HEAD last: its presence makes the fork exist.
-        let head = Head {
+        let head = ForkHead {
             checkpoint: *base,
             journal_from: 0,
         };
-        write_json(&*io, &dir.join("HEAD"), &head)?;
+        write_json(&*io, &dir.join(ForkHead::FILE), &head)?;
         io.sync_dir(&forks).map_err(io_at(&forks))?;
         Ok(info)
     }
@@ -298,15 +290,15 @@ impl Fork {
             return Err(Error::NoFork(name.into()));
         }
         let dir = fork_dir(&store, name);
-        let head: Head =
-            read_json(&*io, &dir.join("HEAD"))?.ok_or_else(|| Error::NoFork(name.into()))?;
+        let head: ForkHead = read_json(&*io, &dir.join(ForkHead::FILE))?
+            .ok_or_else(|| Error::NoFork(name.into()))?;
         let lock_path = dir.join("lock");
         let lock = io
             .try_lock(&lock_path)
             .map_err(io_at(&lock_path))?
             .ok_or_else(|| Error::Busy(name.into()))?;
         // Re-read under the lock: a commit may have moved it meanwhile.
-        let head: Head = read_json(&*io, &dir.join("HEAD"))?.unwrap_or(head);
+        let head: ForkHead = read_json(&*io, &dir.join(ForkHead::FILE))?.unwrap_or(head);
         let info: ForkInfo =
             read_json(&*io, &dir.join("fork.json"))?.ok_or_else(|| Error::Corrupt {
                 path: dir.join("fork.json"),
@@ -880,11 +872,11 @@ impl Fork {
         };
         step(CommitStep::CheckpointWritten)?;
         // (3) Move HEAD durably.
-        let new_head = Head {
+        let new_head = ForkHead {
             checkpoint: new,
             journal_from: seg,
         };
-        write_json(&*self.io, &self.dir.join("HEAD"), &new_head)?;
+        write_json(&*self.io, &self.dir.join(ForkHead::FILE), &new_head)?;
         *self.head.lock() = new_head;
         step(CommitStep::HeadMoved)?;
         // (4) Rebase, briefly under the state lock. Changes made since the
@@ -940,11 +932,11 @@ impl Fork {
         // HEAD first: segment S+1 must not exist while HEAD names the old
         // head, whose replay would check the fresh map against its own state.
         let seg = self.wal.current_segment() + 1;
-        let head = Head {
+        let head = ForkHead {
             checkpoint: *new,
             journal_from: seg,
         };
-        write_json(&*self.io, &self.dir.join("HEAD"), &head)?;
+        write_json(&*self.io, &self.dir.join(ForkHead::FILE), &head)?;
         *self.head.lock() = head;
         // A crash here leaves no segment S+1: the next open creates it and
         // writes its map (see `open_with`).

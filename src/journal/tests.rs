@@ -11,7 +11,7 @@ use super::record::{self, InodeMap, Record};
 use super::*;
 use crate::ingest::{self, SnapshotOptions};
 use crate::store::acl;
-use crate::store::{Checkpoint, ObjectId, Source, Store};
+use crate::store::{Checkpoint, ForkHead, ObjectId, Source, Store};
 
 // ------------------------------------------------------------------ helpers
 
@@ -1136,7 +1136,7 @@ fn crash_at_every_commit_step_keeps_old_or_new_head_and_all_content() {
     }
 }
 
-fn read_json_head(env: &Env, name: &str) -> Head {
+fn read_json_head(env: &Env, name: &str) -> ForkHead {
     let b = env
         .io
         .read_file(&fork_dir(&env.store, name).join("HEAD"))
@@ -1145,7 +1145,7 @@ fn read_json_head(env: &Env, name: &str) -> Head {
     serde_json::from_slice(&b).unwrap()
 }
 
-fn set_head(env: &Env, name: &str, h: &Head) {
+fn set_head(env: &Env, name: &str, h: &ForkHead) {
     env.io
         .write_atomic(
             &fork_dir(&env.store, name).join("HEAD"),
@@ -1359,7 +1359,7 @@ fn move_head_needs_a_clean_journal_and_a_descendant() {
     assert!(last > 0);
     fs::write(
         dir.join("HEAD"),
-        serde_json::to_vec(&Head {
+        serde_json::to_vec(&ForkHead {
             checkpoint: next,
             journal_from: last + 1,
         })

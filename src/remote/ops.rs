@@ -4,11 +4,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use indicatif::ProgressBar;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStoreExt, PutPayload};
 
 use super::{Error, PARALLEL, Remote, Result, corrupt_object};
+use crate::store::progress::{Progress, SharedProgress};
 use crate::store::{self, Checkpoint, Content, ObjectBackend, ObjectId, Store, Tree};
 
 /// How a push behaves.
@@ -16,8 +16,8 @@ use crate::store::{self, Checkpoint, Content, ObjectBackend, ObjectId, Store, Tr
 pub struct PushOptions {
     /// Move the remote ref even if that loses checkpoints only the remote has.
     pub force: bool,
-    /// Advanced by one per object uploaded (hidden when not on a TTY).
-    pub progress: ProgressBar,
+    /// Told the objects to upload, advanced by one per object uploaded.
+    pub progress: SharedProgress,
 }
 
 /// What a push did.
@@ -42,8 +42,8 @@ pub struct PushReport {
 pub struct PullOptions {
     /// Move the local ref even if it is not an ancestor of the pulled checkpoint.
     pub force: bool,
-    /// Advanced by one per object fetched (hidden when not on a TTY).
-    pub progress: ProgressBar,
+    /// Advanced by one per object fetched.
+    pub progress: SharedProgress,
 }
 
 /// What a pull did.
@@ -95,10 +95,10 @@ impl Remote {
                 objects_uploaded: missing.len(),
                 ..Default::default()
             };
-            opts.progress.set_length(missing.len() as u64);
+            opts.progress.set_total(missing.len() as u64);
             let backend = store.backend().clone();
             let sizes: Vec<u64> = futures::stream::iter(missing)
-                .map(|id| self.upload_object(backend.clone(), id, &opts.progress))
+                .map(|id| self.upload_object(backend.clone(), id, &*opts.progress))
                 .buffer_unordered(PARALLEL)
                 .try_collect()
                 .await?;
@@ -187,7 +187,7 @@ impl Remote {
         &self,
         backend: Arc<dyn ObjectBackend>,
         id: ObjectId,
-        progress: &ProgressBar,
+        progress: &dyn Progress,
     ) -> Result<u64> {
         let raw = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
             let raw = backend
@@ -211,7 +211,7 @@ impl Remote {
             .put(&ObjPath::from(key.as_str()), PutPayload::from(raw))
             .await
             .map_err(|e| self.backend_err(format!("writing {key}"), e))?;
-        progress.inc(1);
+        progress.advance(1);
         Ok(len)
     }
 
@@ -309,7 +309,7 @@ impl Remote {
                         let backend = backend.clone();
                         async move {
                             let (bytes, n) =
-                                self.fetch_object(backend, id, ck, &opts.progress).await?;
+                                self.fetch_object(backend, id, ck, &*opts.progress).await?;
                             let tree = Tree::decode(&bytes).map_err(|e| Error::CorruptObject {
                                 remote: self.name.clone(),
                                 id,
@@ -347,7 +347,7 @@ impl Remote {
                     let backend = backend.clone();
                     async move {
                         let (_, n) = self
-                            .fetch_object_raw(backend, id, ck, &opts.progress, false)
+                            .fetch_object_raw(backend, id, ck, &*opts.progress, false)
                             .await?;
                         Ok::<_, Error>(n)
                     }
@@ -410,7 +410,7 @@ impl Remote {
         backend: Arc<dyn ObjectBackend>,
         id: ObjectId,
         ck: ObjectId,
-        progress: &ProgressBar,
+        progress: &dyn Progress,
     ) -> Result<(Vec<u8>, u64)> {
         self.fetch_object_raw(backend, id, ck, progress, true).await
     }
@@ -422,7 +422,7 @@ impl Remote {
         backend: Arc<dyn ObjectBackend>,
         id: ObjectId,
         ck: ObjectId,
-        progress: &ProgressBar,
+        progress: &dyn Progress,
         want: bool,
     ) -> Result<(Vec<u8>, u64)> {
         let io = |source| store::Error::Io {
@@ -467,7 +467,7 @@ impl Remote {
         })
         .await
         .map_err(join_err)??;
-        progress.inc(1);
+        progress.advance(1);
         Ok((bytes, len))
     }
 }

@@ -1,10 +1,13 @@
 //! The archive index: `archives/<sha256>.json`, one record per imported archive,
 //! keyed by the sha256 of the whole (joined) archive. It lets `storefs mount
 //! ARCHIVE --sha256 HEX` find an earlier import without reading the archive.
+//! It also names each import for people ([`Store::list_archives`]): the name
+//! the browse mount shows under `archives/`.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io::ErrorKind;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -59,5 +62,52 @@ impl Store {
         let mut data = serde_json::to_vec_pretty(rec).expect("record serializes");
         data.push(b'\n');
         write_file(&path, &data, 0o644, true).at(&path)
+    }
+
+    /// The archive index as (name, checkpoint), by name and then age: the name is
+    /// the first file's base name; when several archives share it, all but
+    /// the oldest get `@<first 12 hex of the archive's sha256>` appended. A
+    /// record that cannot be read is skipped (and logged).
+    pub fn list_archives(&self) -> Result<Vec<(String, ObjectId)>> {
+        let dir = self.root().join("archives");
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(&dir),
+        };
+        let mut records: Vec<(String, String, ArchiveRecord)> = Vec::new();
+        for ent in rd {
+            let ent = ent.at(&dir)?;
+            let file = ent.file_name();
+            let Some(sha) = file.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            match self.archive_record(sha) {
+                Ok(Some(rec)) => {
+                    let name = rec
+                        .files
+                        .first()
+                        .and_then(|f| Path::new(f).file_name())
+                        .and_then(OsStr::to_str)
+                        .filter(|n| n.len() <= 200 && n.bytes().all(|b| b != b'/' && b != 0))
+                        .map_or_else(|| format!("archive-{}", &sha[..12]), str::to_string);
+                    records.push((name, sha.to_string(), rec));
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(archive = sha, error = %e, "skipping archive record"),
+            }
+        }
+        records.sort_by(|a, b| (&a.0, a.2.time_ns, &a.1).cmp(&(&b.0, b.2.time_ns, &b.1)));
+        let mut out: Vec<(String, ObjectId)> = Vec::with_capacity(records.len());
+        for (i, (name, sha, rec)) in records.iter().enumerate() {
+            let dup = i > 0 && records[i - 1].0 == *name;
+            let name = if dup {
+                format!("{name}@{}", &sha[..12])
+            } else {
+                name.clone()
+            };
+            out.push((name, rec.checkpoint));
+        }
+        Ok(out)
     }
 }

@@ -123,27 +123,12 @@ pub fn canonical_origin(origin: &str) -> Result<String, &'static str> {
     Ok(out)
 }
 
-/// Format nanoseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
+/// Format nanoseconds since the epoch (either side) as `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn format_time(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    jiff::Timestamp::from_nanosecond(i128::from(ns))
+        .expect("every i64 of nanoseconds is within jiff's range")
+        .strftime("%Y-%m-%d %H:%M:%S UTC")
+        .to_string()
 }
 
 #[cfg(test)]
@@ -181,5 +166,6 @@ mod tests {
             format_time(1_796_227_200_000_000_000),
             "2026-12-02 16:00:00 UTC"
         );
+        assert_eq!(format_time(-1), "1969-12-31 23:59:59 UTC");
     }
 }

@@ -255,28 +255,21 @@ impl Store {
     }
 }
 
-/// Parse a duration: `0`, `90s`, `30m`, `1h`, `2d` (a bare number is seconds).
+/// Parse a duration: `0`, `90s`, `30m`, `1h`, `2d`, `1h30m` (jiff's friendly
+/// format, units up to weeks; a bare number is seconds).
 pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c {
-                's' => 1,
-                'm' => 60,
-                'h' => 3600,
-                'd' => 86_400,
-                _ => return Err(format!("unknown unit in '{s}': use s, m, h or d")),
-            };
-            (&s[..i], m)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    let hint = "use e.g. 0, 90s, 30m, 1h, 2d (units up to weeks)";
+    let span: jiff::Span = s
         .parse()
-        .map_err(|_| format!("'{s}' is not a duration: use e.g. 0, 90s, 30m, 1h, 2d"))?;
-    n.checked_mul(mult)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("duration '{s}' is too large"))
+        .map_err(|_| format!("'{s}' is not a duration: {hint}"))?;
+    let signed = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|_| format!("'{s}' is not a fixed duration: {hint}"))?;
+    Duration::try_from(signed).map_err(|_| format!("duration '{s}' is negative"))
 }
 
 #[cfg(test)]
@@ -289,7 +282,9 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert!(parse_duration("1y").is_err());
+        assert!(parse_duration("-1h").is_err());
         assert!(parse_duration("").is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! Layer 1: the content-addressed store. Objects (zstd, named by the sha256 of
-//! their uncompressed bytes, verified on every read), trees, checkpoints, refs
-//! and the registry of live mounts. Pure library: no FUSE here.
+//! their uncompressed bytes, verified on every read), trees, checkpoints, refs,
+//! fork heads, the archive index, the registry of live mounts, and the
+//! [`progress::Progress`] callback that long operations above report through.
+//! Pure library: no FUSE here, no terminal output.
 
 pub mod acl;
 mod archives;
@@ -8,10 +10,12 @@ mod atomic;
 mod backend;
 mod cache;
 mod checkpoint;
+mod forks;
 mod gc;
 mod id;
 pub mod mounts;
 mod pack;
+pub mod progress;
 #[doc(hidden)]
 pub mod testing;
 mod tree;
@@ -28,6 +32,7 @@ pub use atomic::{fsync_dir, write_file};
 pub use backend::{Got, LocalBackend, ObjectBackend};
 pub use cache::ChunkCache;
 pub use checkpoint::{Checkpoint, Source, Stats, canonical_origin, check_origin, format_time};
+pub use forks::ForkHead;
 pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
 pub use id::{ObjectId, is_hex, to_hex};
 pub use tree::{Content, DecodeError, Entry, Extent, Kind, Tree};
@@ -430,6 +435,31 @@ impl Store {
         self.checkpoint_path(id).exists()
     }
 
+    /// The file metadata of checkpoint `id`'s record (its size and time), or
+    /// `None` when the store does not hold it.
+    pub fn checkpoint_record_metadata(&self, id: &ObjectId) -> Result<Option<fs::Metadata>> {
+        let path = self.checkpoint_path(id);
+        match fs::symlink_metadata(&path) {
+            Ok(meta) => Ok(Some(meta)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).at(&path),
+        }
+    }
+
+    /// Checkpoint `id`'s record exactly as stored, checked against its id
+    /// but not parsed. A missing record is an I/O error here.
+    pub fn checkpoint_record_bytes(&self, id: &ObjectId) -> Result<Vec<u8>> {
+        let path = self.checkpoint_path(id);
+        let bytes = fs::read(&path).at(&path)?;
+        if ObjectId::of(&bytes) != *id {
+            return Err(Error::Corrupt {
+                id: *id,
+                detail: format!("checkpoint record {} does not match its id", path.display()),
+            });
+        }
+        Ok(bytes)
+    }
+
     /// `id` and every checkpoint it derives from (all parents, transitively),
     /// each once, `id` first. Every record is read and checked.
     pub fn ancestry(&self, id: &ObjectId) -> Result<Vec<(ObjectId, Checkpoint)>> {
@@ -528,57 +558,6 @@ impl Store {
                 continue;
             }
             if let Some(id) = self.get_ref(&name)? {
-                out.push((name, id));
-            }
-        }
-        out.sort();
-        Ok(out)
-    }
-
-    // ---- forks (the journal layer owns them; resolution only needs their head) ----
-
-    /// Where forks live: `forks/<name>/` (created with the first fork).
-    pub fn forks_dir(&self) -> PathBuf {
-        self.root.join("forks")
-    }
-
-    /// The head checkpoint of fork `name` (from `forks/<name>/HEAD`), or
-    /// `None` when there is no such fork.
-    pub fn fork_head(&self, name: &str) -> Result<Option<ObjectId>> {
-        if Self::check_name(name).is_err() {
-            return Ok(None);
-        }
-        let path = self.forks_dir().join(name).join("HEAD");
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).at(&path),
-        };
-        let v: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
-        v.get("checkpoint")
-            .and_then(|c| c.as_str())
-            .and_then(ObjectId::from_hex)
-            .map(Some)
-            .ok_or_else(|| Error::Invalid(format!("{}: no checkpoint id", path.display())))
-    }
-
-    /// All forks and their heads, sorted by name. A fork whose creation did
-    /// not finish (no HEAD) is not listed.
-    pub fn list_forks(&self) -> Result<Vec<(String, ObjectId)>> {
-        let dir = self.forks_dir();
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e).at(&dir),
-        };
-        let mut out = Vec::new();
-        for ent in rd {
-            let ent = ent.at(&dir)?;
-            let Some(name) = ent.file_name().to_str().map(str::to_string) else {
-                continue;
-            };
-            if let Some(id) = self.fork_head(&name)? {
                 out.push((name, id));
             }
         }

@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
-use indicatif::ProgressBar;
 use sha2::{Digest, Sha256};
 
 pub use parts::{Digests, Part, Parts, discover, expected_digests, hash_parts};
@@ -31,6 +30,7 @@ pub use tartree::{MAX_ENTRIES, MAX_NAME, MAX_PATH, SIZE_COMMENT};
 
 use super::chunk::{ChunkJob, Counters, hash_chunks};
 use super::{Error, Result, escape};
+use crate::store::progress::{Progress, SharedProgress, no_progress};
 use crate::store::{
     self, ArchiveRecord, Checkpoint, Content, Entry, Kind, ObjectId, Source, Store, to_hex,
 };
@@ -45,15 +45,15 @@ const BLOCK: usize = 1 << 20;
 pub struct ImportOptions {
     /// Hasher threads; 0 = all cores.
     pub threads: usize,
-    /// Length = archive bytes, advanced as they are read; message = entries.
-    pub progress: ProgressBar,
+    /// Told the archive's bytes, advanced as they are read; entry counts as messages.
+    pub progress: SharedProgress,
 }
 
 impl Default for ImportOptions {
     fn default() -> Self {
         ImportOptions {
             threads: 0,
-            progress: ProgressBar::hidden(),
+            progress: no_progress(),
         }
     }
 }
@@ -81,9 +81,9 @@ pub fn import(
     expected: &Digests,
     opts: &ImportOptions,
 ) -> Result<Imported> {
-    opts.progress.set_length(parts.total_size());
+    opts.progress.set_total(parts.total_size());
     let result = run(store, parts, expected, opts);
-    opts.progress.finish_and_clear();
+    opts.progress.finish();
     result
 }
 
@@ -102,7 +102,7 @@ fn run(store: &Store, parts: &Parts, expected: &Digests, opts: &ImportOptions) -
             s.spawn(|| hash_chunks(store, &chunk_rx, &counters));
         }
         let progress = opts.progress.clone();
-        let reader = s.spawn(move || read_parts(parts, raw_tx, &progress));
+        let reader = s.spawn(move || read_parts(parts, raw_tx, &*progress));
         let raw = ChannelReader {
             rx: raw_rx,
             cur: Vec::new(),
@@ -241,7 +241,7 @@ struct Position {
 fn read_parts(
     parts: &Parts,
     tx: SyncSender<Block>,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<(String, Vec<String>)> {
     let mut whole = Sha256::new();
     let mut each = Vec::new();
@@ -262,7 +262,7 @@ fn read_parts(
             if !single {
                 h.update(&data);
             }
-            progress.inc(n as u64);
+            progress.advance(n as u64);
             if listening {
                 listening = tx.send(Block { part: i, data }).is_ok();
             }
@@ -448,7 +448,7 @@ fn parse(
         (e, _) => e,
     };
     let mut tar = TarReader::new(decoded);
-    let mut builder = TreeBuilder::new(chunk_tx, ProgressBar::hidden());
+    let mut builder = TreeBuilder::new(chunk_tx, no_progress());
     let mut skipped = 0u64;
     let mut acl_text_only = 0u64;
     while let Some(entry) = tar.next_entry().map_err(tar_error).map_err(hint)? {

@@ -7,11 +7,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Read};
 use std::sync::mpsc::SyncSender;
 
-use indicatif::ProgressBar;
-
 use super::super::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
 use super::super::{Error, Result, escape};
 use super::reader::{Segment, TarKind};
+use crate::store::progress::SharedProgress;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
 /// More entries than this is an error (bounds memory: ~200 bytes per entry).
@@ -78,7 +77,7 @@ pub(super) struct TreeBuilder<'a> {
     pub warnings: Vec<String>,
     /// Small files go to the hashers in batches: flushed before any wait.
     hashers: Hashers<'a>,
-    progress: ProgressBar,
+    progress: SharedProgress,
 }
 
 fn hostile(entry: &[u8], detail: impl Into<String>) -> Error {
@@ -124,7 +123,7 @@ fn components(raw: &[u8]) -> Result<(Vec<Vec<u8>>, bool)> {
 }
 
 impl<'a> TreeBuilder<'a> {
-    pub fn new(tx: &'a SyncSender<ChunkJob>, progress: ProgressBar) -> Self {
+    pub fn new(tx: &'a SyncSender<ChunkJob>, progress: SharedProgress) -> Self {
         TreeBuilder {
             nodes: vec![Node::dir(Vec::new())],
             groups: Vec::new(),
@@ -253,7 +252,7 @@ impl<'a> TreeBuilder<'a> {
                             (&mut *data).take(seg.len),
                             seg.len,
                             &self.hashers,
-                            &self.progress,
+                            &*self.progress,
                         )
                         .map_err(|source| Error::Io {
                             path: escape(raw_path).into(),
