@@ -17,10 +17,8 @@
 //!
 //! Limits, honestly: no permission checks here (the mount is expected to use
 //! the kernel's `default_permissions`); a commit clones the loaded inode table
-//! under the state lock; the fold's chunking loop mirrors the private one in
-//! `ingest::snapshot` (same parameters) instead of sharing it; a fork name is
-//! not yet refused by `Store::set_ref`; the fork's own lock is not checked
-//! against a concurrent `Fork::create` of a ref of the same name.
+//! under the state lock; the fork's own lock is not checked against a
+//! concurrent `Fork::create` of a ref of the same name.
 
 pub mod ext4;
 mod fold;

@@ -8,6 +8,7 @@ mod atomic;
 mod backend;
 mod cache;
 mod checkpoint;
+pub mod chunk;
 pub mod codec;
 mod gc;
 mod id;

@@ -9,9 +9,9 @@ use std::sync::mpsc::SyncSender;
 
 use indicatif::ProgressBar;
 
-use super::super::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
 use super::super::{Error, Result, escape};
 use super::reader::{Segment, TarKind};
+use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
 /// More entries than this is an error (bounds memory: ~200 bytes per entry).
