@@ -10,8 +10,9 @@
 //!   journal into a checkpoint and moves the fork's head.
 //! - `record.rs`: the record format; `wal.rs`: segments, torn-tail recovery,
 //!   group commit; `io.rs`: the I/O trait, [`RealIo`] and the fault-injecting
-//!   [`FaultyIo`]; `state.rs`: inodes, POSIX semantics, replay; `fold.rs`:
-//!   state → trees; `fork.rs`: the fork directory, HEAD and commit protocol.
+//!   [`FaultyIo`]; `state/`: inodes, POSIX semantics, replay (a module per
+//!   family of records, each record's checks and effect side by side);
+//!   `fold.rs`: state → trees; `fork.rs`: the fork directory, HEAD and commit protocol.
 //!
 //! The on-disk format and the durability contract are in `docs/journal.md`.
 //!
