@@ -220,7 +220,7 @@ impl Field for Option<Vec<u8>> {
     }
 }
 
-/// `SetAttr`'s mask bits, in field order.
+/// The optional fields of `SetAttr`, one mask bit each.
 const SETATTR_FIELDS: u8 = 5;
 
 /// u8 mask of the present fields, the present ones, then ctime.
@@ -245,9 +245,12 @@ fn put_setattr(o: &mut Vec<u8>, r: &Record) {
         atime.is_some(),
         mtime.is_some(),
     ];
-    let mask = (0..SETATTR_FIELDS)
-        .filter(|&b| present[b as usize])
-        .fold(0u8, |m, b| m | 1 << b);
+    let mut mask = 0u8;
+    for (bit, set) in present.into_iter().enumerate() {
+        if set {
+            mask |= 1 << bit;
+        }
+    }
     o.push(mask);
     for v in [perm, uid, gid].into_iter().flatten() {
         v.put(o);
