@@ -123,3 +123,29 @@ impl<'a> Reader<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_round_trip_and_overlong_ones_are_refused() {
+        for v in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+            let mut o = Vec::new();
+            put_var(&mut o, v);
+            let mut r = Reader::new(&o);
+            assert_eq!(r.var(), Ok(v));
+            assert_eq!(r.finish(), Ok(()));
+        }
+        let mut o = Vec::new();
+        put_var(&mut o, 300);
+        assert_eq!(o, [0xac, 0x02]);
+        assert!(Reader::new(&[0x80; 10]).var().is_err());
+        assert!(Reader::new(&[0x80]).var().is_err());
+        let mut big = Vec::new();
+        put_var(&mut big, u64::from(u32::MAX) + 1);
+        assert!(Reader::new(&big).var32().is_err());
+        assert!(Reader::new(&[5, 1]).count().is_err());
+        assert!(Reader::new(&[3, 1, 2]).bytes().is_err());
+    }
+}

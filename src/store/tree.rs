@@ -5,7 +5,7 @@
 //! which is the root directory itself (so the root keeps its own mode, owner,
 //! times and xattrs like any other directory).
 
-use super::codec::{Malformed, Reader, put_bytes, put_var};
+use super::codec::{Malformed, Reader, put_bytes, put_i64, put_var};
 use super::id::ObjectId;
 
 /// Magic and version at the start of every tree object.
@@ -175,8 +175,8 @@ impl Tree {
             put_var(&mut out, e.perm as u64);
             put_var(&mut out, e.uid as u64);
             put_var(&mut out, e.gid as u64);
-            out.extend_from_slice(&e.mtime_ns.to_le_bytes());
-            out.extend_from_slice(&e.ctime_ns.to_le_bytes());
+            put_i64(&mut out, e.mtime_ns);
+            put_i64(&mut out, e.ctime_ns);
             put_var(&mut out, e.size);
             put_var(&mut out, e.nlink as u64);
             put_var(&mut out, e.link_id);
