@@ -9,7 +9,6 @@
 //! - [`diff`] compares two checkpoints entry by entry.
 
 pub mod archive;
-pub mod chunk;
 pub mod diff;
 pub mod export;
 pub mod restore;

@@ -30,13 +30,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender};
 
-use super::chunk::{ChunkJob, Counters, Hashers, hash_chunks, send_chunks};
 use super::sys::{self, XattrTarget};
 use super::{Error, IoAt, Result};
+use crate::store::chunk::{ChunkJob, Counters, Hashers, hash_chunks, send_chunks};
 use crate::store::progress::{Progress, SharedProgress, no_progress};
 use crate::store::{self, Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
-pub use super::chunk::{AVG_CHUNK, MAX_CHUNK, MIN_CHUNK};
+pub use crate::store::chunk::{AVG_CHUNK, MAX_CHUNK, MIN_CHUNK};
 /// How many times a file's content is read before a file that keeps changing
 /// fails the snapshot.
 pub const MAX_READ_ATTEMPTS: u32 = 3;

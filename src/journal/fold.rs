@@ -3,10 +3,10 @@
 //! - An unloaded directory is its base tree, reused by id.
 //! - A file whose data is unchanged reuses its base extents (no reading).
 //! - A changed file is read piece by piece (base objects and journal data)
-//!   and cut with the same FastCDC parameters as `ingest::snapshot`
-//!   ([`MIN_CHUNK`], [`AVG_CHUNK`], [`MAX_CHUNK`]; a run of at most
-//!   `MIN_CHUNK` bytes is one chunk), so an edited file shares most chunks
-//!   with its base. Holes stay holes.
+//!   and cut by [`cut_chunks`], the store's one content-defined chunker
+//!   (snapshot and import cut through it too; a run of at most `MIN_CHUNK`
+//!   bytes is one chunk), so an edited file shares most chunks with its base.
+//!   Holes stay holes.
 //! - Hardlinks: an inode that came from the base keeps its base `link_id`
 //!   (other names of it may sit in unloaded subtrees, which keep that id);
 //!   a new multi-link inode gets a fresh id derived from the parent
@@ -17,11 +17,6 @@
 //!   names of it in unloaded subtrees would keep the old entry; the fold then
 //!   loads every directory of the (throw-away) state first so all names are
 //!   rebuilt. Rare and correct, but it reads the whole tree.
-//!
-//! The chunking loop mirrors `ingest::snapshot::chunk_segment` (which reads
-//! from a file descriptor through a thread pool and is private to ingest);
-//! only its parameters are shared. A refactor exposing one chunker over any
-//! `Read` would let both use one function.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -34,7 +29,7 @@ use sha2::{Digest, Sha256};
 use super::state::{Data, Dir, ForkState, Inode, ROOT_INO, Src, plan};
 use super::wal::Wal;
 use super::{Error, Result};
-use crate::ingest::chunk::cut_chunks;
+use crate::store::chunk::cut_chunks;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Stats, Store, Tree};
 
 /// What a fold produced.

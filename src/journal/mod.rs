@@ -10,17 +10,16 @@
 //!   journal into a checkpoint and moves the fork's head.
 //! - `record.rs`: the record format; `wal.rs`: segments, torn-tail recovery,
 //!   group commit; `io.rs`: the I/O trait, [`RealIo`] and the fault-injecting
-//!   [`FaultyIo`]; `state.rs`: inodes, POSIX semantics, replay; `fold.rs`:
-//!   state → trees; `fork.rs`: the fork directory, HEAD and commit protocol.
+//!   [`FaultyIo`]; `state/`: inodes, POSIX semantics, replay (a module per
+//!   family of records, each record's checks and effect side by side);
+//!   `fold.rs`: state → trees; `fork.rs`: the fork directory, HEAD and commit protocol.
 //!
 //! The on-disk format and the durability contract are in `docs/journal.md`.
 //!
 //! Limits, honestly: no permission checks here (the mount is expected to use
 //! the kernel's `default_permissions`); a commit clones the loaded inode table
-//! under the state lock; the fold's chunking loop mirrors the private one in
-//! `ingest::snapshot` (same parameters) instead of sharing it; a fork name is
-//! not yet refused by `Store::set_ref`; the fork's own lock is not checked
-//! against a concurrent `Fork::create` of a ref of the same name.
+//! under the state lock; the fork's own lock is not checked against a
+//! concurrent `Fork::create` of a ref of the same name.
 
 pub mod ext4;
 mod fold;

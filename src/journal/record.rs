@@ -6,12 +6,19 @@
 //! payload := u8(tag) fields…                                 integers as LEB128 varints,
 //!                                                            times as i64le, bytes as varint len + bytes
 //! ```
+//! The primitives are `store::codec`'s (trees use the same). Each record's
+//! tag and field order is one line of the `records!` table below, grouped by
+//! family as `state/` is: namespace, data, attributes, bookkeeping. What a
+//! record *means* (its validation and application) is in that family's module
+//! of `state/`.
+//!
 //! A `Write` record puts its data last, so the data of a record whose payload
 //! starts at file offset `p` and is `len` long sits at `p + len - data.len()`:
 //! the fork state points at it there instead of keeping it in memory.
 //! Decoding never panics on hostile bytes (it returns `None`).
 
 use crate::store::Kind;
+use crate::store::codec::{Malformed, Reader, put_bytes, put_i64, put_var};
 
 /// Largest data carried by one `Write` record; larger writes are split.
 pub const MAX_WRITE_DATA: usize = 1 << 20;
@@ -30,11 +37,10 @@ pub const XATTR_CREATE: u32 = 1;
 pub const XATTR_REPLACE: u32 = 2;
 
 /// One state change. Inodes are named by the fork's inode numbers, which are
-/// assigned deterministically (see `state.rs`), so replay reproduces them.
+/// assigned deterministically (see `state/`), so replay reproduces them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// Base directory `dir` was loaded; its children got inode numbers from `first_ino`.
-    LoadDir { dir: u64, first_ino: u64 },
+    // Namespace (`state/namespace.rs`).
     /// A new inode `ino` named `name` in `parent` (file, dir, symlink with `target`, special).
     Create {
         parent: u64,
@@ -70,6 +76,8 @@ pub enum Record {
         flags: u32,
         time_ns: i64,
     },
+
+    // Data (`state/data.rs`).
     /// `data` at `offset` of file `ino`.
     Write {
         ino: u64,
@@ -86,6 +94,8 @@ pub enum Record {
         len: u64,
         time_ns: i64,
     },
+
+    // Attributes (`state/attrs.rs`).
     /// chmod/chown/utimens; `ctime` is always set.
     SetAttr {
         ino: u64,
@@ -108,8 +118,12 @@ pub enum Record {
         name: Vec<u8>,
         time_ns: i64,
     },
+
+    // Bookkeeping: inode numbering (`state/namespace.rs`, `state/replay.rs`).
+    /// Base directory `dir` was loaded; its children got inode numbers from `first_ino`.
+    LoadDir { dir: u64, first_ino: u64 },
     /// First record of a segment started by a commit: how the live inode
-    /// numbers map onto the committed tree (see `state::ForkState::inode_map`).
+    /// numbers map onto the committed tree (see `ForkState::inode_map`).
     InodeMap(InodeMap),
 }
 
@@ -130,334 +144,273 @@ pub struct InodeMap {
     pub orphans: Vec<u64>,
 }
 
-const T_LOADDIR: u8 = 1;
-const T_CREATE: u8 = 2;
-const T_LINK: u8 = 3;
-const T_UNLINK: u8 = 4;
-const T_RENAME: u8 = 5;
-const T_WRITE: u8 = 6;
-const T_TRUNCATE: u8 = 7;
-const T_PUNCH: u8 = 8;
-const T_SETATTR: u8 = 9;
-const T_SETXATTR: u8 = 10;
-const T_RMXATTR: u8 = 11;
-const T_INODEMAP: u8 = 12;
+/// A record field's encoding (the `records!` table lists fields in order).
+trait Field: Sized {
+    fn put(&self, o: &mut Vec<u8>);
+    fn get(r: &mut Reader<'_>) -> Result<Self, Malformed>;
+}
 
-impl Record {
-    /// The payload bytes (without the frame).
-    pub fn encode(&self) -> Vec<u8> {
-        let mut o = Vec::with_capacity(64);
+/// varint.
+impl Field for u64 {
+    fn put(&self, o: &mut Vec<u8>) {
+        put_var(o, *self);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<u64, Malformed> {
+        r.var()
+    }
+}
+
+/// varint that must fit 32 bits.
+impl Field for u32 {
+    fn put(&self, o: &mut Vec<u8>) {
+        put_var(o, u64::from(*self));
+    }
+    fn get(r: &mut Reader<'_>) -> Result<u32, Malformed> {
+        r.var32()
+    }
+}
+
+/// i64le (times).
+impl Field for i64 {
+    fn put(&self, o: &mut Vec<u8>) {
+        put_i64(o, *self);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<i64, Malformed> {
+        r.i64()
+    }
+}
+
+/// varint length + bytes.
+impl Field for Vec<u8> {
+    fn put(&self, o: &mut Vec<u8>) {
+        put_bytes(o, self);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Vec<u8>, Malformed> {
+        Ok(r.bytes()?.to_vec())
+    }
+}
+
+/// u8, as in trees.
+impl Field for Kind {
+    fn put(&self, o: &mut Vec<u8>) {
+        o.push(*self as u8);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Kind, Malformed> {
+        r.kind()
+    }
+}
+
+/// u8 0, or u8 1 + bytes.
+impl Field for Option<Vec<u8>> {
+    fn put(&self, o: &mut Vec<u8>) {
         match self {
-            Record::LoadDir { dir, first_ino } => {
-                o.push(T_LOADDIR);
-                var(&mut o, *dir);
-                var(&mut o, *first_ino);
-            }
-            Record::Create {
-                parent,
-                name,
-                ino,
-                kind,
-                perm,
-                uid,
-                gid,
-                rdev,
-                time_ns,
-                target,
-            } => {
-                o.push(T_CREATE);
-                var(&mut o, *parent);
-                bytes(&mut o, name);
-                var(&mut o, *ino);
-                o.push(*kind as u8);
-                var(&mut o, u64::from(*perm));
-                var(&mut o, u64::from(*uid));
-                var(&mut o, u64::from(*gid));
-                var(&mut o, *rdev);
-                o.extend_from_slice(&time_ns.to_le_bytes());
-                match target {
-                    None => o.push(0),
-                    Some(t) => {
-                        o.push(1);
-                        bytes(&mut o, t);
-                    }
-                }
-            }
-            Record::Link {
-                ino,
-                parent,
-                name,
-                time_ns,
-            } => {
-                o.push(T_LINK);
-                var(&mut o, *ino);
-                var(&mut o, *parent);
-                bytes(&mut o, name);
-                o.extend_from_slice(&time_ns.to_le_bytes());
-            }
-            Record::Unlink {
-                parent,
-                name,
-                time_ns,
-            } => {
-                o.push(T_UNLINK);
-                var(&mut o, *parent);
-                bytes(&mut o, name);
-                o.extend_from_slice(&time_ns.to_le_bytes());
-            }
-            Record::Rename {
-                parent,
-                name,
-                new_parent,
-                new_name,
-                flags,
-                time_ns,
-            } => {
-                o.push(T_RENAME);
-                var(&mut o, *parent);
-                bytes(&mut o, name);
-                var(&mut o, *new_parent);
-                bytes(&mut o, new_name);
-                var(&mut o, u64::from(*flags));
-                o.extend_from_slice(&time_ns.to_le_bytes());
-            }
-            Record::Write {
-                ino,
-                offset,
-                time_ns,
-                data,
-            } => {
-                o = write_head(*ino, *offset, *time_ns, data.len());
-                // Data last: its position in the file is derivable (module docs).
-                o.extend_from_slice(data);
-            }
-            Record::Truncate { ino, size, time_ns } => {
-                o.push(T_TRUNCATE);
-                var(&mut o, *ino);
-                var(&mut o, *size);
-                o.extend_from_slice(&time_ns.to_le_bytes());
-            }
-            Record::PunchHole {
-                ino,
-                offset,
-                len,
-                time_ns,
-            } => {
-                o.push(T_PUNCH);
-                var(&mut o, *ino);
-                var(&mut o, *offset);
-                var(&mut o, *len);
-                o.extend_from_slice(&time_ns.to_le_bytes());
-            }
-            Record::SetAttr {
-                ino,
-                perm,
-                uid,
-                gid,
-                atime,
-                mtime,
-                ctime,
-            } => {
-                o.push(T_SETATTR);
-                var(&mut o, *ino);
-                let mut mask = 0u8;
-                for (bit, set) in [
-                    perm.is_some(),
-                    uid.is_some(),
-                    gid.is_some(),
-                    atime.is_some(),
-                    mtime.is_some(),
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    if set {
-                        mask |= 1 << bit;
-                    }
-                }
-                o.push(mask);
-                for v in [perm, uid, gid].into_iter().flatten() {
-                    var(&mut o, u64::from(*v));
-                }
-                for t in [atime, mtime].into_iter().flatten() {
-                    o.extend_from_slice(&t.to_le_bytes());
-                }
-                o.extend_from_slice(&ctime.to_le_bytes());
-            }
-            Record::SetXattr {
-                ino,
-                name,
-                value,
-                flags,
-                time_ns,
-            } => {
-                o.push(T_SETXATTR);
-                var(&mut o, *ino);
-                bytes(&mut o, name);
-                bytes(&mut o, value);
-                var(&mut o, u64::from(*flags));
-                o.extend_from_slice(&time_ns.to_le_bytes());
-            }
-            Record::RemoveXattr { ino, name, time_ns } => {
-                o.push(T_RMXATTR);
-                var(&mut o, *ino);
-                bytes(&mut o, name);
-                o.extend_from_slice(&time_ns.to_le_bytes());
-            }
-            Record::InodeMap(m) => {
-                o.push(T_INODEMAP);
-                var(&mut o, m.next_ino);
-                var(&mut o, m.dirs.len() as u64);
-                for (dir, kids) in &m.dirs {
-                    var(&mut o, *dir);
-                    var(&mut o, kids.len() as u64);
-                    for (name, ino) in kids {
-                        bytes(&mut o, name);
-                        var(&mut o, *ino);
-                    }
-                }
-                var(&mut o, m.links.len() as u64);
-                for (l, i) in &m.links {
-                    var(&mut o, *l);
-                    var(&mut o, *i);
-                }
-                var(&mut o, m.orphans.len() as u64);
-                for i in &m.orphans {
-                    var(&mut o, *i);
-                }
+            None => o.push(0),
+            Some(b) => {
+                o.push(1);
+                put_bytes(o, b);
             }
         }
-        o
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Option<Vec<u8>>, Malformed> {
+        match r.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(r.bytes()?.to_vec())),
+            _ => Err(Malformed("bad option tag")),
+        }
+    }
+}
+
+/// The optional fields of `SetAttr`, one mask bit each.
+const SETATTR_FIELDS: u8 = 5;
+
+/// u8 mask of the present fields, the present ones, then ctime.
+fn put_setattr(o: &mut Vec<u8>, r: &Record) {
+    let Record::SetAttr {
+        ino,
+        perm,
+        uid,
+        gid,
+        atime,
+        mtime,
+        ctime,
+    } = r
+    else {
+        unreachable!("called for SetAttr")
+    };
+    ino.put(o);
+    let present = [
+        perm.is_some(),
+        uid.is_some(),
+        gid.is_some(),
+        atime.is_some(),
+        mtime.is_some(),
+    ];
+    let mut mask = 0u8;
+    for (bit, set) in present.into_iter().enumerate() {
+        if set {
+            mask |= 1 << bit;
+        }
+    }
+    o.push(mask);
+    for v in [perm, uid, gid].into_iter().flatten() {
+        v.put(o);
+    }
+    for t in [atime, mtime].into_iter().flatten() {
+        t.put(o);
+    }
+    ctime.put(o);
+}
+
+fn get_setattr(r: &mut Reader<'_>) -> Result<Record, Malformed> {
+    let ino = u64::get(r)?;
+    let mask = r.u8()?;
+    if mask >= 1 << SETATTR_FIELDS {
+        return Err(Malformed("unknown setattr bits"));
+    }
+    let has = |b: u8| mask & (1 << b) != 0;
+    let perm = if has(0) { Some(u32::get(r)?) } else { None };
+    let uid = if has(1) { Some(u32::get(r)?) } else { None };
+    let gid = if has(2) { Some(u32::get(r)?) } else { None };
+    let atime = if has(3) { Some(i64::get(r)?) } else { None };
+    let mtime = if has(4) { Some(i64::get(r)?) } else { None };
+    Ok(Record::SetAttr {
+        ino,
+        perm,
+        uid,
+        gid,
+        atime,
+        mtime,
+        ctime: i64::get(r)?,
+    })
+}
+
+/// next_ino, then three counted lists: dirs (each counted children), links, orphans.
+impl Field for InodeMap {
+    fn put(&self, o: &mut Vec<u8>) {
+        self.next_ino.put(o);
+        put_var(o, self.dirs.len() as u64);
+        for (dir, kids) in &self.dirs {
+            dir.put(o);
+            put_var(o, kids.len() as u64);
+            for (name, ino) in kids {
+                name.put(o);
+                ino.put(o);
+            }
+        }
+        put_var(o, self.links.len() as u64);
+        for (l, i) in &self.links {
+            l.put(o);
+            i.put(o);
+        }
+        put_var(o, self.orphans.len() as u64);
+        for i in &self.orphans {
+            i.put(o);
+        }
     }
 
-    /// Decode a payload; `None` when it is not a well-formed record.
-    pub fn decode(p: &[u8]) -> Option<Record> {
-        let mut r = Rd { d: p, pos: 0 };
-        let rec = match r.u8()? {
-            T_LOADDIR => Record::LoadDir {
-                dir: r.var()?,
-                first_ino: r.var()?,
-            },
-            T_CREATE => Record::Create {
-                parent: r.var()?,
-                name: r.bytes()?,
-                ino: r.var()?,
-                kind: kind_from(r.u8()?)?,
-                perm: r.var32()?,
-                uid: r.var32()?,
-                gid: r.var32()?,
-                rdev: r.var()?,
-                time_ns: r.i64()?,
-                target: match r.u8()? {
-                    0 => None,
-                    1 => Some(r.bytes()?),
-                    _ => return None,
-                },
-            },
-            T_LINK => Record::Link {
-                ino: r.var()?,
-                parent: r.var()?,
-                name: r.bytes()?,
-                time_ns: r.i64()?,
-            },
-            T_UNLINK => Record::Unlink {
-                parent: r.var()?,
-                name: r.bytes()?,
-                time_ns: r.i64()?,
-            },
-            T_RENAME => Record::Rename {
-                parent: r.var()?,
-                name: r.bytes()?,
-                new_parent: r.var()?,
-                new_name: r.bytes()?,
-                flags: r.var32()?,
-                time_ns: r.i64()?,
-            },
-            T_WRITE => Record::Write {
-                ino: r.var()?,
-                offset: r.var()?,
-                time_ns: r.i64()?,
-                data: r.bytes()?,
-            },
-            T_TRUNCATE => Record::Truncate {
-                ino: r.var()?,
-                size: r.var()?,
-                time_ns: r.i64()?,
-            },
-            T_PUNCH => Record::PunchHole {
-                ino: r.var()?,
-                offset: r.var()?,
-                len: r.var()?,
-                time_ns: r.i64()?,
-            },
-            T_SETATTR => {
-                let ino = r.var()?;
-                let mask = r.u8()?;
-                if mask >= 1 << 5 {
-                    return None;
-                }
-                let has = |b: u8| mask & (1 << b) != 0;
-                let perm = if has(0) { Some(r.var32()?) } else { None };
-                let uid = if has(1) { Some(r.var32()?) } else { None };
-                let gid = if has(2) { Some(r.var32()?) } else { None };
-                let atime = if has(3) { Some(r.i64()?) } else { None };
-                let mtime = if has(4) { Some(r.i64()?) } else { None };
-                Record::SetAttr {
-                    ino,
-                    perm,
-                    uid,
-                    gid,
-                    atime,
-                    mtime,
-                    ctime: r.i64()?,
-                }
+    fn get(r: &mut Reader<'_>) -> Result<InodeMap, Malformed> {
+        let next_ino = u64::get(r)?;
+        let nd = r.count()?;
+        let mut dirs = Vec::with_capacity(nd);
+        for _ in 0..nd {
+            let dir = u64::get(r)?;
+            let nk = r.count()?;
+            let mut kids = Vec::with_capacity(nk);
+            for _ in 0..nk {
+                kids.push((Vec::get(r)?, u64::get(r)?));
             }
-            T_SETXATTR => Record::SetXattr {
-                ino: r.var()?,
-                name: r.bytes()?,
-                value: r.bytes()?,
-                flags: r.var32()?,
-                time_ns: r.i64()?,
-            },
-            T_RMXATTR => Record::RemoveXattr {
-                ino: r.var()?,
-                name: r.bytes()?,
-                time_ns: r.i64()?,
-            },
-            T_INODEMAP => {
-                let next_ino = r.var()?;
-                let nd = r.count()?;
-                let mut dirs = Vec::with_capacity(nd);
-                for _ in 0..nd {
-                    let dir = r.var()?;
-                    let nk = r.count()?;
-                    let mut kids = Vec::with_capacity(nk);
-                    for _ in 0..nk {
-                        kids.push((r.bytes()?, r.var()?));
-                    }
-                    dirs.push((dir, kids));
-                }
-                let nl = r.count()?;
-                let mut links = Vec::with_capacity(nl);
-                for _ in 0..nl {
-                    links.push((r.var()?, r.var()?));
-                }
-                let no = r.count()?;
-                let mut orphans = Vec::with_capacity(no);
-                for _ in 0..no {
-                    orphans.push(r.var()?);
-                }
-                Record::InodeMap(InodeMap {
-                    next_ino,
-                    dirs,
-                    links,
-                    orphans,
-                })
-            }
-            _ => return None,
-        };
-        (r.pos == p.len()).then_some(rec)
+            dirs.push((dir, kids));
+        }
+        let nl = r.count()?;
+        let mut links = Vec::with_capacity(nl);
+        for _ in 0..nl {
+            links.push((u64::get(r)?, u64::get(r)?));
+        }
+        let no = r.count()?;
+        let mut orphans = Vec::with_capacity(no);
+        for _ in 0..no {
+            orphans.push(u64::get(r)?);
+        }
+        Ok(InodeMap {
+            next_ino,
+            dirs,
+            links,
+            orphans,
+        })
     }
+}
+
+/// The record table: `TAG = n => Variant { fields in on-disk order }` for
+/// records whose fields are each one [`Field`], `=> Variant(one Field)`, or
+/// `=> Variant by (put, get)` for a layout of its own. Generates the tag constants,
+/// [`Record::encode`] and [`Record::decode`]; a record missing here, or a field
+/// missing from its line, does not compile.
+macro_rules! records {
+    ($(
+        $tag:ident = $n:literal => $name:ident
+            $({ $($f:ident),* $(,)? })?
+            $(($inner:ident))?
+            $(by ($put:ident, $get:ident))?
+    ),* $(,)?) => {
+        $(const $tag: u8 = $n;)*
+
+        impl Record {
+            /// The payload bytes (without the frame).
+            pub fn encode(&self) -> Vec<u8> {
+                let mut o = Vec::with_capacity(64);
+                match self {
+                    $(records!(@pat $name $({ $($f),* })? $(($inner))? $(by ($put, $get))?) => {
+                        o.push($tag);
+                        records!(@put self, o, $({ $($f),* })? $(($inner))? $(by ($put, $get))?);
+                    })*
+                }
+                o
+            }
+
+            /// Decode a payload; `None` when it is not a well-formed record.
+            pub fn decode(p: &[u8]) -> Option<Record> {
+                let mut r = Reader::new(p);
+                let rec = match r.u8().ok()? {
+                    $($tag => records!(@get r, $name $({ $($f),* })? $(($inner))? $(by ($put, $get))?),)*
+                    _ => return None,
+                };
+                r.finish().ok()?;
+                Some(rec)
+            }
+        }
+    };
+    (@pat $name:ident { $($f:ident),* }) => { Record::$name { $($f),* } };
+    (@pat $name:ident ($inner:ident)) => { Record::$name($inner) };
+    (@pat $name:ident by ($put:ident, $get:ident)) => { Record::$name { .. } };
+    (@put $self:ident, $o:ident, { $($f:ident),* }) => { $($f.put(&mut $o);)* };
+    (@put $self:ident, $o:ident, ($inner:ident)) => { $inner.put(&mut $o) };
+    (@put $self:ident, $o:ident, by ($put:ident, $get:ident)) => { $put(&mut $o, $self) };
+    (@get $r:ident, $name:ident { $($f:ident),* }) => {
+        Record::$name { $($f: Field::get(&mut $r).ok()?),* }
+    };
+    (@get $r:ident, $name:ident ($inner:ident)) => {
+        Record::$name(Field::get(&mut $r).ok()?)
+    };
+    (@get $r:ident, $name:ident by ($put:ident, $get:ident)) => { $get(&mut $r).ok()? };
+}
+
+records! {
+    // Namespace.
+    T_CREATE = 2 => Create { parent, name, ino, kind, perm, uid, gid, rdev, time_ns, target },
+    T_LINK = 3 => Link { ino, parent, name, time_ns },
+    T_UNLINK = 4 => Unlink { parent, name, time_ns },
+    T_RENAME = 5 => Rename { parent, name, new_parent, new_name, flags, time_ns },
+    // Data. `Write`'s data is last (see `write_head`).
+    T_WRITE = 6 => Write { ino, offset, time_ns, data },
+    T_TRUNCATE = 7 => Truncate { ino, size, time_ns },
+    T_PUNCH = 8 => PunchHole { ino, offset, len, time_ns },
+    // Attributes.
+    T_SETATTR = 9 => SetAttr by (put_setattr, get_setattr),
+    T_SETXATTR = 10 => SetXattr { ino, name, value, flags, time_ns },
+    T_RMXATTR = 11 => RemoveXattr { ino, name, time_ns },
+    // Bookkeeping.
+    T_LOADDIR = 1 => LoadDir { dir, first_ino },
+    T_INODEMAP = 12 => InodeMap(map),
 }
 
 /// The payload of `Record::Write { ino, offset, time_ns, data }` up to its
@@ -466,10 +419,10 @@ impl Record {
 pub fn write_head(ino: u64, offset: u64, time_ns: i64, len: usize) -> Vec<u8> {
     let mut o = Vec::with_capacity(32);
     o.push(T_WRITE);
-    var(&mut o, ino);
-    var(&mut o, offset);
-    o.extend_from_slice(&time_ns.to_le_bytes());
-    var(&mut o, len as u64);
+    put_var(&mut o, ino);
+    put_var(&mut o, offset);
+    put_i64(&mut o, time_ns);
+    put_var(&mut o, len as u64);
     o
 }
 
@@ -501,73 +454,4 @@ pub fn frame_header(h: &[u8; FRAME_HEADER]) -> Option<(u32, u32)> {
     let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
     let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
     (1..=MAX_PAYLOAD).contains(&len).then_some((len, crc))
-}
-
-fn kind_from(v: u8) -> Option<Kind> {
-    Some(match v {
-        1 => Kind::File,
-        2 => Kind::Dir,
-        3 => Kind::Symlink,
-        4 => Kind::Fifo,
-        5 => Kind::CharDev,
-        6 => Kind::BlockDev,
-        7 => Kind::Socket,
-        _ => return None,
-    })
-}
-
-fn var(o: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        o.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    o.push(v as u8);
-}
-
-fn bytes(o: &mut Vec<u8>, b: &[u8]) {
-    var(o, b.len() as u64);
-    o.extend_from_slice(b);
-}
-
-struct Rd<'a> {
-    d: &'a [u8],
-    pos: usize,
-}
-
-impl Rd<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.d.len())?;
-        let s = &self.d[self.pos..end];
-        self.pos = end;
-        Some(s)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn var(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-    fn var32(&mut self) -> Option<u32> {
-        u32::try_from(self.var()?).ok()
-    }
-    /// A count of items, each at least one byte: refuse counts the payload cannot hold.
-    fn count(&mut self) -> Option<usize> {
-        let n = usize::try_from(self.var()?).ok()?;
-        (n <= self.d.len() - self.pos).then_some(n)
-    }
-    fn bytes(&mut self) -> Option<Vec<u8>> {
-        let n = usize::try_from(self.var()?).ok()?;
-        Some(self.take(n)?.to_vec())
-    }
 }

@@ -10,6 +10,8 @@ mod atomic;
 mod backend;
 mod cache;
 mod checkpoint;
+pub mod chunk;
+pub mod codec;
 mod forks;
 mod gc;
 mod id;

@@ -5,6 +5,7 @@
 //! which is the root directory itself (so the root keeps its own mode, owner,
 //! times and xattrs like any other directory).
 
+use super::codec::{Malformed, Reader, put_bytes, put_i64, put_var};
 use super::id::ObjectId;
 
 /// Magic and version at the start of every tree object.
@@ -23,7 +24,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn from_u8(v: u8) -> Option<Kind> {
+    /// The kind stored as byte `v` (its discriminant) in trees and journal records.
+    pub fn from_u8(v: u8) -> Option<Kind> {
         Some(match v {
             1 => Kind::File,
             2 => Kind::Dir,
@@ -142,6 +144,12 @@ pub struct Tree {
 #[error("malformed tree object: {0}")]
 pub struct DecodeError(pub &'static str);
 
+impl From<Malformed> for DecodeError {
+    fn from(m: Malformed) -> DecodeError {
+        DecodeError(m.0)
+    }
+}
+
 impl Tree {
     /// Find an entry by name (binary search; entries are sorted).
     pub fn get(&self, name: &[u8]) -> Option<&Entry> {
@@ -160,20 +168,20 @@ impl Tree {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.entries.len() * 96);
         out.extend_from_slice(TREE_MAGIC);
-        put_varint(&mut out, self.entries.len() as u64);
+        put_var(&mut out, self.entries.len() as u64);
         for e in &self.entries {
             put_bytes(&mut out, &e.name);
             out.push(e.kind as u8);
-            put_varint(&mut out, e.perm as u64);
-            put_varint(&mut out, e.uid as u64);
-            put_varint(&mut out, e.gid as u64);
-            out.extend_from_slice(&e.mtime_ns.to_le_bytes());
-            out.extend_from_slice(&e.ctime_ns.to_le_bytes());
-            put_varint(&mut out, e.size);
-            put_varint(&mut out, e.nlink as u64);
-            put_varint(&mut out, e.link_id);
-            put_varint(&mut out, e.rdev);
-            put_varint(&mut out, e.xattrs.len() as u64);
+            put_var(&mut out, e.perm as u64);
+            put_var(&mut out, e.uid as u64);
+            put_var(&mut out, e.gid as u64);
+            put_i64(&mut out, e.mtime_ns);
+            put_i64(&mut out, e.ctime_ns);
+            put_var(&mut out, e.size);
+            put_var(&mut out, e.nlink as u64);
+            put_var(&mut out, e.link_id);
+            put_var(&mut out, e.rdev);
+            put_var(&mut out, e.xattrs.len() as u64);
             for (k, v) in &e.xattrs {
                 put_bytes(&mut out, k);
                 put_bytes(&mut out, v);
@@ -182,9 +190,9 @@ impl Tree {
                 Content::None => out.push(0),
                 Content::Extents(ext) => {
                     out.push(1);
-                    put_varint(&mut out, ext.len() as u64);
+                    put_var(&mut out, ext.len() as u64);
                     for x in ext {
-                        put_varint(&mut out, x.len);
+                        put_var(&mut out, x.len);
                         match &x.id {
                             Some(id) => {
                                 out.push(1);
@@ -209,11 +217,11 @@ impl Tree {
 
     /// Decode a tree object. Never panics on hostile input.
     pub fn decode(data: &[u8]) -> Result<Tree, DecodeError> {
-        let mut r = Reader { data, pos: 0 };
+        let mut r = Reader::new(data);
         if r.take(4)? != TREE_MAGIC {
             return Err(DecodeError("bad magic"));
         }
-        let n = r.varint()?;
+        let n = r.var()?;
         // Each entry takes at least 20 bytes: refuse counts the data cannot hold.
         if n > (data.len() as u64) / 20 + 1 {
             return Err(DecodeError("entry count larger than the object"));
@@ -221,17 +229,17 @@ impl Tree {
         let mut entries = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let name = r.bytes()?.to_vec();
-            let kind = Kind::from_u8(r.u8()?).ok_or(DecodeError("unknown kind"))?;
-            let perm = r.varint_u32()?;
-            let uid = r.varint_u32()?;
-            let gid = r.varint_u32()?;
+            let kind = r.kind()?;
+            let perm = r.var32()?;
+            let uid = r.var32()?;
+            let gid = r.var32()?;
             let mtime_ns = r.i64()?;
             let ctime_ns = r.i64()?;
-            let size = r.varint()?;
-            let nlink = r.varint_u32()?;
-            let link_id = r.varint()?;
-            let rdev = r.varint()?;
-            let nx = r.varint()?;
+            let size = r.var()?;
+            let nlink = r.var32()?;
+            let link_id = r.var()?;
+            let rdev = r.var()?;
+            let nx = r.var()?;
             let mut xattrs = Vec::new();
             for _ in 0..nx {
                 let k = r.bytes()?.to_vec();
@@ -241,13 +249,13 @@ impl Tree {
             let content = match r.u8()? {
                 0 => Content::None,
                 1 => {
-                    let ne = r.varint()?;
-                    if ne > (data.len() - r.pos) as u64 {
+                    let ne = r.var()?;
+                    if ne > r.remaining() as u64 {
                         return Err(DecodeError("extent count larger than the object"));
                     }
                     let mut ext = Vec::with_capacity(ne as usize);
                     for _ in 0..ne {
-                        let len = r.varint()?;
+                        let len = r.var()?;
                         let id = match r.u8()? {
                             0 => None,
                             1 => Some(r.id()?),
@@ -277,73 +285,8 @@ impl Tree {
                 content,
             });
         }
-        if r.pos != data.len() {
-            return Err(DecodeError("trailing bytes"));
-        }
+        r.finish()?;
         Ok(Tree { entries })
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    put_varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.data.len())
-            .ok_or(DecodeError("truncated"))?;
-        let s = &self.data[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-    fn i64(&mut self) -> Result<i64, DecodeError> {
-        Ok(i64::from_le_bytes(
-            self.take(8)?.try_into().unwrap_or([0; 8]),
-        ))
-    }
-    fn id(&mut self) -> Result<ObjectId, DecodeError> {
-        let mut id = [0u8; 32];
-        id.copy_from_slice(self.take(32)?);
-        Ok(ObjectId(id))
-    }
-    fn varint(&mut self) -> Result<u64, DecodeError> {
-        let mut v: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(DecodeError("varint too long"))
-    }
-    fn varint_u32(&mut self) -> Result<u32, DecodeError> {
-        u32::try_from(self.varint()?).map_err(|_| DecodeError("value out of range"))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
-        let n = self.varint()?;
-        let n = usize::try_from(n).map_err(|_| DecodeError("length out of range"))?;
-        self.take(n)
     }
 }
 

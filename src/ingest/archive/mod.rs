@@ -28,8 +28,8 @@ use sha2::{Digest, Sha256};
 pub use parts::{Digests, Part, Parts, discover, expected_digests, hash_parts};
 pub use tartree::{MAX_ENTRIES, MAX_NAME, MAX_PATH, SIZE_COMMENT};
 
-use super::chunk::{ChunkJob, Counters, hash_chunks};
 use super::{Error, Result, escape};
+use crate::store::chunk::{ChunkJob, Counters, hash_chunks};
 use crate::store::progress::{Progress, SharedProgress, no_progress};
 use crate::store::{
     self, ArchiveRecord, Checkpoint, Content, Entry, Kind, ObjectId, Source, Store, to_hex,

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Read};
 use std::sync::mpsc::SyncSender;
 
-use super::super::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
 use super::super::{Error, Result, escape};
 use super::reader::{Segment, TarKind};
+use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
 use crate::store::progress::SharedProgress;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 

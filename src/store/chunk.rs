@@ -1,6 +1,9 @@
 //! Chunk and store a byte stream: FastCDC cuts on the calling thread, sha256 +
-//! zstd + write on a pool of hasher threads. Shared by snapshot (files read
-//! from disk) and archive import (files read from a tar stream).
+//! zstd + write on a pool of hasher threads. The chunking parameters are part
+//! of the store's content format: files cut the same way share chunks, so
+//! snapshot (files read from disk), archive import (files read from a tar
+//! stream) and a fork's commit (`journal`'s fold, through [`cut_chunks`]) all
+//! cut here.
 
 use std::cell::RefCell;
 use std::io::{self, Read};
@@ -10,8 +13,8 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 
 use fastcdc::v2020::StreamCDC;
 
-use crate::store::progress::Progress;
-use crate::store::{self, Extent, ObjectId, Store};
+use super::progress::Progress;
+use super::{Extent, ObjectId, Store};
 
 /// Smallest chunk FastCDC cuts (bytes); smaller files are one chunk.
 pub const MIN_CHUNK: u32 = 64 * 1024;
@@ -37,7 +40,7 @@ impl Counters {
 }
 
 /// The id (or error) of chunk number `seq` of one stream.
-type Reply = (usize, store::Result<ObjectId>);
+type Reply = (usize, super::Result<ObjectId>);
 
 /// A chunk to store; the id (or error) goes back on `reply` tagged with `seq`.
 pub(crate) struct Chunk {

@@ -1,0 +1,235 @@
+//! File data as a map of pieces by file offset: each piece is a run of a base
+//! object ([`Src::Base`]) or of a `Write` record's data in a journal segment
+//! ([`Src::Journal`], read back with pread; never held in memory). Gaps are
+//! holes: they read as zeros and are folded as holes.
+//!
+//! Owns the piece map's operations (punch, read plans, the data ranges
+//! `SEEK_DATA` and `st_blocks` see) and the rebase after a commit. Knows
+//! nothing of records or the journal's files.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::{Data, ForkState};
+use crate::store::{Extent, ObjectId};
+
+/// Where a run of file bytes lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Src {
+    /// Bytes from `off` of a stored object (verified when read).
+    Base { id: ObjectId, off: u64 },
+    /// Bytes at file offset `off` of journal segment `seg`.
+    Journal { seg: u64, off: u64 },
+}
+
+impl Src {
+    fn advance(self, by: u64) -> Src {
+        match self {
+            Src::Base { id, off } => Src::Base { id, off: off + by },
+            Src::Journal { seg, off } => Src::Journal { seg, off: off + by },
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub len: u64,
+    pub src: Src,
+}
+
+#[derive(Clone, Debug)]
+pub struct FileData {
+    pub size: u64,
+    /// Non-overlapping pieces by start offset; gaps are holes.
+    pub pieces: BTreeMap<u64, Piece>,
+    /// The base extents while the data is unchanged (fold reuses them).
+    pub orig: Option<Arc<Vec<Extent>>>,
+}
+
+impl FileData {
+    /// An empty file.
+    pub fn empty() -> FileData {
+        FileData {
+            size: 0,
+            pieces: BTreeMap::new(),
+            orig: None,
+        }
+    }
+
+    /// A base file of `size` bytes stored as `ext`.
+    pub fn from_extents(ext: &[Extent], size: u64) -> FileData {
+        let mut pieces = BTreeMap::new();
+        let mut at = 0u64;
+        for x in ext {
+            if let Some(id) = x.id
+                && x.len > 0
+            {
+                pieces.insert(
+                    at,
+                    Piece {
+                        len: x.len,
+                        src: Src::Base { id, off: 0 },
+                    },
+                );
+            }
+            at = at.saturating_add(x.len);
+        }
+        // A malformed entry (extents past the size) reads as its size.
+        punch(&mut pieces, size, u64::MAX);
+        FileData {
+            size,
+            pieces,
+            orig: Some(Arc::new(ext.to_vec())),
+        }
+    }
+}
+
+/// A segment of a read: `len` bytes from `src`, or zeros.
+pub type ReadPlan = Vec<(u64, Option<Src>)>;
+
+/// Remove the bytes `[start, end)` from a piece map (they become a hole).
+pub fn punch(pieces: &mut BTreeMap<u64, Piece>, start: u64, end: u64) {
+    if start >= end {
+        return;
+    }
+    let hit: Vec<u64> = pieces
+        .range(..end)
+        .rev()
+        .take_while(|(s, p)| **s + p.len > start)
+        .map(|(s, _)| *s)
+        .collect();
+    for s in hit {
+        let p = pieces.remove(&s).expect("listed");
+        let pend = s + p.len;
+        if s < start {
+            pieces.insert(
+                s,
+                Piece {
+                    len: start - s,
+                    src: p.src,
+                },
+            );
+        }
+        if pend > end {
+            pieces.insert(
+                end,
+                Piece {
+                    len: pend - end,
+                    src: p.src.advance(end - s),
+                },
+            );
+        }
+    }
+}
+
+/// The byte ranges `[start, end)` of a file's data (base extents and
+/// journal writes; the gaps are holes), in order, from the piece holding
+/// `from` on: the extent map `SEEK_DATA`/`SEEK_HOLE` and `st_blocks` read
+/// (`ext4`). Adjacent pieces come as separate ranges.
+pub fn data_ranges(f: &FileData, from: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let first = f
+        .pieces
+        .range(..=from)
+        .next_back()
+        .map_or(from, |(s, _)| *s);
+    f.pieces
+        .range(first..)
+        .map(|(s, p)| (*s, s.saturating_add(p.len)))
+}
+
+/// The pieces (or holes) covering `[start, end)` of a piece map.
+pub fn plan(pieces: &BTreeMap<u64, Piece>, start: u64, end: u64) -> ReadPlan {
+    let mut out = Vec::new();
+    let mut pos = start;
+    let first = pieces
+        .range(..=start)
+        .next_back()
+        .filter(|(s, p)| **s + p.len > start)
+        .map(|(s, _)| *s)
+        .unwrap_or(start);
+    for (&s, p) in pieces.range(first..end) {
+        if s > pos {
+            out.push((s - pos, None));
+            pos = s;
+        }
+        let pend = (s + p.len).min(end);
+        if pend > pos {
+            out.push((pend - pos, Some(p.src.advance(pos - s))));
+            pos = pend;
+        }
+    }
+    if end > pos {
+        out.push((end - pos, None));
+    }
+    out
+}
+
+impl ForkState {
+    /// After a commit: data that came from segments before `seg` is now in the
+    /// committed checkpoint; point those pieces at its objects. `folded` holds
+    /// each folded file's extents by inode; `link_ids` the link ids the fold
+    /// gave hardlinked inodes.
+    pub fn rebase(
+        &mut self,
+        seg: u64,
+        folded: &HashMap<u64, Vec<Extent>>,
+        link_ids: &HashMap<u64, u64>,
+    ) {
+        for (ino, n) in self.inodes.iter_mut() {
+            if let Some(&l) = link_ids.get(ino) {
+                n.link_id = l;
+            }
+            let Data::File(f) = &mut n.data else {
+                continue;
+            };
+            let old: Vec<(u64, Piece)> = f
+                .pieces
+                .iter()
+                .filter(|(_, p)| matches!(p.src, Src::Journal { seg: s, .. } if s < seg))
+                .map(|(s, p)| (*s, *p))
+                .collect();
+            if old.is_empty() {
+                continue;
+            }
+            let Some(ext) = folded.get(ino) else {
+                // Cannot happen: every file with journal data is folded.
+                tracing::error!(ino, "journal data of a file missing from the fold");
+                continue;
+            };
+            let starts: Vec<u64> = ext
+                .iter()
+                .scan(0u64, |acc, x| {
+                    let s = *acc;
+                    *acc += x.len;
+                    Some(s)
+                })
+                .collect();
+            for (s, p) in old {
+                f.pieces.remove(&s);
+                let end = s + p.len;
+                let mut i = starts.partition_point(|&x| x <= s).saturating_sub(1);
+                let mut pos = s;
+                while pos < end && i < ext.len() {
+                    let xend = starts[i] + ext[i].len;
+                    let to = end.min(xend);
+                    if let Some(id) = ext[i].id
+                        && to > pos
+                    {
+                        f.pieces.insert(
+                            pos,
+                            Piece {
+                                len: to - pos,
+                                src: Src::Base {
+                                    id,
+                                    off: pos - starts[i],
+                                },
+                            },
+                        );
+                    }
+                    pos = to;
+                    i += 1;
+                }
+            }
+        }
+    }
+}

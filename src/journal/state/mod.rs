@@ -1,0 +1,267 @@
+//! The in-memory state of a fork: an inode table over a base checkpoint, and
+//! the one place records change it.
+//!
+//! Every change is a [`Record`]. Each record kind is one `record_*` function
+//! in the module of its family: its checks, then [`Log::append`], then its
+//! effect, side by side. A live operation builds the record and runs it
+//! ([`ForkState::log`]: the record is appended to the journal between the
+//! checks and the effect); replay runs the same function on each record read
+//! back ([`ForkState::apply`]: the record is in the journal already). One code
+//! path for both, so they cannot diverge.
+//!
+//! - `inode.rs`: the inode table ([`Inode`], [`Data`], [`Dir`]), `stat`.
+//! - `extents.rs`: file data as pieces of base objects and journal records.
+//! - `namespace.rs`: directory entries: `LoadDir`, `Create`, `Link`,
+//!   `Unlink`, `Rename` and the operations that log them.
+//! - `data.rs`: `Write`, `Truncate`, `PunchHole`; write, fallocate, reads.
+//! - `attrs.rs`: `SetAttr`, `SetXattr`, `RemoveXattr`; setattr, ACLs.
+//! - `replay.rs`: replay and the `InodeMap` a commit writes.
+//!
+//! The record format is `record.rs`, grouped the same way. Adding a record
+//! kind: its variant and its line in `record.rs`'s table, its `record_*`
+//! function in its family's module, one arm in [`ForkState::run`].
+//!
+//! **Inode numbers** must come out the same on replay, because records name
+//! inodes. The root is 1. Base directories are loaded lazily: loading gives
+//! the children consecutive new numbers from `next_ino`, in name order (a
+//! hardlinked base entry whose `link_id` already has a live inode reuses it),
+//! and is itself a record (`LoadDir`) so replay loads at the same point.
+//! New inodes take `next_ino` too (recorded in `Create`). Numbers are never
+//! reused. A commit writes an `InodeMap` that rebinds these numbers onto the
+//! committed tree (see [`ForkState::inode_map`] and `bind_inode_map`).
+
+mod attrs;
+mod data;
+mod extents;
+mod inode;
+mod namespace;
+mod replay;
+
+use std::collections::HashMap;
+
+pub use extents::{Src, data_ranges, plan};
+pub use inode::{Data, Dir, Inode};
+pub use namespace::check_name;
+
+use super::record::Record;
+use super::wal::{Pos, Wal};
+use super::{Error, Result};
+use crate::store::{Entry, Store};
+use attrs::AttrChange;
+
+/// The root directory's inode number.
+pub const ROOT_INO: u64 = 1;
+/// The largest file size (and write end) accepted: `off_t`'s maximum.
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+/// The longest name a directory entry may have.
+pub const NAME_MAX: usize = 255;
+/// The largest xattr value (as Linux's XATTR_SIZE_MAX).
+pub const XATTR_SIZE_MAX: usize = 64 * 1024;
+
+/// The fork's inodes.
+#[derive(Clone, Debug)]
+pub struct ForkState {
+    pub inodes: HashMap<u64, Inode>,
+    pub next_ino: u64,
+    /// Base link ids that have an inode.
+    pub by_link: HashMap<u64, u64>,
+    /// During replay, unlinked files are kept (later records may still write
+    /// to them, as an open handle did) and dropped by `finish_replay`.
+    pub replaying: bool,
+    /// The next record applied is the first of the replay: an `InodeMap`
+    /// there rebinds numbers instead of being checked.
+    pub fresh: bool,
+    /// Records that changed the tree (not directory loads), replayed or
+    /// appended, that no commit has folded yet: a commit with none to fold
+    /// has nothing to do.
+    pub changes: u64,
+}
+
+/// What live operations need besides the state.
+pub struct Ctx<'a> {
+    pub store: &'a Store,
+    pub wal: &'a Wal,
+}
+
+/// Where a checked record goes before it takes effect.
+pub(super) enum Log<'a> {
+    /// A live operation: append the record to the journal now.
+    Append { wal: &'a Wal, rec: &'a Record },
+    /// A live write: append a `Write` record's payload as `head` then `data`
+    /// (the data is not copied into a record).
+    AppendParts {
+        wal: &'a Wal,
+        head: &'a [u8],
+        data: &'a [u8],
+    },
+    /// Replay: the record is in the journal already, its frame at `pos`
+    /// with a payload of `plen` bytes.
+    Replayed { pos: Pos, plen: u64 },
+}
+
+impl Log<'_> {
+    /// Put the record in the journal (live) and say where its frame is and
+    /// how long its payload: a `Write`'s data is read back from there.
+    fn append(self) -> Result<(Pos, u64)> {
+        match self {
+            Log::Append { wal, rec } => {
+                let payload = rec.encode();
+                Ok((wal.append(&payload)?, payload.len() as u64))
+            }
+            Log::AppendParts { wal, head, data } => Ok((
+                wal.append_parts(head, data)?,
+                (head.len() + data.len()) as u64,
+            )),
+            Log::Replayed { pos, plen } => Ok((pos, plen)),
+        }
+    }
+}
+
+/// Now, in nanoseconds since the epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn corrupt(detail: impl Into<String>) -> Error {
+    Error::Corrupt {
+        path: Default::default(),
+        detail: detail.into(),
+    }
+}
+
+impl ForkState {
+    /// A state holding only the root directory of a base checkpoint.
+    pub fn new(root: &Entry) -> ForkState {
+        let mut inodes = HashMap::new();
+        let mut r = Inode::from_entry(root, ROOT_INO);
+        r.link_id = 0;
+        inodes.insert(ROOT_INO, r);
+        ForkState {
+            inodes,
+            next_ino: ROOT_INO + 1,
+            by_link: HashMap::new(),
+            replaying: false,
+            fresh: true,
+            changes: 0,
+        }
+    }
+
+    /// A live operation's change: check `rec`, append it to the journal, apply it.
+    fn log(&mut self, ctx: &Ctx<'_>, rec: Record) -> Result<()> {
+        let log = Log::Append {
+            wal: ctx.wal,
+            rec: &rec,
+        };
+        self.run(ctx.store, &rec, log)
+    }
+
+    /// Check, log and apply one record: the `record_*` function of its kind.
+    /// (An `InodeMap` changes no inode: [`ForkState::apply`] binds or checks it.)
+    fn run(&mut self, store: &Store, rec: &Record, log: Log<'_>) -> Result<()> {
+        match rec {
+            Record::LoadDir { dir, first_ino } => {
+                self.record_load_dir(store, *dir, *first_ino, log)?
+            }
+            Record::Create {
+                parent,
+                name,
+                ino,
+                kind,
+                perm,
+                uid,
+                gid,
+                rdev,
+                time_ns,
+                target,
+            } => self.record_create(
+                *parent,
+                name,
+                *ino,
+                *kind,
+                *perm,
+                *uid,
+                *gid,
+                *rdev,
+                *time_ns,
+                target.as_deref(),
+                log,
+            )?,
+            Record::Link {
+                ino,
+                parent,
+                name,
+                time_ns,
+            } => self.record_link(*ino, *parent, name, *time_ns, log)?,
+            Record::Unlink {
+                parent,
+                name,
+                time_ns,
+            } => self.record_unlink(*parent, name, *time_ns, log)?,
+            Record::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+                time_ns,
+            } => self.record_rename(*parent, name, *new_parent, new_name, *flags, *time_ns, log)?,
+            Record::Write {
+                ino,
+                offset,
+                time_ns,
+                data,
+            } => self.record_write(*ino, *offset, *time_ns, data.len() as u64, log)?,
+            Record::Truncate { ino, size, time_ns } => {
+                self.record_truncate(*ino, *size, *time_ns, log)?
+            }
+            Record::PunchHole {
+                ino,
+                offset,
+                len,
+                time_ns,
+            } => self.record_punch_hole(*ino, *offset, *len, *time_ns, log)?,
+            Record::SetAttr {
+                ino,
+                perm,
+                uid,
+                gid,
+                atime,
+                mtime,
+                ctime,
+            } => {
+                let c = AttrChange {
+                    perm: *perm,
+                    uid: *uid,
+                    gid: *gid,
+                    atime: *atime,
+                    mtime: *mtime,
+                };
+                self.record_setattr(*ino, c, *ctime, log)?
+            }
+            Record::SetXattr {
+                ino,
+                name,
+                value,
+                flags,
+                time_ns,
+            } => self.record_setxattr(*ino, name, value, *flags, *time_ns, log)?,
+            Record::RemoveXattr { ino, name, time_ns } => {
+                self.record_remove_xattr(*ino, name, *time_ns, log)?
+            }
+            Record::InodeMap(_) => unreachable!("an inode map is bound or checked by apply()"),
+        }
+        self.counted(!matches!(rec, Record::LoadDir { .. }));
+        Ok(())
+    }
+
+    /// A record took effect; `change` unless it only loaded a directory.
+    fn counted(&mut self, change: bool) {
+        self.fresh = false;
+        if change {
+            self.changes += 1;
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Replay and the inode map: reading a journal back into a state, and the
+//! `InodeMap` record a commit writes so a replay from the committed
+//! checkpoint numbers inodes as the live fork did.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::super::Result;
+use super::super::record::{InodeMap, Record};
+use super::super::wal::Pos;
+use super::extents::FileData;
+use super::namespace::servable;
+use super::{Data, Dir, ForkState, Inode, Log, ROOT_INO, corrupt};
+use crate::store::{Kind, Store};
+
+impl ForkState {
+    /// Replay one record read from the journal, whose frame is at `pos` with
+    /// a payload of `plen` bytes.
+    pub fn apply(&mut self, store: &Store, rec: &Record, pos: Pos, plen: u64) -> Result<()> {
+        if let Record::InodeMap(m) = rec {
+            let fresh = std::mem::replace(&mut self.fresh, false);
+            return if fresh {
+                self.bind_inode_map(store, m)
+            } else {
+                self.check_inode_map(m)
+            };
+        }
+        self.run(store, rec, Log::Replayed { pos, plen })
+    }
+
+    /// The end of a replay: unlinked files nobody can open any more go.
+    pub fn finish_replay(&mut self) {
+        self.replaying = false;
+        self.fresh = false;
+        self.inodes
+            .retain(|_, n| n.kind == Kind::Dir || n.nlink > 0 || n.open > 0);
+    }
+
+    /// The live numbering, for the first record of a segment started by a
+    /// commit: every loaded directory (parents first) with its children, the
+    /// base link ids in use, and the open unlinked files.
+    pub fn inode_map(&self) -> InodeMap {
+        let mut dirs = Vec::new();
+        let mut queue = VecDeque::from([ROOT_INO]);
+        while let Some(d) = queue.pop_front() {
+            let Some(kids) = self.inodes[&d].children() else {
+                continue;
+            };
+            dirs.push((d, kids.iter().map(|(n, i)| (n.clone(), *i)).collect()));
+            for &k in kids.values() {
+                if self.inodes[&k].kind == Kind::Dir {
+                    queue.push_back(k);
+                }
+            }
+        }
+        let mut links: Vec<(u64, u64)> = self
+            .by_link
+            .iter()
+            .filter(|(_, i)| self.inodes.get(i).is_some_and(|n| n.nlink > 0))
+            .map(|(l, i)| (*l, *i))
+            .collect();
+        links.sort_unstable();
+        let mut orphans: Vec<u64> = self
+            .inodes
+            .iter()
+            .filter(|(_, n)| n.nlink == 0 && n.kind == Kind::File)
+            .map(|(i, _)| *i)
+            .collect();
+        orphans.sort_unstable();
+        InodeMap {
+            next_ino: self.next_ino,
+            dirs,
+            links,
+            orphans,
+        }
+    }
+
+    /// First record of a replay from a committed checkpoint: number the
+    /// checkpoint's entries as the live fork had them.
+    fn bind_inode_map(&mut self, store: &Store, m: &InodeMap) -> Result<()> {
+        for (dir, kids) in &m.dirs {
+            let Some(Inode {
+                data: Data::Dir(Dir::Unloaded(id)),
+                ..
+            }) = self.inodes.get(dir)
+            else {
+                return Err(corrupt(format!(
+                    "inode map names directory {dir}, which is not an unloaded directory"
+                )));
+            };
+            let tree = store.get_tree(id, &format!("directory inode {dir}"))?;
+            let want: BTreeMap<&[u8], u64> = kids.iter().map(|(n, i)| (&n[..], *i)).collect();
+            let mut got = BTreeMap::new();
+            for e in &tree.entries {
+                if !servable(&e.name) || got.contains_key(&e.name) {
+                    continue;
+                }
+                let &ino = want.get(&e.name[..]).ok_or_else(|| {
+                    corrupt(format!(
+                        "inode map lacks entry {:?} of directory {dir}",
+                        String::from_utf8_lossy(&e.name)
+                    ))
+                })?;
+                self.inodes
+                    .entry(ino)
+                    .or_insert_with(|| Inode::from_entry(e, *dir));
+                got.insert(e.name.clone(), ino);
+            }
+            if got.len() != want.len() {
+                return Err(corrupt(format!(
+                    "inode map lists entries of directory {dir} the checkpoint lacks"
+                )));
+            }
+            self.inode_mut(*dir).data = Data::Dir(Dir::Loaded(got));
+        }
+        self.by_link = m.links.iter().copied().collect();
+        for &o in &m.orphans {
+            self.inodes.entry(o).or_insert_with(|| Inode {
+                nlink: 0,
+                ..Inode::fresh(Kind::File, Data::File(FileData::empty()), 0)
+            });
+        }
+        self.next_ino = m.next_ino;
+        Ok(())
+    }
+
+    /// An inode map met mid-replay (the commit that wrote it did not move
+    /// HEAD): it must describe the state replayed so far.
+    fn check_inode_map(&self, m: &InodeMap) -> Result<()> {
+        if m.next_ino != self.next_ino {
+            return Err(corrupt(format!(
+                "inode map says next inode {}, replay reached {}",
+                m.next_ino, self.next_ino
+            )));
+        }
+        for (dir, kids) in &m.dirs {
+            let have = self.dir(*dir)?;
+            if have.len() != kids.len() || kids.iter().any(|(n, i)| have.get(n) != Some(i)) {
+                return Err(corrupt(format!(
+                    "inode map disagrees with the replayed directory {dir}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
