@@ -62,7 +62,7 @@ const LOCAL_MASK: u64 = (1 << LOCAL_BITS) - 1;
 const MAX_SLOTS: u64 = (1 << (64 - LOCAL_BITS)) - 1;
 
 /// How long the kernel may cache the store's own entries and attributes.
-pub const STORE_TTL: Duration = Duration::from_secs(1);
+const STORE_TTL: Duration = Duration::from_secs(1);
 
 /// Whether `ino` is one of the store's own nodes, whose listings and links
 /// change (rather than part of a checkpoint's tree, which never does).

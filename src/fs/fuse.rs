@@ -59,6 +59,14 @@ fn caller(req: &Request) -> Caller {
     }
 }
 
+/// The caller of a `create`, `mkdir` or `mknod`, which carry its umask.
+fn caller_with_umask(req: &Request, umask: u32) -> Caller {
+    Caller {
+        umask,
+        ..caller(req)
+    }
+}
+
 /// Log an operation's failure (at debug: ENOENT is routine; store failures were
 /// already warned about) and give its errno.
 fn fail(e: &FsError) -> Errno {
@@ -330,10 +338,7 @@ impl Filesystem for FuseAdapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let c = Caller {
-            umask,
-            ..caller(req)
-        };
+        let c = caller_with_umask(req, umask);
         let made = self
             .view
             .mknod(&c, parent.0, name.as_bytes(), mode, user_dev(rdev));
@@ -350,10 +355,7 @@ impl Filesystem for FuseAdapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let c = Caller {
-            umask,
-            ..caller(req)
-        };
+        let c = caller_with_umask(req, umask);
         reply_entry(self.view.mkdir(&c, parent.0, name.as_bytes(), mode), reply);
     }
 
@@ -713,10 +715,7 @@ impl Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let c = Caller {
-            umask,
-            ..caller(req)
-        };
+        let c = caller_with_umask(req, umask);
         match self.view.create(&c, parent.0, name.as_bytes(), mode, flags) {
             Ok((e, o)) => {
                 let (fh, open_flags) = handle(o);
