@@ -1070,6 +1070,35 @@ mod tests {
     }
 
     #[test]
+    fn store_nodes_live_a_second_and_trees_a_day() {
+        let (_dir, store, fs) = browse();
+        let a = checkpoint(&store, b"one", vec![]);
+        let ttls = |ino| {
+            let fh = fh(fs.opendir(C, ino).unwrap());
+            let mut out = Vec::new();
+            fs.readdir(C, ino, fh, 0, true, &mut |item| {
+                out.push(item.entry.unwrap().ttl);
+                false
+            })
+            .unwrap();
+            fs.releasedir(C, fh);
+            out
+        };
+        // Found in a store directory (a checkpoint's root too): short.
+        let root_a = fs.lookup(C, 2, a.to_hex().as_bytes()).unwrap();
+        assert_eq!(root_a.ttl, STORE_TTL);
+        assert!(ttls(2).iter().all(|&t| t == STORE_TTL));
+        assert_eq!(fs.getattr(C, 2).unwrap().ttl, STORE_TTL);
+        // In a checkpoint's tree, ".." of its root too: long.
+        let root_a = root_a.attr.ino;
+        assert_eq!(fs.getattr(C, root_a).unwrap().ttl, checkpoint::TTL);
+        assert_eq!(fs.lookup(C, root_a, b"f").unwrap().ttl, checkpoint::TTL);
+        assert_eq!(fs.lookup(C, root_a, b"..").unwrap().ttl, checkpoint::TTL);
+        assert!(ttls(root_a).iter().all(|&t| t == checkpoint::TTL));
+        assert_eq!(ttls(root_a).len(), 3);
+    }
+
+    #[test]
     fn a_moved_ref_is_a_new_inode_with_the_new_target() {
         let (_dir, store, fs) = browse();
         let a = checkpoint(&store, b"one", vec![]);
