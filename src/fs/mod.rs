@@ -97,11 +97,13 @@ pub enum FsError {
         option: String,
         reason: &'static str,
     },
-    /// Not an error to the user: the answer to open, opendir and flush on a
-    /// read-only mount, and to flush on a fork. The kernel then stops sending
+    /// Not an error to the user: the answer to open on a read-only mount,
+    /// opendir on a checkpoint mount ([`view::Opened::Stateless`]), and flush
+    /// and copy_file_range on every mount. The kernel then stops sending
     /// them ("zero-message opens") and keeps the page cache and directory
     /// cache, as it does for FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR (open and
-    /// opendir), or simply skips the round trip at every close (flush).
+    /// opendir), skips the round trip at every close (flush), or copies
+    /// through read and write (copy_file_range).
     #[error("not needed: the kernel may skip this request from now on")]
     NotNeeded,
     #[error("cannot mount at {}: {source}", path.display())]
