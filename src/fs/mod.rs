@@ -98,7 +98,7 @@ pub enum FsError {
         reason: &'static str,
     },
     /// Not an error to the user: the answer to open on a read-only mount,
-    /// opendir on a checkpoint mount ([`view::Opened::Stateless`]), and flush
+    /// opendir on a checkpoint mount (`Opened::Stateless`), and flush
     /// and copy_file_range on every mount. The kernel then stops sending
     /// them ("zero-message opens") and keeps the page cache and directory
     /// cache, as it does for FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR (open and
