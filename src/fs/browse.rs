@@ -1,10 +1,10 @@
-//! The browse mount: the whole store as one read-only tree, on inode numbers.
-//! No FUSE types here: `fuse_browse.rs` adapts these calls to fuser.
+//! The browse view: the whole store as one read-only tree, on inode numbers
+//! ([`View`]).
 //!
 //! ```text
 //! /                            root
 //!   checkpoints/               one directory per checkpoint id, and <id>.json
-//!     <id>/                    the checkpoint's tree (a ReadOnlyFs of its own)
+//!     <id>/                    the checkpoint's tree (a CheckpointView of its own)
 //!     <id>.json                the checkpoint record, byte for byte
 //!   refs/<name>                symlink -> ../checkpoints/<id>
 //!   forks/<name>/head          symlink -> ../../checkpoints/<head id>
@@ -15,27 +15,39 @@
 //! **Inode numbers.** The top 24 bits of an inode number say whose it is: 0 for
 //! the store's own nodes ([`Node`]: the root, the listings, the `.json` files
 //! and the symlinks), `k >= 1` for the `k`-th checkpoint seen since the mount
-//! started, whose tree is served by its own [`ReadOnlyFs`] (sharing one chunk
+//! started, whose tree is served by its own [`CheckpointView`] (sharing one chunk
 //! cache) with its local inode numbers in the low 40 bits. A store node's
 //! number is keyed by everything it shows (a ref's number is for that name
 //! *and* that target), so a moved ref gets a new inode and the kernel can never
 //! serve the old target from its caches; numbers are never reused.
 //!
-//! **Freshness.** The store's listings are re-read on every `opendir` and
-//! `lookup` (no directory cache, short TTLs: see `fuse_browse.rs`); a
-//! checkpoint's tree never changes and is cached like a read-only mount's.
+//! **Freshness.** The store's own nodes (the root, `checkpoints/`, `refs/`,
+//! `forks/…`, `archives/`) change: their listings are re-read on every
+//! `opendir` and `lookup`, their entries and attributes live [`STORE_TTL`],
+//! and their directories are opened without a directory cache, so new
+//! checkpoints, refs and forks show within a second. A checkpoint's tree never
+//! changes: it is cached like a checkpoint mount's, and its directories are
+//! opened with the kernel keeping their listings (`opendir` cannot be
+//! zero-message here: the kernel would then cache the store's listings too).
+//! `open` is zero-message for every file: each is immutable (a `<id>.json`
+//! record too). Cached symlink targets are safe: a store symlink's inode is
+//! tied to its target (a moved ref is a new inode).
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
 use super::FsError;
-use super::inode::ROOT_INO;
-use super::readonly::{Attr, BLOCK_SIZE, DirItem, FsStats, ReadOnlyFs, XattrReply, inode_budget};
+use super::checkpoint::{self, CheckpointView, inode_budget};
+use super::view::{
+    self, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, ROOT_INO, StatFs,
+    View, XattrReply,
+};
 use crate::journal;
 use crate::journal::ext4;
 use crate::store::{ChunkCache, Kind, ObjectId, Store};
@@ -45,6 +57,24 @@ const LOCAL_BITS: u32 = 40;
 const LOCAL_MASK: u64 = (1 << LOCAL_BITS) - 1;
 /// The most checkpoints one mount can show (slot numbers fill the top 24 bits).
 const MAX_SLOTS: u64 = (1 << (64 - LOCAL_BITS)) - 1;
+
+/// How long the kernel may cache the store's own entries and attributes.
+const STORE_TTL: Duration = Duration::from_secs(1);
+
+/// Whether `ino` is one of the store's own nodes, whose listings and links
+/// change (rather than part of a checkpoint's tree, which never does).
+fn is_store_node(ino: u64) -> bool {
+    ino >> LOCAL_BITS == 0
+}
+
+/// The TTL of entries found in, or of the attributes of, `ino`.
+fn ttl(ino: u64) -> Duration {
+    if is_store_node(ino) {
+        STORE_TTL
+    } else {
+        checkpoint::TTL
+    }
+}
 
 /// A node of the store's own tree (everything outside the checkpoints' trees).
 /// Each value is one inode; it holds all that the node shows.
@@ -153,19 +183,10 @@ enum Child {
 /// `releasedir`, so that a listing read in several replies is consistent.
 type Listing = Vec<(Vec<u8>, Child)>;
 
-/// How a directory was opened.
-#[derive(Debug, PartialEq, Eq)]
-pub struct OpenDir {
-    /// The handle to pass to `readdir` and `releasedir`.
-    pub fh: u64,
-    /// Whether the kernel may keep the listing (a checkpoint's directories).
-    pub cache: bool,
-}
-
 /// One checkpoint's tree, loaded on first use.
 struct Slot {
     id: ObjectId,
-    fs: RwLock<Option<Arc<ReadOnlyFs>>>,
+    fs: RwLock<Option<Arc<CheckpointView>>>,
 }
 
 /// Store nodes <-> inode numbers, and checkpoints <-> slots.
@@ -178,7 +199,7 @@ struct Table {
 }
 
 /// The whole store, served read-only.
-pub struct BrowseFs {
+pub struct BrowseView {
     store: Arc<Store>,
     cache: Arc<ChunkCache>,
     /// Directory entries each checkpoint's tree keeps in memory.
@@ -195,8 +216,8 @@ pub struct BrowseFs {
     started_ns: i64,
 }
 
-impl BrowseFs {
-    pub fn new(store: Arc<Store>, cache_bytes: usize, mountpoint: PathBuf) -> BrowseFs {
+impl BrowseView {
+    pub fn new(store: Arc<Store>, cache_bytes: usize, mountpoint: PathBuf) -> BrowseView {
         let table = Table {
             nodes: FIXED.to_vec(),
             node_inos: FIXED.iter().cloned().zip(1..).collect(),
@@ -205,7 +226,7 @@ impl BrowseFs {
         let started_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-        BrowseFs {
+        BrowseView {
             store,
             cache: Arc::new(ChunkCache::new(cache_bytes)),
             // Trees share the budget a checkpoint mount would have, 8 ways.
@@ -221,22 +242,20 @@ impl BrowseFs {
             started_ns,
         }
     }
+}
 
-    /// Whether `ino` is one of the store's own nodes, whose listings and
-    /// links change (rather than part of a checkpoint's tree, which never does).
-    pub fn is_store_node(ino: u64) -> bool {
-        ino >> LOCAL_BITS == 0
+impl View for BrowseView {
+    fn capabilities(&self) -> &'static [Capability] {
+        view::READ_ONLY_CAPABILITIES
     }
 
-    // ---- the operations ----
-
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
-        match self.resolve(parent)? {
+    fn lookup(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+        let attr = match self.resolve(parent)? {
+            Resolved::Tree(_, _, local) if local == ROOT_INO && name == b".." => {
+                self.node_attr(&Node::Checkpoints, 2)
+            }
             Resolved::Tree(slot, fs, local) => {
-                if local == ROOT_INO && name == b".." {
-                    return Ok(self.node_attr(&Node::Checkpoints, 2));
-                }
-                self.global(slot, fs.lookup(local, name)?)
+                self.global_attr(slot, fs.lookup(c, local, name)?.attr)?
             }
             Resolved::Node(node) => {
                 let child = match name {
@@ -244,63 +263,89 @@ impl BrowseFs {
                     b".." => Child::Node(node.parent()),
                     _ => self.find(&node, name)?.ok_or(FsError::NotFound)?,
                 };
-                self.child_attr(&child)
+                self.child_attr(c, &child)?
             }
-        }
+        };
+        Ok(Entry {
+            attr,
+            ttl: ttl(parent),
+        })
     }
 
-    pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
-        match self.resolve(ino)? {
-            Resolved::Tree(slot, fs, local) => self.global(slot, fs.getattr(local)?),
-            Resolved::Node(node) => Ok(self.node_attr(&node, ino)),
-        }
+    fn getattr(&self, c: &Caller, ino: u64) -> Result<Entry, FsError> {
+        let attr = match self.resolve(ino)? {
+            Resolved::Tree(slot, fs, local) => {
+                self.global_attr(slot, fs.getattr(c, local)?.attr)?
+            }
+            Resolved::Node(node) => self.node_attr(&node, ino),
+        };
+        Ok(Entry {
+            attr,
+            ttl: ttl(ino),
+        })
     }
 
-    /// Open directory `ino`: a store directory's listing is read now.
-    pub fn opendir(&self, ino: u64) -> Result<OpenDir, FsError> {
+    /// A store directory's listing is read now; a checkpoint's directory
+    /// keeps its listing in the kernel's cache.
+    fn opendir(&self, c: &Caller, ino: u64) -> Result<Opened, FsError> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => {
-                if fs.getattr(local)?.kind != Kind::Dir {
-                    return Err(FsError::NotDir);
-                }
-                Ok(OpenDir { fh: 0, cache: true })
+                fs.opendir(c, local)?;
+                Ok(Opened::Handle {
+                    fh: 0,
+                    direct_io: false,
+                    cache_dir: true,
+                })
             }
             Resolved::Node(node) => {
                 let listing = Arc::new(self.list(&node)?);
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                 self.listings.lock().insert(fh, listing);
-                Ok(OpenDir { fh, cache: false })
+                Ok(Opened::Handle {
+                    fh,
+                    direct_io: false,
+                    cache_dir: false,
+                })
             }
         }
     }
 
-    pub fn releasedir(&self, fh: u64) {
+    fn releasedir(&self, _: &Caller, fh: u64) {
         self.listings.lock().remove(&fh);
     }
 
-    /// List directory `ino` from `offset` (0 = start; "." and ".." first),
-    /// calling `add` for each entry until it returns true (the reply is full).
-    /// `fh` is what `opendir` gave; an unknown handle lists afresh.
-    pub fn readdir(
+    /// Every item carries its attributes. `fh` is what `opendir` gave; an
+    /// unknown handle lists afresh.
+    fn readdir(
         &self,
+        c: &Caller,
         ino: u64,
         fh: u64,
         offset: u64,
-        mut add: impl FnMut(DirItem<'_>) -> bool,
+        plus: bool,
+        add: &mut dyn FnMut(DirItem<'_>) -> bool,
     ) -> Result<(), FsError> {
         let node = match self.resolve(ino)? {
             Resolved::Tree(slot, fs, local) => {
                 let mut failed = None;
-                fs.readdir(local, offset, |mut item| {
+                fs.readdir(c, local, fh, offset, plus, &mut |mut item| {
                     if local == ROOT_INO && item.name == b".." {
-                        item.attr = self.node_attr(&Node::Checkpoints, 2);
+                        let attr = self.node_attr(&Node::Checkpoints, 2);
+                        let entry = Entry {
+                            attr,
+                            ttl: ttl(ino),
+                        };
+                        item = DirItem::with(item.next_offset, item.name, entry);
                     } else {
-                        match self.global(slot, item.attr) {
-                            Ok(attr) => item.attr = attr,
+                        match self.global(slot, item.ino) {
+                            Ok(global) => item.ino = global,
                             Err(e) => {
                                 failed = Some(e);
                                 return true;
                             }
+                        }
+                        if let Some(entry) = &mut item.entry {
+                            entry.attr.ino = item.ino;
                         }
                     }
                     add(item)
@@ -319,48 +364,39 @@ impl BrowseFs {
         ];
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         for (i, (name, child)) in dots.iter().chain(listing.iter()).enumerate().skip(start) {
-            let attr = match self.child_attr(child) {
+            let attr = match self.child_attr(c, child) {
                 Ok(attr) => attr,
                 // Listed anyway (as a directory or file with no permissions);
                 // using it fails with the error, which was logged.
                 Err(_) => self.placeholder_attr(child)?,
             };
-            let item = DirItem {
-                next_offset: i as u64 + 1,
-                name,
+            let entry = Entry {
                 attr,
+                ttl: ttl(ino),
             };
-            if add(item) {
+            if add(DirItem::with(i as u64 + 1, name, entry)) {
                 break;
             }
         }
         Ok(())
     }
 
-    /// Check that `ino` may be opened with `flags`: only for reading.
-    pub fn open(&self, ino: u64, flags: i32) -> Result<(), FsError> {
+    /// Only for reading, and zero-message: every file here is immutable.
+    fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened, FsError> {
         match self.resolve(ino)? {
-            Resolved::Tree(_, fs, local) => fs.open(local, flags),
-            Resolved::Node(_) => {
-                if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-                    return Err(FsError::ReadOnly);
-                }
-                Ok(())
-            }
+            Resolved::Tree(_, fs, local) => fs.open(c, local, flags),
+            Resolved::Node(_) => view::open_read_only(flags),
         }
     }
 
-    pub fn access(&self, ino: u64, mask: i32) -> Result<(), FsError> {
+    fn access(&self, _: &Caller, ino: u64, mask: i32) -> Result<(), FsError> {
         self.resolve(ino)?;
-        if mask & libc::W_OK != 0 {
-            return Err(FsError::ReadOnly);
-        }
-        Ok(())
+        view::access_read_only(mask)
     }
 
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+    fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
         match self.resolve(ino)? {
-            Resolved::Tree(_, fs, local) => fs.read(local, offset, size),
+            Resolved::Tree(_, fs, local) => fs.read(c, local, offset, size),
             Resolved::Node(Node::Record(id)) => {
                 let bytes = self.record(&id)?;
                 let start = usize::try_from(offset)
@@ -374,11 +410,16 @@ impl BrowseFs {
         }
     }
 
-    /// `lseek` `SEEK_DATA`/`SEEK_HOLE`: from the extents inside a checkpoint;
-    /// a record file is all data. `None` is `ENXIO`.
-    pub fn seek(&self, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>, FsError> {
+    /// From the extents inside a checkpoint; a record file is all data.
+    fn seek(
+        &self,
+        c: &Caller,
+        ino: u64,
+        offset: i64,
+        whence: ext4::Seek,
+    ) -> Result<Option<u64>, FsError> {
         match self.resolve(ino)? {
-            Resolved::Tree(_, fs, local) => fs.seek(local, offset, whence),
+            Resolved::Tree(_, fs, local) => fs.seek(c, local, offset, whence),
             Resolved::Node(Node::Record(id)) => {
                 let size = self.record(&id)?.len() as u64;
                 Ok(ext4::seek(size, [(0, size)], offset, whence))
@@ -388,9 +429,9 @@ impl BrowseFs {
         }
     }
 
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
+    fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>, FsError> {
         match self.resolve(ino)? {
-            Resolved::Tree(_, fs, local) => fs.readlink(local),
+            Resolved::Tree(_, fs, local) => fs.readlink(c, local),
             Resolved::Node(node) => node
                 .target()
                 .map(String::into_bytes)
@@ -398,33 +439,43 @@ impl BrowseFs {
         }
     }
 
-    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Result<XattrReply, FsError> {
+    fn getxattr(
+        &self,
+        c: &Caller,
+        ino: u64,
+        name: &[u8],
+        size: u32,
+    ) -> Result<XattrReply, FsError> {
         match self.resolve(ino)? {
-            Resolved::Tree(_, fs, local) => fs.getxattr(local, name, size),
+            Resolved::Tree(_, fs, local) => fs.getxattr(c, local, name, size),
             Resolved::Node(_) => Err(FsError::NoXattr),
         }
     }
 
-    pub fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply, FsError> {
+    fn listxattr(&self, c: &Caller, ino: u64, size: u32) -> Result<XattrReply, FsError> {
         match self.resolve(ino)? {
-            Resolved::Tree(_, fs, local) => fs.listxattr(local, size),
-            Resolved::Node(_) if size == 0 => Ok(XattrReply::Size(0)),
-            Resolved::Node(_) => Ok(XattrReply::Data(Vec::new())),
+            Resolved::Tree(_, fs, local) => fs.listxattr(c, local, size),
+            Resolved::Node(_) => view::sized(Vec::new(), size),
         }
     }
 
     /// Nothing is free, and the totals are not known without reading every
     /// checkpoint: the checkpoints and nodes seen so far are counted.
-    pub fn statfs(&self) -> FsStats {
+    fn statfs(&self, _: &Caller) -> Result<StatFs, FsError> {
         let t = self.table.read();
-        FsStats {
+        Ok(StatFs {
             blocks: 0,
-            files: (t.nodes.len() + t.slots.len()) as u64,
+            blocks_free: 0,
+            blocks_avail: 0,
             block_size: BLOCK_SIZE,
-            name_max: 255,
-        }
+            files: (t.nodes.len() + t.slots.len()) as u64,
+            files_free: 0,
+            name_max: NAME_MAX as u32,
+        })
     }
+}
 
+impl BrowseView {
     // ---- inode numbers ----
 
     fn resolve(&self, ino: u64) -> Result<Resolved, FsError> {
@@ -494,7 +545,7 @@ impl BrowseFs {
 
     /// A checkpoint's tree, loading its record and root on first use. A
     /// failure is not remembered: the next use tries again.
-    fn tree(&self, slot: &Slot) -> Result<Arc<ReadOnlyFs>, FsError> {
+    fn tree(&self, slot: &Slot) -> Result<Arc<CheckpointView>, FsError> {
         if let Some(fs) = slot.fs.read().as_ref() {
             return Ok(fs.clone());
         }
@@ -507,7 +558,7 @@ impl BrowseFs {
             tracing::warn!(checkpoint = %id, error = %e, "cannot load checkpoint; it gets EIO");
             FsError::Store(e)
         })?;
-        let fs = Arc::new(ReadOnlyFs::with_cache(
+        let fs = Arc::new(CheckpointView::with_cache(
             self.store.clone(),
             root,
             self.cache.clone(),
@@ -519,23 +570,29 @@ impl BrowseFs {
         Ok(slot.fs.write().get_or_insert(fs).clone())
     }
 
-    /// A checkpoint tree's attributes with the inode number made global.
-    fn global(&self, slot: u64, mut attr: Attr) -> Result<Attr, FsError> {
-        if attr.ino > LOCAL_MASK {
+    /// The mount's inode number of a checkpoint tree's inode `local`.
+    fn global(&self, slot: u64, local: u64) -> Result<u64, FsError> {
+        if local > LOCAL_MASK {
             return Err(FsError::Invalid("too many inodes in one checkpoint"));
         }
-        attr.ino |= slot << LOCAL_BITS;
+        Ok(local | slot << LOCAL_BITS)
+    }
+
+    /// A checkpoint tree's attributes with the inode number made global.
+    fn global_attr(&self, slot: u64, mut attr: Attr) -> Result<Attr, FsError> {
+        attr.ino = self.global(slot, attr.ino)?;
         Ok(attr)
     }
 
     // ---- attributes ----
 
-    fn child_attr(&self, child: &Child) -> Result<Attr, FsError> {
+    fn child_attr(&self, c: &Caller, child: &Child) -> Result<Attr, FsError> {
         match child {
             Child::Node(node) => Ok(self.node_attr(node, self.node_ino(node)?)),
             Child::Checkpoint(id) => {
                 let (k, slot) = self.slot_of(id)?;
-                self.global(k, self.tree(&slot)?.getattr(ROOT_INO)?)
+                let root = self.tree(&slot)?.getattr(c, ROOT_INO)?;
+                self.global_attr(k, root.attr)
             }
         }
     }
@@ -564,11 +621,12 @@ impl BrowseFs {
             nlink: if kind == Kind::Dir { 2 } else { 1 },
             uid: self.uid,
             gid: self.gid,
+            rdev: 0,
             size,
             blocks,
+            atime_ns: self.started_ns,
             mtime_ns: self.started_ns,
             ctime_ns: self.started_ns,
-            rdev: 0,
         }
     }
 
@@ -585,6 +643,7 @@ impl BrowseFs {
                         .mtime()
                         .saturating_mul(1_000_000_000)
                         .saturating_add(meta.mtime_nsec());
+                    attr.atime_ns = attr.mtime_ns;
                     attr.ctime_ns = attr.mtime_ns;
                 }
             }
@@ -770,7 +829,7 @@ impl BrowseFs {
 enum Resolved {
     Node(Node),
     /// A checkpoint's tree: its slot, its filesystem, the local inode number.
-    Tree(u64, Arc<ReadOnlyFs>, u64),
+    Tree(u64, Arc<CheckpointView>, u64),
 }
 
 /// The name of a fixed node in the root.
@@ -793,6 +852,21 @@ fn store_err(e: crate::store::Error) -> FsError {
 mod tests {
     use super::*;
     use crate::store::{ArchiveRecord, Checkpoint, Content, Entry, Extent, Source, Tree};
+
+    const C: &Caller = &Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+        umask: 0,
+    };
+
+    /// The handle `opendir` gave.
+    fn fh(o: Opened) -> u64 {
+        match o {
+            Opened::Handle { fh, .. } => fh,
+            Opened::Stateless => panic!("a browse directory has a handle"),
+        }
+    }
 
     fn entry(name: &str, kind: Kind, content: Content, size: u64) -> Entry {
         Entry {
@@ -849,29 +923,30 @@ mod tests {
             .unwrap()
     }
 
-    fn browse() -> (tempfile::TempDir, Arc<Store>, BrowseFs) {
+    fn browse() -> (tempfile::TempDir, Arc<Store>, BrowseView) {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open_or_create(&dir.path().join("s")).unwrap());
-        let fs = BrowseFs::new(store.clone(), 1 << 20, "/b".into());
+        let fs = BrowseView::new(store.clone(), 1 << 20, "/b".into());
         (dir, store, fs)
     }
 
-    fn listing(fs: &BrowseFs, ino: u64) -> Vec<(String, Attr)> {
-        let open = fs.opendir(ino).unwrap();
+    fn listing(fs: &BrowseView, ino: u64) -> Vec<(String, Attr)> {
+        let fh = fh(fs.opendir(C, ino).unwrap());
         let mut out = Vec::new();
-        fs.readdir(ino, open.fh, 0, |item| {
-            out.push((String::from_utf8(item.name.to_vec()).unwrap(), item.attr));
+        fs.readdir(C, ino, fh, 0, true, &mut |item| {
+            let name = String::from_utf8(item.name.to_vec()).unwrap();
+            out.push((name, item.entry.unwrap().attr));
             false
         })
         .unwrap();
-        fs.releasedir(open.fh);
+        fs.releasedir(C, fh);
         out
     }
 
-    fn path(fs: &BrowseFs, path: &str) -> Attr {
-        let mut attr = fs.getattr(ROOT_INO).unwrap();
+    fn path(fs: &BrowseView, path: &str) -> Attr {
+        let mut attr = fs.getattr(C, ROOT_INO).unwrap().attr;
         for name in path.split('/') {
-            attr = fs.lookup(attr.ino, name.as_bytes()).unwrap();
+            attr = fs.lookup(C, attr.ino, name.as_bytes()).unwrap().attr;
         }
         attr
     }
@@ -894,32 +969,62 @@ mod tests {
         assert_eq!(names, want);
         let fa = path(&fs, &format!("checkpoints/{a}/f"));
         let fb = path(&fs, &format!("checkpoints/{b}/f"));
-        assert!(!BrowseFs::is_store_node(fa.ino) && !BrowseFs::is_store_node(fb.ino));
+        assert!(!is_store_node(fa.ino) && !is_store_node(fb.ino));
         assert_ne!(
             fa.ino >> LOCAL_BITS,
             fb.ino >> LOCAL_BITS,
             "one range per tree"
         );
-        assert_eq!(fs.read(fa.ino, 0, 100).unwrap(), b"one");
-        assert_eq!(fs.read(fb.ino, 1, 100).unwrap(), b"wo");
+        assert_eq!(fs.read(C, fa.ino, 0, 100).unwrap(), b"one");
+        assert_eq!(fs.read(C, fb.ino, 1, 100).unwrap(), b"wo");
         // ".." of a checkpoint's root is checkpoints/.
         let root_a = path(&fs, &format!("checkpoints/{a}"));
-        assert_eq!(fs.lookup(root_a.ino, b"..").unwrap().ino, 2);
+        assert_eq!(fs.lookup(C, root_a.ino, b"..").unwrap().attr.ino, 2);
         let rec = path(&fs, &format!("checkpoints/{b}.json"));
-        let bytes = fs.read(rec.ino, 0, 1 << 20).unwrap();
+        let bytes = fs.read(C, rec.ino, 0, 1 << 20).unwrap();
         assert_eq!(ObjectId::of(&bytes), b);
         assert_eq!(rec.size, bytes.len() as u64);
         assert!(matches!(
             fs.lookup(
+                C,
                 2,
                 b"0000000000000000000000000000000000000000000000000000000000000000"
             ),
             Err(FsError::NotFound)
         ));
         assert!(matches!(
-            fs.lookup(2, a.to_hex().to_uppercase().as_bytes()),
+            fs.lookup(C, 2, a.to_hex().to_uppercase().as_bytes()),
             Err(FsError::NotFound)
         ));
+    }
+
+    #[test]
+    fn store_nodes_live_a_second_and_trees_a_day() {
+        let (_dir, store, fs) = browse();
+        let a = checkpoint(&store, b"one", vec![]);
+        let ttls = |ino| {
+            let fh = fh(fs.opendir(C, ino).unwrap());
+            let mut out = Vec::new();
+            fs.readdir(C, ino, fh, 0, true, &mut |item| {
+                out.push(item.entry.unwrap().ttl);
+                false
+            })
+            .unwrap();
+            fs.releasedir(C, fh);
+            out
+        };
+        // Found in a store directory (a checkpoint's root too): short.
+        let root_a = fs.lookup(C, 2, a.to_hex().as_bytes()).unwrap();
+        assert_eq!(root_a.ttl, STORE_TTL);
+        assert!(ttls(2).iter().all(|&t| t == STORE_TTL));
+        assert_eq!(fs.getattr(C, 2).unwrap().ttl, STORE_TTL);
+        // In a checkpoint's tree, ".." of its root too: long.
+        let root_a = root_a.attr.ino;
+        assert_eq!(fs.getattr(C, root_a).unwrap().ttl, checkpoint::TTL);
+        assert_eq!(fs.lookup(C, root_a, b"f").unwrap().ttl, checkpoint::TTL);
+        assert_eq!(fs.lookup(C, root_a, b"..").unwrap().ttl, checkpoint::TTL);
+        assert!(ttls(root_a).iter().all(|&t| t == checkpoint::TTL));
+        assert_eq!(ttls(root_a).len(), 3);
     }
 
     #[test]
@@ -931,19 +1036,19 @@ mod tests {
         let before = path(&fs, "refs/s1");
         assert_eq!(before.kind, Kind::Symlink);
         assert_eq!(
-            fs.readlink(before.ino).unwrap(),
+            fs.readlink(C, before.ino).unwrap(),
             format!("../checkpoints/{a}").as_bytes()
         );
         store.set_ref("s1", &b).unwrap();
         let after = path(&fs, "refs/s1");
         assert_ne!(before.ino, after.ino);
         assert_eq!(
-            fs.readlink(after.ino).unwrap(),
+            fs.readlink(C, after.ino).unwrap(),
             format!("../checkpoints/{b}").as_bytes()
         );
         // The old inode still answers (the kernel may hold it), with the old target.
         assert_eq!(
-            fs.readlink(before.ino).unwrap(),
+            fs.readlink(C, before.ino).unwrap(),
             format!("../checkpoints/{a}").as_bytes()
         );
         assert_eq!(
@@ -972,7 +1077,7 @@ mod tests {
         assert_eq!(hist, [format!("0-{a}")]);
         let head = path(&fs, "forks/x/head");
         assert_eq!(
-            fs.readlink(head.ino).unwrap(),
+            fs.readlink(C, head.ino).unwrap(),
             format!("../../checkpoints/{a}").as_bytes()
         );
 
@@ -997,12 +1102,12 @@ mod tests {
         assert_eq!(names, ["other.tar", "s1.tar.zst.part00", dup.as_str()]);
         let link = path(&fs, "archives/s1.tar.zst.part00");
         assert_eq!(
-            fs.readlink(link.ino).unwrap(),
+            fs.readlink(C, link.ino).unwrap(),
             format!("../checkpoints/{a}").as_bytes()
         );
         let link = path(&fs, &format!("archives/{dup}"));
         assert_eq!(
-            fs.readlink(link.ino).unwrap(),
+            fs.readlink(C, link.ino).unwrap(),
             format!("../checkpoints/{b}").as_bytes()
         );
     }
@@ -1010,17 +1115,26 @@ mod tests {
     #[test]
     fn store_nodes_refuse_writes_and_have_no_xattrs() {
         let (_dir, _store, fs) = browse();
-        assert!(matches!(fs.open(2, libc::O_RDWR), Err(FsError::ReadOnly)));
-        assert!(matches!(fs.access(3, libc::W_OK), Err(FsError::ReadOnly)));
-        assert!(fs.access(3, libc::R_OK).is_ok());
-        assert_eq!(fs.listxattr(1, 0).unwrap(), XattrReply::Size(0));
         assert!(matches!(
-            fs.getxattr(1, b"user.x", 10),
+            fs.open(C, 2, libc::O_RDWR),
+            Err(FsError::ReadOnly)
+        ));
+        assert!(matches!(
+            fs.access(C, 3, libc::W_OK),
+            Err(FsError::ReadOnly)
+        ));
+        assert!(fs.access(C, 3, libc::R_OK).is_ok());
+        assert_eq!(fs.listxattr(C, 1, 0).unwrap(), XattrReply::Size(0));
+        assert!(matches!(
+            fs.getxattr(C, 1, b"user.x", 10),
             Err(FsError::NoXattr)
         ));
-        assert!(matches!(fs.getattr(999), Err(FsError::UnknownInode(999))));
         assert!(matches!(
-            fs.getattr(7 << LOCAL_BITS | 1),
+            fs.getattr(C, 999),
+            Err(FsError::UnknownInode(999))
+        ));
+        assert!(matches!(
+            fs.getattr(C, 7 << LOCAL_BITS | 1),
             Err(FsError::UnknownInode(_))
         ));
     }

@@ -1,5 +1,17 @@
-//! The fuser adapter: each `Filesystem` method unpacks its arguments, calls
-//! [`ReadOnlyFs`] and turns the `Result` into a reply. No filesystem logic here.
+//! The fuser adapter, one for every [`View`]: each `Filesystem` method
+//! unpacks its arguments, builds the request's [`Caller`], calls the view and
+//! turns the `Result` into a reply. No filesystem logic and no policy here:
+//! TTLs, capabilities and handles are the view's. What lives here is FUSE's
+//! wire form: errno (through [`errno`]), `lseek` whence, `FileAttr`, file
+//! types, times and the kernel's device-number encoding.
+//!
+//! Whatever the view, `flush`, `ioctl` and `copy_file_range` have one answer:
+//! `flush` and `copy_file_range` answer `ENOSYS`, so the kernel stops sending
+//! them (a close costs no round trip; copies go through read and write);
+//! no `ioctl` is implemented (`ENOTTY`).
+//!
+//! The view is a `Box<dyn View>`: one adapter type serves every mount, and a
+//! virtual call per request is nothing next to the kernel round trip.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -7,45 +19,153 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
-    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 
-use super::readonly::{Attr, BLOCK_SIZE, ReadOnlyFs, XattrReply};
+use super::view::{
+    Attr, BLOCK_SIZE, Caller, Capability, Entry, Opened, SetAttr, Time, View, WriteCtx, XattrReply,
+};
 use super::{FsError, MountRelease, errno};
 use crate::journal::ext4::Seek;
 use crate::store::Kind;
 
-/// How long the kernel may cache entries and attributes. A checkpoint never
-/// changes, so this is long.
-const TTL: Duration = Duration::from_secs(24 * 60 * 60);
-/// Inodes are never reused, so one generation suffices.
+/// Inode numbers are never reused within a mount, so one generation suffices.
 const GENERATION: Generation = Generation(0);
 
-/// The fuser `Filesystem` for a read-only checkpoint.
+/// The fuser `Filesystem` serving a view.
 pub struct FuseAdapter {
-    fs: ReadOnlyFs,
+    view: Box<dyn View>,
     release: MountRelease,
 }
 
 impl FuseAdapter {
-    pub fn new(fs: ReadOnlyFs, release: MountRelease) -> FuseAdapter {
-        FuseAdapter { fs, release }
+    pub fn new(view: Box<dyn View>, release: MountRelease) -> FuseAdapter {
+        FuseAdapter { view, release }
+    }
+}
+
+/// The caller of a request (its umask is 0: only create, mkdir and mknod
+/// carry one).
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+        umask: 0,
+    }
+}
+
+/// The caller of a `create`, `mkdir` or `mknod`, which carry its umask.
+fn caller_with_umask(req: &Request, umask: u32) -> Caller {
+    Caller {
+        umask,
+        ..caller(req)
     }
 }
 
 /// Log an operation's failure (at debug: ENOENT is routine; store failures were
 /// already warned about) and give its errno.
-pub(super) fn fail(e: &FsError) -> Errno {
+fn fail(e: &FsError) -> Errno {
     tracing::debug!(error = %e, "fails");
     errno(e)
 }
 
+/// The replies that end with `ok` or an errno.
+trait Finish {
+    fn ok(self);
+    fn error(self, e: Errno);
+}
+
+macro_rules! finish {
+    ($($reply:ty),*) => {$(
+        impl Finish for $reply {
+            fn ok(self) {
+                <$reply>::ok(self)
+            }
+            fn error(self, e: Errno) {
+                <$reply>::error(self, e)
+            }
+        }
+    )*};
+}
+finish!(ReplyEmpty, ReplyDirectory, ReplyDirectoryPlus);
+
+fn reply_done(result: Result<(), FsError>, reply: impl Finish) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(fail(&e)),
+    }
+}
+
+fn reply_entry(result: Result<Entry, FsError>, reply: ReplyEntry) {
+    match result {
+        Ok(e) => reply.entry(&e.ttl, &file_attr(&e.attr), GENERATION),
+        Err(e) => reply.error(fail(&e)),
+    }
+}
+
+fn reply_attr(result: Result<Entry, FsError>, reply: ReplyAttr) {
+    match result {
+        Ok(e) => reply.attr(&e.ttl, &file_attr(&e.attr)),
+        Err(e) => reply.error(fail(&e)),
+    }
+}
+
+fn reply_data(result: Result<Vec<u8>, FsError>, reply: ReplyData) {
+    match result {
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(fail(&e)),
+    }
+}
+
+fn reply_xattr(result: Result<XattrReply, FsError>, reply: ReplyXattr) {
+    match result {
+        Ok(XattrReply::Size(n)) => reply.size(n),
+        Ok(XattrReply::Data(bytes)) => reply.data(&bytes),
+        Err(e) => reply.error(fail(&e)),
+    }
+}
+
+fn reply_open(result: Result<Opened, FsError>, reply: ReplyOpen) {
+    match result {
+        // Zero-message opens from now on (see `Opened::Stateless`).
+        Ok(Opened::Stateless) => reply.error(errno(&FsError::NotNeeded)),
+        Ok(o) => {
+            let (fh, flags) = handle(o);
+            reply.opened(fh, flags);
+        }
+        Err(e) => reply.error(fail(&e)),
+    }
+}
+
+/// The handle and open flags given to the kernel.
+fn handle(o: Opened) -> (FileHandle, FopenFlags) {
+    match o {
+        Opened::Stateless => (FileHandle(0), FopenFlags::empty()),
+        Opened::Handle {
+            fh,
+            direct_io,
+            cache_dir,
+        } => {
+            let mut flags = FopenFlags::empty();
+            if direct_io {
+                flags |= FopenFlags::FOPEN_DIRECT_IO;
+            }
+            if cache_dir {
+                flags |= FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+            }
+            (FileHandle(fh), flags)
+        }
+    }
+}
+
 /// The `lseek` whence a view answers: `SEEK_DATA` or `SEEK_HOLE` (the kernel
 /// answers the others itself and never sends them).
-pub(super) fn seek_whence(whence: i32) -> Result<Seek, FsError> {
+fn seek_whence(whence: i32) -> Result<Seek, FsError> {
     match whence {
         libc::SEEK_DATA => Ok(Seek::Data),
         libc::SEEK_HOLE => Ok(Seek::Hole),
@@ -55,16 +175,17 @@ pub(super) fn seek_whence(whence: i32) -> Result<Seek, FsError> {
     }
 }
 
-/// Reply to `lseek` with a view's answer (`None`: `ENXIO`).
-pub(super) fn reply_seek(result: Result<Option<u64>, FsError>, reply: ReplyLseek) {
-    match result.and_then(|o| o.ok_or(FsError::NoSeekTarget)) {
-        // Offsets come from i64 file sizes.
-        Ok(offset) => reply.offset(offset.min(i64::MAX as u64) as i64),
-        Err(e) => reply.error(fail(&e)),
+fn init_flags(c: Capability) -> InitFlags {
+    match c {
+        Capability::ReaddirPlus => InitFlags::FUSE_DO_READDIRPLUS,
+        Capability::CacheSymlinks => InitFlags::FUSE_CACHE_SYMLINKS,
+        Capability::DirectIoMmap => InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+        Capability::PosixAcl => InitFlags::FUSE_POSIX_ACL,
+        Capability::PosixAclViewUmask => InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK,
     }
 }
 
-pub(super) fn file_type(kind: Kind) -> FileType {
+fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::File => FileType::RegularFile,
         Kind::Dir => FileType::Directory,
@@ -78,7 +199,7 @@ pub(super) fn file_type(kind: Kind) -> FileType {
 
 /// Nanoseconds since the epoch (either side) as a `SystemTime`; the epoch
 /// itself if out of range.
-pub(super) fn system_time(ns: i64) -> SystemTime {
+fn system_time(ns: i64) -> SystemTime {
     let magnitude = Duration::from_nanos(ns.unsigned_abs());
     let t = if ns >= 0 {
         UNIX_EPOCH.checked_add(magnitude)
@@ -88,25 +209,56 @@ pub(super) fn system_time(ns: i64) -> SystemTime {
     t.unwrap_or(UNIX_EPOCH)
 }
 
-pub(super) fn file_attr(a: &Attr) -> FileAttr {
+/// Nanoseconds since the epoch (negative before it), saturating.
+fn nanos(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
+}
+
+fn time(t: TimeOrNow) -> Time {
+    match t {
+        TimeOrNow::Now => Time::Now,
+        TimeOrNow::SpecificTime(t) => Time::At(nanos(t)),
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
     let mtime = system_time(a.mtime_ns);
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
         blocks: a.blocks,
-        atime: mtime,
+        atime: system_time(a.atime_ns),
         mtime,
         ctime: system_time(a.ctime_ns),
         crtime: mtime,
         kind: file_type(a.kind),
-        perm: a.perm,
+        perm: (a.perm & 0o7777) as u16,
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: a.rdev,
+        rdev: kernel_dev(a.rdev),
         blksize: BLOCK_SIZE,
         flags: 0,
     }
+}
+
+/// Re-encode a userspace `dev_t` (the store's encoding) in the kernel's
+/// 32-bit `new_encode_dev` form, which is what FUSE's `rdev` carries.
+fn kernel_dev(rdev: u64) -> u32 {
+    let major = libc::major(rdev as libc::dev_t);
+    let minor = libc::minor(rdev as libc::dev_t);
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+/// A device number in the kernel's 32-bit form (what FUSE's `mknod`
+/// carries) as a userspace `dev_t`; the inverse of [`kernel_dev`].
+fn user_dev(kernel: u32) -> u64 {
+    let major = (kernel & 0xfff00) >> 8;
+    let minor = (kernel & 0xff) | ((kernel >> 12) & 0xfff00);
+    libc::makedev(major, minor)
 }
 
 impl Filesystem for FuseAdapter {
@@ -115,16 +267,8 @@ impl Filesystem for FuseAdapter {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // readdirplus fills the attribute cache while listing; symlink caching
-        // spares readlink calls; POSIX_ACL makes the kernel check permissions
-        // against the stored ACL xattrs, as ext4 would. All optional: run
-        // without them if the kernel lacks them.
-        for flag in [
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_POSIX_ACL,
-        ] {
-            if let Err(missing) = config.add_capabilities(flag) {
+        for &c in self.view.capabilities() {
+            if let Err(missing) = config.add_capabilities(init_flags(c)) {
                 tracing::info!(
                     ?missing,
                     "kernel lacks a FUSE capability; continuing without it"
@@ -134,44 +278,165 @@ impl Filesystem for FuseAdapter {
         Ok(())
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name))]
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.fs.lookup(parent.0, name.as_bytes()) {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), GENERATION),
-            Err(e) => reply.error(fail(&e)),
-        }
+    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry(
+            self.view.lookup(&caller(req), parent.0, name.as_bytes()),
+            reply,
+        );
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0) {
-            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
-            Err(e) => reply.error(fail(&e)),
-        }
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        reply_attr(self.view.getattr(&caller(req), ino.0), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.0) {
-            Ok(target) => reply.data(&target),
-            Err(e) => reply.error(fail(&e)),
-        }
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?mode, ?uid, ?gid, ?size, pid = req.pid()))]
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // ftruncate comes with its handle; the inode is all a view needs.
+        let attrs = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time),
+            mtime: mtime.map(time),
+        };
+        reply_attr(self.view.setattr(&caller(req), ino.0, &attrs), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, flags = flags.0))]
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.open(ino.0, flags.0) {
-            // A checkpoint's files need no per-open state: ENOSYS switches the
-            // kernel to zero-message opens that keep the page cache.
-            Ok(()) => reply.error(errno(&FsError::NotNeeded)),
-            Err(e) => reply.error(fail(&e)),
-        }
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        reply_data(self.view.readlink(&caller(req), ino.0), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, size))]
+    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, mode, pid = req.pid()))]
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let c = caller_with_umask(req, umask);
+        let made = self
+            .view
+            .mknod(&c, parent.0, name.as_bytes(), mode, user_dev(rdev));
+        reply_entry(made, reply);
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, mode, pid = req.pid()))]
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let c = caller_with_umask(req, umask);
+        reply_entry(self.view.mkdir(&c, parent.0, name.as_bytes(), mode), reply);
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_done(
+            self.view.unlink(&caller(req), parent.0, name.as_bytes()),
+            reply,
+        );
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_done(
+            self.view.rmdir(&caller(req), parent.0, name.as_bytes()),
+            reply,
+        );
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?link_name, pid = req.pid()))]
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let target = target.as_os_str().as_bytes();
+        let made = self
+            .view
+            .symlink(&caller(req), parent.0, link_name.as_bytes(), target);
+        reply_entry(made, reply);
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, newparent = newparent.0, ?newname, flags = flags.bits(), pid = req.pid()))]
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let renamed = self.view.rename(
+            &caller(req),
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags.bits(),
+        );
+        reply_done(renamed, reply);
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, newparent = newparent.0, ?newname, pid = req.pid()))]
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let linked = self
+            .view
+            .link(&caller(req), ino.0, newparent.0, newname.as_bytes());
+        reply_entry(linked, reply);
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, flags = flags.0, pid = req.pid()))]
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        reply_open(self.view.open(&caller(req), ino.0, flags.0), reply);
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, size, pid = req.pid()))]
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -180,32 +445,33 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(fail(&e)),
-        }
+        reply_data(self.view.read(&caller(req), ino.0, offset, size), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence, pid = req.pid()))]
     fn lseek(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        reply_seek(
-            seek_whence(whence).and_then(|w| self.fs.seek(ino.0, offset, w)),
-            reply,
-        );
+        let found = seek_whence(whence)
+            .and_then(|w| self.view.seek(&caller(req), ino.0, offset, w))
+            .and_then(|o| o.ok_or(FsError::NoSeekTarget));
+        match found {
+            // Offsets come from i64 file sizes.
+            Ok(offset) => reply.offset(offset.min(i64::MAX as u64) as i64),
+            Err(e) => reply.error(fail(&e)),
+        }
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, cmd = cmd))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, cmd = cmd, pid = req.pid()))]
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -217,305 +483,279 @@ impl Filesystem for FuseAdapter {
         reply.error(fail(&FsError::NoIoctl));
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
+    /// Not implemented: ENOSYS makes the kernel copy through read and write
+    /// from now on (it stops asking), without fuser's warning.
+    #[tracing::instrument(level = "debug", skip_all, fields(ino_in = ino_in.0, ino_out = ino_out.0, pid = req.pid()))]
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(errno(&FsError::NotNeeded));
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, len = data.len(), write_flags = write_flags.bits(), flags = flags.0, pid = req.pid()))]
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let how = WriteCtx {
+            flags: flags.0,
+            writeback: write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
+        };
+        match self
+            .view
+            .write(&caller(req), ino.0, fh.0, offset, data, how)
+        {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(fail(&e)),
+        }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // No per-open state to flush: ENOSYS stops the kernel sending flush on close.
+        // No view keeps anything pending at close (writes are synchronous),
+        // and locks are the kernel's. ENOSYS stops the kernel sending flush
+        // on every close(2); it still writes back dirty mmap pages itself
+        // before it would have sent one.
         reply.error(errno(&FsError::NotNeeded));
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.view.release(&caller(req), ino.0);
+        reply.ok();
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        reply_done(self.view.sync(&caller(req)), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.getattr(ino.0) {
-            // Zero-message opendir from now on, with the directory cache kept.
-            Ok(attr) if attr.kind == Kind::Dir => reply.error(errno(&FsError::NotNeeded)),
-            Ok(_) => reply.error(fail(&FsError::NotDir)),
-            Err(e) => reply.error(fail(&e)),
-        }
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply_open(self.view.opendir(&caller(req), ino.0), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, pid = req.pid()))]
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let result = self.fs.readdir(ino.0, offset, |item| {
-            let kind = file_type(item.attr.kind);
-            let name = OsStr::from_bytes(item.name);
-            reply.add(INodeNo(item.attr.ino), item.next_offset, kind, name)
-        });
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fail(&e)),
-        }
+        let listed = self
+            .view
+            .readdir(&caller(req), ino.0, fh.0, offset, false, &mut |item| {
+                let name = OsStr::from_bytes(item.name);
+                let kind = file_type(item.kind);
+                reply.add(INodeNo(item.ino), item.next_offset, kind, name)
+            });
+        reply_done(listed, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, pid = req.pid()))]
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let result = self.fs.readdir(ino.0, offset, |item| {
-            let name = OsStr::from_bytes(item.name);
-            let attr = file_attr(&item.attr);
-            reply.add(attr.ino, item.next_offset, name, &TTL, &attr, GENERATION)
-        });
-        match result {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fail(&e)),
-        }
+        let listed = self
+            .view
+            .readdir(&caller(req), ino.0, fh.0, offset, true, &mut |item| {
+                let Some(entry) = item.entry else {
+                    return false;
+                };
+                let name = OsStr::from_bytes(item.name);
+                let attr = file_attr(&entry.attr);
+                let next = item.next_offset;
+                reply.add(attr.ino, next, name, &entry.ttl, &attr, GENERATION)
+            });
+        reply_done(listed, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn releasedir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.view.releasedir(&caller(req), fh.0);
         reply.ok();
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        reply_done(self.view.sync(&caller(req)), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all)]
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.fs.statfs();
-        reply.statfs(
-            s.blocks,
-            0,
-            0,
-            s.files,
-            0,
-            s.block_size,
-            s.name_max,
-            s.block_size,
-        );
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name, size))]
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.0, name.as_bytes(), size) {
-            Ok(XattrReply::Size(n)) => reply.size(n),
-            Ok(XattrReply::Data(value)) => reply.data(&value),
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.view.statfs(&caller(req)) {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_avail,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
             Err(e) => reply.error(fail(&e)),
         }
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, size))]
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino.0, size) {
-            Ok(XattrReply::Size(n)) => reply.size(n),
-            Ok(XattrReply::Data(names)) => reply.data(&names),
-            Err(e) => reply.error(fail(&e)),
-        }
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, mask = mask.bits()))]
-    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        match self.fs.access(ino.0, mask.bits()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fail(&e)),
-        }
-    }
-
-    // ---- every write is refused ----
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name))]
-    fn create(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name))]
-    fn mknod(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name))]
-    fn mkdir(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name))]
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name))]
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?link_name))]
-    fn symlink(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        _target: &Path,
-        reply: ReplyEntry,
-    ) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name))]
-    fn rename(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?newname))]
-    fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        reply.error(fail(&FsError::ReadOnly));
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name, len = value.len(), flags, pid = req.pid()))]
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(fail(&FsError::ReadOnly));
+        let set = self
+            .view
+            .setxattr(&caller(req), ino.0, name.as_bytes(), value, flags);
+        reply_done(set, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name))]
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.error(fail(&FsError::ReadOnly));
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name, size, pid = req.pid()))]
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(
+            self.view
+                .getxattr(&caller(req), ino.0, name.as_bytes(), size),
+            reply,
+        );
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, size, pid = req.pid()))]
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(self.view.listxattr(&caller(req), ino.0, size), reply);
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name, pid = req.pid()))]
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_done(
+            self.view.removexattr(&caller(req), ino.0, name.as_bytes()),
+            reply,
+        );
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, mask = mask.bits(), pid = req.pid()))]
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        reply_done(self.view.access(&caller(req), ino.0, mask.bits()), reply);
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, mode, flags, pid = req.pid()))]
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let c = caller_with_umask(req, umask);
+        match self.view.create(&c, parent.0, name.as_bytes(), mode, flags) {
+            Ok((e, o)) => {
+                let (fh, open_flags) = handle(o);
+                let attr = file_attr(&e.attr);
+                reply.created(&e.ttl, &attr, GENERATION, fh, open_flags);
+            }
+            Err(e) => reply.error(fail(&e)),
+        }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, length, mode, pid = req.pid()))]
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _offset: u64,
-        _length: u64,
-        _mode: i32,
+        offset: u64,
+        length: u64,
+        mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply.error(fail(&FsError::ReadOnly));
+        let done = self
+            .view
+            .fallocate(&caller(req), ino.0, offset, length, mode);
+        reply_done(done, reply);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_use_the_kernel_encoding() {
+        assert_eq!(kernel_dev(libc::makedev(8, 1)), 0x801);
+        assert_eq!(kernel_dev(libc::makedev(1, 0x1234)), 0x120_0134);
+        // Majors and minors past 8 bits use every field of the kernel's form.
+        for (major, minor) in [(1, 3), (259, 70_000), (4095, (1 << 20) - 1)] {
+            let rdev = libc::makedev(major, minor);
+            assert_eq!(user_dev(kernel_dev(rdev)), rdev, "{major}:{minor}");
+        }
     }
 }

@@ -17,11 +17,9 @@ use std::sync::Arc;
 use lru::LruCache;
 use parking_lot::Mutex;
 
+use super::view::ROOT_INO;
 use crate::journal::ext4;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId};
-
-/// The root directory's inode number (FUSE's `FUSE_ROOT_ID`).
-pub const ROOT_INO: u64 = 1;
 
 /// Parent links are followed at most this far when rebuilding a path for a log
 /// line (they cannot loop, but a bound costs nothing).

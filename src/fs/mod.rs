@@ -3,28 +3,30 @@
 //! ([`mount_fork`]), or the whole store read-only for browsing
 //! ([`mount_browse`]).
 //!
-//! - [`inode`]: the inode table (stable numbers, hardlinks share one inode).
-//! - [`readonly`]: the read-only filesystem on inode numbers; no FUSE types.
-//! - [`fuse`]: the thin fuser adapter for it.
-//! - [`readwrite`]: a fork served read-write on inode numbers (policy the
-//!   journal leaves to the mount: umask, setgid directories, handles,
-//!   directory listings, xattr buffers); no FUSE types.
-//! - [`fuse_rw`]: the thin fuser adapter for it.
-//! - [`browse`]: the whole store as one tree (checkpoints, refs, forks,
-//!   archives), each checkpoint's tree served by a [`readonly`] filesystem of
-//!   its own; no FUSE types.
-//! - [`fuse_browse`]: the thin fuser adapter for it (short TTLs for the
-//!   store's listings, long ones inside checkpoints).
+//! - [`view`]: the [`view::View`] trait, what every mount serves on inode
+//!   numbers, and the types it speaks (`Attr`, `Entry`, `DirItem`, `Caller`,
+//!   …); no FUSE types.
+//! - [`fuse`]: the one fuser adapter, for any view: arguments in, replies
+//!   and errno out; no policy.
+//! - [`checkpoint`]: the checkpoint view, one checkpoint's tree read-only,
+//!   over [`inode`], the inode table (stable numbers, hardlinks share one
+//!   inode).
+//! - [`fork`]: the fork view, a fork read-write (policy the journal leaves
+//!   to the mount: umask, setgid directories, handles, directory listings,
+//!   xattr buffers).
+//! - [`browse`]: the browse view, the whole store as one tree (checkpoints,
+//!   refs, forks, archives), each checkpoint's tree served by a checkpoint
+//!   view of its own (short TTLs for the store's listings, long ones inside
+//!   checkpoints).
 //!
 //! This module is the only place in the codebase that speaks errno: see [`errno`].
 
 mod browse;
+mod checkpoint;
+mod fork;
 mod fuse;
-mod fuse_browse;
-mod fuse_rw;
 mod inode;
-mod readonly;
-mod readwrite;
+mod view;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -34,12 +36,10 @@ use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 
 use crate::journal::{self, Fork};
 use crate::store::{self, ObjectId, Store};
-use browse::BrowseFs;
+use browse::BrowseView;
+use checkpoint::CheckpointView;
+use fork::ForkView;
 use fuse::FuseAdapter;
-use fuse_browse::BrowseAdapter;
-use fuse_rw::ForkAdapter;
-use readonly::ReadOnlyFs;
-use readwrite::ForkFs;
 
 /// How to mount a checkpoint.
 #[derive(Clone, Debug)]
@@ -89,11 +89,13 @@ pub enum FsError {
         option: String,
         reason: &'static str,
     },
-    /// Not an error to the user: the answer to open, opendir and flush on a
-    /// read-only mount, and to flush on a fork. The kernel then stops sending
+    /// Not an error to the user: the answer to open on a read-only mount,
+    /// opendir on a checkpoint mount (`Opened::Stateless`), and flush
+    /// and copy_file_range on every mount. The kernel then stops sending
     /// them ("zero-message opens") and keeps the page cache and directory
     /// cache, as it does for FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR (open and
-    /// opendir), or simply skips the round trip at every close (flush).
+    /// opendir), skips the round trip at every close (flush), or copies
+    /// through read and write (copy_file_range).
     #[error("not needed: the kernel may skip this request from now on")]
     NotNeeded,
     #[error("cannot mount at {}: {source}", path.display())]
@@ -215,36 +217,10 @@ impl MountRelease {
     }
 }
 
-/// A mounted checkpoint or fork, not yet serving. Dropping it unmounts.
+/// A mounted checkpoint, fork or store, not yet serving. Dropping it unmounts.
 pub struct Mounted {
-    session: AnySession,
+    session: Session<FuseAdapter>,
     mountpoint: PathBuf,
-}
-
-/// The session of either kind of mount.
-#[allow(clippy::large_enum_variant)] // one per daemon, moved once
-enum AnySession {
-    Checkpoint(Session<FuseAdapter>),
-    Fork(Session<ForkAdapter>),
-    Browse(Session<BrowseAdapter>),
-}
-
-impl AnySession {
-    fn unmount_callable(&mut self) -> SessionUnmounter {
-        match self {
-            AnySession::Checkpoint(s) => s.unmount_callable(),
-            AnySession::Fork(s) => s.unmount_callable(),
-            AnySession::Browse(s) => s.unmount_callable(),
-        }
-    }
-
-    fn run(self) -> io::Result<()> {
-        match self {
-            AnySession::Checkpoint(s) => s.run(),
-            AnySession::Fork(s) => s.run(),
-            AnySession::Browse(s) => s.run(),
-        }
-    }
 }
 
 /// Whether a mount is read-only (a checkpoint) or read-write (a fork).
@@ -306,17 +282,19 @@ pub fn mount_checkpoint(
     let root = store.root_entry(&record)?;
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadOnly)?;
-    let fs = ReadOnlyFs::new(
+    let view = CheckpointView::new(
         store,
         root,
         cfg.cache_bytes,
         cfg.mountpoint.clone(),
         record.source.stats,
     );
-    let session = start_session(cfg, &config, |release| FuseAdapter::new(fs, release))?;
+    let session = start_session(cfg, &config, |release| {
+        FuseAdapter::new(Box::new(view), release)
+    })?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), checkpoint = %ckpt, "mounted");
     Ok(Mounted {
-        session: AnySession::Checkpoint(session),
+        session,
         mountpoint: cfg.mountpoint.clone(),
     })
 }
@@ -334,11 +312,13 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
-    let fs = ForkFs::new(fork);
-    let session = start_session(cfg, &config, |release| ForkAdapter::new(fs, release))?;
+    let view = ForkView::new(fork);
+    let session = start_session(cfg, &config, |release| {
+        FuseAdapter::new(Box::new(view), release)
+    })?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), fork = %name, "mounted read-write");
     Ok(Mounted {
-        session: AnySession::Fork(session),
+        session,
         mountpoint: cfg.mountpoint.clone(),
     })
 }
@@ -349,11 +329,13 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError
 pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted, FsError> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadOnly)?;
-    let fs = BrowseFs::new(store, cfg.cache_bytes, cfg.mountpoint.clone());
-    let session = start_session(cfg, &config, |release| BrowseAdapter::new(fs, release))?;
+    let view = BrowseView::new(store, cfg.cache_bytes, cfg.mountpoint.clone());
+    let session = start_session(cfg, &config, |release| {
+        FuseAdapter::new(Box::new(view), release)
+    })?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted for browsing");
     Ok(Mounted {
-        session: AnySession::Browse(session),
+        session,
         mountpoint: cfg.mountpoint.clone(),
     })
 }

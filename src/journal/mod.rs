@@ -126,7 +126,8 @@ pub enum Error {
 /// Result of this layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What `stat` shows of a fork inode.
+/// What `stat` shows of a fork inode (and, through `fs::view::Attr`, of
+/// every mount's inodes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
     pub ino: u64,

@@ -1,67 +1,32 @@
-//! The read-only filesystem over one checkpoint, on inode numbers. No FUSE types
-//! here: `fuse.rs` adapts these calls to fuser, and errors are `FsError`s that
-//! `errno()` maps.
+//! The checkpoint view: one checkpoint's tree, read-only, on inode numbers
+//! ([`View`]). It owns the inode table and the chunk cache of the tree; it
+//! never writes (the [`View`] defaults refuse every write).
+//!
+//! A checkpoint never changes: entries and attributes live a day in the
+//! kernel's caches, opens and `opendir`s are zero-message, and the kernel
+//! keeps page and directory caches.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::FsError;
 use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node, data_ranges};
+use super::view::{
+    self, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, StatFs, View,
+    XattrReply,
+};
 use crate::journal::ext4;
-use crate::store::{ChunkCache, Content, Entry, Kind, ObjectId, Stats, Store};
+use crate::store::{self, ChunkCache, Content, Kind, ObjectId, Stats, Store};
 
-/// The block size reported by `stat` and `statfs`.
-pub const BLOCK_SIZE: u32 = 4096;
-/// The longest name `statfs` admits to.
-const NAME_MAX: u32 = 255;
-
-/// What `stat` shows of an inode.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attr {
-    pub ino: u64,
-    pub kind: Kind,
-    /// Permission bits including setuid, setgid and sticky.
-    pub perm: u16,
-    pub nlink: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub size: u64,
-    /// 512-byte blocks as ext4 would allocate them ([`ext4`]).
-    pub blocks: u64,
-    pub mtime_ns: i64,
-    pub ctime_ns: i64,
-    /// Device number in the kernel's 32-bit encoding.
-    pub rdev: u32,
-}
-
-/// One directory entry handed to a `readdir` callback.
-pub struct DirItem<'a> {
-    /// The offset that resumes the listing after this entry.
-    pub next_offset: u64,
-    pub name: &'a [u8],
-    pub attr: Attr,
-}
-
-/// The answer to `getxattr`/`listxattr`: the size (for a size-0 probe) or the bytes.
-#[derive(Debug, PartialEq, Eq)]
-pub enum XattrReply {
-    Size(u32),
-    Data(Vec<u8>),
-}
-
-/// What `statfs` reports.
-#[derive(Debug)]
-pub struct FsStats {
-    pub blocks: u64,
-    pub files: u64,
-    pub block_size: u32,
-    pub name_max: u32,
-}
+/// How long the kernel may cache entries and attributes: a checkpoint never
+/// changes, so this is long.
+pub const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A checkpoint's tree, served read-only.
-pub struct ReadOnlyFs {
+pub struct CheckpointView {
     store: Arc<Store>,
     inodes: InodeTable,
     /// Decompressed chunks; a browse mount shares one cache between its trees.
@@ -71,20 +36,20 @@ pub struct ReadOnlyFs {
     stats: Option<Stats>,
 }
 
-impl ReadOnlyFs {
+impl CheckpointView {
     /// Serve the tree under `root` (a checkpoint's root directory entry), keeping
     /// up to `cache_bytes` of decompressed chunks in memory, and directory
     /// entries for about a quarter of that again ([`inode_budget`]).
     pub fn new(
         store: Arc<Store>,
-        root: Entry,
+        root: store::Entry,
         cache_bytes: usize,
         mountpoint: PathBuf,
         stats: Option<Stats>,
-    ) -> ReadOnlyFs {
+    ) -> CheckpointView {
         let cache = Arc::new(ChunkCache::new(cache_bytes));
         let budget = inode_budget(cache_bytes);
-        ReadOnlyFs::with_cache(store, root, cache, budget, mountpoint, stats)
+        CheckpointView::with_cache(store, root, cache, budget, mountpoint, stats)
     }
 
     /// Serve the tree under `root` with a chunk cache shared with other trees
@@ -92,13 +57,13 @@ impl ReadOnlyFs {
     /// `inode_budget` directory entries in memory.
     pub fn with_cache(
         store: Arc<Store>,
-        root: Entry,
+        root: store::Entry,
         cache: Arc<ChunkCache>,
         inode_budget: usize,
         mountpoint: PathBuf,
         stats: Option<Stats>,
-    ) -> ReadOnlyFs {
-        ReadOnlyFs {
+    ) -> CheckpointView {
+        CheckpointView {
             store,
             inodes: InodeTable::new(root, inode_budget),
             cache,
@@ -107,68 +72,18 @@ impl ReadOnlyFs {
         }
     }
 
-    /// The entry `name` in directory `parent`.
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
-        let dir = self.node(parent)?;
-        let children = self.children(&dir)?;
-        let ino = match name {
-            b"." => dir.ino,
-            b".." => dir.parent,
-            _ => children
-                .binary_search_by(|(n, _)| n.as_slice().cmp(name))
-                .map(|i| children[i].1)
-                .map_err(|_| FsError::NotFound)?,
-        };
-        Ok(self.attr(&*self.node(ino)?))
-    }
-
-    pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
-        Ok(self.attr(&*self.node(ino)?))
-    }
-
-    /// List directory `ino` from `offset` (0 = start; "." and ".." come first),
-    /// calling `add` for each entry until it returns true (the reply is full).
-    pub fn readdir(
-        &self,
-        ino: u64,
-        offset: u64,
-        mut add: impl FnMut(DirItem<'_>) -> bool,
-    ) -> Result<(), FsError> {
-        let dir = self.node(ino)?;
-        let children = self.children(&dir)?;
-        let parent = self.node(dir.parent)?;
-        let dots: [(&[u8], &Node); 2] = [(b".", &dir), (b"..", &parent)];
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        self.prefetch_subdirs(&children, start.saturating_sub(dots.len()));
-        for i in start..dots.len().saturating_add(children.len()) {
-            let next_offset = i as u64 + 1;
-            let item = match dots.get(i) {
-                Some(&(name, node)) => DirItem {
-                    next_offset,
-                    name,
-                    attr: self.attr(node),
-                },
-                None => {
-                    let Some((name, child)) = children.get(i - dots.len()) else {
-                        break;
-                    };
-                    DirItem {
-                        next_offset,
-                        name,
-                        attr: self.attr(&*self.node(*child)?),
-                    }
-                }
-            };
-            if add(item) {
-                break;
-            }
+    /// A node's attributes, cached for [`TTL`].
+    fn entry(&self, node: &Node) -> Entry {
+        Entry {
+            attr: self.attr(node),
+            ttl: TTL,
         }
-        Ok(())
     }
 
     /// What `stat` shows for a node: sizes and blocks as ext4 would have them
     /// ([`ext4`]); symlinks are always `rwxrwxrwx`, as on Linux, whatever
-    /// mode the tree recorded.
+    /// mode the tree recorded. A tree records no access time: it shows the
+    /// modification time.
     fn attr(&self, node: &Node) -> Attr {
         let e = &node.entry;
         let min_links = if e.kind == Kind::Dir { 2 } else { 1 };
@@ -178,7 +93,7 @@ impl ReadOnlyFs {
         };
         let perm = match e.kind {
             Kind::Symlink => 0o777,
-            _ => (e.perm & 0o7777) as u16,
+            _ => e.perm & 0o7777,
         };
         Attr {
             ino: node.ino,
@@ -187,11 +102,12 @@ impl ReadOnlyFs {
             nlink: e.nlink.max(min_links),
             uid: e.uid,
             gid: e.gid,
+            rdev: e.rdev,
             size,
             blocks,
+            atime_ns: e.mtime_ns,
             mtime_ns: e.mtime_ns,
             ctime_ns: e.ctime_ns,
-            rdev: kernel_dev(e.rdev),
         }
     }
 
@@ -221,135 +137,20 @@ impl ReadOnlyFs {
         }
     }
 
-    /// `lseek` with `SEEK_DATA` or `SEEK_HOLE` on file `ino`, from its extents
-    /// as ext4 would report them ([`ext4::seek`]); `None` is `ENXIO`.
-    pub fn seek(&self, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>, FsError> {
-        let node = self.node(ino)?;
+    /// A regular file's extents and where each starts; `other` is the error
+    /// for a node that is neither a file nor a directory.
+    fn extents<'n>(
+        &self,
+        node: &'n Node,
+        other: impl FnOnce() -> FsError,
+    ) -> Result<(&'n [store::Extent], &'n [u64]), FsError> {
         match (&node.entry.content, &node.extent_starts) {
-            (Content::Extents(extents), Some(starts)) => {
-                let from = u64::try_from(offset).unwrap_or(0);
-                let from = from - from % ext4::BLOCK;
-                let ranges = data_ranges(extents, starts, from);
-                Ok(ext4::seek(node.entry.size, ranges, offset, whence))
-            }
+            (Content::Extents(extents), Some(starts)) => Ok((extents, starts)),
             (Content::Extents(_), None) => {
-                Err(self.malformed(&node, "extent lengths do not add up to the size"))
+                Err(self.malformed(node, "extent lengths do not add up to the size"))
             }
             _ if node.entry.kind == Kind::Dir => Err(FsError::IsDir),
-            _ => Err(FsError::Invalid("not a regular file")),
-        }
-    }
-
-    /// Check that `ino` may be opened with `flags` (the `open(2)` flags): any
-    /// write access or `O_TRUNC` is refused.
-    pub fn open(&self, ino: u64, flags: i32) -> Result<(), FsError> {
-        self.node(ino)?;
-        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return Err(FsError::ReadOnly);
-        }
-        Ok(())
-    }
-
-    /// Check `access(2)`: writing is refused; the kernel checks the mode bits
-    /// (`default_permissions`).
-    pub fn access(&self, ino: u64, mask: i32) -> Result<(), FsError> {
-        self.node(ino)?;
-        if mask & libc::W_OK != 0 {
-            return Err(FsError::ReadOnly);
-        }
-        Ok(())
-    }
-
-    /// Up to `size` bytes of file `ino` from `offset`; empty at or past the end.
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
-        let node = self.node(ino)?;
-        let (extents, starts) = match (&node.entry.content, &node.extent_starts) {
-            (Content::Extents(extents), Some(starts)) => (extents, starts),
-            (Content::Extents(_), None) => {
-                return Err(self.malformed(&node, "extent lengths do not add up to the size"));
-            }
-            _ if node.entry.kind == Kind::Dir => return Err(FsError::IsDir),
-            _ => return Err(self.malformed(&node, "read of a file without data")),
-        };
-        let file_size = node.entry.size;
-        if offset >= file_size {
-            return Ok(Vec::new());
-        }
-        let end = offset.saturating_add(u64::from(size)).min(file_size);
-        let mut out = Vec::with_capacity((end - offset) as usize);
-        // The last extent starting at or before `offset` holds it (starts[0] == 0).
-        let mut index = starts.partition_point(|&s| s <= offset).saturating_sub(1);
-        let mut pos = offset;
-        while pos < end {
-            let (Some(extent), Some(&start)) = (extents.get(index), starts.get(index)) else {
-                return Err(self.malformed(&node, "extents end before the size"));
-            };
-            let extent_end = start.saturating_add(extent.len);
-            let from = pos - start;
-            let to = end.min(extent_end) - start;
-            match &extent.id {
-                None => out.resize(out.len() + (to - from) as usize, 0),
-                Some(id) => {
-                    let chunk = self.chunk(&node, id, || next_chunks(extents, index))?;
-                    if chunk.len() as u64 != extent.len {
-                        return Err(self.malformed(&node, "chunk length differs from its extent"));
-                    }
-                    out.extend_from_slice(&chunk[from as usize..to as usize]);
-                }
-            }
-            pos = start + to;
-            index += 1;
-        }
-        Ok(out)
-    }
-
-    /// A symlink's target, byte-exact.
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
-        let node = self.node(ino)?;
-        match (&node.entry.content, node.entry.kind) {
-            (Content::Target(target), Kind::Symlink) => Ok(target.clone()),
-            (_, Kind::Symlink) => Err(self.malformed(&node, "symlink without a target")),
-            _ => Err(FsError::NotSymlink),
-        }
-    }
-
-    /// The value of xattr `name`; `size` 0 asks for its length only.
-    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Result<XattrReply, FsError> {
-        check_xattr_name(name)?;
-        let node = self.node(ino)?;
-        let value = node
-            .entry
-            .xattrs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v)
-            .ok_or(FsError::NoXattr)?;
-        sized_reply(value.clone(), size)
-    }
-
-    /// The xattr names, each NUL-terminated; `size` 0 asks for the length only.
-    pub fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply, FsError> {
-        let node = self.node(ino)?;
-        let mut names = Vec::new();
-        for (k, _) in &node.entry.xattrs {
-            names.extend_from_slice(k);
-            names.push(0);
-        }
-        sized_reply(names, size)
-    }
-
-    /// Filesystem totals: the checkpoint's recorded size and entry count when
-    /// known, else the inodes seen so far. Nothing is free: it is read-only.
-    pub fn statfs(&self) -> FsStats {
-        let (bytes, files) = match &self.stats {
-            Some(s) => (s.bytes, s.entries),
-            None => (0, self.inodes.len() as u64),
-        };
-        FsStats {
-            blocks: bytes.div_ceil(u64::from(BLOCK_SIZE)),
-            files,
-            block_size: BLOCK_SIZE,
-            name_max: NAME_MAX,
+            _ => Err(other()),
         }
     }
 
@@ -452,6 +253,189 @@ impl ReadOnlyFs {
     }
 }
 
+impl View for CheckpointView {
+    fn capabilities(&self) -> &'static [Capability] {
+        view::READ_ONLY_CAPABILITIES
+    }
+
+    fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+        let dir = self.node(parent)?;
+        let children = self.children(&dir)?;
+        let ino = match name {
+            b"." => dir.ino,
+            b".." => dir.parent,
+            _ => children
+                .binary_search_by(|(n, _)| n.as_slice().cmp(name))
+                .map(|i| children[i].1)
+                .map_err(|_| FsError::NotFound)?,
+        };
+        Ok(self.entry(&*self.node(ino)?))
+    }
+
+    fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry, FsError> {
+        Ok(self.entry(&*self.node(ino)?))
+    }
+
+    /// A symlink's target, byte-exact.
+    fn readlink(&self, _: &Caller, ino: u64) -> Result<Vec<u8>, FsError> {
+        let node = self.node(ino)?;
+        match (&node.entry.content, node.entry.kind) {
+            (Content::Target(target), Kind::Symlink) => Ok(target.clone()),
+            (_, Kind::Symlink) => Err(self.malformed(&node, "symlink without a target")),
+            _ => Err(FsError::NotSymlink),
+        }
+    }
+
+    /// Reading needs no per-open state; any write access or `O_TRUNC` is refused.
+    fn open(&self, _: &Caller, ino: u64, flags: i32) -> Result<Opened, FsError> {
+        self.node(ino)?;
+        view::open_read_only(flags)
+    }
+
+    fn read(&self, _: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+        let node = self.node(ino)?;
+        let (extents, starts) = self.extents(&node, || {
+            self.malformed(&node, "read of a file without data")
+        })?;
+        let file_size = node.entry.size;
+        if offset >= file_size {
+            return Ok(Vec::new());
+        }
+        let end = offset.saturating_add(u64::from(size)).min(file_size);
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        // The last extent starting at or before `offset` holds it (starts[0] == 0).
+        let mut index = starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let mut pos = offset;
+        while pos < end {
+            let (Some(extent), Some(&start)) = (extents.get(index), starts.get(index)) else {
+                return Err(self.malformed(&node, "extents end before the size"));
+            };
+            let extent_end = start.saturating_add(extent.len);
+            let from = pos - start;
+            let to = end.min(extent_end) - start;
+            match &extent.id {
+                None => out.resize(out.len() + (to - from) as usize, 0),
+                Some(id) => {
+                    let chunk = self.chunk(&node, id, || next_chunks(extents, index))?;
+                    if chunk.len() as u64 != extent.len {
+                        return Err(self.malformed(&node, "chunk length differs from its extent"));
+                    }
+                    out.extend_from_slice(&chunk[from as usize..to as usize]);
+                }
+            }
+            pos = start + to;
+            index += 1;
+        }
+        Ok(out)
+    }
+
+    /// From the file's extents as ext4 would report them ([`ext4::seek`]).
+    fn seek(
+        &self,
+        _: &Caller,
+        ino: u64,
+        offset: i64,
+        whence: ext4::Seek,
+    ) -> Result<Option<u64>, FsError> {
+        let node = self.node(ino)?;
+        let (extents, starts) = self.extents(&node, || FsError::Invalid("not a regular file"))?;
+        let from = u64::try_from(offset).unwrap_or(0);
+        let from = from - from % ext4::BLOCK;
+        let ranges = data_ranges(extents, starts, from);
+        Ok(ext4::seek(node.entry.size, ranges, offset, whence))
+    }
+
+    /// Zero-message `opendir`: the kernel keeps every directory's listing.
+    fn opendir(&self, _: &Caller, ino: u64) -> Result<Opened, FsError> {
+        match self.node(ino)?.entry.kind {
+            Kind::Dir => Ok(Opened::Stateless),
+            _ => Err(FsError::NotDir),
+        }
+    }
+
+    /// Every item carries its attributes, asked for or not.
+    fn readdir(
+        &self,
+        _: &Caller,
+        ino: u64,
+        _fh: u64,
+        offset: u64,
+        _plus: bool,
+        add: &mut dyn FnMut(DirItem<'_>) -> bool,
+    ) -> Result<(), FsError> {
+        let dir = self.node(ino)?;
+        let children = self.children(&dir)?;
+        let parent = self.node(dir.parent)?;
+        let dots: [(&[u8], &Node); 2] = [(b".", &dir), (b"..", &parent)];
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        self.prefetch_subdirs(&children, start.saturating_sub(dots.len()));
+        for i in start..dots.len().saturating_add(children.len()) {
+            let next_offset = i as u64 + 1;
+            let item = match dots.get(i) {
+                Some(&(name, node)) => DirItem::with(next_offset, name, self.entry(node)),
+                None => {
+                    let Some((name, child)) = children.get(i - dots.len()) else {
+                        break;
+                    };
+                    DirItem::with(next_offset, name, self.entry(&*self.node(*child)?))
+                }
+            };
+            if add(item) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Filesystem totals: the checkpoint's recorded size and entry count when
+    /// known, else the inodes seen so far. Nothing is free: it is read-only.
+    fn statfs(&self, _: &Caller) -> Result<StatFs, FsError> {
+        let (bytes, files) = match &self.stats {
+            Some(s) => (s.bytes, s.entries),
+            None => (0, self.inodes.len() as u64),
+        };
+        Ok(StatFs {
+            blocks: bytes.div_ceil(u64::from(BLOCK_SIZE)),
+            blocks_free: 0,
+            blocks_avail: 0,
+            block_size: BLOCK_SIZE,
+            files,
+            files_free: 0,
+            name_max: NAME_MAX as u32,
+        })
+    }
+
+    fn getxattr(
+        &self,
+        _: &Caller,
+        ino: u64,
+        name: &[u8],
+        size: u32,
+    ) -> Result<XattrReply, FsError> {
+        view::check_xattr_name(name)?;
+        let node = self.node(ino)?;
+        let value = node
+            .entry
+            .xattrs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .ok_or(FsError::NoXattr)?;
+        view::sized(value.clone(), size)
+    }
+
+    fn listxattr(&self, _: &Caller, ino: u64, size: u32) -> Result<XattrReply, FsError> {
+        let node = self.node(ino)?;
+        let names = view::xattr_list(node.entry.xattrs.iter().map(|(k, _)| k.as_slice()));
+        view::sized(names, size)
+    }
+
+    fn access(&self, _: &Caller, ino: u64, mask: i32) -> Result<(), FsError> {
+        self.node(ino)?;
+        view::access_read_only(mask)
+    }
+}
+
 /// How many entries ahead a listing hints at their subdirectories' trees.
 const PREFETCH_SUBDIRS: usize = 128;
 
@@ -468,62 +452,24 @@ fn next_chunks(extents: &[crate::store::Extent], index: usize) -> Vec<ObjectId> 
         .collect()
 }
 
-/// Re-encode a userspace `dev_t` in the kernel's 32-bit `new_encode_dev` form,
-/// which is what FUSE's `rdev` carries.
-pub(super) fn kernel_dev(rdev: u64) -> u32 {
-    let major = libc::major(rdev as libc::dev_t);
-    let minor = libc::minor(rdev as libc::dev_t);
-    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
-}
-
-/// Reply with `data` if it fits in `size`, its length if `size` is 0, else ERANGE.
-fn sized_reply(data: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
-    let needed = u32::try_from(data.len()).map_err(|_| FsError::BufferTooSmall {
-        given: size,
-        needed: data.len(),
-    })?;
-    if size == 0 {
-        Ok(XattrReply::Size(needed))
-    } else if size < needed {
-        Err(FsError::BufferTooSmall {
-            given: size,
-            needed: data.len(),
-        })
-    } else {
-        Ok(XattrReply::Data(data))
-    }
-}
-
 /// How many directory entries a mount keeps in memory for a chunk cache of
 /// `cache_bytes`: about a quarter of that in bytes, and at least 4,096.
 pub fn inode_budget(cache_bytes: usize) -> usize {
     (cache_bytes / 4 / NODE_BYTES).max(4096)
 }
 
-/// The xattr namespaces Linux file systems know. The kernel hands a FUSE
-/// mount every name; ext4, xfs and tmpfs refuse a name outside these with
-/// `EOPNOTSUPP` and a bare prefix with `EINVAL` (`xattr_resolve_name`), and so
-/// do we, so a fork never holds an attribute `storefs restore` could not set, and a
-/// checkpoint answers such a name as ext4 would.
-const XATTR_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
-
-pub(super) fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
-    match XATTR_NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
-        None => Err(FsError::Unsupported(
-            "an xattr name outside user., trusted., security. and system.",
-        )),
-        Some(ns) if name.len() == ns.len() => {
-            Err(FsError::Invalid("an xattr name that is only a namespace"))
-        }
-        Some(_) => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::inode::ROOT_INO;
-    use crate::store::Extent;
+    use crate::fs::view::ROOT_INO;
+    use crate::store::{Entry, Extent};
+
+    const C: &Caller = &Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+        umask: 0,
+    };
 
     fn file(name: &str, size: u64, extents: Vec<Extent>) -> Entry {
         Entry {
@@ -544,7 +490,7 @@ mod tests {
     }
 
     /// A store with a root holding the entries `build` makes, served from /m.
-    fn serve_with(build: impl FnOnce(&Store) -> Vec<Entry>) -> (tempfile::TempDir, ReadOnlyFs) {
+    fn serve_with(build: impl FnOnce(&Store) -> Vec<Entry>) -> (tempfile::TempDir, CheckpointView) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_or_create(&dir.path().join("s")).unwrap();
         let mut tree = crate::store::Tree {
@@ -555,11 +501,11 @@ mod tests {
         let mut root = file("", 0, vec![]);
         root.kind = Kind::Dir;
         root.content = Content::Tree(tid);
-        let fs = ReadOnlyFs::new(Arc::new(store), root, 1 << 20, "/m".into(), None);
+        let fs = CheckpointView::new(Arc::new(store), root, 1 << 20, "/m".into(), None);
         (dir, fs)
     }
 
-    fn serve(entries: Vec<Entry>) -> (tempfile::TempDir, ReadOnlyFs) {
+    fn serve(entries: Vec<Entry>) -> (tempfile::TempDir, CheckpointView) {
         serve_with(|_| entries)
     }
 
@@ -582,13 +528,13 @@ mod tests {
             ];
             vec![file("f", 9, extents)]
         });
-        let ino = fs.lookup(ROOT_INO, b"f").unwrap().ino;
-        assert_eq!(fs.read(ino, 0, 100).unwrap(), b"aaaa\0\0\0bb");
-        assert_eq!(fs.read(ino, 3, 5).unwrap(), b"a\0\0\0b");
-        assert_eq!(fs.read(ino, 7, 1).unwrap(), b"b");
-        assert_eq!(fs.read(ino, 9, 10).unwrap(), b"");
-        assert_eq!(fs.read(ino, u64::MAX, u32::MAX).unwrap(), b"");
-        assert_eq!(fs.read(ino, 8, u32::MAX).unwrap(), b"b");
+        let ino = fs.lookup(C, ROOT_INO, b"f").unwrap().attr.ino;
+        assert_eq!(fs.read(C, ino, 0, 100).unwrap(), b"aaaa\0\0\0bb");
+        assert_eq!(fs.read(C, ino, 3, 5).unwrap(), b"a\0\0\0b");
+        assert_eq!(fs.read(C, ino, 7, 1).unwrap(), b"b");
+        assert_eq!(fs.read(C, ino, 9, 10).unwrap(), b"");
+        assert_eq!(fs.read(C, ino, u64::MAX, u32::MAX).unwrap(), b"");
+        assert_eq!(fs.read(C, ino, 8, u32::MAX).unwrap(), b"b");
     }
 
     #[test]
@@ -604,76 +550,85 @@ mod tests {
                 }],
             ),
         ]);
-        let short = fs.lookup(ROOT_INO, b"short").unwrap().ino;
+        let short = fs.lookup(C, ROOT_INO, b"short").unwrap().attr.ino;
         assert!(matches!(
-            fs.read(short, 0, 10),
+            fs.read(C, short, 0, 10),
             Err(FsError::Malformed { .. })
         ));
-        let missing = fs.lookup(ROOT_INO, b"missing").unwrap().ino;
-        assert!(matches!(fs.read(missing, 0, 10), Err(FsError::Store(_))));
-        assert!(matches!(fs.readlink(missing), Err(FsError::NotSymlink)));
-        assert!(matches!(fs.getattr(999), Err(FsError::UnknownInode(999))));
+        let missing = fs.lookup(C, ROOT_INO, b"missing").unwrap().attr.ino;
+        assert!(matches!(fs.read(C, missing, 0, 10), Err(FsError::Store(_))));
+        assert!(matches!(fs.readlink(C, missing), Err(FsError::NotSymlink)));
         assert!(matches!(
-            fs.lookup(ROOT_INO, b"nope"),
+            fs.getattr(C, 999),
+            Err(FsError::UnknownInode(999))
+        ));
+        assert!(matches!(
+            fs.lookup(C, ROOT_INO, b"nope"),
             Err(FsError::NotFound)
         ));
-        assert!(matches!(fs.lookup(short, b"x"), Err(FsError::NotDir)));
+        assert!(matches!(fs.lookup(C, short, b"x"), Err(FsError::NotDir)));
     }
 
     #[test]
     fn xattr_sizes_open_flags_and_access() {
         let (_dir, fs) = serve(vec![file("f", 0, vec![])]);
-        let ino = fs.lookup(ROOT_INO, b"f").unwrap().ino;
-        assert_eq!(fs.getxattr(ino, b"user.a", 0).unwrap(), XattrReply::Size(3));
+        let ino = fs.lookup(C, ROOT_INO, b"f").unwrap().attr.ino;
         assert_eq!(
-            fs.getxattr(ino, b"user.a", 3).unwrap(),
+            fs.getxattr(C, ino, b"user.a", 0).unwrap(),
+            XattrReply::Size(3)
+        );
+        assert_eq!(
+            fs.getxattr(C, ino, b"user.a", 3).unwrap(),
             XattrReply::Data(b"xyz".to_vec())
         );
         assert!(matches!(
-            fs.getxattr(ino, b"user.a", 2),
+            fs.getxattr(C, ino, b"user.a", 2),
             Err(FsError::BufferTooSmall { .. })
         ));
         assert!(matches!(
-            fs.getxattr(ino, b"user.b", 9),
+            fs.getxattr(C, ino, b"user.b", 9),
             Err(FsError::NoXattr)
         ));
         // As ext4: a name outside the namespaces, or a bare namespace.
         assert!(matches!(
-            fs.getxattr(ino, b"a", 9),
+            fs.getxattr(C, ino, b"a", 9),
             Err(FsError::Unsupported(_))
         ));
         assert!(matches!(
-            fs.getxattr(ino, b"user.", 9),
+            fs.getxattr(C, ino, b"user.", 9),
             Err(FsError::Invalid(_))
         ));
-        assert_eq!(fs.listxattr(ino, 0).unwrap(), XattrReply::Size(7));
-        assert!(fs.open(ino, libc::O_RDONLY).is_ok());
+        assert_eq!(fs.listxattr(C, ino, 0).unwrap(), XattrReply::Size(7));
+        assert_eq!(fs.open(C, ino, libc::O_RDONLY).unwrap(), Opened::Stateless);
         for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC] {
-            assert!(matches!(fs.open(ino, flags), Err(FsError::ReadOnly)));
+            assert!(matches!(fs.open(C, ino, flags), Err(FsError::ReadOnly)));
         }
-        assert!(fs.access(ino, libc::R_OK).is_ok());
-        assert!(matches!(fs.access(ino, libc::W_OK), Err(FsError::ReadOnly)));
+        assert!(fs.access(C, ino, libc::R_OK).is_ok());
+        assert!(matches!(
+            fs.access(C, ino, libc::W_OK),
+            Err(FsError::ReadOnly)
+        ));
     }
 
     #[test]
     fn readdir_resumes_at_offsets() {
         let (_dir, fs) = serve(vec![file("a", 0, vec![]), file("b", 0, vec![])]);
         let mut names = Vec::new();
-        fs.readdir(ROOT_INO, 0, |item| {
+        fs.readdir(C, ROOT_INO, 0, 0, true, &mut |item| {
             names.push((item.name.to_vec(), item.next_offset));
             names.len() == 2
         })
         .unwrap();
         assert_eq!(names, [(b".".to_vec(), 1), (b"..".to_vec(), 2)]);
         names.clear();
-        fs.readdir(ROOT_INO, 2, |item| {
+        fs.readdir(C, ROOT_INO, 0, 2, true, &mut |item| {
             names.push((item.name.to_vec(), item.next_offset));
             false
         })
         .unwrap();
         assert_eq!(names, [(b"a".to_vec(), 3), (b"b".to_vec(), 4)]);
         let mut none = 0;
-        fs.readdir(ROOT_INO, u64::MAX, |_| {
+        fs.readdir(C, ROOT_INO, 0, u64::MAX, true, &mut |_| {
             none += 1;
             false
         })
@@ -710,7 +665,7 @@ mod tests {
             long.content = Content::Target(vec![b'x'; 60]);
             vec![file("f", 25002, extents), link, long]
         });
-        let f = fs.lookup(ROOT_INO, b"f").unwrap();
+        let f = fs.lookup(C, ROOT_INO, b"f").unwrap().attr;
         // Blocks 0 and 1 (5000 bytes), and block 6 (the last 2 bytes).
         assert_eq!(f.blocks, 24);
         for (offset, whence, want) in [
@@ -724,29 +679,23 @@ mod tests {
             (-1, Seek::Hole, None),
         ] {
             assert_eq!(
-                fs.seek(f.ino, offset, whence).unwrap(),
+                fs.seek(C, f.ino, offset, whence).unwrap(),
                 want,
                 "{offset} {whence:?}"
             );
         }
-        let link = fs.lookup(ROOT_INO, b"link").unwrap();
+        let link = fs.lookup(C, ROOT_INO, b"link").unwrap().attr;
         assert_eq!((link.perm, link.blocks), (0o777, 0), "as on Linux, fast");
-        assert_eq!(fs.lookup(ROOT_INO, b"long").unwrap().blocks, 8);
+        assert_eq!(fs.lookup(C, ROOT_INO, b"long").unwrap().attr.blocks, 8);
         assert!(matches!(
-            fs.seek(link.ino, 0, Seek::Data),
+            fs.seek(C, link.ino, 0, Seek::Data),
             Err(FsError::Invalid(_))
         ));
-        let root = fs.getattr(ROOT_INO).unwrap();
+        let root = fs.getattr(C, ROOT_INO).unwrap().attr;
         assert_eq!((root.size, root.blocks), (4096, 8));
         assert!(matches!(
-            fs.seek(ROOT_INO, 0, Seek::Data),
+            fs.seek(C, ROOT_INO, 0, Seek::Data),
             Err(FsError::IsDir)
         ));
-    }
-
-    #[test]
-    fn device_numbers_use_the_kernel_encoding() {
-        assert_eq!(kernel_dev(libc::makedev(8, 1)), 0x801);
-        assert_eq!(kernel_dev(libc::makedev(1, 0x1234)), 0x120_0134);
     }
 }

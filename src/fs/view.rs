@@ -1,0 +1,424 @@
+//! What a mount serves, on inode numbers: the [`View`] trait and the types it
+//! speaks. No FUSE types here: [`super::fuse`] adapts any view to fuser, and
+//! errors are [`FsError`]s that [`super::errno`] maps.
+//!
+//! Three views implement it: a checkpoint read-only ([`super::checkpoint`]),
+//! the whole store read-only ([`super::browse`]) and a fork read-write
+//! ([`super::fork`]). Whatever differs between them is decided here by the
+//! view: the TTL of every entry it returns, the kernel capabilities it asks
+//! for, its open and directory handles. Writes default to the read-only
+//! refusal, so a read-only view implements only the reads.
+
+use std::time::Duration;
+
+use super::FsError;
+use crate::journal::{
+    self,
+    ext4::{self, Seek},
+};
+use crate::store::Kind;
+
+pub use crate::journal::{Attr, SetAttr, StatFs, Time};
+
+/// The root directory's inode number: FUSE's `FUSE_ROOT_ID`, and a fork's
+/// root's.
+pub const ROOT_INO: u64 = journal::ROOT_INO;
+/// The longest name a mount accepts (and `statfs` reports), as a fork's.
+pub const NAME_MAX: usize = journal::NAME_MAX;
+
+/// The block size reported by `stat` (`st_blksize`) and `statfs`.
+pub const BLOCK_SIZE: u32 = ext4::BLOCK as u32;
+
+/// Who asks: the requester's ids as the kernel gives them with each request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    /// The requesting process (0: unknown), for its supplementary groups.
+    pub pid: u32,
+    /// The caller's umask, sent with `create`, `mkdir` and `mknod` (0 with
+    /// every other request); the kernel leaves applying it to the view.
+    pub umask: u32,
+}
+
+impl Caller {
+    /// Whether the caller is in group `gid` (its own group or a
+    /// supplementary one, read from `/proc/PID/status`) or is root (standing
+    /// in for `CAP_FSETID`).
+    pub fn in_group(self, gid: u32) -> bool {
+        if self.uid == 0 || self.gid == gid {
+            return true;
+        }
+        if self.pid == 0 {
+            return false;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid));
+        status.ok().is_some_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Groups:"))
+                .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+        })
+    }
+}
+
+/// An inode's attributes and how long the kernel may cache them (and the
+/// name that led to them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub attr: Attr,
+    pub ttl: Duration,
+}
+
+/// One directory entry handed to a `readdir` callback.
+pub struct DirItem<'a> {
+    /// The offset that resumes the listing after this entry.
+    pub next_offset: u64,
+    pub name: &'a [u8],
+    pub ino: u64,
+    pub kind: Kind,
+    /// The entry's attributes: given when asked for (readdirplus); a view
+    /// may give them always. An item without them is left out of a
+    /// readdirplus reply.
+    pub entry: Option<Entry>,
+}
+
+impl<'a> DirItem<'a> {
+    /// An item with its attributes.
+    pub fn with(next_offset: u64, name: &'a [u8], entry: Entry) -> DirItem<'a> {
+        DirItem {
+            next_offset,
+            name,
+            ino: entry.attr.ino,
+            kind: entry.attr.kind,
+            entry: Some(entry),
+        }
+    }
+}
+
+/// The answer to `open` and `opendir`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// No per-open state. The kernel is told `ENOSYS` ("not needed") and stops
+    /// sending this request; it then keeps its page cache (files) or
+    /// directory cache (directories), as for `FOPEN_KEEP_CACHE |
+    /// FOPEN_CACHE_DIR` ("zero-message opens").
+    Stateless,
+    /// Handle `fh` for the requests that follow on this open.
+    Handle {
+        fh: u64,
+        /// Bypass the page cache.
+        direct_io: bool,
+        /// A directory whose listing the kernel may keep.
+        cache_dir: bool,
+    },
+}
+
+/// How a write reached the view.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteCtx {
+    /// The `open(2)` flags of the handle (`O_APPEND`, …).
+    pub flags: i32,
+    /// Page-cache writeback (mmap, or a cached handle's data): it carries its
+    /// page's own offset, and may come through any handle.
+    pub writeback: bool,
+}
+
+/// The answer to `getxattr`/`listxattr`: the size (for a size-0 probe) or the bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// An optional kernel feature a view asks for at `init`; a kernel without it
+/// is served without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capability {
+    /// `readdirplus`: listings fill the attribute cache.
+    ReaddirPlus,
+    /// The kernel caches symlink targets.
+    CacheSymlinks,
+    /// Direct-I/O handles may be mapped shared.
+    DirectIoMmap,
+    /// The kernel checks permissions against the ACL xattrs, as ext4 would.
+    PosixAcl,
+    /// [`Capability::PosixAcl`], with the umask handed to the view instead of
+    /// applied by the kernel (no umask under a default ACL); both or neither.
+    PosixAclViewUmask,
+}
+
+/// The capabilities of a read-only view: readdirplus, cached symlinks and
+/// ACLs enforced by the kernel.
+pub const READ_ONLY_CAPABILITIES: &[Capability] = &[
+    Capability::ReaddirPlus,
+    Capability::CacheSymlinks,
+    Capability::PosixAcl,
+];
+
+/// A filesystem served on inode numbers. Every request comes with its
+/// [`Caller`]; views that do not care ignore it. Writes (from `setattr` on)
+/// refuse with [`FsError::ReadOnly`] unless the view serves them.
+#[allow(unused_variables)] // the defaults use none
+pub trait View: Send + Sync {
+    /// The kernel features to ask for at `init`.
+    fn capabilities(&self) -> &'static [Capability];
+
+    /// The entry `name` in directory `parent`.
+    fn lookup(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Entry, FsError>;
+
+    fn getattr(&self, c: &Caller, ino: u64) -> Result<Entry, FsError>;
+
+    /// A symlink's target, byte-exact.
+    fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>, FsError>;
+
+    /// Open file `ino` with the `open(2)` flags.
+    fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened, FsError>;
+
+    /// Up to `size` bytes of file `ino` from `offset`; empty at or past the end.
+    fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError>;
+
+    /// `lseek` with `SEEK_DATA` or `SEEK_HOLE`, as ext4 would answer
+    /// ([`ext4::seek`]); `None` is `ENXIO`.
+    fn seek(&self, c: &Caller, ino: u64, offset: i64, whence: Seek)
+    -> Result<Option<u64>, FsError>;
+
+    fn opendir(&self, c: &Caller, ino: u64) -> Result<Opened, FsError>;
+
+    /// List directory `ino` (open as `fh`) from `offset` (0 = start; "." and
+    /// ".." come first), calling `add` for each entry until it returns true
+    /// (the reply is full). With `plus`, items carry their attributes.
+    fn readdir(
+        &self,
+        c: &Caller,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        add: &mut dyn FnMut(DirItem<'_>) -> bool,
+    ) -> Result<(), FsError>;
+
+    fn statfs(&self, c: &Caller) -> Result<StatFs, FsError>;
+
+    /// The value of xattr `name`; `size` 0 asks for its length only.
+    fn getxattr(&self, c: &Caller, ino: u64, name: &[u8], size: u32)
+    -> Result<XattrReply, FsError>;
+
+    /// The xattr names, each NUL-terminated; `size` 0 asks for the length only.
+    fn listxattr(&self, c: &Caller, ino: u64, size: u32) -> Result<XattrReply, FsError>;
+
+    /// `access(2)` (the kernel checks the mode bits: `default_permissions`).
+    fn access(&self, c: &Caller, ino: u64, mask: i32) -> Result<(), FsError>;
+
+    /// The last close of a handle [`View::open`] gave.
+    fn release(&self, c: &Caller, ino: u64) {}
+
+    /// The end of a directory handle [`View::opendir`] gave.
+    fn releasedir(&self, c: &Caller, fh: u64) {}
+
+    /// fsync, fdatasync, fsyncdir: returns once everything done so far is durable.
+    fn sync(&self, c: &Caller) -> Result<(), FsError> {
+        Ok(())
+    }
+
+    // ---- writes: refused unless the view serves them ----
+
+    fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry, FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    /// `mknod(2)`; `rdev` is a userspace `dev_t`.
+    fn mknod(
+        &self,
+        c: &Caller,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Entry, FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    fn mkdir(&self, c: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Entry, FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    fn symlink(
+        &self,
+        c: &Caller,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Entry, FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    fn link(
+        &self,
+        c: &Caller,
+        ino: u64,
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<Entry, FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    fn unlink(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    fn rmdir(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    /// `renameat2(2)` with its flags.
+    fn rename(
+        &self,
+        c: &Caller,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<(), FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    /// Create and open a regular file (`O_CREAT`; the kernel looked it up first).
+    fn create(
+        &self,
+        c: &Caller,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Entry, Opened), FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    /// Write `data` to file `ino` (open as `fh`) at `offset`; returns the
+    /// bytes written.
+    fn write(
+        &self,
+        c: &Caller,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        how: WriteCtx,
+    ) -> Result<u32, FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    /// `setxattr(2)` with its flags (`XATTR_CREATE`, `XATTR_REPLACE`).
+    fn setxattr(
+        &self,
+        c: &Caller,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    fn removexattr(&self, c: &Caller, ino: u64, name: &[u8]) -> Result<(), FsError> {
+        Err(FsError::ReadOnly)
+    }
+
+    /// `fallocate(2)` with its `mode` bits.
+    fn fallocate(
+        &self,
+        c: &Caller,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> Result<(), FsError> {
+        Err(FsError::ReadOnly)
+    }
+}
+
+/// What a read-only view answers to an open with `flags` (the `open(2)`
+/// flags) that it may serve: any write access or `O_TRUNC` is refused, and a
+/// read needs no per-open state.
+pub fn open_read_only(flags: i32) -> Result<Opened, FsError> {
+    if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+        return Err(FsError::ReadOnly);
+    }
+    Ok(Opened::Stateless)
+}
+
+/// What a read-only view answers to `access(2)` of an inode it has: writing is
+/// refused; the kernel checks the mode bits (`default_permissions`).
+pub fn access_read_only(mask: i32) -> Result<(), FsError> {
+    if mask & libc::W_OK != 0 {
+        return Err(FsError::ReadOnly);
+    }
+    Ok(())
+}
+
+/// An xattr value or name list for a buffer of `size` bytes: its size for a
+/// size-0 probe, `ERANGE` when it does not fit.
+pub fn sized(bytes: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
+    let too_small = || FsError::BufferTooSmall {
+        given: size,
+        needed: bytes.len(),
+    };
+    let len = u32::try_from(bytes.len()).map_err(|_| too_small())?;
+    if size == 0 {
+        Ok(XattrReply::Size(len))
+    } else if len > size {
+        Err(too_small())
+    } else {
+        Ok(XattrReply::Data(bytes))
+    }
+}
+
+/// Xattr names, each followed by a NUL (the `listxattr` buffer).
+pub fn xattr_list<'a>(names: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for name in names {
+        out.extend_from_slice(name);
+        out.push(0);
+    }
+    out
+}
+
+/// The xattr namespaces Linux file systems know. The kernel hands a FUSE
+/// mount every name; ext4, xfs and tmpfs refuse a name outside these with
+/// `EOPNOTSUPP` and a bare prefix with `EINVAL` (`xattr_resolve_name`), and so
+/// do we, so a fork never holds an attribute `storefs restore` could not set,
+/// and a checkpoint answers such a name as ext4 would.
+const XATTR_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
+
+pub fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
+    match XATTR_NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
+        None => Err(FsError::Unsupported(
+            "an xattr name outside user., trusted., security. and system.",
+        )),
+        Some(ns) if name.len() == ns.len() => {
+            Err(FsError::Invalid("an xattr name that is only a namespace"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::errno;
+    use fuser::Errno;
+
+    #[test]
+    fn xattr_buffers() {
+        assert_eq!(sized(b"abc".to_vec(), 0).unwrap(), XattrReply::Size(3));
+        assert_eq!(
+            sized(b"abc".to_vec(), 3).unwrap(),
+            XattrReply::Data(b"abc".to_vec())
+        );
+        let e = sized(b"abc".to_vec(), 2).expect_err("too small");
+        assert!(matches!(e, FsError::BufferTooSmall { .. }));
+        assert_eq!(errno(&e), Errno::ERANGE);
+        assert_eq!(xattr_list([&b"a"[..], b"bc"]), b"a\0bc\0");
+    }
+}
