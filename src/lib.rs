@@ -1,16 +1,20 @@
 //! storefs: a content-addressed store of directory checkpoints, and a FUSE daemon
 //! that mounts them at their original absolute path.
 //!
-//! Layers, each depending only on those above it in this list:
-//! 1. [`store`]: objects, trees, checkpoints, refs (no FUSE).
-//! 2. [`ingest`]: directory snapshot, restore, diff, archive import and export.
-//! 3. [`journal`]: forks: copy-on-write state over a checkpoint, its write-ahead
-//!    journal, and commit into new checkpoints (no FUSE; the read-write mount
-//!    and CLI verbs are not built yet).
-//!    [`remote`] (beside them, on [`store`] only): push and pull checkpoints to
-//!    object storage (S3 or a directory).
-//! 4. [`fs`]: the FUSE layer; the only place that speaks errno.
-//! 5. [`cli`]: clap commands that call the layers.
+//! Modules in layer order; each imports only modules listed before it
+//! (`docs/design.md` has the map and what each may not touch):
+//! - [`sys`]: OS plumbing every layer may use (signals, flock, pid liveness,
+//!   the mount table, unmount).
+//! - [`store`]: objects, packs, trees, checkpoints, refs, fork heads, mount
+//!   records, gc; the content format. No FUSE.
+//! - [`ingest`], [`remote`], [`journal`], side by side on [`store`]: snapshot,
+//!   restore, archives and export; remotes (push, pull, lazy fetch); forks
+//!   (write-ahead journal, fork state, fold, commit).
+//! - [`fs`]: what a mount serves (three views behind one trait) and the one
+//!   fuser adapter; the only place that speaks errno.
+//! - [`daemon`]: a running mount: spawn, handshake, serve, signals, control
+//!   socket, unmount.
+//! - [`cli`]: clap verbs that parse, resolve, call and print.
 
 pub mod cli;
 pub mod daemon;
