@@ -18,8 +18,9 @@
 //! - `replay.rs`: replay and the `InodeMap` a commit writes.
 //!
 //! The record format is `record.rs`, grouped the same way. Adding a record
-//! kind: its variant and its line in `record.rs`'s table, its `record_*`
-//! function in its family's module, one arm in [`ForkState::run`].
+//! kind: its variant, tag and arms in `record.rs` (`Record::encode` and its
+//! decoder), its `record_*` function in its family's module, one arm in
+//! [`ForkState::run`].
 //!
 //! **Inode numbers** must come out the same on replay, because records name
 //! inodes. The root is 1. Base directories are loaded lazily: loading gives
