@@ -236,9 +236,8 @@ impl BrowseView {
             records: RwLock::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            // SAFETY: getuid/getgid have no preconditions.
-            uid: unsafe { libc::geteuid() },
-            gid: unsafe { libc::getegid() },
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
             started_ns,
         }
     }

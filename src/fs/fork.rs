@@ -807,7 +807,7 @@ mod tests {
             (libc::S_IFBLK | 0o640, 259, 70_000, Kind::BlockDev),
             (libc::S_IFCHR | 0o600, 4095, (1 << 20) - 1, Kind::CharDev),
         ] {
-            let rdev = libc::makedev(major, minor);
+            let rdev = crate::sys::makedev(major, minor);
             let name = format!("dev{major}");
             let a = fs
                 .mknod(USER, ROOT_INO, name.as_bytes(), mode, rdev)
