@@ -852,36 +852,13 @@ mod tests {
     use super::*;
     use crate::store::{ArchiveRecord, Checkpoint, Content, Entry, Extent, Source, Tree};
 
-    const C: &Caller = &Caller {
-        uid: 0,
-        gid: 0,
-        pid: 0,
-        umask: 0,
-    };
-
-    /// The handle `opendir` gave.
-    fn fh(o: Opened) -> u64 {
-        match o {
-            Opened::Handle { fh, .. } => fh,
-            Opened::Stateless => panic!("a browse directory has a handle"),
-        }
-    }
+    use crate::fs::testing::{self, ROOT as C, fh};
 
     fn entry(name: &str, kind: Kind, content: Content, size: u64) -> Entry {
         Entry {
-            name: name.as_bytes().to_vec(),
-            kind,
             perm: 0o755,
-            uid: 0,
-            gid: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
             size,
-            nlink: 1,
-            link_id: 0,
-            rdev: 0,
-            xattrs: vec![],
-            content,
+            ..testing::entry(name, kind, content)
         }
     }
 
@@ -908,16 +885,11 @@ mod tests {
             .unwrap();
         store
             .write_checkpoint(&Checkpoint {
-                version: 1,
-                root,
-                parents,
-                origin: None,
-                time_ns: 1,
-                message: String::from_utf8_lossy(data).into_owned(),
                 source: Source {
                     kind: "snapshot".into(),
                     ..Source::default()
                 },
+                ..testing::checkpoint(root, parents, String::from_utf8_lossy(data).into_owned())
             })
             .unwrap()
     }

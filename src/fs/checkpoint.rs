@@ -464,28 +464,13 @@ mod tests {
     use crate::fs::view::ROOT_INO;
     use crate::store::{Entry, Extent};
 
-    const C: &Caller = &Caller {
-        uid: 0,
-        gid: 0,
-        pid: 0,
-        umask: 0,
-    };
+    use crate::fs::testing::{self, ROOT as C};
 
     fn file(name: &str, size: u64, extents: Vec<Extent>) -> Entry {
         Entry {
-            name: name.as_bytes().to_vec(),
-            kind: Kind::File,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
             size,
-            nlink: 1,
-            link_id: 0,
-            rdev: 0,
             xattrs: vec![(b"user.a".to_vec(), b"xyz".to_vec())],
-            content: Content::Extents(extents),
+            ..testing::entry(name, Kind::File, Content::Extents(extents))
         }
     }
 

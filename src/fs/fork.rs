@@ -563,15 +563,11 @@ mod tests {
     use crate::fs::errno;
     use crate::fs::view::ROOT_INO;
     use crate::ingest::{self, SnapshotOptions};
-    use crate::store::{Checkpoint, Source, Store};
+    use crate::store::Store;
     use fuser::Errno;
 
-    const ROOT: &Caller = &Caller {
-        uid: 0,
-        gid: 0,
-        pid: 0,
-        umask: 0,
-    };
+    use crate::fs::testing::{self, ROOT, fh};
+
     const USER: &Caller = &Caller {
         uid: 1000,
         gid: 1000,
@@ -590,15 +586,7 @@ mod tests {
         let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
         let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
         let base = store
-            .write_checkpoint(&Checkpoint {
-                version: 1,
-                root: snap.root,
-                parents: vec![],
-                origin: None,
-                time_ns: 1,
-                message: "base".into(),
-                source: Source::default(),
-            })
+            .write_checkpoint(&testing::checkpoint(snap.root, vec![], "base".into()))
             .unwrap();
         Fork::create(&store, "t", &base).unwrap();
         let fork = Arc::new(Fork::open(store, "t").unwrap());
@@ -612,14 +600,6 @@ mod tests {
     /// `c` with umask `umask`.
     fn with_umask(c: &Caller, umask: u32) -> Caller {
         Caller { umask, ..*c }
-    }
-
-    /// The handle of `o` (a fork always gives one).
-    fn fh(o: Opened) -> u64 {
-        match o {
-            Opened::Handle { fh, .. } => fh,
-            Opened::Stateless => panic!("a fork gives handles"),
-        }
     }
 
     fn names(fs: &ForkView, fh: u64, offset: u64) -> Vec<(u64, Vec<u8>)> {

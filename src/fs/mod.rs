@@ -26,6 +26,8 @@ mod checkpoint;
 mod fork;
 mod fuse;
 mod inode;
+#[cfg(test)]
+mod testing;
 mod view;
 
 use std::io;
