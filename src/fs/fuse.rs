@@ -30,7 +30,7 @@ use super::view::{
     Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, Opened, SetAttr, Time, View, WriteCtx,
     XattrReply,
 };
-use super::{FsError, MountRelease, errno};
+use super::{FsError, MountRelease, Result, errno};
 use crate::journal::ext4::Seek;
 use crate::store::Kind;
 use crate::sys;
@@ -96,35 +96,35 @@ macro_rules! finish {
 }
 finish!(ReplyEmpty, ReplyDirectory, ReplyDirectoryPlus);
 
-fn reply_done(result: Result<(), FsError>, reply: impl Finish) {
+fn reply_done(result: Result<()>, reply: impl Finish) {
     match result {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(fail(&e)),
     }
 }
 
-fn reply_entry(result: Result<Entry, FsError>, reply: ReplyEntry) {
+fn reply_entry(result: Result<Entry>, reply: ReplyEntry) {
     match result {
         Ok(e) => reply.entry(&e.ttl, &file_attr(&e.attr), GENERATION),
         Err(e) => reply.error(fail(&e)),
     }
 }
 
-fn reply_attr(result: Result<Entry, FsError>, reply: ReplyAttr) {
+fn reply_attr(result: Result<Entry>, reply: ReplyAttr) {
     match result {
         Ok(e) => reply.attr(&e.ttl, &file_attr(&e.attr)),
         Err(e) => reply.error(fail(&e)),
     }
 }
 
-fn reply_data(result: Result<Vec<u8>, FsError>, reply: ReplyData) {
+fn reply_data(result: Result<Vec<u8>>, reply: ReplyData) {
     match result {
         Ok(data) => reply.data(&data),
         Err(e) => reply.error(fail(&e)),
     }
 }
 
-fn reply_xattr(result: Result<XattrReply, FsError>, reply: ReplyXattr) {
+fn reply_xattr(result: Result<XattrReply>, reply: ReplyXattr) {
     match result {
         Ok(XattrReply::Size(n)) => reply.size(n),
         Ok(XattrReply::Data(bytes)) => reply.data(&bytes),
@@ -132,7 +132,7 @@ fn reply_xattr(result: Result<XattrReply, FsError>, reply: ReplyXattr) {
     }
 }
 
-fn reply_open(result: Result<Opened, FsError>, reply: ReplyOpen) {
+fn reply_open(result: Result<Opened>, reply: ReplyOpen) {
     match result {
         // Zero-message opens from now on (see `Opened::Stateless`).
         Ok(Opened::Stateless) => reply.error(errno(&FsError::NotNeeded)),
@@ -144,7 +144,7 @@ fn reply_open(result: Result<Opened, FsError>, reply: ReplyOpen) {
     }
 }
 
-fn reply_created(result: Result<(Entry, Opened), FsError>, reply: ReplyCreate) {
+fn reply_created(result: Result<(Entry, Opened)>, reply: ReplyCreate) {
     match result {
         Ok((e, o)) => {
             let (fh, open_flags) = handle(o);
@@ -177,7 +177,7 @@ fn handle(o: Opened) -> (FileHandle, FopenFlags) {
 
 /// The `lseek` whence a view answers: `SEEK_DATA` or `SEEK_HOLE` (the kernel
 /// answers the others itself and never sends them).
-fn seek_whence(whence: i32) -> Result<Seek, FsError> {
+fn seek_whence(whence: i32) -> Result<Seek> {
     match whence {
         libc::SEEK_DATA => Ok(Seek::Data),
         libc::SEEK_HOLE => Ok(Seek::Hole),
