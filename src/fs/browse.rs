@@ -44,8 +44,8 @@ use parking_lot::{Mutex, RwLock};
 
 use super::checkpoint::{self, CheckpointView, inode_budget};
 use super::view::{
-    self, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, ROOT_INO, StatFs,
-    View, XattrReply,
+    self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened,
+    ROOT_INO, Readdir, StatFs, View, XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal;
@@ -313,21 +313,13 @@ impl View for BrowseView {
         self.listings.lock().remove(&fh);
     }
 
-    /// Every item carries its attributes. `fh` is what `opendir` gave; an
+    /// Every item carries its attributes. `at.fh` is what `opendir` gave; an
     /// unknown handle lists afresh.
-    fn readdir(
-        &self,
-        c: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-        add: &mut dyn FnMut(DirItem<'_>) -> bool,
-    ) -> Result<()> {
+    fn readdir(&self, c: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
         let node = match self.resolve(ino)? {
             Resolved::Tree(slot, fs, local) => {
                 let mut failed = None;
-                fs.readdir(c, local, fh, offset, plus, &mut |mut item| {
+                fs.readdir(c, local, at, &mut |mut item| {
                     if local == ROOT_INO && item.name == b".." {
                         let attr = self.node_attr(&Node::Checkpoints, 2);
                         let entry = Entry {
@@ -353,7 +345,7 @@ impl View for BrowseView {
             }
             Resolved::Node(node) => node,
         };
-        let listing = match self.listings.lock().get(&fh) {
+        let listing = match self.listings.lock().get(&at.fh) {
             Some(l) => l.clone(),
             None => Arc::new(self.list(&node)?),
         };
@@ -361,7 +353,7 @@ impl View for BrowseView {
             (b".".to_vec(), Child::Node(node.clone())),
             (b"..".to_vec(), Child::Node(node.parent())),
         ];
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let start = usize::try_from(at.offset).unwrap_or(usize::MAX);
         for (i, (name, child)) in dots.iter().chain(listing.iter()).enumerate().skip(start) {
             let attr = match self.child_attr(c, child) {
                 Ok(attr) => attr,
@@ -840,7 +832,7 @@ mod tests {
     use super::*;
     use crate::store::{ArchiveRecord, Checkpoint, Content, Entry, Extent, Source, Tree};
 
-    use crate::fs::testing::{self, ROOT as C, fh};
+    use crate::fs::testing::{self, ROOT as C, fh, plus};
 
     fn entry(name: &str, kind: Kind, content: Content, size: u64) -> Entry {
         Entry {
@@ -889,12 +881,13 @@ mod tests {
         (dir, store, fs)
     }
 
-    fn listing(fs: &BrowseView, ino: u64) -> Vec<(String, Attr)> {
+    /// Directory `ino`'s whole listing with attributes, through a handle.
+    fn listing(fs: &BrowseView, ino: u64) -> Vec<(String, crate::fs::view::Entry)> {
         let fh = fh(fs.opendir(C, ino).unwrap());
         let mut out = Vec::new();
-        fs.readdir(C, ino, fh, 0, true, &mut |item| {
+        fs.readdir(C, ino, plus(fh, 0), &mut |item| {
             let name = String::from_utf8(item.name.to_vec()).unwrap();
-            out.push((name, item.entry.unwrap().attr));
+            out.push((name, item.entry.unwrap()));
             false
         })
         .unwrap();
@@ -961,17 +954,8 @@ mod tests {
     fn store_nodes_live_a_second_and_trees_a_day() {
         let (_dir, store, fs) = browse();
         let a = checkpoint(&store, b"one", vec![]);
-        let ttls = |ino| {
-            let fh = fh(fs.opendir(C, ino).unwrap());
-            let mut out = Vec::new();
-            fs.readdir(C, ino, fh, 0, true, &mut |item| {
-                out.push(item.entry.unwrap().ttl);
-                false
-            })
-            .unwrap();
-            fs.releasedir(C, fh);
-            out
-        };
+        let ttls =
+            |ino| -> Vec<Duration> { listing(&fs, ino).into_iter().map(|(_, e)| e.ttl).collect() };
         // Found in a store directory (a checkpoint's root too): short.
         let root_a = fs.lookup(C, 2, a.to_hex().as_bytes()).unwrap();
         assert_eq!(root_a.ttl, STORE_TTL);

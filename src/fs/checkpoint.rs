@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node, data_ranges};
 use super::view::{
-    self, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, StatFs, View,
-    XattrReply,
+    self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir,
+    StatFs, View, XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal::ext4;
@@ -348,20 +348,12 @@ impl View for CheckpointView {
     }
 
     /// Every item carries its attributes, asked for or not.
-    fn readdir(
-        &self,
-        _: &Caller,
-        ino: u64,
-        _fh: u64,
-        offset: u64,
-        _plus: bool,
-        add: &mut dyn FnMut(DirItem<'_>) -> bool,
-    ) -> Result<()> {
+    fn readdir(&self, _: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
         let dir = self.node(ino)?;
         let children = self.children(&dir)?;
         let parent = self.node(dir.parent)?;
         let dots: [(&[u8], &Node); 2] = [(b".", &dir), (b"..", &parent)];
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let start = usize::try_from(at.offset).unwrap_or(usize::MAX);
         self.prefetch_subdirs(&children, start.saturating_sub(dots.len()));
         for i in start..dots.len().saturating_add(children.len()) {
             let next_offset = i as u64 + 1;
@@ -452,7 +444,7 @@ mod tests {
     use crate::fs::view::ROOT_INO;
     use crate::store::{Entry, Extent};
 
-    use crate::fs::testing::{self, ROOT as C};
+    use crate::fs::testing::{self, ROOT as C, plus};
 
     fn file(name: &str, size: u64, extents: Vec<Extent>) -> Entry {
         Entry {
@@ -587,21 +579,21 @@ mod tests {
     fn readdir_resumes_at_offsets() {
         let (_dir, fs) = serve(vec![file("a", 0, vec![]), file("b", 0, vec![])]);
         let mut names = Vec::new();
-        fs.readdir(C, ROOT_INO, 0, 0, true, &mut |item| {
+        fs.readdir(C, ROOT_INO, plus(0, 0), &mut |item| {
             names.push((item.name.to_vec(), item.next_offset));
             names.len() == 2
         })
         .unwrap();
         assert_eq!(names, [(b".".to_vec(), 1), (b"..".to_vec(), 2)]);
         names.clear();
-        fs.readdir(C, ROOT_INO, 0, 2, true, &mut |item| {
+        fs.readdir(C, ROOT_INO, plus(0, 2), &mut |item| {
             names.push((item.name.to_vec(), item.next_offset));
             false
         })
         .unwrap();
         assert_eq!(names, [(b"a".to_vec(), 3), (b"b".to_vec(), 4)]);
         let mut none = 0;
-        fs.readdir(C, ROOT_INO, 0, u64::MAX, true, &mut |_| {
+        fs.readdir(C, ROOT_INO, plus(0, u64::MAX), &mut |_| {
             none += 1;
             false
         })

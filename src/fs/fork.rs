@@ -59,8 +59,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::view::{
-    self, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, SetAttr, StatFs, View, WriteCtx,
-    XattrReply,
+    self, AddItem, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir, SetAttr, StatFs,
+    View, WriteCtx, XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal::{self, DirEntry, Fallocate, Fork, NewNode, RenameMode, XattrMode, ext4};
@@ -269,15 +269,8 @@ impl View for ForkView {
 
     /// Offset 0 takes a fresh listing. With `plus`, entries gone since the
     /// listing was taken are skipped.
-    fn readdir(
-        &self,
-        _: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-        add: &mut dyn FnMut(DirItem<'_>) -> bool,
-    ) -> Result<()> {
+    fn readdir(&self, _: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
+        let Readdir { fh, offset, plus } = at;
         let known = self.dirs.lock().get(&fh).cloned();
         let listing = match known {
             Some(l) if offset != 0 => l,
@@ -354,25 +347,17 @@ impl View for ForkView {
     /// An `O_APPEND` write lands at the journal's end of file, not at the
     /// kernel's idea of it; page-cache writeback (mmap) always carries its
     /// page's own offset (and may name any handle).
-    fn write(
-        &self,
-        c: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        how: WriteCtx,
-    ) -> Result<u32> {
+    fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
         let append = how.flags & libc::O_APPEND != 0 && !how.writeback;
-        let direct = is_direct(fh) && !how.writeback;
+        let direct = is_direct(how.fh) && !how.writeback;
         if direct && c.uid != 0 {
             self.kill_suid_sgid(ino)?;
         }
         if append {
             self.fork.append(ino, data)?;
         } else {
-            self.fork.write(ino, offset, data)?;
+            self.fork.write(ino, how.offset, data)?;
         }
         Ok(len)
     }
@@ -515,7 +500,7 @@ mod tests {
     use crate::store::Store;
     use fuser::Errno;
 
-    use crate::fs::testing::{self, ROOT, fh};
+    use crate::fs::testing::{self, ROOT, fh, plus};
 
     const USER: &Caller = &Caller {
         uid: 1000,
@@ -551,9 +536,20 @@ mod tests {
         Caller { umask, ..*c }
     }
 
+    /// A write at offset 0 that came through an `O_APPEND` handle, direct
+    /// I/O or not, as page-cache writeback or not.
+    fn appending(direct: bool, writeback: bool) -> WriteCtx {
+        WriteCtx {
+            fh: fh(file_handle(direct)),
+            offset: 0,
+            flags: libc::O_WRONLY | libc::O_APPEND,
+            writeback,
+        }
+    }
+
     fn names(fs: &ForkView, fh: u64, offset: u64) -> Vec<(u64, Vec<u8>)> {
         let mut out = Vec::new();
-        fs.readdir(ROOT, ROOT_INO, fh, offset, true, &mut |item| {
+        fs.readdir(ROOT, ROOT_INO, plus(fh, offset), &mut |item| {
             out.push((item.next_offset, item.name.to_vec()));
             false
         })
@@ -605,17 +601,19 @@ mod tests {
             Errno::EEXIST
         );
         let file = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
-        let how = WriteCtx {
+        // Offsets the kernel never sends, but a hostile one could.
+        let at = |offset| WriteCtx {
+            fh: 0,
+            offset,
             flags: libc::O_RDWR,
             writeback: false,
         };
-        // Offsets the kernel never sends, but a hostile one could.
         assert_eq!(
-            code(fs.write(ROOT, file, 0, u64::MAX - 1, b"xyz", how)),
+            code(fs.write(ROOT, file, b"xyz", at(u64::MAX - 1))),
             Errno::EFBIG
         );
         assert_eq!(
-            code(fs.write(ROOT, file, 0, i64::MAX as u64, b"x", how)),
+            code(fs.write(ROOT, file, b"x", at(i64::MAX as u64))),
             Errno::EFBIG
         );
         assert_eq!(code(fs.fallocate(ROOT, file, u64::MAX, 2, 0)), Errno::EFBIG);
@@ -767,11 +765,7 @@ mod tests {
             .unwrap()
         };
         let write = |caller, direct| {
-            let how = WriteCtx {
-                flags: libc::O_WRONLY | libc::O_APPEND,
-                writeback: false,
-            };
-            fs.write(caller, file, fh(file_handle(direct)), 0, b"+", how)
+            fs.write(caller, file, b"+", appending(direct, false))
                 .unwrap();
             fs.getattr(caller, file).unwrap().attr.perm
         };
@@ -797,12 +791,7 @@ mod tests {
             },
         )
         .unwrap();
-        let how = WriteCtx {
-            flags: libc::O_WRONLY | libc::O_APPEND,
-            writeback: true,
-        };
-        fs.write(USER, file, fh(file_handle(true)), 0, b"F", how)
-            .unwrap();
+        fs.write(USER, file, b"F", appending(true, true)).unwrap();
         assert_eq!(fs.read(ROOT, file, 0, 100).unwrap(), b"File");
         assert_eq!(fs.getattr(ROOT, file).unwrap().attr.perm, 0o6755);
     }

@@ -27,8 +27,8 @@ use fuser::{
 };
 
 use super::view::{
-    Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, Opened, SetAttr, Time, View, WriteCtx,
-    XattrReply,
+    Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, Opened, Readdir, SetAttr, Time, View,
+    WriteCtx, XattrReply,
 };
 use super::{FsError, MountRelease, Result, errno};
 use crate::journal::ext4::Seek;
@@ -345,12 +345,14 @@ macro_rules! list {
             offset: u64,
             mut reply: $reply,
         ) {
-            let plus = <$reply as Listing>::PLUS;
+            let at = Readdir {
+                fh: fh.0,
+                offset,
+                plus: <$reply as Listing>::PLUS,
+            };
             let listed = self
                 .view
-                .readdir(&caller(req), ino.0, fh.0, offset, plus, &mut |item| {
-                    reply.add_item(item)
-                });
+                .readdir(&caller(req), ino.0, at, &mut |item| reply.add_item(item));
             reply_done(listed, reply);
         }
     )*};
@@ -616,13 +618,12 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let how = WriteCtx {
+            fh: fh.0,
+            offset,
             flags: flags.0,
             writeback: write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
         };
-        match self
-            .view
-            .write(&caller(req), ino.0, fh.0, offset, data, how)
-        {
+        match self.view.write(&caller(req), ino.0, data, how) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail(&e)),
         }

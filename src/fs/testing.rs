@@ -1,7 +1,7 @@
 //! Fixtures the unit tests of the views share: a root caller, store
 //! entries, checkpoint records and directory handles. Test builds only.
 
-use super::view::{Caller, Opened};
+use super::view::{Caller, Opened, Readdir};
 use crate::store::{Checkpoint, Content, Entry, Kind, ObjectId, Source};
 
 /// Root, with no process and no umask.
@@ -44,6 +44,15 @@ pub fn checkpoint(root: ObjectId, parents: Vec<ObjectId>, message: String) -> Ch
         time_ns: 1,
         message,
         source: Source::default(),
+    }
+}
+
+/// A readdirplus request on handle `fh`, resuming at `offset`.
+pub fn plus(fh: u64, offset: u64) -> Readdir {
+    Readdir {
+        fh,
+        offset,
+        plus: true,
     }
 }
 

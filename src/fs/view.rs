@@ -95,6 +95,20 @@ impl<'a> DirItem<'a> {
     }
 }
 
+/// A `readdir` request: where the listing resumes and what it carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readdir {
+    /// The handle `opendir` gave (0 for a view that gives none).
+    pub fh: u64,
+    /// 0 = start; else the `next_offset` of the last item taken.
+    pub offset: u64,
+    /// Items carry their attributes (readdirplus).
+    pub plus: bool,
+}
+
+/// What a listing hands each item to: true once the reply is full.
+pub type AddItem<'a> = dyn FnMut(DirItem<'_>) -> bool + 'a;
+
 /// The answer to `open` and `opendir`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opened {
@@ -113,9 +127,13 @@ pub enum Opened {
     },
 }
 
-/// How a write reached the view.
+/// Where and how a write reached the view.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteCtx {
+    /// The handle `open` or `create` gave.
+    pub fh: u64,
+    /// Where in the file the data goes.
+    pub offset: u64,
     /// The `open(2)` flags of the handle (`O_APPEND`, …).
     pub flags: i32,
     /// Page-cache writeback (mmap, or a cached handle's data): it carries its
@@ -183,18 +201,9 @@ pub trait View: Send + Sync {
 
     fn opendir(&self, c: &Caller, ino: u64) -> Result<Opened>;
 
-    /// List directory `ino` (open as `fh`) from `offset` (0 = start; "." and
-    /// ".." come first), calling `add` for each entry until it returns true
-    /// (the reply is full). With `plus`, items carry their attributes.
-    fn readdir(
-        &self,
-        c: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-        add: &mut dyn FnMut(DirItem<'_>) -> bool,
-    ) -> Result<()>;
+    /// List directory `ino` as `at` asks ("." and ".." come first), calling
+    /// `add` for each entry until it returns true (the reply is full).
+    fn readdir(&self, c: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()>;
 
     fn statfs(&self, c: &Caller) -> Result<StatFs>;
 
@@ -274,17 +283,9 @@ pub trait View: Send + Sync {
         Err(FsError::ReadOnly)
     }
 
-    /// Write `data` to file `ino` (open as `fh`) at `offset`; returns the
-    /// bytes written.
-    fn write(
-        &self,
-        c: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        how: WriteCtx,
-    ) -> Result<u32> {
+    /// Write `data` to file `ino` through handle `how.fh` at `how.offset`;
+    /// returns the bytes written.
+    fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         Err(FsError::ReadOnly)
     }
 
