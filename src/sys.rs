@@ -11,7 +11,8 @@
 //! - the kernel's mount table (`/proc/self/mountinfo`), unmounting, and
 //!   whether a FUSE mount's daemon is gone;
 //! - what a daemonized child needs: a new session, and a descriptor kept
-//!   across `exec`.
+//!   across `exec`;
+//! - device numbers: a `dev_t` from its major and minor, and back.
 //!
 //! It holds no policy: which thread waits for the signals, what a lock
 //! guards, and what a dead mount means to the user are its callers' affairs.
@@ -267,6 +268,24 @@ pub fn unmount(path: &Path) -> io::Result<()> {
 /// last user leaves (root only).
 pub fn detach(path: &Path) -> io::Result<()> {
     rustix::mount::unmount(path, rustix::mount::UnmountFlags::DETACH).map_err(io::Error::from)
+}
+
+// ----------------------------------------------------------- device numbers
+
+/// The userspace `dev_t` of device `major:minor` (glibc's encoding: the one
+/// `stat` gives and the store records).
+pub fn makedev(major: u32, minor: u32) -> u64 {
+    rustix::fs::makedev(major, minor)
+}
+
+/// The major number of a userspace `dev_t`.
+pub fn major(dev: u64) -> u32 {
+    rustix::fs::major(dev)
+}
+
+/// The minor number of a userspace `dev_t`.
+pub fn minor(dev: u64) -> u32 {
+    rustix::fs::minor(dev)
 }
 
 #[cfg(test)]

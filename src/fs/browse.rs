@@ -42,12 +42,12 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::FsError;
 use super::checkpoint::{self, CheckpointView, inode_budget};
 use super::view::{
-    self, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, ROOT_INO, StatFs,
-    View, XattrReply,
+    self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened,
+    ROOT_INO, Readdir, StatFs, View, XattrReply,
 };
+use super::{FsError, Result};
 use crate::journal;
 use crate::journal::ext4;
 use crate::store::{ChunkCache, Kind, ObjectId, Store};
@@ -236,9 +236,8 @@ impl BrowseView {
             records: RwLock::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            // SAFETY: getuid/getgid have no preconditions.
-            uid: unsafe { libc::geteuid() },
-            gid: unsafe { libc::getegid() },
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
             started_ns,
         }
     }
@@ -249,7 +248,7 @@ impl View for BrowseView {
         view::READ_ONLY_CAPABILITIES
     }
 
-    fn lookup(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+    fn lookup(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Entry> {
         let attr = match self.resolve(parent)? {
             Resolved::Tree(_, _, local) if local == ROOT_INO && name == b".." => {
                 self.node_attr(&Node::Checkpoints, 2)
@@ -272,7 +271,7 @@ impl View for BrowseView {
         })
     }
 
-    fn getattr(&self, c: &Caller, ino: u64) -> Result<Entry, FsError> {
+    fn getattr(&self, c: &Caller, ino: u64) -> Result<Entry> {
         let attr = match self.resolve(ino)? {
             Resolved::Tree(slot, fs, local) => {
                 self.global_attr(slot, fs.getattr(c, local)?.attr)?
@@ -287,7 +286,7 @@ impl View for BrowseView {
 
     /// A store directory's listing is read now; a checkpoint's directory
     /// keeps its listing in the kernel's cache.
-    fn opendir(&self, c: &Caller, ino: u64) -> Result<Opened, FsError> {
+    fn opendir(&self, c: &Caller, ino: u64) -> Result<Opened> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => {
                 fs.opendir(c, local)?;
@@ -314,21 +313,13 @@ impl View for BrowseView {
         self.listings.lock().remove(&fh);
     }
 
-    /// Every item carries its attributes. `fh` is what `opendir` gave; an
+    /// Every item carries its attributes. `at.fh` is what `opendir` gave; an
     /// unknown handle lists afresh.
-    fn readdir(
-        &self,
-        c: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-        add: &mut dyn FnMut(DirItem<'_>) -> bool,
-    ) -> Result<(), FsError> {
+    fn readdir(&self, c: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
         let node = match self.resolve(ino)? {
             Resolved::Tree(slot, fs, local) => {
                 let mut failed = None;
-                fs.readdir(c, local, fh, offset, plus, &mut |mut item| {
+                fs.readdir(c, local, at, &mut |mut item| {
                     if local == ROOT_INO && item.name == b".." {
                         let attr = self.node_attr(&Node::Checkpoints, 2);
                         let entry = Entry {
@@ -354,7 +345,7 @@ impl View for BrowseView {
             }
             Resolved::Node(node) => node,
         };
-        let listing = match self.listings.lock().get(&fh) {
+        let listing = match self.listings.lock().get(&at.fh) {
             Some(l) => l.clone(),
             None => Arc::new(self.list(&node)?),
         };
@@ -362,7 +353,7 @@ impl View for BrowseView {
             (b".".to_vec(), Child::Node(node.clone())),
             (b"..".to_vec(), Child::Node(node.parent())),
         ];
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let start = usize::try_from(at.offset).unwrap_or(usize::MAX);
         for (i, (name, child)) in dots.iter().chain(listing.iter()).enumerate().skip(start) {
             let attr = match self.child_attr(c, child) {
                 Ok(attr) => attr,
@@ -382,19 +373,19 @@ impl View for BrowseView {
     }
 
     /// Only for reading, and zero-message: every file here is immutable.
-    fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened, FsError> {
+    fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.open(c, local, flags),
             Resolved::Node(_) => view::open_read_only(flags),
         }
     }
 
-    fn access(&self, _: &Caller, ino: u64, mask: i32) -> Result<(), FsError> {
+    fn access(&self, _: &Caller, ino: u64, mask: i32) -> Result<()> {
         self.resolve(ino)?;
         view::access_read_only(mask)
     }
 
-    fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+    fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.read(c, local, offset, size),
             Resolved::Node(Node::Record(id)) => {
@@ -411,13 +402,7 @@ impl View for BrowseView {
     }
 
     /// From the extents inside a checkpoint; a record file is all data.
-    fn seek(
-        &self,
-        c: &Caller,
-        ino: u64,
-        offset: i64,
-        whence: ext4::Seek,
-    ) -> Result<Option<u64>, FsError> {
+    fn seek(&self, c: &Caller, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.seek(c, local, offset, whence),
             Resolved::Node(Node::Record(id)) => {
@@ -429,7 +414,7 @@ impl View for BrowseView {
         }
     }
 
-    fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>, FsError> {
+    fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.readlink(c, local),
             Resolved::Node(node) => node
@@ -439,20 +424,14 @@ impl View for BrowseView {
         }
     }
 
-    fn getxattr(
-        &self,
-        c: &Caller,
-        ino: u64,
-        name: &[u8],
-        size: u32,
-    ) -> Result<XattrReply, FsError> {
+    fn getxattr(&self, c: &Caller, ino: u64, name: &[u8], size: u32) -> Result<XattrReply> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.getxattr(c, local, name, size),
             Resolved::Node(_) => Err(FsError::NoXattr),
         }
     }
 
-    fn listxattr(&self, c: &Caller, ino: u64, size: u32) -> Result<XattrReply, FsError> {
+    fn listxattr(&self, c: &Caller, ino: u64, size: u32) -> Result<XattrReply> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.listxattr(c, local, size),
             Resolved::Node(_) => view::sized(Vec::new(), size),
@@ -461,7 +440,7 @@ impl View for BrowseView {
 
     /// Nothing is free, and the totals are not known without reading every
     /// checkpoint: the checkpoints and nodes seen so far are counted.
-    fn statfs(&self, _: &Caller) -> Result<StatFs, FsError> {
+    fn statfs(&self, _: &Caller) -> Result<StatFs> {
         let t = self.table.read();
         Ok(StatFs {
             blocks: 0,
@@ -478,7 +457,7 @@ impl View for BrowseView {
 impl BrowseView {
     // ---- inode numbers ----
 
-    fn resolve(&self, ino: u64) -> Result<Resolved, FsError> {
+    fn resolve(&self, ino: u64) -> Result<Resolved> {
         let (slot, local) = (ino >> LOCAL_BITS, ino & LOCAL_MASK);
         if slot == 0 {
             let node = usize::try_from(local)
@@ -499,7 +478,7 @@ impl BrowseView {
     }
 
     /// The inode number of a store node, assigned on first sight.
-    fn node_ino(&self, node: &Node) -> Result<u64, FsError> {
+    fn node_ino(&self, node: &Node) -> Result<u64> {
         if let Some(&ino) = self.table.read().node_inos.get(node) {
             return Ok(ino);
         }
@@ -517,7 +496,7 @@ impl BrowseView {
     }
 
     /// The slot number of a checkpoint, assigned on first sight.
-    fn slot_of(&self, id: &ObjectId) -> Result<(u64, Arc<Slot>), FsError> {
+    fn slot_of(&self, id: &ObjectId) -> Result<(u64, Arc<Slot>)> {
         let get = |t: &Table| {
             t.slot_of
                 .get(id)
@@ -545,7 +524,7 @@ impl BrowseView {
 
     /// A checkpoint's tree, loading its record and root on first use. A
     /// failure is not remembered: the next use tries again.
-    fn tree(&self, slot: &Slot) -> Result<Arc<CheckpointView>, FsError> {
+    fn tree(&self, slot: &Slot) -> Result<Arc<CheckpointView>> {
         if let Some(fs) = slot.fs.read().as_ref() {
             return Ok(fs.clone());
         }
@@ -571,7 +550,7 @@ impl BrowseView {
     }
 
     /// The mount's inode number of a checkpoint tree's inode `local`.
-    fn global(&self, slot: u64, local: u64) -> Result<u64, FsError> {
+    fn global(&self, slot: u64, local: u64) -> Result<u64> {
         if local > LOCAL_MASK {
             return Err(FsError::Invalid("too many inodes in one checkpoint"));
         }
@@ -579,14 +558,14 @@ impl BrowseView {
     }
 
     /// A checkpoint tree's attributes with the inode number made global.
-    fn global_attr(&self, slot: u64, mut attr: Attr) -> Result<Attr, FsError> {
+    fn global_attr(&self, slot: u64, mut attr: Attr) -> Result<Attr> {
         attr.ino = self.global(slot, attr.ino)?;
         Ok(attr)
     }
 
     // ---- attributes ----
 
-    fn child_attr(&self, c: &Caller, child: &Child) -> Result<Attr, FsError> {
+    fn child_attr(&self, c: &Caller, child: &Child) -> Result<Attr> {
         match child {
             Child::Node(node) => Ok(self.node_attr(node, self.node_ino(node)?)),
             Child::Checkpoint(id) => {
@@ -598,7 +577,7 @@ impl BrowseView {
     }
 
     /// Listed attributes for a child whose own could not be loaded.
-    fn placeholder_attr(&self, child: &Child) -> Result<Attr, FsError> {
+    fn placeholder_attr(&self, child: &Child) -> Result<Attr> {
         let (ino, kind) = match child {
             Child::Node(node) => (self.node_ino(node)?, node.kind()),
             Child::Checkpoint(id) => ((self.slot_of(id)?.0 << LOCAL_BITS) | ROOT_INO, Kind::Dir),
@@ -661,7 +640,7 @@ impl BrowseView {
     // ---- the store's listings ----
 
     /// The entry `name` of store directory `node`, read from the store now.
-    fn find(&self, node: &Node, name: &[u8]) -> Result<Option<Child>, FsError> {
+    fn find(&self, node: &Node, name: &[u8]) -> Result<Option<Child>> {
         let Ok(name) = std::str::from_utf8(name) else {
             return Ok(None);
         };
@@ -718,7 +697,7 @@ impl BrowseView {
     }
 
     /// The entries of store directory `node` (without "." and ".."), sorted.
-    fn list(&self, node: &Node) -> Result<Listing, FsError> {
+    fn list(&self, node: &Node) -> Result<Listing> {
         let named = |name: String, node: Node| (name.into_bytes(), Child::Node(node));
         let mut out: Listing = match node {
             Node::Root => FIXED[1..]
@@ -785,7 +764,7 @@ impl BrowseView {
     }
 
     /// A fork's history, from the fork point (0) to the head.
-    fn history(&self, fork: &str) -> Result<Listing, FsError> {
+    fn history(&self, fork: &str) -> Result<Listing> {
         let log = match journal::fork_log(&self.store, fork) {
             Ok(log) => log,
             Err(journal::Error::NoFork(_)) => return Ok(Vec::new()),
@@ -809,13 +788,13 @@ impl BrowseView {
             .collect())
     }
 
-    fn record_exists(&self, id: &ObjectId) -> Result<bool, FsError> {
+    fn record_exists(&self, id: &ObjectId) -> Result<bool> {
         let meta = self.store.checkpoint_record_metadata(id);
         Ok(meta.map_err(store_err)?.is_some())
     }
 
     /// A checkpoint record's bytes, checked against its id.
-    fn record(&self, id: &ObjectId) -> Result<Arc<Vec<u8>>, FsError> {
+    fn record(&self, id: &ObjectId) -> Result<Arc<Vec<u8>>> {
         if let Some(bytes) = self.records.read().get(id) {
             return Ok(bytes.clone());
         }
@@ -853,36 +832,13 @@ mod tests {
     use super::*;
     use crate::store::{ArchiveRecord, Checkpoint, Content, Entry, Extent, Source, Tree};
 
-    const C: &Caller = &Caller {
-        uid: 0,
-        gid: 0,
-        pid: 0,
-        umask: 0,
-    };
-
-    /// The handle `opendir` gave.
-    fn fh(o: Opened) -> u64 {
-        match o {
-            Opened::Handle { fh, .. } => fh,
-            Opened::Stateless => panic!("a browse directory has a handle"),
-        }
-    }
+    use crate::fs::testing::{self, ROOT as C, fh, plus};
 
     fn entry(name: &str, kind: Kind, content: Content, size: u64) -> Entry {
         Entry {
-            name: name.as_bytes().to_vec(),
-            kind,
             perm: 0o755,
-            uid: 0,
-            gid: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
             size,
-            nlink: 1,
-            link_id: 0,
-            rdev: 0,
-            xattrs: vec![],
-            content,
+            ..testing::entry(name, kind, content)
         }
     }
 
@@ -909,16 +865,11 @@ mod tests {
             .unwrap();
         store
             .write_checkpoint(&Checkpoint {
-                version: 1,
-                root,
-                parents,
-                origin: None,
-                time_ns: 1,
-                message: String::from_utf8_lossy(data).into_owned(),
                 source: Source {
                     kind: "snapshot".into(),
                     ..Source::default()
                 },
+                ..testing::checkpoint(root, parents, String::from_utf8_lossy(data).into_owned())
             })
             .unwrap()
     }
@@ -930,12 +881,13 @@ mod tests {
         (dir, store, fs)
     }
 
-    fn listing(fs: &BrowseView, ino: u64) -> Vec<(String, Attr)> {
+    /// Directory `ino`'s whole listing with attributes, through a handle.
+    fn listing(fs: &BrowseView, ino: u64) -> Vec<(String, crate::fs::view::Entry)> {
         let fh = fh(fs.opendir(C, ino).unwrap());
         let mut out = Vec::new();
-        fs.readdir(C, ino, fh, 0, true, &mut |item| {
+        fs.readdir(C, ino, plus(fh, 0), &mut |item| {
             let name = String::from_utf8(item.name.to_vec()).unwrap();
-            out.push((name, item.entry.unwrap().attr));
+            out.push((name, item.entry.unwrap()));
             false
         })
         .unwrap();
@@ -1002,17 +954,8 @@ mod tests {
     fn store_nodes_live_a_second_and_trees_a_day() {
         let (_dir, store, fs) = browse();
         let a = checkpoint(&store, b"one", vec![]);
-        let ttls = |ino| {
-            let fh = fh(fs.opendir(C, ino).unwrap());
-            let mut out = Vec::new();
-            fs.readdir(C, ino, fh, 0, true, &mut |item| {
-                out.push(item.entry.unwrap().ttl);
-                false
-            })
-            .unwrap();
-            fs.releasedir(C, fh);
-            out
-        };
+        let ttls =
+            |ino| -> Vec<Duration> { listing(&fs, ino).into_iter().map(|(_, e)| e.ttl).collect() };
         // Found in a store directory (a checkpoint's root too): short.
         let root_a = fs.lookup(C, 2, a.to_hex().as_bytes()).unwrap();
         assert_eq!(root_a.ttl, STORE_TTL);

@@ -12,12 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::FsError;
 use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node, data_ranges};
 use super::view::{
-    self, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, StatFs, View,
-    XattrReply,
+    self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir,
+    StatFs, View, XattrReply,
 };
+use super::{FsError, Result};
 use crate::journal::ext4;
 use crate::store::{self, ChunkCache, Content, Kind, ObjectId, Stats, Store};
 
@@ -143,7 +143,7 @@ impl CheckpointView {
         &self,
         node: &'n Node,
         other: impl FnOnce() -> FsError,
-    ) -> Result<(&'n [store::Extent], &'n [u64]), FsError> {
+    ) -> Result<(&'n [store::Extent], &'n [u64])> {
         match (&node.entry.content, &node.extent_starts) {
             (Content::Extents(extents), Some(starts)) => Ok((extents, starts)),
             (Content::Extents(_), None) => {
@@ -155,7 +155,7 @@ impl CheckpointView {
     }
 
     /// The node of `ino`, loading its directory again if it was evicted.
-    fn node(&self, ino: u64) -> Result<Arc<Node>, FsError> {
+    fn node(&self, ino: u64) -> Result<Arc<Node>> {
         match self.inodes.get(ino) {
             Found::Node(n) => Ok(n),
             Found::Evicted { dir, tree } => {
@@ -171,7 +171,7 @@ impl CheckpointView {
 
     /// The children of a directory, loading its tree object when they are
     /// not in memory (the first time, or after an eviction).
-    fn children(&self, dir: &Node) -> Result<Arc<Children>, FsError> {
+    fn children(&self, dir: &Node) -> Result<Arc<Children>> {
         if dir.entry.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -185,7 +185,7 @@ impl CheckpointView {
     }
 
     /// Read tree `id` of directory `dir` into the inode table.
-    fn load(&self, dir: u64, id: &ObjectId) -> Result<Arc<Children>, FsError> {
+    fn load(&self, dir: u64, id: &ObjectId) -> Result<Arc<Children>> {
         // Named from what is in memory: naming it fully could load more.
         let path = self.path_in_memory(dir);
         let tree = self
@@ -203,7 +203,7 @@ impl CheckpointView {
         node: &Node,
         id: &ObjectId,
         following: impl FnOnce() -> Vec<ObjectId>,
-    ) -> Result<Arc<Vec<u8>>, FsError> {
+    ) -> Result<Arc<Vec<u8>>> {
         if let Some(chunk) = self.cache.get(id) {
             return Ok(chunk);
         }
@@ -258,7 +258,7 @@ impl View for CheckpointView {
         view::READ_ONLY_CAPABILITIES
     }
 
-    fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+    fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry> {
         let dir = self.node(parent)?;
         let children = self.children(&dir)?;
         let ino = match name {
@@ -272,12 +272,12 @@ impl View for CheckpointView {
         Ok(self.entry(&*self.node(ino)?))
     }
 
-    fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry, FsError> {
+    fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry> {
         Ok(self.entry(&*self.node(ino)?))
     }
 
     /// A symlink's target, byte-exact.
-    fn readlink(&self, _: &Caller, ino: u64) -> Result<Vec<u8>, FsError> {
+    fn readlink(&self, _: &Caller, ino: u64) -> Result<Vec<u8>> {
         let node = self.node(ino)?;
         match (&node.entry.content, node.entry.kind) {
             (Content::Target(target), Kind::Symlink) => Ok(target.clone()),
@@ -287,12 +287,12 @@ impl View for CheckpointView {
     }
 
     /// Reading needs no per-open state; any write access or `O_TRUNC` is refused.
-    fn open(&self, _: &Caller, ino: u64, flags: i32) -> Result<Opened, FsError> {
+    fn open(&self, _: &Caller, ino: u64, flags: i32) -> Result<Opened> {
         self.node(ino)?;
         view::open_read_only(flags)
     }
 
-    fn read(&self, _: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+    fn read(&self, _: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let node = self.node(ino)?;
         let (extents, starts) = self.extents(&node, || {
             self.malformed(&node, "read of a file without data")
@@ -330,13 +330,7 @@ impl View for CheckpointView {
     }
 
     /// From the file's extents as ext4 would report them ([`ext4::seek`]).
-    fn seek(
-        &self,
-        _: &Caller,
-        ino: u64,
-        offset: i64,
-        whence: ext4::Seek,
-    ) -> Result<Option<u64>, FsError> {
+    fn seek(&self, _: &Caller, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>> {
         let node = self.node(ino)?;
         let (extents, starts) = self.extents(&node, || FsError::Invalid("not a regular file"))?;
         let from = u64::try_from(offset).unwrap_or(0);
@@ -346,7 +340,7 @@ impl View for CheckpointView {
     }
 
     /// Zero-message `opendir`: the kernel keeps every directory's listing.
-    fn opendir(&self, _: &Caller, ino: u64) -> Result<Opened, FsError> {
+    fn opendir(&self, _: &Caller, ino: u64) -> Result<Opened> {
         match self.node(ino)?.entry.kind {
             Kind::Dir => Ok(Opened::Stateless),
             _ => Err(FsError::NotDir),
@@ -354,20 +348,12 @@ impl View for CheckpointView {
     }
 
     /// Every item carries its attributes, asked for or not.
-    fn readdir(
-        &self,
-        _: &Caller,
-        ino: u64,
-        _fh: u64,
-        offset: u64,
-        _plus: bool,
-        add: &mut dyn FnMut(DirItem<'_>) -> bool,
-    ) -> Result<(), FsError> {
+    fn readdir(&self, _: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
         let dir = self.node(ino)?;
         let children = self.children(&dir)?;
         let parent = self.node(dir.parent)?;
         let dots: [(&[u8], &Node); 2] = [(b".", &dir), (b"..", &parent)];
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let start = usize::try_from(at.offset).unwrap_or(usize::MAX);
         self.prefetch_subdirs(&children, start.saturating_sub(dots.len()));
         for i in start..dots.len().saturating_add(children.len()) {
             let next_offset = i as u64 + 1;
@@ -389,7 +375,7 @@ impl View for CheckpointView {
 
     /// Filesystem totals: the checkpoint's recorded size and entry count when
     /// known, else the inodes seen so far. Nothing is free: it is read-only.
-    fn statfs(&self, _: &Caller) -> Result<StatFs, FsError> {
+    fn statfs(&self, _: &Caller) -> Result<StatFs> {
         let (bytes, files) = match &self.stats {
             Some(s) => (s.bytes, s.entries),
             None => (0, self.inodes.len() as u64),
@@ -405,13 +391,7 @@ impl View for CheckpointView {
         })
     }
 
-    fn getxattr(
-        &self,
-        _: &Caller,
-        ino: u64,
-        name: &[u8],
-        size: u32,
-    ) -> Result<XattrReply, FsError> {
+    fn getxattr(&self, _: &Caller, ino: u64, name: &[u8], size: u32) -> Result<XattrReply> {
         view::check_xattr_name(name)?;
         let node = self.node(ino)?;
         let value = node
@@ -424,13 +404,13 @@ impl View for CheckpointView {
         view::sized(value.clone(), size)
     }
 
-    fn listxattr(&self, _: &Caller, ino: u64, size: u32) -> Result<XattrReply, FsError> {
+    fn listxattr(&self, _: &Caller, ino: u64, size: u32) -> Result<XattrReply> {
         let node = self.node(ino)?;
         let names = view::xattr_list(node.entry.xattrs.iter().map(|(k, _)| k.as_slice()));
         view::sized(names, size)
     }
 
-    fn access(&self, _: &Caller, ino: u64, mask: i32) -> Result<(), FsError> {
+    fn access(&self, _: &Caller, ino: u64, mask: i32) -> Result<()> {
         self.node(ino)?;
         view::access_read_only(mask)
     }
@@ -464,28 +444,13 @@ mod tests {
     use crate::fs::view::ROOT_INO;
     use crate::store::{Entry, Extent};
 
-    const C: &Caller = &Caller {
-        uid: 0,
-        gid: 0,
-        pid: 0,
-        umask: 0,
-    };
+    use crate::fs::testing::{self, ROOT as C, plus};
 
     fn file(name: &str, size: u64, extents: Vec<Extent>) -> Entry {
         Entry {
-            name: name.as_bytes().to_vec(),
-            kind: Kind::File,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
             size,
-            nlink: 1,
-            link_id: 0,
-            rdev: 0,
             xattrs: vec![(b"user.a".to_vec(), b"xyz".to_vec())],
-            content: Content::Extents(extents),
+            ..testing::entry(name, Kind::File, Content::Extents(extents))
         }
     }
 
@@ -614,21 +579,21 @@ mod tests {
     fn readdir_resumes_at_offsets() {
         let (_dir, fs) = serve(vec![file("a", 0, vec![]), file("b", 0, vec![])]);
         let mut names = Vec::new();
-        fs.readdir(C, ROOT_INO, 0, 0, true, &mut |item| {
+        fs.readdir(C, ROOT_INO, plus(0, 0), &mut |item| {
             names.push((item.name.to_vec(), item.next_offset));
             names.len() == 2
         })
         .unwrap();
         assert_eq!(names, [(b".".to_vec(), 1), (b"..".to_vec(), 2)]);
         names.clear();
-        fs.readdir(C, ROOT_INO, 0, 2, true, &mut |item| {
+        fs.readdir(C, ROOT_INO, plus(0, 2), &mut |item| {
             names.push((item.name.to_vec(), item.next_offset));
             false
         })
         .unwrap();
         assert_eq!(names, [(b"a".to_vec(), 3), (b"b".to_vec(), 4)]);
         let mut none = 0;
-        fs.readdir(C, ROOT_INO, 0, u64::MAX, true, &mut |_| {
+        fs.readdir(C, ROOT_INO, plus(0, u64::MAX), &mut |_| {
             none += 1;
             false
         })

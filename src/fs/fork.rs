@@ -58,11 +58,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::FsError;
 use super::view::{
-    self, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, SetAttr, StatFs, View, WriteCtx,
-    XattrReply,
+    self, AddItem, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir, SetAttr, StatFs,
+    View, WriteCtx, XattrReply,
 };
+use super::{FsError, Result};
 use crate::journal::{self, DirEntry, Fallocate, Fork, NewNode, RenameMode, XattrMode, ext4};
 use crate::store::Kind;
 
@@ -119,7 +119,7 @@ pub struct ForkView {
     next_fh: AtomicU64,
 }
 
-fn check_name(name: &[u8]) -> Result<(), FsError> {
+fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
         return Err(FsError::NameTooLong);
     }
@@ -140,7 +140,7 @@ impl ForkView {
         }
     }
 
-    fn listing(&self, ino: u64) -> Result<Listing, FsError> {
+    fn listing(&self, ino: u64) -> Result<Listing> {
         let (parent, children) = self.fork.readdir(ino)?;
         let mut entries = Vec::with_capacity(children.len() + 2);
         entries.push(DirEntry {
@@ -159,7 +159,7 @@ impl ForkView {
 
     /// Clear setuid, and setgid when group-executable (else it marks mandatory
     /// locking), as a write by someone without `CAP_FSETID` does.
-    fn kill_suid_sgid(&self, ino: u64) -> Result<(), FsError> {
+    fn kill_suid_sgid(&self, ino: u64) -> Result<()> {
         let perm = self.fork.getattr(ino)?.perm;
         let mut new = perm & !libc::S_ISUID;
         if perm & libc::S_IXGRP != 0 {
@@ -181,13 +181,7 @@ impl ForkView {
     /// caller's umask (which the fork applies unless `parent` has a default
     /// ACL), the caller as owner, the caller's group, or the directory's when
     /// it is setgid (and then a new directory is setgid too).
-    fn new_node(
-        &self,
-        parent: u64,
-        kind: Kind,
-        mode: u32,
-        c: &Caller,
-    ) -> Result<NewNode<'static>, FsError> {
+    fn new_node(&self, parent: u64, kind: Kind, mode: u32, c: &Caller) -> Result<NewNode<'static>> {
         let mut perm = mode & 0o7777;
         let dir = self.fork.getattr(parent)?;
         if dir.kind != Kind::Dir {
@@ -216,65 +210,53 @@ impl View for ForkView {
 
     // ---------------------------------------------------------------- reads
 
-    fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+    fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry> {
         check_name(name)?;
         Ok(entry(self.fork.lookup(parent, name)?))
     }
 
-    fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry, FsError> {
+    fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry> {
         Ok(entry(self.fork.getattr(ino)?))
     }
 
-    fn readlink(&self, _: &Caller, ino: u64) -> Result<Vec<u8>, FsError> {
+    fn readlink(&self, _: &Caller, ino: u64) -> Result<Vec<u8>> {
         Ok(self.fork.readlink(ino)?)
     }
 
-    fn read(&self, _: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+    fn read(&self, _: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         Ok(self.fork.read(ino, offset, size)?)
     }
 
     /// From the fork's extent map.
-    fn seek(
-        &self,
-        _: &Caller,
-        ino: u64,
-        offset: i64,
-        whence: ext4::Seek,
-    ) -> Result<Option<u64>, FsError> {
+    fn seek(&self, _: &Caller, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>> {
         Ok(self.fork.seek(ino, offset, whence)?)
     }
 
-    fn statfs(&self, _: &Caller) -> Result<StatFs, FsError> {
+    fn statfs(&self, _: &Caller) -> Result<StatFs> {
         Ok(self.fork.statfs()?)
     }
 
-    fn getxattr(
-        &self,
-        _: &Caller,
-        ino: u64,
-        name: &[u8],
-        size: u32,
-    ) -> Result<XattrReply, FsError> {
+    fn getxattr(&self, _: &Caller, ino: u64, name: &[u8], size: u32) -> Result<XattrReply> {
         view::check_xattr_name(name)?;
         let value = self.fork.getxattr(ino, name)?;
         view::sized(value, size)
     }
 
-    fn listxattr(&self, _: &Caller, ino: u64, size: u32) -> Result<XattrReply, FsError> {
+    fn listxattr(&self, _: &Caller, ino: u64, size: u32) -> Result<XattrReply> {
         let names = self.fork.listxattr(ino)?;
         view::sized(view::xattr_list(names.iter().map(Vec::as_slice)), size)
     }
 
     /// Not sent with `default_permissions` (the kernel checks the mode bits
     /// and ACLs).
-    fn access(&self, _: &Caller, _ino: u64, _mask: i32) -> Result<(), FsError> {
+    fn access(&self, _: &Caller, _ino: u64, _mask: i32) -> Result<()> {
         Ok(())
     }
 
     // ------------------------------------------------------------ directories
 
     /// Open directory `ino`: snapshot its listing; returns the handle.
-    fn opendir(&self, _: &Caller, ino: u64) -> Result<Opened, FsError> {
+    fn opendir(&self, _: &Caller, ino: u64) -> Result<Opened> {
         let listing = self.listing(ino)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().insert(fh, Arc::new(listing));
@@ -287,15 +269,8 @@ impl View for ForkView {
 
     /// Offset 0 takes a fresh listing. With `plus`, entries gone since the
     /// listing was taken are skipped.
-    fn readdir(
-        &self,
-        _: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-        add: &mut dyn FnMut(DirItem<'_>) -> bool,
-    ) -> Result<(), FsError> {
+    fn readdir(&self, _: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
+        let Readdir { fh, offset, plus } = at;
         let known = self.dirs.lock().get(&fh).cloned();
         let listing = match known {
             Some(l) if offset != 0 => l,
@@ -338,7 +313,7 @@ impl View for ForkView {
 
     /// Count the handle; truncate on `O_TRUNC` (the kernel normally sends
     /// that as a setattr first).
-    fn open(&self, _: &Caller, ino: u64, flags: i32) -> Result<Opened, FsError> {
+    fn open(&self, _: &Caller, ino: u64, flags: i32) -> Result<Opened> {
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             let attr = self.fork.getattr(ino)?;
             if attr.kind == Kind::File && attr.size != 0 {
@@ -362,7 +337,7 @@ impl View for ForkView {
         name: &[u8],
         mode: u32,
         flags: i32,
-    ) -> Result<(Entry, Opened), FsError> {
+    ) -> Result<(Entry, Opened)> {
         check_name(name)?;
         let node = self.new_node(parent, Kind::File, mode, c)?;
         let attr = self.fork.make(parent, name, &node, true)?;
@@ -372,25 +347,17 @@ impl View for ForkView {
     /// An `O_APPEND` write lands at the journal's end of file, not at the
     /// kernel's idea of it; page-cache writeback (mmap) always carries its
     /// page's own offset (and may name any handle).
-    fn write(
-        &self,
-        c: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        how: WriteCtx,
-    ) -> Result<u32, FsError> {
+    fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
         let append = how.flags & libc::O_APPEND != 0 && !how.writeback;
-        let direct = is_direct(fh) && !how.writeback;
+        let direct = is_direct(how.fh) && !how.writeback;
         if direct && c.uid != 0 {
             self.kill_suid_sgid(ino)?;
         }
         if append {
             self.fork.append(ino, data)?;
         } else {
-            self.fork.write(ino, offset, data)?;
+            self.fork.write(ino, how.offset, data)?;
         }
         Ok(len)
     }
@@ -400,18 +367,11 @@ impl View for ForkView {
         self.fork.release(ino);
     }
 
-    fn sync(&self, _: &Caller) -> Result<(), FsError> {
+    fn sync(&self, _: &Caller) -> Result<()> {
         Ok(self.fork.sync()?)
     }
 
-    fn fallocate(
-        &self,
-        _: &Caller,
-        ino: u64,
-        offset: u64,
-        len: u64,
-        mode: i32,
-    ) -> Result<(), FsError> {
+    fn fallocate(&self, _: &Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
         let how = match mode {
             0 => Fallocate::Extend,
             libc::FALLOC_FL_KEEP_SIZE => Fallocate::KeepSize,
@@ -425,20 +385,13 @@ impl View for ForkView {
 
     // ------------------------------------------------------------ metadata
 
-    fn setattr(&self, _: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry, FsError> {
+    fn setattr(&self, _: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
         Ok(entry(self.fork.setattr(ino, attrs)?))
     }
 
     /// An access ACL also sets the mode ([`Fork::setxattr_as`]); whether the
     /// caller keeps a setgid bit depends on its groups.
-    fn setxattr(
-        &self,
-        c: &Caller,
-        ino: u64,
-        name: &[u8],
-        value: &[u8],
-        flags: i32,
-    ) -> Result<(), FsError> {
+    fn setxattr(&self, c: &Caller, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         view::check_xattr_name(name)?;
         let mode = match flags {
             0 => XattrMode::Any,
@@ -450,7 +403,7 @@ impl View for ForkView {
         Ok(self.fork.setxattr_as(ino, name, value, mode, &in_group)?)
     }
 
-    fn removexattr(&self, _: &Caller, ino: u64, name: &[u8]) -> Result<(), FsError> {
+    fn removexattr(&self, _: &Caller, ino: u64, name: &[u8]) -> Result<()> {
         view::check_xattr_name(name)?;
         Ok(self.fork.removexattr(ino, name)?)
     }
@@ -461,14 +414,7 @@ impl View for ForkView {
     /// for devices only. The kernel checks `CAP_MKNOD` before it asks. A
     /// device node cannot be opened here (the mount is `nodev`), so recording
     /// it grants nothing.
-    fn mknod(
-        &self,
-        c: &Caller,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        rdev: u64,
-    ) -> Result<Entry, FsError> {
+    fn mknod(&self, c: &Caller, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Entry> {
         check_name(name)?;
         let kind = match mode & libc::S_IFMT {
             libc::S_IFREG | 0 => Kind::File,
@@ -490,20 +436,14 @@ impl View for ForkView {
         Ok(entry(self.fork.make(parent, name, &node, false)?))
     }
 
-    fn mkdir(&self, c: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Entry, FsError> {
+    fn mkdir(&self, c: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Entry> {
         check_name(name)?;
         let node = self.new_node(parent, Kind::Dir, mode, c)?;
         Ok(entry(self.fork.make(parent, name, &node, false)?))
     }
 
     /// Mode 0777 whatever the umask, as on Linux.
-    fn symlink(
-        &self,
-        c: &Caller,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> Result<Entry, FsError> {
+    fn symlink(&self, c: &Caller, parent: u64, name: &[u8], target: &[u8]) -> Result<Entry> {
         check_name(name)?;
         let c = Caller { umask: 0, ..*c };
         let node = NewNode {
@@ -513,23 +453,17 @@ impl View for ForkView {
         Ok(entry(self.fork.make(parent, name, &node, false)?))
     }
 
-    fn link(
-        &self,
-        _: &Caller,
-        ino: u64,
-        new_parent: u64,
-        new_name: &[u8],
-    ) -> Result<Entry, FsError> {
+    fn link(&self, _: &Caller, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Entry> {
         check_name(new_name)?;
         Ok(entry(self.fork.link(ino, new_parent, new_name)?))
     }
 
-    fn unlink(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<(), FsError> {
+    fn unlink(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         check_name(name)?;
         Ok(self.fork.unlink(parent, name)?)
     }
 
-    fn rmdir(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<(), FsError> {
+    fn rmdir(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         check_name(name)?;
         Ok(self.fork.rmdir(parent, name)?)
     }
@@ -544,7 +478,7 @@ impl View for ForkView {
         new_parent: u64,
         new_name: &[u8],
         flags: u32,
-    ) -> Result<(), FsError> {
+    ) -> Result<()> {
         check_name(name)?;
         check_name(new_name)?;
         let mode = match flags {
@@ -563,15 +497,11 @@ mod tests {
     use crate::fs::errno;
     use crate::fs::view::ROOT_INO;
     use crate::ingest::{self, SnapshotOptions};
-    use crate::store::{Checkpoint, Source, Store};
+    use crate::store::Store;
     use fuser::Errno;
 
-    const ROOT: &Caller = &Caller {
-        uid: 0,
-        gid: 0,
-        pid: 0,
-        umask: 0,
-    };
+    use crate::fs::testing::{self, ROOT, fh, plus};
+
     const USER: &Caller = &Caller {
         uid: 1000,
         gid: 1000,
@@ -590,22 +520,14 @@ mod tests {
         let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
         let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
         let base = store
-            .write_checkpoint(&Checkpoint {
-                version: 1,
-                root: snap.root,
-                parents: vec![],
-                origin: None,
-                time_ns: 1,
-                message: "base".into(),
-                source: Source::default(),
-            })
+            .write_checkpoint(&testing::checkpoint(snap.root, vec![], "base".into()))
             .unwrap();
         Fork::create(&store, "t", &base).unwrap();
         let fork = Arc::new(Fork::open(store, "t").unwrap());
         (tmp, ForkView::new(fork))
     }
 
-    fn code(r: Result<impl std::fmt::Debug, FsError>) -> Errno {
+    fn code(r: Result<impl std::fmt::Debug>) -> Errno {
         errno(&r.expect_err("should fail"))
     }
 
@@ -614,17 +536,20 @@ mod tests {
         Caller { umask, ..*c }
     }
 
-    /// The handle of `o` (a fork always gives one).
-    fn fh(o: Opened) -> u64 {
-        match o {
-            Opened::Handle { fh, .. } => fh,
-            Opened::Stateless => panic!("a fork gives handles"),
+    /// A write at offset 0 that came through an `O_APPEND` handle, direct
+    /// I/O or not, as page-cache writeback or not.
+    fn appending(direct: bool, writeback: bool) -> WriteCtx {
+        WriteCtx {
+            fh: fh(file_handle(direct)),
+            offset: 0,
+            flags: libc::O_WRONLY | libc::O_APPEND,
+            writeback,
         }
     }
 
     fn names(fs: &ForkView, fh: u64, offset: u64) -> Vec<(u64, Vec<u8>)> {
         let mut out = Vec::new();
-        fs.readdir(ROOT, ROOT_INO, fh, offset, true, &mut |item| {
+        fs.readdir(ROOT, ROOT_INO, plus(fh, offset), &mut |item| {
             out.push((item.next_offset, item.name.to_vec()));
             false
         })
@@ -676,17 +601,19 @@ mod tests {
             Errno::EEXIST
         );
         let file = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
-        let how = WriteCtx {
+        // Offsets the kernel never sends, but a hostile one could.
+        let at = |offset| WriteCtx {
+            fh: 0,
+            offset,
             flags: libc::O_RDWR,
             writeback: false,
         };
-        // Offsets the kernel never sends, but a hostile one could.
         assert_eq!(
-            code(fs.write(ROOT, file, 0, u64::MAX - 1, b"xyz", how)),
+            code(fs.write(ROOT, file, b"xyz", at(u64::MAX - 1))),
             Errno::EFBIG
         );
         assert_eq!(
-            code(fs.write(ROOT, file, 0, i64::MAX as u64, b"x", how)),
+            code(fs.write(ROOT, file, b"x", at(i64::MAX as u64))),
             Errno::EFBIG
         );
         assert_eq!(code(fs.fallocate(ROOT, file, u64::MAX, 2, 0)), Errno::EFBIG);
@@ -807,7 +734,7 @@ mod tests {
             (libc::S_IFBLK | 0o640, 259, 70_000, Kind::BlockDev),
             (libc::S_IFCHR | 0o600, 4095, (1 << 20) - 1, Kind::CharDev),
         ] {
-            let rdev = libc::makedev(major, minor);
+            let rdev = crate::sys::makedev(major, minor);
             let name = format!("dev{major}");
             let a = fs
                 .mknod(USER, ROOT_INO, name.as_bytes(), mode, rdev)
@@ -838,11 +765,7 @@ mod tests {
             .unwrap()
         };
         let write = |caller, direct| {
-            let how = WriteCtx {
-                flags: libc::O_WRONLY | libc::O_APPEND,
-                writeback: false,
-            };
-            fs.write(caller, file, fh(file_handle(direct)), 0, b"+", how)
+            fs.write(caller, file, b"+", appending(direct, false))
                 .unwrap();
             fs.getattr(caller, file).unwrap().attr.perm
         };
@@ -868,12 +791,7 @@ mod tests {
             },
         )
         .unwrap();
-        let how = WriteCtx {
-            flags: libc::O_WRONLY | libc::O_APPEND,
-            writeback: true,
-        };
-        fs.write(USER, file, fh(file_handle(true)), 0, b"F", how)
-            .unwrap();
+        fs.write(USER, file, b"F", appending(true, true)).unwrap();
         assert_eq!(fs.read(ROOT, file, 0, 100).unwrap(), b"File");
         assert_eq!(fs.getattr(ROOT, file).unwrap().attr.perm, 0o6755);
     }

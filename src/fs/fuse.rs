@@ -27,11 +27,13 @@ use fuser::{
 };
 
 use super::view::{
-    Attr, BLOCK_SIZE, Caller, Capability, Entry, Opened, SetAttr, Time, View, WriteCtx, XattrReply,
+    Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, Opened, Readdir, SetAttr, Time, View,
+    WriteCtx, XattrReply,
 };
-use super::{FsError, MountRelease, errno};
+use super::{FsError, MountRelease, Result, errno};
 use crate::journal::ext4::Seek;
 use crate::store::Kind;
+use crate::sys;
 
 /// Inode numbers are never reused within a mount, so one generation suffices.
 const GENERATION: Generation = Generation(0);
@@ -94,35 +96,35 @@ macro_rules! finish {
 }
 finish!(ReplyEmpty, ReplyDirectory, ReplyDirectoryPlus);
 
-fn reply_done(result: Result<(), FsError>, reply: impl Finish) {
+fn reply_done(result: Result<()>, reply: impl Finish) {
     match result {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(fail(&e)),
     }
 }
 
-fn reply_entry(result: Result<Entry, FsError>, reply: ReplyEntry) {
+fn reply_entry(result: Result<Entry>, reply: ReplyEntry) {
     match result {
         Ok(e) => reply.entry(&e.ttl, &file_attr(&e.attr), GENERATION),
         Err(e) => reply.error(fail(&e)),
     }
 }
 
-fn reply_attr(result: Result<Entry, FsError>, reply: ReplyAttr) {
+fn reply_attr(result: Result<Entry>, reply: ReplyAttr) {
     match result {
         Ok(e) => reply.attr(&e.ttl, &file_attr(&e.attr)),
         Err(e) => reply.error(fail(&e)),
     }
 }
 
-fn reply_data(result: Result<Vec<u8>, FsError>, reply: ReplyData) {
+fn reply_data(result: Result<Vec<u8>>, reply: ReplyData) {
     match result {
         Ok(data) => reply.data(&data),
         Err(e) => reply.error(fail(&e)),
     }
 }
 
-fn reply_xattr(result: Result<XattrReply, FsError>, reply: ReplyXattr) {
+fn reply_xattr(result: Result<XattrReply>, reply: ReplyXattr) {
     match result {
         Ok(XattrReply::Size(n)) => reply.size(n),
         Ok(XattrReply::Data(bytes)) => reply.data(&bytes),
@@ -130,13 +132,23 @@ fn reply_xattr(result: Result<XattrReply, FsError>, reply: ReplyXattr) {
     }
 }
 
-fn reply_open(result: Result<Opened, FsError>, reply: ReplyOpen) {
+fn reply_open(result: Result<Opened>, reply: ReplyOpen) {
     match result {
         // Zero-message opens from now on (see `Opened::Stateless`).
         Ok(Opened::Stateless) => reply.error(errno(&FsError::NotNeeded)),
         Ok(o) => {
             let (fh, flags) = handle(o);
             reply.opened(fh, flags);
+        }
+        Err(e) => reply.error(fail(&e)),
+    }
+}
+
+fn reply_created(result: Result<(Entry, Opened)>, reply: ReplyCreate) {
+    match result {
+        Ok((e, o)) => {
+            let (fh, open_flags) = handle(o);
+            reply.created(&e.ttl, &file_attr(&e.attr), GENERATION, fh, open_flags);
         }
         Err(e) => reply.error(fail(&e)),
     }
@@ -165,7 +177,7 @@ fn handle(o: Opened) -> (FileHandle, FopenFlags) {
 
 /// The `lseek` whence a view answers: `SEEK_DATA` or `SEEK_HOLE` (the kernel
 /// answers the others itself and never sends them).
-fn seek_whence(whence: i32) -> Result<Seek, FsError> {
+fn seek_whence(whence: i32) -> Result<Seek> {
     match whence {
         libc::SEEK_DATA => Ok(Seek::Data),
         libc::SEEK_HOLE => Ok(Seek::Hole),
@@ -248,8 +260,7 @@ fn file_attr(a: &Attr) -> FileAttr {
 /// Re-encode a userspace `dev_t` (the store's encoding) in the kernel's
 /// 32-bit `new_encode_dev` form, which is what FUSE's `rdev` carries.
 fn kernel_dev(rdev: u64) -> u32 {
-    let major = libc::major(rdev as libc::dev_t);
-    let minor = libc::minor(rdev as libc::dev_t);
+    let (major, minor) = (sys::major(rdev), sys::minor(rdev));
     (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
 }
 
@@ -258,7 +269,121 @@ fn kernel_dev(rdev: u64) -> u32 {
 fn user_dev(kernel: u32) -> u64 {
     let major = (kernel & 0xfff00) >> 8;
     let minor = (kernel & 0xff) | ((kernel >> 12) & 0xfff00);
-    libc::makedev(major, minor)
+    sys::makedev(major, minor)
+}
+
+/// The replies a directory listing fills: `readdir`'s and `readdirplus`'s.
+trait Listing: Finish {
+    /// Whether the items it takes carry their attributes.
+    const PLUS: bool;
+    /// Add `item`; true once the reply is full.
+    fn add_item(&mut self, item: DirItem<'_>) -> bool;
+}
+
+impl Listing for ReplyDirectory {
+    const PLUS: bool = false;
+    fn add_item(&mut self, item: DirItem<'_>) -> bool {
+        let name = OsStr::from_bytes(item.name);
+        self.add(
+            INodeNo(item.ino),
+            item.next_offset,
+            file_type(item.kind),
+            name,
+        )
+    }
+}
+
+impl Listing for ReplyDirectoryPlus {
+    const PLUS: bool = true;
+    /// An item without its attributes ends the reply.
+    fn add_item(&mut self, item: DirItem<'_>) -> bool {
+        let Some(entry) = item.entry else {
+            return false;
+        };
+        let name = OsStr::from_bytes(item.name);
+        let attr = file_attr(&entry.attr);
+        self.add(
+            attr.ino,
+            item.next_offset,
+            name,
+            &entry.ttl,
+            &attr,
+            GENERATION,
+        )
+    }
+}
+
+// The `Filesystem` methods that differ only in their names or reply types
+// are written once each, by the macros below, inside its `impl`.
+
+/// `fsync` and `fsyncdir`: [`View::sync`], whatever the handle.
+macro_rules! sync {
+    ($($name:ident),*) => {$(
+        #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
+        fn $name(
+            &self,
+            req: &Request,
+            ino: INodeNo,
+            _fh: FileHandle,
+            _datasync: bool,
+            reply: ReplyEmpty,
+        ) {
+            reply_done(self.view.sync(&caller(req)), reply);
+        }
+    )*};
+}
+
+/// `readdir` and `readdirplus`: one listing, into the method's [`Listing`].
+macro_rules! list {
+    ($($name:ident: $reply:ty),*) => {$(
+        #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, pid = req.pid()))]
+        fn $name(
+            &self,
+            req: &Request,
+            ino: INodeNo,
+            fh: FileHandle,
+            offset: u64,
+            mut reply: $reply,
+        ) {
+            let at = Readdir {
+                fh: fh.0,
+                offset,
+                plus: <$reply as Listing>::PLUS,
+            };
+            let listed = self
+                .view
+                .readdir(&caller(req), ino.0, at, &mut |item| reply.add_item(item));
+            reply_done(listed, reply);
+        }
+    )*};
+}
+
+/// `mknod`, `mkdir` and `create`: the requests that make a node and carry
+/// the caller's umask. Each names its own arguments after the common ones,
+/// its reply and reply function, and its view call on `view`, the caller
+/// `c` (with the umask), `parent`, `name` (bytes) and `mode`.
+macro_rules! make_node {
+    ($(
+        $name:ident($($arg:ident: $ty:ty),*) -> $reply:ty, $answer:ident,
+            |$view:ident, $c:ident, $parent:ident, $n:ident, $mode:ident| $make:expr;
+    )*) => {$(
+        #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, mode, $($arg,)* pid = req.pid()))]
+        fn $name(
+            &self,
+            req: &Request,
+            parent: INodeNo,
+            name: &OsStr,
+            mode: u32,
+            umask: u32,
+            $($arg: $ty,)*
+            reply: $reply,
+        ) {
+            let $view = &*self.view;
+            let $c = &caller_with_umask(req, umask);
+            let ($parent, $n, $mode) = (parent.0, name.as_bytes(), mode);
+            $answer($make, reply);
+        }
+    )*};
 }
 
 impl Filesystem for FuseAdapter {
@@ -327,36 +452,13 @@ impl Filesystem for FuseAdapter {
         reply_data(self.view.readlink(&caller(req), ino.0), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, mode, pid = req.pid()))]
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        let c = caller_with_umask(req, umask);
-        let made = self
-            .view
-            .mknod(&c, parent.0, name.as_bytes(), mode, user_dev(rdev));
-        reply_entry(made, reply);
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, mode, pid = req.pid()))]
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let c = caller_with_umask(req, umask);
-        reply_entry(self.view.mkdir(&c, parent.0, name.as_bytes(), mode), reply);
+    make_node! {
+        mknod(rdev: u32) -> ReplyEntry, reply_entry,
+            |view, c, parent, name, mode| view.mknod(c, parent, name, mode, user_dev(rdev));
+        mkdir() -> ReplyEntry, reply_entry,
+            |view, c, parent, name, mode| view.mkdir(c, parent, name, mode);
+        create(flags: i32) -> ReplyCreate, reply_created,
+            |view, c, parent, name, mode| view.create(c, parent, name, mode, flags);
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
@@ -516,13 +618,12 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let how = WriteCtx {
+            fh: fh.0,
+            offset,
             flags: flags.0,
             writeback: write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
         };
-        match self
-            .view
-            .write(&caller(req), ino.0, fh.0, offset, data, how)
-        {
+        match self.view.write(&caller(req), ino.0, data, how) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fail(&e)),
         }
@@ -559,63 +660,13 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
-    fn fsync(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply_done(self.view.sync(&caller(req)), reply);
-    }
+    sync!(fsync, fsyncdir);
+
+    list!(readdir: ReplyDirectory, readdirplus: ReplyDirectoryPlus);
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         reply_open(self.view.opendir(&caller(req), ino.0), reply);
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, pid = req.pid()))]
-    fn readdir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        let listed = self
-            .view
-            .readdir(&caller(req), ino.0, fh.0, offset, false, &mut |item| {
-                let name = OsStr::from_bytes(item.name);
-                let kind = file_type(item.kind);
-                reply.add(INodeNo(item.ino), item.next_offset, kind, name)
-            });
-        reply_done(listed, reply);
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, pid = req.pid()))]
-    fn readdirplus(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        let listed = self
-            .view
-            .readdir(&caller(req), ino.0, fh.0, offset, true, &mut |item| {
-                let Some(entry) = item.entry else {
-                    return false;
-                };
-                let name = OsStr::from_bytes(item.name);
-                let attr = file_attr(&entry.attr);
-                let next = item.next_offset;
-                reply.add(attr.ino, next, name, &entry.ttl, &attr, GENERATION)
-            });
-        reply_done(listed, reply);
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
@@ -629,18 +680,6 @@ impl Filesystem for FuseAdapter {
     ) {
         self.view.releasedir(&caller(req), fh.0);
         reply.ok();
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
-    fn fsyncdir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply_done(self.view.sync(&caller(req)), reply);
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
@@ -704,28 +743,6 @@ impl Filesystem for FuseAdapter {
         reply_done(self.view.access(&caller(req), ino.0, mask.bits()), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, mode, flags, pid = req.pid()))]
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let c = caller_with_umask(req, umask);
-        match self.view.create(&c, parent.0, name.as_bytes(), mode, flags) {
-            Ok((e, o)) => {
-                let (fh, open_flags) = handle(o);
-                let attr = file_attr(&e.attr);
-                reply.created(&e.ttl, &attr, GENERATION, fh, open_flags);
-            }
-            Err(e) => reply.error(fail(&e)),
-        }
-    }
-
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, length, mode, pid = req.pid()))]
     fn fallocate(
         &self,
@@ -750,11 +767,11 @@ mod tests {
 
     #[test]
     fn device_numbers_use_the_kernel_encoding() {
-        assert_eq!(kernel_dev(libc::makedev(8, 1)), 0x801);
-        assert_eq!(kernel_dev(libc::makedev(1, 0x1234)), 0x120_0134);
+        assert_eq!(kernel_dev(sys::makedev(8, 1)), 0x801);
+        assert_eq!(kernel_dev(sys::makedev(1, 0x1234)), 0x120_0134);
         // Majors and minors past 8 bits use every field of the kernel's form.
         for (major, minor) in [(1, 3), (259, 70_000), (4095, (1 << 20) - 1)] {
-            let rdev = libc::makedev(major, minor);
+            let rdev = sys::makedev(major, minor);
             assert_eq!(user_dev(kernel_dev(rdev)), rdev, "{major}:{minor}");
         }
     }

@@ -355,19 +355,8 @@ mod tests {
 
     fn entry(name: &str, kind: Kind, link_id: u64, content: Content) -> Entry {
         Entry {
-            name: name.as_bytes().to_vec(),
-            kind,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            size: 0,
-            nlink: 1,
             link_id,
-            rdev: 0,
-            xattrs: vec![],
-            content,
+            ..crate::fs::testing::entry(name, kind, content)
         }
     }
 

@@ -26,6 +26,8 @@ mod checkpoint;
 mod fork;
 mod fuse;
 mod inode;
+#[cfg(test)]
+mod testing;
 mod view;
 
 use std::io;
@@ -120,6 +122,9 @@ pub enum FsError {
     #[error("inappropriate ioctl for a storefs file")]
     NoIoctl,
 }
+
+/// The result of every operation of this layer.
+pub type Result<T, E = FsError> = std::result::Result<T, E>;
 
 /// The errno a failed operation returns to the kernel. The only errno mapping
 /// in storefs.
@@ -230,7 +235,7 @@ enum Mode {
     ReadWrite,
 }
 
-fn check_mountpoint(cfg: &MountConfig) -> Result<(), FsError> {
+fn check_mountpoint(cfg: &MountConfig) -> Result<()> {
     let meta = std::fs::metadata(&cfg.mountpoint).map_err(|e| mount_error(cfg, e))?;
     if !meta.is_dir() {
         return Err(mount_error(
@@ -255,7 +260,7 @@ fn start_session<FS: fuser::Filesystem>(
     cfg: &MountConfig,
     config: &Config,
     make: impl FnOnce(MountRelease) -> FS,
-) -> Result<Session<FS>, FsError> {
+) -> Result<Session<FS>> {
     crate::sys::block_stop_signals().map_err(|e| mount_error(cfg, e))?;
     let release = MountRelease::default();
     let mut session = Session::new(make(release.clone()), &cfg.mountpoint, config)
@@ -273,11 +278,7 @@ fn start_session<FS: fuser::Filesystem>(
 /// it from the daemon's main thread before starting other threads (a thread that
 /// does not block them would die of a process-directed SIGTERM). The mask is
 /// left in place even when mounting fails.
-pub fn mount_checkpoint(
-    store: Arc<Store>,
-    ckpt: ObjectId,
-    cfg: &MountConfig,
-) -> Result<Mounted, FsError> {
+pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) -> Result<Mounted> {
     let record = store.read_checkpoint(&ckpt)?;
     let root = store.root_entry(&record)?;
     check_mountpoint(cfg)?;
@@ -308,7 +309,7 @@ pub fn mount_checkpoint(
 /// [`Fork::sync`] has made everything so far durable. The caller may keep
 /// its own clone of `fork` to [`Fork::commit`] or [`Fork::sync`] from other
 /// threads while the mount serves, and commits after `run` returns.
-pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError> {
+pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
@@ -326,7 +327,7 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, FsError
 /// Mount the whole store read-only for browsing: `checkpoints/`, `refs/`,
 /// `forks/`, `archives/` (see [`browse`]). Returns once the kernel mount
 /// exists (before serving). Signals as for [`mount_checkpoint`].
-pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted, FsError> {
+pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadOnly)?;
     let view = BrowseView::new(store, cfg.cache_bytes, cfg.mountpoint.clone());
@@ -362,7 +363,7 @@ impl Mounted {
 }
 
 /// The fuser configuration: `ro` or `rw` by `mode`, plus the user's options.
-fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, FsError> {
+fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config> {
     if cfg.fsname.contains(',') {
         return Err(FsError::BadOption {
             option: format!("fsname={}", cfg.fsname),

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::FsError;
+use super::{FsError, Result};
 use crate::journal::{
     self,
     ext4::{self, Seek},
@@ -95,6 +95,20 @@ impl<'a> DirItem<'a> {
     }
 }
 
+/// A `readdir` request: where the listing resumes and what it carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readdir {
+    /// The handle `opendir` gave (0 for a view that gives none).
+    pub fh: u64,
+    /// 0 = start; else the `next_offset` of the last item taken.
+    pub offset: u64,
+    /// Items carry their attributes (readdirplus).
+    pub plus: bool,
+}
+
+/// What a listing hands each item to: true once the reply is full.
+pub type AddItem<'a> = dyn FnMut(DirItem<'_>) -> bool + 'a;
+
 /// The answer to `open` and `opendir`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opened {
@@ -113,9 +127,13 @@ pub enum Opened {
     },
 }
 
-/// How a write reached the view.
+/// Where and how a write reached the view.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteCtx {
+    /// The handle `open` or `create` gave.
+    pub fh: u64,
+    /// Where in the file the data goes.
+    pub offset: u64,
     /// The `open(2)` flags of the handle (`O_APPEND`, …).
     pub flags: i32,
     /// Page-cache writeback (mmap, or a cached handle's data): it carries its
@@ -164,50 +182,39 @@ pub trait View: Send + Sync {
     fn capabilities(&self) -> &'static [Capability];
 
     /// The entry `name` in directory `parent`.
-    fn lookup(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Entry, FsError>;
+    fn lookup(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Entry>;
 
-    fn getattr(&self, c: &Caller, ino: u64) -> Result<Entry, FsError>;
+    fn getattr(&self, c: &Caller, ino: u64) -> Result<Entry>;
 
     /// A symlink's target, byte-exact.
-    fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>, FsError>;
+    fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>>;
 
     /// Open file `ino` with the `open(2)` flags.
-    fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened, FsError>;
+    fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened>;
 
     /// Up to `size` bytes of file `ino` from `offset`; empty at or past the end.
-    fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError>;
+    fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>>;
 
     /// `lseek` with `SEEK_DATA` or `SEEK_HOLE`, as ext4 would answer
     /// ([`ext4::seek`]); `None` is `ENXIO`.
-    fn seek(&self, c: &Caller, ino: u64, offset: i64, whence: Seek)
-    -> Result<Option<u64>, FsError>;
+    fn seek(&self, c: &Caller, ino: u64, offset: i64, whence: Seek) -> Result<Option<u64>>;
 
-    fn opendir(&self, c: &Caller, ino: u64) -> Result<Opened, FsError>;
+    fn opendir(&self, c: &Caller, ino: u64) -> Result<Opened>;
 
-    /// List directory `ino` (open as `fh`) from `offset` (0 = start; "." and
-    /// ".." come first), calling `add` for each entry until it returns true
-    /// (the reply is full). With `plus`, items carry their attributes.
-    fn readdir(
-        &self,
-        c: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-        add: &mut dyn FnMut(DirItem<'_>) -> bool,
-    ) -> Result<(), FsError>;
+    /// List directory `ino` as `at` asks ("." and ".." come first), calling
+    /// `add` for each entry until it returns true (the reply is full).
+    fn readdir(&self, c: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()>;
 
-    fn statfs(&self, c: &Caller) -> Result<StatFs, FsError>;
+    fn statfs(&self, c: &Caller) -> Result<StatFs>;
 
     /// The value of xattr `name`; `size` 0 asks for its length only.
-    fn getxattr(&self, c: &Caller, ino: u64, name: &[u8], size: u32)
-    -> Result<XattrReply, FsError>;
+    fn getxattr(&self, c: &Caller, ino: u64, name: &[u8], size: u32) -> Result<XattrReply>;
 
     /// The xattr names, each NUL-terminated; `size` 0 asks for the length only.
-    fn listxattr(&self, c: &Caller, ino: u64, size: u32) -> Result<XattrReply, FsError>;
+    fn listxattr(&self, c: &Caller, ino: u64, size: u32) -> Result<XattrReply>;
 
     /// `access(2)` (the kernel checks the mode bits: `default_permissions`).
-    fn access(&self, c: &Caller, ino: u64, mask: i32) -> Result<(), FsError>;
+    fn access(&self, c: &Caller, ino: u64, mask: i32) -> Result<()>;
 
     /// The last close of a handle [`View::open`] gave.
     fn release(&self, c: &Caller, ino: u64) {}
@@ -216,57 +223,38 @@ pub trait View: Send + Sync {
     fn releasedir(&self, c: &Caller, fh: u64) {}
 
     /// fsync, fdatasync, fsyncdir: returns once everything done so far is durable.
-    fn sync(&self, c: &Caller) -> Result<(), FsError> {
+    fn sync(&self, c: &Caller) -> Result<()> {
         Ok(())
     }
 
     // ---- writes: refused unless the view serves them ----
 
-    fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry, FsError> {
+    fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
         Err(FsError::ReadOnly)
     }
 
     /// `mknod(2)`; `rdev` is a userspace `dev_t`.
-    fn mknod(
-        &self,
-        c: &Caller,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        rdev: u64,
-    ) -> Result<Entry, FsError> {
+    fn mknod(&self, c: &Caller, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Entry> {
         Err(FsError::ReadOnly)
     }
 
-    fn mkdir(&self, c: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Entry, FsError> {
+    fn mkdir(&self, c: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Entry> {
         Err(FsError::ReadOnly)
     }
 
-    fn symlink(
-        &self,
-        c: &Caller,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> Result<Entry, FsError> {
+    fn symlink(&self, c: &Caller, parent: u64, name: &[u8], target: &[u8]) -> Result<Entry> {
         Err(FsError::ReadOnly)
     }
 
-    fn link(
-        &self,
-        c: &Caller,
-        ino: u64,
-        new_parent: u64,
-        new_name: &[u8],
-    ) -> Result<Entry, FsError> {
+    fn link(&self, c: &Caller, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Entry> {
         Err(FsError::ReadOnly)
     }
 
-    fn unlink(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<(), FsError> {
+    fn unlink(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         Err(FsError::ReadOnly)
     }
 
-    fn rmdir(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<(), FsError> {
+    fn rmdir(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         Err(FsError::ReadOnly)
     }
 
@@ -279,7 +267,7 @@ pub trait View: Send + Sync {
         new_parent: u64,
         new_name: &[u8],
         flags: u32,
-    ) -> Result<(), FsError> {
+    ) -> Result<()> {
         Err(FsError::ReadOnly)
     }
 
@@ -291,49 +279,27 @@ pub trait View: Send + Sync {
         name: &[u8],
         mode: u32,
         flags: i32,
-    ) -> Result<(Entry, Opened), FsError> {
+    ) -> Result<(Entry, Opened)> {
         Err(FsError::ReadOnly)
     }
 
-    /// Write `data` to file `ino` (open as `fh`) at `offset`; returns the
-    /// bytes written.
-    fn write(
-        &self,
-        c: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        how: WriteCtx,
-    ) -> Result<u32, FsError> {
+    /// Write `data` to file `ino` through handle `how.fh` at `how.offset`;
+    /// returns the bytes written.
+    fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         Err(FsError::ReadOnly)
     }
 
     /// `setxattr(2)` with its flags (`XATTR_CREATE`, `XATTR_REPLACE`).
-    fn setxattr(
-        &self,
-        c: &Caller,
-        ino: u64,
-        name: &[u8],
-        value: &[u8],
-        flags: i32,
-    ) -> Result<(), FsError> {
+    fn setxattr(&self, c: &Caller, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         Err(FsError::ReadOnly)
     }
 
-    fn removexattr(&self, c: &Caller, ino: u64, name: &[u8]) -> Result<(), FsError> {
+    fn removexattr(&self, c: &Caller, ino: u64, name: &[u8]) -> Result<()> {
         Err(FsError::ReadOnly)
     }
 
     /// `fallocate(2)` with its `mode` bits.
-    fn fallocate(
-        &self,
-        c: &Caller,
-        ino: u64,
-        offset: u64,
-        len: u64,
-        mode: i32,
-    ) -> Result<(), FsError> {
+    fn fallocate(&self, c: &Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
         Err(FsError::ReadOnly)
     }
 }
@@ -341,7 +307,7 @@ pub trait View: Send + Sync {
 /// What a read-only view answers to an open with `flags` (the `open(2)`
 /// flags) that it may serve: any write access or `O_TRUNC` is refused, and a
 /// read needs no per-open state.
-pub fn open_read_only(flags: i32) -> Result<Opened, FsError> {
+pub fn open_read_only(flags: i32) -> Result<Opened> {
     if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
         return Err(FsError::ReadOnly);
     }
@@ -350,7 +316,7 @@ pub fn open_read_only(flags: i32) -> Result<Opened, FsError> {
 
 /// What a read-only view answers to `access(2)` of an inode it has: writing is
 /// refused; the kernel checks the mode bits (`default_permissions`).
-pub fn access_read_only(mask: i32) -> Result<(), FsError> {
+pub fn access_read_only(mask: i32) -> Result<()> {
     if mask & libc::W_OK != 0 {
         return Err(FsError::ReadOnly);
     }
@@ -359,7 +325,7 @@ pub fn access_read_only(mask: i32) -> Result<(), FsError> {
 
 /// An xattr value or name list for a buffer of `size` bytes: its size for a
 /// size-0 probe, `ERANGE` when it does not fit.
-pub fn sized(bytes: Vec<u8>, size: u32) -> Result<XattrReply, FsError> {
+pub fn sized(bytes: Vec<u8>, size: u32) -> Result<XattrReply> {
     let too_small = || FsError::BufferTooSmall {
         given: size,
         needed: bytes.len(),
@@ -391,7 +357,7 @@ pub fn xattr_list<'a>(names: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
 /// and a checkpoint answers such a name as ext4 would.
 const XATTR_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
 
-pub fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
+pub fn check_xattr_name(name: &[u8]) -> Result<()> {
     match XATTR_NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
         None => Err(FsError::Unsupported(
             "an xattr name outside user., trusted., security. and system.",
