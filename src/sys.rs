@@ -13,13 +13,15 @@
 //! - what a daemonized child needs: a new session, and a descriptor kept
 //!   across `exec`;
 //! - device numbers: a `dev_t` from its major and minor, and back.
+//! - `sync_file_range`, which neither rustix nor nix offers: the one OS call
+//!   written against libc.
 //!
 //! It holds no policy: which thread waits for the signals, what a lock
 //! guards, and what a dead mount means to the user are its callers' affairs.
 
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::os::unix::thread::JoinHandleExt;
 use std::path::{Path, PathBuf};
@@ -286,6 +288,40 @@ pub fn major(dev: u64) -> u32 {
 /// The minor number of a userspace `dev_t`.
 pub fn minor(dev: u64) -> u32 {
     rustix::fs::minor(dev)
+}
+
+// ------------------------------------------------------------ write-back
+
+/// How far [`sync_file_range`] goes with the dirty pages of a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncRange {
+    /// Start their writeback without waiting (`SYNC_FILE_RANGE_WRITE`).
+    Start,
+    /// Wait for writeback under way, start it for the rest and wait for all
+    /// of it (`WAIT_BEFORE | WRITE | WAIT_AFTER`).
+    Wait,
+}
+
+/// `sync_file_range(2)` of `len` bytes of `f` from `offset` (`len` 0: to the
+/// end of the file). A range past `i64::MAX` is EINVAL. Neither rustix nor
+/// nix offer this call, so it is the one written against libc.
+pub fn sync_file_range(f: impl AsFd, offset: u64, len: u64, how: SyncRange) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Err(Errno::INVAL.into());
+    };
+    let flags = match how {
+        SyncRange::Start => libc::SYNC_FILE_RANGE_WRITE,
+        SyncRange::Wait => {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        }
+    };
+    // SAFETY: no memory is passed; the descriptor is borrowed for the call.
+    if unsafe { libc::sync_file_range(f.as_fd().as_raw_fd(), offset, len, flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

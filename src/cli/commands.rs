@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::sys::{major, minor};
 use anyhow::{Context, Result, bail};
 
 use super::args::{CatArgs, DiffArgs, LogArgs, LsArgs, RestoreArgs, SnapshotArgs};
@@ -213,8 +214,7 @@ pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
         // Devices show "major, minor" where the size goes, as `ls -l` does.
         let size = match e.kind {
             Kind::CharDev | Kind::BlockDev => {
-                let dev = e.rdev as libc::dev_t;
-                format!("{}, {}", libc::major(dev), libc::minor(dev))
+                format!("{}, {}", major(e.rdev), minor(e.rdev))
             }
             _ => e.size.to_string(),
         };
@@ -361,13 +361,9 @@ pub(super) fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// This machine's name (`uname`'s nodename, as `gethostname` gives it), if
+/// it is UTF-8.
 pub(super) fn hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if r != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8(buf[..end].to_vec()).ok()
+    let uname = rustix::system::uname();
+    uname.nodename().to_str().ok().map(str::to_string)
 }

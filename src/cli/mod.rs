@@ -15,6 +15,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use nix::sys::signal::{self, SigHandler, Signal};
+use rustix::event::{PollFd, PollFlags, Timespec};
 
 pub use args::{Cli, Command};
 
@@ -48,26 +50,26 @@ fn stdout_closed(e: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
             || c.to_string().contains("os error 32")
     });
-    let mut fd = libc::pollfd {
-        fd: libc::STDOUT_FILENO,
-        events: 0,
-        revents: 0,
+    // POLLERR on a pipe's write end means its read end is closed.
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(&stdout, PollFlags::empty())];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
-    // SAFETY: one valid pollfd, no timeout. POLLERR on a pipe's write end
-    // means its read end is closed.
-    let gone = unsafe { libc::poll(&mut fd, 1, 0) } == 1 && fd.revents & libc::POLLERR != 0;
+    let gone = rustix::event::poll(&mut fds, Some(&now)) == Ok(1)
+        && fds[0].revents().contains(PollFlags::ERR);
     epipe && gone
 }
 
 /// End as coreutils do when their reader goes away: killed by SIGPIPE,
 /// silently (Rust ignores SIGPIPE, so the write only failed with EPIPE).
 fn die_of_sigpipe() -> i32 {
-    // SAFETY: restoring the default action and raising a signal at ourselves.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        libc::raise(libc::SIGPIPE);
-    }
-    128 + libc::SIGPIPE
+    // SAFETY: the default action installs no handler that could run
+    // concurrently with anything.
+    let _ = unsafe { signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    let _ = signal::raise(Signal::SIGPIPE);
+    128 + Signal::SIGPIPE as i32
 }
 
 /// One line on standard output; an error (EPIPE) is returned, not a panic as

@@ -386,10 +386,9 @@ impl<W: Write> Writer<'_, W> {
                     _ => EntryType::Block,
                 });
                 if e.kind != Kind::Fifo {
-                    let dev = e.rdev as libc::dev_t;
-                    h.set_device_major(libc::major(dev))
+                    h.set_device_major(crate::sys::major(e.rdev))
                         .map_err(|err| self.err(path, err))?;
-                    h.set_device_minor(libc::minor(dev))
+                    h.set_device_minor(crate::sys::minor(e.rdev))
                         .map_err(|err| self.err(path, err))?;
                 }
                 self.pax(&pax, path)?;

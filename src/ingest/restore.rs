@@ -29,6 +29,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::OFlags;
+
 use super::sys::{self, XattrTarget};
 use super::{Error, IoAt, Result};
 use crate::store::{Checkpoint, Content, Entry, Extent, Kind, Store};
@@ -49,14 +51,14 @@ pub fn restore(store: &Store, ckpt: &Checkpoint, dest: &Path) -> Result<RestoreS
     let root = store.root_entry(ckpt)?;
     prepare_dest(dest)?;
     let cdest = sys::cstring(dest.as_os_str().as_bytes()).at(dest)?;
-    let dest_fd = sys::open_dir_at(libc::AT_FDCWD, &cdest).at(dest)?;
+    let dest_fd = sys::open_dir_at(rustix::fs::CWD, &cdest).at(dest)?;
     let mut r = Restorer {
         store,
         dest,
         dest_fd: &dest_fd,
         links: HashMap::new(),
         stats: RestoreStats::default(),
-        root: sys::is_root(),
+        root: crate::sys::is_root(),
     };
     r.restore_dir(dest_fd.as_fd(), &root, &[])?;
     r.set_meta_fd(dest_fd.as_fd(), &root, dest)?;
@@ -166,8 +168,8 @@ impl Restorer<'_> {
         }
         match (e.kind, &e.content) {
             (Kind::Dir, _) => {
-                sys::mkdirat(dir.as_raw_fd(), name, 0o700).at(&path)?;
-                let fd = sys::open_dir_at(dir.as_raw_fd(), name).at(&path)?;
+                sys::mkdirat(dir, name, 0o700).at(&path)?;
+                let fd = sys::open_dir_at(dir, name).at(&path)?;
                 self.restore_dir(fd.as_fd(), e, rel)?;
                 self.set_meta_fd(fd.as_fd(), e, &path)?;
             }
@@ -177,7 +179,7 @@ impl Restorer<'_> {
             (Kind::Symlink, Content::Target(target)) => {
                 let target = sys::cstring(target)
                     .map_err(|_| bad_entry(&path, "symlink target contains NUL"))?;
-                sys::symlinkat(&target, dir.as_raw_fd(), name).at(&path)?;
+                sys::symlinkat(&target, dir, name).at(&path)?;
                 self.set_meta_at(dir, name, e, &path)?;
             }
             (Kind::Fifo | Kind::CharDev | Kind::BlockDev | Kind::Socket, Content::None) => {
@@ -213,8 +215,8 @@ impl Restorer<'_> {
         if total != Some(e.size) {
             return Err(bad_entry(path, "extents do not add up to the file size"));
         }
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-        let file = File::from(sys::openat(dir.as_raw_fd(), name, flags, 0o600).at(path)?);
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+        let file = File::from(sys::openat(dir, name, flags, 0o600).at(path)?);
         file.set_len(e.size).at(path)?;
         let context = path.to_string_lossy();
         let mut offset = 0;
@@ -242,7 +244,7 @@ impl Restorer<'_> {
     /// mknod a fifo, device or socket (created 0600; chmod comes later).
     fn make_node(&self, dir: BorrowedFd<'_>, name: &CStr, e: &Entry, path: &Path) -> Result<()> {
         let mode = e.kind.mode_bits() | 0o600;
-        match sys::mknodat(dir.as_raw_fd(), name, mode, e.rdev) {
+        match sys::mknodat(dir, name, mode, e.rdev) {
             Err(source)
                 if matches!(e.kind, Kind::CharDev | Kind::BlockDev)
                     && source.raw_os_error() == Some(libc::EPERM) =>
@@ -269,17 +271,13 @@ impl Restorer<'_> {
         let last = parts.pop().unwrap_or_default();
         let mut parent: Option<OwnedFd> = None;
         for part in parts {
-            let at = parent
-                .as_ref()
-                .map_or(self.dest_fd.as_raw_fd(), |f| f.as_raw_fd());
+            let at = parent.as_ref().map_or(self.dest_fd.as_fd(), |f| f.as_fd());
             let c = sys::cstring(part).at(path)?;
             parent = Some(sys::open_dir_at(at, &c).at(path)?);
         }
-        let at = parent
-            .as_ref()
-            .map_or(self.dest_fd.as_raw_fd(), |f| f.as_raw_fd());
+        let at = parent.as_ref().map_or(self.dest_fd.as_fd(), |f| f.as_fd());
         let c_last = sys::cstring(last).at(path)?;
-        sys::linkat(at, &c_last, dir.as_raw_fd(), name).at(path)
+        sys::linkat(at, &c_last, dir, name).at(path)
     }
 
     /// Owner, mode, xattrs and times of an open file or directory.
@@ -297,16 +295,15 @@ impl Restorer<'_> {
     /// Owner, mode (not for symlinks), xattrs and times of `dir/name`, which
     /// is not opened (a symlink, fifo, device or socket).
     fn set_meta_at(&self, dir: BorrowedFd<'_>, name: &CStr, e: &Entry, path: &Path) -> Result<()> {
-        let d = dir.as_raw_fd();
-        self.allow_unprivileged_chown(sys::lchownat(d, name, e.uid, e.gid))
+        self.allow_unprivileged_chown(sys::lchownat(dir, name, e.uid, e.gid))
             .at(path)?;
         if e.kind != Kind::Symlink {
-            sys::chmodat(d, name, e.perm).at(path)?;
+            sys::chmodat(dir, name, e.perm).at(path)?;
         }
         if !e.xattrs.is_empty() {
             // There is no l*xattrat: go through the directory fd's /proc link,
             // which pins the directory; the last component is not followed.
-            let mut p = format!("/proc/self/fd/{d}/").into_bytes();
+            let mut p = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
             p.extend_from_slice(name.to_bytes());
             let p = sys::cstring(&p).at(path)?;
             for (k, v) in &e.xattrs {
@@ -314,7 +311,7 @@ impl Restorer<'_> {
                     .at(path)?;
             }
         }
-        sys::lutimensat(d, name, e.mtime_ns).at(path)
+        sys::lutimensat(dir, name, e.mtime_ns).at(path)
     }
 
     fn allow_unprivileged_chown(&self, r: io::Result<()>) -> io::Result<()> {

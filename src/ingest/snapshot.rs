@@ -589,7 +589,7 @@ fn read_extents(
     let mut sparse = maybe_sparse;
     while pos < size {
         let data = if sparse {
-            match sys::seek(file.as_fd(), pos, libc::SEEK_DATA) {
+            match sys::next_data(file.as_fd(), pos) {
                 Ok(d) => d.unwrap_or(size).min(size),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                     sparse = false;
@@ -611,7 +611,7 @@ fn read_extents(
             break;
         }
         let end = if sparse {
-            match sys::seek(file.as_fd(), data, libc::SEEK_HOLE)? {
+            match sys::next_hole(file.as_fd(), data)? {
                 Some(h) if h > data => h.min(size),
                 _ => size,
             }

@@ -1,30 +1,18 @@
-//! Thin, safe wrappers over the libc calls std does not offer: extended
-//! attributes, `SEEK_DATA`/`SEEK_HOLE`, and the `*at` family used by restore.
-//! Every function returns `io::Result` with the OS error; callers add the path.
+//! Ingest's own OS calls, over rustix: extended attributes read in full,
+//! `SEEK_DATA`/`SEEK_HOLE`, and the `*at` family restore creates a tree
+//! with. Every function returns `io::Result` with the OS error; callers add
+//! the path. Calls other layers make too live in [`crate::sys`].
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, SeekFrom, Timespec, Timestamps, XattrFlags};
+use rustix::io::Errno;
 
 /// A C string from raw name bytes; a NUL inside is an `InvalidInput` error.
 pub fn cstring(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
-}
-
-fn check(ret: libc::c_int) -> io::Result<()> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-fn check_size(ret: libc::ssize_t) -> io::Result<usize> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret as usize)
-    }
 }
 
 // ---- extended attributes ----
@@ -39,54 +27,60 @@ pub enum XattrTarget<'a> {
 }
 
 impl XattrTarget<'_> {
-    fn list(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let (ptr, len) = (buf.as_mut_ptr().cast::<libc::c_char>(), buf.len());
-        // SAFETY: `ptr`/`len` describe a writable buffer; the path is NUL-terminated.
-        check_size(unsafe {
-            match self {
-                XattrTarget::Path(p) => libc::llistxattr(p.as_ptr(), ptr, len),
-                XattrTarget::Fd(fd) => libc::flistxattr(fd.as_raw_fd(), ptr, len),
-            }
-        })
+    fn list_size(&self) -> rustix::io::Result<usize> {
+        match self {
+            XattrTarget::Path(p) => rustix::fs::llistxattr_query(*p),
+            XattrTarget::Fd(fd) => rustix::fs::flistxattr_query(fd),
+        }
     }
 
-    fn get(&self, name: &CStr, buf: &mut [u8]) -> io::Result<usize> {
-        let (ptr, len) = (buf.as_mut_ptr().cast::<libc::c_void>(), buf.len());
-        // SAFETY: as above; `name` is NUL-terminated.
-        check_size(unsafe {
-            match self {
-                XattrTarget::Path(p) => libc::lgetxattr(p.as_ptr(), name.as_ptr(), ptr, len),
-                XattrTarget::Fd(fd) => libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), ptr, len),
-            }
-        })
+    fn list(&self, buf: &mut [u8]) -> rustix::io::Result<usize> {
+        match self {
+            XattrTarget::Path(p) => rustix::fs::llistxattr(*p, buf),
+            XattrTarget::Fd(fd) => rustix::fs::flistxattr(fd, buf),
+        }
+    }
+
+    fn size(&self, name: &CStr) -> rustix::io::Result<usize> {
+        match self {
+            XattrTarget::Path(p) => rustix::fs::lgetxattr_query(*p, name),
+            XattrTarget::Fd(fd) => rustix::fs::fgetxattr_query(fd, name),
+        }
+    }
+
+    fn get(&self, name: &CStr, buf: &mut [u8]) -> rustix::io::Result<usize> {
+        match self {
+            XattrTarget::Path(p) => rustix::fs::lgetxattr(*p, name, buf),
+            XattrTarget::Fd(fd) => rustix::fs::fgetxattr(fd, name, buf),
+        }
     }
 
     /// Set one attribute (creating or replacing it).
     pub fn set(&self, name: &[u8], value: &[u8]) -> io::Result<()> {
         let name = cstring(name)?;
-        let (ptr, len) = (value.as_ptr().cast::<libc::c_void>(), value.len());
-        // SAFETY: `ptr`/`len` describe a readable buffer; strings are NUL-terminated.
-        check(unsafe {
-            match self {
-                XattrTarget::Path(p) => libc::lsetxattr(p.as_ptr(), name.as_ptr(), ptr, len, 0),
-                XattrTarget::Fd(fd) => libc::fsetxattr(fd.as_raw_fd(), name.as_ptr(), ptr, len, 0),
-            }
-        })
+        let flags = XattrFlags::empty();
+        Ok(match self {
+            XattrTarget::Path(p) => rustix::fs::lsetxattr(*p, &name, value, flags),
+            XattrTarget::Fd(fd) => rustix::fs::fsetxattr(fd, &name, value, flags),
+        }?)
     }
 }
 
-/// Call `f` with a growing buffer until the result fits (the size can change
-/// between the size query and the read, which shows as ERANGE).
-fn read_sized(mut f: impl FnMut(&mut [u8]) -> io::Result<usize>) -> io::Result<Vec<u8>> {
+/// Ask `size` how big the result is, then `read` it into a buffer that big,
+/// again while it does not fit (the size can change between the two calls,
+/// which shows as ERANGE).
+fn read_sized(
+    size: impl Fn() -> rustix::io::Result<usize>,
+    read: impl Fn(&mut [u8]) -> rustix::io::Result<usize>,
+) -> rustix::io::Result<Vec<u8>> {
     loop {
-        let size = f(&mut [])?;
-        let mut buf = vec![0u8; size];
-        match f(&mut buf) {
+        let mut buf = vec![0u8; size()?];
+        match read(&mut buf) {
             Ok(n) => {
                 buf.truncate(n);
                 return Ok(buf);
             }
-            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(Errno::RANGE) => continue,
             Err(e) => return Err(e),
         }
     }
@@ -95,18 +89,18 @@ fn read_sized(mut f: impl FnMut(&mut [u8]) -> io::Result<usize>) -> io::Result<V
 /// All extended attributes of `target`, sorted by name. A filesystem without
 /// xattr support yields none; an attribute removed while listing is skipped.
 pub fn read_xattrs(target: XattrTarget<'_>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let names = match read_sized(|b| target.list(b)) {
+    let names = match read_sized(|| target.list_size(), |b| target.list(b)) {
         Ok(n) => n,
-        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
+        Err(Errno::NOTSUP) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
         let cname = cstring(name)?;
-        match read_sized(|b| target.get(&cname, b)) {
+        match read_sized(|| target.size(&cname), |b| target.get(&cname, b)) {
             Ok(value) => out.push((name.to_vec(), value)),
-            Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
-            Err(e) => return Err(e),
+            Err(Errno::NODATA) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     out.sort();
@@ -115,112 +109,140 @@ pub fn read_xattrs(target: XattrTarget<'_>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)
 
 // ---- sparse files ----
 
-/// Where the next data (`SEEK_DATA`) or hole (`SEEK_HOLE`) starts at or after
-/// `offset`. `Ok(None)` means ENXIO: no more data after `offset`.
-pub fn seek(fd: BorrowedFd<'_>, offset: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
-    // SAFETY: lseek on a valid fd has no memory effects.
-    let r = unsafe { libc::lseek(fd.as_raw_fd(), offset as libc::off_t, whence) };
-    if r >= 0 {
-        return Ok(Some(r as u64));
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::ENXIO) {
-        Ok(None)
-    } else {
-        Err(e)
+/// Where the next data starts at or after `offset` (`SEEK_DATA`).
+/// `Ok(None)` means ENXIO: no more data after `offset`.
+pub fn next_data(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
+    seek(fd, SeekFrom::Data(offset))
+}
+
+/// Where the next hole starts at or after `offset` (`SEEK_HOLE`).
+/// `Ok(None)` means ENXIO: `offset` is at or past the end.
+pub fn next_hole(fd: BorrowedFd<'_>, offset: u64) -> io::Result<Option<u64>> {
+    seek(fd, SeekFrom::Hole(offset))
+}
+
+fn seek(fd: BorrowedFd<'_>, to: SeekFrom) -> io::Result<Option<u64>> {
+    match rustix::fs::seek(fd, to) {
+        Ok(at) => Ok(Some(at)),
+        Err(Errno::NXIO) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
 // ---- fd-relative creation and metadata (restore) ----
 
 /// `openat(dir, name, flags, mode)`, always with O_CLOEXEC.
-pub fn openat(dir: RawFd, name: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; a non-negative result is a new fd we own.
-    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+pub fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    let mode = Mode::from_raw_mode(mode);
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        flags | OFlags::CLOEXEC,
+        mode,
+    )?)
 }
 
 /// Open an existing directory under `dir` without following a symlink.
-pub fn open_dir_at(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
-    openat(
+pub fn open_dir_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+    openat(dir, name, flags, 0)
+}
+
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
+    Ok(rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode))?)
+}
+
+pub fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    Ok(rustix::fs::symlinkat(target, dir, name)?)
+}
+
+/// `mknodat(dir, name, mode, rdev)`; `mode` holds the file type bits too.
+pub fn mknodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> io::Result<()> {
+    let kind = FileType::from_raw_mode(mode);
+    Ok(rustix::fs::mknodat(
         dir,
         name,
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-        0,
-    )
-}
-
-pub fn mkdirat(dir: RawFd, name: &CStr, mode: u32) -> io::Result<()> {
-    // SAFETY: `name` is NUL-terminated.
-    check(unsafe { libc::mkdirat(dir, name.as_ptr(), mode) })
-}
-
-pub fn symlinkat(target: &CStr, dir: RawFd, name: &CStr) -> io::Result<()> {
-    // SAFETY: both strings are NUL-terminated.
-    check(unsafe { libc::symlinkat(target.as_ptr(), dir, name.as_ptr()) })
-}
-
-pub fn mknodat(dir: RawFd, name: &CStr, mode: u32, rdev: u64) -> io::Result<()> {
-    // SAFETY: `name` is NUL-terminated.
-    check(unsafe { libc::mknodat(dir, name.as_ptr(), mode, rdev as libc::dev_t) })
+        kind,
+        Mode::from_raw_mode(mode),
+        rdev,
+    )?)
 }
 
 /// Hardlink `old_dir/old` as `new_dir/new`, never following a symlink.
-pub fn linkat(old_dir: RawFd, old: &CStr, new_dir: RawFd, new: &CStr) -> io::Result<()> {
-    // SAFETY: both strings are NUL-terminated; flags 0 = do not follow symlinks.
-    check(unsafe { libc::linkat(old_dir, old.as_ptr(), new_dir, new.as_ptr(), 0) })
+pub fn linkat(
+    old_dir: BorrowedFd<'_>,
+    old: &CStr,
+    new_dir: BorrowedFd<'_>,
+    new: &CStr,
+) -> io::Result<()> {
+    Ok(rustix::fs::linkat(
+        old_dir,
+        old,
+        new_dir,
+        new,
+        AtFlags::empty(),
+    )?)
+}
+
+/// The owner ids as `chown` takes them: -1 leaves one unchanged.
+fn owner(uid: u32, gid: u32) -> (Option<rustix::fs::Uid>, Option<rustix::fs::Gid>) {
+    (
+        (uid != u32::MAX).then(|| rustix::fs::Uid::from_raw(uid)),
+        (gid != u32::MAX).then(|| rustix::fs::Gid::from_raw(gid)),
+    )
 }
 
 /// `lchown` relative to `dir` (AT_SYMLINK_NOFOLLOW).
-pub fn lchownat(dir: RawFd, name: &CStr, uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: `name` is NUL-terminated.
-    check(unsafe { libc::fchownat(dir, name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })
+pub fn lchownat(dir: BorrowedFd<'_>, name: &CStr, uid: u32, gid: u32) -> io::Result<()> {
+    let (uid, gid) = owner(uid, gid);
+    Ok(rustix::fs::chownat(
+        dir,
+        name,
+        uid,
+        gid,
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?)
 }
 
 /// `chmod` relative to `dir`. Only call on names known not to be symlinks.
-pub fn chmodat(dir: RawFd, name: &CStr, perm: u32) -> io::Result<()> {
-    // SAFETY: `name` is NUL-terminated.
-    check(unsafe { libc::fchmodat(dir, name.as_ptr(), perm, 0) })
+pub fn chmodat(dir: BorrowedFd<'_>, name: &CStr, perm: u32) -> io::Result<()> {
+    let mode = Mode::from_raw_mode(perm);
+    Ok(rustix::fs::chmodat(dir, name, mode, AtFlags::empty())?)
 }
 
 pub fn fchown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: plain syscall on a valid fd.
-    check(unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) })
+    let (uid, gid) = owner(uid, gid);
+    Ok(rustix::fs::fchown(fd, uid, gid)?)
 }
 
 pub fn fchmod(fd: BorrowedFd<'_>, perm: u32) -> io::Result<()> {
-    // SAFETY: plain syscall on a valid fd.
-    check(unsafe { libc::fchmod(fd.as_raw_fd(), perm) })
+    Ok(rustix::fs::fchmod(fd, Mode::from_raw_mode(perm))?)
 }
 
-fn timespecs(mtime_ns: i64) -> [libc::timespec; 2] {
-    let ts = libc::timespec {
-        tv_sec: mtime_ns.div_euclid(1_000_000_000) as libc::time_t,
-        tv_nsec: mtime_ns.rem_euclid(1_000_000_000) as _,
+/// Access and modification time both `mtime_ns`.
+fn timestamps(mtime_ns: i64) -> Timestamps {
+    let ts = Timespec {
+        tv_sec: mtime_ns.div_euclid(1_000_000_000),
+        tv_nsec: mtime_ns.rem_euclid(1_000_000_000),
     };
-    [ts, ts]
+    Timestamps {
+        last_access: ts,
+        last_modification: ts,
+    }
 }
 
 /// Set atime and mtime of an open file to `mtime_ns`.
 pub fn futimens(fd: BorrowedFd<'_>, mtime_ns: i64) -> io::Result<()> {
-    let ts = timespecs(mtime_ns);
-    // SAFETY: `ts` is a valid array of two timespecs.
-    check(unsafe { libc::futimens(fd.as_raw_fd(), ts.as_ptr()) })
+    Ok(rustix::fs::futimens(fd, &timestamps(mtime_ns))?)
 }
 
 /// Set atime and mtime of `dir/name` to `mtime_ns`, not following a symlink.
-pub fn lutimensat(dir: RawFd, name: &CStr, mtime_ns: i64) -> io::Result<()> {
-    let ts = timespecs(mtime_ns);
-    // SAFETY: `ts` is a valid array of two timespecs; `name` is NUL-terminated.
-    check(unsafe { libc::utimensat(dir, name.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
-}
-
-/// Whether this process runs as root (decides which restore failures are errors).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
+pub fn lutimensat(dir: BorrowedFd<'_>, name: &CStr, mtime_ns: i64) -> io::Result<()> {
+    let times = timestamps(mtime_ns);
+    Ok(rustix::fs::utimensat(
+        dir,
+        name,
+        &times,
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?)
 }

@@ -2,13 +2,17 @@
 //! the chown, setuid and device parts; those are skipped otherwise).
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::ffi::{CStr, OsStr};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use nix::unistd::{Uid, setfsuid};
+use rustix::fs::{CWD, makedev};
 
 use super::snapshot::test_hook;
 use super::sys::{self, XattrTarget};
@@ -60,12 +64,11 @@ fn cpath(p: &Path) -> std::ffi::CString {
 fn set_mtime(p: &Path, ns: i64) {
     let parent = File::open(p.parent().unwrap()).unwrap();
     let name = sys::cstring(p.file_name().unwrap().as_bytes()).unwrap();
-    use std::os::fd::AsRawFd;
-    sys::lutimensat(parent.as_raw_fd(), &name, ns).unwrap();
+    sys::lutimensat(parent.as_fd(), &name, ns).unwrap();
 }
 
 fn is_root() -> bool {
-    sys::is_root()
+    crate::sys::is_root()
 }
 
 /// The directory tree the round trip test snapshots.
@@ -84,8 +87,7 @@ fn build_fixture(src: &Path) {
     symlink("a/b/c/deep.txt", src.join("rel_link")).unwrap();
     symlink("nowhere/at/all", src.join("dangling")).unwrap();
     let fifo = cpath(&src.join("fifo"));
-    // SAFETY: NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    sys::mknodat(CWD, &fifo, libc::S_IFIFO | 0o640, 0).unwrap();
 
     fs::write(src.join("hard1"), b"shared inode").unwrap();
     fs::hard_link(src.join("hard1"), src.join("a/hard2")).unwrap();
@@ -97,8 +99,7 @@ fn build_fixture(src: &Path) {
     if is_root() {
         std::os::unix::fs::lchown(src.join("owned"), Some(1234), Some(5678)).unwrap();
         let dev = cpath(&src.join("null_dev"));
-        // SAFETY: NUL-terminated path.
-        let _ = unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
+        let _ = sys::mknodat(CWD, &dev, libc::S_IFCHR | 0o600, makedev(1, 3));
     }
 
     fs::write(src.join("xattr"), b"has xattrs").unwrap();
@@ -390,10 +391,9 @@ fn unreadable_file_is_an_error_naming_it() {
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
     // The filesystem uid is per thread and inherited by the snapshot's
     // workers; dropping it from 0 also drops CAP_DAC_OVERRIDE.
-    // SAFETY: plain syscalls changing this thread's fsuid.
-    unsafe { libc::setfsuid(65534) };
+    setfsuid(Uid::from_raw(65534));
     let result = snapshot(&store, &src, &SnapshotOptions::default());
-    unsafe { libc::setfsuid(0) };
+    setfsuid(Uid::from_raw(0));
     let err = result.unwrap_err();
     assert!(
         matches!(err, Error::PermissionDenied(ref p) if *p == secret),
@@ -402,12 +402,11 @@ fn unreadable_file_is_an_error_naming_it() {
 }
 
 /// Unmounts on drop, so a failing test does not leave a mount behind.
-struct Mounted(std::ffi::CString);
+struct Mounted(PathBuf);
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        // SAFETY: NUL-terminated path.
-        unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        let _ = crate::sys::detach(&self.0);
     }
 }
 
@@ -417,18 +416,9 @@ fn mount_points_are_not_crossed() {
     let store = new_store(tmp.path());
     let src = tmp.path().join("src");
     fs::create_dir_all(src.join("mnt")).unwrap();
-    let target = cpath(&src.join("mnt"));
-    // SAFETY: NUL-terminated strings; a null data pointer is allowed.
-    let ok = unsafe {
-        libc::mount(
-            c"tmpfs".as_ptr(),
-            target.as_ptr(),
-            c"tmpfs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    } == 0;
-    if !ok {
+    let target = src.join("mnt");
+    let flags = rustix::mount::MountFlags::empty();
+    if rustix::mount::mount("tmpfs", &target, "tmpfs", flags, None::<&CStr>).is_err() {
         eprintln!("skipped: cannot mount tmpfs here");
         return;
     }

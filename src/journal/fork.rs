@@ -521,21 +521,18 @@ impl Fork {
 
     pub fn statfs(&self) -> Result<StatFs> {
         let files = self.with(|st, _| Ok(st.inodes.len() as u64))?;
-        let path = std::ffi::CString::new(self.store.root().as_os_str().as_encoded_bytes())
-            .map_err(|_| Error::Invalid("store path holds NUL"))?;
-        // SAFETY: statvfs fills the zeroed struct we pass; the path is a valid C string.
-        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-        let r = unsafe { libc::statvfs(path.as_ptr(), &mut s) };
-        if r != 0 {
-            return Err(Error::Io {
-                path: self.store.root().to_path_buf(),
-                source: std::io::Error::last_os_error(),
-            });
+        let root = self.store.root();
+        if root.as_os_str().as_encoded_bytes().contains(&0) {
+            return Err(Error::Invalid("store path holds NUL"));
         }
+        let s = rustix::fs::statvfs(root).map_err(|e| Error::Io {
+            path: root.to_path_buf(),
+            source: e.into(),
+        })?;
         Ok(StatFs {
-            blocks: s.f_blocks as u64 * s.f_frsize as u64 / 4096,
-            blocks_free: s.f_bfree as u64 * s.f_frsize as u64 / 4096,
-            blocks_avail: s.f_bavail as u64 * s.f_frsize as u64 / 4096,
+            blocks: s.f_blocks * s.f_frsize / 4096,
+            blocks_free: s.f_bfree * s.f_frsize / 4096,
+            blocks_avail: s.f_bavail * s.f_frsize / 4096,
             block_size: 4096,
             files,
             files_free: u64::from(u32::MAX),

@@ -9,13 +9,17 @@
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind};
-use std::os::fd::AsRawFd;
+use std::io::{self, ErrorKind, IoSlice};
+use std::num::NonZeroU64;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use rustix::fs::Advice;
+use rustix::io::Errno;
+
+use crate::sys::{self, SyncRange};
 
 /// One open journal file. Offsets are explicit (pread/pwrite); the file
 /// position is never used, so one handle can be shared by threads.
@@ -71,7 +75,7 @@ pub trait JournalIo: Send + Sync {
 
 // ------------------------------------------------------------------ real
 
-/// The real file system (std + libc).
+/// The real file system (std, and rustix for what std lacks).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealIo;
 
@@ -91,37 +95,17 @@ impl JournalFile for RealFile {
         let mut parts: Vec<&[u8]> = bufs.iter().copied().filter(|b| !b.is_empty()).collect();
         let mut first = 0;
         while first < parts.len() {
-            let iov: Vec<libc::iovec> = parts[first..]
-                .iter()
-                .take(libc::UIO_MAXIOV as usize)
-                .map(|b| libc::iovec {
-                    iov_base: b.as_ptr() as *mut libc::c_void,
-                    iov_len: b.len(),
-                })
-                .collect();
-            let off = libc::off_t::try_from(offset)
-                .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-            // SAFETY: every iovec points into a live slice of `parts`, which
-            // outlives the call; the kernel only reads them.
-            let n = unsafe {
-                libc::pwritev(
-                    self.0.as_raw_fd(),
-                    iov.as_ptr(),
-                    iov.len() as libc::c_int,
-                    off,
-                )
+            if i64::try_from(offset).is_err() {
+                return Err(io::Error::from_raw_os_error(libc::EFBIG));
+            }
+            // rustix passes at most IOV_MAX of them; the loop writes the rest.
+            let iov: Vec<IoSlice<'_>> = parts[first..].iter().map(|b| IoSlice::new(b)).collect();
+            let mut n = match rustix::io::pwritev(&self.0, &iov, offset) {
+                Ok(0) => return Err(io::Error::from(ErrorKind::WriteZero)),
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
             };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(io::Error::from(ErrorKind::WriteZero));
-            }
-            let mut n = n as usize;
             offset += n as u64;
             while n > 0 {
                 let len = parts[first].len();
@@ -149,45 +133,26 @@ impl JournalFile for RealFile {
         self.0.set_len(len)
     }
     fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
-        sync_range(&self.0, offset, len, libc::SYNC_FILE_RANGE_WRITE).map(|_| ())
+        if !fits_off_t(offset, len) {
+            return Ok(());
+        }
+        sys::sync_file_range(&self.0, offset, len, SyncRange::Start)
     }
     fn drop_behind(&self, offset: u64, len: u64) -> io::Result<()> {
-        let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-            | libc::SYNC_FILE_RANGE_WRITE
-            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        let Some((off, n)) = sync_range(&self.1, offset, len, wait)? else {
+        if !fits_off_t(offset, len) {
             return Ok(());
-        };
-        // SAFETY: posix_fadvise on an fd we own; no memory is passed.
-        let r =
-            unsafe { libc::posix_fadvise(self.1.as_raw_fd(), off, n, libc::POSIX_FADV_DONTNEED) };
-        if r != 0 {
-            return Err(io::Error::from_raw_os_error(r));
         }
-        Ok(())
+        sys::sync_file_range(&self.1, offset, len, SyncRange::Wait)?;
+        let len = NonZeroU64::new(len);
+        Ok(rustix::fs::fadvise(&self.1, offset, len, Advice::DontNeed)?)
     }
 }
 
-/// `sync_file_range(2)` of `len` bytes from `offset` with `flags`; the range
-/// as the kernel takes it, or `None` (nothing done: these calls are hints)
-/// when it does not fit an `off64_t`.
-fn sync_range(
-    f: &File,
-    offset: u64,
-    len: u64,
-    flags: libc::c_uint,
-) -> io::Result<Option<(libc::off64_t, libc::off64_t)>> {
-    let (Ok(off), Ok(n)) = (
-        libc::off64_t::try_from(offset),
-        libc::off64_t::try_from(len),
-    ) else {
-        return Ok(None);
-    };
-    // SAFETY: sync_file_range on an fd we own; no memory is passed.
-    if unsafe { libc::sync_file_range(f.as_raw_fd(), off, n, flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Some((off, n)))
+/// Whether `len` bytes from `offset` are a range the kernel takes (fit an
+/// `off_t`); the write-behind calls are hints, so one that does not is
+/// skipped.
+fn fits_off_t(offset: u64, len: u64) -> bool {
+    i64::try_from(offset).is_ok() && i64::try_from(len).is_ok()
 }
 
 impl JournalIo for RealIo {

@@ -5,7 +5,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
 use std::num::NonZeroUsize;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -524,11 +523,9 @@ impl ObjectBackend for LocalBackend {
             // One syncfs makes every pending temp file's and pack's data
             // durable. A failure is reported, not retried; all stays pending.
             let dir = File::open(&self.dir)?;
-            // SAFETY: syncfs on a valid open descriptor.
-            if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-                let e = io::Error::last_os_error();
+            if let Err(e) = rustix::fs::syncfs(&dir) {
                 requeue(packs);
-                return Err(e);
+                return Err(e.into());
             }
         }
         for (id, tmp) in &loose {

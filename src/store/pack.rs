@@ -197,13 +197,11 @@ impl PackWriter {
 
 /// Random bytes for pack names (unique across processes and machines).
 fn getrandom(buf: &mut [u8]) -> io::Result<()> {
-    // SAFETY: getrandom writes at most buf.len() bytes into buf.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n == buf.len() as isize {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+    let n = rustix::rand::getrandom(&mut *buf, rustix::rand::GetRandomFlags::empty())?;
+    if n != buf.len() {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
     }
+    Ok(())
 }
 
 #[cfg(test)]

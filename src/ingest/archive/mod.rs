@@ -559,7 +559,7 @@ fn meta_of(e: &TarEntry, kind: Kind) -> Result<Entry> {
         })
     };
     let rdev = match kind {
-        Kind::CharDev | Kind::BlockDev => libc::makedev(e.dev_major, e.dev_minor),
+        Kind::CharDev | Kind::BlockDev => crate::sys::makedev(e.dev_major, e.dev_minor),
         _ => 0,
     };
     let dir_size = e
