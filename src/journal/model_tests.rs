@@ -10,7 +10,8 @@
 //! hole, unlink, rmdir, rename in its three modes, link, chmod, xattr set in
 //! its three modes and remove, open, write through and release a handle,
 //! possibly of an unlinked file) or one event of the fork (sync, commit,
-//! drop and reopen: replay; crash: drop, lose what was not synced, replay).
+//! drop and reopen: replay; crash: drop, lose what was not synced, replay;
+//! a crash at each step of a commit).
 //!
 //! The model predicts each operation's outcome, errors included. After every
 //! step the whole fork is compared with the model: names, kinds, permission
@@ -31,6 +32,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
+use super::fork::CommitStep;
 use super::*;
 use crate::ingest::{self, SnapshotOptions};
 use crate::store::{Checkpoint, Content, ObjectId, Source, Store};
@@ -114,6 +116,8 @@ enum Op {
     Reopen,
     /// Drop the fork, lose what was not synced, open it again.
     Crash,
+    /// A commit stopped by a crash after `step`, then [`Op::Crash`].
+    CrashInCommit(CommitStep),
 }
 
 // ------------------------------------------------------------------ model
@@ -615,6 +619,15 @@ impl Model {
                 self.handles.clear();
                 self.live = self.durable.clone();
             }
+            // The commit's first step syncs the journal; whether the head
+            // moved depends on where it stopped.
+            Op::CrashInCommit(step) => {
+                self.handles.clear();
+                self.durable = t.clone();
+                if matches!(step, CommitStep::HeadMoved | CommitStep::Rebased) {
+                    self.committed = t.clone();
+                }
+            }
         }
         Ok(())
     }
@@ -728,6 +741,14 @@ impl ReferenceStateMachine for ForkModel {
             2 => Just(Op::Commit),
             1 => Just(Op::Reopen),
             2 => Just(Op::Crash),
+            1 => prop_oneof![
+                Just(CommitStep::Rotated),
+                Just(CommitStep::Folded),
+                Just(CommitStep::CheckpointWritten),
+                Just(CommitStep::HeadMoved),
+                Just(CommitStep::Rebased),
+            ]
+            .prop_map(Op::CrashInCommit),
         ]
         .boxed()
     }
@@ -896,6 +917,17 @@ impl Sut {
                 self.handles.clear();
                 self.io.crash();
                 self.open();
+            }
+            Op::CrashInCommit(step) => {
+                match self.f().commit_until("model", Some(*step)) {
+                    Ok(_) | Err(Error::Invalid("simulated crash")) => {}
+                    Err(e) => panic!("{op:?}: {e}"),
+                }
+                self.fork = None;
+                self.handles.clear();
+                self.io.crash();
+                self.open();
+                compare_checkpoint(&self.store, &self.f().head(), &model.committed);
             }
         }
         Ok(())
