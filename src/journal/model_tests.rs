@@ -6,12 +6,12 @@
 //! checkpoint, plus the open handles, the tree as of the last sync (what a
 //! crash keeps) and as of the last commit. Each transition is one fork
 //! operation on a path of at most three components named `a`, `b` or `c`
-//! (create, mkdir, symlink, write at an offset, append, truncate, punch a
-//! hole, unlink, rmdir, rename in its three modes, link, chmod, xattr set in
-//! its three modes and remove, open, write through and release a handle,
-//! possibly of an unlinked file) or one event of the fork (sync, commit,
-//! drop and reopen: replay; crash: drop, lose what was not synced, replay;
-//! a crash at each step of a commit).
+//! (create, mkdir, symlink, write at an offset, append, truncate, fallocate,
+//! unlink, rmdir, rename, link, chmod, xattr set and remove, each in all its
+//! modes; open, write through and release a handle, possibly of an unlinked
+//! file) or one event of the fork (sync, commit, drop and reopen: replay;
+//! crash: drop, lose what was not synced, replay; a crash after each step of
+//! a commit).
 //!
 //! The model predicts each operation's outcome, errors included. After every
 //! step the whole fork is compared with the model: names, kinds, permission
@@ -96,7 +96,7 @@ enum Op {
     Write(P, u64, Bytes),
     Append(P, Bytes),
     Truncate(P, u64),
-    PunchHole(P, u64, u64),
+    Fallocate(P, u64, u64, Fallocate),
     Unlink(P),
     Rmdir(P),
     Rename(P, P, RenameMode),
@@ -481,15 +481,22 @@ impl Model {
                 let id = t.walk(&p.comps())?;
                 t.file_mut(id)?.resize(*size as usize, 0);
             }
-            Op::PunchHole(p, off, len) => {
+            Op::Fallocate(p, off, len, mode) => {
                 let id = t.walk(&p.comps())?;
                 if *len == 0 {
                     return Err(Errno::Invalid);
                 }
                 let d = t.file_mut(id)?;
-                let end = (off + len).min(d.len() as u64) as usize;
-                if (*off as usize) < end {
-                    d[*off as usize..end].fill(0);
+                let end = (off + len) as usize;
+                match mode {
+                    Fallocate::PunchHole => {
+                        let end = end.min(d.len());
+                        if (*off as usize) < end {
+                            d[*off as usize..end].fill(0);
+                        }
+                    }
+                    Fallocate::Extend if end > d.len() => d.resize(end, 0),
+                    Fallocate::Extend | Fallocate::KeepSize => {}
                 }
             }
             Op::Unlink(p) | Op::Rmdir(p) => {
@@ -717,6 +724,11 @@ impl ReferenceStateMachine for ForkModel {
             Just(b"../b/c".to_vec()),
             Just(Vec::new())
         ];
+        let fmode = prop_oneof![
+            Just(Fallocate::PunchHole),
+            Just(Fallocate::Extend),
+            Just(Fallocate::KeepSize)
+        ];
         let h = any::<usize>();
         prop_oneof![
             4 => (fresh.clone(), perm()).prop_map(|(p, m)| Op::Create(p, m)),
@@ -725,7 +737,8 @@ impl ReferenceStateMachine for ForkModel {
             8 => (file.clone(), offset(), bytes()).prop_map(|(p, o, b)| Op::Write(p, o, b)),
             2 => (file.clone(), bytes()).prop_map(|(p, b)| Op::Append(p, b)),
             3 => (file.clone(), offset()).prop_map(|(p, s)| Op::Truncate(p, s)),
-            1 => (file.clone(), offset(), offset()).prop_map(|(p, o, l)| Op::PunchHole(p, o, l)),
+            2 => (file.clone(), offset(), offset(), fmode)
+                .prop_map(|(p, o, l, m)| Op::Fallocate(p, o, l, m)),
             3 => p.clone().prop_map(Op::Unlink),
             2 => p.clone().prop_map(Op::Rmdir),
             4 => (p.clone(), prop_oneof![fresh.clone(), p.clone()], mode)
@@ -845,9 +858,9 @@ impl Sut {
                 let a = self.f().setattr(ino, &set)?;
                 assert_eq!(a.size, *size, "{op:?}");
             }
-            Op::PunchHole(p, off, len) => {
+            Op::Fallocate(p, off, len, mode) => {
                 let ino = self.walk(p)?;
-                self.f().fallocate(ino, *off, *len, Fallocate::PunchHole)?;
+                self.f().fallocate(ino, *off, *len, *mode)?;
             }
             Op::Unlink(p) => {
                 let (d, n) = self.parent(p)?;
