@@ -214,4 +214,7 @@ pub enum Fallocate {
 mod tests;
 
 #[cfg(test)]
+mod model_tests;
+
+#[cfg(test)]
 mod stress_tests;

@@ -18,6 +18,10 @@
 //! Then: the fork equals the models; dropped and reopened (replay after the
 //! last commit) it still does; committed and reopened, so does the head
 //! checkpoint read through the store. Every assertion names the seed.
+//!
+//! Seeded rather than a proptest state machine: the threads interleave
+//! differently on every run, so a failing sequence would neither replay nor
+//! shrink. The sequential model of a fork is `model_tests.rs`.
 
 use std::collections::BTreeMap;
 use std::fs;

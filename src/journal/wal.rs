@@ -232,9 +232,11 @@ impl Wal {
                 poisoned: None,
             }),
             sync: Mutex::new(SyncState {
+                // The replayed tail may be only in the page cache (a process
+                // killed after appending it): the first sync fdatasyncs it.
                 synced: Pos {
                     seg: seq,
-                    offset: end,
+                    offset: 0,
                 },
                 running: false,
                 poisoned: None,
