@@ -211,6 +211,9 @@ pub enum Fallocate {
 }
 
 #[cfg(test)]
+mod testing;
+
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]

@@ -33,9 +33,9 @@ use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
 use super::fork::CommitStep;
+use super::testing::base_checkpoint;
 use super::*;
-use crate::ingest::{self, SnapshotOptions};
-use crate::store::{Checkpoint, Content, ObjectId, Source, Store};
+use crate::store::{Content, ObjectId, Store};
 
 /// Sequences run by default (`PROPTEST_CASES` overrides).
 const CASES: u32 = 48;
@@ -956,21 +956,7 @@ impl StateMachineTest for ForkModel {
         let src = tmp.path().join("src");
         write_tree(&model.live, &src);
         let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
-        let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
-        let base = store
-            .write_checkpoint(&Checkpoint {
-                version: 1,
-                root: snap.root,
-                parents: vec![],
-                origin: Some("/srv/model".into()),
-                time_ns: 1,
-                message: "base".into(),
-                source: Source {
-                    kind: "snapshot".into(),
-                    ..Default::default()
-                },
-            })
-            .unwrap();
+        let base = base_checkpoint(&store, &src, "/srv/model");
         compare_checkpoint(&store, &base, &model.committed);
         let io = FaultyIo::new();
         Fork::create_with(&store, Arc::new(io.clone()), "m", &base).unwrap();

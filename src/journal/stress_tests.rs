@@ -28,9 +28,9 @@ use std::fs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::testing::base_checkpoint;
 use super::*;
-use crate::ingest::{self, SnapshotOptions};
-use crate::store::{Checkpoint, ObjectId, Source, Store};
+use crate::store::{ObjectId, Store};
 
 const SEEDS: [u64; 5] = [
     0x5eed_0001,
@@ -126,21 +126,7 @@ fn setup(seed: u64) -> (tempfile::TempDir, Arc<Store>, ObjectId, Vec<Model>) {
     fs::create_dir_all(src.join("r")).unwrap();
     fs::write(src.join("r/cur"), version(0)).unwrap();
     let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
-    let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
-    let base = store
-        .write_checkpoint(&Checkpoint {
-            version: 1,
-            root: snap.root,
-            parents: vec![],
-            origin: Some("/srv/stress".into()),
-            time_ns: 1,
-            message: "base".into(),
-            source: Source {
-                kind: "snapshot".into(),
-                ..Default::default()
-            },
-        })
-        .unwrap();
+    let base = base_checkpoint(&store, &src, "/srv/stress");
     (tmp, store, base, models)
 }
 

@@ -8,10 +8,11 @@ use std::sync::{Arc, Barrier};
 
 use super::fork::CommitStep;
 use super::record::{self, InodeMap, Record};
+use super::testing::base_checkpoint;
 use super::*;
-use crate::ingest::{self, SnapshotOptions};
+use crate::ingest;
 use crate::store::acl;
-use crate::store::{Checkpoint, ForkHead, ObjectId, Source, Store};
+use crate::store::{Checkpoint, ForkHead, ObjectId, Store};
 
 // ------------------------------------------------------------------ helpers
 
@@ -57,21 +58,7 @@ fn env() -> Env {
     fs::hard_link(src.join("link1"), src.join("dir/link2")).unwrap();
     std::os::unix::fs::symlink("hello.txt", src.join("sym")).unwrap();
     let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
-    let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
-    let base = store
-        .write_checkpoint(&Checkpoint {
-            version: 1,
-            root: snap.root,
-            parents: vec![],
-            origin: Some("/srv/test".into()),
-            time_ns: 1,
-            message: "base".into(),
-            source: Source {
-                kind: "snapshot".into(),
-                ..Default::default()
-            },
-        })
-        .unwrap();
+    let base = base_checkpoint(&store, &src, "/srv/test");
     Env {
         _tmp: tmp,
         store,
