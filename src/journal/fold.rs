@@ -1,12 +1,13 @@
 //! Fold a fork's state into trees and objects: the content of a commit.
 //!
 //! - An unloaded directory is its base tree, reused by id.
-//! - A file whose data is unchanged reuses its base extents (no reading).
-//! - A changed file is read piece by piece (base objects and journal data)
-//!   and cut by [`cut_chunks`], the store's one content-defined chunker
-//!   (snapshot and import cut through it too; a run of at most `MIN_CHUNK`
-//!   bytes is one chunk), so an edited file shares most chunks with its base.
-//!   Holes stay holes.
+//! - A file whose data is unchanged since it was last committed (or since
+//!   the base) reuses that chunk list (no reading).
+//! - A changed file is cut as the store's one content-defined chunker
+//!   (`store::chunk::cut_chunks`; snapshot and import cut through it too)
+//!   cuts it whole, but only the chunks around what changed are read and cut:
+//!   the others are taken from its committed chunk list (`rechunk.rs`, which
+//!   says why the result is the same). Holes stay holes.
 //! - Hardlinks: an inode that came from the base keeps its base `link_id`
 //!   (other names of it may sit in unloaded subtrees, which keep that id);
 //!   a new multi-link inode gets a fresh id derived from the parent
@@ -18,18 +19,17 @@
 //!   loads every directory of the (throw-away) state first so all names are
 //!   rebuilt. Rare and correct, but it reads the whole tree.
 
-use std::collections::HashMap;
-use std::io::{self, Read};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
 use parking_lot::Mutex;
 
 use sha2::{Digest, Sha256};
 
-use super::state::{Data, Dir, ForkState, Inode, ROOT_INO, Src, plan};
+use super::rechunk::{ChunkIo, chunk_file};
+use super::state::{Data, Dir, ForkState, Inode, Piece, ROOT_INO, Src, plan};
 use super::wal::Wal;
 use super::{Error, Result};
-use crate::store::chunk::cut_chunks;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Stats, Store, Tree};
 
 /// What a fold produced.
@@ -259,154 +259,82 @@ impl Folder<'_> {
         Ok(e)
     }
 
-    /// A file's extents: its base ones if unchanged, else chunked now (once
-    /// per inode, shared by its hardlinks).
+    /// A file's extents: its committed ones if unchanged, else chunked now
+    /// (once per inode, shared by its hardlinks).
     fn file_extents(&mut self, ino: u64) -> Result<Vec<Extent>> {
-        let Data::File(f) = &self.state.inodes[&ino].data else {
+        let state = self.state;
+        let Data::File(f) = &state.inodes[&ino].data else {
             return Ok(Vec::new());
         };
-        if let Some(orig) = &f.orig {
-            return Ok(orig.as_ref().clone());
+        if !f.changed
+            && let Some(committed) = &f.committed
+        {
+            return Ok(committed.as_ref().clone());
         }
         if let Some(done) = self.out.extents.get(&ino) {
             return Ok(done.clone());
         }
-        let segments = plan(&f.pieces, 0, f.size);
-        let mut extents = Vec::new();
-        let mut i = 0;
-        while i < segments.len() {
-            if segments[i].1.is_none() {
-                extents.push(Extent {
-                    len: segments[i].0,
-                    id: None,
-                });
-                i += 1;
-                continue;
-            }
-            let j = segments[i..]
-                .iter()
-                .position(|s| s.1.is_none())
-                .map_or(segments.len(), |p| i + p);
-            let run: Vec<(u64, Src)> = segments[i..j]
-                .iter()
-                .map(|(l, s)| (*l, s.expect("data")))
-                .collect();
-            self.chunk_run(ino, run, &mut extents)?;
-            i = j;
-        }
+        let mut io = FileIo {
+            store: self.store,
+            wal: self.wal,
+            pieces: &f.pieces,
+            ino,
+            cached: None,
+            stats: &mut self.out.stats,
+        };
+        let extents = chunk_file(f, &mut io)?;
         self.out.extents.insert(ino, extents.clone());
         Ok(extents)
     }
-
-    /// Cut a run of data into chunks and store them.
-    fn chunk_run(
-        &mut self,
-        ino: u64,
-        run: Vec<(u64, Src)>,
-        extents: &mut Vec<Extent>,
-    ) -> Result<()> {
-        let total: u64 = run.iter().map(|r| r.0).sum();
-        let mut reader = PieceReader {
-            store: self.store,
-            wal: self.wal,
-            ino,
-            run,
-            idx: 0,
-            within: 0,
-            cached: None,
-            error: None,
-        };
-        // Each chunk is stored as it is cut, so memory stays bounded.
-        let mut failed: Option<Error> = None;
-        let cut = cut_chunks(&mut reader, total, |data: Vec<u8>| {
-            let stored = self.store.put_object(&data).map_err(Error::from);
-            match stored {
-                Ok((id, written)) => {
-                    self.count(written);
-                    extents.push(Extent {
-                        len: data.len() as u64,
-                        id: Some(id),
-                    });
-                    Ok(())
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    Err(io::Error::other("store failed"))
-                }
-            }
-        });
-        if let Some(e) = reader.error.take().or(failed) {
-            return Err(e);
-        }
-        cut.map_err(io_err)
-    }
 }
 
-fn io_err(e: io::Error) -> Error {
-    Error::Io {
-        path: "journal fold".into(),
-        source: e,
-    }
-}
-
-/// Reads a run of pieces in order: base objects (verified) and journal data.
-struct PieceReader<'a> {
+/// Reads a file's bytes from its pieces (base objects, verified, and journal
+/// data) and stores its new chunks.
+struct FileIo<'a> {
     store: &'a Store,
     wal: &'a Wal,
+    pieces: &'a BTreeMap<u64, Piece>,
     ino: u64,
-    run: Vec<(u64, Src)>,
-    idx: usize,
-    within: u64,
+    /// The base object read last (a window spans a few; reads go forward).
     cached: Option<(ObjectId, Vec<u8>)>,
-    /// The real error behind an io::Error returned to the chunker.
-    error: Option<Error>,
+    stats: &'a mut Stats,
 }
 
-impl Read for PieceReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(&(len, src)) = self.run.get(self.idx) else {
-            return Ok(0);
-        };
-        let left = len - self.within;
-        let n = (buf.len() as u64).min(left) as usize;
-        let r = match src {
-            Src::Journal { seg, off } => self.wal.read(seg, off + self.within, &mut buf[..n]),
-            Src::Base { id, off } => {
-                if self.cached.as_ref().is_none_or(|(c, _)| *c != id) {
-                    match self
-                        .store
-                        .get_object(&id, &format!("fork inode {}", self.ino))
-                    {
-                        Ok(d) => self.cached = Some((id, d)),
-                        Err(e) => {
-                            self.error = Some(e.into());
-                            return Err(io::Error::other("object read failed"));
-                        }
+impl ChunkIo for FileIo<'_> {
+    fn read(&mut self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let mut at = 0usize;
+        for (len, src) in plan(self.pieces, pos, pos + buf.len() as u64) {
+            let part = &mut buf[at..at + len as usize];
+            match src {
+                None => part.fill(0),
+                Some(Src::Journal { seg, off }) => self.wal.read(seg, off, part)?,
+                Some(Src::Base { id, off }) => {
+                    if self.cached.as_ref().is_none_or(|(c, _)| *c != id) {
+                        let what = format!("fork inode {}", self.ino);
+                        self.cached = Some((id, self.store.get_object(&id, &what)?));
                     }
-                }
-                let data = &self.cached.as_ref().expect("cached").1;
-                let from = (off + self.within) as usize;
-                match data.get(from..from + n) {
-                    Some(s) => {
-                        buf[..n].copy_from_slice(s);
-                        Ok(())
-                    }
-                    None => Err(Error::Corrupt {
-                        path: Default::default(),
-                        detail: format!("object {id} is shorter than its extent"),
-                    }),
+                    let data = &self.cached.as_ref().expect("cached").1;
+                    let from = off as usize;
+                    let Some(s) = data.get(from..from + part.len()) else {
+                        return Err(Error::Corrupt {
+                            path: Default::default(),
+                            detail: format!("object {id} is shorter than its extent"),
+                        });
+                    };
+                    part.copy_from_slice(s);
                 }
             }
-        };
-        if let Err(e) = r {
-            self.error = Some(e);
-            return Err(io::Error::other("fork data read failed"));
+            at += len as usize;
         }
-        self.within += n as u64;
-        if self.within == len {
-            self.idx += 1;
-            self.within = 0;
+        Ok(())
+    }
+
+    fn put(&mut self, data: &[u8]) -> Result<ObjectId> {
+        let (id, written) = self.store.put_object(data)?;
+        if written > 0 {
+            self.stats.new_objects += 1;
+            self.stats.new_bytes_compressed += written;
         }
-        Ok(n)
+        Ok(id)
     }
 }

@@ -25,6 +25,7 @@ pub mod ext4;
 mod fold;
 mod fork;
 pub mod io;
+mod rechunk;
 pub mod record;
 mod state;
 pub mod wal;
@@ -221,3 +222,6 @@ mod model_tests;
 
 #[cfg(test)]
 mod stress_tests;
+
+#[cfg(test)]
+mod rechunk_tests;

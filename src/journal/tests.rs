@@ -1092,6 +1092,7 @@ fn crash_at_every_commit_step_keeps_old_or_new_head_and_all_content() {
         f.sync().unwrap();
         let after = dump(&f);
         let head = f.head();
+        super::rechunk_tests::assert_whole_file_cuts(&env.store, &head);
         drop(f);
         env.io.crash();
         let f = env.open("f");
@@ -1113,6 +1114,7 @@ fn crash_at_every_commit_step_keeps_old_or_new_head_and_all_content() {
         }
         // A second commit finishes whatever the first left.
         let h2 = f.commit("again").unwrap();
+        super::rechunk_tests::assert_whole_file_cuts(&env.store, &h2);
         drop(f);
         env.io.crash();
         let f = env.open("f");

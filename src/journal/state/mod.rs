@@ -40,7 +40,9 @@ mod replay;
 
 use std::collections::HashMap;
 
-pub use extents::{Src, data_ranges, plan};
+#[cfg(test)]
+pub use extents::punch;
+pub use extents::{FileData, Piece, Src, data_ranges, plan};
 pub use inode::{Data, Dir, Inode};
 pub use namespace::check_name;
 
