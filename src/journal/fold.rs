@@ -19,7 +19,7 @@
 //!   loads every directory of the (throw-away) state first so all names are
 //!   rebuilt. Rare and correct, but it reads the whole tree.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::LazyLock;
 
 use parking_lot::Mutex;
@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::rechunk::{ChunkIo, chunk_file};
-use super::state::{Data, Dir, ForkState, Inode, Piece, ROOT_INO, Src, plan};
+use super::state::{Data, Dir, ForkState, Inode, Piece, ROOT_INO, Src, TreeCache, plan};
 use super::wal::Wal;
 use super::{Error, Result};
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Stats, Store, Tree};
@@ -41,12 +41,18 @@ pub struct Folded {
     pub extents: HashMap<u64, Vec<Extent>>,
     /// The link id given to each hardlinked inode.
     pub link_ids: HashMap<u64, u64>,
+    /// The tree of every loaded directory, stored or reused (none when the
+    /// fold loaded the whole tree), as of stamp [`Folded::at`].
+    pub trees: HashMap<u64, TreeCache>,
+    /// The state's stamp when it was taken.
+    pub at: u64,
     pub stats: Stats,
 }
 
 /// Fold `state` (a snapshot; it may be modified: see the module docs).
 /// `salt` (the parent checkpoint) seeds fresh link ids.
 pub fn fold(state: &mut ForkState, store: &Store, wal: &Wal, salt: &ObjectId) -> Result<Folded> {
+    let at = state.stamp;
     let needs_full_load = state
         .inodes
         .values()
@@ -54,14 +60,20 @@ pub fn fold(state: &mut ForkState, store: &Store, wal: &Wal, salt: &ObjectId) ->
     if needs_full_load {
         state.load_all(store)?;
     }
+    // Directories loaded by `load_all` have numbers the live state may give
+    // other inodes: no tree is reused or kept then.
+    let stale = (!needs_full_load).then(|| stale_dirs(state));
     let mut f = Folder {
         state,
         store,
         wal,
+        stale,
         out: Folded {
             root: ObjectId([0; 32]),
             extents: HashMap::new(),
             link_ids: HashMap::new(),
+            trees: HashMap::new(),
+            at,
             stats: Stats::default(),
         },
     };
@@ -137,10 +149,44 @@ fn subtree_stats(store: &Store, id: &ObjectId) -> Result<(u64, u64)> {
     Ok((entries, bytes))
 }
 
+/// The loaded directories whose tree may differ from their cache (see
+/// [`TreeCache`]): those changed, holding an inode changed, or without a
+/// cache of the last commit since then, and their ancestors. Every change
+/// goes through `inode_mut`, which stamps the inode; a directory's entries
+/// are its own data, so adding or removing one stamps it.
+fn stale_dirs(state: &ForkState) -> HashSet<u64> {
+    let a = state.trees_at;
+    let mut stale = HashSet::new();
+    for (&ino, n) in &state.inodes {
+        let Data::Dir(Dir::Loaded(kids)) = &n.data else {
+            continue;
+        };
+        let fresh = n.stamp <= a
+            && n.tree.is_some_and(|t| t.at == a)
+            && kids
+                .values()
+                .all(|c| state.inodes.get(c).is_some_and(|c| c.stamp <= a));
+        if fresh {
+            continue;
+        }
+        let mut d = ino;
+        while stale.insert(d) {
+            let p = state.inodes.get(&d).map_or(d, |n| n.parent);
+            if p == d {
+                break;
+            }
+            d = p;
+        }
+    }
+    stale
+}
+
 struct Folder<'a> {
     state: &'a ForkState,
     store: &'a Store,
     wal: &'a Wal,
+    /// `None`: reuse and keep no directory trees.
+    stale: Option<HashSet<u64>>,
     out: Folded,
 }
 
@@ -175,14 +221,35 @@ impl Folder<'_> {
         }
     }
 
+    /// The entry of loaded directory `ino` with the tree of its cache, when
+    /// nothing in it changed since (its subtree's stats counted).
+    fn cached_dir(&mut self, ino: u64, name: &[u8]) -> Option<Entry> {
+        let n = &self.state.inodes[&ino];
+        if !matches!(n.data, Data::Dir(Dir::Loaded(_)))
+            || self.stale.as_ref().is_none_or(|s| s.contains(&ino))
+        {
+            return None;
+        }
+        let t = n.tree?;
+        let mut e = self.meta(ino, n, name.to_vec());
+        e.content = Content::Tree(t.id);
+        self.out.stats.entries += t.entries;
+        self.out.stats.bytes += t.bytes;
+        let at = self.out.at;
+        self.out.trees.insert(ino, TreeCache { at, ..t });
+        Some(e)
+    }
+
     /// A directory's entry, its tree stored (iteratively, deepest first).
     fn dir_entry(&mut self, ino: u64, name: Vec<u8>) -> Result<Entry> {
-        // Explicit stack: (dir ino, name, child entries built so far, next child index).
+        // Explicit stack: (dir ino, name, child entries built so far, next
+        // child index, stats when it started).
         struct Frame {
             ino: u64,
             name: Vec<u8>,
             kids: Vec<(Vec<u8>, u64)>,
             done: Vec<Entry>,
+            before: (u64, u64),
         }
         let start = |s: &Self, ino: u64, name: Vec<u8>| -> Frame {
             let kids = match &s.state.inodes[&ino].data {
@@ -194,8 +261,12 @@ impl Folder<'_> {
                 name,
                 kids,
                 done: Vec::new(),
+                before: (s.out.stats.entries, s.out.stats.bytes),
             }
         };
+        if let Some(e) = self.cached_dir(ino, &name) {
+            return Ok(e);
+        }
         let mut stack = vec![start(self, ino, name)];
         loop {
             let top = stack.last_mut().expect("non-empty");
@@ -203,6 +274,10 @@ impl Folder<'_> {
                 let (cname, cino) = top.kids[top.done.len()].clone();
                 let c = &self.state.inodes[&cino];
                 if c.kind == Kind::Dir {
+                    if let Some(e) = self.cached_dir(cino, &cname) {
+                        stack.last_mut().expect("non-empty").done.push(e);
+                        continue;
+                    }
                     let fr = start(self, cino, cname);
                     stack.push(fr);
                 } else {
@@ -232,6 +307,15 @@ impl Folder<'_> {
                     let tree = Tree { entries: fr.done };
                     let (id, written) = self.store.put_tree(&tree)?;
                     self.count(written);
+                    if self.stale.is_some() {
+                        let t = TreeCache {
+                            id,
+                            entries: self.out.stats.entries - fr.before.0,
+                            bytes: self.out.stats.bytes - fr.before.1,
+                            at: self.out.at,
+                        };
+                        self.out.trees.insert(fr.ino, t);
+                    }
                     Content::Tree(id)
                 }
             };

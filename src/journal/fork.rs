@@ -880,7 +880,13 @@ impl Fork {
         // snapshot are left for the next commit.
         {
             let mut st = self.state.lock();
-            st.rebase(seg, &folded.extents, &folded.link_ids);
+            st.rebase(
+                seg,
+                &folded.extents,
+                &folded.link_ids,
+                &folded.trees,
+                folded.at,
+            );
             st.changes -= folding;
         }
         step(CommitStep::Rebased)?;

@@ -1248,6 +1248,78 @@ fn fold_changes_only_what_changed_and_shares_chunks() {
 }
 
 #[test]
+fn commits_reuse_unchanged_directory_trees_and_keep_changes_at_any_depth() {
+    let env = env();
+    let f = env.fork();
+    // Load everything once; the first commit stores every loaded tree.
+    let _ = dump(&f);
+    write_path(&f, "hello.txt", 0, b"H");
+    f.commit("load").unwrap();
+    let step = |i: usize, what: &str, op: &dyn Fn(&Fork)| {
+        op(&f);
+        let head = f.commit(what).unwrap();
+        let name = format!("check{i}");
+        env.create(&name);
+        let mut info = read_json_head(&env, &name);
+        info.checkpoint = head;
+        set_head(&env, &name, &info);
+        let c = env.open(&name);
+        assert_eq!(dump(&c), dump(&f), "{what}: the commit holds the change");
+    };
+    step(0, "deep data", &|f| {
+        write_path(f, "dir/sub/deeper/deep.txt", 3, b"X")
+    });
+    step(1, "xattr", &|f| {
+        let i = ino(f, "other/x/y.txt");
+        f.setxattr(i, b"user.k", b"v", XattrMode::Create).unwrap()
+    });
+    step(2, "dir mode", &|f| {
+        let mode = SetAttr {
+            perm: Some(0o700),
+            ..Default::default()
+        };
+        f.setattr(ino(f, "other/x"), &mode).unwrap();
+    });
+    step(3, "rename across", &|f| {
+        let (p, n) = parent(f, "other/x/y.txt");
+        let to = ino(f, "dir/sub");
+        f.rename(p, &n, to, b"y2", RenameMode::Replace).unwrap()
+    });
+    step(4, "hardlink", &|f| {
+        f.link(ino(f, "dir/sub/y2"), ino(f, "empty"), b"hl")
+            .unwrap();
+    });
+    step(5, "unlink a link", &|f| {
+        f.unlink(ino(f, "empty"), b"hl").unwrap()
+    });
+    step(6, "deep mkdir", &|f| {
+        let d = f
+            .mkdir(ino(f, "dir/sub/deeper"), b"new", 0o755, 0, 0)
+            .unwrap();
+        let a = f.mknod(d.ino, b"n", Kind::File, 0o644, 0, 0, 0).unwrap();
+        f.write(a.ino, 0, b"new file").unwrap();
+    });
+    step(7, "move a directory", &|f| {
+        let to = ino(f, "other");
+        f.rename(ino(f, "dir"), b"sub", to, b"sub", RenameMode::Replace)
+            .unwrap()
+    });
+    step(8, "truncate", &|f| {
+        let size = SetAttr {
+            size: Some(12345),
+            ..Default::default()
+        };
+        f.setattr(ino(f, "big.bin"), &size).unwrap();
+    });
+    step(9, "change in the moved directory", &|f| {
+        write_path(f, "other/sub/deeper/new/n", 0, b"N")
+    });
+    step(10, "a hardlinked base file", &|f| {
+        write_path(f, "dir/link2", 0, b"L")
+    });
+}
+
+#[test]
 fn hardlink_changed_through_one_name_is_consistent_in_the_commit() {
     let env = env();
     Fork::create(&env.store, "h", &env.base).unwrap();

@@ -43,7 +43,7 @@ use std::collections::HashMap;
 #[cfg(test)]
 pub use extents::punch;
 pub use extents::{FileData, Piece, Src, data_ranges, plan};
-pub use inode::{Data, Dir, Inode};
+pub use inode::{Data, Dir, Inode, TreeCache};
 pub use namespace::check_name;
 
 use super::record::Record;
@@ -78,6 +78,11 @@ pub struct ForkState {
     /// appended, that no commit has folded yet: a commit with none to fold
     /// has nothing to do.
     pub changes: u64,
+    /// Counts changes to inodes ([`Inode::stamp`]).
+    pub stamp: u64,
+    /// The `at` of the tree caches the last commit left ([`TreeCache`]);
+    /// caches with another `at` are stale.
+    pub trees_at: u64,
 }
 
 /// What live operations need besides the state.
@@ -149,6 +154,8 @@ impl ForkState {
             replaying: false,
             fresh: true,
             changes: 0,
+            stamp: 0,
+            trees_at: 0,
         }
     }
 
