@@ -49,14 +49,73 @@ pub struct Folded {
     pub stats: Stats,
 }
 
-/// Fold `state` (a snapshot; it may be modified: see the module docs).
+/// Whether the fold must load the whole tree (module docs).
+fn needs_full_load(state: &ForkState) -> bool {
+    state
+        .inodes
+        .values()
+        .any(|n| n.kind != Kind::Dir && n.link_id != 0 && n.dirty)
+}
+
+/// What a commit folds, taken under the state lock: the inodes the fold
+/// visits. Loaded directories where nothing changed since the last commit
+/// ([`stale_dirs`]) are folded from their cached tree, so only they are
+/// copied, without their entries, and what is under them is not. The whole
+/// state when the fold will load the whole tree.
+pub fn snapshot(state: &ForkState) -> ForkState {
+    if needs_full_load(state) {
+        return state.clone();
+    }
+    let stale = stale_dirs(state);
+    let mut inodes: HashMap<u64, Inode> = HashMap::new();
+    let take = |ino: u64, inodes: &mut HashMap<u64, Inode>| {
+        if inodes.contains_key(&ino) {
+            return;
+        }
+        let Some(n) = state.inodes.get(&ino) else {
+            return;
+        };
+        let copy = match &n.data {
+            Data::Dir(Dir::Loaded(_)) if !stale.contains(&ino) => Inode {
+                data: Data::Dir(Dir::Loaded(BTreeMap::new())),
+                ..n.without_data()
+            },
+            _ => n.clone(),
+        };
+        inodes.insert(ino, copy);
+    };
+    take(ROOT_INO, &mut inodes);
+    for &d in &stale {
+        take(d, &mut inodes);
+        if let Some(Data::Dir(Dir::Loaded(kids))) = state.inodes.get(&d).map(|n| &n.data) {
+            for &c in kids.values() {
+                take(c, &mut inodes);
+            }
+        }
+    }
+    // Files unlinked while open are folded too.
+    for (&ino, n) in &state.inodes {
+        if n.nlink == 0 && matches!(n.data, Data::File(_)) {
+            take(ino, &mut inodes);
+        }
+    }
+    ForkState {
+        inodes,
+        next_ino: state.next_ino,
+        by_link: state.by_link.clone(),
+        replaying: state.replaying,
+        fresh: state.fresh,
+        changes: state.changes,
+        stamp: state.stamp,
+        trees_at: state.trees_at,
+    }
+}
+
+/// Fold `state` (a [`snapshot`]; it may be modified: see the module docs).
 /// `salt` (the parent checkpoint) seeds fresh link ids.
 pub fn fold(state: &mut ForkState, store: &Store, wal: &Wal, salt: &ObjectId) -> Result<Folded> {
     let at = state.stamp;
-    let needs_full_load = state
-        .inodes
-        .values()
-        .any(|n| n.kind != Kind::Dir && n.link_id != 0 && n.dirty);
+    let needs_full_load = needs_full_load(state);
     if needs_full_load {
         state.load_all(store)?;
     }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::fold::fold;
+use super::fold::{fold, snapshot};
 use super::io::{JournalIo, RealIo};
 use super::record::Record;
 use super::state::{Ctx, ForkState, Src, check_name, now_ns};
@@ -831,7 +831,7 @@ impl Fork {
             }
             let map = Record::InodeMap(st.inode_map()).encode();
             let seg = self.wal.rotate(&map)?;
-            (seg, st.clone(), st.changes)
+            (seg, snapshot(&st), st.changes)
         };
         step(CommitStep::Rotated)?;
         // (2) Fold without it.

@@ -133,6 +133,30 @@ impl Inode {
         }
     }
 
+    /// A copy of everything but the data (which is `Data::Special`).
+    pub fn without_data(&self) -> Inode {
+        Inode {
+            kind: self.kind,
+            perm: self.perm,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: self.rdev,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            nlink: self.nlink,
+            xattrs: self.xattrs.clone(),
+            data: Data::Special,
+            parent: self.parent,
+            open: self.open,
+            link_id: self.link_id,
+            dirty: self.dirty,
+            dsize: self.dsize,
+            stamp: self.stamp,
+            tree: self.tree,
+        }
+    }
+
     /// What `stat` shows: sizes and blocks as ext4 would have them
     /// ([`ext4`]); a symlink is always `rwxrwxrwx`. A directory not loaded
     /// yet shows one block here: [`super::super::Fork`] sizes it from its base tree.
