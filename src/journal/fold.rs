@@ -41,8 +41,9 @@ pub struct Folded {
     pub extents: HashMap<u64, Vec<Extent>>,
     /// The link id given to each hardlinked inode.
     pub link_ids: HashMap<u64, u64>,
-    /// The tree of every loaded directory, stored or reused (none when the
-    /// fold loaded the whole tree), as of stamp [`Folded::at`].
+    /// The tree of every loaded directory the fold visited, stored or
+    /// reused (none when it loaded the whole tree), as of stamp
+    /// [`Folded::at`].
     pub trees: HashMap<u64, TreeCache>,
     /// The state's stamp when it was taken.
     pub at: u64,
@@ -107,7 +108,6 @@ pub fn snapshot(state: &ForkState) -> ForkState {
         fresh: state.fresh,
         changes: state.changes,
         stamp: state.stamp,
-        trees_at: state.trees_at,
     }
 }
 
@@ -209,22 +209,27 @@ fn subtree_stats(store: &Store, id: &ObjectId) -> Result<(u64, u64)> {
 }
 
 /// The loaded directories whose tree may differ from their cache (see
-/// [`TreeCache`]): those changed, holding an inode changed, or without a
-/// cache of the last commit since then, and their ancestors. Every change
-/// goes through `inode_mut`, which stamps the inode; a directory's entries
-/// are its own data, so adding or removing one stamps it.
+/// [`TreeCache`]): those without a cache, changed since it was taken, or
+/// holding an inode changed since, and their ancestors. Every change goes
+/// through `inode_mut`, which stamps the inode; a directory's entries are
+/// its own data, so adding or removing one stamps it. A fold visits a
+/// directory's children only after the directory, so a child's cache is
+/// never newer than its parent's (checked, too).
 fn stale_dirs(state: &ForkState) -> HashSet<u64> {
-    let a = state.trees_at;
     let mut stale = HashSet::new();
     for (&ino, n) in &state.inodes {
         let Data::Dir(Dir::Loaded(kids)) = &n.data else {
             continue;
         };
-        let fresh = n.stamp <= a
-            && n.tree.is_some_and(|t| t.at == a)
-            && kids
-                .values()
-                .all(|c| state.inodes.get(c).is_some_and(|c| c.stamp <= a));
+        let fresh = n.tree.is_some_and(|t| {
+            n.stamp <= t.at
+                && kids.values().all(|c| {
+                    state
+                        .inodes
+                        .get(c)
+                        .is_some_and(|c| c.stamp <= t.at && c.tree.is_none_or(|ct| ct.at <= t.at))
+                })
+        });
         if fresh {
             continue;
         }

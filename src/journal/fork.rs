@@ -880,13 +880,7 @@ impl Fork {
         // snapshot are left for the next commit.
         {
             let mut st = self.state.lock();
-            st.rebase(
-                seg,
-                &folded.extents,
-                &folded.link_ids,
-                &folded.trees,
-                folded.at,
-            );
+            st.rebase(seg, &folded.extents, &folded.link_ids, &folded.trees);
             st.changes -= folding;
         }
         step(CommitStep::Rebased)?;

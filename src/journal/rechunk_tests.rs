@@ -726,7 +726,7 @@ fn a_commit_reads_only_around_what_changed_and_not_files_committed_before() {
         .unwrap();
     f.write(a.ino, 0, b"one more").unwrap();
     e.counting.take();
-    let head = f.commit("one more").unwrap();
+    f.commit("one more").unwrap();
     let (reads, _, contains) = e.counting.take();
     assert_eq!(reads, 0, "objects read by a commit of one new file");
     // The file, its directory, `many`, the root's tree and the root.
@@ -734,6 +734,22 @@ fn a_commit_reads_only_around_what_changed_and_not_files_committed_before() {
         contains <= 5,
         "{contains} objects looked up for one new file"
     );
+    // Again and again beside `many`: the trees of directories a commit did
+    // not visit (under one it reused) stay valid for the next ones.
+    for round in 0..3 {
+        let name = format!("beside-{round}");
+        let a = f
+            .mknod(ROOT_INO, name.as_bytes(), Kind::File, 0o644, 0, 0, 0)
+            .unwrap();
+        f.write(a.ino, 0, b"one more").unwrap();
+        e.counting.take();
+        f.commit("beside").unwrap();
+        let (reads, _, contains) = e.counting.take();
+        assert_eq!(reads, 0, "round {round}: objects read");
+        // The file, the root's tree and the root.
+        assert!(contains <= 3, "round {round}: {contains} objects looked up");
+    }
+    let head = f.head();
     assert_whole_file_cuts(&e.store, &head);
     // The base is untouched and still reads as it did.
     assert_eq!(e.store.read_checkpoint(&e.base).unwrap().parents, vec![]);

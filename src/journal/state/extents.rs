@@ -246,14 +246,13 @@ impl ForkState {
     /// committed checkpoint. `folded` holds each folded file's extents by
     /// inode (see [`FileData::rebase_onto`]); `link_ids` the link ids the
     /// fold gave hardlinked inodes; `trees` the tree of each loaded
-    /// directory as of stamp `at` (the directory caches, see `TreeCache`).
+    /// directory the fold visited (the directory caches, see `TreeCache`).
     pub fn rebase(
         &mut self,
         seg: u64,
         folded: &HashMap<u64, Vec<Extent>>,
         link_ids: &HashMap<u64, u64>,
         trees: &HashMap<u64, TreeCache>,
-        at: u64,
     ) {
         for (ino, t) in trees {
             if let Some(n) = self.inodes.get_mut(ino)
@@ -262,7 +261,6 @@ impl ForkState {
                 n.tree = Some(*t);
             }
         }
-        self.trees_at = at;
         for (ino, n) in self.inodes.iter_mut() {
             if let Some(&l) = link_ids.get(ino) {
                 n.link_id = l;

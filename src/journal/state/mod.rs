@@ -80,9 +80,6 @@ pub struct ForkState {
     pub changes: u64,
     /// Counts changes to inodes ([`Inode::stamp`]).
     pub stamp: u64,
-    /// The `at` of the tree caches the last commit left ([`TreeCache`]);
-    /// caches with another `at` are stale.
-    pub trees_at: u64,
 }
 
 /// What live operations need besides the state.
@@ -155,7 +152,6 @@ impl ForkState {
             fresh: true,
             changes: 0,
             stamp: 0,
-            trees_at: 0,
         }
     }
 
