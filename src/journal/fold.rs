@@ -1,6 +1,9 @@
 //! Fold a fork's state into trees and objects: the content of a commit.
 //!
-//! - An unloaded directory is its base tree, reused by id.
+//! - An unloaded directory is its base tree, reused by id. A loaded one
+//!   where nothing changed since a commit stored its tree reuses that tree
+//!   ([`TreeCache`], [`stale_dirs`]); the commit copies such a directory
+//!   without its entries and nothing under it ([`snapshot`]).
 //! - A file whose data is unchanged since it was last committed (or since
 //!   the base) reuses that chunk list (no reading).
 //! - A changed file is cut as the store's one content-defined chunker

@@ -12,8 +12,9 @@
 //! not listed and its name stays taken (remove the directory to reuse it).
 //!
 //! **Commit** (`Fork::commit`): (1) under the state lock: rotate the journal
-//! to segment S+1 whose first record is the live inode map, and clone the
-//! state; (2) without the lock: fold the clone into objects and trees and
+//! to segment S+1 whose first record is the live inode map, and copy what
+//! the fold visits (`fold::snapshot`); (2) without the lock: fold the copy
+//! into objects and trees and
 //! write the checkpoint (parent = the head; objects synced first); (3) write
 //! HEAD `{new, journal_from: S+1}` durably; (4) under the lock again: point
 //! file pieces held in segments ≤ S at the new objects (rebase); (5) delete
