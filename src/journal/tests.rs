@@ -1265,6 +1265,26 @@ fn commits_reuse_unchanged_directory_trees_and_keep_changes_at_any_depth() {
         set_head(&env, &name, &info);
         let c = env.open(&name);
         assert_eq!(dump(&c), dump(&f), "{what}: the commit holds the change");
+        // Its stats count the whole tree, reused directories included.
+        let ckpt = env.store.read_checkpoint(&head).unwrap();
+        let stats = ckpt.source.stats.clone().unwrap();
+        let (mut entries, mut bytes) = (0, 0);
+        let mut stack = vec![env.store.root_entry(&ckpt).unwrap()];
+        while let Some(e) = stack.pop() {
+            entries += 1;
+            match e.content {
+                crate::store::Content::Tree(t) => {
+                    stack.extend(env.store.get_tree(&t, "test").unwrap().entries)
+                }
+                _ if e.kind == Kind::File => bytes += e.size,
+                _ => {}
+            }
+        }
+        assert_eq!(
+            (stats.entries, stats.bytes),
+            (entries, bytes),
+            "{what}: stats"
+        );
     };
     step(0, "deep data", &|f| {
         write_path(f, "dir/sub/deeper/deep.txt", 3, b"X")
