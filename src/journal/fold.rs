@@ -1,12 +1,16 @@
 //! Fold a fork's state into trees and objects: the content of a commit.
 //!
-//! - An unloaded directory is its base tree, reused by id.
-//! - A file whose data is unchanged reuses its base extents (no reading).
-//! - A changed file is read piece by piece (base objects and journal data)
-//!   and cut by [`cut_chunks`], the store's one content-defined chunker
-//!   (snapshot and import cut through it too; a run of at most `MIN_CHUNK`
-//!   bytes is one chunk), so an edited file shares most chunks with its base.
-//!   Holes stay holes.
+//! - An unloaded directory is its base tree, reused by id. A loaded one
+//!   where nothing changed since a commit stored its tree reuses that tree
+//!   ([`TreeCache`], [`stale_dirs`]); the commit copies such a directory
+//!   without its entries and nothing under it ([`snapshot`]).
+//! - A file whose data is unchanged since it was last committed (or since
+//!   the base) reuses that chunk list (no reading).
+//! - A changed file is cut as the store's one content-defined chunker
+//!   (`store::chunk::cut_chunks`; snapshot and import cut through it too)
+//!   cuts it whole, but only the chunks around what changed are read and cut:
+//!   the others are taken from its committed chunk list (`rechunk.rs`, which
+//!   says why the result is the same). Holes stay holes.
 //! - Hardlinks: an inode that came from the base keeps its base `link_id`
 //!   (other names of it may sit in unloaded subtrees, which keep that id);
 //!   a new multi-link inode gets a fresh id derived from the parent
@@ -18,18 +22,17 @@
 //!   loads every directory of the (throw-away) state first so all names are
 //!   rebuilt. Rare and correct, but it reads the whole tree.
 
-use std::collections::HashMap;
-use std::io::{self, Read};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::LazyLock;
 
 use parking_lot::Mutex;
 
 use sha2::{Digest, Sha256};
 
-use super::state::{Data, Dir, ForkState, Inode, ROOT_INO, Src, plan};
+use super::rechunk::{ChunkIo, chunk_file};
+use super::state::{Data, Dir, ForkState, Inode, Piece, ROOT_INO, Src, TreeCache, plan};
 use super::wal::Wal;
 use super::{Error, Result};
-use crate::store::chunk::cut_chunks;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Stats, Store, Tree};
 
 /// What a fold produced.
@@ -41,27 +44,98 @@ pub struct Folded {
     pub extents: HashMap<u64, Vec<Extent>>,
     /// The link id given to each hardlinked inode.
     pub link_ids: HashMap<u64, u64>,
+    /// The tree of every loaded directory the fold visited, stored or
+    /// reused (none when it loaded the whole tree), as of stamp
+    /// [`Folded::at`].
+    pub trees: HashMap<u64, TreeCache>,
+    /// The state's stamp when it was taken.
+    pub at: u64,
     pub stats: Stats,
 }
 
-/// Fold `state` (a snapshot; it may be modified: see the module docs).
-/// `salt` (the parent checkpoint) seeds fresh link ids.
-pub fn fold(state: &mut ForkState, store: &Store, wal: &Wal, salt: &ObjectId) -> Result<Folded> {
-    let needs_full_load = state
+/// Whether the fold must load the whole tree (module docs).
+fn needs_full_load(state: &ForkState) -> bool {
+    state
         .inodes
         .values()
-        .any(|n| n.kind != Kind::Dir && n.link_id != 0 && n.dirty);
+        .any(|n| n.kind != Kind::Dir && n.link_id != 0 && n.dirty)
+}
+
+/// What a commit folds, taken under the state lock: the inodes the fold
+/// visits. Loaded directories where nothing changed since the last commit
+/// ([`stale_dirs`]) are folded from their cached tree, so only they are
+/// copied, without their entries, and what is under them is not. The whole
+/// state when the fold will load the whole tree.
+pub fn snapshot(state: &ForkState) -> ForkState {
+    if needs_full_load(state) {
+        return state.clone();
+    }
+    let stale = stale_dirs(state);
+    let mut inodes: HashMap<u64, Inode> = HashMap::new();
+    let take = |ino: u64, inodes: &mut HashMap<u64, Inode>| {
+        if inodes.contains_key(&ino) {
+            return;
+        }
+        let Some(n) = state.inodes.get(&ino) else {
+            return;
+        };
+        let copy = match &n.data {
+            Data::Dir(Dir::Loaded(_)) if !stale.contains(&ino) => Inode {
+                data: Data::Dir(Dir::Loaded(BTreeMap::new())),
+                ..n.without_data()
+            },
+            _ => n.clone(),
+        };
+        inodes.insert(ino, copy);
+    };
+    take(ROOT_INO, &mut inodes);
+    for &d in &stale {
+        take(d, &mut inodes);
+        if let Some(Data::Dir(Dir::Loaded(kids))) = state.inodes.get(&d).map(|n| &n.data) {
+            for &c in kids.values() {
+                take(c, &mut inodes);
+            }
+        }
+    }
+    // Files unlinked while open are folded too.
+    for (&ino, n) in &state.inodes {
+        if n.nlink == 0 && matches!(n.data, Data::File(_)) {
+            take(ino, &mut inodes);
+        }
+    }
+    ForkState {
+        inodes,
+        next_ino: state.next_ino,
+        by_link: state.by_link.clone(),
+        replaying: state.replaying,
+        fresh: state.fresh,
+        changes: state.changes,
+        stamp: state.stamp,
+    }
+}
+
+/// Fold `state` (a [`snapshot`]; it may be modified: see the module docs).
+/// `salt` (the parent checkpoint) seeds fresh link ids.
+pub fn fold(state: &mut ForkState, store: &Store, wal: &Wal, salt: &ObjectId) -> Result<Folded> {
+    let at = state.stamp;
+    let needs_full_load = needs_full_load(state);
     if needs_full_load {
         state.load_all(store)?;
     }
+    // Directories loaded by `load_all` have numbers the live state may give
+    // other inodes: no tree is reused or kept then.
+    let stale = (!needs_full_load).then(|| stale_dirs(state));
     let mut f = Folder {
         state,
         store,
         wal,
+        stale,
         out: Folded {
             root: ObjectId([0; 32]),
             extents: HashMap::new(),
             link_ids: HashMap::new(),
+            trees: HashMap::new(),
+            at,
             stats: Stats::default(),
         },
     };
@@ -137,10 +211,49 @@ fn subtree_stats(store: &Store, id: &ObjectId) -> Result<(u64, u64)> {
     Ok((entries, bytes))
 }
 
+/// The loaded directories whose tree may differ from their cache (see
+/// [`TreeCache`]): those without a cache, changed since it was taken, or
+/// holding an inode changed since, and their ancestors. Every change goes
+/// through `inode_mut`, which stamps the inode; a directory's entries are
+/// its own data, so adding or removing one stamps it. A fold visits a
+/// directory's children only after the directory, so a child's cache is
+/// never newer than its parent's (checked, too).
+fn stale_dirs(state: &ForkState) -> HashSet<u64> {
+    let mut stale = HashSet::new();
+    for (&ino, n) in &state.inodes {
+        let Data::Dir(Dir::Loaded(kids)) = &n.data else {
+            continue;
+        };
+        let fresh = n.tree.is_some_and(|t| {
+            n.stamp <= t.at
+                && kids.values().all(|c| {
+                    state
+                        .inodes
+                        .get(c)
+                        .is_some_and(|c| c.stamp <= t.at && c.tree.is_none_or(|ct| ct.at <= t.at))
+                })
+        });
+        if fresh {
+            continue;
+        }
+        let mut d = ino;
+        while stale.insert(d) {
+            let p = state.inodes.get(&d).map_or(d, |n| n.parent);
+            if p == d {
+                break;
+            }
+            d = p;
+        }
+    }
+    stale
+}
+
 struct Folder<'a> {
     state: &'a ForkState,
     store: &'a Store,
     wal: &'a Wal,
+    /// `None`: reuse and keep no directory trees.
+    stale: Option<HashSet<u64>>,
     out: Folded,
 }
 
@@ -175,14 +288,35 @@ impl Folder<'_> {
         }
     }
 
+    /// The entry of loaded directory `ino` with the tree of its cache, when
+    /// nothing in it changed since (its subtree's stats counted).
+    fn cached_dir(&mut self, ino: u64, name: &[u8]) -> Option<Entry> {
+        let n = &self.state.inodes[&ino];
+        if !matches!(n.data, Data::Dir(Dir::Loaded(_)))
+            || self.stale.as_ref().is_none_or(|s| s.contains(&ino))
+        {
+            return None;
+        }
+        let t = n.tree?;
+        let mut e = self.meta(ino, n, name.to_vec());
+        e.content = Content::Tree(t.id);
+        self.out.stats.entries += t.entries;
+        self.out.stats.bytes += t.bytes;
+        let at = self.out.at;
+        self.out.trees.insert(ino, TreeCache { at, ..t });
+        Some(e)
+    }
+
     /// A directory's entry, its tree stored (iteratively, deepest first).
     fn dir_entry(&mut self, ino: u64, name: Vec<u8>) -> Result<Entry> {
-        // Explicit stack: (dir ino, name, child entries built so far, next child index).
+        // Explicit stack: (dir ino, name, child entries built so far, next
+        // child index, stats when it started).
         struct Frame {
             ino: u64,
             name: Vec<u8>,
             kids: Vec<(Vec<u8>, u64)>,
             done: Vec<Entry>,
+            before: (u64, u64),
         }
         let start = |s: &Self, ino: u64, name: Vec<u8>| -> Frame {
             let kids = match &s.state.inodes[&ino].data {
@@ -194,8 +328,12 @@ impl Folder<'_> {
                 name,
                 kids,
                 done: Vec::new(),
+                before: (s.out.stats.entries, s.out.stats.bytes),
             }
         };
+        if let Some(e) = self.cached_dir(ino, &name) {
+            return Ok(e);
+        }
         let mut stack = vec![start(self, ino, name)];
         loop {
             let top = stack.last_mut().expect("non-empty");
@@ -203,6 +341,10 @@ impl Folder<'_> {
                 let (cname, cino) = top.kids[top.done.len()].clone();
                 let c = &self.state.inodes[&cino];
                 if c.kind == Kind::Dir {
+                    if let Some(e) = self.cached_dir(cino, &cname) {
+                        stack.last_mut().expect("non-empty").done.push(e);
+                        continue;
+                    }
                     let fr = start(self, cino, cname);
                     stack.push(fr);
                 } else {
@@ -232,6 +374,15 @@ impl Folder<'_> {
                     let tree = Tree { entries: fr.done };
                     let (id, written) = self.store.put_tree(&tree)?;
                     self.count(written);
+                    if self.stale.is_some() {
+                        let t = TreeCache {
+                            id,
+                            entries: self.out.stats.entries - fr.before.0,
+                            bytes: self.out.stats.bytes - fr.before.1,
+                            at: self.out.at,
+                        };
+                        self.out.trees.insert(fr.ino, t);
+                    }
                     Content::Tree(id)
                 }
             };
@@ -259,154 +410,82 @@ impl Folder<'_> {
         Ok(e)
     }
 
-    /// A file's extents: its base ones if unchanged, else chunked now (once
-    /// per inode, shared by its hardlinks).
+    /// A file's extents: its committed ones if unchanged, else chunked now
+    /// (once per inode, shared by its hardlinks).
     fn file_extents(&mut self, ino: u64) -> Result<Vec<Extent>> {
-        let Data::File(f) = &self.state.inodes[&ino].data else {
+        let state = self.state;
+        let Data::File(f) = &state.inodes[&ino].data else {
             return Ok(Vec::new());
         };
-        if let Some(orig) = &f.orig {
-            return Ok(orig.as_ref().clone());
+        if !f.changed
+            && let Some(committed) = &f.committed
+        {
+            return Ok(committed.as_ref().clone());
         }
         if let Some(done) = self.out.extents.get(&ino) {
             return Ok(done.clone());
         }
-        let segments = plan(&f.pieces, 0, f.size);
-        let mut extents = Vec::new();
-        let mut i = 0;
-        while i < segments.len() {
-            if segments[i].1.is_none() {
-                extents.push(Extent {
-                    len: segments[i].0,
-                    id: None,
-                });
-                i += 1;
-                continue;
-            }
-            let j = segments[i..]
-                .iter()
-                .position(|s| s.1.is_none())
-                .map_or(segments.len(), |p| i + p);
-            let run: Vec<(u64, Src)> = segments[i..j]
-                .iter()
-                .map(|(l, s)| (*l, s.expect("data")))
-                .collect();
-            self.chunk_run(ino, run, &mut extents)?;
-            i = j;
-        }
+        let mut io = FileIo {
+            store: self.store,
+            wal: self.wal,
+            pieces: &f.pieces,
+            ino,
+            cached: None,
+            stats: &mut self.out.stats,
+        };
+        let extents = chunk_file(f, &mut io)?;
         self.out.extents.insert(ino, extents.clone());
         Ok(extents)
     }
-
-    /// Cut a run of data into chunks and store them.
-    fn chunk_run(
-        &mut self,
-        ino: u64,
-        run: Vec<(u64, Src)>,
-        extents: &mut Vec<Extent>,
-    ) -> Result<()> {
-        let total: u64 = run.iter().map(|r| r.0).sum();
-        let mut reader = PieceReader {
-            store: self.store,
-            wal: self.wal,
-            ino,
-            run,
-            idx: 0,
-            within: 0,
-            cached: None,
-            error: None,
-        };
-        // Each chunk is stored as it is cut, so memory stays bounded.
-        let mut failed: Option<Error> = None;
-        let cut = cut_chunks(&mut reader, total, |data: Vec<u8>| {
-            let stored = self.store.put_object(&data).map_err(Error::from);
-            match stored {
-                Ok((id, written)) => {
-                    self.count(written);
-                    extents.push(Extent {
-                        len: data.len() as u64,
-                        id: Some(id),
-                    });
-                    Ok(())
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    Err(io::Error::other("store failed"))
-                }
-            }
-        });
-        if let Some(e) = reader.error.take().or(failed) {
-            return Err(e);
-        }
-        cut.map_err(io_err)
-    }
 }
 
-fn io_err(e: io::Error) -> Error {
-    Error::Io {
-        path: "journal fold".into(),
-        source: e,
-    }
-}
-
-/// Reads a run of pieces in order: base objects (verified) and journal data.
-struct PieceReader<'a> {
+/// Reads a file's bytes from its pieces (base objects, verified, and journal
+/// data) and stores its new chunks.
+struct FileIo<'a> {
     store: &'a Store,
     wal: &'a Wal,
+    pieces: &'a BTreeMap<u64, Piece>,
     ino: u64,
-    run: Vec<(u64, Src)>,
-    idx: usize,
-    within: u64,
+    /// The base object read last (a window spans a few; reads go forward).
     cached: Option<(ObjectId, Vec<u8>)>,
-    /// The real error behind an io::Error returned to the chunker.
-    error: Option<Error>,
+    stats: &'a mut Stats,
 }
 
-impl Read for PieceReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(&(len, src)) = self.run.get(self.idx) else {
-            return Ok(0);
-        };
-        let left = len - self.within;
-        let n = (buf.len() as u64).min(left) as usize;
-        let r = match src {
-            Src::Journal { seg, off } => self.wal.read(seg, off + self.within, &mut buf[..n]),
-            Src::Base { id, off } => {
-                if self.cached.as_ref().is_none_or(|(c, _)| *c != id) {
-                    match self
-                        .store
-                        .get_object(&id, &format!("fork inode {}", self.ino))
-                    {
-                        Ok(d) => self.cached = Some((id, d)),
-                        Err(e) => {
-                            self.error = Some(e.into());
-                            return Err(io::Error::other("object read failed"));
-                        }
+impl ChunkIo for FileIo<'_> {
+    fn read(&mut self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let mut at = 0usize;
+        for (len, src) in plan(self.pieces, pos, pos + buf.len() as u64) {
+            let part = &mut buf[at..at + len as usize];
+            match src {
+                None => part.fill(0),
+                Some(Src::Journal { seg, off }) => self.wal.read(seg, off, part)?,
+                Some(Src::Base { id, off }) => {
+                    if self.cached.as_ref().is_none_or(|(c, _)| *c != id) {
+                        let what = format!("fork inode {}", self.ino);
+                        self.cached = Some((id, self.store.get_object(&id, &what)?));
                     }
-                }
-                let data = &self.cached.as_ref().expect("cached").1;
-                let from = (off + self.within) as usize;
-                match data.get(from..from + n) {
-                    Some(s) => {
-                        buf[..n].copy_from_slice(s);
-                        Ok(())
-                    }
-                    None => Err(Error::Corrupt {
-                        path: Default::default(),
-                        detail: format!("object {id} is shorter than its extent"),
-                    }),
+                    let data = &self.cached.as_ref().expect("cached").1;
+                    let from = off as usize;
+                    let Some(s) = data.get(from..from + part.len()) else {
+                        return Err(Error::Corrupt {
+                            path: Default::default(),
+                            detail: format!("object {id} is shorter than its extent"),
+                        });
+                    };
+                    part.copy_from_slice(s);
                 }
             }
-        };
-        if let Err(e) = r {
-            self.error = Some(e);
-            return Err(io::Error::other("fork data read failed"));
+            at += len as usize;
         }
-        self.within += n as u64;
-        if self.within == len {
-            self.idx += 1;
-            self.within = 0;
+        Ok(())
+    }
+
+    fn put(&mut self, data: &[u8]) -> Result<ObjectId> {
+        let (id, written) = self.store.put_object(data)?;
+        if written > 0 {
+            self.stats.new_objects += 1;
+            self.stats.new_bytes_compressed += written;
         }
-        Ok(n)
+        Ok(id)
     }
 }

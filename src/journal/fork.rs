@@ -12,8 +12,9 @@
 //! not listed and its name stays taken (remove the directory to reuse it).
 //!
 //! **Commit** (`Fork::commit`): (1) under the state lock: rotate the journal
-//! to segment S+1 whose first record is the live inode map, and clone the
-//! state; (2) without the lock: fold the clone into objects and trees and
+//! to segment S+1 whose first record is the live inode map, and copy what
+//! the fold visits (`fold::snapshot`); (2) without the lock: fold the copy
+//! into objects and trees and
 //! write the checkpoint (parent = the head; objects synced first); (3) write
 //! HEAD `{new, journal_from: S+1}` durably; (4) under the lock again: point
 //! file pieces held in segments ≤ S at the new objects (rebase); (5) delete
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::fold::fold;
+use super::fold::{fold, snapshot};
 use super::io::{JournalIo, RealIo};
 use super::record::Record;
 use super::state::{Ctx, ForkState, Src, check_name, now_ns};
@@ -831,7 +832,7 @@ impl Fork {
             }
             let map = Record::InodeMap(st.inode_map()).encode();
             let seg = self.wal.rotate(&map)?;
-            (seg, st.clone(), st.changes)
+            (seg, snapshot(&st), st.changes)
         };
         step(CommitStep::Rotated)?;
         // (2) Fold without it.
@@ -880,7 +881,7 @@ impl Fork {
         // snapshot are left for the next commit.
         {
             let mut st = self.state.lock();
-            st.rebase(seg, &folded.extents, &folded.link_ids);
+            st.rebase(seg, &folded.extents, &folded.link_ids, &folded.trees);
             st.changes -= folding;
         }
         step(CommitStep::Rebased)?;

@@ -12,19 +12,22 @@
 //!   group commit; `io.rs`: the I/O trait, [`RealIo`] and the fault-injecting
 //!   [`FaultyIo`]; `state/`: inodes, POSIX semantics, replay (a module per
 //!   family of records, each record's checks and effect side by side);
-//!   `fold.rs`: state → trees; `fork.rs`: the fork directory, HEAD and commit protocol.
+//!   `fold.rs`: state → trees; `rechunk.rs`: a changed file re-cut only around
+//!   its changes; `fork.rs`: the fork directory, HEAD and commit protocol.
 //!
 //! The on-disk format and the durability contract are in `docs/journal.md`.
 //!
 //! Limits, honestly: no permission checks here (the mount is expected to use
-//! the kernel's `default_permissions`); a commit clones the loaded inode table
-//! under the state lock; the fork's own lock is not checked against a
+//! the kernel's `default_permissions`); a commit writes the inode map of every
+//! loaded directory and scans the inode table under the state lock (it copies
+//! only what changed); the fork's own lock is not checked against a
 //! concurrent `Fork::create` of a ref of the same name.
 
 pub mod ext4;
 mod fold;
 mod fork;
 pub mod io;
+mod rechunk;
 pub mod record;
 mod state;
 pub mod wal;
@@ -221,3 +224,6 @@ mod model_tests;
 
 #[cfg(test)]
 mod stress_tests;
+
+#[cfg(test)]
+mod rechunk_tests;

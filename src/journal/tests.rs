@@ -1092,6 +1092,7 @@ fn crash_at_every_commit_step_keeps_old_or_new_head_and_all_content() {
         f.sync().unwrap();
         let after = dump(&f);
         let head = f.head();
+        super::rechunk_tests::assert_whole_file_cuts(&env.store, &head);
         drop(f);
         env.io.crash();
         let f = env.open("f");
@@ -1113,6 +1114,7 @@ fn crash_at_every_commit_step_keeps_old_or_new_head_and_all_content() {
         }
         // A second commit finishes whatever the first left.
         let h2 = f.commit("again").unwrap();
+        super::rechunk_tests::assert_whole_file_cuts(&env.store, &h2);
         drop(f);
         env.io.crash();
         let f = env.open("f");
@@ -1243,6 +1245,98 @@ fn fold_changes_only_what_changed_and_shares_chunks() {
         .copy_content(&entry(&b, "big.bin"), &mut out, "big")
         .unwrap();
     assert_eq!(out, cat(&f, "big.bin"));
+}
+
+#[test]
+fn commits_reuse_unchanged_directory_trees_and_keep_changes_at_any_depth() {
+    let env = env();
+    let f = env.fork();
+    // Load everything once; the first commit stores every loaded tree.
+    let _ = dump(&f);
+    write_path(&f, "hello.txt", 0, b"H");
+    f.commit("load").unwrap();
+    let step = |i: usize, what: &str, op: &dyn Fn(&Fork)| {
+        op(&f);
+        let head = f.commit(what).unwrap();
+        let name = format!("check{i}");
+        env.create(&name);
+        let mut info = read_json_head(&env, &name);
+        info.checkpoint = head;
+        set_head(&env, &name, &info);
+        let c = env.open(&name);
+        assert_eq!(dump(&c), dump(&f), "{what}: the commit holds the change");
+        // Its stats count the whole tree, reused directories included.
+        let ckpt = env.store.read_checkpoint(&head).unwrap();
+        let stats = ckpt.source.stats.clone().unwrap();
+        let (mut entries, mut bytes) = (0, 0);
+        let mut stack = vec![env.store.root_entry(&ckpt).unwrap()];
+        while let Some(e) = stack.pop() {
+            entries += 1;
+            match e.content {
+                crate::store::Content::Tree(t) => {
+                    stack.extend(env.store.get_tree(&t, "test").unwrap().entries)
+                }
+                _ if e.kind == Kind::File => bytes += e.size,
+                _ => {}
+            }
+        }
+        assert_eq!(
+            (stats.entries, stats.bytes),
+            (entries, bytes),
+            "{what}: stats"
+        );
+    };
+    step(0, "deep data", &|f| {
+        write_path(f, "dir/sub/deeper/deep.txt", 3, b"X")
+    });
+    step(1, "xattr", &|f| {
+        let i = ino(f, "other/x/y.txt");
+        f.setxattr(i, b"user.k", b"v", XattrMode::Create).unwrap()
+    });
+    step(2, "dir mode", &|f| {
+        let mode = SetAttr {
+            perm: Some(0o700),
+            ..Default::default()
+        };
+        f.setattr(ino(f, "other/x"), &mode).unwrap();
+    });
+    step(3, "rename across", &|f| {
+        let (p, n) = parent(f, "other/x/y.txt");
+        let to = ino(f, "dir/sub");
+        f.rename(p, &n, to, b"y2", RenameMode::Replace).unwrap()
+    });
+    step(4, "hardlink", &|f| {
+        f.link(ino(f, "dir/sub/y2"), ino(f, "empty"), b"hl")
+            .unwrap();
+    });
+    step(5, "unlink a link", &|f| {
+        f.unlink(ino(f, "empty"), b"hl").unwrap()
+    });
+    step(6, "deep mkdir", &|f| {
+        let d = f
+            .mkdir(ino(f, "dir/sub/deeper"), b"new", 0o755, 0, 0)
+            .unwrap();
+        let a = f.mknod(d.ino, b"n", Kind::File, 0o644, 0, 0, 0).unwrap();
+        f.write(a.ino, 0, b"new file").unwrap();
+    });
+    step(7, "move a directory", &|f| {
+        let to = ino(f, "other");
+        f.rename(ino(f, "dir"), b"sub", to, b"sub", RenameMode::Replace)
+            .unwrap()
+    });
+    step(8, "truncate", &|f| {
+        let size = SetAttr {
+            size: Some(12345),
+            ..Default::default()
+        };
+        f.setattr(ino(f, "big.bin"), &size).unwrap();
+    });
+    step(9, "change in the moved directory", &|f| {
+        write_path(f, "other/sub/deeper/new/n", 0, b"N")
+    });
+    step(10, "a hardlinked base file", &|f| {
+        write_path(f, "dir/link2", 0, b"L")
+    });
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 
-use fastcdc::v2020::StreamCDC;
+use fastcdc::v2020::{Normalization, StreamCDC, cut, select_masks};
 
 use super::progress::Progress;
 use super::{Extent, ObjectId, Store};
@@ -244,4 +244,100 @@ pub fn cut_chunks(
         each(chunk.map_err(io::Error::other)?.data)?;
     }
     Ok(())
+}
+
+/// The length of the chunk [`cut_chunks`] cuts at the start of `window`,
+/// which must hold the next `min(MAX_CHUNK, bytes left in the run)` bytes of
+/// the stream (what `StreamCDC` has in its buffer when it cuts): the same
+/// call of FastCDC's cut function with the same masks and gear table.
+///
+/// What the decision depends on (a fork's commit relies on it to reuse
+/// chunks, `journal::rechunk`): the window's length and the bytes from the
+/// window's start up to and including the byte at the returned length (the
+/// first byte of the next chunk, which FastCDC's two-byte scan reads before
+/// it cuts), or the whole window when the cut is its end. Nothing before the
+/// window matters: the gear hash starts at zero for each chunk.
+pub fn next_cut(window: &[u8]) -> usize {
+    let (mask_s, mask_l) = select_masks(AVG_CHUNK as usize, Normalization::Level1);
+    let (_, len) = cut(
+        window,
+        MIN_CHUNK as usize,
+        AVG_CHUNK as usize,
+        MAX_CHUNK as usize,
+        mask_s,
+        mask_l,
+        mask_s << 1,
+        mask_l << 1,
+    );
+    len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic bytes: runs of random, zero and patterned data.
+    fn bytes(seed: u64, n: usize) -> Vec<u8> {
+        let mut x = seed;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let part = ((next() % (1 << 20)) as usize + 1).min(n - out.len());
+            match next() % 3 {
+                0 => out.resize(out.len() + part, 0),
+                1 => out.extend((0..part).map(|i| (i % 7) as u8)),
+                _ => out.extend((0..part).map(|_| next() as u8)),
+            }
+        }
+        out
+    }
+
+    fn streamed(data: &[u8]) -> Vec<usize> {
+        let mut lens = Vec::new();
+        cut_chunks(data, data.len() as u64, |c: Vec<u8>| {
+            lens.push(c.len());
+            Ok(())
+        })
+        .unwrap();
+        lens
+    }
+
+    /// What `journal::rechunk` relies on: [`next_cut`] on the window
+    /// `StreamCDC` holds cuts where [`cut_chunks`] cuts, and the cut reads
+    /// nothing past the byte at the cut.
+    #[test]
+    fn next_cut_is_the_stream_cut_and_reads_nothing_past_it() {
+        let max = MAX_CHUNK as usize;
+        for (seed, n) in [
+            (1, 5 << 20),
+            (2, 3_000_001),
+            (3, 70_000),
+            (4, 65_536),
+            (5, 300),
+        ] {
+            let data = bytes(seed, n);
+            let mut ours = Vec::new();
+            let mut s = 0;
+            while s < data.len() {
+                let window = &data[s..(s + max).min(data.len())];
+                let c = next_cut(window);
+                // Bytes after the cut's byte (or after a window-end cut) do not matter.
+                if c + 1 < window.len() {
+                    let mut changed = window.to_vec();
+                    for b in &mut changed[c + 1..] {
+                        *b = b.wrapping_add(101);
+                    }
+                    assert_eq!(next_cut(&changed), c, "seed {seed} at {s}");
+                }
+                ours.push(c);
+                s += c;
+            }
+            assert_eq!(ours, streamed(&data), "seed {seed}");
+        }
+    }
 }

@@ -118,7 +118,7 @@ impl ForkState {
         let n = self.inode_mut(ino);
         n.touch_data(t);
         let f = n.file_mut();
-        f.orig = None;
+        f.changed = true;
         if len > 0 {
             punch(&mut f.pieces, offset, offset + len);
             f.pieces.insert(
@@ -153,7 +153,7 @@ impl ForkState {
         n.touch_data(t);
         let f = n.file_mut();
         if f.size != size {
-            f.orig = None;
+            f.changed = true;
             punch(&mut f.pieces, size, u64::MAX);
             f.size = size;
         }
@@ -177,7 +177,7 @@ impl ForkState {
         let f = n.file_mut();
         let end = offset.saturating_add(len).min(f.size);
         if offset < end {
-            f.orig = None;
+            f.changed = true;
             punch(&mut f.pieces, offset, end);
         }
         Ok(())

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::{Data, ForkState};
+use super::{Data, Dir, ForkState, TreeCache};
 use crate::store::{Extent, ObjectId};
 
 /// Where a run of file bytes lives.
@@ -42,8 +42,16 @@ pub struct FileData {
     pub size: u64,
     /// Non-overlapping pieces by start offset; gaps are holes.
     pub pieces: BTreeMap<u64, Piece>,
-    /// The base extents while the data is unchanged (fold reuses them).
-    pub orig: Option<Arc<Vec<Extent>>>,
+    /// The file's chunk list as last committed (its base extents, or the
+    /// extents the last commit folded it into): where the data is unchanged,
+    /// its pieces are these extents' objects at the same offsets, so a fold
+    /// reuses their chunks (`journal::rechunk`). `None` for a file made on
+    /// the fork and not committed yet.
+    pub committed: Option<Arc<Vec<Extent>>>,
+    /// The data changed since `committed` (a write, a truncate that changed
+    /// the size, a punched hole). When false the fold takes `committed` as
+    /// it is, reading nothing.
+    pub changed: bool,
 }
 
 impl FileData {
@@ -52,7 +60,8 @@ impl FileData {
         FileData {
             size: 0,
             pieces: BTreeMap::new(),
-            orig: None,
+            committed: None,
+            changed: true,
         }
     }
 
@@ -79,7 +88,8 @@ impl FileData {
         FileData {
             size,
             pieces,
-            orig: Some(Arc::new(ext.to_vec())),
+            committed: Some(Arc::new(ext.to_vec())),
+            changed: false,
         }
     }
 }
@@ -164,17 +174,93 @@ pub fn plan(pieces: &BTreeMap<u64, Piece>, start: u64, end: u64) -> ReadPlan {
     out
 }
 
+impl FileData {
+    /// After a commit that folded this file into `ext`: every piece that
+    /// holds what the fold read (all but those written to segments `seg` and
+    /// later, during the fold) now points at the objects of `ext` at the same
+    /// offsets, adjacent runs of one object merged; `ext` becomes the
+    /// committed list, and the file is unchanged if its pieces are exactly
+    /// `ext`'s (nothing touched it during the fold).
+    pub fn rebase_onto(&mut self, seg: u64, ext: &[Extent]) {
+        let starts: Vec<u64> = ext
+            .iter()
+            .scan(0u64, |acc, x| {
+                let s = *acc;
+                *acc += x.len;
+                Some(s)
+            })
+            .collect();
+        let total: u64 = ext.iter().map(|x| x.len).sum();
+        let mut out: BTreeMap<u64, Piece> = BTreeMap::new();
+        for (&s, &p) in &self.pieces {
+            if matches!(p.src, Src::Journal { seg: js, .. } if js >= seg) {
+                push_merged(&mut out, s, p);
+                continue;
+            }
+            let end = s + p.len;
+            let mut i = starts.partition_point(|&x| x <= s).saturating_sub(1);
+            let mut pos = s;
+            while pos < end {
+                let Some(x) = ext.get(i).filter(|x| x.id.is_some()) else {
+                    // Cannot happen: the fold saw data here.
+                    tracing::error!(pos, "file data the fold did not store");
+                    let rest = Piece {
+                        len: end - pos,
+                        src: p.src.advance(pos - s),
+                    };
+                    push_merged(&mut out, pos, rest);
+                    break;
+                };
+                let to = end.min(starts[i] + x.len);
+                let src = Src::Base {
+                    id: x.id.expect("data"),
+                    off: pos - starts[i],
+                };
+                push_merged(&mut out, pos, Piece { len: to - pos, src });
+                pos = to;
+                i += 1;
+            }
+        }
+        self.pieces = out;
+        self.changed =
+            self.size != total || self.pieces != FileData::from_extents(ext, total).pieces;
+        self.committed = Some(Arc::new(ext.to_vec()));
+    }
+}
+
+/// Append piece `p` at `s` to `out` (built in offset order), merged into the
+/// last piece when it continues it.
+fn push_merged(out: &mut BTreeMap<u64, Piece>, s: u64, p: Piece) {
+    if let Some(mut last) = out.last_entry()
+        && *last.key() + last.get().len == s
+        && last.get().src.advance(last.get().len) == p.src
+    {
+        last.get_mut().len += p.len;
+        return;
+    }
+    out.insert(s, p);
+}
+
 impl ForkState {
     /// After a commit: data that came from segments before `seg` is now in the
-    /// committed checkpoint; point those pieces at its objects. `folded` holds
-    /// each folded file's extents by inode; `link_ids` the link ids the fold
-    /// gave hardlinked inodes.
+    /// committed checkpoint. `folded` holds each folded file's extents by
+    /// inode (see [`FileData::rebase_onto`]); `link_ids` the link ids the
+    /// fold gave hardlinked inodes; `trees` the tree of each loaded
+    /// directory the fold visited (the directory caches, see `TreeCache`).
     pub fn rebase(
         &mut self,
         seg: u64,
         folded: &HashMap<u64, Vec<Extent>>,
         link_ids: &HashMap<u64, u64>,
+        trees: &HashMap<u64, TreeCache>,
     ) {
+        for (ino, t) in trees {
+            if let Some(n) = self.inodes.get_mut(ino)
+                && matches!(n.data, Data::Dir(Dir::Loaded(_)))
+            {
+                n.tree = Some(*t);
+            }
+        }
         for (ino, n) in self.inodes.iter_mut() {
             if let Some(&l) = link_ids.get(ino) {
                 n.link_id = l;
@@ -182,53 +268,17 @@ impl ForkState {
             let Data::File(f) = &mut n.data else {
                 continue;
             };
-            let old: Vec<(u64, Piece)> = f
-                .pieces
-                .iter()
-                .filter(|(_, p)| matches!(p.src, Src::Journal { seg: s, .. } if s < seg))
-                .map(|(s, p)| (*s, *p))
-                .collect();
-            if old.is_empty() {
-                continue;
-            }
-            let Some(ext) = folded.get(ino) else {
-                // Cannot happen: every file with journal data is folded.
-                tracing::error!(ino, "journal data of a file missing from the fold");
-                continue;
-            };
-            let starts: Vec<u64> = ext
-                .iter()
-                .scan(0u64, |acc, x| {
-                    let s = *acc;
-                    *acc += x.len;
-                    Some(s)
-                })
-                .collect();
-            for (s, p) in old {
-                f.pieces.remove(&s);
-                let end = s + p.len;
-                let mut i = starts.partition_point(|&x| x <= s).saturating_sub(1);
-                let mut pos = s;
-                while pos < end && i < ext.len() {
-                    let xend = starts[i] + ext[i].len;
-                    let to = end.min(xend);
-                    if let Some(id) = ext[i].id
-                        && to > pos
-                    {
-                        f.pieces.insert(
-                            pos,
-                            Piece {
-                                len: to - pos,
-                                src: Src::Base {
-                                    id,
-                                    off: pos - starts[i],
-                                },
-                            },
-                        );
-                    }
-                    pos = to;
-                    i += 1;
+            match folded.get(ino) {
+                Some(ext) => f.rebase_onto(seg, ext),
+                None if f.changed
+                    && f.pieces
+                        .values()
+                        .any(|p| matches!(p.src, Src::Journal { seg: s, .. } if s < seg)) =>
+                {
+                    // Cannot happen: every file with journal data is folded.
+                    tracing::error!(ino, "journal data of a file missing from the fold");
                 }
+                None => {}
             }
         }
     }

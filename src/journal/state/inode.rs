@@ -50,6 +50,23 @@ pub struct Inode {
     pub dirty: bool,
     /// `st_size` of a directory or special file (as the base recorded it).
     pub dsize: u64,
+    /// [`ForkState::stamp`] when the inode last changed (0: not since it
+    /// was loaded or made).
+    pub stamp: u64,
+    /// A loaded directory: its tree as the last commit stored it.
+    pub tree: Option<TreeCache>,
+}
+
+/// A loaded directory's tree as a commit stored it, valid while nothing in
+/// the directory changed since (`journal::fold` checks the stamps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeCache {
+    pub id: ObjectId,
+    /// Entries under it at every depth, and the bytes of its regular files.
+    pub entries: u64,
+    pub bytes: u64,
+    /// [`ForkState::stamp`] when the commit's state was taken.
+    pub at: u64,
 }
 
 impl Inode {
@@ -74,6 +91,8 @@ impl Inode {
             link_id: 0,
             dirty: true,
             dsize: 0,
+            stamp: 0,
+            tree: None,
         }
     }
 
@@ -109,6 +128,32 @@ impl Inode {
             } else {
                 e.size
             },
+            stamp: 0,
+            tree: None,
+        }
+    }
+
+    /// A copy of everything but the data (which is `Data::Special`).
+    pub fn without_data(&self) -> Inode {
+        Inode {
+            kind: self.kind,
+            perm: self.perm,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: self.rdev,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            nlink: self.nlink,
+            xattrs: self.xattrs.clone(),
+            data: Data::Special,
+            parent: self.parent,
+            open: self.open,
+            link_id: self.link_id,
+            dirty: self.dirty,
+            dsize: self.dsize,
+            stamp: self.stamp,
+            tree: self.tree,
         }
     }
 
@@ -191,8 +236,13 @@ impl ForkState {
         self.inodes.get(&ino).ok_or(Error::NotFound)
     }
 
+    /// Inode `ino` to change: every change of the tree goes through here,
+    /// which stamps it (see [`Inode::stamp`]).
     pub(super) fn inode_mut(&mut self, ino: u64) -> &mut Inode {
-        self.inodes.get_mut(&ino).expect("validated inode")
+        self.stamp += 1;
+        let n = self.inodes.get_mut(&ino).expect("validated inode");
+        n.stamp = self.stamp;
+        n
     }
 
     /// A loaded directory's children (for checks: an unloaded one is an error).

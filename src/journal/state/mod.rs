@@ -40,8 +40,10 @@ mod replay;
 
 use std::collections::HashMap;
 
-pub use extents::{Src, data_ranges, plan};
-pub use inode::{Data, Dir, Inode};
+#[cfg(test)]
+pub use extents::punch;
+pub use extents::{FileData, Piece, Src, data_ranges, plan};
+pub use inode::{Data, Dir, Inode, TreeCache};
 pub use namespace::check_name;
 
 use super::record::Record;
@@ -76,6 +78,8 @@ pub struct ForkState {
     /// appended, that no commit has folded yet: a commit with none to fold
     /// has nothing to do.
     pub changes: u64,
+    /// Counts changes to inodes ([`Inode::stamp`]).
+    pub stamp: u64,
 }
 
 /// What live operations need besides the state.
@@ -147,6 +151,7 @@ impl ForkState {
             replaying: false,
             fresh: true,
             changes: 0,
+            stamp: 0,
         }
     }
 
