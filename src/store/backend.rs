@@ -17,8 +17,7 @@ use super::atomic::{fsync_dir, temp_name, write_file};
 use super::id::ObjectId;
 use super::midx::{self, MIDX, Merge, Midx, MidxEntry};
 use super::pack::{
-    PACK_OBJECT_MAX, PACK_TARGET_SIZE, PackEntry, PackWriter, decode_index, read_entry,
-    read_record,
+    PACK_OBJECT_MAX, PACK_TARGET_SIZE, PackEntry, PackWriter, decode_index, read_entry, read_record,
 };
 
 /// The directory under `objects/` that holds pack files.
@@ -612,14 +611,24 @@ impl LocalBackend {
         }
         fresh.sort_by_key(|e| e.id);
         let merged = match &view {
-            None => midx::write(&self.packs_dir, &names, &mut fresh.into_iter().map(Ok::<MidxEntry, io::Error>)),
+            None => midx::write(
+                &self.packs_dir,
+                &names,
+                &mut fresh.into_iter().map(Ok::<MidxEntry, io::Error>),
+            ),
             Some(v) => {
                 let remap: Vec<Option<u32>> = v
                     .midx
                     .names
                     .iter()
                     .zip(&v.alive)
-                    .map(|(n, a)| if *a { index_of(n).map(|i| i as u32) } else { None })
+                    .map(|(n, a)| {
+                        if *a {
+                            index_of(n).map(|i| i as u32)
+                        } else {
+                            None
+                        }
+                    })
                     .collect();
                 let old = v.midx.iter()?.filter_map(|r| match r {
                     Ok(e) => remap[e.pack as usize].map(|pack| Ok(MidxEntry { pack, ..e })),
@@ -662,7 +671,11 @@ impl LocalBackend {
             }));
         }
         entries.sort_by_key(|e| e.id);
-        midx::write(&self.packs_dir, &names, &mut entries.into_iter().map(Ok::<MidxEntry, io::Error>))
+        midx::write(
+            &self.packs_dir,
+            &names,
+            &mut entries.into_iter().map(Ok::<MidxEntry, io::Error>),
+        )
     }
 
     fn open_pack(&self, name: &str) -> io::Result<Arc<File>> {
@@ -960,9 +973,13 @@ impl ObjectBackend for LocalBackend {
         if let Ok(m) = fs::symlink_metadata(&loose) {
             return Ok(Some((loose, 0, m.len())));
         }
-        Ok(self
-            .lookup_pack(id, true)?
-            .map(|loc| (self.pack_path(&loc.pack, "pack"), loc.offset, u64::from(loc.len))))
+        Ok(self.lookup_pack(id, true)?.map(|loc| {
+            (
+                self.pack_path(&loc.pack, "pack"),
+                loc.offset,
+                u64::from(loc.len),
+            )
+        }))
     }
 
     fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>> {

@@ -76,10 +76,7 @@ impl MidxEntry {
 }
 
 fn bad(what: &str) -> io::Error {
-    io::Error::new(
-        ErrorKind::InvalidData,
-        format!("multi-pack index: {what}"),
-    )
+    io::Error::new(ErrorKind::InvalidData, format!("multi-pack index: {what}"))
 }
 
 /// Whether `name` can be listed in a midx (packs this store writes are named so).
@@ -182,6 +179,7 @@ impl Midx {
         }))
     }
 
+    #[cfg(test)]
     pub fn count(&self) -> u64 {
         self.count
     }
@@ -409,7 +407,12 @@ mod tests {
         twice.pack = 1 - twice.pack;
         entries.push(twice);
         entries.sort_by_key(|e| e.id);
-        write(t.path(), &names, &mut entries.iter().map(|e| Ok::<MidxEntry, io::Error>(*e))).unwrap();
+        write(
+            t.path(),
+            &names,
+            &mut entries.iter().map(|e| Ok::<MidxEntry, io::Error>(*e)),
+        )
+        .unwrap();
         let m = Midx::open(&t.path().join(MIDX)).unwrap().unwrap();
         assert_eq!(m.names, names);
         assert_eq!(m.count(), 5001);
@@ -437,7 +440,12 @@ mod tests {
         let names = vec!["00000000000000aa".to_string()];
         let mut entries: Vec<MidxEntry> = (0..100).map(|i| entry(i, 0)).collect();
         entries.sort_by_key(|e| e.id);
-        write(t.path(), &names, &mut entries.iter().map(|e| Ok::<MidxEntry, io::Error>(*e))).unwrap();
+        write(
+            t.path(),
+            &names,
+            &mut entries.iter().map(|e| Ok::<MidxEntry, io::Error>(*e)),
+        )
+        .unwrap();
         let path = t.path().join(MIDX);
         let good = fs::read(&path).unwrap();
         let hlen = header_len(1) as usize;

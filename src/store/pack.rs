@@ -95,7 +95,12 @@ pub fn read_entry(file: &File, offset: u64, len: u32) -> io::Result<Vec<u8>> {
 /// Read one object's stored bytes from an open pack, checking first that the
 /// record's header there names `id` and `len`; `None` when it does not (the
 /// caller's index is wrong).
-pub fn read_record(file: &File, id: &ObjectId, offset: u64, len: u32) -> io::Result<Option<Vec<u8>>> {
+pub fn read_record(
+    file: &File,
+    id: &ObjectId,
+    offset: u64,
+    len: u32,
+) -> io::Result<Option<Vec<u8>>> {
     let Some(start) = offset.checked_sub(RECORD_HEADER) else {
         return Ok(None);
     };

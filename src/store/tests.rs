@@ -373,8 +373,7 @@ fn pack_indexes(packs: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 #[test]
-fn a_store_without_a_multi_pack_index_gets_one_on_the_next_write_and_stops_reading_pack_indexes()
-{
+fn a_store_without_a_multi_pack_index_gets_one_on_the_next_write_and_stops_reading_pack_indexes() {
     let (_d, s) = new_store();
     let mut want: Vec<(ObjectId, Vec<u8>)> = (0..5)
         .map(|i| format!("old object {i}").into_bytes())
