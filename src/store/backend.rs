@@ -228,8 +228,8 @@ impl Packs {
 const OPEN_PACKS: usize = 64;
 
 /// gc merges small packs (under half of [`PACK_TARGET_SIZE`]) once there are
-/// this many: every snapshot or commit publishes one, and each costs an index
-/// read at every store open and a file.
+/// this many: every snapshot or commit publishes one, and each is two files
+/// (and a directory entry every rescan lists).
 pub const MERGE_PACKS: usize = 8;
 
 /// A write rebuilds the multi-pack index once this many published packs are
