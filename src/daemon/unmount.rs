@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+
 use crate::store::mounts::MountRecord;
 use crate::sys;
 
@@ -45,7 +47,8 @@ pub fn unmount(path: &Path) -> io::Result<()> {
 /// Wait (bounded) until the daemon of the mount `record` describes has
 /// exited, after its mount went away; false if it is still running. A fork's
 /// daemon commits what was written since the last commit before it exits,
-/// so it is given longer.
+/// so it is given longer. The kernel wakes the wait when the daemon exits
+/// (a pidfd turns readable); where no pidfd can be had, it polls every 20 ms.
 pub fn wait_for_exit(record: &MountRecord) -> bool {
     let start = Instant::now();
     let limit = if record.mode == "rw" {
@@ -53,8 +56,29 @@ pub fn wait_for_exit(record: &MountRecord) -> bool {
     } else {
         EXIT_TIMEOUT
     };
-    while sys::pid_alive(record.pid) && start.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(20));
+    let mut pidfd = i32::try_from(record.pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    while sys::pid_alive(record.pid) {
+        let Some(left) = limit.checked_sub(start.elapsed()) else {
+            break;
+        };
+        match &pidfd {
+            Some(fd) => {
+                let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                let left = Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                };
+                let exited = matches!(rustix::event::poll(&mut fds, Some(&left)), Ok(1));
+                if exited {
+                    // Readable from now on: poll no more (pid_alive decides).
+                    pidfd = None;
+                }
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
     }
     !sys::pid_alive(record.pid)
 }

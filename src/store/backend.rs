@@ -15,8 +15,9 @@ use parking_lot::{Mutex, RwLock};
 
 use super::atomic::{fsync_dir, temp_name, write_file};
 use super::id::ObjectId;
+use super::midx::{self, MIDX, Merge, Midx, MidxEntry};
 use super::pack::{
-    PACK_OBJECT_MAX, PACK_TARGET_SIZE, PackEntry, PackWriter, decode_index, read_entry,
+    PACK_OBJECT_MAX, PACK_TARGET_SIZE, PackEntry, PackWriter, decode_index, read_entry, read_record,
 };
 
 /// The directory under `objects/` that holds pack files.
@@ -110,9 +111,13 @@ pub trait ObjectBackend: Send + Sync {
 /// written. Temp files and packs of a process that died before `sync` are
 /// orphans, never served, removed by gc.
 ///
-/// Published packs are indexed in memory, loaded lazily; packs other processes
+/// Published packs are found through the multi-pack index ([`super::midx`]),
+/// searched in place, and the few packs it does not cover yet (the tail)
+/// through their own indexes, loaded into memory. Packs other processes
 /// publish later are found by rescanning the packs directory when it changed
-/// (checked on a miss) or, for a read, on any miss.
+/// (checked on a miss) or, for a read, on any miss. A write that leaves the
+/// tail at [`MIDX_TAIL_PACKS`] packs or [`MIDX_TAIL_OBJECTS`] objects (or with
+/// no multi-pack index at all) writes a new multi-pack index covering them.
 pub struct LocalBackend {
     dir: PathBuf,
     packs_dir: PathBuf,
@@ -151,10 +156,46 @@ struct Pack {
     entries: Vec<PackEntry>,
 }
 
+/// The multi-pack index as of the last scan.
+struct MidxView {
+    midx: Arc<Midx>,
+    /// Per pack the midx names: whether its index was there at the last scan
+    /// (gc removes packs; the midx may be older).
+    alive: Vec<bool>,
+}
+
+impl MidxView {
+    /// The first entry for `id` in a pack that is still there.
+    fn find(&self, id: &ObjectId) -> io::Result<Option<MidxEntry>> {
+        Ok(self
+            .midx
+            .lookup(id)?
+            .into_iter()
+            .find(|e| self.alive[e.pack as usize]))
+    }
+}
+
+/// Where a published packed object is.
+struct Loc {
+    pack: String,
+    offset: u64,
+    len: u32,
+    /// The pack's modification time, when known without a `stat`.
+    mtime: Option<SystemTime>,
+    /// Found through the multi-pack index: the record header in the pack is
+    /// checked before the bytes are trusted.
+    via_midx: bool,
+}
+
 #[derive(Default)]
 struct Packs {
     /// Modification time of the packs directory when it was last scanned.
     scanned: Option<SystemTime>,
+    midx: Option<Arc<MidxView>>,
+    /// (device, inode) of a multi-pack index found damaged: not used again
+    /// (the next write replaces it).
+    bad_midx: Option<midx::Identity>,
+    /// Published packs the midx does not cover (the tail), indexed in memory.
     by_name: HashMap<String, Arc<Pack>>,
     objects: HashMap<ObjectId, (Arc<Pack>, u64, u32)>,
 }
@@ -187,9 +228,16 @@ impl Packs {
 const OPEN_PACKS: usize = 64;
 
 /// gc merges small packs (under half of [`PACK_TARGET_SIZE`]) once there are
-/// this many: every snapshot or commit publishes one, and each costs an index
-/// read at every store open and a file.
+/// this many: every snapshot or commit publishes one, and each is two files
+/// (and a directory entry every rescan lists).
 pub const MERGE_PACKS: usize = 8;
+
+/// A write rebuilds the multi-pack index once this many published packs are
+/// outside it...
+pub const MIDX_TAIL_PACKS: usize = 16;
+/// ...or this many objects (so a big import does not leave a big index in
+/// every reader's memory).
+pub const MIDX_TAIL_OBJECTS: usize = 4096;
 
 impl LocalBackend {
     pub fn new(dir: PathBuf) -> LocalBackend {
@@ -283,28 +331,110 @@ impl LocalBackend {
         Ok(())
     }
 
+    /// Where `id` is published as of the last scan, without rescanning.
+    fn find_published(&self, id: &ObjectId) -> io::Result<Option<Loc>> {
+        let tail = |packs: &Packs| {
+            packs.objects.get(id).map(|(pack, offset, len)| Loc {
+                pack: pack.name.clone(),
+                offset: *offset,
+                len: *len,
+                mtime: Some(pack.mtime),
+                via_midx: false,
+            })
+        };
+        let view = {
+            let packs = self.packs.read();
+            if let Some(loc) = tail(&packs) {
+                return Ok(Some(loc));
+            }
+            packs.midx.clone()
+        };
+        let Some(view) = view else { return Ok(None) };
+        match view.find(id) {
+            Ok(found) => Ok(found.map(|e| Loc {
+                pack: view.midx.names[e.pack as usize].clone(),
+                offset: e.offset,
+                len: e.len,
+                mtime: None,
+                via_midx: true,
+            })),
+            Err(e) => {
+                // Set aside: its packs are in the tail now.
+                self.midx_failed(&view, &e);
+                Ok(tail(&self.packs.read()))
+            }
+        }
+    }
+
+    /// The multi-pack index `view` could not be read or was wrong: warn, stop
+    /// using it (every pack is then read through its own index) and rescan.
+    fn midx_failed(&self, view: &MidxView, e: &io::Error) {
+        tracing::warn!(error = %e, path = %self.packs_dir.join(MIDX).display(), "damaged multi-pack index; reading each pack's own index instead (the next snapshot, commit or gc rewrites it)");
+        {
+            let mut packs = self.packs.write();
+            packs.bad_midx = Some(view.midx.identity);
+            if packs
+                .midx
+                .as_ref()
+                .is_some_and(|v| v.midx.identity == view.midx.identity)
+            {
+                packs.midx = None;
+                packs.scanned = None;
+            }
+        }
+        if let Err(e) = self.rescan() {
+            tracing::warn!(error = %e, "rescanning the packs failed");
+        }
+    }
+
     /// The published pack holding `id`. On a miss the packs directory is
     /// rescanned when it changed since the last scan, or always with `force`.
-    fn lookup_pack(&self, id: &ObjectId, force: bool) -> io::Result<Option<(Arc<Pack>, u64, u32)>> {
-        let scanned = {
-            let packs = self.packs.read();
-            if let Some(found) = packs.objects.get(id) {
-                return Ok(Some(found.clone()));
-            }
-            packs.scanned
-        };
+    fn lookup_pack(&self, id: &ObjectId, force: bool) -> io::Result<Option<Loc>> {
+        if let Some(found) = self.find_published(id)? {
+            return Ok(Some(found));
+        }
+        let scanned = self.packs.read().scanned;
         if !force && scanned.is_some() && scanned == dir_mtime(&self.packs_dir)? {
             return Ok(None);
         }
         self.rescan()?;
-        Ok(self.packs.read().objects.get(id).cloned())
+        self.find_published(id)
     }
 
-    /// Bring the pack index up to date with the packs directory: load new
-    /// indexes, forget packs that are gone.
+    /// Bring the view of the packs up to date with the packs directory: the
+    /// multi-pack index (reopened when it was replaced), which of its packs
+    /// are still there, and the indexes of the packs it does not cover.
     fn rescan(&self) -> io::Result<()> {
         // The time before the listing: a change during it triggers a rescan later.
         let mtime = dir_mtime(&self.packs_dir)?;
+        // The midx before the listing: a pack it names is then either listed
+        // or gone, and a pack published after it is listed (tail).
+        let (current, bad) = {
+            let packs = self.packs.read();
+            (packs.midx.clone(), packs.bad_midx)
+        };
+        let midx_path = self.packs_dir.join(MIDX);
+        let midx: Option<Arc<Midx>> = match fs::metadata(&midx_path) {
+            Ok(m) => {
+                let identity = midx::identity(&m);
+                if Some(identity) == bad {
+                    None
+                } else if let Some(v) = current.filter(|v| v.midx.identity == identity) {
+                    Some(v.midx.clone())
+                } else {
+                    match Midx::open(&midx_path) {
+                        Ok(m) => m.map(Arc::new),
+                        Err(e) => {
+                            tracing::warn!(error = %e, path = %midx_path.display(), "unreadable multi-pack index; reading each pack's own index instead (the next snapshot, commit or gc rewrites it)");
+                            self.packs.write().bad_midx = Some(identity);
+                            None
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
         let mut names = BTreeSet::new();
         for ent in read_dir_if_exists(&self.packs_dir)? {
             let name = ent?.file_name();
@@ -314,9 +444,23 @@ impl LocalBackend {
                 names.insert(n.to_string());
             }
         }
+        let view = midx.map(|midx| {
+            let alive = midx.names.iter().map(|n| names.contains(n)).collect();
+            Arc::new(MidxView { midx, alive })
+        });
+        let covered: HashSet<&str> = view
+            .iter()
+            .flat_map(|v| v.midx.names.iter().zip(&v.alive))
+            .filter(|(_, alive)| **alive)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let tail: BTreeSet<&String> = names
+            .iter()
+            .filter(|n| !covered.contains(n.as_str()))
+            .collect();
         let known: HashSet<String> = self.packs.read().by_name.keys().cloned().collect();
         let mut loaded = Vec::new();
-        for name in names.iter().filter(|n| !known.contains(*n)) {
+        for name in tail.iter().filter(|n| !known.contains(**n)) {
             match self.load_pack(name) {
                 Ok(Some(p)) => loaded.push(p),
                 Ok(None) => {}
@@ -326,12 +470,13 @@ impl LocalBackend {
             }
         }
         let mut packs = self.packs.write();
-        for gone in known.iter().filter(|n| !names.contains(*n)) {
+        for gone in known.iter().filter(|n| !tail.contains(n)) {
             packs.remove(gone);
         }
         for p in loaded {
             packs.add(p);
         }
+        packs.midx = view;
         packs.scanned = mtime;
         Ok(())
     }
@@ -356,6 +501,183 @@ impl LocalBackend {
         }))
     }
 
+    /// Every published pack (tail and midx), each as its own index describes
+    /// it, one at a time (gc: consolidation).
+    fn each_pack(&self, f: &mut dyn FnMut(Arc<Pack>)) -> io::Result<()> {
+        self.rescan()?;
+        let (tail, view) = {
+            let packs = self.packs.read();
+            let tail: Vec<Arc<Pack>> = packs.by_name.values().cloned().collect();
+            (tail, packs.midx.clone())
+        };
+        for p in tail {
+            f(p);
+        }
+        if let Some(v) = view {
+            for (name, _) in v.midx.names.iter().zip(&v.alive).filter(|(_, a)| **a) {
+                match self.load_pack(name) {
+                    Ok(Some(p)) => f(Arc::new(p)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(pack = %name, error = %e, "unreadable pack index; left as it is");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a write: when the tail has grown past its bounds (or there is no
+    /// multi-pack index yet), write a new one covering it. A failure is only
+    /// a warning: the packs are published, just slower to find.
+    fn maybe_rebuild_midx(&self) {
+        let (tail_packs, tail_objects, has_midx) = {
+            let packs = self.packs.read();
+            (
+                packs
+                    .by_name
+                    .keys()
+                    .filter(|n| midx::is_pack_name(n))
+                    .count(),
+                packs.objects.len(),
+                packs.midx.is_some(),
+            )
+        };
+        if tail_packs > 0
+            && (tail_packs >= MIDX_TAIL_PACKS || tail_objects >= MIDX_TAIL_OBJECTS || !has_midx)
+        {
+            self.rebuild_midx_or_warn();
+        }
+    }
+
+    /// [`Self::rebuild_midx`], a failure only warned about (then rescanned,
+    /// so this process's view matches the directory).
+    fn rebuild_midx_or_warn(&self) {
+        if let Err(e) = self.rebuild_midx() {
+            tracing::warn!(error = %e, path = %self.packs_dir.join(MIDX).display(), "cannot write the multi-pack index; packs are read through their own indexes meanwhile");
+            if let Err(e) = self.rescan() {
+                tracing::warn!(error = %e, "rescanning the packs failed");
+            }
+        }
+    }
+
+    /// Write a new multi-pack index over every published pack: the old one's
+    /// entries for packs still there, merged with the tail's. When the old
+    /// one turns out damaged, from every pack's own index instead.
+    fn rebuild_midx(&self) -> io::Result<()> {
+        self.rescan()?;
+        let (view, tail) = {
+            let packs = self.packs.read();
+            let tail: Vec<Arc<Pack>> = packs
+                .by_name
+                .values()
+                .filter(|p| midx::is_pack_name(&p.name))
+                .cloned()
+                .collect();
+            (packs.midx.clone(), tail)
+        };
+        let mut names: Vec<String> = tail.iter().map(|p| p.name.clone()).collect();
+        if let Some(v) = &view {
+            names.extend(
+                v.midx
+                    .names
+                    .iter()
+                    .zip(&v.alive)
+                    .filter(|(_, a)| **a)
+                    .map(|(n, _)| n.clone()),
+            );
+        }
+        names.sort();
+        names.dedup();
+        if names.is_empty() {
+            // No packs left (gc removed them all): no index either.
+            match fs::remove_file(self.packs_dir.join(MIDX)) {
+                Ok(()) => fsync_dir(&self.packs_dir)?,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            return self.rescan();
+        }
+        let index_of = |name: &str| names.binary_search_by(|n| n.as_str().cmp(name)).ok();
+        let mut fresh: Vec<MidxEntry> = Vec::new();
+        for p in &tail {
+            let pack = index_of(&p.name).expect("listed") as u32;
+            fresh.extend(p.entries.iter().map(|e| MidxEntry {
+                id: e.id,
+                pack,
+                offset: e.offset,
+                len: e.len,
+            }));
+        }
+        fresh.sort_by_key(|e| e.id);
+        let merged = match &view {
+            None => midx::write(
+                &self.packs_dir,
+                &names,
+                &mut fresh.into_iter().map(Ok::<MidxEntry, io::Error>),
+            ),
+            Some(v) => {
+                let remap: Vec<Option<u32>> = v
+                    .midx
+                    .names
+                    .iter()
+                    .zip(&v.alive)
+                    .map(|(n, a)| {
+                        if *a {
+                            index_of(n).map(|i| i as u32)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                let old = v.midx.iter()?.filter_map(|r| match r {
+                    Ok(e) => remap[e.pack as usize].map(|pack| Ok(MidxEntry { pack, ..e })),
+                    Err(e) => Some(Err(e)),
+                });
+                let result = midx::write(
+                    &self.packs_dir,
+                    &names,
+                    &mut Merge::new(old, fresh.into_iter()),
+                );
+                match result {
+                    Err(e) if e.kind() == ErrorKind::InvalidData => {
+                        tracing::warn!(error = %e, "damaged multi-pack index; rebuilding it from every pack's own index");
+                        self.write_midx_from_packs(&names)
+                    }
+                    r => r,
+                }
+            }
+        };
+        merged?;
+        self.rescan()
+    }
+
+    /// Write a multi-pack index over `names` (sorted) from their own indexes.
+    fn write_midx_from_packs(&self, names: &[String]) -> io::Result<()> {
+        let mut entries = Vec::new();
+        let mut kept = Vec::new();
+        for name in names {
+            if let Some(p) = self.load_pack(name)? {
+                kept.push((p.name, p.entries));
+            }
+        }
+        let names: Vec<String> = kept.iter().map(|(n, _)| n.clone()).collect();
+        for (i, (_, es)) in kept.into_iter().enumerate() {
+            entries.extend(es.into_iter().map(|e| MidxEntry {
+                id: e.id,
+                pack: i as u32,
+                offset: e.offset,
+                len: e.len,
+            }));
+        }
+        entries.sort_by_key(|e| e.id);
+        midx::write(
+            &self.packs_dir,
+            &names,
+            &mut entries.into_iter().map(Ok::<MidxEntry, io::Error>),
+        )
+    }
+
     fn open_pack(&self, name: &str) -> io::Result<Arc<File>> {
         if let Some(f) = self.files.lock().get(name) {
             return Ok(f.clone());
@@ -367,15 +689,35 @@ impl LocalBackend {
 
     /// Stored bytes of a published packed object; `None` when not in a pack.
     fn read_packed(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
-        // A second try after a rescan: gc may have repacked it meanwhile.
-        for _ in 0..2 {
-            let Some((pack, offset, len)) = self.lookup_pack(id, true)? else {
+        // Another try after a rescan: gc may have repacked it meanwhile, or
+        // the multi-pack index was wrong.
+        for _ in 0..3 {
+            let Some(loc) = self.lookup_pack(id, true)? else {
                 return Ok(None);
             };
-            match self.open_pack(&pack.name) {
-                Ok(f) => return read_entry(&f, offset, len).map(Some),
-                Err(e) if e.kind() == ErrorKind::NotFound => self.rescan()?,
+            let f = match self.open_pack(&loc.pack) {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    self.rescan()?;
+                    continue;
+                }
                 Err(e) => return Err(e),
+            };
+            if !loc.via_midx {
+                return read_entry(&f, loc.offset, loc.len).map(Some);
+            }
+            match read_record(&f, id, loc.offset, loc.len)? {
+                Some(bytes) => return Ok(Some(bytes)),
+                None => {
+                    let view = self.packs.read().midx.clone();
+                    if let Some(v) = view {
+                        let e = io::Error::new(
+                            ErrorKind::InvalidData,
+                            format!("its entry for {id} does not match pack {}", loc.pack),
+                        );
+                        self.midx_failed(&v, &e);
+                    }
+                }
             }
         }
         Ok(None)
@@ -536,6 +878,7 @@ impl ObjectBackend for LocalBackend {
             self.pending.lock().remove(id);
             self.dirty_dirs.lock().insert(id.0[0]);
         }
+        let published_any = !packs.is_empty();
         while let Some(mut w) = packs.pop() {
             match w.publish() {
                 Ok(name) => {
@@ -568,6 +911,9 @@ impl ObjectBackend for LocalBackend {
                 return Err(e);
             }
         }
+        if published_any {
+            self.maybe_rebuild_midx();
+        }
         Ok(())
     }
 
@@ -589,7 +935,29 @@ impl ObjectBackend for LocalBackend {
             }
         }
         self.rescan()?;
-        out.extend(self.packs.read().objects.keys());
+        let view = {
+            let packs = self.packs.read();
+            out.extend(packs.objects.keys());
+            packs.midx.clone()
+        };
+        if let Some(v) = view {
+            let mut midx_ids = Vec::new();
+            let read = v.midx.iter()?.try_for_each(|e| {
+                let e = e?;
+                if v.alive[e.pack as usize] {
+                    midx_ids.push(e.id);
+                }
+                Ok::<(), io::Error>(())
+            });
+            match read {
+                Ok(()) => out.extend(midx_ids),
+                Err(e) => {
+                    // Every pack is in the tail once it is set aside.
+                    self.midx_failed(&v, &e);
+                    out.extend(self.packs.read().objects.keys());
+                }
+            }
+        }
         out.sort();
         out.dedup();
         Ok(out)
@@ -605,8 +973,12 @@ impl ObjectBackend for LocalBackend {
         if let Ok(m) = fs::symlink_metadata(&loose) {
             return Ok(Some((loose, 0, m.len())));
         }
-        Ok(self.lookup_pack(id, true)?.map(|(pack, offset, len)| {
-            (self.pack_path(&pack.name, "pack"), offset, u64::from(len))
+        Ok(self.lookup_pack(id, true)?.map(|loc| {
+            (
+                self.pack_path(&loc.pack, "pack"),
+                loc.offset,
+                u64::from(loc.len),
+            )
         }))
     }
 
@@ -634,9 +1006,20 @@ impl ObjectBackend for LocalBackend {
     fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>> {
         match fs::symlink_metadata(self.path_of(id)) {
             Ok(m) => Ok(Some((m.len(), m.modified()?))),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(self
-                .lookup_pack(id, true)?
-                .map(|(pack, _, len)| (u64::from(len), pack.mtime))),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let Some(loc) = self.lookup_pack(id, true)? else {
+                    return Ok(None);
+                };
+                let mtime = match loc.mtime {
+                    Some(t) => t,
+                    None => match fs::metadata(self.pack_path(&loc.pack, "pack")) {
+                        Ok(m) => m.modified()?,
+                        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                        Err(e) => return Err(e),
+                    },
+                };
+                Ok(Some((u64::from(loc.len), mtime)))
+            }
             Err(e) => Err(e),
         }
     }
@@ -658,14 +1041,31 @@ impl ObjectBackend for LocalBackend {
         // can be in two) is rewritten without them.
         self.rescan()?;
         let doomed: HashSet<ObjectId> = ids.iter().copied().collect();
-        let affected: Vec<Arc<Pack>> = self
-            .packs
-            .read()
-            .by_name
-            .values()
-            .filter(|p| p.entries.iter().any(|e| doomed.contains(&e.id)))
-            .cloned()
-            .collect();
+        let (mut affected, view) = {
+            let packs = self.packs.read();
+            let tail: Vec<Arc<Pack>> = packs
+                .by_name
+                .values()
+                .filter(|p| p.entries.iter().any(|e| doomed.contains(&e.id)))
+                .cloned()
+                .collect();
+            (tail, packs.midx.clone())
+        };
+        if let Some(v) = view {
+            let mut names = BTreeSet::new();
+            for id in ids {
+                for e in v.midx.lookup(id)? {
+                    if v.alive[e.pack as usize] {
+                        names.insert(v.midx.names[e.pack as usize].clone());
+                    }
+                }
+            }
+            for name in names {
+                if let Some(p) = self.load_pack(&name)? {
+                    affected.push(Arc::new(p));
+                }
+            }
+        }
         for pack in &affected {
             self.rewrite(std::slice::from_ref(pack), &doomed)?;
             for (i, id) in ids.iter().enumerate() {
@@ -674,29 +1074,26 @@ impl ObjectBackend for LocalBackend {
                 }
             }
         }
-        self.rescan()?;
+        if !affected.is_empty() {
+            self.rebuild_midx_or_warn();
+        }
         Ok(out)
     }
 
     fn consolidate(&self, movable: &dyn Fn(&ObjectId) -> bool) -> io::Result<(usize, usize)> {
-        self.rescan()?;
-        let mut small: Vec<Arc<Pack>> = self
-            .packs
-            .read()
-            .by_name
-            .values()
-            .filter(|p| {
-                let bytes: u64 = p.entries.iter().map(|e| u64::from(e.len)).sum();
-                bytes < PACK_TARGET_SIZE / 2 && p.entries.iter().all(|e| movable(&e.id))
-            })
-            .cloned()
-            .collect();
+        let mut small: Vec<Arc<Pack>> = Vec::new();
+        self.each_pack(&mut |p| {
+            let bytes: u64 = p.entries.iter().map(|e| u64::from(e.len)).sum();
+            if bytes < PACK_TARGET_SIZE / 2 && p.entries.iter().all(|e| movable(&e.id)) {
+                small.push(p);
+            }
+        })?;
         if small.len() < MERGE_PACKS {
             return Ok((0, 0));
         }
         small.sort_by(|a, b| a.name.cmp(&b.name));
         let written = self.rewrite(&small, &HashSet::new())?;
-        self.rescan()?;
+        self.rebuild_midx_or_warn();
         Ok((small.len(), written))
     }
 

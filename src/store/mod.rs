@@ -15,6 +15,7 @@ pub mod codec;
 mod forks;
 mod gc;
 mod id;
+mod midx;
 pub mod mounts;
 mod pack;
 pub mod progress;

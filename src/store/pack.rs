@@ -92,6 +92,31 @@ pub fn read_entry(file: &File, offset: u64, len: u32) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Read one object's stored bytes from an open pack, checking first that the
+/// record's header there names `id` and `len`; `None` when it does not (the
+/// caller's index is wrong).
+pub fn read_record(
+    file: &File,
+    id: &ObjectId,
+    offset: u64,
+    len: u32,
+) -> io::Result<Option<Vec<u8>>> {
+    let Some(start) = offset.checked_sub(RECORD_HEADER) else {
+        return Ok(None);
+    };
+    let mut buf = vec![0; RECORD_HEADER as usize + len as usize];
+    match file.read_exact_at(&mut buf, start) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    if buf[..32] != id.0 || buf[32..36] != len.to_le_bytes() {
+        return Ok(None);
+    }
+    buf.drain(..RECORD_HEADER as usize);
+    Ok(Some(buf))
+}
+
 /// A pack being written: a temp file in the packs directory that objects are
 /// appended to, published by [`PackWriter::publish`].
 pub struct PackWriter {

@@ -59,13 +59,11 @@ fn object_round_trip_and_dedup() {
     s.sync_objects().unwrap();
     assert_eq!(s.backend().list().unwrap(), vec![id]);
     assert_eq!(s.get_object(&id, "t").unwrap(), data);
-    // A small object goes into a pack: one pack and its index, no temp file.
+    // A small object goes into a pack: one pack and its index, and the
+    // store's first multi-pack index; no temp file.
     assert_eq!(
         names_in(&s.root().join("objects/packs")),
-        vec!["pack".to_string(), "idx".to_string()]
-            .into_iter()
-            .map(|ext| format!("*.{ext}"))
-            .collect::<Vec<_>>()
+        vec!["*.pack", "*.midx", "*.idx"]
     );
 }
 
@@ -165,10 +163,11 @@ fn removing_packed_objects_rewrites_their_pack() {
     ));
     assert_eq!(other.get_object(&ids[5], "t").unwrap(), b"object 5");
     drop(lease);
-    // One pack and index remain; removing the rest leaves none.
+    // One pack and index remain (and the multi-pack index); removing the
+    // rest leaves none.
     assert_eq!(
         names_in(&s.root().join("objects/packs")),
-        vec!["*.pack", "*.idx"]
+        vec!["*.pack", "*.midx", "*.idx"]
     );
     assert_eq!(s.backend().remove_many(&ids[4..]).unwrap(), vec![true; 6]);
     assert!(names_in(&s.root().join("objects/packs")).is_empty());
@@ -349,4 +348,160 @@ fn write_checkpoint_refuses_an_origin_that_is_not_canonical() {
     }
     assert!(s.list_checkpoints().unwrap().is_empty());
     s.write_checkpoint(&checkpoint(rid, "ok")).unwrap();
+}
+
+/// Store `data` and publish it in a pack of its own.
+fn put_synced(s: &Store, data: &[u8]) -> ObjectId {
+    let (id, _) = s.put_object(data).unwrap();
+    s.sync_objects().unwrap();
+    id
+}
+
+/// Replace the file at `path` (read-only files included) with `bytes`.
+fn overwrite(path: &std::path::Path, bytes: &[u8]) {
+    let _ = fs::remove_file(path);
+    fs::write(path, bytes).unwrap();
+}
+
+/// Every pack's own index (`*.idx`) in `packs`.
+fn pack_indexes(packs: &std::path::Path) -> Vec<std::path::PathBuf> {
+    fs::read_dir(packs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "idx"))
+        .collect()
+}
+
+#[test]
+fn a_store_without_a_multi_pack_index_gets_one_on_the_next_write_and_stops_reading_pack_indexes() {
+    let (_d, s) = new_store();
+    let mut want: Vec<(ObjectId, Vec<u8>)> = (0..5)
+        .map(|i| format!("old object {i}").into_bytes())
+        .map(|b| (put_synced(&s, &b), b))
+        .collect();
+    let packs = s.root().join("objects/packs");
+    // As an older storefs left it: packs and their indexes, nothing else.
+    fs::remove_file(packs.join(midx::MIDX)).unwrap();
+    drop(s);
+    let old = Store::open(_d.path().join("s").as_path()).unwrap();
+    for (id, b) in &want {
+        assert_eq!(&old.get_object(id, "t").unwrap(), b);
+    }
+    assert!(!packs.join(midx::MIDX).exists(), "a reader writes nothing");
+    // The next write gives it one, covering every pack.
+    want.push((put_synced(&old, b"new object"), b"new object".to_vec()));
+    let m = midx::Midx::open(&packs.join(midx::MIDX)).unwrap().unwrap();
+    assert_eq!(m.names.len(), 6);
+    // From now on lookups search it in place: the packs' own indexes are
+    // not read (damaged, they change nothing).
+    for idx in pack_indexes(&packs) {
+        overwrite(&idx, b"damaged");
+    }
+    let fresh = Store::open(old.root()).unwrap();
+    for (id, b) in &want {
+        assert!(fresh.has_object(id).unwrap());
+        assert_eq!(&fresh.get_object(id, "t").unwrap(), b);
+    }
+    assert_eq!(fresh.backend().list().unwrap().len(), 6);
+}
+
+#[test]
+fn many_writes_leave_few_packs_outside_the_multi_pack_index() {
+    let (_d, s) = new_store();
+    let n = 2 * backend::MIDX_TAIL_PACKS + 5;
+    let ids: Vec<ObjectId> = (0..n)
+        .map(|i| put_synced(&s, format!("write {i}").as_bytes()))
+        .collect();
+    let packs = s.root().join("objects/packs");
+    let m = midx::Midx::open(&packs.join(midx::MIDX)).unwrap().unwrap();
+    let outside = pack_indexes(&packs).len() - m.names.len();
+    assert_eq!(pack_indexes(&packs).len(), n);
+    assert!(
+        outside < backend::MIDX_TAIL_PACKS,
+        "{outside} of {n} packs are read through their own index"
+    );
+    let fresh = Store::open(s.root()).unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(
+            fresh.get_object(id, "t").unwrap(),
+            format!("write {i}").as_bytes()
+        );
+    }
+    let mut all = fresh.backend().list().unwrap();
+    let mut want = ids.clone();
+    all.sort();
+    want.sort();
+    assert_eq!(all, want);
+}
+
+#[test]
+fn a_crash_around_the_multi_pack_index_leaves_nothing_that_misleads() {
+    let (_d, s) = new_store();
+    let ids: Vec<ObjectId> = (0..4)
+        .map(|i| put_synced(&s, format!("object {i}").as_bytes()))
+        .collect();
+    let packs = s.root().join("objects/packs");
+    let path = packs.join(midx::MIDX);
+    let check = |ids: &[ObjectId], gone: &[ObjectId]| {
+        let r = Store::open(s.root()).unwrap();
+        for (i, id) in ids.iter().enumerate() {
+            if gone.contains(id) {
+                assert!(!r.has_object(id).unwrap(), "object {i} vouched for");
+                assert!(matches!(r.get_object(id, "t"), Err(Error::Missing { .. })));
+            } else {
+                assert_eq!(
+                    r.get_object(id, "t").unwrap(),
+                    format!("object {i}").as_bytes()
+                );
+            }
+        }
+        let mut want: Vec<ObjectId> = ids.iter().filter(|i| !gone.contains(i)).copied().collect();
+        want.sort();
+        assert_eq!(r.backend().list().unwrap(), want);
+    };
+    check(&ids, &[]);
+
+    // Killed while writing a new one: its temp file is never read, and gc
+    // removes it.
+    let tmp = packs.join(".index.midx.999.0.tmp");
+    fs::write(&tmp, b"SFMIDX01 half written").unwrap();
+    check(&ids, &[]);
+    let stale = s
+        .backend()
+        .remove_stale_temps(
+            std::time::SystemTime::now() + std::time::Duration::from_secs(1),
+            false,
+        )
+        .unwrap();
+    assert!(stale.iter().any(|(p, _)| *p == tmp), "{stale:?}");
+    assert!(!tmp.exists());
+
+    // Killed after gc rewrote a pack, before it replaced the index: the old
+    // index names a pack that is gone. Objects gc removed are not vouched for
+    // and the survivors are found in the pack that replaced it.
+    let before = fs::read(&path).unwrap();
+    assert_eq!(s.backend().remove_many(&ids[..1]).unwrap(), vec![true]);
+    overwrite(&path, &before);
+    check(&ids, &ids[..1]);
+
+    // Damaged: set aside with a warning, every pack read through its own
+    // index, and the next write replaces it.
+    overwrite(&path, b"SFMIDX01 garbage");
+    check(&ids, &ids[..1]);
+    // An entry pointing at the wrong place (its header is intact): the
+    // record in the pack does not match, so it is not trusted.
+    let mut ids = ids;
+    let n = {
+        let w = Store::open(s.root()).unwrap();
+        ids.push(put_synced(&w, b"object 4"));
+        midx::Midx::open(&path).unwrap().unwrap().names.len()
+    };
+    let mut b = fs::read(&path).unwrap();
+    let entries_at = b.len() - 48 * midx::Midx::open(&path).unwrap().unwrap().count() as usize;
+    assert_eq!(entries_at, 8 + 4 + 8 + 256 * 8 + n * 16 + 64);
+    for e in 0..(b.len() - entries_at) / 48 {
+        b[entries_at + e * 48 + 40] ^= 0x10; // offset field
+    }
+    overwrite(&path, &b);
+    check(&ids, &ids[..1]);
 }

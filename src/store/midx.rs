@@ -1,0 +1,476 @@
+//! The multi-pack index: one file, `objects/packs/index.midx`, listing the
+//! objects of many packs sorted by id, searched in place (a few `pread`s per
+//! lookup) instead of loaded into memory. Every snapshot, import or commit
+//! publishes a pack; without this file every process that opens the store read
+//! every pack's index into a hash map, so opening grew with the number of
+//! packs and a mount's memory with the number of objects.
+//!
+//! Format (version 1), all integers little-endian:
+//!
+//! ```text
+//! header  := "SFMIDX01" | npacks (u32) | count (u64) | fanout: 256 × u64
+//!            | npacks × name (16 ASCII bytes, sorted)
+//!            | sha256 of the entries | sha256 of the header before it
+//! entries := count × (id (32) | pack (u32, into the names) | len (u32) | offset (u64))
+//! ```
+//!
+//! `fanout[b]` is the number of entries whose id's first byte is at most `b`.
+//! Entries are sorted by id; an id may appear more than once (an object that a
+//! crash left in two packs). The header's checksum is checked when the file is
+//! opened; the entries' when the file is read whole (rebuild, `list`). A
+//! lookup checks the record header in the pack (`id | len`, see
+//! [`super::pack`]) before it trusts an entry.
+//!
+//! The file is only ever a cache over immutable, published packs: each pack
+//! keeps its own `.idx`, which is what publishes it. A pack the file names
+//! whose `.idx` is gone (gc removed it) is ignored; a published pack the file
+//! does not name is read through its own `.idx`. So any complete midx file,
+//! however old, gives right answers, and it is replaced atomically (temp file,
+//! `fsync`, `rename`, `fsync` of the directory) with no lock.
+
+use std::cmp::Ordering;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::atomic::{fsync_dir, temp_name};
+use super::id::ObjectId;
+
+/// The file's name in the packs directory.
+pub const MIDX: &str = "index.midx";
+const MAGIC: &[u8; 8] = b"SFMIDX01";
+/// The length of a pack's name (16 hex digits).
+pub const NAME_LEN: usize = 16;
+const ENTRY: usize = 32 + 4 + 4 + 8;
+/// Below this many entries a fanout bucket is read with one `pread`.
+const SCAN: u64 = 64;
+
+/// One entry: object `id` is `len` bytes at `offset` in pack number `pack`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MidxEntry {
+    pub id: ObjectId,
+    pub pack: u32,
+    pub offset: u64,
+    pub len: u32,
+}
+
+impl MidxEntry {
+    fn encode(&self, out: &mut [u8]) {
+        out[..32].copy_from_slice(&self.id.0);
+        out[32..36].copy_from_slice(&self.pack.to_le_bytes());
+        out[36..40].copy_from_slice(&self.len.to_le_bytes());
+        out[40..48].copy_from_slice(&self.offset.to_le_bytes());
+    }
+
+    fn decode(b: &[u8]) -> MidxEntry {
+        MidxEntry {
+            id: ObjectId(b[..32].try_into().expect("32 bytes")),
+            pack: u32::from_le_bytes(b[32..36].try_into().expect("4 bytes")),
+            len: u32::from_le_bytes(b[36..40].try_into().expect("4 bytes")),
+            offset: u64::from_le_bytes(b[40..48].try_into().expect("8 bytes")),
+        }
+    }
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(ErrorKind::InvalidData, format!("multi-pack index: {what}"))
+}
+
+/// Whether `name` can be listed in a midx (packs this store writes are named so).
+pub fn is_pack_name(name: &str) -> bool {
+    name.len() == NAME_LEN && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// An open midx file: its header in memory (about 2 KiB plus 16 bytes a pack),
+/// its entries on disk.
+pub struct Midx {
+    file: File,
+    /// To tell a replaced file from this one.
+    pub identity: Identity,
+    pub names: Vec<String>,
+    fanout: Vec<u64>,
+    count: u64,
+    entries_at: u64,
+    entries_sum: [u8; 32],
+}
+
+/// Device, inode, size and modification time of a midx file: a file written
+/// later differs in one of them even when its inode number was reused.
+pub type Identity = (u64, u64, u64, i64, i64);
+
+pub fn identity(meta: &fs::Metadata) -> Identity {
+    (
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+    )
+}
+
+fn header_len(npacks: usize) -> u64 {
+    (8 + 4 + 8 + 256 * 8 + npacks * NAME_LEN + 32 + 32) as u64
+}
+
+impl Midx {
+    /// Open `path`; `None` when there is none. `InvalidData` when it is not
+    /// a whole midx file (bad header, wrong length).
+    pub fn open(path: &Path) -> io::Result<Option<Midx>> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let meta = file.metadata()?;
+        let mut fixed = [0u8; 20];
+        file.read_exact_at(&mut fixed, 0)
+            .map_err(|_| bad("shorter than its header"))?;
+        if &fixed[..8] != MAGIC {
+            return Err(bad("not a storefs multi-pack index"));
+        }
+        let npacks = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes")) as usize;
+        let count = u64::from_le_bytes(fixed[12..20].try_into().expect("8 bytes"));
+        let hlen = header_len(npacks);
+        if count
+            .checked_mul(ENTRY as u64)
+            .and_then(|n| n.checked_add(hlen))
+            != Some(meta.len())
+        {
+            return Err(bad("length does not match its header"));
+        }
+        let mut header = vec![0u8; hlen as usize];
+        file.read_exact_at(&mut header, 0)?;
+        let (body, sum) = header.split_at(header.len() - 32);
+        if Sha256::digest(body).as_slice() != sum {
+            return Err(bad("header checksum mismatch"));
+        }
+        let mut at = 20;
+        let fanout: Vec<u64> = (0..256)
+            .map(|i| {
+                let o = at + i * 8;
+                u64::from_le_bytes(body[o..o + 8].try_into().expect("8 bytes"))
+            })
+            .collect();
+        at += 256 * 8;
+        if fanout.windows(2).any(|w| w[0] > w[1]) || fanout[255] != count {
+            return Err(bad("fanout table out of order"));
+        }
+        let mut names = Vec::with_capacity(npacks);
+        for i in 0..npacks {
+            let n = &body[at + i * NAME_LEN..at + (i + 1) * NAME_LEN];
+            match std::str::from_utf8(n) {
+                Ok(s) if is_pack_name(s) => names.push(s.to_string()),
+                _ => return Err(bad("bad pack name")),
+            }
+        }
+        at += npacks * NAME_LEN;
+        let entries_sum = body[at..at + 32].try_into().expect("32 bytes");
+        Ok(Some(Midx {
+            file,
+            identity: identity(&meta),
+            names,
+            fanout,
+            count,
+            entries_at: hlen,
+            entries_sum,
+        }))
+    }
+
+    #[cfg(test)]
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    fn read_entries(&self, from: u64, to: u64) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; ((to - from) as usize) * ENTRY];
+        self.file
+            .read_exact_at(&mut buf, self.entries_at + from * ENTRY as u64)?;
+        Ok(buf)
+    }
+
+    /// Every entry for `id` (usually none or one), in file order.
+    pub fn lookup(&self, id: &ObjectId) -> io::Result<Vec<MidxEntry>> {
+        let b = id.0[0] as usize;
+        let mut lo = if b == 0 { 0 } else { self.fanout[b - 1] };
+        let mut hi = self.fanout[b];
+        // Narrow to a small range by binary search on single entries, then
+        // read the range at once: the first entry >= id is in [lo, hi].
+        while hi - lo > SCAN {
+            let mid = lo + (hi - lo) / 2;
+            let e = MidxEntry::decode(&self.read_entries(mid, mid + 1)?);
+            match e.id.cmp(id) {
+                Ordering::Less => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        // Equal ids can run past `hi`: read on while they match.
+        let mut out = Vec::new();
+        let mut from = lo;
+        let end = self.fanout[b];
+        loop {
+            let to = (from + SCAN).min(end);
+            if from >= to {
+                return Ok(out);
+            }
+            let buf = self.read_entries(from, to)?;
+            for chunk in buf.chunks_exact(ENTRY) {
+                let e = MidxEntry::decode(chunk);
+                match e.id.cmp(id) {
+                    Ordering::Less => {}
+                    Ordering::Equal => out.push(e),
+                    Ordering::Greater => return Ok(out),
+                }
+            }
+            from = to;
+        }
+    }
+
+    /// Every entry in order, read in large blocks; the entries' checksum is
+    /// checked after the last one, and a mismatch is the iterator's last item
+    /// (an `InvalidData` error).
+    pub fn iter(&self) -> io::Result<MidxIter<'_>> {
+        let mut r = BufReader::with_capacity(1 << 20, &self.file);
+        r.seek(SeekFrom::Start(self.entries_at))?;
+        Ok(MidxIter {
+            midx: self,
+            r,
+            left: self.count,
+            hasher: Sha256::new(),
+            prev: None,
+            done: false,
+        })
+    }
+}
+
+/// See [`Midx::iter`].
+pub struct MidxIter<'a> {
+    midx: &'a Midx,
+    r: BufReader<&'a File>,
+    left: u64,
+    hasher: Sha256,
+    prev: Option<ObjectId>,
+    done: bool,
+}
+
+impl Iterator for MidxIter<'_> {
+    type Item = io::Result<MidxEntry>;
+
+    fn next(&mut self) -> Option<io::Result<MidxEntry>> {
+        if self.done {
+            return None;
+        }
+        if self.left == 0 {
+            self.done = true;
+            let sum = std::mem::take(&mut self.hasher).finalize();
+            return (sum.as_slice() != self.midx.entries_sum)
+                .then(|| Err(bad("entries checksum mismatch")));
+        }
+        let mut buf = [0u8; ENTRY];
+        if let Err(e) = self.r.read_exact(&mut buf) {
+            self.done = true;
+            return Some(Err(e));
+        }
+        self.left -= 1;
+        self.hasher.update(buf);
+        let e = MidxEntry::decode(&buf);
+        if self.prev.is_some_and(|p| p > e.id) || e.pack as usize >= self.midx.names.len() {
+            self.done = true;
+            return Some(Err(bad("entries out of order or naming no pack")));
+        }
+        self.prev = Some(e.id);
+        Some(Ok(e))
+    }
+}
+
+/// Write a midx file at `dir/index.midx` over `names` (sorted, each
+/// [`is_pack_name`]) from `entries` (sorted by id, `pack` indexing `names`),
+/// atomically and durably. A crash leaves at most a temp file
+/// (`.index.midx.*.tmp`), which readers never open and gc removes.
+pub fn write(
+    dir: &Path,
+    names: &[String],
+    entries: &mut dyn Iterator<Item = io::Result<MidxEntry>>,
+) -> io::Result<()> {
+    debug_assert!(names.windows(2).all(|w| w[0] < w[1]));
+    let tmp = dir.join(temp_name(MIDX));
+    let result = (|| {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(&tmp)?;
+        let hlen = header_len(names.len());
+        let mut w = BufWriter::with_capacity(1 << 20, &file);
+        w.seek(SeekFrom::Start(hlen))?;
+        let mut fanout = vec![0u64; 256];
+        let mut count = 0u64;
+        let mut hasher = Sha256::new();
+        let mut buf = [0u8; ENTRY];
+        let mut prev: Option<ObjectId> = None;
+        for e in entries {
+            let e = e?;
+            if prev.is_some_and(|p| p > e.id) || e.pack as usize >= names.len() {
+                return Err(io::Error::other("multi-pack index: entries out of order"));
+            }
+            prev = Some(e.id);
+            e.encode(&mut buf);
+            hasher.update(buf);
+            w.write_all(&buf)?;
+            fanout[e.id.0[0] as usize] += 1;
+            count += 1;
+        }
+        for b in 1..256 {
+            fanout[b] += fanout[b - 1];
+        }
+        w.flush()?;
+        drop(w);
+        let mut header = Vec::with_capacity(hlen as usize);
+        header.extend_from_slice(MAGIC);
+        let npacks = u32::try_from(names.len()).map_err(io::Error::other)?;
+        header.extend_from_slice(&npacks.to_le_bytes());
+        header.extend_from_slice(&count.to_le_bytes());
+        for f in &fanout {
+            header.extend_from_slice(&f.to_le_bytes());
+        }
+        for n in names {
+            header.extend_from_slice(n.as_bytes());
+        }
+        header.extend_from_slice(&hasher.finalize());
+        let sum = Sha256::digest(&header);
+        header.extend_from_slice(&sum);
+        debug_assert_eq!(header.len() as u64, hlen);
+        file.write_all_at(&header, 0)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, dir.join(MIDX))?;
+        fsync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Merge a sorted stream of entries read from disk with sorted entries in
+/// memory into one sorted stream; an error from `a` is passed on.
+pub struct Merge<A: Iterator<Item = io::Result<MidxEntry>>, B: Iterator<Item = MidxEntry>> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+}
+
+impl<A: Iterator<Item = io::Result<MidxEntry>>, B: Iterator<Item = MidxEntry>> Merge<A, B> {
+    pub fn new(a: A, b: B) -> Self {
+        Merge {
+            a: a.peekable(),
+            b: b.peekable(),
+        }
+    }
+}
+
+impl<A: Iterator<Item = io::Result<MidxEntry>>, B: Iterator<Item = MidxEntry>> Iterator
+    for Merge<A, B>
+{
+    type Item = io::Result<MidxEntry>;
+    fn next(&mut self) -> Option<io::Result<MidxEntry>> {
+        match (self.a.peek(), self.b.peek()) {
+            (Some(Ok(x)), Some(y)) if y.id < x.id => self.b.next().map(Ok),
+            (Some(_), _) => self.a.next(),
+            (None, _) => self.b.next().map(Ok),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(i: u32, pack: u32) -> MidxEntry {
+        MidxEntry {
+            id: ObjectId::of(&i.to_le_bytes()),
+            pack,
+            offset: u64::from(i) * 10,
+            len: i + 1,
+        }
+    }
+
+    #[test]
+    fn lookups_find_every_entry_and_nothing_else() {
+        let t = tempfile::tempdir().unwrap();
+        let names = vec!["00000000000000aa".to_string(), "00000000000000bb".into()];
+        let mut entries: Vec<MidxEntry> = (0..5000).map(|i| entry(i, i % 2)).collect();
+        // The same object in both packs (a crash in the middle of a repack).
+        let mut twice = entries[7];
+        twice.pack = 1 - twice.pack;
+        entries.push(twice);
+        entries.sort_by_key(|e| e.id);
+        write(
+            t.path(),
+            &names,
+            &mut entries.iter().map(|e| Ok::<MidxEntry, io::Error>(*e)),
+        )
+        .unwrap();
+        let m = Midx::open(&t.path().join(MIDX)).unwrap().unwrap();
+        assert_eq!(m.names, names);
+        assert_eq!(m.count(), 5001);
+        for (i, e) in entries.iter().enumerate() {
+            let found = m.lookup(&e.id).unwrap();
+            let want: Vec<MidxEntry> = entries[i.saturating_sub(1)..(i + 2).min(entries.len())]
+                .iter()
+                .filter(|x| x.id == e.id)
+                .copied()
+                .collect();
+            assert_eq!(found, want, "entry {i}");
+        }
+        assert_eq!(m.lookup(&twice.id).unwrap().len(), 2);
+        assert!(m.lookup(&ObjectId::of(b"absent")).unwrap().is_empty());
+        let all: Vec<MidxEntry> = m.iter().unwrap().map(|e| e.unwrap()).collect();
+        assert_eq!(all, entries);
+        // No temp file left.
+        let left: Vec<_> = fs::read_dir(t.path()).unwrap().collect();
+        assert_eq!(left.len(), 1);
+    }
+
+    #[test]
+    fn damage_is_detected() {
+        let t = tempfile::tempdir().unwrap();
+        let names = vec!["00000000000000aa".to_string()];
+        let mut entries: Vec<MidxEntry> = (0..100).map(|i| entry(i, 0)).collect();
+        entries.sort_by_key(|e| e.id);
+        write(
+            t.path(),
+            &names,
+            &mut entries.iter().map(|e| Ok::<MidxEntry, io::Error>(*e)),
+        )
+        .unwrap();
+        let path = t.path().join(MIDX);
+        let good = fs::read(&path).unwrap();
+        let hlen = header_len(1) as usize;
+        let put = |b: &[u8]| {
+            let _ = fs::remove_file(&path);
+            fs::write(&path, b).unwrap();
+        };
+        // A header byte: refused at open.
+        for i in [0, 9, 13, 100, hlen - 40, hlen - 1] {
+            let mut b = good.clone();
+            b[i] ^= 1;
+            put(&b);
+            assert!(Midx::open(&path).is_err(), "header byte {i}");
+        }
+        // Truncated: refused at open.
+        put(&good[..good.len() - 1]);
+        assert!(Midx::open(&path).is_err());
+        // An entry byte: found when read whole.
+        let mut b = good.clone();
+        b[hlen + 40] ^= 1;
+        put(&b);
+        let m = Midx::open(&path).unwrap().unwrap();
+        assert!(m.iter().unwrap().last().unwrap().is_err());
+        put(&good);
+        let m = Midx::open(&path).unwrap().unwrap();
+        assert_eq!(m.iter().unwrap().filter(|e| e.is_err()).count(), 0);
+    }
+}
