@@ -153,6 +153,11 @@ fn unchanged_files_are_not_opened_and_the_tree_is_the_full_ones() {
     let full = snap_from(&store, &src, None);
     assert_eq!(opened(&src).len(), 11);
     assert_eq!(incremental.root, full.root, "incremental = full");
+    assert_eq!(
+        (incremental.stats.entries, incremental.stats.bytes),
+        (full.stats.entries, full.stats.bytes),
+        "the record's counts do not depend on what was read"
+    );
 
     let dest = tmp.path().join("restored");
     restore(&store, &checkpoint(incremental.root), &dest).unwrap();

@@ -126,6 +126,13 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         .iter()
         .filter(|n| n.reused && n.primary.is_none())
         .count() as u64;
+    // Every regular file's bytes, one count per inode, read or reused.
+    let file_bytes: u64 = walk
+        .nodes
+        .iter()
+        .filter(|n| n.entry.kind == Kind::File && n.primary.is_none())
+        .map(|n| n.entry.size)
+        .sum();
     // Largest first, so one big file does not start last and run alone.
     // (Results are keyed by node, so the order does not affect the tree.)
     jobs.sort_by_key(|&i| std::cmp::Reverse(walk.nodes[i].entry.size));
@@ -157,7 +164,7 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         root,
         stats: store::Stats {
             entries,
-            bytes: total,
+            bytes: file_bytes,
             new_objects: counters.objects.load(Ordering::Relaxed),
             new_bytes_compressed: counters.bytes.load(Ordering::Relaxed),
         },
