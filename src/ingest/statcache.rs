@@ -156,7 +156,7 @@ pub struct Parent {
     pub started_ns: i64,
     /// The device every file of the parent was on.
     pub dev: u64,
-    /// The decompressed cache, positioned after the header.
+    /// The decompressed cache; its groups start at `header_len`.
     groups: std::sync::Arc<Vec<u8>>,
     header_len: usize,
 }
