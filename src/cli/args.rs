@@ -151,6 +151,16 @@ pub struct SnapshotArgs {
     /// Point this ref at the new checkpoint (its previous target becomes the parent)
     #[arg(long, value_name = "NAME")]
     pub r#ref: Option<String>,
+    /// Compare against this checkpoint (default: the ref's current one): files with the same
+    /// device, inode, size, mtime and ctime are taken from it without being read
+    #[arg(long, value_name = "CHECKPOINT")]
+    pub parent: Option<String>,
+    /// Read every file, even those unchanged since the parent
+    #[arg(long)]
+    pub full: bool,
+    /// Say how many files were read and how many were unchanged since the parent
+    #[arg(short, long)]
+    pub verbose: bool,
     /// A message stored with the checkpoint
     #[arg(short, long, value_name = "MSG", default_value = "")]
     pub message: String,

@@ -49,12 +49,39 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         bail!("'{name}' is a fork; a ref cannot take its name (pick another --ref)");
     }
 
+    // The checkpoint to compare against: --parent, else the ref's current one.
+    let parent_id = match (&a.parent, &a.r#ref) {
+        (Some(spec), _) => Some(store.resolve(spec)?),
+        (None, Some(name)) => store.get_ref(name)?,
+        (None, None) => None,
+    };
+    let parent = match parent_id {
+        Some(id) if !a.full => {
+            let ckpt = store.read_checkpoint(&id)?;
+            match ingest::Parent::load(&store, &id, &ckpt, &origin_str) {
+                Ok(p) => Some(p),
+                Err(why) => {
+                    if a.verbose {
+                        eprintln!(
+                            "storefs: reading every file: parent {} cannot be compared against ({})",
+                            &id.to_hex()[..12],
+                            super::printable(&why)
+                        );
+                    }
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+
     // Keeps `storefs gc` from sweeping until the checkpoint and ref are published.
     let _lease = store.write_lease()?;
     let progress = progress_bar();
     let opts = SnapshotOptions {
         threads: a.threads,
         progress: progress.clone(),
+        parent,
     };
     let result = ingest::snapshot(&store, &origin, &opts);
     progress.finish_and_clear();
@@ -63,9 +90,20 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         super::warn(w);
     }
 
+    if a.verbose {
+        let since = match &opts.parent {
+            Some(p) => format!(" since {}", &p.id.to_hex()[..12]),
+            None => String::new(),
+        };
+        eprintln!(
+            "storefs: {} files read, {} unchanged{since}",
+            result.files_read, result.files_reused
+        );
+    }
+
     let parents = match &a.r#ref {
         Some(name) => store.get_ref(name)?.into_iter().collect(),
-        None => Vec::new(),
+        None => parent_id.into_iter().collect(),
     };
     let ckpt = Checkpoint {
         version: 1,
@@ -83,6 +121,11 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         },
     };
     let id = store.write_checkpoint(&ckpt)?;
+    if let Err(e) = ingest::statcache::save(&store, &id, &result.stat_cache) {
+        super::warn(&format!(
+            "could not save the stat cache of {id} ({e}); the next snapshot will read every file"
+        ));
+    }
     if let Some(name) = &a.r#ref {
         store.set_ref(name, &id)?;
     }

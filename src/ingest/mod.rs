@@ -13,6 +13,7 @@ pub mod diff;
 pub mod export;
 pub mod restore;
 pub mod snapshot;
+pub mod statcache;
 mod sys;
 
 use std::io;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 pub use diff::{Change, ChangeKind, diff};
 pub use restore::{RestoreStats, restore};
 pub use snapshot::{SnapshotOptions, SnapshotResult, snapshot};
+pub use statcache::Parent;
 
 use crate::store;
 

@@ -30,6 +30,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender};
 
+use super::statcache::{self, Parent, StatCacheData};
 use super::sys::{self, XattrTarget};
 use super::{Error, IoAt, Result};
 use crate::store::chunk::{ChunkJob, Counters, Hashers, hash_chunks, send_chunks};
@@ -50,6 +51,10 @@ pub struct SnapshotOptions {
     /// read, given entry counts as messages; finished when the snapshot ends
     /// (success or failure).
     pub progress: SharedProgress,
+    /// A previous snapshot of the same directory: regular files it recorded
+    /// with the same (device, inode, size, mtime, ctime) are taken from it
+    /// without being opened. `None` reads every file.
+    pub parent: Option<Parent>,
 }
 
 impl Default for SnapshotOptions {
@@ -57,6 +62,7 @@ impl Default for SnapshotOptions {
         SnapshotOptions {
             threads: 0,
             progress: no_progress(),
+            parent: None,
         }
     }
 }
@@ -72,6 +78,13 @@ pub struct SnapshotResult {
     /// Things the caller should tell the user (mount points skipped, sockets
     /// kept as metadata only, files that vanished during the walk).
     pub warnings: Vec<String>,
+    /// Regular files (inodes) whose content was read.
+    pub files_read: u64,
+    /// Regular files (inodes) taken unchanged from the parent.
+    pub files_reused: u64,
+    /// The stat cache of this snapshot, for [`statcache::save`] once the
+    /// checkpoint is written.
+    pub stat_cache: StatCacheData,
 }
 
 /// Snapshot the directory `dir` into `store` and return its root tree id.
@@ -94,7 +107,9 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         }
         Err(e) => return Err(Error::io(dir, e)),
     };
-    let mut walk = Walk::new(&*opts.progress);
+    // Before the first lstat: files not older than this are racy next time.
+    let started_ns = statcache::now_ns();
+    let mut walk = Walk::new(store, opts.parent.as_ref(), &*opts.progress);
     walk.run(dir, &root_meta)?;
     walk.assign_links();
 
@@ -106,18 +121,32 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
     let mut jobs: Vec<usize> = (0..walk.nodes.len())
         .filter(|&i| walk.nodes[i].needs_content())
         .collect();
+    let files_reused = walk
+        .nodes
+        .iter()
+        .filter(|n| n.reused && n.primary.is_none())
+        .count() as u64;
+    // Every regular file's bytes, one count per inode, read or reused.
+    let file_bytes: u64 = walk
+        .nodes
+        .iter()
+        .filter(|n| n.entry.kind == Kind::File && n.primary.is_none())
+        .map(|n| n.entry.size)
+        .sum();
     // Largest first, so one big file does not start last and run alone.
     // (Results are keyed by node, so the order does not affect the tree.)
     jobs.sort_by_key(|&i| std::cmp::Reverse(walk.nodes[i].entry.size));
     let total: u64 = jobs.iter().map(|&i| walk.nodes[i].entry.size).sum();
     opts.progress.set_total(total);
     opts.progress.set_message(format!(
-        "{} entries, {} files to read",
+        "{} entries, {} files to read, {} unchanged",
         walk.nodes.len(),
-        jobs.len()
+        jobs.len(),
+        files_reused
     ));
     let contents = read_contents(
         store,
+        dir,
         &walk.nodes,
         &jobs,
         threads,
@@ -125,17 +154,24 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         &*opts.progress,
     )?;
     walk.apply_contents(contents);
+    let stat_cache = walk
+        .stat_cache(started_ns, root_meta.dev())
+        .map_err(|e| Error::io(dir, e))?;
 
-    let root = build_trees(store, &mut walk.nodes, &counters)?;
+    let entries = walk.nodes.len() as u64;
+    let root = build_trees(store, dir, &mut walk.nodes, &counters)?;
     Ok(SnapshotResult {
         root,
         stats: store::Stats {
-            entries: walk.nodes.len() as u64,
-            bytes: total,
+            entries,
+            bytes: file_bytes,
             new_objects: counters.objects.load(Ordering::Relaxed),
             new_bytes_compressed: counters.bytes.load(Ordering::Relaxed),
         },
         warnings: walk.warnings,
+        files_read: jobs.len() as u64,
+        files_reused,
+        stat_cache,
     })
 }
 
@@ -161,6 +197,17 @@ impl Stamp {
     }
 }
 
+/// What the stat cache matches a file on.
+fn stat_of(m: &Metadata) -> statcache::Stat {
+    statcache::Stat {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: mtime_ns(m),
+        ctime_ns: ctime_ns(m),
+    }
+}
+
 fn mtime_ns(m: &Metadata) -> i64 {
     m.mtime()
         .saturating_mul(1_000_000_000)
@@ -173,19 +220,25 @@ fn ctime_ns(m: &Metadata) -> i64 {
         .saturating_add(m.ctime_nsec())
 }
 
-/// One path of the tree, in memory until its tree is written.
+/// One path of the tree, in memory until its tree is written. Kept small
+/// (one per entry of the tree): the path is rebuilt from the parents' names
+/// ([`node_path`]), the stamp from the entry and `ino`.
 struct Node {
-    /// Where it is on disk (for reading and for errors).
-    path: PathBuf,
     /// Its entry; `content` is filled in by the content and tree phases.
     entry: Entry,
-    stamp: Stamp,
-    /// (st_dev, st_ino) when st_nlink > 1 and not a directory.
-    inode: Option<(u64, u64)>,
-    /// Children (directories only), in name order.
-    children: Vec<usize>,
+    /// Its directory (the root's is itself, 0).
+    parent: usize,
+    /// Children (directories only), in name order: `children.0..children.1`.
+    children: (usize, usize),
+    /// st_dev and st_ino.
+    dev: u64,
+    ino: u64,
+    /// st_nlink > 1 and not a directory.
+    hardlinked: bool,
     /// False for a directory with another filesystem mounted on it.
     descend: bool,
+    /// A regular file whose content and xattrs were taken from the parent.
+    reused: bool,
     /// For a hardlink that is not the first path of its inode: the first one.
     primary: Option<usize>,
 }
@@ -193,8 +246,47 @@ struct Node {
 impl Node {
     /// Regular files whose content this node must read (one path per inode).
     fn needs_content(&self) -> bool {
-        self.entry.kind == Kind::File && self.primary.is_none()
+        self.entry.kind == Kind::File && self.primary.is_none() && !self.reused
     }
+
+    /// What must not change while the file is read: as the walk saw it.
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            ino: self.ino,
+            size: self.entry.size,
+            mtime_ns: self.entry.mtime_ns,
+            ctime_ns: self.entry.ctime_ns,
+        }
+    }
+
+    fn children(&self) -> std::ops::Range<usize> {
+        self.children.0..self.children.1
+    }
+}
+
+/// Where node `idx` is on disk: `root` joined with its and its parents' names.
+fn node_path(nodes: &[Node], root: &Path, mut idx: usize) -> PathBuf {
+    let mut names = Vec::new();
+    while idx != 0 {
+        names.push(&nodes[idx].entry.name);
+        idx = nodes[idx].parent;
+    }
+    let mut path = root.to_path_buf();
+    for name in names.iter().rev() {
+        path.push(std::ffi::OsStr::from_bytes(name));
+    }
+    path
+}
+
+/// The path of node `idx` relative to the root, '/'-separated ("" for the root).
+fn rel_path(nodes: &[Node], mut idx: usize) -> Vec<u8> {
+    let mut names = Vec::new();
+    while idx != 0 {
+        names.push(nodes[idx].entry.name.as_slice());
+        idx = nodes[idx].parent;
+    }
+    names.reverse();
+    names.join(&b'/')
 }
 
 /// An entry from lstat metadata, without content, xattrs or link info.
@@ -223,31 +315,54 @@ struct Walk<'p> {
     nodes: Vec<Node>,
     warnings: Vec<String>,
     progress: &'p dyn Progress,
+    store: &'p Store,
+    /// The directory walked (paths in the stat cache are relative to it).
+    root: PathBuf,
+    /// Directories in the order they were listed (depth first, by name).
+    dirs: Vec<usize>,
+    /// The parent snapshot, its directories in step with the walk, and the
+    /// parent's tree of each directory not listed yet.
+    parent: Option<(&'p Parent, statcache::Cursor<'p>)>,
+    parent_trees: HashMap<usize, ObjectId>,
 }
 
 impl<'p> Walk<'p> {
-    fn new(progress: &'p dyn Progress) -> Self {
+    fn new(store: &'p Store, parent: Option<&'p Parent>, progress: &'p dyn Progress) -> Self {
         Walk {
             nodes: Vec::new(),
             warnings: Vec::new(),
             progress,
+            store,
+            root: PathBuf::new(),
+            dirs: Vec::new(),
+            parent: parent.map(|p| (p, p.cursor())),
+            parent_trees: HashMap::new(),
         }
     }
 
     /// Visit `root` and everything below it. Children always get larger
     /// indices than their directory.
     fn run(&mut self, root: &Path, root_meta: &Metadata) -> Result<()> {
-        let node = self.make_node(root.to_path_buf(), Vec::new(), Kind::Dir, root_meta)?;
+        self.root = root.to_path_buf();
+        let node = self.make_node(root, 0, Vec::new(), Kind::Dir, root_meta)?;
         self.nodes.push(node);
+        if let Some((parent, _)) = &self.parent {
+            // A parent whose trees cannot be read is no parent: read every file.
+            let root_tree = self.store.get_tree(&parent.root, "parent root").ok();
+            if let Some(id) = root_tree.and_then(|t| t.entries.first()?.tree_id()) {
+                self.parent_trees.insert(0, id);
+            }
+        }
         let mut stack = vec![(0usize, root_meta.dev())];
         while let Some((idx, dev)) = stack.pop() {
+            self.dirs.push(idx);
             let children = self.read_dir(idx, dev)?;
-            for &c in children.iter().rev() {
+            for c in children.clone().rev() {
                 if self.nodes[c].descend {
                     stack.push((c, dev));
                 }
             }
-            self.nodes[idx].children = children;
+            self.nodes[idx].children = (children.start, children.end);
             if self.nodes.len().is_multiple_of(1024) {
                 self.progress
                     .set_message(format!("scanning: {} entries", self.nodes.len()));
@@ -258,14 +373,15 @@ impl<'p> Walk<'p> {
 
     /// lstat the entries of directory `idx` (sorted by name) and add them as
     /// nodes. Directories on another device than `dev` are added empty.
-    fn read_dir(&mut self, idx: usize, dev: u64) -> Result<Vec<usize>> {
-        let dir = self.nodes[idx].path.clone();
+    fn read_dir(&mut self, idx: usize, dev: u64) -> Result<std::ops::Range<usize>> {
+        let dir = node_path(&self.nodes, &self.root, idx);
+        let parent = self.parent_of_dir(idx);
         let mut names = Vec::new();
         for ent in fs::read_dir(&dir).at(&dir)? {
             names.push(ent.at(&dir)?.file_name());
         }
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        let mut children = Vec::with_capacity(names.len());
+        let first = self.nodes.len();
         for name in names {
             let path = dir.join(&name);
             let meta = match fs::symlink_metadata(&path) {
@@ -292,34 +408,77 @@ impl<'p> Walk<'p> {
             if kind == Kind::Socket {
                 self.warn(format!("{}: socket kept as metadata only", path.display()));
             }
-            let mut node = self.make_node(path, name.as_bytes().to_vec(), kind, &meta)?;
+            let mut node = self.make_node(&path, idx, name.as_bytes().to_vec(), kind, &meta)?;
             node.descend &= meta.dev() == dev;
-            children.push(self.nodes.len());
+            if let Some((p, tree, files)) = &parent
+                && let Some(before) = tree.get(name.as_bytes())
+            {
+                match kind {
+                    Kind::File => {
+                        let ino = files.as_ref().and_then(|f| f.ino(name.as_bytes()));
+                        if let Some(ino) = ino
+                            && p.unchanged(before, ino, &stat_of(&meta))
+                        {
+                            node.entry.content = before.content.clone();
+                            node.entry.xattrs = before.xattrs.clone();
+                            node.reused = true;
+                        }
+                    }
+                    Kind::Dir if node.descend => {
+                        if let Some(id) = before.tree_id() {
+                            self.parent_trees.insert(self.nodes.len(), id);
+                        }
+                    }
+                    _ => {}
+                }
+            }
             self.nodes.push(node);
         }
-        Ok(children)
+        Ok(first..self.nodes.len())
     }
 
-    fn make_node(&self, path: PathBuf, name: Vec<u8>, kind: Kind, meta: &Metadata) -> Result<Node> {
+    /// The parent snapshot's view of directory `idx` (at `dir`): its tree
+    /// and the inodes of its files. `None` when there is no parent or the
+    /// parent had no directory there.
+    fn parent_of_dir(
+        &mut self,
+        idx: usize,
+    ) -> Option<(&'p Parent, Tree, Option<statcache::Group<'p>>)> {
+        let tree_id = self.parent_trees.remove(&idx)?;
+        let (parent, cursor) = self.parent.as_mut()?;
+        let tree = self.store.get_tree(&tree_id, "parent tree").ok()?;
+        let files = cursor.files_of(&rel_path(&self.nodes, idx));
+        Some((*parent, tree, files))
+    }
+
+    fn make_node(
+        &self,
+        path: &Path,
+        parent: usize,
+        name: Vec<u8>,
+        kind: Kind,
+        meta: &Metadata,
+    ) -> Result<Node> {
         let mut entry = entry_from(name, kind, meta);
         if kind == Kind::Symlink {
-            let target = fs::read_link(&path).at(&path)?;
+            let target = fs::read_link(path).at(path)?;
             entry.content = Content::Target(target.into_os_string().into_encoded_bytes());
         }
         if kind != Kind::File {
             // Regular files' xattrs are read through the open fd with their content.
-            let cpath = sys::cstring(path.as_os_str().as_bytes()).at(&path)?;
-            entry.xattrs = sys::read_xattrs(XattrTarget::Path(&cpath)).at(&path)?;
+            let cpath = sys::cstring(path.as_os_str().as_bytes()).at(path)?;
+            entry.xattrs = sys::read_xattrs(XattrTarget::Path(&cpath)).at(path)?;
         }
-        let inode = (kind != Kind::Dir && meta.nlink() > 1).then(|| (meta.dev(), meta.ino()));
         Ok(Node {
-            path,
             entry,
-            stamp: Stamp::of(meta),
-            inode,
-            children: Vec::new(),
-            primary: None,
+            parent,
+            children: (0, 0),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            hardlinked: kind != Kind::Dir && meta.nlink() > 1,
             descend: kind == Kind::Dir,
+            reused: false,
+            primary: None,
         })
     }
 
@@ -336,9 +495,10 @@ impl<'p> Walk<'p> {
         let mut groups: HashMap<(u64, u64), (u64, usize, u32)> = HashMap::new();
         let mut next_id = 1;
         for idx in self.preorder() {
-            let Some(key) = self.nodes[idx].inode else {
+            if !self.nodes[idx].hardlinked {
                 continue;
-            };
+            }
+            let key = (self.nodes[idx].dev, self.nodes[idx].ino);
             let group = groups.entry(key).or_insert_with(|| {
                 next_id += 1;
                 (next_id - 1, idx, 0)
@@ -352,16 +512,15 @@ impl<'p> Walk<'p> {
             }
         }
         for node in &mut self.nodes {
-            if let Some(key) = node.inode {
-                node.entry.nlink = groups[&key].2;
+            if node.hardlinked {
+                node.entry.nlink = groups[&(node.dev, node.ino)].2;
             }
         }
         for idx in 0..self.nodes.len() {
             if self.nodes[idx].entry.kind == Kind::Dir {
                 let subdirs = self.nodes[idx]
-                    .children
-                    .iter()
-                    .filter(|&&c| self.nodes[c].entry.kind == Kind::Dir)
+                    .children()
+                    .filter(|&c| self.nodes[c].entry.kind == Kind::Dir)
                     .count();
                 self.nodes[idx].entry.nlink = 2 + subdirs as u32;
             }
@@ -374,7 +533,7 @@ impl<'p> Walk<'p> {
         let mut stack = vec![0usize];
         while let Some(idx) = stack.pop() {
             order.push(idx);
-            stack.extend(self.nodes[idx].children.iter().rev());
+            stack.extend(self.nodes[idx].children().rev());
         }
         order
     }
@@ -384,23 +543,40 @@ impl<'p> Walk<'p> {
     fn apply_contents(&mut self, contents: Vec<(usize, FileContent)>) {
         for (idx, c) in contents {
             let e = &mut self.nodes[idx].entry;
-            let fresh = entry_from(Vec::new(), Kind::File, &c.meta);
-            e.perm = fresh.perm;
-            e.uid = fresh.uid;
-            e.gid = fresh.gid;
-            e.mtime_ns = fresh.mtime_ns;
-            e.ctime_ns = fresh.ctime_ns;
-            e.size = fresh.size;
+            e.perm = c.stat.perm;
+            e.uid = c.stat.uid;
+            e.gid = c.stat.gid;
+            e.mtime_ns = c.stat.mtime_ns;
+            e.ctime_ns = c.stat.ctime_ns;
+            e.size = c.stat.size;
             e.xattrs = c.xattrs;
             e.content = Content::Extents(c.extents);
+            self.nodes[idx].ino = c.stat.ino;
         }
         for idx in 0..self.nodes.len() {
             if let Some(first) = self.nodes[idx].primary {
                 let mut entry = self.nodes[first].entry.clone();
                 entry.name = std::mem::take(&mut self.nodes[idx].entry.name);
                 self.nodes[idx].entry = entry;
+                self.nodes[idx].ino = self.nodes[first].ino;
             }
         }
+    }
+
+    /// The stat cache of this walk: each directory's regular files with the
+    /// inode their entry was read from (call after [`Walk::apply_contents`]).
+    fn stat_cache(&self, started_ns: i64, dev: u64) -> io::Result<StatCacheData> {
+        let mut cache = statcache::Writer::new(started_ns, dev);
+        for &d in &self.dirs {
+            let files: Vec<(&[u8], u64)> = self.nodes[d]
+                .children()
+                .map(|c| &self.nodes[c])
+                .filter(|n| n.entry.kind == Kind::File)
+                .map(|n| (n.entry.name.as_slice(), n.ino))
+                .collect();
+            cache.group(&rel_path(&self.nodes, d), files.into_iter());
+        }
+        cache.finish()
     }
 }
 
@@ -409,8 +585,33 @@ impl<'p> Walk<'p> {
 /// A file's content as read under one stable fstat.
 struct FileContent {
     extents: Vec<Extent>,
-    meta: Metadata,
+    stat: FileStat,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The fstat a file's content was read under: what its entry takes from it.
+struct FileStat {
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    size: u64,
+    ino: u64,
+}
+
+impl FileStat {
+    fn of(m: &Metadata) -> FileStat {
+        FileStat {
+            perm: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime_ns: mtime_ns(m),
+            ctime_ns: ctime_ns(m),
+            size: m.size(),
+            ino: m.ino(),
+        }
+    }
 }
 
 /// What a reader thread shares with the others.
@@ -418,6 +619,7 @@ struct Readers<'a> {
     store: &'a Store,
     counters: &'a Counters,
     nodes: &'a [Node],
+    root: &'a Path,
     jobs: &'a [usize],
     next: AtomicUsize,
     failed: AtomicBool,
@@ -427,6 +629,7 @@ struct Readers<'a> {
 /// Read every job's content with `threads` readers feeding `threads` hashers.
 fn read_contents(
     store: &Store,
+    root: &Path,
     nodes: &[Node],
     jobs: &[usize],
     threads: usize,
@@ -437,6 +640,7 @@ fn read_contents(
         store,
         counters,
         nodes,
+        root,
         jobs,
         next: AtomicUsize::new(0),
         failed: AtomicBool::new(false),
@@ -483,7 +687,8 @@ fn read_files(shared: &Readers<'_>, tx: SyncSender<ChunkJob>) -> Result<Vec<(usi
         let Some(&idx) = shared.jobs.get(i) else {
             break;
         };
-        match read_file(&shared.nodes[idx], &hashers, shared.progress) {
+        let path = node_path(shared.nodes, shared.root, idx);
+        match read_file(&shared.nodes[idx], &path, &hashers, shared.progress) {
             Ok(c) => out.push((idx, c)),
             Err(e) => {
                 shared.failed.store(true, Ordering::Relaxed);
@@ -502,16 +707,21 @@ enum Attempt {
 }
 
 /// Read a file's content, retrying while it changes under us.
-fn read_file(node: &Node, hashers: &Hashers<'_>, progress: &dyn Progress) -> Result<FileContent> {
-    let mut expected = node.stamp;
+fn read_file(
+    node: &Node,
+    path: &Path,
+    hashers: &Hashers<'_>,
+    progress: &dyn Progress,
+) -> Result<FileContent> {
+    let mut expected = node.stamp();
     for _ in 0..MAX_READ_ATTEMPTS {
-        match read_once(&node.path, expected, hashers, progress)? {
+        match read_once(path, expected, hashers, progress)? {
             Attempt::Stable(c) => return Ok(c),
             Attempt::Changed(now) => expected = now,
         }
     }
     Err(Error::Changing {
-        path: node.path.clone(),
+        path: path.to_path_buf(),
         attempts: MAX_READ_ATTEMPTS,
     })
 }
@@ -520,6 +730,8 @@ fn read_file(node: &Node, hashers: &Hashers<'_>, progress: &dyn Progress) -> Res
 /// (O_NOATIME needs ownership or CAP_FOWNER). O_NONBLOCK keeps a fifo swapped
 /// in for the file from blocking the open.
 fn open_for_read(path: &Path) -> Result<File> {
+    #[cfg(test)]
+    test_hook::opened(path);
     let open = |extra: i32| {
         OpenOptions::new()
             .read(true)
@@ -560,7 +772,7 @@ fn read_once(
     match extents {
         Some(extents) if Stamp::of(&after) == expected => Ok(Attempt::Stable(FileContent {
             extents,
-            meta: before,
+            stat: FileStat::of(&before),
             xattrs,
         })),
         _ => Ok(Attempt::Changed(Stamp::of(&after))),
@@ -677,29 +889,54 @@ impl Read for SegmentReader<'_> {
 // ---------------------------------------------------------------- trees
 
 /// Store one tree per directory, children before parents, then the root tree.
-fn build_trees(store: &Store, nodes: &mut [Node], counters: &Counters) -> Result<ObjectId> {
+/// Each entry is moved into its directory's tree (nothing is needed after).
+fn build_trees(
+    store: &Store,
+    root: &Path,
+    nodes: &mut [Node],
+    counters: &Counters,
+) -> Result<ObjectId> {
     for idx in (0..nodes.len()).rev() {
         if nodes[idx].entry.kind != Kind::Dir {
             continue;
         }
         let mut tree = Tree {
             entries: nodes[idx]
-                .children
-                .iter()
-                .map(|&c| nodes[c].entry.clone())
+                .children()
+                .map(|c| std::mem::replace(&mut nodes[c].entry, moved()))
                 .collect(),
         };
         tree.sort();
         let (id, written) = store.put_tree(&tree).map_err(|source| Error::Object {
-            path: nodes[idx].path.clone(),
+            path: node_path(nodes, root, idx),
             source,
         })?;
         counters.add(written);
         nodes[idx].entry.content = Content::Tree(id);
     }
-    let (root, written) = store.put_root(nodes[0].entry.clone())?;
+    let root_entry = std::mem::replace(&mut nodes[0].entry, moved());
+    let (root, written) = store.put_root(root_entry)?;
     counters.add(written);
     Ok(root)
+}
+
+/// What is left of a node whose entry went into its directory's tree.
+fn moved() -> Entry {
+    Entry {
+        name: Vec::new(),
+        kind: Kind::File,
+        perm: 0,
+        uid: 0,
+        gid: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        size: 0,
+        nlink: 0,
+        link_id: 0,
+        rdev: 0,
+        xattrs: Vec::new(),
+        content: Content::None,
+    }
 }
 
 /// A test-only hook run between the first fstat and the read of a file, to
@@ -719,6 +956,21 @@ pub(crate) mod test_hook {
 
     pub fn clear(path: &Path) {
         HOOKS.lock().unwrap().retain(|(p, _)| p != path);
+    }
+
+    static OPENED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+    pub(super) fn opened(path: &Path) {
+        OPENED.lock().unwrap().push(path.to_path_buf());
+    }
+
+    /// The files under `dir` the snapshot opened since the last call (in
+    /// any order), forgotten by this call.
+    pub fn take_opened(dir: &Path) -> Vec<PathBuf> {
+        let mut all = OPENED.lock().unwrap();
+        let (mine, others) = all.drain(..).partition(|p: &PathBuf| p.starts_with(dir));
+        *all = others;
+        mine
     }
 
     pub(super) fn run(path: &Path) {

@@ -683,3 +683,6 @@ fn real_directory_round_trips() {
     eprintln!("restore: {stats:?} in {:?}", t.elapsed());
     assert_same_tree(&src, &dest);
 }
+
+#[path = "incremental_tests.rs"]
+mod incremental;

@@ -1,0 +1,293 @@
+//! Incremental snapshots: a parent's stat cache lets unchanged files be
+//! reused without opening them (proved with the open-recording test hook),
+//! and an incremental snapshot equals a full one of the same state.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::*;
+use crate::ingest::statcache::{self, Parent, Stat, racy};
+
+const SEC: i64 = 1_000_000_000;
+
+fn mtime_ns(m: &fs::Metadata) -> i64 {
+    m.mtime() * SEC + m.mtime_nsec()
+}
+
+fn ctime_ns(m: &fs::Metadata) -> i64 {
+    m.ctime() * SEC + m.ctime_nsec()
+}
+
+/// Write `res` as a checkpoint of `dir` with its stat cache, as the CLI does;
+/// returns it as a parent for the next snapshot.
+fn publish(store: &Store, dir: &Path, res: &SnapshotResult) -> Parent {
+    let mut ckpt = checkpoint(res.root);
+    ckpt.origin = Some(dir.to_str().unwrap().to_string());
+    ckpt.time_ns = statcache::now_ns();
+    let id = store.write_checkpoint(&ckpt).unwrap();
+    statcache::save(store, &id, &res.stat_cache).unwrap();
+    Parent::load(store, &id, &ckpt, dir.to_str().unwrap()).unwrap()
+}
+
+fn snap_from(store: &Store, dir: &Path, parent: Option<&Parent>) -> SnapshotResult {
+    let opts = SnapshotOptions {
+        parent: parent.cloned(),
+        ..Default::default()
+    };
+    snapshot(store, dir, &opts).unwrap()
+}
+
+/// The files under `dir` the snapshot opened, relative, sorted.
+fn opened(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = test_hook::take_opened(dir)
+        .iter()
+        .map(|p| p.strip_prefix(dir).unwrap().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn set_times(p: &Path, mtime_ns: i64) {
+    let t = UNIX_EPOCH + Duration::from_nanos(mtime_ns as u64);
+    File::options()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
+        .unwrap();
+}
+
+/// A tree of small files, with a hardlink pair, an xattr, a sparse file, a
+/// symlink and nested directories. Every regular file's mtime is old.
+fn fixture(src: &Path) {
+    fs::create_dir_all(src.join("d/e")).unwrap();
+    fs::create_dir_all(src.join("d.x")).unwrap();
+    for (i, name) in ["a", "b", "c", "d/f", "d/e/g", "d.x/h", "z"]
+        .iter()
+        .enumerate()
+    {
+        fs::write(src.join(name), format!("content of {name} {i}\n")).unwrap();
+    }
+    fs::write(src.join("big"), noise(600 << 10, 3)).unwrap();
+    let sparse = File::create(src.join("sparse")).unwrap();
+    sparse.set_len(8 << 20).unwrap();
+    sparse.write_all_at(&noise(4096, 5), 4 << 20).unwrap();
+    fs::write(src.join("hard1"), b"shared inode").unwrap();
+    fs::hard_link(src.join("hard1"), src.join("d/hard2")).unwrap();
+    fs::write(src.join("xattr"), b"has xattrs").unwrap();
+    XattrTarget::Path(&cpath(&src.join("xattr")))
+        .set(b"user.k", b"v")
+        .unwrap();
+    symlink("a", src.join("link")).unwrap();
+    for (rel, (path, meta)) in walk(src) {
+        if meta.is_file() {
+            set_times(&path, FIXED_MTIME_NS + rel.len() as i64);
+        }
+    }
+}
+
+/// Wait until no ctime under `dir` is racy against a snapshot starting now
+/// (files written just before a snapshot are rightly read again by the next
+/// one). Then a change made after that snapshot started gets a ctime the
+/// kernel's clock cannot confuse with the old one. Waits; asserts nothing.
+fn settle(dir: &Path) {
+    let newest = walk(dir).values().map(|(_, m)| ctime_ns(m)).max().unwrap();
+    while racy(newest, statcache::now_ns()) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A parent that started 10 s from now: the fixture's files (ctime now) are
+/// then not racy against it, whatever the speed of this machine.
+fn started_later(mut p: Parent) -> Parent {
+    p.started_ns = statcache::now_ns() + 10 * SEC;
+    p
+}
+
+/// Every regular file path of the fixture, one per inode: `hard1` is read
+/// through `d/hard2`, its first name in walk order.
+const FILES: [&str; 11] = [
+    "a", "b", "big", "c", "d.x/h", "d/e/g", "d/f", "d/hard2", "sparse", "xattr", "z",
+];
+
+#[test]
+fn unchanged_files_are_not_opened_and_the_tree_is_the_full_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    fixture(&src);
+    settle(&src);
+    let first = snap_from(&store, &src, None);
+    assert_eq!(opened(&src), FILES, "a first snapshot reads every file");
+    assert_eq!((first.files_read, first.files_reused), (11, 0));
+    let parent = publish(&store, &src, &first);
+
+    // Nothing changed: nothing opened, same tree.
+    let again = snap_from(&store, &src, Some(&parent));
+    assert_eq!(opened(&src), Vec::<String>::new());
+    assert_eq!((again.files_read, again.files_reused), (0, 11));
+    assert_eq!(again.root, first.root);
+
+    // Change some: a new size, a new file, one removed, one replaced by
+    // another inode with the same size and mtime, an xattr set (ctime), a
+    // hardlink's other name written.
+    fs::write(src.join("b"), b"b grew longer than before\n").unwrap();
+    fs::write(src.join("d/e/new"), b"new").unwrap();
+    fs::remove_file(src.join("c")).unwrap();
+    let old = fs::symlink_metadata(src.join("d/f")).unwrap();
+    let same_size = vec![b'Q'; old.size() as usize];
+    fs::write(src.join("d/f.tmp"), &same_size).unwrap();
+    set_times(&src.join("d/f.tmp"), mtime_ns(&old));
+    fs::rename(src.join("d/f.tmp"), src.join("d/f")).unwrap();
+    XattrTarget::Path(&cpath(&src.join("z")))
+        .set(b"user.new", b"1")
+        .unwrap();
+    fs::write(src.join("d/hard2"), b"shared, changed").unwrap();
+
+    let incremental = snap_from(&store, &src, Some(&parent));
+    assert_eq!(
+        opened(&src),
+        ["b", "d/e/new", "d/f", "d/hard2", "z"],
+        "only changed files are read"
+    );
+    assert_eq!((incremental.files_read, incremental.files_reused), (5, 6));
+    let full = snap_from(&store, &src, None);
+    assert_eq!(opened(&src).len(), 11);
+    assert_eq!(incremental.root, full.root, "incremental = full");
+    assert_eq!(
+        (incremental.stats.entries, incremental.stats.bytes),
+        (full.stats.entries, full.stats.bytes),
+        "the record's counts do not depend on what was read"
+    );
+
+    let dest = tmp.path().join("restored");
+    restore(&store, &checkpoint(incremental.root), &dest).unwrap();
+    assert_same_tree(&src, &dest);
+    assert_eq!(fs::read(dest.join("d/f")).unwrap(), same_size);
+}
+
+#[test]
+fn racy_files_are_read_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    fixture(&src);
+    // A file stamped at the parent's start: it could have changed again in
+    // the same tick after the parent read it.
+    let t = statcache::now_ns() + 1000 * SEC + 123_456_789;
+    set_times(&src.join("a"), t);
+    let first = snap_from(&store, &src, None);
+    opened(&src);
+    let mut parent = publish(&store, &src, &first);
+
+    for (started, read) in [
+        (t, vec!["a"]),
+        (t + 10_000_000, vec!["a"]),
+        (t + SEC / 2, vec![]),
+    ] {
+        parent.started_ns = started;
+        let res = snap_from(&store, &src, Some(&parent));
+        assert_eq!(opened(&src), read, "parent started at t+{}", started - t);
+        assert_eq!(res.root, first.root);
+    }
+
+    // Whole seconds (a coarse filesystem, or a time set by hand): 2 s of doubt.
+    assert!(racy(100 * SEC, 101 * SEC + SEC / 2));
+    assert!(!racy(100 * SEC, 102 * SEC + SEC / 10));
+    // Nanoseconds: only the clock slack.
+    assert!(racy(100 * SEC + 7, 100 * SEC + 10_000_000));
+    assert!(!racy(100 * SEC + 7, 100 * SEC + SEC / 10));
+    // Milliseconds (exFAT-like): 1 ms granularity on top.
+    assert!(racy(100 * SEC + 5_000_000, 100 * SEC + 25_500_000));
+}
+
+#[test]
+fn a_file_matches_only_on_device_inode_size_mtime_and_ctime() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    fixture(&src);
+    let first = snap_from(&store, &src, None);
+    let parent = started_later(publish(&store, &src, &first));
+    let ckpt = checkpoint(first.root);
+    let entry = store.lookup_path(&ckpt, b"a").unwrap().unwrap();
+    let m = fs::symlink_metadata(src.join("a")).unwrap();
+    let now = Stat {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: mtime_ns(&m),
+        ctime_ns: ctime_ns(&m),
+    };
+    assert!(parent.unchanged(&entry, m.ino(), &now));
+    assert!(!parent.unchanged(&entry, m.ino() + 1, &now), "cache inode");
+    for changed in [
+        Stat {
+            dev: now.dev + 1,
+            ..now
+        },
+        Stat {
+            ino: now.ino + 1,
+            ..now
+        },
+        Stat {
+            size: now.size + 1,
+            ..now
+        },
+        Stat {
+            mtime_ns: now.mtime_ns + 1,
+            ..now
+        },
+        Stat {
+            ctime_ns: now.ctime_ns + 1,
+            ..now
+        },
+    ] {
+        assert!(!parent.unchanged(&entry, m.ino(), &changed), "{changed:?}");
+    }
+    let mut racy_parent = parent.clone();
+    racy_parent.started_ns = now.ctime_ns;
+    assert!(!racy_parent.unchanged(&entry, m.ino(), &now), "ctime racy");
+}
+
+#[test]
+fn a_parent_without_a_usable_stat_cache_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    fixture(&src);
+    let first = snap_from(&store, &src, None);
+    let origin = src.to_str().unwrap();
+    let mut ckpt = checkpoint(first.root);
+    ckpt.origin = Some(origin.to_string());
+    let id = store.write_checkpoint(&ckpt).unwrap();
+
+    let why = Parent::load(&store, &id, &ckpt, origin).unwrap_err();
+    assert!(why.contains("no stat cache"), "{why}");
+    statcache::save(&store, &id, &first.stat_cache).unwrap();
+    assert!(Parent::load(&store, &id, &ckpt, origin).is_ok());
+    let why = Parent::load(&store, &id, &ckpt, "/elsewhere").unwrap_err();
+    assert!(why.contains("not /elsewhere"), "{why}");
+
+    // Cut short (a crash while it was written) or flipped: refused.
+    let path = statcache::path(&store, &id);
+    let good = fs::read(&path).unwrap();
+    for bad in [good[..good.len() - 3].to_vec(), {
+        let mut b = good.clone();
+        let mid = b.len() / 2;
+        b[mid] ^= 0x40;
+        b
+    }] {
+        fs::write(&path, &bad).unwrap();
+        let why = Parent::load(&store, &id, &ckpt, origin).unwrap_err();
+        assert!(why.contains("stat cache"), "{why}");
+    }
+}
+
+#[test]
+fn directories_are_ordered_as_the_walk_visits_them() {
+    use std::cmp::Ordering::Less;
+    let walk_order: [&[u8]; 6] = [b"", b"a", b"a/b", b"a/b/c", b"a.b", b"b"];
+    for w in walk_order.windows(2) {
+        assert_eq!(statcache::dir_order(w[0], w[1]), Less, "{w:?}");
+    }
+}
