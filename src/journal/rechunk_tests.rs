@@ -13,25 +13,14 @@ use std::time::SystemTime;
 
 use super::rechunk::{ChunkIo, chunk_file};
 use super::state::{FileData, Piece, Src, plan, punch};
-use super::testing::base_checkpoint;
+use super::testing::{Rng, base_checkpoint};
 use super::{Fallocate, FaultyIo, Fork, ROOT_INO, Result, SetAttr};
 use crate::store::chunk::{MAX_CHUNK, cut_chunks};
 use crate::store::{
     Content, Entry, Extent, Got, Kind, LocalBackend, ObjectBackend, ObjectId, Store,
 };
 
-/// Deterministic pseudo-random numbers (xorshift64*).
-struct Rng(u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
     /// 1 to `max` bytes of [`Rng::content`].
     fn some(&mut self, max: u64) -> Vec<u8> {
         let n = self.below(max) as usize + 1;

@@ -28,7 +28,7 @@ use std::fs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use super::testing::base_checkpoint;
+use super::testing::{Rng, base_checkpoint};
 use super::*;
 use crate::store::{ObjectId, Store};
 
@@ -50,26 +50,13 @@ const VERSIONS: u32 = 1000;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
-/// Deterministic pseudo-random numbers (xorshift64*, seeded through splitmix64).
-struct Rng(u64);
+/// A generator per worker: `seed` spread over `stream` through splitmix64.
 impl Rng {
     fn new(seed: u64, stream: u64) -> Rng {
         let mut z = seed ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         Rng((z ^ (z >> 31)) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
     }
     fn name(&mut self) -> Vec<u8> {
         format!("f{}", self.below(NAMES)).into_bytes()

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 
 use super::fork::CommitStep;
 use super::record::{self, InodeMap, Record};
-use super::testing::base_checkpoint;
+use super::testing::{Rng, base_checkpoint};
 use super::*;
 use crate::ingest;
 use crate::store::acl;
@@ -21,23 +21,6 @@ struct Env {
     store: Arc<Store>,
     io: FaultyIo,
     base: ObjectId,
-}
-
-/// Deterministic pseudo-random numbers (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
 }
 
 /// A store with a checkpoint of a small tree: files, a deep directory, a
