@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""What agents run on a fork (issue 18): real tools on native, on a storefs
+fork mount and on fuse-overlayfs over the same native tree, in one run.
+
+    python3 bench/agent.py --storefs BIN [--small] [--rounds N] [--out DIR] [--only NAME,...]
+
+The three places start from the same base tree (a small agent store: JSON
+state, a journal, a few hundred files). Each workload runs `--rounds` times
+in a fresh subdirectory of each place (best time kept); what it needs from
+outside (a git repository, wheels, a source tarball, a C project) is made
+once on the native disk, outside the three places. Workloads:
+
+  git clone      `git clone --no-local` of a repository of 1,000 commits
+  git commit x10 ten `git add -A && git commit` of 1-3 changed files in it
+  git gc         `git gc` of the clone
+  pip install    `pip install --no-index` of 6 local wheels into a venv
+  tar -x         of a 20,000-file source tree (.tar, uncompressed)
+  cp -r          of that tree, inside the same place
+  rsync -a       of that tree, inside the same place
+  make -j2       of a generated C project of 200 files
+  sqlite WAL     1,000 one-row transactions, synchronous=FULL, WAL
+  sqlite rollback  the same with the rollback journal
+  appends        1,000 O_APPEND log lines, each from a short-lived `sh`
+  temp+fsync+rename  1,000 state-file updates with fsync
+
+`--small` makes the trees and counts 10x smaller. Prints a markdown table
+(seconds; ratios storefs/native, overlay/native, storefs/overlay) and writes
+it to `--out` (default bench/results/) as <date>-agent[-small].md. Timing is
+for people; no test asserts on it. Needs root (mounts), git, make, gcc,
+rsync, fuse-overlayfs (its column says n/a without it), python3 with venv.
+"""
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench import fmt, have, ratio, sh, unmount, wait_mounted  # noqa: E402
+
+
+def q(cmd, cwd=None, env=None):
+    """Run quietly; raise with the command's stderr on failure."""
+    r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd if isinstance(cmd, str) else ' '.join(cmd)} failed: {r.stderr.decode(errors='replace')[-400:]}")
+
+
+GIT_ENV = dict(
+    os.environ,
+    GIT_AUTHOR_NAME="bench",
+    GIT_AUTHOR_EMAIL="bench@example.invalid",
+    GIT_COMMITTER_NAME="bench",
+    GIT_COMMITTER_EMAIL="bench@example.invalid",
+    GIT_CONFIG_NOSYSTEM="1",
+    HOME="/nonexistent",
+)
+
+
+# ------------------------------------------------------------ inputs, made once
+
+def make_base(root, scale):
+    """The tree all three places start from: a small agent store."""
+    rng = random.Random(18)
+    for d in range(20 // scale or 1):
+        p = os.path.join(root, "state", f"d{d}")
+        os.makedirs(p)
+        for f in range(20):
+            with open(os.path.join(p, f"s{f}.json"), "w") as fh:
+                fh.write('{"k": %d, "v": "%s"}\n' % (f, "x" * rng.randint(10, 2000)))
+    with open(os.path.join(root, "journal.jsonl"), "w") as fh:
+        for i in range(2000 // scale):
+            fh.write('{"seq": %d}\n' % i)
+
+
+def make_repo(path, commits):
+    """A git repository of `commits` commits over ~200 files."""
+    rng = random.Random(1000)
+    os.makedirs(path)
+    q(["git", "init", "-q", "-b", "main", path], env=GIT_ENV)
+    files = [f"src/m{i // 20}/f{i}.py" for i in range(200)]
+    for f in files:
+        os.makedirs(os.path.join(path, os.path.dirname(f)), exist_ok=True)
+        with open(os.path.join(path, f), "w") as fh:
+            fh.write("".join(f"line {j} {rng.random()}\n" for j in range(50)))
+    # One fast-import stream instead of `commits` git processes; each commit
+    # follows the branch's previous one.
+    stream = []
+    for c in range(commits):
+        stream.append("commit refs/heads/main\n")
+        stream.append(f"committer bench <bench@example.invalid> {1700000000 + c * 60} +0000\n")
+        msg = f"change {c}"
+        stream.append(f"data {len(msg)}\n{msg}\n")
+        touched = files if c == 0 else rng.sample(files, 3)
+        for f in touched:
+            body = "".join(f"line {j} {rng.random()}\n" for j in range(50)).encode()
+            stream.append(f"M 100644 inline {f}\ndata {len(body)}\n")
+            stream.append(body.decode() + "\n")
+    p = subprocess.run(["git", "fast-import", "--quiet"], cwd=path, env=GIT_ENV, input="".join(stream).encode(),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        raise RuntimeError(f"git fast-import failed: {p.stderr.decode()[-400:]}")
+    q(["git", "checkout", "-q", "-f", "main"], cwd=path, env=GIT_ENV)
+
+
+def make_wheels(out, n, modules):
+    """`n` pure-Python wheels of `modules` modules each, written by hand (a
+    wheel is a zip with a dist-info), so no build backend is needed."""
+    import base64
+    import hashlib
+    import zipfile
+    os.makedirs(out)
+    paths = []
+    for w in range(n):
+        name = f"benchpkg{w}"
+        dist = f"{name}-1.0.dist-info"
+        files = {f"{name}/__init__.py": b"VERSION = '1.0'\n"}
+        for m in range(modules):
+            files[f"{name}/mod{m}.py"] = ("".join(f"def f{i}(x):\n    return x * {i} + {m}\n\n" for i in range(30))).encode()
+        files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode()
+        files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        record = []
+        for p, b in files.items():
+            h = base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+            record.append(f"{p},sha256={h},{len(b)}")
+        record.append(f"{dist}/RECORD,,")
+        files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+        path = os.path.join(out, f"{name}-1.0-py3-none-any.whl")
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for p, b in files.items():
+                z.writestr(p, b)
+        paths.append(path)
+    return paths
+
+
+def make_source_tar(work, files):
+    """A source tree of `files` small files in 100-file directories, as a .tar."""
+    rng = random.Random(20000)
+    src = os.path.join(work, "srctree")
+    for i in range(files):
+        d = os.path.join(src, f"pkg{i // 1000}", f"mod{(i // 100) % 10}")
+        if i % 100 == 0:
+            os.makedirs(d)
+        with open(os.path.join(d, f"file{i}.c"), "w") as fh:
+            fh.write(f"/* file {i} */\nint f{i}(void) {{ return {rng.randint(0, 1 << 30)}; }}\n" * rng.randint(1, 40))
+    tar = os.path.join(work, "srctree.tar")
+    q(["tar", "-cf", tar, "-C", work, "srctree"])
+    shutil.rmtree(src)
+    return tar
+
+
+def make_c_project(path, n):
+    os.makedirs(path)
+    for i in range(n):
+        with open(os.path.join(path, f"u{i}.c"), "w") as fh:
+            fh.write("#include <stdio.h>\n")
+            for j in range(20):
+                fh.write(f"int u{i}_{j}(int x) {{ int s = 0; for (int k = 0; k < x; k++) s += k * {j}; return s; }}\n")
+    with open(os.path.join(path, "main.c"), "w") as fh:
+        fh.write("int main(void) { return 0; }\n")
+    objs = " ".join([f"u{i}.o" for i in range(n)] + ["main.o"])
+    with open(os.path.join(path, "Makefile"), "w") as fh:
+        fh.write(f"OBJS = {objs}\nprog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n%.o: %.c\n\t$(CC) -O1 -c -o $@ $<\n")
+
+
+# ------------------------------------------------------------ the workloads
+# Each takes (place, inputs) and runs in `place`, a fresh directory.
+
+def w_git_clone(d, inp):
+    q(["git", "clone", "-q", "--no-local", inp["repo"], os.path.join(d, "clone")], env=GIT_ENV)
+
+
+def w_git_commits(d, inp):
+    # Set-up (untimed by the caller through `prepare`): the clone exists.
+    c = os.path.join(d, "clone")
+    rng = random.Random(10)
+    for i in range(10):
+        for f in rng.sample(inp["repo_files"], rng.randint(1, 3)):
+            with open(os.path.join(c, f), "a") as fh:
+                fh.write(f"edit {i}\n")
+        q(["git", "add", "-A"], cwd=c, env=GIT_ENV)
+        q(["git", "commit", "-q", "-m", f"edit {i}"], cwd=c, env=GIT_ENV)
+
+
+def w_git_gc(d, inp):
+    q(["git", "gc", "-q"], cwd=os.path.join(d, "clone"), env=GIT_ENV)
+
+
+def prep_clone(d, inp):
+    w_git_clone(d, inp)
+
+
+def prep_venv(d, inp):
+    q([sys.executable, "-m", "venv", "--without-pip", os.path.join(d, "venv")])
+
+
+def w_pip(d, inp):
+    q([sys.executable, "-m", "pip", "--python", os.path.join(d, "venv", "bin", "python"), "install", "-q",
+       "--no-index", "--no-deps", "--disable-pip-version-check", *inp["wheels"]])
+
+
+def w_tar_x(d, inp):
+    q(["tar", "-xf", inp["tar"], "-C", d])
+
+
+def prep_tree(d, inp):
+    w_tar_x(d, inp)
+
+
+def w_cp_r(d, inp):
+    q(["cp", "-r", os.path.join(d, "srctree"), os.path.join(d, "copy")])
+
+
+def w_rsync(d, inp):
+    q(["rsync", "-a", os.path.join(d, "srctree") + "/", os.path.join(d, "copy") + "/"])
+
+
+def prep_c(d, inp):
+    shutil.copytree(inp["cproj"], os.path.join(d, "c"))
+
+
+def w_make(d, inp):
+    q(["make", "-s", "-j2"], cwd=os.path.join(d, "c"))
+
+
+def sqlite_txns(d, mode, n):
+    import sqlite3
+    db = sqlite3.connect(os.path.join(d, "db.sqlite"), isolation_level=None)
+    db.execute(f"PRAGMA journal_mode={mode}")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+    for i in range(n):
+        db.execute("BEGIN")
+        db.execute("INSERT INTO t (v) VALUES (?)", ("x" * 100,))
+        db.execute("COMMIT")
+    db.close()
+
+
+def w_appends(d, inp):
+    log = os.path.join(d, "events.jsonl")
+    for i in range(inp["n"]):
+        q(["sh", "-c", f"echo '{{\"seq\": {i}}}' >> '{log}'"])
+
+
+def w_temp_fsync_rename(d, inp):
+    for i in range(inp["n"]):
+        tmp = os.path.join(d, ".state.json.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, b'{"turn": %d}\n' % i)
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(tmp, os.path.join(d, "state.json"))
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        os.fsync(dfd)
+        os.close(dfd)
+
+
+WORKLOADS = [
+    # name, prepare (untimed), run (timed)
+    ("git clone", None, w_git_clone),
+    ("git commit x10", prep_clone, w_git_commits),
+    ("git gc", prep_clone, w_git_gc),
+    ("pip install", prep_venv, w_pip),
+    ("tar -x", None, w_tar_x),
+    ("cp -r", prep_tree, w_cp_r),
+    ("rsync -a", prep_tree, w_rsync),
+    ("make -j2", prep_c, w_make),
+    ("sqlite WAL", None, lambda d, inp: sqlite_txns(d, "WAL", inp["n"])),
+    ("sqlite rollback", None, lambda d, inp: sqlite_txns(d, "DELETE", inp["n"])),
+    ("appends", None, w_appends),
+    ("temp+fsync+rename", None, w_temp_fsync_rename),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--storefs", required=True, help="the storefs binary")
+    ap.add_argument("--small", action="store_true", help="10x smaller trees and counts")
+    ap.add_argument("--rounds", type=int, default=3, help="runs per workload and place; the best is kept")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for the markdown table")
+    ap.add_argument("--only", default="", help="comma-separated workload names (default: all)")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("agent.py: run as root (it mounts a fork and fuse-overlayfs)")
+    S = os.path.abspath(a.storefs)
+    scale = 10 if a.small else 1
+    only = {x.strip() for x in a.only.split(",") if x.strip()}
+    workloads = [w for w in WORKLOADS if not only or w[0] in only]
+    if only and len(workloads) != len(only):
+        sys.exit(f"agent.py: unknown workload in --only; known: {', '.join(w[0] for w in WORKLOADS)}")
+
+    work = tempfile.mkdtemp(prefix="storefs-agent-")
+    cleanup = []
+    results = {}
+    try:
+        print("agent.py: making inputs", file=sys.stderr)
+        native = os.path.join(work, "native")
+        make_base(native, scale)
+        inp = {"n": 1000 // scale}
+        if any(w[0].startswith("git") for w in workloads):
+            inp["repo"] = os.path.join(work, "repo")
+            make_repo(inp["repo"], 1000 // scale)
+            inp["repo_files"] = [f"src/m{i // 20}/f{i}.py" for i in range(200)]
+        inp["wheels"] = make_wheels(os.path.join(work, "wheels"), 6, 200 // scale)
+        inp["tar"] = make_source_tar(work, 20000 // scale)
+        inp["cproj"] = os.path.join(work, "cproj")
+        make_c_project(inp["cproj"], 200 // scale)
+
+        store = os.path.join(work, "store")
+        sh([S, "--store", store, "init"], stdout=subprocess.DEVNULL)
+        sh([S, "--store", store, "snapshot", native, "--ref", "base"], stdout=subprocess.DEVNULL)
+        sh([S, "--store", store, "fork", "base", "--name", "agent"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        fork_mp = os.path.join(work, "mnt", "fork")
+        os.makedirs(fork_mp)
+        sh([S, "--store", store, "mount", "agent", fork_mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cleanup.append(lambda: sh([S, "--store", store, "umount", fork_mp, "--no-commit"], check=False,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        places = [("native", native), ("storefs", fork_mp)]
+        if have("fuse-overlayfs"):
+            ovl = os.path.join(work, "mnt", "overlay")
+            up, wk = os.path.join(work, "ovl-up"), os.path.join(work, "ovl-work")
+            for d in (ovl, up, wk):
+                os.makedirs(d)
+            sh(["fuse-overlayfs", "-o", f"lowerdir={native},upperdir={up},workdir={wk}", ovl])
+            wait_mounted(ovl)
+            cleanup.append(lambda: unmount(ovl))
+            places.append(("fuse-overlayfs", ovl))
+
+        for name, prep, run in workloads:
+            print(f"agent.py: {name}", file=sys.stderr)
+            for r in range(a.rounds):
+                # Interleaved: round r of every place before round r+1 of any.
+                for place, root in places:
+                    d = os.path.join(root, "runs", f"{name.replace(' ', '_').replace('+', '_')}-{r}")
+                    os.makedirs(d)
+                    if prep:
+                        prep(d, inp)
+                    os.sync()
+                    t = time.perf_counter()
+                    run(d, inp)
+                    dt = time.perf_counter() - t
+                    key = (name, place)
+                    results[key] = min(results.get(key, dt), dt)
+                    shutil.rmtree(d)
+    finally:
+        for c in reversed(cleanup):
+            c()
+        shutil.rmtree(work, ignore_errors=True)
+
+    lines = [
+        f"# Agent workloads on a fork ({'small' if a.small else 'full'} scale, best of {a.rounds}, "
+        f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)",
+        "",
+        "| workload | native s | storefs fork s | fuse-overlayfs s | storefs/native | overlay/native | storefs/overlay |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, _, _ in workloads:
+        n, s, o = (results.get((name, p)) for p in ("native", "storefs", "fuse-overlayfs"))
+        lines.append(f"| {name} | {fmt(n)} | {fmt(s)} | {fmt(o)} | {ratio(s, n)} | {ratio(o, n)} | {ratio(s, o)} |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, time.strftime("%Y-%m-%d-%H%M", time.gmtime()) + ("-agent-small.md" if a.small else "-agent.md"))
+    with open(path, "w") as f:
+        f.write(table)
+    print(f"written to {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
