@@ -2,7 +2,7 @@
 """What agents run on a fork (issue 18): real tools on native, on a storefs
 fork mount and on fuse-overlayfs over the same native tree, in one run.
 
-    python3 bench/agent.py --storefs BIN [--small] [--rounds N] [--out DIR] [--only NAME,...]
+    python3 bench/agent.py --storefs BIN [--before BIN] [--small] [--rounds N] [--out DIR] [--only NAME,...]
 
 The three places start from the same base tree (a small agent store: JSON
 state, a journal, a few hundred files). Each workload runs `--rounds` times
@@ -26,8 +26,10 @@ once on the native disk, outside the three places. Workloads:
 `--small` makes the trees and counts 10x smaller. Prints a markdown table
 (seconds; ratios storefs/native, overlay/native, storefs/overlay) and writes
 it to `--out` (default bench/results/) as <date>-agent[-small].md. Timing is
-for people; no test asserts on it. Needs root (mounts), git, make, gcc,
-rsync, fuse-overlayfs (its column says n/a without it), python3 with venv.
+for people; no test asserts on it. `--before BIN` adds a fork served by
+another binary (its own store) to the same run, for a lever's A/B row.
+Needs root (mounts), git, make, gcc, rsync, fuse-overlayfs (its column says
+n/a without it), python3 with venv.
 """
 import argparse
 import os
@@ -279,6 +281,7 @@ WORKLOADS = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--storefs", required=True, help="the storefs binary")
+    ap.add_argument("--before", help="a second storefs binary (an A/B: its own store and fork mount, same run)")
     ap.add_argument("--small", action="store_true", help="10x smaller trees and counts")
     ap.add_argument("--rounds", type=int, default=3, help="runs per workload and place; the best is kept")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for the markdown table")
@@ -310,16 +313,23 @@ def main():
         inp["cproj"] = os.path.join(work, "cproj")
         make_c_project(inp["cproj"], 200 // scale)
 
-        store = os.path.join(work, "store")
-        sh([S, "--store", store, "init"], stdout=subprocess.DEVNULL)
-        sh([S, "--store", store, "snapshot", native, "--ref", "base"], stdout=subprocess.DEVNULL)
-        sh([S, "--store", store, "fork", "base", "--name", "agent"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        fork_mp = os.path.join(work, "mnt", "fork")
-        os.makedirs(fork_mp)
-        sh([S, "--store", store, "mount", "agent", fork_mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cleanup.append(lambda: sh([S, "--store", store, "umount", fork_mp, "--no-commit"], check=False,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        places = [("native", native), ("storefs", fork_mp)]
+        def mount_fork(label, binary):
+            """A store of its own with a fork of the base tree, mounted."""
+            store = os.path.join(work, f"store-{label}")
+            sh([binary, "--store", store, "init"], stdout=subprocess.DEVNULL)
+            sh([binary, "--store", store, "snapshot", native, "--ref", "base"], stdout=subprocess.DEVNULL)
+            sh([binary, "--store", store, "fork", "base", "--name", "agent"], stdout=subprocess.DEVNULL,
+               stderr=subprocess.DEVNULL)
+            mp = os.path.join(work, "mnt", label)
+            os.makedirs(mp)
+            sh([binary, "--store", store, "mount", "agent", mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cleanup.append(lambda: sh([binary, "--store", store, "umount", mp, "--no-commit"], check=False,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            return mp
+
+        places = [("native", native), ("storefs", mount_fork("storefs", S))]
+        if a.before:
+            places.append(("before", mount_fork("before", os.path.abspath(a.before))))
         if have("fuse-overlayfs"):
             ovl = os.path.join(work, "mnt", "overlay")
             up, wk = os.path.join(work, "ovl-up"), os.path.join(work, "ovl-work")
@@ -355,12 +365,16 @@ def main():
         f"# Agent workloads on a fork ({'small' if a.small else 'full'} scale, best of {a.rounds}, "
         f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)",
         "",
-        "| workload | native s | storefs fork s | fuse-overlayfs s | storefs/native | overlay/native | storefs/overlay |",
-        "|---|---|---|---|---|---|---|",
+        "| workload | native s | storefs fork s | fuse-overlayfs s | storefs/native | overlay/native | storefs/overlay |"
+        + (" before s | before/native |" if a.before else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if a.before else ""),
     ]
     for name, _, _ in workloads:
-        n, s, o = (results.get((name, p)) for p in ("native", "storefs", "fuse-overlayfs"))
-        lines.append(f"| {name} | {fmt(n)} | {fmt(s)} | {fmt(o)} | {ratio(s, n)} | {ratio(o, n)} | {ratio(s, o)} |")
+        n, s, o, b = (results.get((name, p)) for p in ("native", "storefs", "fuse-overlayfs", "before"))
+        row = f"| {name} | {fmt(n)} | {fmt(s)} | {fmt(o)} | {ratio(s, n)} | {ratio(o, n)} | {ratio(s, o)} |"
+        if a.before:
+            row += f" {fmt(b)} | {ratio(b, n)} |"
+        lines.append(row)
     table = "\n".join(lines) + "\n"
     print(table)
     os.makedirs(a.out, exist_ok=True)
