@@ -448,6 +448,76 @@ fn appends_from_two_processes_never_overwrite() {
     assert_eq!(read_all(&fx.path("hello.txt")), want);
 }
 
+/// The kernel keeps a fork's pages across opens and remembers absent names
+/// (long TTLs, `FOPEN_KEEP_CACHE`, negative entries): what it keeps must
+/// never be stale. Bytes appended past the page cache (an `O_APPEND` handle
+/// is direct I/O) are seen by the next open of a reader that cached the old
+/// end of the file; a name looked up while absent can be made and found.
+/// (Kernels since 6.6 drop cached pages on a direct write themselves; the
+/// daemon's own part, for older ones, is `opens_keep_the_page_cache_until_a_direct_write`
+/// in `src/fs/fork.rs`.)
+#[test]
+fn kernel_caches_never_show_stale_bytes_or_names() {
+    let fx = mount_fixture();
+    let p = fx.path("hello.txt");
+    // Cache the whole last page, zeros past the end of file included.
+    assert_eq!(fs::read(&p).unwrap(), HELLO);
+    let mut want = HELLO.to_vec();
+    for round in 0..3u8 {
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(&[b'0' + round; 5]).unwrap();
+        drop(f);
+        want.extend_from_slice(&[b'0' + round; 5]);
+        assert_eq!(fs::read(&p).unwrap(), want, "after append {round}");
+        // A second read keeps the cache (nothing changed): still right.
+        assert_eq!(fs::read(&p).unwrap(), want);
+    }
+    // A plain (cached) write is seen at once, and after a reopen.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .write_all_at(b"hey", 0)
+        .unwrap();
+    want[..3].copy_from_slice(b"hey");
+    assert_eq!(fs::read(&p).unwrap(), want);
+    // Truncate then append through another handle.
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"");
+    OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b"new")
+        .unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"new");
+
+    // Absent names: looked up (negative entries), then made through every
+    // kind of call that makes a name, then found.
+    let names = ["n-file", "n-dir", "n-link", "n-sym", "n-renamed"];
+    for n in names {
+        assert!(fs::symlink_metadata(fx.path(n)).is_err(), "{n} absent");
+    }
+    fs::write(fx.path("n-file"), b"f").unwrap();
+    fs::create_dir(fx.path("n-dir")).unwrap();
+    fs::hard_link(fx.path("n-file"), fx.path("n-link")).unwrap();
+    std::os::unix::fs::symlink("n-file", fx.path("n-sym")).unwrap();
+    fs::write(fx.path("tmp"), b"r").unwrap();
+    fs::rename(fx.path("tmp"), fx.path("n-renamed")).unwrap();
+    for n in names {
+        assert!(fs::symlink_metadata(fx.path(n)).is_ok(), "{n} found");
+    }
+    assert_eq!(fs::metadata(fx.path("n-file")).unwrap().nlink(), 2);
+    // And gone again: the kernel must not keep the positive entries.
+    fs::remove_file(fx.path("n-link")).unwrap();
+    assert!(fs::symlink_metadata(fx.path("n-link")).is_err());
+    assert_eq!(fs::metadata(fx.path("n-file")).unwrap().nlink(), 1);
+}
+
 #[test]
 fn truncate_ftruncate_and_fallocate() {
     let fx = mount_fixture();

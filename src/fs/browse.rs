@@ -248,6 +248,12 @@ impl View for BrowseView {
         view::READ_ONLY_CAPABILITIES
     }
 
+    /// Inside a checkpoint's tree, absent names stay absent; the store's own
+    /// listings gain names as checkpoints are made, so those are asked again.
+    fn negative_ttl(&self, parent: u64) -> Option<Duration> {
+        (!is_store_node(parent)).then(|| ttl(parent))
+    }
+
     fn lookup(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Entry> {
         let attr = match self.resolve(parent)? {
             Resolved::Tree(_, _, local) if local == ROOT_INO && name == b".." => {
@@ -293,7 +299,7 @@ impl View for BrowseView {
                 Ok(Opened::Handle {
                     fh: 0,
                     direct_io: false,
-                    cache_dir: true,
+                    keep_cache: true,
                 })
             }
             Resolved::Node(node) => {
@@ -303,7 +309,7 @@ impl View for BrowseView {
                 Ok(Opened::Handle {
                     fh,
                     direct_io: false,
-                    cache_dir: false,
+                    keep_cache: false,
                 })
             }
         }
@@ -968,6 +974,12 @@ mod tests {
         assert_eq!(fs.lookup(C, root_a, b"..").unwrap().ttl, checkpoint::TTL);
         assert!(ttls(root_a).iter().all(|&t| t == checkpoint::TTL));
         assert_eq!(ttls(root_a).len(), 3);
+        // Absent names: remembered in a tree, asked again in the store's
+        // directories (a new checkpoint adds names there).
+        assert_eq!(fs.negative_ttl(root_a), Some(checkpoint::TTL));
+        for store_dir in [1, 2] {
+            assert_eq!(fs.negative_ttl(store_dir), None);
+        }
     }
 
     #[test]

@@ -258,6 +258,11 @@ impl View for CheckpointView {
         view::READ_ONLY_CAPABILITIES
     }
 
+    /// A checkpoint never changes: a name absent now is absent for good.
+    fn negative_ttl(&self, _parent: u64) -> Option<Duration> {
+        Some(TTL)
+    }
+
     fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry> {
         let dir = self.node(parent)?;
         let children = self.children(&dir)?;

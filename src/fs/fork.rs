@@ -51,7 +51,7 @@
 //! still appends atomically in the journal, but that handle's page cache may
 //! then place the bytes at the kernel's idea of the end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -66,10 +66,14 @@ use super::{FsError, Result};
 use crate::journal::{self, DirEntry, Fallocate, Fork, NewNode, RenameMode, XattrMode, ext4};
 use crate::store::Kind;
 
-/// How long the kernel may cache entries and attributes. This daemon is the
-/// only writer and every mutation replies with fresh attributes, so a short
-/// TTL only bounds how stale a size seen by another open can be.
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache entries (names found, and names absent)
+/// and attributes. Every change of a fork comes through this mount: each one
+/// replies with fresh attributes or makes the kernel drop what it cached (a
+/// write drops the size and times, an unlink the link count, a create the
+/// negative entry), and the daemon changes nothing behind the kernel's back
+/// (a commit moves no name and changes no attribute). So nothing the kernel
+/// caches goes stale, and it keeps it as long as a checkpoint's.
+const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// What a fork asks of the kernel: readdirplus fills the attribute cache
 /// while listing; a symlink's target never changes; `DirectIoMmap` lets
@@ -86,12 +90,14 @@ const CAPABILITIES: &[Capability] = &[
 ];
 
 /// A file handle: it only tells whether the handle is direct I/O (all the
-/// state a file handle needs; the inode comes with every request).
-fn file_handle(direct_io: bool) -> Opened {
+/// state a file handle needs; the inode comes with every request). With
+/// `keep_cache`, the kernel keeps the pages it cached of the file in earlier
+/// opens.
+fn file_handle(direct_io: bool, keep_cache: bool) -> Opened {
     Opened::Handle {
         fh: u64::from(direct_io),
         direct_io,
-        cache_dir: false,
+        keep_cache: keep_cache && !direct_io,
     }
 }
 
@@ -102,8 +108,8 @@ fn is_direct(fh: u64) -> bool {
 
 /// The handle for a file opened with `flags`: `O_APPEND` handles bypass the
 /// page cache.
-fn opened(flags: i32) -> Opened {
-    file_handle(flags & libc::O_APPEND != 0)
+fn opened(flags: i32, keep_cache: bool) -> Opened {
+    file_handle(flags & libc::O_APPEND != 0, keep_cache)
 }
 
 /// A directory listing taken at opendir: ".", ".." and the entries.
@@ -117,6 +123,12 @@ pub struct ForkView {
     /// Open directories' listings by handle.
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
+    /// Files written past the kernel's page cache (direct-I/O handles) since
+    /// they were last opened: their next open drops the pages the kernel
+    /// kept. Every other change of a file's bytes comes through this mount's
+    /// page cache or makes the kernel drop the pages itself (truncate,
+    /// fallocate), so the other opens keep them (`FOPEN_KEEP_CACHE`).
+    written_direct: Mutex<HashSet<u64>>,
 }
 
 fn check_name(name: &[u8]) -> Result<()> {
@@ -137,6 +149,7 @@ impl ForkView {
             fork,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            written_direct: Mutex::new(HashSet::new()),
         }
     }
 
@@ -208,6 +221,10 @@ impl View for ForkView {
         CAPABILITIES
     }
 
+    fn negative_ttl(&self, _parent: u64) -> Option<Duration> {
+        Some(TTL)
+    }
+
     // ---------------------------------------------------------------- reads
 
     fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry> {
@@ -263,7 +280,7 @@ impl View for ForkView {
         Ok(Opened::Handle {
             fh,
             direct_io: false,
-            cache_dir: false,
+            keep_cache: false,
         })
     }
 
@@ -327,7 +344,8 @@ impl View for ForkView {
             }
         }
         self.fork.open_file(ino)?;
-        Ok(opened(flags))
+        let bypassed = self.written_direct.lock().remove(&ino);
+        Ok(opened(flags, !bypassed && flags & libc::O_TRUNC == 0))
     }
 
     fn create(
@@ -341,7 +359,7 @@ impl View for ForkView {
         check_name(name)?;
         let node = self.new_node(parent, Kind::File, mode, c)?;
         let attr = self.fork.make(parent, name, &node, true)?;
-        Ok((entry(attr), opened(flags)))
+        Ok((entry(attr), opened(flags, false)))
     }
 
     /// An `O_APPEND` write lands at the journal's end of file, not at the
@@ -353,6 +371,10 @@ impl View for ForkView {
         let direct = is_direct(how.fh) && !how.writeback;
         if direct && c.uid != 0 {
             self.kill_suid_sgid(ino)?;
+        }
+        if direct {
+            // Before the write, so an open racing with it drops the pages.
+            self.written_direct.lock().insert(ino);
         }
         if append {
             self.fork.append(ino, data)?;
@@ -540,7 +562,7 @@ mod tests {
     /// I/O or not, as page-cache writeback or not.
     fn appending(direct: bool, writeback: bool) -> WriteCtx {
         WriteCtx {
-            fh: fh(file_handle(direct)),
+            fh: fh(file_handle(direct, false)),
             offset: 0,
             flags: libc::O_WRONLY | libc::O_APPEND,
             writeback,
@@ -560,12 +582,60 @@ mod tests {
     #[test]
     fn file_handles_carry_direct_io() {
         for direct_io in [false, true] {
-            let o = file_handle(direct_io);
+            let o = file_handle(direct_io, false);
             assert_eq!(is_direct(fh(o)), direct_io);
             assert!(matches!(o, Opened::Handle { direct_io: d, .. } if d == direct_io));
         }
-        assert_eq!(opened(libc::O_WRONLY | libc::O_APPEND), file_handle(true));
-        assert_eq!(opened(libc::O_RDWR), file_handle(false));
+        assert_eq!(
+            opened(libc::O_WRONLY | libc::O_APPEND, false),
+            file_handle(true, false)
+        );
+        assert_eq!(opened(libc::O_RDWR, false), file_handle(false, false));
+    }
+
+    fn keeps_cache(o: Opened) -> bool {
+        matches!(
+            o,
+            Opened::Handle {
+                keep_cache: true,
+                ..
+            }
+        )
+    }
+
+    /// Opens keep the kernel's pages unless the file was written past them
+    /// (a direct-I/O write) since its last open, or the open truncates.
+    #[test]
+    fn opens_keep_the_page_cache_until_a_direct_write() {
+        let (_tmp, fs) = serve();
+        let ino = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
+        let rd = |fs: &ForkView| fs.open(ROOT, ino, libc::O_RDONLY).unwrap();
+        assert!(keeps_cache(rd(&fs)));
+        // Cached writes and writeback keep it.
+        let cached = fs.open(ROOT, ino, libc::O_RDWR).unwrap();
+        assert!(keeps_cache(cached));
+        let plain = WriteCtx {
+            fh: fh(cached),
+            offset: 0,
+            flags: libc::O_RDWR,
+            writeback: false,
+        };
+        fs.write(ROOT, ino, b"x", plain).unwrap();
+        fs.write(ROOT, ino, b"y", appending(true, true)).unwrap();
+        assert!(keeps_cache(rd(&fs)));
+        // A direct write: the next open drops the pages, the one after keeps.
+        fs.write(ROOT, ino, b"z", appending(true, false)).unwrap();
+        assert!(!keeps_cache(rd(&fs)));
+        assert!(keeps_cache(rd(&fs)));
+        // Direct-I/O handles never keep; truncating opens drop.
+        assert!(!keeps_cache(
+            fs.open(ROOT, ino, libc::O_WRONLY | libc::O_APPEND).unwrap()
+        ));
+        assert!(!keeps_cache(
+            fs.open(ROOT, ino, libc::O_WRONLY | libc::O_TRUNC).unwrap()
+        ));
+        // Names absent from a fork may be cached as absent.
+        assert!(fs.negative_ttl(ROOT_INO).is_some());
     }
 
     #[test]

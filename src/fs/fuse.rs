@@ -161,13 +161,13 @@ fn handle(o: Opened) -> (FileHandle, FopenFlags) {
         Opened::Handle {
             fh,
             direct_io,
-            cache_dir,
+            keep_cache,
         } => {
             let mut flags = FopenFlags::empty();
             if direct_io {
                 flags |= FopenFlags::FOPEN_DIRECT_IO;
             }
-            if cache_dir {
+            if keep_cache {
                 flags |= FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
             }
             (FileHandle(fh), flags)
@@ -252,6 +252,27 @@ fn file_attr(a: &Attr) -> FileAttr {
         uid: a.uid,
         gid: a.gid,
         rdev: kernel_dev(a.rdev),
+        blksize: BLOCK_SIZE,
+        flags: 0,
+    }
+}
+
+/// The attributes of a negative entry: node id 0, nothing else read.
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
         blksize: BLOCK_SIZE,
         flags: 0,
     }
@@ -405,10 +426,12 @@ impl Filesystem for FuseAdapter {
 
     #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(
-            self.view.lookup(&caller(req), parent.0, name.as_bytes()),
-            reply,
-        );
+        let found = self.view.lookup(&caller(req), parent.0, name.as_bytes());
+        match (&found, self.view.negative_ttl(parent.0)) {
+            // Node id 0 with a timeout: "absent", cached that long.
+            (Err(FsError::NotFound), Some(ttl)) => reply.entry(&ttl, &negative_attr(), GENERATION),
+            _ => reply_entry(found, reply),
+        }
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]

@@ -122,8 +122,10 @@ pub enum Opened {
         fh: u64,
         /// Bypass the page cache.
         direct_io: bool,
-        /// A directory whose listing the kernel may keep.
-        cache_dir: bool,
+        /// The kernel may keep what it cached of this node before this open:
+        /// a file's pages, a directory's listing (`FOPEN_KEEP_CACHE`, and
+        /// `FOPEN_CACHE_DIR` for a directory). False: it drops them.
+        keep_cache: bool,
     },
 }
 
@@ -180,6 +182,15 @@ pub const READ_ONLY_CAPABILITIES: &[Capability] = &[
 pub trait View: Send + Sync {
     /// The kernel features to ask for at `init`.
     fn capabilities(&self) -> &'static [Capability];
+
+    /// How long the kernel may remember that a name is absent from directory
+    /// `parent` (a negative entry) after [`View::lookup`] found nothing there.
+    /// Only for directories that change through this mount alone, or never:
+    /// the kernel drops the negative entry when a name is made through it.
+    /// `None` (the default): it asks again next time.
+    fn negative_ttl(&self, parent: u64) -> Option<Duration> {
+        None
+    }
 
     /// The entry `name` in directory `parent`.
     fn lookup(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Entry>;
