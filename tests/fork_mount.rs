@@ -518,6 +518,83 @@ fn kernel_caches_never_show_stale_bytes_or_names() {
     assert_eq!(fs::metadata(fx.path("n-file")).unwrap().nlink(), 1);
 }
 
+/// Bytes in the fork's journal segments.
+fn journal_bytes(fx: &Fixture) -> u64 {
+    fs::read_dir(fx.tmp.path().join("store/forks/f1/journal"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+/// `cp` uses `copy_file_range`: committed data is shared (the journal grows
+/// by a record, not by the file), data written on the fork is copied, and
+/// both read back and commit as the source.
+#[test]
+fn cp_shares_committed_data_through_copy_file_range() {
+    let fx = mount_fixture();
+    let big = fs::read(fx.path("big.bin")).unwrap();
+    let before = journal_bytes(&fx);
+    let cp = |a: &str, b: &str| {
+        let st = Command::new("cp")
+            .arg(fx.path(a))
+            .arg(fx.path(b))
+            .status()
+            .unwrap();
+        assert!(st.success(), "cp {a} {b}");
+    };
+    cp("big.bin", "copy.bin");
+    assert_eq!(fs::read(fx.path("copy.bin")).unwrap(), big);
+    let grew = journal_bytes(&fx) - before;
+    assert!(
+        grew < 16 << 10,
+        "cp of a {}-byte committed file logged {grew} bytes",
+        big.len()
+    );
+    // Written on the fork, then copied: the bytes themselves.
+    let fresh = pattern(9, 70_000);
+    fs::write(fx.path("fresh.bin"), &fresh).unwrap();
+    cp("fresh.bin", "fresh-copy.bin");
+    assert_eq!(fs::read(fx.path("fresh-copy.bin")).unwrap(), fresh);
+    // A copy into the middle of a file, through the call itself.
+    let src = File::open(fx.path("big.bin")).unwrap();
+    let dst = OpenOptions::new()
+        .write(true)
+        .open(fx.path("hello.txt"))
+        .unwrap();
+    let (mut off_in, mut off_out) = (1000i64, 2i64);
+    let n = unsafe {
+        libc::copy_file_range(
+            src.as_raw_fd(),
+            &mut off_in,
+            dst.as_raw_fd(),
+            &mut off_out,
+            5000,
+            0,
+        )
+    };
+    assert_eq!(n, 5000, "{}", io::Error::last_os_error());
+    drop((src, dst));
+    let mut want = HELLO[..2].to_vec();
+    want.extend_from_slice(&big[1000..6000]);
+    assert_eq!(fs::read(fx.path("hello.txt")).unwrap(), want);
+    // Committed: the checkpoint holds the same bytes.
+    let head = fx.fork().commit("copies").unwrap();
+    let ckpt = fx.store.read_checkpoint(&head).unwrap();
+    for (path, bytes) in [
+        ("copy.bin", &big),
+        ("fresh-copy.bin", &fresh),
+        ("hello.txt", &want),
+    ] {
+        let entry = fx.store.lookup_path(&ckpt, path.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        fx.store
+            .copy_content(&entry.unwrap(), &mut out, path)
+            .unwrap();
+        assert_eq!(&out, bytes, "{path} in the commit");
+        assert_eq!(&fork_read(fx.fork(), path), bytes, "{path} live");
+    }
+}
+
 #[test]
 fn truncate_ftruncate_and_fallocate() {
     let fx = mount_fixture();

@@ -42,9 +42,10 @@
 //! Device nodes are recorded (type and `rdev`) but cannot be opened: the
 //! mount is `nodev`, so the kernel refuses with `EACCES`. `lseek`
 //! `SEEK_DATA`/`SEEK_HOLE` is answered from the fork's extent map, as ext4
-//! would ([`journal::ext4`]); POSIX locks and `copy_file_range` are left to
-//! the kernel's generic fallbacks (local locks; copy through read and
-//! write). An `O_APPEND` handle is direct I/O, so it can be mapped
+//! would ([`journal::ext4`]); POSIX locks are left to the kernel (local
+//! locks). `copy_file_range` shares committed data instead of copying it
+//! (`journal::Fork::copy_range`), so `cp` of a large base file is a
+//! metadata operation. An `O_APPEND` handle is direct I/O, so it can be mapped
 //! shared only where the kernel grants `FUSE_DIRECT_IO_ALLOW_MMAP` (asked for;
 //! not tested), and pages other handles cached are not invalidated by its
 //! appends until they reopen the file. `O_APPEND` set later with `fcntl(F_SETFL)` on a cached handle
@@ -382,6 +383,20 @@ impl View for ForkView {
             self.fork.write(ino, how.offset, data)?;
         }
         Ok(len)
+    }
+
+    /// Committed data is shared, the rest copied inside the daemon. The
+    /// kernel drops the destination's pages itself; the file is marked as
+    /// for a direct write all the same.
+    fn copy_file_range(
+        &self,
+        _: &Caller,
+        from: (u64, u64),
+        to: (u64, u64),
+        len: u64,
+    ) -> Result<u64> {
+        self.written_direct.lock().insert(to.0);
+        Ok(self.fork.copy_range(from.0, from.1, to.0, to.1, len)?)
     }
 
     /// The last handle of an unlinked file going frees it.

@@ -5,9 +5,8 @@
 //! wire form: errno (through [`errno`]), `lseek` whence, `FileAttr`, file
 //! types, times and the kernel's device-number encoding.
 //!
-//! Whatever the view, `flush`, `ioctl` and `copy_file_range` have one answer:
-//! `flush` and `copy_file_range` answer `ENOSYS`, so the kernel stops sending
-//! them (a close costs no round trip; copies go through read and write);
+//! Whatever the view, `flush` and `ioctl` have one answer: `flush` answers
+//! `ENOSYS`, so the kernel stops sending it (a close costs no round trip);
 //! no `ioctl` is implemented (`ENOTTY`).
 //!
 //! The view is a `Box<dyn View>`: one adapter type serves every mount, and a
@@ -608,23 +607,30 @@ impl Filesystem for FuseAdapter {
         reply.error(fail(&FsError::NoIoctl));
     }
 
-    /// Not implemented: ENOSYS makes the kernel copy through read and write
-    /// from now on (it stops asking), without fuser's warning.
-    #[tracing::instrument(level = "debug", skip_all, fields(ino_in = ino_in.0, ino_out = ino_out.0, pid = req.pid()))]
+    /// The view's copy, at most what the reply's 32-bit count can say. A view
+    /// that does not copy answers ENOSYS: the kernel then copies through
+    /// read and write from now on (it stops asking), without fuser's warning.
+    #[tracing::instrument(level = "debug", skip_all, fields(ino_in = ino_in.0, offset_in, ino_out = ino_out.0, offset_out, len, pid = req.pid()))]
     fn copy_file_range(
         &self,
         req: &Request,
         ino_in: INodeNo,
         _fh_in: FileHandle,
-        _offset_in: u64,
+        offset_in: u64,
         ino_out: INodeNo,
         _fh_out: FileHandle,
-        _offset_out: u64,
-        _len: u64,
+        offset_out: u64,
+        len: u64,
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        reply.error(errno(&FsError::NotNeeded));
+        let len = len.min(u64::from(u32::MAX) & !0xfff);
+        let from = (ino_in.0, offset_in);
+        let to = (ino_out.0, offset_out);
+        match self.view.copy_file_range(&caller(req), from, to, len) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(fail(&e)),
+        }
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, len = data.len(), write_flags = write_flags.bits(), flags = flags.0, pid = req.pid()))]

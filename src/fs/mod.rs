@@ -93,7 +93,7 @@ pub enum FsError {
     },
     /// Not an error to the user: the answer to open on a read-only mount,
     /// opendir on a checkpoint mount (`Opened::Stateless`), and flush
-    /// and copy_file_range on every mount. The kernel then stops sending
+    /// and copy_file_range on mounts that do not copy. The kernel then stops sending
     /// them ("zero-message opens") and keeps the page cache and directory
     /// cache, as it does for FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR (open and
     /// opendir), skips the round trip at every close (flush), or copies

@@ -313,6 +313,20 @@ pub trait View: Send + Sync {
     fn fallocate(&self, c: &Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
         Err(FsError::ReadOnly)
     }
+
+    /// `copy_file_range(2)` within this mount: up to `len` bytes of `from`
+    /// to `to`; the bytes copied (fewer is a short copy the caller repeats).
+    /// The default, [`FsError::NotNeeded`], makes the kernel copy through
+    /// read and write and stop asking.
+    fn copy_file_range(
+        &self,
+        c: &Caller,
+        from: (u64, u64),
+        to: (u64, u64),
+        len: u64,
+    ) -> Result<u64> {
+        Err(FsError::NotNeeded)
+    }
 }
 
 /// What a read-only view answers to an open with `flags` (the `open(2)`

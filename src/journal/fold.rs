@@ -42,6 +42,8 @@ pub struct Folded {
     pub root: ObjectId,
     /// The extents of every file that was (re)chunked, by inode.
     pub extents: HashMap<u64, Vec<Extent>>,
+    /// The pieces each of those files had when the fold read it.
+    pub read: HashMap<u64, BTreeMap<u64, Piece>>,
     /// The link id given to each hardlinked inode.
     pub link_ids: HashMap<u64, u64>,
     /// The tree of every loaded directory the fold visited, stored or
@@ -133,6 +135,7 @@ pub fn fold(state: &mut ForkState, store: &Store, wal: &Wal, salt: &ObjectId) ->
         out: Folded {
             root: ObjectId([0; 32]),
             extents: HashMap::new(),
+            read: HashMap::new(),
             link_ids: HashMap::new(),
             trees: HashMap::new(),
             at,
@@ -435,6 +438,7 @@ impl Folder<'_> {
         };
         let extents = chunk_file(f, &mut io)?;
         self.out.extents.insert(ino, extents.clone());
+        self.out.read.insert(ino, f.pieces.clone());
         Ok(extents)
     }
 }

@@ -712,6 +712,22 @@ impl Fork {
         Ok(data.len() as u32)
     }
 
+    /// `copy_file_range` from file `src` to file `dst` (see
+    /// [`ForkState::copy_range`]): committed data is shared, not copied;
+    /// returns the bytes copied, which may be fewer than `len`.
+    pub fn copy_range(
+        &self,
+        src: u64,
+        src_off: u64,
+        dst: u64,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let n = self.with(|st, ctx| st.copy_range(ctx, src, src_off, dst, dst_off, len))?;
+        self.wal.write_behind();
+        Ok(n)
+    }
+
     /// O_APPEND: write at the current end, atomically with respect to other
     /// writers; returns the offset the data landed at.
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
@@ -811,13 +827,23 @@ impl Fork {
     }
 
     pub(crate) fn commit_until(&self, message: &str, stop: Option<CommitStep>) -> Result<ObjectId> {
-        let step = |s: CommitStep| -> Result<()> {
+        self.commit_with(message, |s| {
             if stop == Some(s) {
                 Err(Error::Invalid("simulated crash"))
             } else {
                 Ok(())
             }
-        };
+        })
+    }
+
+    /// A commit that calls `step` after each [`CommitStep`] (no lock held
+    /// then) and stops where it fails: what crash tests and tests of
+    /// changes made during a commit use.
+    pub(crate) fn commit_with(
+        &self,
+        message: &str,
+        mut step: impl FnMut(CommitStep) -> Result<()>,
+    ) -> Result<ObjectId> {
         let _one = self.commit_lock.lock();
         // Keeps `storefs gc` from sweeping until the new checkpoint and HEAD
         // are written (objects the fold wrote or found are named by then).
@@ -881,7 +907,13 @@ impl Fork {
         // snapshot are left for the next commit.
         {
             let mut st = self.state.lock();
-            st.rebase(seg, &folded.extents, &folded.link_ids, &folded.trees);
+            st.rebase(
+                seg,
+                &folded.extents,
+                &folded.read,
+                &folded.link_ids,
+                &folded.trees,
+            );
             st.changes -= folding;
         }
         step(CommitStep::Rebased)?;

@@ -97,6 +97,8 @@ enum Op {
     Append(P, Bytes),
     Truncate(P, u64),
     Fallocate(P, u64, u64, Fallocate),
+    /// `copy_file_range`: (source, its offset, destination, its offset, length).
+    Copy(P, u64, P, u64, u64),
     Unlink(P),
     Rmdir(P),
     Rename(P, P, RenameMode),
@@ -499,6 +501,15 @@ impl Model {
                     Fallocate::Extend | Fallocate::KeepSize => {}
                 }
             }
+            Op::Copy(from, from_off, to, to_off, len) => {
+                let (a, b) = (t.walk(&from.comps())?, t.walk(&to.comps())?);
+                t.file_mut(b)?;
+                let src = t.file_mut(a)?;
+                let start = (*from_off as usize).min(src.len());
+                let end = (from_off.saturating_add(*len) as usize).min(src.len());
+                let bytes = src[start..end].to_vec();
+                write_at(t.file_mut(b)?, *to_off, &bytes);
+            }
             Op::Unlink(p) | Op::Rmdir(p) => {
                 let (d, name) = t.parent(p)?;
                 let id = t.get(d, name).ok_or(Errno::NotFound)?;
@@ -739,6 +750,8 @@ impl ReferenceStateMachine for ForkModel {
             3 => (file.clone(), offset()).prop_map(|(p, s)| Op::Truncate(p, s)),
             2 => (file.clone(), offset(), offset(), fmode)
                 .prop_map(|(p, o, l, m)| Op::Fallocate(p, o, l, m)),
+            3 => (file.clone(), offset(), file.clone(), offset(), offset())
+                .prop_map(|(a, ao, b, bo, l)| Op::Copy(a, ao, b, bo, l)),
             3 => p.clone().prop_map(Op::Unlink),
             2 => p.clone().prop_map(Op::Rmdir),
             4 => (p.clone(), prop_oneof![fresh.clone(), p.clone()], mode)
@@ -861,6 +874,13 @@ impl Sut {
             Op::Fallocate(p, off, len, mode) => {
                 let ino = self.walk(p)?;
                 self.f().fallocate(ino, *off, *len, *mode)?;
+            }
+            Op::Copy(from, from_off, to, to_off, len) => {
+                let (a, b) = (self.walk(from)?, self.walk(to)?);
+                let size = self.f().getattr(a)?.size;
+                let n = self.f().copy_range(a, *from_off, b, *to_off, *len)?;
+                let want = size.saturating_sub(*from_off).min(*len);
+                assert_eq!(n, want, "{op:?}: bytes copied");
             }
             Op::Unlink(p) => {
                 let (d, n) = self.parent(p)?;

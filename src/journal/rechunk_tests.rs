@@ -254,7 +254,8 @@ impl Subject {
         );
         // As a commit's rebase does; nothing changed meanwhile.
         self.seg += 1;
-        self.f.rebase_onto(self.seg, &ext);
+        let read = self.f.pieces.clone();
+        self.f.rebase_onto(self.seg, &ext, &read);
         assert!(!self.f.changed, "{what}: unchanged after the rebase");
         assert_eq!(
             self.f.pieces,

@@ -18,8 +18,8 @@
 //! the fork state points at it there instead of keeping it in memory.
 //! Decoding never panics on hostile bytes (it returns `None`).
 
-use crate::store::Kind;
 use crate::store::codec::{Malformed, Reader, put_bytes, put_i64, put_var};
+use crate::store::{Kind, ObjectId};
 
 /// Largest data carried by one `Write` record; larger writes are split.
 pub const MAX_WRITE_DATA: usize = 1 << 20;
@@ -95,6 +95,17 @@ pub enum Record {
         len: u64,
         time_ns: i64,
     },
+    /// `len` bytes of stored object `id` from `obj_off`, written at `offset`
+    /// of file `ino` (`copy_file_range` of committed data: the bytes are
+    /// named, not carried; the object belongs to a checkpoint).
+    Share {
+        ino: u64,
+        offset: u64,
+        id: ObjectId,
+        obj_off: u64,
+        len: u64,
+        time_ns: i64,
+    },
 
     // Attributes (`state/attrs.rs`).
     /// chmod/chown/utimens; `ctime` is always set.
@@ -155,6 +166,7 @@ const T_RENAME: u8 = 5;
 const T_WRITE: u8 = 6;
 const T_TRUNCATE: u8 = 7;
 const T_PUNCH: u8 = 8;
+const T_SHARE: u8 = 13;
 // Attributes.
 const T_SETATTR: u8 = 9;
 const T_SETXATTR: u8 = 10;
@@ -236,6 +248,14 @@ impl Record {
                 len,
                 time_ns,
             } => put(&mut o, T_PUNCH, &[ino, offset, len, time_ns]),
+            Record::Share {
+                ino,
+                offset,
+                id,
+                obj_off,
+                len,
+                time_ns,
+            } => put(&mut o, T_SHARE, &[ino, offset, id, obj_off, len, time_ns]),
 
             // Attributes. `SetAttr`: a u8 mask of the optional fields, the
             // present ones, then ctime.
@@ -344,6 +364,14 @@ impl Record {
             T_PUNCH => Record::PunchHole {
                 ino: get(r)?,
                 offset: get(r)?,
+                len: get(r)?,
+                time_ns: get(r)?,
+            },
+            T_SHARE => Record::Share {
+                ino: get(r)?,
+                offset: get(r)?,
+                id: get(r)?,
+                obj_off: get(r)?,
                 len: get(r)?,
                 time_ns: get(r)?,
             },
@@ -458,6 +486,16 @@ impl Field for Vec<u8> {
     }
     fn get(r: &mut Reader<'_>) -> Result<Vec<u8>, Malformed> {
         Ok(r.bytes()?.to_vec())
+    }
+}
+
+/// 32 bytes, as in trees.
+impl Field for ObjectId {
+    fn put(&self, o: &mut Vec<u8>) {
+        o.extend_from_slice(&self.0);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<ObjectId, Malformed> {
+        r.id()
     }
 }
 
@@ -658,6 +696,14 @@ mod tests {
                 len: 2,
                 time_ns: 14,
             },
+            Record::Share {
+                ino: 9,
+                offset: 300,
+                id: ObjectId([0xab; 32]),
+                obj_off: 2,
+                len: 1 << 20,
+                time_ns: 19,
+            },
             Record::SetAttr {
                 ino: 9,
                 perm: Some(0o600),
@@ -711,6 +757,7 @@ mod tests {
             "060980808080200c0000000000000003010203",
             "070980200d00000000000000",
             "080901020e00000000000000",
+            "0d09ac02abababababababababababababababababababababababababababababababab028080401300000000000000",
             "090915800305ffffffffffffffff0f00000000000000",
             "09090a0103000000000000001000000000000000",
             "0a0906757365722e610176011100000000000000",

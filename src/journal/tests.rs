@@ -1543,3 +1543,134 @@ fn acls_follow_the_mode_are_inherited_and_replay() {
     drop(f);
     assert_eq!(dump(&env.open("f")), live, "committed");
 }
+
+// ------------------------------------------------------------------ copy_file_range
+
+/// Bytes in the fork's journal segments.
+fn journal_bytes(env: &Env, name: &str) -> u64 {
+    fs::read_dir(journal_dir(env, name))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+/// A new empty file at `path`; its inode.
+fn new_file(f: &Fork, path: &str) -> u64 {
+    let (p, n) = parent(f, path);
+    let a = f.create_open(p, &n, 0o644, 0, 0).unwrap();
+    f.release(a.ino);
+    a.ino
+}
+
+#[test]
+fn copy_range_shares_committed_data_and_copies_the_rest() {
+    let env = env();
+    // Real files, to measure the journal on disk.
+    Fork::create(&env.store, "f", &env.base).unwrap();
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    let big = cat(&f, "big.bin");
+    let src = ino(&f, "big.bin");
+    // Committed data: shared, so the journal grows by records, not bytes.
+    let before = journal_bytes(&env, "f");
+    let dst = new_file(&f, "copy.bin");
+    let n = f.copy_range(src, 0, dst, 0, 1 << 40).unwrap();
+    assert_eq!(n, big.len() as u64, "clipped to the source's size");
+    assert_eq!(read_all(&f, dst), big);
+    let grew = journal_bytes(&env, "f") - before;
+    assert!(
+        grew < 64 << 10,
+        "a 3 MiB copy of committed data logged {grew} bytes"
+    );
+
+    // Data written since the last commit is copied; a copy into the middle
+    // of a file and past its end (a hole before it) lands where asked.
+    write_path(&f, "big.bin", 100_000, b"fresh bytes");
+    let mid = new_file(&f, "mid.bin");
+    f.write(mid, 0, &[7u8; 50]).unwrap();
+    assert_eq!(f.copy_range(src, 99_990, mid, 20, 40).unwrap(), 40);
+    let mut want = vec![7u8; 60];
+    want[20..60].copy_from_slice(&cat(&f, "big.bin")[99_990..100_030]);
+    assert_eq!(read_all(&f, mid), want);
+    assert_eq!(f.copy_range(src, 0, mid, 1000, 10).unwrap(), 10);
+    want.resize(1000, 0);
+    want.extend_from_slice(&big[..10]);
+    assert_eq!(read_all(&f, mid), want);
+
+    // A hole in the source punches the destination and extends it.
+    let holey = new_file(&f, "holey");
+    f.write(holey, 0, b"xx").unwrap();
+    f.setattr(
+        holey,
+        &SetAttr {
+            size: Some(5000),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    let filled = new_file(&f, "filled");
+    f.write(filled, 0, &[1u8; 100]).unwrap();
+    assert_eq!(f.copy_range(holey, 0, filled, 0, 1 << 20).unwrap(), 5000);
+    let mut want = vec![0u8; 5000];
+    want[..2].copy_from_slice(b"xx");
+    assert_eq!(read_all(&f, filled), want);
+    // Past the source's end: nothing.
+    assert_eq!(f.copy_range(holey, 6000, filled, 0, 10).unwrap(), 0);
+    // Not files: refused.
+    assert!(f.copy_range(ROOT_INO, 0, filled, 0, 10).is_err());
+    assert!(f.copy_range(src, 0, ROOT_INO, 0, 10).is_err());
+
+    // Replay gives the same tree; so does a commit, and its checkpoint.
+    let seen = dump(&f);
+    drop(f);
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert_eq!(dump(&f), seen, "replayed");
+    f.commit("copies").unwrap();
+    assert_eq!(dump(&f), seen, "committed");
+    drop(f);
+    let f = Fork::open(env.store.clone(), "f").unwrap();
+    assert_eq!(dump(&f), seen, "reopened after the commit");
+}
+
+/// A copy made while a commit folds: its pieces name committed data at
+/// offsets where the fold read other bytes, and the commit's rebase must
+/// leave them alone (and the next commit store them).
+#[test]
+fn copy_range_during_a_commit_survives_its_rebase() {
+    let env = env();
+    let f = env.fork();
+    let big = cat(&f, "big.bin");
+    let (src, dst) = (ino(&f, "big.bin"), ino(&f, "hello.txt"));
+    // Both files changed, so the fold reads both and the rebase visits both.
+    write_path(&f, "big.bin", 0, b"B");
+    write_path(&f, "hello.txt", 0, b"H");
+    let mut big_now = big.clone();
+    big_now[0] = b'B';
+    let mut copied = false;
+    f.commit_with("racing", |step| {
+        if step == CommitStep::Folded {
+            // Committed data (past the edit) into the middle of hello.txt's
+            // range the fold already read, and beyond.
+            f.copy_range(src, 1_000_000, dst, 2, 200_000).unwrap();
+            copied = true;
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert!(copied);
+    let mut want = b"Hello\n".to_vec();
+    want.truncate(2);
+    want.extend_from_slice(&big_now[1_000_000..1_200_000]);
+    assert_eq!(cat(&f, "hello.txt"), want, "live after the rebase");
+    let head = f.commit("after").unwrap();
+    assert_eq!(cat(&f, "hello.txt"), want, "live after the next commit");
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(cat(&f, "hello.txt"), want, "replayed");
+    let ckpt = env.store.read_checkpoint(&head).unwrap();
+    let entry = env.store.lookup_path(&ckpt, b"hello.txt").unwrap().unwrap();
+    let mut out = Vec::new();
+    env.store
+        .copy_content(&entry, &mut out, "hello.txt")
+        .unwrap();
+    assert_eq!(out, want, "in the checkpoint");
+}

@@ -275,7 +275,7 @@ impl Wal {
         Ok((file, bytes.len() as u64))
     }
 
-    fn path_of(&self, seq: u64) -> PathBuf {
+    pub(super) fn path_of(&self, seq: u64) -> PathBuf {
         self.dir.join(segment_name(seq))
     }
 

@@ -51,3 +51,34 @@ if [ "$fsx_ok" = 1 ]; then
         fail 1
     fi
 fi
+
+# A second run with copy_file_range on: the fork shares committed data
+# (`Share` records) and copies journal data, and a commit every second folds
+# and rebases the file while fsx copies within it. fsx checks every read
+# against its model; after fsx, the file must survive unmount (commit) as is.
+FSX_COPY_OPS=${FSX_COPY_OPS:-$((FSX_OPS / 2))}
+say "fsx: $FSX_COPY_OPS operations with copy_file_range, seed $FSX_SEED, on a fork committed every second"
+sed 's/^copy_file_range = 0$/copy_file_range = 4/' "$HERE/fsx.toml" >"$WORK/fsx-copy.toml"
+mkdir -p "$CP" "$WORK/fsx-copy-artifacts"
+if sf fork base --name conform-copy >/dev/null && sf mount conform-copy "$CP" --commit-interval 1; then
+    if fsx -f "$WORK/fsx-copy.toml" -N "$FSX_COPY_OPS" -S "$FSX_SEED" -P "$WORK/fsx-copy-artifacts" "$CP/copyfile" \
+        >"$WORK/fsx-copy.log" 2>&1 && grep -q 'All operations completed A-OK' "$WORK/fsx-copy.log"; then
+        say "fsx: $FSX_COPY_OPS operations with copy_file_range completed A-OK"
+        pass 1
+        cp "$CP/copyfile" "$WORK/fsx-copy-live"
+        if sf umount "$CP" && sf cat conform-copy copyfile | cmp -s - "$WORK/fsx-copy-live"; then
+            say "fsx: the copy_file_range file in the committed checkpoint equals the live one"
+            pass 1
+        else
+            say "fsx: the copy_file_range file in the committed checkpoint DIFFERS from the live one"
+            fail 1
+        fi
+    else
+        say "fsx with copy_file_range FAILED; the end of its log:"
+        tail -40 "$WORK/fsx-copy.log"
+        fail 1
+    fi
+else
+    say "fsx: could not fork and mount conform-copy"
+    fail 1
+fi

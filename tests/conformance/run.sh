@@ -10,6 +10,9 @@
 #   FSX_SEED  fsx seed (default 20260801)
 #   PJDFSTEST_TIMEOUT  seconds before the pjdfstest run is killed (default 900)
 #
+#   FSX_COPY_OPS  operations of the second fsx run, with copy_file_range
+#             (default FSX_OPS / 2)
+#
 # Prints one plain line last: `N passed, N failed, N skipped` over every check
 # (pjdfstest cases, EROFS checks, fsx runs and the remount comparison). Exits
 # non-zero if anything failed, or if pjdfstest passed fewer cases on the fork
@@ -41,11 +44,12 @@ chmod 755 "$WORK"
 STORE=$WORK/store
 RO=$WORK/mnt-ro
 RW=$WORK/mnt-rw
+CP=$WORK/mnt-copy
 sf() { "$BIN" --store "$STORE" "$@"; }
 
 cleanup() {
     local mp
-    for mp in "$RO" "$RW"; do
+    for mp in "$RO" "$RW" "$CP"; do
         if mountpoint -q "$mp" 2>/dev/null; then
             sf umount --no-commit "$mp" >/dev/null 2>&1 || umount -l "$mp" 2>/dev/null || true
         fi

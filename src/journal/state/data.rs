@@ -1,6 +1,6 @@
-//! File data: write, truncate, fallocate and the read plan.
+//! File data: write, copy, truncate, fallocate and the read plan.
 //!
-//! Each record of this family (`Write`, `Truncate`, `PunchHole`) is one
+//! Each record of this family (`Write`, `Share`, `Truncate`, `PunchHole`) is one
 //! `record_*` function: its checks, then [`Log::append`], then its effect on
 //! the file's piece map (`extents.rs`). A truncate through setattr is logged
 //! by `attrs.rs` as a `Truncate` record.
@@ -8,6 +8,11 @@
 use super::super::record::{FRAME_HEADER, MAX_WRITE_DATA, Record, write_head};
 use super::super::{Error, Fallocate, Result};
 use super::extents::{Piece, ReadPlan, Src, plan, punch};
+use crate::store::ObjectId;
+
+/// The most journal data one [`ForkState::copy_range`] moves (it reads it
+/// into memory); a longer copy returns short and the caller asks again.
+pub const COPY_JOURNAL_BYTES: u64 = 8 << 20;
 use super::{Ctx, ForkState, Log, MAX_FILE_SIZE, now_ns};
 
 impl ForkState {
@@ -57,6 +62,93 @@ impl ForkState {
             at += part.len() as u64;
         }
         Ok(offset)
+    }
+
+    /// `copy_file_range`: up to `len` bytes of file `src` from `src_off`
+    /// (clipped to its size) to file `dst` at `dst_off`; returns how many
+    /// were copied. Committed data (a stored object) is shared, one `Share`
+    /// record per run, moving no bytes; data written since the last commit is
+    /// read from the journal and written again (at most
+    /// [`COPY_JOURNAL_BYTES`] a call: the copy then returns short); holes
+    /// stay holes. Not atomic, as on any file system: a crash keeps a prefix
+    /// of the runs.
+    pub fn copy_range(
+        &mut self,
+        ctx: &Ctx<'_>,
+        src: u64,
+        src_off: u64,
+        dst: u64,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<u64> {
+        self.inode(dst)?.file()?;
+        let runs = self.plan_read(src, src_off, len)?;
+        let total: u64 = runs.iter().map(|r| r.0).sum();
+        if dst_off.checked_add(total).is_none_or(|e| e > MAX_FILE_SIZE) {
+            return Err(Error::FileTooLarge);
+        }
+        let t = now_ns();
+        let (mut at, mut moved) = (dst_off, 0u64);
+        for (run, from) in runs {
+            let run = match from {
+                Some(Src::Journal { .. }) if moved >= COPY_JOURNAL_BYTES => break,
+                Some(Src::Journal { .. }) => run.min(COPY_JOURNAL_BYTES - moved),
+                _ => run,
+            };
+            match from {
+                None => {
+                    let size = self.inode(dst)?.file()?.size;
+                    if at < size {
+                        let len = run.min(size - at);
+                        self.log(
+                            ctx,
+                            Record::PunchHole {
+                                ino: dst,
+                                offset: at,
+                                len,
+                                time_ns: t,
+                            },
+                        )?;
+                    }
+                    if at + run > size {
+                        self.log(
+                            ctx,
+                            Record::Truncate {
+                                ino: dst,
+                                size: at + run,
+                                time_ns: t,
+                            },
+                        )?;
+                    }
+                }
+                Some(Src::Base { id, off }) => self.log(
+                    ctx,
+                    Record::Share {
+                        ino: dst,
+                        offset: at,
+                        id,
+                        obj_off: off,
+                        len: run,
+                        time_ns: t,
+                    },
+                )?,
+                Some(Src::Journal { seg, off }) => {
+                    let mut data = vec![0u8; run as usize];
+                    let file = ctx.wal.file(seg).ok_or_else(|| Error::Corrupt {
+                        path: ctx.wal.path_of(seg),
+                        detail: format!("inode {src} has data in a segment that is gone"),
+                    })?;
+                    file.read_at(&mut data, off).map_err(|source| Error::Io {
+                        path: ctx.wal.path_of(seg),
+                        source,
+                    })?;
+                    moved += run;
+                    self.write(ctx, dst, Some(at), &data)?;
+                }
+            }
+            at += run;
+        }
+        Ok(at - dst_off)
     }
 
     pub fn fallocate(
@@ -129,6 +221,42 @@ impl ForkState {
                         seg: pos.seg,
                         off: at,
                     },
+                },
+            );
+            f.size = f.size.max(offset + len);
+        }
+        Ok(())
+    }
+
+    /// `Share`: `len` bytes of object `id` from `obj_off` at `offset` of
+    /// file `ino`: the file points at the object, as at its committed data.
+    #[allow(clippy::too_many_arguments)] // one per field of the record
+    pub(super) fn record_share(
+        &mut self,
+        ino: u64,
+        offset: u64,
+        id: ObjectId,
+        obj_off: u64,
+        len: u64,
+        t: i64,
+        log: Log<'_>,
+    ) -> Result<()> {
+        self.inode(ino)?.file()?;
+        if offset.checked_add(len).is_none_or(|e| e > MAX_FILE_SIZE) {
+            return Err(Error::FileTooLarge);
+        }
+        log.append()?;
+        let n = self.inode_mut(ino);
+        n.touch_data(t);
+        let f = n.file_mut();
+        f.changed = true;
+        if len > 0 {
+            punch(&mut f.pieces, offset, offset + len);
+            f.pieces.insert(
+                offset,
+                Piece {
+                    len,
+                    src: Src::Base { id, off: obj_off },
                 },
             );
             f.size = f.size.max(offset + len);

@@ -175,13 +175,16 @@ pub fn plan(pieces: &BTreeMap<u64, Piece>, start: u64, end: u64) -> ReadPlan {
 }
 
 impl FileData {
-    /// After a commit that folded this file into `ext`: every piece that
-    /// holds what the fold read (all but those written to segments `seg` and
-    /// later, during the fold) now points at the objects of `ext` at the same
-    /// offsets, adjacent runs of one object merged; `ext` becomes the
-    /// committed list, and the file is unchanged if its pieces are exactly
-    /// `ext`'s (nothing touched it during the fold).
-    pub fn rebase_onto(&mut self, seg: u64, ext: &[Extent]) {
+    /// After a commit that folded this file into `ext`, having read it as
+    /// `read` (its pieces in the fold's copy): every run of a piece that
+    /// still holds what the fold read there (the same source at the same
+    /// offset) now points at the objects of `ext` at that offset, adjacent
+    /// runs of one object merged. What changed since the fold's copy was
+    /// taken keeps its source: data written meanwhile (segments `seg` and
+    /// later), and committed data copied in meanwhile (`Share`), which may
+    /// sit where the fold read other bytes. `ext` becomes the committed
+    /// list, and the file is unchanged if its pieces are exactly `ext`'s.
+    pub fn rebase_onto(&mut self, seg: u64, ext: &[Extent], read: &BTreeMap<u64, Piece>) {
         let starts: Vec<u64> = ext
             .iter()
             .scan(0u64, |acc, x| {
@@ -198,33 +201,74 @@ impl FileData {
                 continue;
             }
             let end = s + p.len;
-            let mut i = starts.partition_point(|&x| x <= s).saturating_sub(1);
             let mut pos = s;
             while pos < end {
-                let Some(x) = ext.get(i).filter(|x| x.id.is_some()) else {
-                    // Cannot happen: the fold saw data here.
-                    tracing::error!(pos, "file data the fold did not store");
-                    let rest = Piece {
-                        len: end - pos,
-                        src: p.src.advance(pos - s),
+                let here = p.src.advance(pos - s);
+                let (seen, to) = match read
+                    .range(..=pos)
+                    .next_back()
+                    .filter(|(rs, r)| **rs + r.len > pos)
+                {
+                    Some((&rs, r)) => (r.src.advance(pos - rs) == here, end.min(rs + r.len)),
+                    None => {
+                        let next = read.range(pos..).next().map_or(end, |(&rs, _)| rs);
+                        (false, end.min(next))
+                    }
+                };
+                if seen {
+                    remap(&mut out, ext, &starts, pos, to, here);
+                } else {
+                    if matches!(here, Src::Journal { .. }) {
+                        // Cannot happen: journal data older than the fold was read by it.
+                        tracing::error!(pos, "file data the fold did not read");
+                    }
+                    let piece = Piece {
+                        len: to - pos,
+                        src: here,
                     };
-                    push_merged(&mut out, pos, rest);
-                    break;
-                };
-                let to = end.min(starts[i] + x.len);
-                let src = Src::Base {
-                    id: x.id.expect("data"),
-                    off: pos - starts[i],
-                };
-                push_merged(&mut out, pos, Piece { len: to - pos, src });
+                    push_merged(&mut out, pos, piece);
+                }
                 pos = to;
-                i += 1;
             }
         }
         self.pieces = out;
         self.changed =
             self.size != total || self.pieces != FileData::from_extents(ext, total).pieces;
         self.committed = Some(Arc::new(ext.to_vec()));
+    }
+}
+
+/// Push `[pos, end)` of a file into `out` as the objects of `ext` (starting
+/// at file offsets `starts`) hold it; `src` is where it was before.
+fn remap(
+    out: &mut BTreeMap<u64, Piece>,
+    ext: &[Extent],
+    starts: &[u64],
+    pos: u64,
+    end: u64,
+    src: Src,
+) {
+    let mut i = starts.partition_point(|&x| x <= pos).saturating_sub(1);
+    let mut at = pos;
+    while at < end {
+        let Some(x) = ext.get(i).filter(|x| x.id.is_some()) else {
+            // Cannot happen: the fold saw data here.
+            tracing::error!(pos = at, "file data the fold did not store");
+            let rest = Piece {
+                len: end - at,
+                src: src.advance(at - pos),
+            };
+            push_merged(out, at, rest);
+            return;
+        };
+        let to = end.min(starts[i] + x.len);
+        let src = Src::Base {
+            id: x.id.expect("data"),
+            off: at - starts[i],
+        };
+        push_merged(out, at, Piece { len: to - at, src });
+        at = to;
+        i += 1;
     }
 }
 
@@ -244,13 +288,15 @@ fn push_merged(out: &mut BTreeMap<u64, Piece>, s: u64, p: Piece) {
 impl ForkState {
     /// After a commit: data that came from segments before `seg` is now in the
     /// committed checkpoint. `folded` holds each folded file's extents by
-    /// inode (see [`FileData::rebase_onto`]); `link_ids` the link ids the
+    /// inode and `read` its pieces as the fold read them (see
+    /// [`FileData::rebase_onto`]); `link_ids` the link ids the
     /// fold gave hardlinked inodes; `trees` the tree of each loaded
     /// directory the fold visited (the directory caches, see `TreeCache`).
     pub fn rebase(
         &mut self,
         seg: u64,
         folded: &HashMap<u64, Vec<Extent>>,
+        read: &HashMap<u64, BTreeMap<u64, Piece>>,
         link_ids: &HashMap<u64, u64>,
         trees: &HashMap<u64, TreeCache>,
     ) {
@@ -269,7 +315,7 @@ impl ForkState {
                 continue;
             };
             match folded.get(ino) {
-                Some(ext) => f.rebase_onto(seg, ext),
+                Some(ext) => f.rebase_onto(seg, ext, read.get(ino).unwrap_or(&BTreeMap::new())),
                 None if f.changed
                     && f.pieces
                         .values()

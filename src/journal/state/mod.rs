@@ -220,6 +220,14 @@ impl ForkState {
                 time_ns,
                 data,
             } => self.record_write(*ino, *offset, *time_ns, data.len() as u64, log)?,
+            Record::Share {
+                ino,
+                offset,
+                id,
+                obj_off,
+                len,
+                time_ns,
+            } => self.record_share(*ino, *offset, *id, *obj_off, *len, *time_ns, log)?,
             Record::Truncate { ino, size, time_ns } => {
                 self.record_truncate(*ino, *size, *time_ns, log)?
             }
