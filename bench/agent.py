@@ -16,6 +16,7 @@ once on the native disk, outside the three places. Workloads:
   pip install    `pip install --no-index` of 6 local wheels into a venv
   tar -x         of a 20,000-file source tree (.tar, uncompressed)
   cp -r          of that tree, inside the same place
+  cp large file  `cp` of the base tree's 64 MiB file beside it
   rsync -a       of that tree, inside the same place
   make -j2       of a generated C project of 200 files
   sqlite WAL     1,000 one-row transactions, synchronous=FULL, WAL
@@ -77,6 +78,10 @@ def make_base(root, scale):
     with open(os.path.join(root, "journal.jsonl"), "w") as fh:
         for i in range(2000 // scale):
             fh.write('{"seq": %d}\n' % i)
+    # A large file (a model checkpoint, a dataset) for `cp` of one big file.
+    with open(os.path.join(root, "big.bin"), "wb") as fh:
+        for _ in range(64 // scale):
+            fh.write(rng.randbytes(1 << 20))
 
 
 def make_repo(path, commits):
@@ -213,6 +218,11 @@ def prep_tree(d, inp):
     w_tar_x(d, inp)
 
 
+def w_cp_big(d, inp):
+    # The base's big file, from the place's root (d is <root>/runs/<name>).
+    q(["cp", os.path.join(d, "..", "..", "big.bin"), os.path.join(d, "big-copy.bin")])
+
+
 def w_cp_r(d, inp):
     q(["cp", "-r", os.path.join(d, "srctree"), os.path.join(d, "copy")])
 
@@ -269,6 +279,7 @@ WORKLOADS = [
     ("pip install", prep_venv, w_pip),
     ("tar -x", None, w_tar_x),
     ("cp -r", prep_tree, w_cp_r),
+    ("cp large file", None, w_cp_big),
     ("rsync -a", prep_tree, w_rsync),
     ("make -j2", prep_c, w_make),
     ("sqlite WAL", None, lambda d, inp: sqlite_txns(d, "WAL", inp["n"])),
