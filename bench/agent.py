@@ -29,6 +29,8 @@ once on the native disk, outside the three places. Workloads:
 it to `--out` (default bench/results/) as <date>-agent[-small].md. Timing is
 for people; no test asserts on it. `--before BIN` adds a fork served by
 another binary (its own store) to the same run, for a lever's A/B row.
+`--requests` adds a table of the FUSE requests each workload sends each
+storefs mount (one extra, untimed run; the kernel's tracepoint counts them).
 Needs root (mounts), git, make, gcc, rsync, fuse-overlayfs (its column says
 n/a without it), python3 with venv.
 """
@@ -174,6 +176,62 @@ def make_c_project(path, n):
         fh.write(f"OBJS = {objs}\nprog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n%.o: %.c\n\t$(CC) -O1 -c -o $@ $<\n")
 
 
+# ------------------------------------------------------------ FUSE requests
+
+TRACING = "/sys/kernel/tracing"
+
+
+class RequestTrace:
+    """Count the FUSE requests the kernel sends one mount, by opcode, with the
+    `fuse:fuse_request_send` tracepoint in a trace instance of our own (the
+    kernel's own count: it neither slows the daemon nor depends on it)."""
+
+    def __init__(self, mountpoint):
+        # The connection is the mount's anonymous device number (major 0).
+        self.conn = os.minor(os.stat(mountpoint).st_dev)
+        self.dir = os.path.join(TRACING, "instances", f"storefs-agent-{os.getpid()}-{self.conn}")
+        os.mkdir(self.dir)
+        self._set("buffer_size_kb", "65536")
+        self._set("events/fuse/fuse_request_send/filter", f"connection == {self.conn}")
+
+    def _set(self, rel, value):
+        with open(os.path.join(self.dir, rel), "w") as f:
+            f.write(value)
+
+    def count(self, fn):
+        """Run fn() and return {opcode name: requests} sent meanwhile."""
+        self._set("trace", "")
+        self._set("events/fuse/fuse_request_send/enable", "1")
+        try:
+            fn()
+        finally:
+            self._set("events/fuse/fuse_request_send/enable", "0")
+        counts = {}
+        with open(os.path.join(self.dir, "trace")) as f:
+            for line in f:
+                if "opcode" in line and "(FUSE_" in line:
+                    op = line.split("(FUSE_", 1)[1].split(")", 1)[0].lower()
+                    counts[op] = counts.get(op, 0) + 1
+        with open(os.path.join(self.dir, "per_cpu", "cpu0", "stats")) as f:
+            if any(line.startswith("overrun:") and line.split()[1] != "0" for line in f):
+                counts["(trace overrun)"] = 1
+        return counts
+
+    def close(self):
+        os.rmdir(self.dir)
+
+
+def tracing_ok():
+    return os.path.isdir(os.path.join(TRACING, "events", "fuse", "fuse_request_send"))
+
+
+def fmt_counts(c):
+    if c is None:
+        return "n/a"
+    top = sorted(c.items(), key=lambda kv: -kv[1])
+    return f"{sum(c.values())}: " + ", ".join(f"{k} {v}" for k, v in top[:5])
+
+
 # ------------------------------------------------------------ the workloads
 # Each takes (place, inputs) and runs in `place`, a fresh directory.
 
@@ -297,6 +355,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="runs per workload and place; the best is kept")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for the markdown table")
     ap.add_argument("--only", default="", help="comma-separated workload names (default: all)")
+    ap.add_argument("--requests", action="store_true",
+                    help="after the timed rounds, one more run on each storefs mount counting the FUSE "
+                         "requests by kind (kernel tracepoint fuse:fuse_request_send)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("agent.py: run as root (it mounts a fork and fuse-overlayfs)")
@@ -310,6 +371,8 @@ def main():
     work = tempfile.mkdtemp(prefix="storefs-agent-")
     cleanup = []
     results = {}
+    requests = {}
+    traces = {}
     try:
         print("agent.py: making inputs", file=sys.stderr)
         native = os.path.join(work, "native")
@@ -351,6 +414,12 @@ def main():
             cleanup.append(lambda: unmount(ovl))
             places.append(("fuse-overlayfs", ovl))
 
+        if a.requests:
+            if not tracing_ok():
+                sys.exit("agent.py: --requests needs tracefs with the fuse:fuse_request_send event")
+            for place, root in places:
+                if place in ("storefs", "before"):
+                    traces[place] = RequestTrace(root)
         for name, prep, run in workloads:
             print(f"agent.py: {name}", file=sys.stderr)
             for r in range(a.rounds):
@@ -367,7 +436,18 @@ def main():
                     key = (name, place)
                     results[key] = min(results.get(key, dt), dt)
                     shutil.rmtree(d)
+            for place, root in places:
+                if place not in traces:
+                    continue
+                d = os.path.join(root, "runs", f"{name.replace(' ', '_').replace('+', '_')}-requests")
+                os.makedirs(d)
+                if prep:
+                    prep(d, inp)
+                requests[(name, place)] = traces[place].count(lambda: run(d, inp))
+                shutil.rmtree(d)
     finally:
+        for t in traces.values():
+            t.close()
         for c in reversed(cleanup):
             c()
         shutil.rmtree(work, ignore_errors=True)
@@ -386,6 +466,15 @@ def main():
         if a.before:
             row += f" {fmt(b)} | {ratio(b, n)} |"
         lines.append(row)
+    if requests:
+        lines += ["", "FUSE requests of one run (total: the five most frequent kinds):", "",
+                  "| workload | storefs | before |" if a.before else "| workload | storefs |",
+                  "|---|---|---|" if a.before else "|---|---|"]
+        for name, _, _ in workloads:
+            row = f"| {name} | {fmt_counts(requests.get((name, 'storefs')))} |"
+            if a.before:
+                row += f" {fmt_counts(requests.get((name, 'before')))} |"
+            lines.append(row)
     table = "\n".join(lines) + "\n"
     print(table)
     os.makedirs(a.out, exist_ok=True)

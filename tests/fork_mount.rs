@@ -453,9 +453,8 @@ fn appends_from_two_processes_never_overwrite() {
 /// never be stale. Bytes appended past the page cache (an `O_APPEND` handle
 /// is direct I/O) are seen by the next open of a reader that cached the old
 /// end of the file; a name looked up while absent can be made and found.
-/// (Kernels since 6.6 drop cached pages on a direct write themselves; the
-/// daemon's own part, for older ones, is `opens_keep_the_page_cache_until_a_direct_write`
-/// in `src/fs/fork.rs`.)
+/// (A fork has no direct-I/O handles: every write goes through the page
+/// cache, which the kernel keeps across its zero-message opens.)
 #[test]
 fn kernel_caches_never_show_stale_bytes_or_names() {
     let fx = mount_fixture();

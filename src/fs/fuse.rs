@@ -190,7 +190,6 @@ fn init_flags(c: Capability) -> InitFlags {
     match c {
         Capability::ReaddirPlus => InitFlags::FUSE_DO_READDIRPLUS,
         Capability::CacheSymlinks => InitFlags::FUSE_CACHE_SYMLINKS,
-        Capability::DirectIoMmap => InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
         Capability::PosixAcl => InitFlags::FUSE_POSIX_ACL,
         Capability::PosixAclViewUmask => InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK,
     }
@@ -433,6 +432,15 @@ impl Filesystem for FuseAdapter {
         }
     }
 
+    /// One of the kernel's references to `ino` less (the view's lifetimes).
+    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, nlookup))]
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.view.forget(ino.0, nlookup);
+    }
+
+    // `batch_forget`: fuser's default calls `forget` for each node (its
+    // `ForgetOne` is not public in 0.18).
+
     #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         reply_attr(self.view.getattr(&caller(req), ino.0), reply);
@@ -638,7 +646,7 @@ impl Filesystem for FuseAdapter {
         &self,
         req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -647,7 +655,6 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let how = WriteCtx {
-            fh: fh.0,
             offset,
             flags: flags.0,
             writeback: write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),

@@ -132,8 +132,6 @@ pub enum Opened {
 /// Where and how a write reached the view.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteCtx {
-    /// The handle `open` or `create` gave.
-    pub fh: u64,
     /// Where in the file the data goes.
     pub offset: u64,
     /// The `open(2)` flags of the handle (`O_APPEND`, …).
@@ -158,8 +156,6 @@ pub enum Capability {
     ReaddirPlus,
     /// The kernel caches symlink targets.
     CacheSymlinks,
-    /// Direct-I/O handles may be mapped shared.
-    DirectIoMmap,
     /// The kernel checks permissions against the ACL xattrs, as ext4 would.
     PosixAcl,
     /// [`Capability::PosixAcl`], with the umask handed to the view instead of
@@ -229,6 +225,11 @@ pub trait View: Send + Sync {
 
     /// The last close of a handle [`View::open`] gave.
     fn release(&self, c: &Caller, ino: u64) {}
+
+    /// The kernel dropped `nlookup` of its references to `ino` (each entry
+    /// it was given is one: lookup, create, mknod, mkdir, symlink, link and
+    /// readdirplus items other than "." and "..").
+    fn forget(&self, ino: u64, nlookup: u64) {}
 
     /// The end of a directory handle [`View::opendir`] gave.
     fn releasedir(&self, c: &Caller, fh: u64) {}
