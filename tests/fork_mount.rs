@@ -891,6 +891,8 @@ fn setuid_is_cleared_by_a_write_of_another_user() {
     for (name, how) in [
         ("cached", "printf x 1<> \"$0\""),
         ("appended", "printf x >> \"$0\""),
+        ("truncated", "truncate -s 1 \"$0\""),
+        ("emptied", ": > \"$0\""),
     ] {
         let p = fx.path(name);
         fs::write(&p, b"#!/bin/sh\n").unwrap();

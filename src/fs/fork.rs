@@ -75,7 +75,9 @@ use crate::store::Kind;
 const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// What a fork asks of the kernel: readdirplus fills the attribute cache
-/// while listing; a symlink's target never changes. POSIX ACLs make the
+/// while listing; a symlink's target never changes; the view clears
+/// setuid/setgid where the kernel leaves it to the file system (so the
+/// kernel need not ask for `security.capability` before each write). POSIX ACLs make the
 /// kernel check permissions against the ACL xattrs (and validate what
 /// setfacl sets); keeping mode and ACLs in step and inheriting default ACLs
 /// is the fork's (`store::acl`), so the umask comes to us instead of being
@@ -83,6 +85,7 @@ const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 const CAPABILITIES: &[Capability] = &[
     Capability::ReaddirPlus,
     Capability::CacheSymlinks,
+    Capability::KillPrivV2,
     Capability::PosixAclViewUmask,
 ];
 
@@ -160,6 +163,17 @@ impl ForkView {
         }
         *n += 1;
         Ok(())
+    }
+
+    /// The mode without setuid, and without setgid when group-executable
+    /// (else it marks mandatory locking), as a write or truncate by someone
+    /// without `CAP_FSETID` leaves it.
+    fn killed(perm: u32) -> u32 {
+        let mut new = perm & !libc::S_ISUID;
+        if perm & libc::S_IXGRP != 0 {
+            new &= !libc::S_ISGID;
+        }
+        new
     }
 
     /// An entry of `ino` as the kernel sees it, counted.
@@ -363,6 +377,16 @@ impl View for ForkView {
     /// too); page-cache writeback (mmap) always carries its page's own offset.
     fn write(&self, _: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
+        if how.kill_suidgid {
+            let perm = self.fork.getattr(ino)?.perm;
+            if Self::killed(perm) != perm {
+                let kill = SetAttr {
+                    perm: Some(Self::killed(perm)),
+                    ..SetAttr::default()
+                };
+                self.fork.setattr(ino, &kill)?;
+            }
+        }
         if how.flags & libc::O_APPEND != 0 && !how.writeback {
             self.fork.append(ino, data)?;
         } else {
@@ -401,7 +425,22 @@ impl View for ForkView {
 
     // ------------------------------------------------------------ metadata
 
-    fn setattr(&self, _: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
+    /// A truncate by a caller other than root (standing in for
+    /// `CAP_FSETID`) clears setuid/setgid too, in the same step: with
+    /// `FUSE_HANDLE_KILLPRIV_V2` the kernel leaves that to us (fuser does not
+    /// pass its `FATTR_KILL_SUIDGID` flag, which says the same).
+    fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
+        if attrs.size.is_some() && attrs.perm.is_none() && c.uid != 0 {
+            let a = self.fork.getattr(ino)?;
+            let perm = Self::killed(a.perm);
+            if a.kind == Kind::File && perm != a.perm {
+                let attrs = SetAttr {
+                    perm: Some(perm),
+                    ..attrs.clone()
+                };
+                return Ok(entry(self.fork.setattr(ino, &attrs)?));
+            }
+        }
         Ok(entry(self.fork.setattr(ino, attrs)?))
     }
 
@@ -562,6 +601,7 @@ mod tests {
             offset: 0,
             flags: libc::O_WRONLY | libc::O_APPEND,
             writeback,
+            kill_suidgid: false,
         }
     }
 
@@ -656,6 +696,7 @@ mod tests {
             offset,
             flags: libc::O_RDWR,
             writeback: false,
+            kill_suidgid: false,
         };
         assert_eq!(
             code(fs.write(ROOT, file, b"xyz", at(u64::MAX - 1))),
@@ -796,6 +837,42 @@ mod tests {
             let back = fs.lookup(USER, ROOT_INO, name.as_bytes()).unwrap().attr;
             assert_eq!((back.kind, back.rdev), (kind, rdev));
         }
+    }
+
+    /// What `FUSE_HANDLE_KILLPRIV_V2` leaves to the view: a truncate by
+    /// someone other than root, and a write the kernel flags, clear setuid
+    /// (and setgid when group-executable); root's truncate keeps them.
+    #[test]
+    fn truncates_by_others_and_flagged_writes_clear_setuid() {
+        let (_tmp, fs) = serve();
+        let file = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
+        let set = |perm| {
+            let a = SetAttr {
+                perm: Some(perm),
+                ..SetAttr::default()
+            };
+            fs.setattr(ROOT, file, &a).unwrap();
+        };
+        let truncate = |c, size| {
+            let a = SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            };
+            fs.setattr(c, file, &a).unwrap().attr.perm
+        };
+        set(0o6755);
+        assert_eq!(truncate(ROOT, 3), 0o6755, "root keeps the bits");
+        assert_eq!(truncate(USER, 2), 0o755);
+        set(0o2745);
+        assert_eq!(truncate(USER, 1), 0o2745, "setgid without group x stays");
+        set(0o6755);
+        let flagged = WriteCtx {
+            kill_suidgid: true,
+            ..appending(false)
+        };
+        fs.write(USER, file, b"+", flagged).unwrap();
+        assert_eq!(fs.getattr(ROOT, file).unwrap().attr.perm, 0o755);
+        assert_eq!(fs.read(ROOT, file, 0, 10).unwrap(), b"f+");
     }
 
     #[test]

@@ -190,6 +190,7 @@ fn init_flags(c: Capability) -> InitFlags {
     match c {
         Capability::ReaddirPlus => InitFlags::FUSE_DO_READDIRPLUS,
         Capability::CacheSymlinks => InitFlags::FUSE_CACHE_SYMLINKS,
+        Capability::KillPrivV2 => InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         Capability::PosixAcl => InitFlags::FUSE_POSIX_ACL,
         Capability::PosixAclViewUmask => InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK,
     }
@@ -658,6 +659,7 @@ impl Filesystem for FuseAdapter {
             offset,
             flags: flags.0,
             writeback: write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
+            kill_suidgid: write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
         };
         match self.view.write(&caller(req), ino.0, data, how) {
             Ok(n) => reply.written(n),

@@ -139,6 +139,9 @@ pub struct WriteCtx {
     /// Page-cache writeback (mmap, or a cached handle's data): it carries its
     /// page's own offset, and may come through any handle.
     pub writeback: bool,
+    /// The kernel asks the view to clear setuid/setgid with this write
+    /// (`FUSE_WRITE_KILL_SUIDGID`, with [`Capability::KillPrivV2`]).
+    pub kill_suidgid: bool,
 }
 
 /// The answer to `getxattr`/`listxattr`: the size (for a size-0 probe) or the bytes.
@@ -158,6 +161,12 @@ pub enum Capability {
     CacheSymlinks,
     /// The kernel checks permissions against the ACL xattrs, as ext4 would.
     PosixAcl,
+    /// `FUSE_HANDLE_KILLPRIV_V2`: the view clears setuid/setgid on a truncate
+    /// by a caller without `CAP_FSETID` and on a write the kernel flags
+    /// ([`WriteCtx::kill_suidgid`]); the kernel then marks the superblock
+    /// `SB_NOSEC` and stops asking for `security.capability` before every
+    /// write (it still sends the mode change for other writes and chown).
+    KillPrivV2,
     /// [`Capability::PosixAcl`], with the umask handed to the view instead of
     /// applied by the kernel (no umask under a default ACL); both or neither.
     PosixAclViewUmask,
