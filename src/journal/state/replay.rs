@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::super::Result;
-use super::super::record::{InodeMap, Record};
+use super::super::record::{InodeMap, Record, encode_inode_map};
 use super::super::wal::Pos;
 use super::extents::FileData;
 use super::namespace::servable;
@@ -38,14 +38,43 @@ impl ForkState {
     /// The live numbering, for the first record of a segment started by a
     /// commit: every loaded directory (parents first) with its children, the
     /// base link ids in use, and the open unlinked files.
+    #[cfg(test)]
     pub fn inode_map(&self) -> InodeMap {
+        let (dirs, links, orphans) = self.inode_map_parts();
+        InodeMap {
+            next_ino: self.next_ino,
+            dirs: dirs
+                .into_iter()
+                .map(|(d, kids)| (d, kids.iter().map(|(n, i)| (n.clone(), *i)).collect()))
+                .collect(),
+            links,
+            orphans,
+        }
+    }
+
+    /// `Record::InodeMap(self.inode_map()).encode()`, encoded straight from
+    /// the state (no copy of every loaded name).
+    pub fn inode_map_record(&self) -> Vec<u8> {
+        let (dirs, links, orphans) = self.inode_map_parts();
+        encode_inode_map(self.next_ino, &dirs, &links, &orphans)
+    }
+
+    /// What an inode map lists, borrowed from the state.
+    #[allow(clippy::type_complexity)]
+    fn inode_map_parts(
+        &self,
+    ) -> (
+        Vec<(u64, &BTreeMap<Vec<u8>, u64>)>,
+        Vec<(u64, u64)>,
+        Vec<u64>,
+    ) {
         let mut dirs = Vec::new();
         let mut queue = VecDeque::from([ROOT_INO]);
         while let Some(d) = queue.pop_front() {
             let Some(kids) = self.inodes[&d].children() else {
                 continue;
             };
-            dirs.push((d, kids.iter().map(|(n, i)| (n.clone(), *i)).collect()));
+            dirs.push((d, kids));
             for &k in kids.values() {
                 if self.inodes[&k].kind == Kind::Dir {
                     queue.push_back(k);
@@ -66,12 +95,7 @@ impl ForkState {
             .map(|(i, _)| *i)
             .collect();
         orphans.sort_unstable();
-        InodeMap {
-            next_ino: self.next_ino,
-            dirs,
-            links,
-            orphans,
-        }
+        (dirs, links, orphans)
     }
 
     /// First record of a replay from a committed checkpoint: number the
