@@ -106,6 +106,7 @@ def main():
     ap.add_argument("--before", default="/tmp/storefs-new", help="the binary to compare with (main)")
     ap.add_argument("--quick", action="store_true", help="256 MiB file and 5k files")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", choices=["big", "many"], help="run one case (many: no big file is written)")
     a = ap.parse_args()
     binaries = [("before", os.path.abspath(a.before)), ("storefs", os.path.abspath(a.storefs))]
     size = (256 if a.quick else 4096) * MIB
@@ -115,17 +116,18 @@ def main():
     try:
         store, src, mp = (os.path.join(work, d) for d in ("store", "src", "mnt"))
         os.makedirs(src)
-        write_random(os.path.join(src, "big.bin"), size)
+        cases = [a.only] if a.only else ["big", "many"]
+        write_random(os.path.join(src, "big.bin"), size if "big" in cases else MIB)
         b = binaries[1][1]
         run([b, "--store", store, "init"])
         run([b, "--store", store, "snapshot", src, "--ref", "base"])
         os.unlink(os.path.join(src, "big.bin"))  # the store holds it now
         for label, _ in binaries:
-            for case in ("big", "many"):
+            for case in cases:
                 run([b, "--store", store, "fork", "base", "--name", fork_name(label, case)])
         for label, binary in binaries:
-            over, empty = overwrite_case(label, binary, store, mp, size, a.rounds)
-            many = many_files_case(label, binary, store, mp, files, a.rounds)
+            over, empty = overwrite_case(label, binary, store, mp, size, a.rounds) if "big" in cases else (None, None)
+            many = many_files_case(label, binary, store, mp, files, a.rounds) if "many" in cases else None
             results[label] = {"over": over, "empty": empty, "many": many}
             print(f"{label}: {json.dumps(results[label])}", file=sys.stderr, flush=True)
     finally:
@@ -143,6 +145,8 @@ def main():
     print("|---|---:|---:|---:|")
     for name, k in rows:
         bf, af = results["before"][k], results["storefs"][k]
+        if bf is None:
+            continue
         print(f"| {name} | {bf:.3f} | {af:.3f} | {af / bf:.3f} |")
 
 
