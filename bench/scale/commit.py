@@ -7,14 +7,16 @@ Cases, each on a mounted fork, timing `storefs commit FORK` (the daemon folds):
   - a 4 GiB file of real (random) data in the fork's base, 1 MiB overwritten
     in the middle, then commit (--quick: 256 MiB);
   - 50k small files written in the mount and committed, then one more file
-    written, then commit: the time of that last commit (--quick: 5k);
+    written, then commit: the time of that last commit (--quick: 5k); both
+    binaries' forks are mounted at once and their commits interleaved;
   - an empty commit (nothing changed), for scale.
 The base store is made once (by --storefs) and forked once per binary; the
 "before" binary (main) and --storefs then run the same steps on their own
-fork. Prints a markdown table: case | before | storefs | ratio (storefs /
+fork; `--only big|many` runs one case. Prints a markdown table: case | before | storefs | ratio (storefs /
 before; lower is better). Timing is for humans; nothing asserts on it.
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -77,22 +79,29 @@ def overwrite_case(label, binary, store, mp, size, rounds):
     return best, empty
 
 
-def many_files_case(label, binary, store, mp, files, rounds):
-    """Best time of a one-file commit after `files` small files were written and committed."""
-    best = None
-    with Mount(binary, store, fork_name(label, "many"), mp) as m:
-        per_dir = 1000
-        for d in range((files + per_dir - 1) // per_dir):
-            os.makedirs(os.path.join(mp, "many", f"d{d}"))
-            for i in range(min(per_dir, files - d * per_dir)):
-                with open(os.path.join(mp, "many", f"d{d}", f"f{i}"), "wb") as f:
-                    f.write(b"%d:%d " % (d, i) * 40)
-        m.commit()
+def many_files_case(binaries, store, mp, files, rounds):
+    """Best time of a one-file commit after `files` small files were written
+    and committed, per binary: both forks mounted at once, the commits
+    interleaved (so both see the same load)."""
+    best = {}
+    with contextlib.ExitStack() as stack:
+        mounts = []
+        for label, binary in binaries:
+            m = stack.enter_context(Mount(binary, store, fork_name(label, "many"), f"{mp}-{label}"))
+            per_dir = 1000
+            for d in range((files + per_dir - 1) // per_dir):
+                os.makedirs(os.path.join(m.mp, "many", f"d{d}"))
+                for i in range(min(per_dir, files - d * per_dir)):
+                    with open(os.path.join(m.mp, "many", f"d{d}", f"f{i}"), "wb") as f:
+                        f.write(b"%d:%d " % (d, i) * 40)
+            m.commit()
+            mounts.append((label, m))
         for r in range(rounds):
-            with open(os.path.join(mp, f"one-more-{r}"), "wb") as f:
-                f.write(b"one more file\n")
-            t = m.commit()
-            best = t if best is None else min(best, t)
+            for label, m in mounts:
+                with open(os.path.join(m.mp, f"one-more-{r}"), "wb") as f:
+                    f.write(b"one more file\n")
+                t = m.commit()
+                best[label] = min(best.get(label, t), t)
     return best
 
 
@@ -125,15 +134,17 @@ def main():
         for label, _ in binaries:
             for case in cases:
                 run([b, "--store", store, "fork", "base", "--name", fork_name(label, case)])
+        many = many_files_case(binaries, store, mp, files, a.rounds) if "many" in cases else {}
         for label, binary in binaries:
             over, empty = overwrite_case(label, binary, store, mp, size, a.rounds) if "big" in cases else (None, None)
-            many = many_files_case(label, binary, store, mp, files, a.rounds) if "many" in cases else None
-            results[label] = {"over": over, "empty": empty, "many": many}
+            results[label] = {"over": over, "empty": empty, "many": many.get(label)}
             print(f"{label}: {json.dumps(results[label])}", file=sys.stderr, flush=True)
     finally:
         for line in open("/proc/mounts"):
-            if f" {mp} " in line:
-                subprocess.run(["umount", mp], stderr=subprocess.DEVNULL)
+            for label, _ in binaries:
+                for point in (mp, f"{mp}-{label}"):
+                    if f" {point} " in line:
+                        subprocess.run(["umount", point], stderr=subprocess.DEVNULL)
         shutil.rmtree(work, ignore_errors=True)
     gib = f"{size // MIB} MiB" if size < 1024 * MIB else f"{size // (1024 * MIB)} GiB"
     rows = [
