@@ -291,3 +291,211 @@ fn directories_are_ordered_as_the_walk_visits_them() {
         assert_eq!(statcache::dir_order(w[0], w[1]), Less, "{w:?}");
     }
 }
+
+/// `n` directories of `per_dir` files plus a subdirectory `sub` of as many
+/// files, all old (not racy). Returns every regular file's path.
+fn wide_fixture(src: &Path, n: usize, per_dir: usize) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for d in 0..n {
+        let dir = src.join(format!("d{d:02}"));
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        for f in 0..per_dir {
+            for p in [dir.join(format!("f{f}")), dir.join(format!("sub/f{f}"))] {
+                fs::write(&p, format!("{} {f}\n", p.display())).unwrap();
+                set_times(&p, FIXED_MTIME_NS);
+                files.push(p);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn an_unchanged_subtree_keeps_the_parents_tree_and_the_walk_holds_only_its_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    let (n, per_dir) = (20, 10);
+    wide_fixture(&src, n, per_dir);
+    let entries = 1 + n * (2 + 2 * per_dir);
+    settle(&src);
+    let first = snap_from(&store, &src, None);
+    assert_eq!(first.stats.entries, entries as u64);
+    opened(&src);
+    let parent = publish(&store, &src, &first);
+    // At most: the root, its directories, and one directory and its `sub`.
+    let path_only = 1 + n + (per_dir + 1) + per_dir;
+
+    let again = snap_from(&store, &src, Some(&parent));
+    assert_eq!(again.root, first.root);
+    assert_eq!(
+        test_hook::last_walk(&src),
+        (path_only, 0),
+        "nothing changed: every tree is the parent's, no subtree kept"
+    );
+
+    fs::write(src.join("d07/sub/f3"), b"changed deep down\n").unwrap();
+    let incremental = snap_from(&store, &src, Some(&parent));
+    assert_eq!(opened(&src), ["d07/sub/f3"]);
+    let (peak, stored) = test_hook::last_walk(&src);
+    assert_eq!(
+        peak,
+        path_only + (2 * per_dir + 1),
+        "the walk holds the current path and the changed directory, not the tree"
+    );
+    assert_eq!(stored, 0, "the other trees are the parent's");
+    let full = snap_from(&store, &src, None);
+    opened(&src);
+    assert_eq!(incremental.root, full.root);
+    assert_eq!(
+        test_hook::last_walk(&src).0,
+        entries,
+        "a full walk reads all"
+    );
+}
+
+/// A small deterministic generator (xorshift) for the random changes.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n.max(1) as u64) as usize
+    }
+
+    fn pick<'a, T>(&mut self, v: &'a [T]) -> Option<&'a T> {
+        (!v.is_empty()).then(|| &v[self.below(v.len())])
+    }
+}
+
+/// One random change under `src`: content, rename, delete, new empty
+/// directory, xattr only, mode only, hardlink, symlink, same-size rewrite.
+fn random_change(src: &Path, rng: &mut Rng, serial: usize) -> String {
+    let all = walk(src);
+    let files: Vec<&PathBuf> = all
+        .values()
+        .filter(|(_, m)| m.is_file())
+        .map(|(p, _)| p)
+        .collect();
+    let dirs: Vec<&PathBuf> = all
+        .values()
+        .filter(|(_, m)| m.is_dir())
+        .map(|(p, _)| p)
+        .collect();
+    let (Some(&file), Some(&dir)) = (rng.pick(&files), rng.pick(&dirs)) else {
+        return "nothing".into();
+    };
+    let fresh = |d: &Path| d.join(format!("new{serial}"));
+    match rng.below(10) {
+        0 => {
+            let mut f = File::options().append(true).open(file).unwrap();
+            f.write_all(format!("more {serial}\n").as_bytes()).unwrap();
+            format!("append {}", file.display())
+        }
+        1 => {
+            let m = fs::symlink_metadata(file).unwrap();
+            fs::write(file, vec![b'0' + (serial % 10) as u8; m.size() as usize]).unwrap();
+            set_times(file, mtime_ns(&m));
+            format!("same size and mtime {}", file.display())
+        }
+        2 => {
+            fs::rename(file, fresh(dir)).unwrap();
+            format!("move {} to {}", file.display(), dir.display())
+        }
+        3 if dir != &src.to_path_buf() => {
+            let to = fresh(dir.parent().unwrap());
+            fs::rename(dir, &to).unwrap();
+            format!("rename dir {} to {}", dir.display(), to.display())
+        }
+        4 if dir != &src.to_path_buf() => {
+            fs::remove_dir_all(dir).unwrap();
+            format!("delete dir {}", dir.display())
+        }
+        5 => {
+            fs::create_dir(fresh(dir)).unwrap();
+            format!("new empty dir in {}", dir.display())
+        }
+        6 => {
+            let target = if serial.is_multiple_of(2) { file } else { dir };
+            XattrTarget::Path(&cpath(target))
+                .set(b"user.r", format!("{serial}").as_bytes())
+                .unwrap();
+            format!("xattr on {}", target.display())
+        }
+        7 => {
+            let target = if serial.is_multiple_of(2) { file } else { dir };
+            let mode = fs::symlink_metadata(target).unwrap().mode() & 0o7777;
+            fs::set_permissions(target, fs::Permissions::from_mode(mode ^ 0o010)).unwrap();
+            format!("chmod {}", target.display())
+        }
+        8 => {
+            fs::hard_link(file, fresh(dir)).unwrap();
+            format!("hardlink {} in {}", file.display(), dir.display())
+        }
+        _ => {
+            symlink(file, fresh(dir)).unwrap();
+            format!("symlink in {}", dir.display())
+        }
+    }
+}
+
+#[test]
+fn random_changes_give_the_full_snapshots_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    // Three levels of directories, files at every level.
+    for a in 0..3 {
+        for b in 0..3 {
+            for c in 0..3 {
+                let d = src.join(format!("a{a}/b{b}/c{c}"));
+                fs::create_dir_all(&d).unwrap();
+                for (i, dir) in [
+                    d.clone(),
+                    src.join(format!("a{a}/b{b}")),
+                    src.join(format!("a{a}")),
+                ]
+                .iter()
+                .enumerate()
+                {
+                    let p = dir.join(format!("f{c}{i}"));
+                    fs::write(&p, format!("{}\n", p.display())).unwrap();
+                    set_times(&p, FIXED_MTIME_NS);
+                }
+            }
+        }
+    }
+    settle(&src);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut parent = publish(&store, &src, &snap_from(&store, &src, None));
+    let mut serial = 0;
+    for round in 0..24 {
+        let mut done = Vec::new();
+        for _ in 0..1 + rng.below(4) {
+            serial += 1;
+            done.push(random_change(&src, &mut rng, serial));
+        }
+        // Half the rounds right away (changed files racy), half settled
+        // (only changed files read, unchanged subtrees reused).
+        if round % 2 == 0 {
+            settle(&src);
+        }
+        let incremental = snap_from(&store, &src, Some(&parent));
+        let full = snap_from(&store, &src, None);
+        opened(&src);
+        assert_eq!(
+            incremental.root, full.root,
+            "round {round} after {done:?}: incremental = full"
+        );
+        assert_eq!(
+            (incremental.stats.entries, incremental.stats.bytes),
+            (full.stats.entries, full.stats.bytes)
+        );
+        parent = publish(&store, &src, &incremental);
+    }
+    let dest = tmp.path().join("restored");
+    restore(&store, &checkpoint(parent.root), &dest).unwrap();
+    assert_same_tree(&src, &dest);
+}

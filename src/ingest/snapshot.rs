@@ -1,15 +1,22 @@
 //! Snapshot a directory tree into the store.
 //!
 //! Three phases:
-//! 1. **Walk** (one thread): `lstat` every path in sorted name order, read
-//!    symlink targets and xattrs of non-regular files, group hardlinks, skip
-//!    mount points. Only metadata is kept in memory.
+//! 1. **Walk** (one thread): depth first in name order, list each directory
+//!    through one fd and `fstatat` its entries relative to it, read symlink
+//!    targets and xattrs of non-regular files, number hardlinks, skip mount
+//!    points. With a parent snapshot, a regular file whose stat matches the
+//!    parent's ([`Parent::unchanged`]) takes the parent's entry. When a
+//!    directory's last child is done and nothing below it waits (no file to
+//!    read, no hardlink to count), its tree is stored at once (or, when its
+//!    entries are exactly the parent's, the parent's tree id is taken without
+//!    encoding it) and its subtree's nodes are dropped: memory holds the
+//!    current path and the directories still pending, not the whole tree.
 //! 2. **Content** (`threads` readers + `threads` hashers): each reader takes
 //!    one regular file at a time, finds its data segments with
 //!    `SEEK_DATA`/`SEEK_HOLE`, cuts each with FastCDC and hands the chunks to
 //!    a bounded channel; hashers compress and store them. Memory is bounded by
 //!    the channel: a few [`MAX_CHUNK`]-sized buffers per thread.
-//! 3. **Trees** (one thread): build and store one tree per directory, deepest
+//! 3. **Trees** (one thread): store the pending directories' trees, deepest
 //!    first, then the root tree.
 //!
 //! Every file's content is read between two `fstat`s of the open fd which must
@@ -109,30 +116,27 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
     };
     // Before the first lstat: files not older than this are racy next time.
     let started_ns = statcache::now_ns();
-    let mut walk = Walk::new(store, opts.parent.as_ref(), &*opts.progress);
-    walk.run(dir, &root_meta)?;
+    let counters = Counters::default();
+    let mut walk = Walk::new(
+        store,
+        opts.parent.as_ref(),
+        &*opts.progress,
+        &counters,
+        statcache::Writer::new(started_ns, root_meta.dev()),
+    );
+    walk.run(dir, &Meta::of(&root_meta))?;
+    #[cfg(test)]
+    test_hook::walked(dir, walk.peak_nodes, walk.trees_stored);
     walk.assign_links();
 
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let counters = Counters::default();
+    // Only directories with something left to do are still in `nodes`.
     let mut jobs: Vec<usize> = (0..walk.nodes.len())
         .filter(|&i| walk.nodes[i].needs_content())
         .collect();
-    let files_reused = walk
-        .nodes
-        .iter()
-        .filter(|n| n.reused && n.primary.is_none())
-        .count() as u64;
-    // Every regular file's bytes, one count per inode, read or reused.
-    let file_bytes: u64 = walk
-        .nodes
-        .iter()
-        .filter(|n| n.entry.kind == Kind::File && n.primary.is_none())
-        .map(|n| n.entry.size)
-        .sum();
     // Largest first, so one big file does not start last and run alone.
     // (Results are keyed by node, so the order does not affect the tree.)
     jobs.sort_by_key(|&i| std::cmp::Reverse(walk.nodes[i].entry.size));
@@ -140,9 +144,9 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
     opts.progress.set_total(total);
     opts.progress.set_message(format!(
         "{} entries, {} files to read, {} unchanged",
-        walk.nodes.len(),
+        walk.entries,
         jobs.len(),
-        files_reused
+        walk.files_reused
     ));
     let contents = read_contents(
         store,
@@ -154,23 +158,20 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         &*opts.progress,
     )?;
     walk.apply_contents(contents);
-    let stat_cache = walk
-        .stat_cache(started_ns, root_meta.dev())
-        .map_err(|e| Error::io(dir, e))?;
-
-    let entries = walk.nodes.len() as u64;
+    walk.fill_stat_cache();
     let root = build_trees(store, dir, &mut walk.nodes, &counters)?;
+    let stat_cache = walk.cache.finish().map_err(|e| Error::io(dir, e))?;
     Ok(SnapshotResult {
         root,
         stats: store::Stats {
-            entries,
-            bytes: file_bytes,
+            entries: walk.entries,
+            bytes: walk.file_bytes,
             new_objects: counters.objects.load(Ordering::Relaxed),
             new_bytes_compressed: counters.bytes.load(Ordering::Relaxed),
         },
         warnings: walk.warnings,
         files_read: jobs.len() as u64,
-        files_reused,
+        files_reused: walk.files_reused,
         stat_cache,
     })
 }
@@ -197,14 +198,66 @@ impl Stamp {
     }
 }
 
-/// What the stat cache matches a file on.
-fn stat_of(m: &Metadata) -> statcache::Stat {
-    statcache::Stat {
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime_ns: mtime_ns(m),
-        ctime_ns: ctime_ns(m),
+/// What the walk takes from an `lstat`: from std's `Metadata` for the root,
+/// from `fstatat` relative to the directory for everything below it (one
+/// path component to resolve instead of the whole path).
+#[derive(Clone, Copy, Debug)]
+struct Meta {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    dev: u64,
+    ino: u64,
+    nlink: u64,
+    rdev: u64,
+}
+
+impl Meta {
+    fn of(m: &Metadata) -> Meta {
+        Meta {
+            mode: m.mode(),
+            uid: m.uid(),
+            gid: m.gid(),
+            size: m.size(),
+            mtime_ns: mtime_ns(m),
+            ctime_ns: ctime_ns(m),
+            dev: m.dev(),
+            ino: m.ino(),
+            nlink: m.nlink(),
+            rdev: m.rdev(),
+        }
+    }
+
+    // The field types differ between rustix's backends and architectures.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    fn of_stat(s: &rustix::fs::Stat) -> Meta {
+        let ns = |sec: i64, nsec: i64| sec.saturating_mul(1_000_000_000).saturating_add(nsec);
+        Meta {
+            mode: s.st_mode as u32,
+            uid: s.st_uid as u32,
+            gid: s.st_gid as u32,
+            size: u64::try_from(s.st_size).unwrap_or(0),
+            mtime_ns: ns(s.st_mtime as i64, s.st_mtime_nsec as i64),
+            ctime_ns: ns(s.st_ctime as i64, s.st_ctime_nsec as i64),
+            dev: s.st_dev as u64,
+            ino: s.st_ino as u64,
+            nlink: s.st_nlink as u64,
+            rdev: s.st_rdev as u64,
+        }
+    }
+
+    /// What the stat cache matches a file on.
+    fn stat(&self) -> statcache::Stat {
+        statcache::Stat {
+            dev: self.dev,
+            ino: self.ino,
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+        }
     }
 }
 
@@ -220,9 +273,11 @@ fn ctime_ns(m: &Metadata) -> i64 {
         .saturating_add(m.ctime_nsec())
 }
 
-/// One path of the tree, in memory until its tree is written. Kept small
-/// (one per entry of the tree): the path is rebuilt from the parents' names
-/// ([`node_path`]), the stamp from the entry and `ino`.
+/// One path of the tree, in memory until its tree is written. Kept small:
+/// the path is rebuilt from the parents' names ([`node_path`]), the stamp
+/// from the entry and `ino`. Only directories with work left after the walk
+/// (files to read, hardlinks to count) keep their subtree's nodes; the nodes
+/// below a directory whose tree the walk could write are dropped at once.
 struct Node {
     /// Its entry; `content` is filled in by the content and tree phases.
     entry: Entry,
@@ -239,8 +294,12 @@ struct Node {
     descend: bool,
     /// A regular file whose content and xattrs were taken from the parent.
     reused: bool,
+    /// A directory whose tree is stored (`entry.content` names it, no children).
+    done: bool,
     /// For a hardlink that is not the first path of its inode: the first one.
     primary: Option<usize>,
+    /// A listed directory's group in the stat cache.
+    slot: Option<usize>,
 }
 
 impl Node {
@@ -290,20 +349,20 @@ fn rel_path(nodes: &[Node], mut idx: usize) -> Vec<u8> {
 }
 
 /// An entry from lstat metadata, without content, xattrs or link info.
-fn entry_from(name: Vec<u8>, kind: Kind, m: &Metadata) -> Entry {
+fn entry_from(name: Vec<u8>, kind: Kind, m: &Meta) -> Entry {
     Entry {
         name,
         kind,
-        perm: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
-        mtime_ns: mtime_ns(m),
-        ctime_ns: ctime_ns(m),
-        size: m.size(),
+        perm: m.mode & 0o7777,
+        uid: m.uid,
+        gid: m.gid,
+        mtime_ns: m.mtime_ns,
+        ctime_ns: m.ctime_ns,
+        size: m.size,
         nlink: 1,
         link_id: 0,
         rdev: match kind {
-            Kind::CharDev | Kind::BlockDev => m.rdev(),
+            Kind::CharDev | Kind::BlockDev => m.rdev,
             _ => 0,
         },
         xattrs: Vec::new(),
@@ -311,41 +370,89 @@ fn entry_from(name: Vec<u8>, kind: Kind, m: &Metadata) -> Entry {
     }
 }
 
+/// A directory being walked: its children are visited in name order, and
+/// when the last one is done its tree is written (or left for after the
+/// content phase when something below it is still to be read or counted).
+struct Frame {
+    /// Its node.
+    idx: usize,
+    /// Its children's nodes, and the next one to visit.
+    children: std::ops::Range<usize>,
+    next: usize,
+    /// The device it is on (directories on another are not entered).
+    dev: u64,
+    /// The parent snapshot's tree for it: its id is reused when the new tree
+    /// has exactly the same entries.
+    parent_tree: Option<(ObjectId, Tree)>,
+    /// Something below it waits for the content phase or for link counts.
+    pending: bool,
+}
+
 struct Walk<'p> {
+    /// The current path's directories and their children, plus every
+    /// directory still pending (and what is below it).
     nodes: Vec<Node>,
     warnings: Vec<String>,
     progress: &'p dyn Progress,
     store: &'p Store,
+    counters: &'p Counters,
     /// The directory walked (paths in the stat cache are relative to it).
     root: PathBuf,
-    /// Directories in the order they were listed (depth first, by name).
-    dirs: Vec<usize>,
     /// The parent snapshot, its directories in step with the walk, and the
     /// parent's tree of each directory not listed yet.
     parent: Option<(&'p Parent, statcache::Cursor<'p>)>,
     parent_trees: HashMap<usize, ObjectId>,
+    /// The stat cache, one group per listed directory in walk order.
+    cache: statcache::Writer,
+    /// Hardlinked inodes: (link id, first path's node, paths seen).
+    links: HashMap<(u64, u64), (u64, usize, u32)>,
+    /// Entries seen (root included), regular files' bytes (one count per
+    /// inode), and files taken unchanged from the parent.
+    entries: u64,
+    file_bytes: u64,
+    files_reused: u64,
+    /// The most nodes held at once, and the trees the walk stored (rather
+    /// than reusing the parent's): for tests of what the walk keeps.
+    peak_nodes: usize,
+    trees_stored: usize,
 }
 
 impl<'p> Walk<'p> {
-    fn new(store: &'p Store, parent: Option<&'p Parent>, progress: &'p dyn Progress) -> Self {
+    fn new(
+        store: &'p Store,
+        parent: Option<&'p Parent>,
+        progress: &'p dyn Progress,
+        counters: &'p Counters,
+        cache: statcache::Writer,
+    ) -> Self {
         Walk {
             nodes: Vec::new(),
             warnings: Vec::new(),
             progress,
             store,
+            counters,
             root: PathBuf::new(),
-            dirs: Vec::new(),
             parent: parent.map(|p| (p, p.cursor())),
             parent_trees: HashMap::new(),
+            cache,
+            links: HashMap::new(),
+            entries: 0,
+            file_bytes: 0,
+            files_reused: 0,
+            peak_nodes: 0,
+            trees_stored: 0,
         }
     }
 
-    /// Visit `root` and everything below it. Children always get larger
-    /// indices than their directory.
-    fn run(&mut self, root: &Path, root_meta: &Metadata) -> Result<()> {
+    /// Visit `root` and everything below it, depth first in name order (the
+    /// order hardlinks get their ids in). Children always get larger indices
+    /// than their directory, and a directory's subtree is the end of `nodes`
+    /// while it is walked.
+    fn run(&mut self, root: &Path, root_meta: &Meta) -> Result<()> {
         self.root = root.to_path_buf();
-        let node = self.make_node(root, 0, Vec::new(), Kind::Dir, root_meta)?;
+        let node = self.make_node(Some(root), 0, Vec::new(), Kind::Dir, root_meta)?;
         self.nodes.push(node);
+        self.entries = 1;
         if let Some((parent, _)) = &self.parent {
             // A parent whose trees cannot be read is no parent: read every file.
             let root_tree = self.store.get_tree(&parent.root, "parent root").ok();
@@ -353,71 +460,226 @@ impl<'p> Walk<'p> {
                 self.parent_trees.insert(0, id);
             }
         }
-        let mut stack = vec![(0usize, root_meta.dev())];
-        while let Some((idx, dev)) = stack.pop() {
-            self.dirs.push(idx);
-            let children = self.read_dir(idx, dev)?;
-            for c in children.clone().rev() {
-                if self.nodes[c].descend {
-                    stack.push((c, dev));
+        let mut stack = vec![self.open_dir(0, root_meta.dev)?];
+        while let Some(top) = stack.last_mut() {
+            let c = top.next;
+            if c == top.children.end {
+                let Some(frame) = stack.pop() else { break };
+                if self.finish_dir(frame)?
+                    && let Some(up) = stack.last_mut()
+                {
+                    up.pending = true;
                 }
+                continue;
             }
-            self.nodes[idx].children = (children.start, children.end);
-            if self.nodes.len().is_multiple_of(1024) {
-                self.progress
-                    .set_message(format!("scanning: {} entries", self.nodes.len()));
+            top.next += 1;
+            let node = &self.nodes[c];
+            match node.entry.kind {
+                Kind::Dir if node.descend => {
+                    let dev = top.dev;
+                    let frame = self.open_dir(c, dev)?;
+                    stack.push(frame);
+                }
+                Kind::Dir => {
+                    // Another filesystem's mount point: an empty directory.
+                    let (id, written) =
+                        self.store
+                            .put_tree(&Tree::default())
+                            .map_err(|source| Error::Object {
+                                path: node_path(&self.nodes, &self.root, c),
+                                source,
+                            })?;
+                    self.counters.add(written);
+                    let node = &mut self.nodes[c];
+                    node.entry.content = Content::Tree(id);
+                    node.entry.nlink = 2;
+                    node.done = true;
+                }
+                Kind::File => {
+                    if self.link(c) || !self.nodes[c].reused {
+                        top.pending = true;
+                    }
+                    let node = &self.nodes[c];
+                    if node.primary.is_none() {
+                        self.file_bytes += node.entry.size;
+                        self.files_reused += u64::from(node.reused);
+                    }
+                }
+                _ => {
+                    if self.link(c) {
+                        top.pending = true;
+                    }
+                }
             }
         }
         Ok(())
     }
 
+    /// Give hardlinked node `idx` its link id (in walk order) and, unless it
+    /// is the first path of its inode, its primary. Whether it is hardlinked.
+    fn link(&mut self, idx: usize) -> bool {
+        let node = &self.nodes[idx];
+        if !node.hardlinked {
+            return false;
+        }
+        let next_id = self.links.len() as u64 + 1;
+        let group = self
+            .links
+            .entry((node.dev, node.ino))
+            .or_insert((next_id, idx, 0));
+        group.2 += 1;
+        let (link_id, first) = (group.0, group.1);
+        let node = &mut self.nodes[idx];
+        node.entry.link_id = link_id;
+        if first != idx {
+            node.primary = Some(first);
+        }
+        true
+    }
+
+    /// List directory `idx` (on `dev`) and start walking it.
+    fn open_dir(&mut self, idx: usize, dev: u64) -> Result<Frame> {
+        self.nodes[idx].slot = Some(self.cache.reserve());
+        let view = self.parent_of_dir(idx);
+        let children = self.read_dir(idx, dev, view.as_ref())?;
+        self.nodes[idx].children = (children.start, children.end);
+        Ok(Frame {
+            idx,
+            next: children.start,
+            children,
+            dev,
+            parent_tree: view.map(|(id, tree, _)| (id, tree)),
+            pending: false,
+        })
+    }
+
+    /// All of directory `frame.idx`'s children are walked: store its tree and
+    /// drop its subtree's nodes, unless something below it is pending (then
+    /// [`build_trees`] stores it after the content phase). Whether it is
+    /// pending.
+    fn finish_dir(&mut self, frame: Frame) -> Result<bool> {
+        let idx = frame.idx;
+        let subdirs = frame
+            .children
+            .clone()
+            .filter(|&c| self.nodes[c].entry.kind == Kind::Dir)
+            .count();
+        self.nodes[idx].entry.nlink = 2 + subdirs as u32;
+        if frame.pending {
+            return Ok(true);
+        }
+        let rel = rel_path(&self.nodes, idx);
+        let files = frame
+            .children
+            .clone()
+            .map(|c| &self.nodes[c])
+            .filter(|n| n.entry.kind == Kind::File)
+            .map(|n| (n.entry.name.as_slice(), n.ino));
+        if let Some(slot) = self.nodes[idx].slot {
+            self.cache.fill(slot, &rel, files);
+        }
+        let entries: Vec<Entry> = frame
+            .children
+            .clone()
+            .map(|c| std::mem::replace(&mut self.nodes[c].entry, moved()))
+            .collect();
+        let id = match frame.parent_tree {
+            // The same entries encode to the same bytes: the parent's tree.
+            Some((id, tree)) if tree.entries == entries => id,
+            _ => {
+                let (id, written) =
+                    self.store
+                        .put_tree(&Tree { entries })
+                        .map_err(|source| Error::Object {
+                            path: node_path(&self.nodes, &self.root, idx),
+                            source,
+                        })?;
+                self.counters.add(written);
+                self.trees_stored += 1;
+                id
+            }
+        };
+        self.nodes.truncate(frame.children.start);
+        let node = &mut self.nodes[idx];
+        node.entry.content = Content::Tree(id);
+        node.children = (frame.children.start, frame.children.start);
+        node.done = true;
+        Ok(false)
+    }
+
     /// lstat the entries of directory `idx` (sorted by name) and add them as
     /// nodes. Directories on another device than `dev` are added empty.
-    fn read_dir(&mut self, idx: usize, dev: u64) -> Result<std::ops::Range<usize>> {
+    fn read_dir(
+        &mut self,
+        idx: usize,
+        dev: u64,
+        parent: Option<&(ObjectId, Tree, Option<statcache::Group<'p>>)>,
+    ) -> Result<std::ops::Range<usize>> {
+        use rustix::fs::{AtFlags, Mode, OFlags};
         let dir = node_path(&self.nodes, &self.root, idx);
-        let parent = self.parent_of_dir(idx);
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(&dir, flags, Mode::empty())
+            .map_err(io::Error::from)
+            .at(&dir)?;
+        let mut listing = rustix::fs::Dir::new(fd).map_err(io::Error::from).at(&dir)?;
         let mut names = Vec::new();
-        for ent in fs::read_dir(&dir).at(&dir)? {
-            names.push(ent.at(&dir)?.file_name());
+        while let Some(ent) = listing.read() {
+            let ent = ent.map_err(io::Error::from).at(&dir)?;
+            let name = ent.file_name();
+            if name != c"." && name != c".." {
+                names.push(name.to_owned());
+            }
         }
-        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let dirfd = listing.fd().map_err(io::Error::from).at(&dir)?;
         let first = self.nodes.len();
+        let parent_entries = parent.map(|(_, tree, _)| tree);
+        let parent_snapshot = self.parent.as_ref().map(|(p, _)| *p);
         for name in names {
-            let path = dir.join(&name);
-            let meta = match fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let child_path = || dir.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
+            let meta = match rustix::fs::statat(dirfd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(s) => Meta::of_stat(&s),
+                Err(rustix::io::Errno::NOENT) => {
                     self.warn(format!(
                         "{}: vanished during the snapshot; not included",
-                        path.display()
+                        child_path().display()
                     ));
                     continue;
                 }
-                Err(e) => return Err(Error::io(&path, e)),
+                Err(e) => return Err(Error::io(&child_path(), e.into())),
             };
-            let Some(kind) = Kind::from_mode(meta.mode()) else {
-                self.warn(format!("{}: unknown file type; skipped", path.display()));
+            let Some(kind) = Kind::from_mode(meta.mode) else {
+                self.warn(format!(
+                    "{}: unknown file type; skipped",
+                    child_path().display()
+                ));
                 continue;
             };
-            if kind == Kind::Dir && meta.dev() != dev {
+            if kind == Kind::Dir && meta.dev != dev {
                 self.warn(format!(
                     "{}: a different filesystem is mounted here; recorded as an empty directory",
-                    path.display()
+                    child_path().display()
                 ));
             }
             if kind == Kind::Socket {
-                self.warn(format!("{}: socket kept as metadata only", path.display()));
+                self.warn(format!(
+                    "{}: socket kept as metadata only",
+                    child_path().display()
+                ));
             }
-            let mut node = self.make_node(&path, idx, name.as_bytes().to_vec(), kind, &meta)?;
-            node.descend &= meta.dev() == dev;
-            if let Some((p, tree, files)) = &parent
-                && let Some(before) = tree.get(name.as_bytes())
+            // Only other kinds than regular files need the path here.
+            let path = (kind != Kind::File).then(child_path);
+            let name = name.into_bytes();
+            let before = parent_entries.and_then(|t| t.get(&name));
+            let mut node = self.make_node(path.as_deref(), idx, name, kind, &meta)?;
+            node.descend &= meta.dev == dev;
+            if let (Some((_, _, files)), Some(before), Some(p)) = (parent, before, parent_snapshot)
             {
                 match kind {
                     Kind::File => {
-                        let ino = files.as_ref().and_then(|f| f.ino(name.as_bytes()));
+                        let ino = files.as_ref().and_then(|f| f.ino(&node.entry.name));
                         if let Some(ino) = ino
-                            && p.unchanged(before, ino, &stat_of(&meta))
+                            && p.unchanged(before, ino, &meta.stat())
                         {
                             node.entry.content = before.content.clone();
                             node.entry.xattrs = before.xattrs.clone();
@@ -433,39 +695,47 @@ impl<'p> Walk<'p> {
                 }
             }
             self.nodes.push(node);
+            self.entries += 1;
+            if self.entries.is_multiple_of(1024) {
+                self.progress
+                    .set_message(format!("scanning: {} entries", self.entries));
+            }
         }
+        self.peak_nodes = self.peak_nodes.max(self.nodes.len());
         Ok(first..self.nodes.len())
     }
 
-    /// The parent snapshot's view of directory `idx` (at `dir`): its tree
-    /// and the inodes of its files. `None` when there is no parent or the
-    /// parent had no directory there.
+    /// The parent snapshot's view of directory `idx`: its tree's id, the
+    /// tree, and the inodes of its files. `None` when there is no parent or
+    /// the parent had no directory there.
     fn parent_of_dir(
         &mut self,
         idx: usize,
-    ) -> Option<(&'p Parent, Tree, Option<statcache::Group<'p>>)> {
+    ) -> Option<(ObjectId, Tree, Option<statcache::Group<'p>>)> {
         let tree_id = self.parent_trees.remove(&idx)?;
-        let (parent, cursor) = self.parent.as_mut()?;
+        let (_, cursor) = self.parent.as_mut()?;
         let tree = self.store.get_tree(&tree_id, "parent tree").ok()?;
         let files = cursor.files_of(&rel_path(&self.nodes, idx));
-        Some((*parent, tree, files))
+        Some((tree_id, tree, files))
     }
 
+    /// A node for an entry seen by lstat as `meta`. `path` is needed for
+    /// anything but a regular file (symlink target, xattrs: a regular file's
+    /// are read through the open fd with its content).
     fn make_node(
         &self,
-        path: &Path,
+        path: Option<&Path>,
         parent: usize,
         name: Vec<u8>,
         kind: Kind,
-        meta: &Metadata,
+        meta: &Meta,
     ) -> Result<Node> {
         let mut entry = entry_from(name, kind, meta);
-        if kind == Kind::Symlink {
-            let target = fs::read_link(path).at(path)?;
-            entry.content = Content::Target(target.into_os_string().into_encoded_bytes());
-        }
-        if kind != Kind::File {
-            // Regular files' xattrs are read through the open fd with their content.
+        if let Some(path) = path.filter(|_| kind != Kind::File) {
+            if kind == Kind::Symlink {
+                let target = fs::read_link(path).at(path)?;
+                entry.content = Content::Target(target.into_os_string().into_encoded_bytes());
+            }
             let cpath = sys::cstring(path.as_os_str().as_bytes()).at(path)?;
             entry.xattrs = sys::read_xattrs(XattrTarget::Path(&cpath)).at(path)?;
         }
@@ -473,12 +743,14 @@ impl<'p> Walk<'p> {
             entry,
             parent,
             children: (0, 0),
-            dev: meta.dev(),
-            ino: meta.ino(),
-            hardlinked: kind != Kind::Dir && meta.nlink() > 1,
+            dev: meta.dev,
+            ino: meta.ino,
+            hardlinked: kind != Kind::Dir && meta.nlink > 1,
             descend: kind == Kind::Dir,
             reused: false,
+            done: false,
             primary: None,
+            slot: None,
         })
     }
 
@@ -487,55 +759,18 @@ impl<'p> Walk<'p> {
         self.warnings.push(msg);
     }
 
-    /// Give hardlinked paths their `link_id` (1, 2, … in sorted path order)
-    /// and `nlink` (paths of the inode inside the snapshot); mark all but the
-    /// first path of each inode as sharing the first one's content. Set each
-    /// directory's `nlink` to 2 + its subdirectories, as native filesystems do.
+    /// Give hardlinked paths their `nlink` (paths of the inode inside the
+    /// snapshot, known once the walk is done). Their directories are all
+    /// still pending.
     fn assign_links(&mut self) {
-        let mut groups: HashMap<(u64, u64), (u64, usize, u32)> = HashMap::new();
-        let mut next_id = 1;
-        for idx in self.preorder() {
-            if !self.nodes[idx].hardlinked {
-                continue;
-            }
-            let key = (self.nodes[idx].dev, self.nodes[idx].ino);
-            let group = groups.entry(key).or_insert_with(|| {
-                next_id += 1;
-                (next_id - 1, idx, 0)
-            });
-            group.2 += 1;
-            let (link_id, first) = (group.0, group.1);
-            let node = &mut self.nodes[idx];
-            node.entry.link_id = link_id;
-            if first != idx {
-                node.primary = Some(first);
-            }
+        if self.links.is_empty() {
+            return;
         }
         for node in &mut self.nodes {
             if node.hardlinked {
-                node.entry.nlink = groups[&(node.dev, node.ino)].2;
+                node.entry.nlink = self.links[&(node.dev, node.ino)].2;
             }
         }
-        for idx in 0..self.nodes.len() {
-            if self.nodes[idx].entry.kind == Kind::Dir {
-                let subdirs = self.nodes[idx]
-                    .children()
-                    .filter(|&c| self.nodes[c].entry.kind == Kind::Dir)
-                    .count();
-                self.nodes[idx].entry.nlink = 2 + subdirs as u32;
-            }
-        }
-    }
-
-    /// Node indices in depth-first, name-sorted order (root first).
-    fn preorder(&self) -> Vec<usize> {
-        let mut order = Vec::with_capacity(self.nodes.len());
-        let mut stack = vec![0usize];
-        while let Some(idx) = stack.pop() {
-            order.push(idx);
-            stack.extend(self.nodes[idx].children().rev());
-        }
-        order
     }
 
     /// Put read contents into their entries (metadata refreshed from the fstat
@@ -563,20 +798,22 @@ impl<'p> Walk<'p> {
         }
     }
 
-    /// The stat cache of this walk: each directory's regular files with the
-    /// inode their entry was read from (call after [`Walk::apply_contents`]).
-    fn stat_cache(&self, started_ns: i64, dev: u64) -> io::Result<StatCacheData> {
-        let mut cache = statcache::Writer::new(started_ns, dev);
-        for &d in &self.dirs {
-            let files: Vec<(&[u8], u64)> = self.nodes[d]
+    /// The stat cache groups of the directories still pending: their
+    /// regular files with the inode their entry was read from (call after
+    /// [`Walk::apply_contents`]).
+    fn fill_stat_cache(&mut self) {
+        for d in 0..self.nodes.len() {
+            let node = &self.nodes[d];
+            let (Some(slot), false) = (node.slot, node.done) else {
+                continue;
+            };
+            let files = node
                 .children()
                 .map(|c| &self.nodes[c])
                 .filter(|n| n.entry.kind == Kind::File)
-                .map(|n| (n.entry.name.as_slice(), n.ino))
-                .collect();
-            cache.group(&rel_path(&self.nodes, d), files.into_iter());
+                .map(|n| (n.entry.name.as_slice(), n.ino));
+            self.cache.fill(slot, &rel_path(&self.nodes, d), files);
         }
-        cache.finish()
     }
 }
 
@@ -888,7 +1125,8 @@ impl Read for SegmentReader<'_> {
 
 // ---------------------------------------------------------------- trees
 
-/// Store one tree per directory, children before parents, then the root tree.
+/// Store one tree per directory the walk left pending, children before
+/// parents, then the root tree.
 /// Each entry is moved into its directory's tree (nothing is needed after).
 fn build_trees(
     store: &Store,
@@ -897,7 +1135,7 @@ fn build_trees(
     counters: &Counters,
 ) -> Result<ObjectId> {
     for idx in (0..nodes.len()).rev() {
-        if nodes[idx].entry.kind != Kind::Dir {
+        if nodes[idx].entry.kind != Kind::Dir || nodes[idx].done {
             continue;
         }
         let mut tree = Tree {
@@ -971,6 +1209,23 @@ pub(crate) mod test_hook {
         let (mine, others) = all.drain(..).partition(|p: &PathBuf| p.starts_with(dir));
         *all = others;
         mine
+    }
+
+    /// Per walk of a directory: (the most nodes held at once, trees the
+    /// walk stored instead of reusing the parent's).
+    static WALKED: Mutex<Vec<(PathBuf, (usize, usize))>> = Mutex::new(Vec::new());
+
+    pub(super) fn walked(dir: &Path, peak_nodes: usize, trees_stored: usize) {
+        let mut all = WALKED.lock().unwrap();
+        all.retain(|(p, _)| p != dir);
+        all.push((dir.to_path_buf(), (peak_nodes, trees_stored)));
+    }
+
+    /// The last walk of `dir`: (most nodes held at once, trees stored by
+    /// the walk).
+    pub fn last_walk(dir: &Path) -> (usize, usize) {
+        let all = WALKED.lock().unwrap();
+        all.iter().rev().find(|(p, _)| p == dir).unwrap().1
     }
 
     pub(super) fn run(path: &Path) {

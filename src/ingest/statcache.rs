@@ -72,11 +72,14 @@ pub fn now_ns() -> i64 {
 
 // ---------------------------------------------------------------- writing
 
-/// A stat cache being written, directory by directory in walk order.
+/// A stat cache being written, directory by directory in walk order. A
+/// directory's place is taken when the walk lists it ([`Writer::reserve`])
+/// and filled in when its files' inodes are final ([`Writer::fill`]), which
+/// for a directory with files to read is after the content phase. A place
+/// never filled is left out (that directory's files are read next time).
 pub struct Writer {
     header: Vec<u8>,
-    buf: Vec<u8>,
-    groups: u64,
+    groups: Vec<Vec<u8>>,
 }
 
 impl Writer {
@@ -87,22 +90,44 @@ impl Writer {
         put_var(&mut header, dev);
         Writer {
             header,
-            buf: Vec::new(),
-            groups: 0,
+            groups: Vec::new(),
         }
     }
 
-    /// Add the regular files of directory `dir` (relative, '/'-separated, ""
-    /// for the root): (name, inode) sorted by name. Directories come in the
-    /// walk's order (depth first, by name: [`dir_order`]).
-    pub fn group<'a>(&mut self, dir: &[u8], files: impl ExactSizeIterator<Item = (&'a [u8], u64)>) {
-        put_bytes(&mut self.buf, dir);
-        put_var(&mut self.buf, files.len() as u64);
+    /// The place of the next directory in walk order (depth first, by name:
+    /// [`dir_order`]).
+    pub fn reserve(&mut self) -> usize {
+        self.groups.push(Vec::new());
+        self.groups.len() - 1
+    }
+
+    /// Fill place `slot` with the regular files of directory `dir`
+    /// (relative, '/'-separated, "" for the root): (name, inode) sorted by
+    /// name.
+    pub fn fill<'a>(
+        &mut self,
+        slot: usize,
+        dir: &[u8],
+        files: impl Iterator<Item = (&'a [u8], u64)>,
+    ) {
+        let mut body = Vec::new();
+        let mut n = 0u64;
         for (name, ino) in files {
-            put_bytes(&mut self.buf, name);
-            put_var(&mut self.buf, ino);
+            put_bytes(&mut body, name);
+            put_var(&mut body, ino);
+            n += 1;
         }
-        self.groups += 1;
+        let buf = &mut self.groups[slot];
+        buf.clear();
+        put_bytes(buf, dir);
+        put_var(buf, n);
+        buf.extend_from_slice(&body);
+    }
+
+    /// Add the regular files of directory `dir` as the next directory.
+    pub fn group<'a>(&mut self, dir: &[u8], files: impl Iterator<Item = (&'a [u8], u64)>) {
+        let slot = self.reserve();
+        self.fill(slot, dir, files);
     }
 
     /// The cache, compressed, ready for [`save`].
@@ -110,9 +135,12 @@ impl Writer {
         let mut enc = zstd::stream::Encoder::new(Vec::new(), 3)?;
         enc.include_checksum(true)?;
         let mut header = self.header;
-        put_var(&mut header, self.groups);
+        let filled = self.groups.iter().filter(|g| !g.is_empty()).count();
+        put_var(&mut header, filled as u64);
         enc.write_all(&header)?;
-        enc.write_all(&self.buf)?;
+        for g in &self.groups {
+            enc.write_all(g)?;
+        }
         Ok(StatCacheData(enc.finish()?))
     }
 }

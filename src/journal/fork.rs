@@ -340,7 +340,7 @@ impl Fork {
         // first record (HEAD is written first there) gets the map now, so
         // records appended to it replay later; the state is still fresh.
         if first && head.journal_from > 0 {
-            wal.append(&Record::InodeMap(state.inode_map()).encode())?;
+            wal.append(&state.inode_map_record())?;
             wal.sync()?;
         }
         state.finish_replay();
@@ -856,7 +856,7 @@ impl Fork {
             if st.changes == 0 {
                 return Ok(head.checkpoint);
             }
-            let map = Record::InodeMap(st.inode_map()).encode();
+            let map = st.inode_map_record();
             let seg = self.wal.rotate(&map)?;
             (seg, snapshot(&st), st.changes)
         };
@@ -922,6 +922,17 @@ impl Fork {
         Ok(new)
     }
 
+    /// The inode map record as a commit writes it, and the encoding of the
+    /// [`InodeMap`](super::record::InodeMap) built from the same state.
+    #[cfg(test)]
+    pub(crate) fn inode_map_encodings(&self) -> (Vec<u8>, Vec<u8>) {
+        let st = self.state.lock();
+        (
+            st.inode_map_record(),
+            Record::InodeMap(st.inode_map()).encode(),
+        )
+    }
+
     /// Whether the journal held changes to the tree when the fork was
     /// opened (directory loads and inode maps do not count).
     pub fn has_uncommitted(&self) -> bool {
@@ -958,7 +969,7 @@ impl Fork {
         }
         let ckpt = self.store.read_checkpoint(new)?;
         let root = self.store.root_entry(&ckpt)?;
-        let map = Record::InodeMap(ForkState::new(&root).inode_map()).encode();
+        let map = ForkState::new(&root).inode_map_record();
         // HEAD first: segment S+1 must not exist while HEAD names the old
         // head, whose replay would check the fresh map against its own state.
         let seg = self.wal.current_segment() + 1;

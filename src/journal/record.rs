@@ -18,6 +18,8 @@
 //! the fork state points at it there instead of keeping it in memory.
 //! Decoding never panics on hostile bytes (it returns `None`).
 
+use std::collections::BTreeMap;
+
 use crate::store::codec::{Malformed, Reader, put_bytes, put_i64, put_var};
 use crate::store::{Kind, ObjectId};
 
@@ -583,6 +585,45 @@ impl Field for InodeMap {
             orphans,
         })
     }
+}
+
+/// The payload of `Record::InodeMap` from the live state's parts, without
+/// copying the names into an [`InodeMap`] first: the same bytes as
+/// `Record::InodeMap(map).encode()` for the map those parts make (a commit
+/// writes it under the state lock, so the copy was what it cost).
+pub fn encode_inode_map(
+    next_ino: u64,
+    dirs: &[(u64, &BTreeMap<Vec<u8>, u64>)],
+    links: &[(u64, u64)],
+    orphans: &[u64],
+) -> Vec<u8> {
+    let names: usize = dirs
+        .iter()
+        .map(|(_, kids)| kids.keys().map(|n| n.len() + 4).sum::<usize>())
+        .sum();
+    let mut o =
+        Vec::with_capacity(16 + names + 8 * dirs.len() + 10 * (links.len() + orphans.len()));
+    o.push(T_INODEMAP);
+    next_ino.put(&mut o);
+    put_var(&mut o, dirs.len() as u64);
+    for (dir, kids) in dirs {
+        dir.put(&mut o);
+        put_var(&mut o, kids.len() as u64);
+        for (name, ino) in kids.iter() {
+            put_bytes(&mut o, name);
+            ino.put(&mut o);
+        }
+    }
+    put_var(&mut o, links.len() as u64);
+    for (l, i) in links {
+        l.put(&mut o);
+        i.put(&mut o);
+    }
+    put_var(&mut o, orphans.len() as u64);
+    for i in orphans {
+        i.put(&mut o);
+    }
+    o
 }
 
 /// The payload of `Record::Write { ino, offset, time_ns, data }` up to its

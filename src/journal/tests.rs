@@ -923,6 +923,31 @@ fn random_ops_replay_to_the_same_state() {
     }
 }
 
+#[test]
+fn the_inode_map_a_commit_writes_is_the_maps_encoding_and_replays() {
+    for seed in 1..=6u64 {
+        let env = env();
+        let f = env.fork();
+        let mut rng = Rng(seed * 0x2545_f491);
+        for round in 0..3 {
+            for _ in 0..40 {
+                random_op(&f, &mut rng);
+            }
+            let (record, map) = f.inode_map_encodings();
+            assert_eq!(record, map, "seed {seed} round {round}");
+            assert!(matches!(Record::decode(&record), Some(Record::InodeMap(_))));
+            f.commit("c").unwrap();
+        }
+        let live = dump(&f);
+        drop(f);
+        assert_eq!(
+            dump(&env.open("f")),
+            live,
+            "seed {seed}: replays from the map"
+        );
+    }
+}
+
 // ------------------------------------------------------------------ power loss
 
 /// A scripted workload: (operation, sync after it?).

@@ -801,12 +801,23 @@ impl ObjectBackend for LocalBackend {
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
         let pending = match self.pending.lock().get(id) {
             Some(Pending::Packed { file, offset, len }) => Err((file.clone(), *offset, *len)),
-            Some(Pending::Loose(tmp)) => Ok(tmp.clone()),
-            None => Ok(self.path_of(id)),
+            Some(Pending::Loose(tmp)) => Ok(Some(tmp.clone())),
+            None => Ok(None),
         };
         // Read without holding the lock.
         let path = match pending {
-            Ok(path) => path,
+            Ok(Some(path)) => path,
+            Ok(None) => {
+                // Most objects are packed: a pack the view knows of is
+                // looked up in memory before a loose file is tried (which
+                // costs a failed open for every packed object).
+                if self.find_published(id)?.is_some()
+                    && let Some(bytes) = self.read_packed(id)?
+                {
+                    return Ok(Some(bytes));
+                }
+                self.path_of(id)
+            }
             Err((file, offset, len)) => return read_entry(&file, offset, len).map(Some),
         };
         match File::open(path) {

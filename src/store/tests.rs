@@ -114,6 +114,22 @@ fn large_objects_stay_loose_small_ones_are_packed() {
 }
 
 #[test]
+fn a_packed_object_is_read_from_its_pack_without_trying_a_loose_file() {
+    let (_d, s) = new_store();
+    let (id, _) = s.put_object(b"packed, not loose").unwrap();
+    s.sync_objects().unwrap();
+    let stored = s.backend().read(&id).unwrap().unwrap();
+    // A stray file where a loose copy would be: never opened for a packed
+    // object (the pack is found in memory first).
+    let hex = id.to_hex();
+    let loose = s.root().join("objects").join(&hex[..2]).join(&hex[2..]);
+    fs::create_dir_all(loose.parent().unwrap()).unwrap();
+    fs::write(&loose, b"not what the pack holds").unwrap();
+    assert_eq!(s.backend().read(&id).unwrap().unwrap(), stored);
+    assert_eq!(s.get_object(&id, "t").unwrap(), b"packed, not loose");
+}
+
+#[test]
 fn packs_published_by_another_process_are_found() {
     let (_d, reader) = new_store();
     // Loaded (empty) before the writer publishes.

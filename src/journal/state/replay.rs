@@ -2,10 +2,10 @@
 //! `InodeMap` record a commit writes so a replay from the committed
 //! checkpoint numbers inodes as the live fork did.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use super::super::Result;
-use super::super::record::{InodeMap, Record};
+use super::super::record::{InodeMap, Record, encode_inode_map};
 use super::super::wal::Pos;
 use super::extents::FileData;
 use super::namespace::servable;
@@ -38,20 +38,58 @@ impl ForkState {
     /// The live numbering, for the first record of a segment started by a
     /// commit: every loaded directory (parents first) with its children, the
     /// base link ids in use, and the open unlinked files.
+    #[cfg(test)]
     pub fn inode_map(&self) -> InodeMap {
-        let mut dirs = Vec::new();
-        let mut queue = VecDeque::from([ROOT_INO]);
-        while let Some(d) = queue.pop_front() {
-            let Some(kids) = self.inodes[&d].children() else {
-                continue;
-            };
-            dirs.push((d, kids.iter().map(|(n, i)| (n.clone(), *i)).collect()));
-            for &k in kids.values() {
-                if self.inodes[&k].kind == Kind::Dir {
-                    queue.push_back(k);
-                }
+        let (dirs, links, orphans) = self.inode_map_parts();
+        InodeMap {
+            next_ino: self.next_ino,
+            dirs: dirs
+                .into_iter()
+                .map(|(d, kids)| (d, kids.iter().map(|(n, i)| (n.clone(), *i)).collect()))
+                .collect(),
+            links,
+            orphans,
+        }
+    }
+
+    /// `Record::InodeMap(self.inode_map()).encode()`, encoded straight from
+    /// the state (no copy of every loaded name).
+    pub fn inode_map_record(&self) -> Vec<u8> {
+        let (dirs, links, orphans) = self.inode_map_parts();
+        encode_inode_map(self.next_ino, &dirs, &links, &orphans)
+    }
+
+    /// What an inode map lists, borrowed from the state.
+    #[allow(clippy::type_complexity)]
+    fn inode_map_parts(
+        &self,
+    ) -> (
+        Vec<(u64, &BTreeMap<Vec<u8>, u64>)>,
+        Vec<(u64, u64)>,
+        Vec<u64>,
+    ) {
+        // One pass over the inodes finds the loaded directories and the
+        // orphans; a directory's depth (from the parent links directories
+        // keep) puts parents first. Looking up every loaded entry to find the
+        // subdirectories cost a hash lookup per name.
+        let mut loaded = Vec::new();
+        let mut orphans = Vec::new();
+        for (&ino, n) in &self.inodes {
+            if let Some(kids) = n.children() {
+                loaded.push((ino, kids));
+            } else if n.nlink == 0 && n.kind == Kind::File {
+                orphans.push(ino);
             }
         }
+        orphans.sort_unstable();
+        let root_loaded = self.inodes.get(&ROOT_INO).and_then(|n| n.children());
+        let mut depth = HashMap::from([(ROOT_INO, root_loaded.map(|_| 0))]);
+        let mut dirs: Vec<(u32, u64, &BTreeMap<Vec<u8>, u64>)> = loaded
+            .into_iter()
+            .filter_map(|(d, kids)| Some((self.loaded_depth(d, &mut depth)?, d, kids)))
+            .collect();
+        dirs.sort_unstable_by_key(|&(depth, d, _)| (depth, d));
+        let dirs = dirs.into_iter().map(|(_, d, kids)| (d, kids)).collect();
         let mut links: Vec<(u64, u64)> = self
             .by_link
             .iter()
@@ -59,19 +97,33 @@ impl ForkState {
             .map(|(l, i)| (*l, *i))
             .collect();
         links.sort_unstable();
-        let mut orphans: Vec<u64> = self
-            .inodes
-            .iter()
-            .filter(|(_, n)| n.nlink == 0 && n.kind == Kind::File)
-            .map(|(i, _)| *i)
-            .collect();
-        orphans.sort_unstable();
-        InodeMap {
-            next_ino: self.next_ino,
-            dirs,
-            links,
-            orphans,
+        (dirs, links, orphans)
+    }
+
+    /// How deep loaded directory `d` is below the root, following the
+    /// parent links; `None` when a directory on the way is not loaded (then
+    /// the map cannot bind it: a replay reaches it only through loads).
+    /// `memo` holds the depths found so far (the root's is 0).
+    fn loaded_depth(&self, d: u64, memo: &mut HashMap<u64, Option<u32>>) -> Option<u32> {
+        let mut chain = Vec::new();
+        let mut at = d;
+        let found = loop {
+            if let Some(&known) = memo.get(&at) {
+                break known;
+            }
+            let n = self.inodes.get(&at)?;
+            if n.children().is_none() || chain.len() > self.inodes.len() {
+                break None;
+            }
+            chain.push(at);
+            at = n.parent;
+        };
+        let mut depth = found;
+        for &c in chain.iter().rev() {
+            depth = depth.map(|x| x + 1);
+            memo.insert(c, depth);
         }
+        depth
     }
 
     /// First record of a replay from a committed checkpoint: number the
