@@ -577,6 +577,83 @@ mod tests {
         assert_eq!(fs.read(C, ino, 8, u32::MAX).unwrap(), b"b");
     }
 
+    /// A view of one file "big" of `chunks` chunks of 200,000 pseudo-random
+    /// bytes each (framed objects), with a 64 MiB cache; its bytes and ids.
+    fn serve_big(chunks: usize) -> (tempfile::TempDir, CheckpointView, Vec<u8>, Vec<ObjectId>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_or_create(&dir.path().join("s")).unwrap();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let data: Vec<u8> = (0..chunks * 200_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let ids: Vec<ObjectId> = data
+            .chunks(200_000)
+            .map(|c| store.put_object(c).unwrap().0)
+            .collect();
+        store.sync_objects().unwrap();
+        let extents = ids
+            .iter()
+            .map(|id| Extent {
+                len: 200_000,
+                id: Some(*id),
+            })
+            .collect();
+        let (tid, _) = store
+            .put_tree(&crate::store::Tree {
+                entries: vec![file("big", data.len() as u64, extents)],
+            })
+            .unwrap();
+        let mut root = file("", 0, vec![]);
+        root.kind = Kind::Dir;
+        root.content = Content::Tree(tid);
+        let fs = CheckpointView::new(Arc::new(store), root, 64 << 20, "/m".into(), None);
+        (dir, fs, data, ids)
+    }
+
+    #[test]
+    fn sequential_reads_read_the_next_chunks_ahead() {
+        let (_dir, fs, data, ids) = serve_big(6);
+        let ino = fs.lookup(C, ROOT_INO, b"big").unwrap().attr.ino;
+        assert_eq!(fs.read(C, ino, 0, 131_072).unwrap(), data[..131_072]);
+        // Queued, being read or read already: every later chunk (6 × 200 KB
+        // is within the read-ahead's bounds).
+        for id in &ids[1..] {
+            assert!(fs.cache.contains(id) || fs.readahead.in_flight(id));
+        }
+        let mut out = data[..131_072].to_vec();
+        while out.len() < data.len() {
+            out.extend(fs.read(C, ino, out.len() as u64, 131_072).unwrap());
+        }
+        assert_eq!(out, data);
+    }
+
+    #[test]
+    fn a_small_random_read_decodes_only_its_part() {
+        let (_dir, fs, data, ids) = serve_big(12);
+        let ino = fs.lookup(C, ROOT_INO, b"big").unwrap().attr.ino;
+        // Each more than the read-ahead's slack away from the one before.
+        for at in [100_000u64, 1_300_000, 2_399_000, 65_530, 1_200_000] {
+            let got = fs.read(C, ino, at, 4096).unwrap();
+            let end = (at as usize + 4096).min(data.len());
+            assert_eq!(got, data[at as usize..end]);
+        }
+        // Nothing cached whole, nothing read ahead.
+        for id in &ids {
+            assert!(!fs.cache.contains(id) && !fs.readahead.in_flight(id));
+        }
+        // A read of most of a chunk reads it whole (and keeps it).
+        assert_eq!(
+            fs.read(C, ino, 610_000, 150_000).unwrap(),
+            data[610_000..760_000]
+        );
+        assert!(fs.cache.contains(&ids[3]));
+    }
+
     #[test]
     fn hostile_entries_are_errors() {
         let (_dir, fs) = serve(vec![

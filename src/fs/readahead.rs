@@ -29,7 +29,7 @@ const TRACKED_FILES: usize = 256;
 /// A read starting within this distance of where the previous read of the
 /// file ended counts as sequential (the kernel's read-ahead requests can
 /// arrive out of order, served by several threads).
-const SEQUENTIAL_SLACK: u64 = 2 << 20;
+const SEQUENTIAL_SLACK: u64 = 1 << 20;
 
 type Job = Box<dyn FnOnce() + Send>;
 

@@ -649,6 +649,7 @@ fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
     let (id, _) = s.put_object(&data).unwrap();
     s.sync_objects().unwrap();
     let good = stored(&s, &id);
+    assert!(raw_table(&good).is_some(), "framed");
     let len = data.len() as u64;
     let table_at = good.len() - framed::table_len(framed::frame_count(len));
     // Each byte of the table, then bytes in the middle of frames.
