@@ -53,7 +53,9 @@ fn a_large_file_reads_back_exactly_sequentially_and_at_random() {
         let f = open_random(&path);
         let mut x = 12345u64;
         for i in 0..300 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let len = match i % 3 {
                 0 => 4096,
                 1 => 1 + (x >> 40) as usize % 70_000,
@@ -104,11 +106,16 @@ fn a_damaged_frame_fails_only_the_reads_that_need_it() {
         start += e.len;
     }
     let (chunk_start, chunk_len, id) = best;
-    assert!(chunk_len >= 4 * framed::FRAME_SIZE as u64, "a chunk of 4 frames");
+    assert!(
+        chunk_len >= 4 * framed::FRAME_SIZE as u64,
+        "a chunk of 4 frames"
+    );
     let (path, offset, stored_len) = store.backend().locate(&id).unwrap().unwrap();
     assert_eq!(offset, 0, "random data is stored loose");
     let mut raw = fs::read(&path).unwrap();
-    let table_len = framed::table_len_from_footer(&raw).unwrap().expect("framed");
+    let table_len = framed::table_len_from_footer(&raw)
+        .unwrap()
+        .expect("framed");
     let table = framed::parse_table(&raw[raw.len() - table_len..], stored_len).unwrap();
     // Damage the middle of frame 1.
     let f1 = table.frames[1];

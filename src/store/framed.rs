@@ -21,6 +21,9 @@ pub use super::codec::Malformed;
 /// Content bytes per frame (the last frame of an object may be shorter).
 /// Objects of at most this many bytes are one plain frame, as before.
 pub const FRAME_SIZE: usize = 64 * 1024;
+/// The most bytes a frame of incompressible content takes beyond the content
+/// (frame header, block headers, checksum), rounded up.
+pub const FRAME_OVERHEAD: u64 = 64;
 /// The most content one frame may declare (a hostile table cannot make a
 /// reader allocate more for one frame).
 pub const FRAME_MAX: u32 = 4 << 20;
@@ -61,9 +64,7 @@ pub struct FrameTable {
 impl FrameTable {
     /// The object's content length.
     pub fn content_len(&self) -> u64 {
-        self.frames
-            .last()
-            .map_or(0, |f| f.start + u64::from(f.len))
+        self.frames.last().map_or(0, |f| f.start + u64::from(f.len))
     }
 
     /// The frames that hold any byte of `range` (of the content), in order.
@@ -127,7 +128,9 @@ pub fn parse_table(table: &[u8], stored_len: u64) -> Result<FrameTable, Malforme
         return Err(Malformed("no frame table footer"));
     };
     if table.len() != len || len as u64 > stored_len {
-        return Err(Malformed("frame table length does not match its frame count"));
+        return Err(Malformed(
+            "frame table length does not match its frame count",
+        ));
     }
     if u32_at(table, 0) != SKIPPABLE_MAGIC || u32_at(table, 4) as usize != len - HEADER {
         return Err(Malformed("frame table header is wrong"));

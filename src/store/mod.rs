@@ -241,7 +241,12 @@ impl Store {
     /// push). `None` when the object is not framed, not readable in part
     /// here (a remote object not fetched yet), or anything about it looks
     /// wrong: the caller reads it whole, which reports what is wrong.
-    pub fn read_range(&self, id: &ObjectId, len: u64, range: Range<u64>) -> Result<Option<Vec<u8>>> {
+    pub fn read_range(
+        &self,
+        id: &ObjectId,
+        len: u64,
+        range: Range<u64>,
+    ) -> Result<Option<Vec<u8>>> {
         if len <= framed::FRAME_SIZE as u64 || range.start >= range.end || range.end > len {
             return Ok(None);
         }
@@ -255,16 +260,44 @@ impl Store {
                     return Ok(None);
                 };
                 Ok(decode_range(&table, len, range, |r| {
-                    Ok(raw.get(r.start as usize..r.end as usize).map(<[u8]>::to_vec))
+                    Ok(raw
+                        .get(r.start as usize..r.end as usize)
+                        .map(<[u8]>::to_vec))
                 })
                 .at(&ctx)?)
             }
-            Stored::File { file, offset, len: stored_len } => {
+            Stored::File {
+                file,
+                offset,
+                len: stored_len,
+            } => {
                 // The table's length follows from `len` (fixed-size frames):
                 // one read of exactly the table.
                 let table_len = framed::table_len(framed::frame_count(len));
                 if table_len as u64 >= stored_len {
                     return Ok(None);
+                }
+                // Only the bytes asked for: no read-ahead around them. A
+                // failure only costs that.
+                let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
+                // While the table is read, have the disk fetch where the
+                // frames probably are (from the average stored frame size up
+                // to where they end at most when stored raw): the two reads
+                // overlap instead of following each other. A wrong guess
+                // costs only that read.
+                let frame = framed::FRAME_SIZE as u64;
+                let data_len = stored_len - table_len as u64;
+                let lo = range.start / frame * (data_len / framed::frame_count(len) as u64);
+                let hi = ((range.end - 1) / frame + 1)
+                    .saturating_mul(frame + framed::FRAME_OVERHEAD)
+                    .min(data_len);
+                if let Some(n) = hi.checked_sub(lo).and_then(std::num::NonZeroU64::new) {
+                    let _ = rustix::fs::fadvise(
+                        &file,
+                        offset + lo,
+                        Some(n),
+                        rustix::fs::Advice::WillNeed,
+                    );
                 }
                 let mut tail = vec![0; table_len];
                 file.read_exact_at(&mut tail, offset + stored_len - table_len as u64)

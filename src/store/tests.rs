@@ -515,7 +515,11 @@ fn half_random(n: usize, seed: u64) -> Vec<u8> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if (i / 512) % 2 == 0 { x as u8 } else { (i % 251) as u8 }
+            if (i / 512) % 2 == 0 {
+                x as u8
+            } else {
+                (i % 251) as u8
+            }
         })
         .collect()
 }
@@ -549,7 +553,10 @@ fn stored(s: &Store, id: &ObjectId) -> Vec<u8> {
 fn large_objects_are_framed_and_round_trip_with_their_id_unchanged() {
     let (_d, s) = new_store();
     for (len, data) in [
-        (framed::FRAME_SIZE + 1, half_random(framed::FRAME_SIZE + 1, 1)),
+        (
+            framed::FRAME_SIZE + 1,
+            half_random(framed::FRAME_SIZE + 1, 1),
+        ),
         (300_000, half_random(300_000, 2)),
         (1 << 20, half_random(1 << 20, 3)),
     ] {
@@ -636,7 +643,8 @@ fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
     assert!(offset > 0, "the compressible one is packed");
     // An object that is not stored: declined (a whole read says it is missing).
     assert_eq!(
-        s.read_range(&ObjectId::of(b"absent"), 1 << 20, 0..10).unwrap(),
+        s.read_range(&ObjectId::of(b"absent"), 1 << 20, 0..10)
+            .unwrap(),
         None
     );
 }
@@ -676,7 +684,8 @@ fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
         }
     }
     // Truncated: an error too.
-    s.replace_stored_object(&id, &good[..good.len() - 3]).unwrap();
+    s.replace_stored_object(&id, &good[..good.len() - 3])
+        .unwrap();
     assert!(matches!(s.get_object(&id, "t"), Err(Error::Corrupt { .. })));
     assert_eq!(s.read_range(&id, len, 0..10).unwrap(), None);
     s.replace_stored_object(&id, &good).unwrap();
