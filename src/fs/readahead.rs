@@ -19,11 +19,11 @@ use parking_lot::{Condvar, Mutex};
 use crate::store::ObjectId;
 
 /// Worker threads per read-only tree, started on the first read-ahead.
-pub const WORKERS: usize = 4;
+pub const WORKERS: usize = 6;
 /// Chunks read ahead of the reader at most...
-pub const AHEAD_CHUNKS: usize = 8;
+pub const AHEAD_CHUNKS: usize = 16;
 /// ...and bytes at most (of which also no more than a quarter of the cache).
-pub const AHEAD_BYTES: u64 = 8 << 20;
+pub const AHEAD_BYTES: u64 = 16 << 20;
 /// Files whose last read position is remembered (to tell sequential reads).
 const TRACKED_FILES: usize = 256;
 /// A read starting within this distance of where the previous read of the
