@@ -26,10 +26,11 @@ pub const AHEAD_CHUNKS: usize = 16;
 pub const AHEAD_BYTES: u64 = 16 << 20;
 /// Files whose last read position is remembered (to tell sequential reads).
 const TRACKED_FILES: usize = 256;
-/// A read starting within this distance of where the previous read of the
+/// A read starting within this distance (two of the kernel's 128 KiB
+/// read-ahead requests) of where the previous read of the
 /// file ended counts as sequential (the kernel's read-ahead requests can
 /// arrive out of order, served by several threads).
-const SEQUENTIAL_SLACK: u64 = 1 << 20;
+const SEQUENTIAL_SLACK: u64 = 256 << 10;
 
 type Job = Box<dyn FnOnce() + Send>;
 
