@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node, data_ranges};
+use super::readahead::{AHEAD_CHUNKS, Claim, ReadAhead};
 use super::view::{
     self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir,
     StatFs, View, XattrReply,
@@ -31,6 +32,8 @@ pub struct CheckpointView {
     inodes: InodeTable,
     /// Decompressed chunks; a browse mount shares one cache between its trees.
     cache: Arc<ChunkCache>,
+    /// Sequential reads: the next chunks, read on worker threads into `cache`.
+    readahead: ReadAhead,
     /// Where the tree is mounted, to name files in log lines.
     mountpoint: PathBuf,
     stats: Option<Stats>,
@@ -66,6 +69,7 @@ impl CheckpointView {
         CheckpointView {
             store,
             inodes: InodeTable::new(root, inode_budget),
+            readahead: ReadAhead::new(cache.capacity()),
             cache,
             mountpoint,
             stats,
@@ -207,6 +211,12 @@ impl CheckpointView {
         if let Some(chunk) = self.cache.get(id) {
             return Ok(chunk);
         }
+        // Being read ahead: wait for it rather than read it twice.
+        if let Claim::Landed = self.readahead.claim(id)
+            && let Some(chunk) = self.cache.get(id)
+        {
+            return Ok(chunk);
+        }
         self.store.prefetch(&following());
         let path = self.display_path(node.ino);
         let data = self
@@ -216,6 +226,58 @@ impl CheckpointView {
         let data = Arc::new(data);
         self.cache.insert(*id, data.clone());
         Ok(data)
+    }
+
+    /// A random read of a small part (`range`) of a chunk of `len` bytes that
+    /// is not in the cache: just that part, decompressing only the frames
+    /// it touches ([`Store::read_range`]). `None` for sequential reads, large
+    /// parts, and chunks that cannot be read in part: read the whole chunk.
+    fn piece(
+        &self,
+        node: &Node,
+        id: &ObjectId,
+        len: u64,
+        range: std::ops::Range<u64>,
+        sequential: bool,
+    ) -> Result<Option<Vec<u8>>> {
+        if sequential
+            || (range.end - range.start).saturating_mul(PART_OF_CHUNK) > len
+            || self.cache.contains(id)
+            || self.readahead.in_flight(id)
+        {
+            return Ok(None);
+        }
+        self.store.read_range(id, len, range).map_err(|e| {
+            let path = self.display_path(node.ino);
+            self.store_failure(&path, id, e)
+        })
+    }
+
+    /// A sequential read reached extent `index` of `extents`: queue the data
+    /// extents after it for reading on the read-ahead workers, up to
+    /// [`AHEAD_CHUNKS`] and [`ReadAhead::ahead_bytes`] ahead.
+    fn read_ahead(&self, extents: &[store::Extent], index: usize) {
+        let mut bytes = 0u64;
+        for e in extents.iter().skip(index + 1).take(AHEAD_CHUNKS * 4) {
+            let Some(id) = e.id else { continue };
+            bytes = bytes.saturating_add(e.len);
+            if bytes > self.readahead.ahead_bytes() {
+                break;
+            }
+            if self.cache.contains(&id) || self.readahead.in_flight(&id) {
+                continue;
+            }
+            let (store, cache, len) = (self.store.clone(), self.cache.clone(), e.len);
+            self.readahead.submit(
+                id,
+                Box::new(move || match store.get_object(&id, "read-ahead") {
+                    Ok(data) if data.len() as u64 == len => cache.insert(id, Arc::new(data)),
+                    // The reader reads it again and reports what is wrong.
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(object = %id, error = %e, "read-ahead failed"),
+                }),
+            );
+        }
     }
 
     /// Log a failed object read (corrupt, missing, I/O) with the file it was for.
@@ -310,6 +372,11 @@ impl View for CheckpointView {
         let mut out = Vec::with_capacity((end - offset) as usize);
         // The last extent starting at or before `offset` holds it (starts[0] == 0).
         let mut index = starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let sequential = self.readahead.sequential(ino, offset, end);
+        if sequential {
+            let last = starts.partition_point(|&s| s < end).saturating_sub(1);
+            self.read_ahead(extents, last);
+        }
         let mut pos = offset;
         while pos < end {
             let (Some(extent), Some(&start)) = (extents.get(index), starts.get(index)) else {
@@ -320,13 +387,18 @@ impl View for CheckpointView {
             let to = end.min(extent_end) - start;
             match &extent.id {
                 None => out.resize(out.len() + (to - from) as usize, 0),
-                Some(id) => {
-                    let chunk = self.chunk(&node, id, || next_chunks(extents, index))?;
-                    if chunk.len() as u64 != extent.len {
-                        return Err(self.malformed(&node, "chunk length differs from its extent"));
+                Some(id) => match self.piece(&node, id, extent.len, from..to, sequential)? {
+                    Some(piece) => out.extend_from_slice(&piece),
+                    None => {
+                        let chunk = self.chunk(&node, id, || next_chunks(extents, index))?;
+                        if chunk.len() as u64 != extent.len {
+                            return Err(
+                                self.malformed(&node, "chunk length differs from its extent")
+                            );
+                        }
+                        out.extend_from_slice(&chunk[from as usize..to as usize]);
                     }
-                    out.extend_from_slice(&chunk[from as usize..to as usize]);
-                }
+                },
             }
             pos = start + to;
             index += 1;
@@ -424,6 +496,9 @@ impl View for CheckpointView {
 /// How many entries ahead a listing hints at their subdirectories' trees.
 const PREFETCH_SUBDIRS: usize = 128;
 
+/// A random read of at most 1/this of a chunk reads only that part.
+const PART_OF_CHUNK: u64 = 4;
+
 /// How many chunks after the one being read a miss hints at ([`Store::prefetch`]).
 const PREFETCH_AHEAD: usize = 4;
 
@@ -505,6 +580,83 @@ mod tests {
         assert_eq!(fs.read(C, ino, 9, 10).unwrap(), b"");
         assert_eq!(fs.read(C, ino, u64::MAX, u32::MAX).unwrap(), b"");
         assert_eq!(fs.read(C, ino, 8, u32::MAX).unwrap(), b"b");
+    }
+
+    /// A view of one file "big" of `chunks` chunks of 200,000 pseudo-random
+    /// bytes each (framed objects), with a 64 MiB cache; its bytes and ids.
+    fn serve_big(chunks: usize) -> (tempfile::TempDir, CheckpointView, Vec<u8>, Vec<ObjectId>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_or_create(&dir.path().join("s")).unwrap();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let data: Vec<u8> = (0..chunks * 200_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let ids: Vec<ObjectId> = data
+            .chunks(200_000)
+            .map(|c| store.put_object(c).unwrap().0)
+            .collect();
+        store.sync_objects().unwrap();
+        let extents = ids
+            .iter()
+            .map(|id| Extent {
+                len: 200_000,
+                id: Some(*id),
+            })
+            .collect();
+        let (tid, _) = store
+            .put_tree(&crate::store::Tree {
+                entries: vec![file("big", data.len() as u64, extents)],
+            })
+            .unwrap();
+        let mut root = file("", 0, vec![]);
+        root.kind = Kind::Dir;
+        root.content = Content::Tree(tid);
+        let fs = CheckpointView::new(Arc::new(store), root, 64 << 20, "/m".into(), None);
+        (dir, fs, data, ids)
+    }
+
+    #[test]
+    fn sequential_reads_read_the_next_chunks_ahead() {
+        let (_dir, fs, data, ids) = serve_big(6);
+        let ino = fs.lookup(C, ROOT_INO, b"big").unwrap().attr.ino;
+        assert_eq!(fs.read(C, ino, 0, 131_072).unwrap(), data[..131_072]);
+        // Queued, being read or read already: every later chunk (6 × 200 KB
+        // is within the read-ahead's bounds).
+        for id in &ids[1..] {
+            assert!(fs.cache.contains(id) || fs.readahead.in_flight(id));
+        }
+        let mut out = data[..131_072].to_vec();
+        while out.len() < data.len() {
+            out.extend(fs.read(C, ino, out.len() as u64, 131_072).unwrap());
+        }
+        assert_eq!(out, data);
+    }
+
+    #[test]
+    fn a_small_random_read_decodes_only_its_part() {
+        let (_dir, fs, data, ids) = serve_big(12);
+        let ino = fs.lookup(C, ROOT_INO, b"big").unwrap().attr.ino;
+        // Each more than the read-ahead's slack away from the one before.
+        for at in [100_000u64, 1_300_000, 2_399_000, 65_530, 1_200_000] {
+            let got = fs.read(C, ino, at, 4096).unwrap();
+            let end = (at as usize + 4096).min(data.len());
+            assert_eq!(got, data[at as usize..end]);
+        }
+        // Nothing cached whole, nothing read ahead.
+        for id in &ids {
+            assert!(!fs.cache.contains(id) && !fs.readahead.in_flight(id));
+        }
+        // A read of most of a chunk reads it whole (and keeps it).
+        assert_eq!(
+            fs.read(C, ino, 610_000, 150_000).unwrap(),
+            data[610_000..760_000]
+        );
+        assert!(fs.cache.contains(&ids[3]));
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod checkpoint;
 mod fork;
 mod fuse;
 mod inode;
+mod readahead;
 #[cfg(test)]
 mod testing;
 mod view;

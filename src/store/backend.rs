@@ -31,6 +31,15 @@ pub enum Got {
     Verified(Vec<u8>),
 }
 
+/// Where a partial read finds an object's stored bytes
+/// ([`ObjectBackend::open_stored`]).
+pub enum Stored {
+    /// `len` stored bytes at `offset` in `file` (a loose object: offset 0).
+    File { file: File, offset: u64, len: u64 },
+    /// All the stored bytes, read already (a small packed object).
+    Bytes(Vec<u8>),
+}
+
 /// Storage of compressed object bytes by id. Implementations must be safe to call
 /// from many threads, and `write` must never leave a partial object under `id`.
 pub trait ObjectBackend: Send + Sync {
@@ -61,6 +70,12 @@ pub trait ObjectBackend: Send + Sync {
     /// Where the stored bytes of `id` are on the local disk (file, offset,
     /// length), for a backend that keeps them there; `None` otherwise.
     fn locate(&self, _id: &ObjectId) -> io::Result<Option<(PathBuf, u64, u64)>> {
+        Ok(None)
+    }
+    /// For a read of part of `id`: where its stored bytes are, so only the
+    /// part needed is read ([`Stored`]); `None` when it is not stored here or
+    /// the backend cannot say (the default: the caller reads it whole).
+    fn open_stored(&self, _id: &ObjectId) -> io::Result<Option<Stored>> {
         Ok(None)
     }
     /// A hint that `ids` will probably be read soon (the next chunks of a file
@@ -976,6 +991,36 @@ impl ObjectBackend for LocalBackend {
 
     fn refresh(&self) -> io::Result<()> {
         self.rescan()
+    }
+
+    /// A loose object (pending or published) as its open file; a packed one
+    /// (at most [`PACK_OBJECT_MAX`] stored bytes) read whole, its pack record
+    /// checked as [`ObjectBackend::read`] does.
+    fn open_stored(&self, id: &ObjectId) -> io::Result<Option<Stored>> {
+        let pending = match self.pending.lock().get(id) {
+            Some(Pending::Loose(tmp)) => Some(Some(tmp.clone())),
+            Some(Pending::Packed { .. }) => Some(None),
+            None => None,
+        };
+        let path = match pending {
+            Some(Some(tmp)) => tmp,
+            Some(None) => return Ok(self.read(id)?.map(Stored::Bytes)),
+            None => self.path_of(id),
+        };
+        match File::open(&path) {
+            Ok(file) => {
+                let len = file.metadata()?.len();
+                Ok(Some(Stored::File {
+                    file,
+                    offset: 0,
+                    len,
+                }))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                Ok(self.read_packed(id)?.map(Stored::Bytes))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// A loose file, or a range of a pack (published objects only).

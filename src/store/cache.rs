@@ -52,6 +52,16 @@ impl ChunkCache {
         }
     }
 
+    /// Whether `id` is held (without making it recently used).
+    pub fn contains(&self, id: &ObjectId) -> bool {
+        self.inner.lock().lru.contains(id)
+    }
+
+    /// The most bytes it holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Bytes held now.
     pub fn bytes(&self) -> usize {
         self.inner.lock().bytes

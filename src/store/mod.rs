@@ -13,6 +13,7 @@ mod checkpoint;
 pub mod chunk;
 pub mod codec;
 mod forks;
+pub mod framed;
 mod gc;
 mod id;
 mod midx;
@@ -27,12 +28,14 @@ mod verify;
 use std::cell::RefCell;
 use std::fs;
 use std::io::{self, ErrorKind, Read, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
-pub use backend::{Got, LocalBackend, ObjectBackend};
+pub use backend::{Got, LocalBackend, ObjectBackend, Stored};
 pub use cache::ChunkCache;
 pub use checkpoint::{Checkpoint, Source, Stats, canonical_origin, check_origin, format_time};
 pub use forks::ForkHead;
@@ -226,6 +229,90 @@ impl Store {
             return Err(corrupt(format!("content hashes to {actual}")));
         }
         Ok(out)
+    }
+
+    /// Bytes `range` of object `id`, whose content is `len` bytes long (as
+    /// the tree that names it records), reading and decompressing only the
+    /// frames of a framed object ([`framed`]) that the range touches: one
+    /// small read of its frame table and one of those frames. Each frame is
+    /// checked by its zstd content checksum, the table against the object's
+    /// stored length and `len`; the object's sha256 is checked by every
+    /// whole read ([`Store::get_object`]: sequential reads, export, verify,
+    /// push). `None` when the object is not framed, not readable in part
+    /// here (a remote object not fetched yet), or anything about it looks
+    /// wrong: the caller reads it whole, which reports what is wrong.
+    pub fn read_range(
+        &self,
+        id: &ObjectId,
+        len: u64,
+        range: Range<u64>,
+    ) -> Result<Option<Vec<u8>>> {
+        if len <= framed::FRAME_SIZE as u64 || range.start >= range.end || range.end > len {
+            return Ok(None);
+        }
+        let ctx = self.object_context();
+        let Some(stored) = self.backend.open_stored(id).at(&ctx)? else {
+            return Ok(None);
+        };
+        match stored {
+            Stored::Bytes(raw) => {
+                let Some(table) = raw_table(&raw) else {
+                    return Ok(None);
+                };
+                Ok(decode_range(&table, len, range, |r| {
+                    Ok(raw
+                        .get(r.start as usize..r.end as usize)
+                        .map(<[u8]>::to_vec))
+                })
+                .at(&ctx)?)
+            }
+            Stored::File {
+                file,
+                offset,
+                len: stored_len,
+            } => {
+                // The table's length follows from `len` (fixed-size frames):
+                // one read of exactly the table.
+                let table_len = framed::table_len(framed::frame_count(len));
+                if table_len as u64 >= stored_len {
+                    return Ok(None);
+                }
+                // Only the bytes asked for: no read-ahead around them. A
+                // failure only costs that.
+                let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
+                // While the table is read, have the disk fetch where the
+                // frames probably are (from the average stored frame size up
+                // to where they end at most when stored raw): the two reads
+                // overlap instead of following each other. A wrong guess
+                // costs only that read.
+                let frame = framed::FRAME_SIZE as u64;
+                let data_len = stored_len - table_len as u64;
+                let lo = range.start / frame * (data_len / framed::frame_count(len) as u64);
+                let hi = ((range.end - 1) / frame + 1)
+                    .saturating_mul(frame + framed::FRAME_OVERHEAD)
+                    .min(data_len);
+                if let Some(n) = hi.checked_sub(lo).and_then(std::num::NonZeroU64::new) {
+                    let _ = rustix::fs::fadvise(
+                        &file,
+                        offset + lo,
+                        Some(n),
+                        rustix::fs::Advice::WillNeed,
+                    );
+                }
+                let mut tail = vec![0; table_len];
+                file.read_exact_at(&mut tail, offset + stored_len - table_len as u64)
+                    .at(&ctx)?;
+                let Ok(table) = framed::parse_table(&tail, stored_len) else {
+                    return Ok(None);
+                };
+                Ok(decode_range(&table, len, range, |r| {
+                    let mut buf = vec![0; (r.end - r.start) as usize];
+                    file.read_exact_at(&mut buf, offset + r.start)?;
+                    Ok(Some(buf))
+                })
+                .at(&ctx)?)
+            }
+        }
     }
 
     /// Tell the backend `ids` will probably be read soon ([`ObjectBackend::prefetch`]).
@@ -618,10 +705,86 @@ thread_local! {
     /// context per object costs an allocation of a few hundred KiB).
     static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    /// The same for the frames of framed objects: no content size in the
+    /// frame header, a content checksum.
+    static FRAMER: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
 }
 
-/// zstd-compress an object at [`ZSTD_LEVEL`]; the frame records its content size.
+/// The frame table of stored bytes `raw`, when they are a framed object
+/// whose table parses.
+fn raw_table(raw: &[u8]) -> Option<framed::FrameTable> {
+    if framed::declares_size(raw) {
+        return None;
+    }
+    let len = framed::table_len_from_footer(raw).ok()??;
+    let at = raw.len().checked_sub(len)?;
+    framed::parse_table(&raw[at..], raw.len() as u64).ok()
+}
+
+/// Bytes `range` of a framed object of `len` content bytes with `table`,
+/// reading the stored span of the frames it touches with `read` (a stored
+/// byte range; `None` when out of bounds). `None` when the table does not
+/// describe `len` bytes or a frame is wrong.
+fn decode_range(
+    table: &framed::FrameTable,
+    len: u64,
+    range: Range<u64>,
+    read: impl FnOnce(Range<u64>) -> io::Result<Option<Vec<u8>>>,
+) -> io::Result<Option<Vec<u8>>> {
+    let frames = table.covering(range.clone());
+    let (Some(first), Some(last)) = (frames.first(), frames.last()) else {
+        return Ok(None);
+    };
+    if table.content_len() != len {
+        return Ok(None);
+    }
+    let Some(span) = read(first.stored..last.stored_range().end)? else {
+        return Ok(None);
+    };
+    let content = (last.start + u64::from(last.len) - first.start) as usize;
+    let mut out = vec![0u8; content];
+    for f in frames {
+        let src = &span[(f.stored - first.stored) as usize..][..f.stored_len as usize];
+        let at = (f.start - first.start) as usize;
+        if !framed::has_checksum(src)
+            || decompress_frame(src, &mut out[at..at + f.len as usize]).is_err()
+        {
+            return Ok(None);
+        }
+    }
+    let skip = (range.start - first.start) as usize;
+    out.truncate(skip + (range.end - range.start) as usize);
+    out.drain(..skip);
+    Ok(Some(out))
+}
+
+/// Decompress one frame into exactly `dst`.
+fn decompress_frame(src: &[u8], dst: &mut [u8]) -> io::Result<()> {
+    DECOMPRESSOR.with_borrow_mut(|d| {
+        let d = match d {
+            Some(d) => d,
+            None => d.insert(zstd::bulk::Decompressor::new()?),
+        };
+        let n = d
+            .decompress_to_buffer(src, dst)
+            .map_err(|e| io::Error::other(format!("zstd: {e}")))?;
+        if n != dst.len() {
+            return Err(io::Error::other(format!(
+                "zstd: a frame of {n} bytes where the frame table says {}",
+                dst.len()
+            )));
+        }
+        Ok(())
+    })
+}
+
+/// zstd-compress an object at [`ZSTD_LEVEL`]: up to [`framed::FRAME_SIZE`]
+/// bytes as one frame that records its content size, larger ones framed
+/// ([`framed`]) so that part of them can be read alone.
 fn compress(data: &[u8]) -> io::Result<Vec<u8>> {
+    if data.len() > framed::FRAME_SIZE {
+        return compress_framed(data);
+    }
     COMPRESSOR.with_borrow_mut(|c| {
         let c = match c {
             Some(c) => c,
@@ -631,11 +794,59 @@ fn compress(data: &[u8]) -> io::Result<Vec<u8>> {
     })
 }
 
-/// Decompress stored bytes, refusing output over [`MAX_OBJECT_SIZE`]. Frames
-/// that declare their size (every frame this store writes) decompress in one
-/// call into an exact buffer; others stream, bounded.
+/// The framed layout: one frame per [`framed::FRAME_SIZE`] bytes, then the table.
+fn compress_framed(data: &[u8]) -> io::Result<Vec<u8>> {
+    FRAMER.with_borrow_mut(|c| {
+        let c = match c {
+            Some(c) => c,
+            None => {
+                let mut z = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+                z.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false))?;
+                z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+                c.insert(z)
+            }
+        };
+        let mut out = Vec::with_capacity(data.len() / 2 + 1024);
+        let mut sizes = Vec::with_capacity(framed::frame_count(data.len() as u64));
+        for piece in data.chunks(framed::FRAME_SIZE) {
+            let frame = c.compress(piece)?;
+            sizes.push((frame.len() as u32, piece.len() as u32));
+            out.extend_from_slice(&frame);
+        }
+        framed::put_table(&mut out, &sizes);
+        Ok(out)
+    })
+}
+
+/// Decompress stored bytes, refusing output over [`MAX_OBJECT_SIZE`]. A
+/// framed object ([`framed`]) decompresses frame by frame into an exact
+/// buffer, its table checked; a frame that declares its size (every
+/// single-frame object this store writes) in one call into an exact buffer;
+/// (a frame of a declared size that lies about it streams, bounded).
 fn decompress(raw: &[u8]) -> io::Result<Vec<u8>> {
     let too_big = || io::Error::other("larger than any object the store writes");
+    if !framed::declares_size(raw) {
+        // Not one frame with its size: framed (the store writes nothing else).
+        let table = framed::table_len_from_footer(raw)
+            .and_then(|len| len.ok_or(framed::Malformed("no frame table")))
+            .and_then(|len| {
+                raw.len()
+                    .checked_sub(len)
+                    .ok_or(framed::Malformed("frame table longer than the object"))
+            })
+            .and_then(|at| framed::parse_table(&raw[at..], raw.len() as u64))
+            .map_err(|m| io::Error::other(format!("frame table: {}", m.0)))?;
+        let len = table.content_len();
+        if len > MAX_OBJECT_SIZE {
+            return Err(too_big());
+        }
+        let mut out = vec![0u8; len as usize];
+        for f in &table.frames {
+            let src = &raw[f.stored as usize..][..f.stored_len as usize];
+            decompress_frame(src, &mut out[f.start as usize..][..f.len as usize])?;
+        }
+        return Ok(out);
+    }
     match zstd::zstd_safe::get_frame_content_size(raw) {
         Ok(Some(n)) if n > MAX_OBJECT_SIZE => Err(too_big()),
         Ok(Some(n)) => DECOMPRESSOR.with_borrow_mut(|d| {

@@ -521,3 +521,189 @@ fn a_crash_around_the_multi_pack_index_leaves_nothing_that_misleads() {
     overwrite(&path, &b);
     check(&ids, &ids[..1]);
 }
+
+/// `n` bytes that compress about 2:1 (half random, half repeated), so
+/// frames differ in stored size.
+fn half_random(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (i / 512) % 2 == 0 {
+                x as u8
+            } else {
+                (i % 251) as u8
+            }
+        })
+        .collect()
+}
+
+/// The ranges a partial read is checked on, for an object of `len` bytes:
+/// inside a frame, ending or starting at a frame boundary, across one or
+/// several boundaries, the first and last bytes, the whole object.
+fn ranges_of(len: u64) -> Vec<std::ops::Range<u64>> {
+    let f = framed::FRAME_SIZE as u64;
+    vec![
+        0..1,
+        0..4096,
+        100..200,
+        f - 4096..f,
+        f..f + 4096,
+        f - 1..f + 1,
+        f - 10..2 * f + 10,
+        3..len - 3,
+        len - 1..len,
+        len - 4096..len,
+        0..len,
+    ]
+}
+
+/// The stored bytes of `id` as the backend holds them.
+fn stored(s: &Store, id: &ObjectId) -> Vec<u8> {
+    s.backend().read(id).unwrap().unwrap()
+}
+
+#[test]
+fn large_objects_are_framed_and_round_trip_with_their_id_unchanged() {
+    let (_d, s) = new_store();
+    for (len, data) in [
+        (
+            framed::FRAME_SIZE + 1,
+            half_random(framed::FRAME_SIZE + 1, 1),
+        ),
+        (300_000, half_random(300_000, 2)),
+        (1 << 20, half_random(1 << 20, 3)),
+    ] {
+        let (id, _) = s.put_object(&data).unwrap();
+        // The id is the sha256 of the content, as before: dedup unchanged.
+        assert_eq!(id, ObjectId::of(&data));
+        let raw = stored(&s, &id);
+        let table = raw_table(&raw).expect("framed");
+        assert_eq!(table.frames.len(), len.div_ceil(framed::FRAME_SIZE));
+        assert_eq!(table.content_len(), len as u64);
+        // A plain zstd decoder (storefs before the framed layout) reads it whole.
+        assert_eq!(zstd::stream::decode_all(&raw[..]).unwrap(), data);
+        assert_eq!(s.get_object(&id, "t").unwrap(), data);
+        s.sync_objects().unwrap();
+        assert_eq!(s.get_object(&id, "t").unwrap(), data);
+    }
+    // Up to one frame's worth: one frame that declares its size, as before.
+    let small = half_random(framed::FRAME_SIZE, 4);
+    let (id, _) = s.put_object(&small).unwrap();
+    let raw = stored(&s, &id);
+    assert!(framed::declares_size(&raw) && raw_table(&raw).is_none());
+    assert_eq!(s.get_object(&id, "t").unwrap(), small);
+}
+
+#[test]
+fn single_frame_objects_of_the_old_layout_still_decode() {
+    let (_d, s) = new_store();
+    for data in [half_random(300_000, 5), {
+        let mut d = vec![0u8; 200_000];
+        rustix::rand::getrandom(&mut d, rustix::rand::GetRandomFlags::empty()).unwrap();
+        d
+    }] {
+        // Exactly what storefs wrote before: one frame of the whole object.
+        let id = ObjectId::of(&data);
+        let old = zstd::bulk::compress(&data, ZSTD_LEVEL).unwrap();
+        s.backend().write(&id, &old).unwrap();
+        s.sync_objects().unwrap();
+        assert_eq!(stored(&s, &id), old);
+        assert_eq!(s.get_object(&id, "t").unwrap(), data);
+        // A partial read declines: the caller reads it whole.
+        let len = data.len() as u64;
+        assert_eq!(s.read_range(&id, len, 10..20).unwrap(), None);
+    }
+}
+
+#[test]
+fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
+    let (_d, s) = new_store();
+    // Incompressible (stored loose, read from its file) and compressible
+    // (stored in a pack, read whole and decoded in part), before and after
+    // they are published.
+    let mut random = vec![0u8; 700_001];
+    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).unwrap();
+    let compressible: Vec<u8> = (0..400_000u32)
+        .map(|i| (i % 251) as u8 ^ (i / 70_000) as u8)
+        .collect();
+    let ids: Vec<(ObjectId, Vec<u8>)> = [random, compressible]
+        .into_iter()
+        .map(|d| (s.put_object(&d).unwrap().0, d))
+        .collect();
+    let loose = s.backend().locate(&ids[0].0).unwrap();
+    assert!(loose.is_none(), "pending objects are not located");
+    for round in 0..2 {
+        for (id, data) in &ids {
+            let len = data.len() as u64;
+            for r in ranges_of(len) {
+                let got = s.read_range(id, len, r.clone()).unwrap();
+                assert_eq!(
+                    got.as_deref(),
+                    Some(&data[r.start as usize..r.end as usize]),
+                    "range {r:?} of {len} (round {round})"
+                );
+            }
+            // Out of bounds or the wrong length: declined, not guessed.
+            assert_eq!(s.read_range(id, len, len - 1..len + 1).unwrap(), None);
+            assert_eq!(s.read_range(id, len + 1, 0..10).unwrap(), None);
+            assert_eq!(s.read_range(id, len, 5..5).unwrap(), None);
+        }
+        s.sync_objects().unwrap();
+    }
+    let (_, offset, _) = s.backend().locate(&ids[0].0).unwrap().unwrap();
+    assert_eq!(offset, 0, "the random one is loose");
+    let (_, offset, _) = s.backend().locate(&ids[1].0).unwrap().unwrap();
+    assert!(offset > 0, "the compressible one is packed");
+    // An object that is not stored: declined (a whole read says it is missing).
+    assert_eq!(
+        s.read_range(&ObjectId::of(b"absent"), 1 << 20, 0..10)
+            .unwrap(),
+        None
+    );
+}
+
+#[test]
+fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
+    let (_d, s) = new_store();
+    let mut data = vec![0u8; 300_000];
+    rustix::rand::getrandom(&mut data, rustix::rand::GetRandomFlags::empty()).unwrap();
+    let (id, _) = s.put_object(&data).unwrap();
+    s.sync_objects().unwrap();
+    let good = stored(&s, &id);
+    assert!(raw_table(&good).is_some(), "framed");
+    let len = data.len() as u64;
+    let table_at = good.len() - framed::table_len(framed::frame_count(len));
+    // Each byte of the table, then bytes in the middle of frames.
+    let mut spots: Vec<usize> = (table_at..good.len()).collect();
+    spots.extend([10, 70_000, 150_000, table_at - 1]);
+    for at in spots {
+        for flip in [0x01u8, 0x80] {
+            let mut bad = good.clone();
+            bad[at] ^= flip;
+            s.replace_stored_object(&id, &bad).unwrap();
+            let whole = s.get_object(&id, "t");
+            assert!(
+                matches!(whole, Err(Error::Corrupt { .. })),
+                "byte {at} ^ {flip:#x}: {:?}",
+                whole.map(|v| v.len())
+            );
+            for r in ranges_of(len) {
+                // A partial read gives the right bytes (the damage is
+                // elsewhere) or declines; never other bytes.
+                if let Some(got) = s.read_range(&id, len, r.clone()).unwrap() {
+                    assert_eq!(got, data[r.start as usize..r.end as usize], "byte {at}");
+                }
+            }
+        }
+    }
+    // Truncated: an error too.
+    s.replace_stored_object(&id, &good[..good.len() - 3])
+        .unwrap();
+    assert!(matches!(s.get_object(&id, "t"), Err(Error::Corrupt { .. })));
+    assert_eq!(s.read_range(&id, len, 0..10).unwrap(), None);
+    s.replace_stored_object(&id, &good).unwrap();
+    assert_eq!(s.get_object(&id, "t").unwrap(), data);
+}

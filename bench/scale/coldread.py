@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Cold reads on a read-only mount against the native disk (issue 17, part 5).
+
+    python3 bench/scale/coldread.py --storefs target/release/storefs [--before /tmp/storefs-main] [--quick]
+
+Cases, each cold (`sync; echo 3 > /proc/sys/vm/drop_caches`, then a fresh
+mount), on the native source directory, on a checkpoint of it written and
+mounted by --before (main) and on one written and mounted by --storefs:
+  - `cat` of a 4 GiB file of random data to /dev/null: throughput, MiB/s
+    (--quick: 256 MiB);
+  - 1,000 `pread`s of 4 KiB at random 4 KiB-aligned offsets of that file
+    (the same offsets everywhere): seconds;
+  - a stat walk (os.walk + lstat of every entry) of a 303k-entry tree
+    (--quick: 30k): seconds.
+Best of --rounds (default 3), the three interleaved within each round. Needs
+root (drop_caches). Prints a markdown table: case | native | before | storefs
+| ratio (storefs / native; for throughput native / storefs, so lower is
+better everywhere). Timing is for humans; nothing asserts on it.
+"""
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+MIB = 1 << 20
+
+
+def run(args, **kw):
+    return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def write_random(path, size):
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 16 * MIB)
+            f.write(os.urandom(n))
+            left -= n
+
+
+def make_tree(root, entries):
+    """About `entries` entries: directories of 100 small files each."""
+    rng = random.Random(17)
+    made = 0
+    d = 0
+    while made < entries:
+        dirpath = os.path.join(root, f"d{d // 100:04}", f"s{d:05}")
+        os.makedirs(dirpath, exist_ok=True)
+        made += 1 if d % 100 else 2
+        for i in range(min(100, entries - made)):
+            with open(os.path.join(dirpath, f"f{i:03}.txt"), "wb") as f:
+                f.write(rng.randbytes(rng.randint(50, 1500)))
+            made += 1
+        d += 1
+
+
+class Mount:
+    """Checkpoint `ref` of `store` mounted read-only by `binary` at `mp`."""
+
+    def __init__(self, binary, store, ref, mp):
+        self.b, self.store, self.ref, self.mp = binary, store, ref, mp
+
+    def __enter__(self):
+        os.makedirs(self.mp, exist_ok=True)
+        run([self.b, "--store", self.store, "mount", self.ref, self.mp])
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run([self.b, "--store", self.store, "umount", self.mp],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def cat_seconds(path):
+    t = time.perf_counter()
+    subprocess.run(["cat", path], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def pread_seconds(path, offsets):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        t = time.perf_counter()
+        for o in offsets:
+            if len(os.pread(fd, 4096, o)) != 4096:
+                raise SystemExit(f"{path}: short read at {o}")
+        return time.perf_counter() - t
+    finally:
+        os.close(fd)
+
+
+def walk_seconds(root):
+    t = time.perf_counter()
+    n = 0
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lstat(os.path.join(dirpath, name))
+            n += 1
+    return time.perf_counter() - t, n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--storefs", required=True, help="the binary under test (after)")
+    ap.add_argument("--before", default="/tmp/storefs-main", help="the binary to compare with (main)")
+    ap.add_argument("--quick", action="store_true", help="256 MiB file and a 30k-entry tree")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default="cat,pread,walk", help="comma-separated subset")
+    a = ap.parse_args()
+    cases = a.cases.split(",")
+    size = (256 if a.quick else 4096) * MIB
+    entries = 30_000 if a.quick else 303_000
+    tools = [("before", os.path.abspath(a.before)), ("storefs", os.path.abspath(a.storefs))]
+    work = tempfile.mkdtemp(prefix="coldread-bench-", dir=os.environ.get("BENCH_DIR", "/var/tmp"))
+    mp = os.path.join(work, "mnt")
+    best = {}
+
+    def note(case, who, v, better=min):
+        k = (case, who)
+        best[k] = v if k not in best else better(best[k], v)
+        print(f"{case} {who}: {v:.3f}", file=sys.stderr, flush=True)
+
+    try:
+        src = os.path.join(work, "src")
+        os.makedirs(os.path.join(src, "tree"))
+        if "cat" in cases or "pread" in cases:
+            write_random(os.path.join(src, "big.bin"), size)
+        if "walk" in cases:
+            make_tree(os.path.join(src, "tree"), entries)
+        for who, b in tools:
+            store = os.path.join(work, f"store-{who}")
+            run([b, "--store", store, "init"])
+            run([b, "--store", store, "snapshot", src, "--ref", "s"])
+        rng = random.Random(5)
+        offsets = [rng.randrange(size // 4096) * 4096 for _ in range(1000)]
+        where = [("native", src, None)] + [
+            (who, mp, (b, os.path.join(work, f"store-{who}"))) for who, b in tools]
+        for r in range(a.rounds):
+            for case in cases:
+                for who, root, tool in where:
+                    drop_caches()
+                    mount = Mount(tool[0], tool[1], "s", mp) if tool else None
+                    if mount:
+                        mount.__enter__()
+                    try:
+                        if case == "cat":
+                            s = cat_seconds(os.path.join(root, "big.bin"))
+                            note(case, who, size / MIB / s, max)
+                        elif case == "pread":
+                            note(case, who, pread_seconds(os.path.join(root, "big.bin"), offsets))
+                        elif case == "walk":
+                            s, n = walk_seconds(os.path.join(root, "tree"))
+                            note(case, who, s)
+                            best["walk-n"] = n
+                    finally:
+                        if mount:
+                            mount.__exit__()
+    finally:
+        for line in open("/proc/mounts"):
+            if f" {mp} " in line:
+                subprocess.run(["umount", mp], stderr=subprocess.DEVNULL)
+        shutil.rmtree(work, ignore_errors=True)
+    gib = f"{size // MIB} MiB" if size < 1024 * MIB else f"{size // (1024 * MIB)} GiB"
+    print(f"| case (cold, best of {a.rounds}) | native | before (main) | storefs | ratio to native |")
+    print("|---|---:|---:|---:|---:|")
+    if "cat" in cases:
+        n, b, s = (best[("cat", w)] for w in ("native", "before", "storefs"))
+        print(f"| `cat` of a {gib} file, MiB/s | {n:.0f} | {b:.0f} | {s:.0f} | {s / n:.2f}x throughput |")
+    if "pread" in cases:
+        n, b, s = (best[("pread", w)] for w in ("native", "before", "storefs"))
+        print(f"| 1,000 random 4 KiB `pread`s, s | {n:.3f} | {b:.3f} | {s:.3f} | {s / n:.2f}x time |")
+    if "walk" in cases:
+        n, b, s = (best[("walk", w)] for w in ("native", "before", "storefs"))
+        print(f"| stat walk of a {best['walk-n'] // 1000}k-entry tree, s | {n:.2f} | {b:.2f} | {s:.2f} | {s / n:.2f}x time |")
+
+
+if __name__ == "__main__":
+    main()

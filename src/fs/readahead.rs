@@ -1,0 +1,249 @@
+//! Read-ahead of file chunks for sequential reads of a read-only tree: the
+//! next chunks of a file are read, decompressed and verified on worker
+//! threads while the reader consumes the current one, so a cold `cat` keeps
+//! several disk reads in flight and decompresses on more than one core.
+//!
+//! What the workers read goes into the view's [`ChunkCache`] (so it counts
+//! against `--cache-size`); how far ahead they go is bounded by the caller
+//! ([`ReadAhead::ahead_bytes`]). A reader that misses the cache on a chunk a
+//! worker is reading waits for it instead of reading it a second time; one
+//! still queued it takes back and reads itself.
+
+use std::collections::{HashSet, VecDeque};
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+
+use lru::LruCache;
+use parking_lot::{Condvar, Mutex};
+
+use crate::store::ObjectId;
+
+/// Worker threads per read-only tree, started on the first read-ahead.
+pub const WORKERS: usize = 6;
+/// Chunks read ahead of the reader at most...
+pub const AHEAD_CHUNKS: usize = 16;
+/// ...and bytes at most (of which also no more than a quarter of the cache).
+pub const AHEAD_BYTES: u64 = 16 << 20;
+/// Files whose last read position is remembered (to tell sequential reads).
+const TRACKED_FILES: usize = 256;
+/// A read starting within this distance (two of the kernel's 128 KiB
+/// read-ahead requests) of where the previous read of the
+/// file ended counts as sequential (the kernel's read-ahead requests can
+/// arrive out of order, served by several threads).
+const SEQUENTIAL_SLACK: u64 = 256 << 10;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The read-ahead of one tree: a queue, the chunks in flight, the workers.
+pub struct ReadAhead {
+    shared: Arc<Shared>,
+    /// Where the last read of each recently read file ended.
+    positions: Mutex<LruCache<u64, u64>>,
+    ahead_bytes: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Workers wait here for jobs.
+    work: Condvar,
+    /// Readers wait here for a chunk in flight.
+    landed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<(ObjectId, Job)>,
+    running: HashSet<ObjectId>,
+    threads: usize,
+    closed: bool,
+}
+
+/// What [`ReadAhead::claim`] found about a chunk the reader needs.
+pub enum Claim {
+    /// Nobody is reading it: the caller reads it.
+    Free,
+    /// A worker was reading it and has finished (successfully or not): look
+    /// in the cache again, and read it if it is not there.
+    Landed,
+}
+
+impl ReadAhead {
+    /// A read-ahead for a tree whose chunk cache holds `cache_bytes`.
+    pub fn new(cache_bytes: usize) -> ReadAhead {
+        ReadAhead {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                work: Condvar::new(),
+                landed: Condvar::new(),
+            }),
+            positions: Mutex::new(LruCache::new(
+                NonZeroUsize::new(TRACKED_FILES).expect("nonzero"),
+            )),
+            ahead_bytes: AHEAD_BYTES.min(cache_bytes as u64 / 4),
+        }
+    }
+
+    /// How many bytes of chunks may be read ahead of a reader.
+    pub fn ahead_bytes(&self) -> u64 {
+        self.ahead_bytes
+    }
+
+    /// Note a read of `ino` at `offset..end`; whether it continues the
+    /// previous read of that file (or starts a file at 0 with a read of
+    /// more than a page: the kernel's first read-ahead).
+    pub fn sequential(&self, ino: u64, offset: u64, end: u64) -> bool {
+        let mut p = self.positions.lock();
+        let seq = match p.get(&ino) {
+            Some(&last) => offset.abs_diff(last) <= SEQUENTIAL_SLACK,
+            None => offset == 0 && end > 4096,
+        };
+        p.put(ino, end);
+        seq
+    }
+
+    /// Whether `id` is queued or being read.
+    pub fn in_flight(&self, id: &ObjectId) -> bool {
+        let s = self.shared.state.lock();
+        s.running.contains(id) || s.queue.iter().any(|(q, _)| q == id)
+    }
+
+    /// Queue `job`, which reads `id` into the cache, unless it is in flight.
+    pub fn submit(&self, id: ObjectId, job: Job) {
+        let mut s = self.shared.state.lock();
+        if s.closed
+            || s.running.contains(&id)
+            || s.queue.iter().any(|(q, _)| *q == id)
+            || s.queue.len() >= AHEAD_CHUNKS
+        {
+            return;
+        }
+        s.queue.push_back((id, job));
+        if s.threads < WORKERS.min(s.queue.len() + s.running.len()) {
+            let shared = self.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("storefs-readahead".into())
+                .spawn(move || work(&shared));
+            match spawned {
+                Ok(_) => s.threads += 1,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start a read-ahead thread; reading on");
+                }
+            }
+        }
+        self.shared.work.notify_one();
+    }
+
+    /// The reader needs `id` and missed the cache: take it back if it is
+    /// only queued (the caller reads it now), wait if a worker is reading it.
+    pub fn claim(&self, id: &ObjectId) -> Claim {
+        let mut s = self.shared.state.lock();
+        if let Some(i) = s.queue.iter().position(|(q, _)| q == id) {
+            s.queue.remove(i);
+            return Claim::Free;
+        }
+        if !s.running.contains(id) {
+            return Claim::Free;
+        }
+        while s.running.contains(id) {
+            self.shared.landed.wait(&mut s);
+        }
+        Claim::Landed
+    }
+}
+
+impl Drop for ReadAhead {
+    /// Workers finish the chunk in hand, drop the queue and exit.
+    fn drop(&mut self) {
+        let mut s = self.shared.state.lock();
+        s.closed = true;
+        s.queue.clear();
+        self.shared.work.notify_all();
+    }
+}
+
+fn work(shared: &Shared) {
+    let mut s = shared.state.lock();
+    loop {
+        if s.closed {
+            s.threads -= 1;
+            return;
+        }
+        let Some((id, job)) = s.queue.pop_front() else {
+            shared.work.wait(&mut s);
+            continue;
+        };
+        s.running.insert(id);
+        drop(s);
+        job();
+        s = shared.state.lock();
+        s.running.remove(&id);
+        shared.landed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn tells_sequential_reads_from_random_ones() {
+        let ra = ReadAhead::new(256 << 20);
+        assert!(ra.sequential(1, 0, 131072));
+        assert!(ra.sequential(1, 131072, 262144));
+        assert!(ra.sequential(1, 393216, 524288), "out of order, close");
+        assert!(!ra.sequential(1, 1 << 30, (1 << 30) + 4096));
+        assert!(!ra.sequential(2, 77 << 20, (77 << 20) + 4096));
+        assert!(!ra.sequential(3, 0, 4096), "a lone first page");
+        assert_eq!(ra.ahead_bytes(), AHEAD_BYTES);
+        assert_eq!(ReadAhead::new(4 << 20).ahead_bytes(), 1 << 20);
+    }
+
+    #[test]
+    fn runs_jobs_once_and_lets_readers_wait_or_take_them_back() {
+        let ra = ReadAhead::new(256 << 20);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let id = ObjectId::of(b"a");
+        {
+            let (ran, gate) = (ran.clone(), gate.clone());
+            ra.submit(
+                id,
+                Box::new(move || {
+                    let mut open = gate.0.lock();
+                    while !*open {
+                        gate.1.wait(&mut open);
+                    }
+                    ran.fetch_add(1, Ordering::SeqCst);
+                }),
+            );
+        }
+        // A second submit of the same id is dropped.
+        let r2 = ran.clone();
+        ra.submit(
+            id,
+            Box::new(move || {
+                r2.fetch_add(100, Ordering::SeqCst);
+            }),
+        );
+        while !ra.shared.state.lock().running.contains(&id) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(ra.in_flight(&id));
+        let opener = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                *gate.0.lock() = true;
+                gate.1.notify_all();
+            })
+        };
+        assert!(matches!(ra.claim(&id), Claim::Landed));
+        opener.join().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert!(!ra.in_flight(&id));
+        // Nothing in flight: the reader reads it itself.
+        assert!(matches!(ra.claim(&ObjectId::of(b"b")), Claim::Free));
+    }
+}
