@@ -34,7 +34,8 @@ pub enum What {
 pub struct Settings {
     /// The user's `-o` options (each may hold several, comma-separated).
     pub options: Vec<String>,
-    /// Bound on decompressed chunks kept in memory.
+    /// Bound on what a checkpoint or browse mount's caches hold
+    /// (decompressed chunks, directories, inode numbering).
     pub cache_size: usize,
     /// FUSE worker threads; `None` for the number of cores (at least 2).
     pub threads: Option<usize>,
@@ -64,6 +65,7 @@ pub struct Mount {
 /// Call it from the process's main thread before starting other threads
 /// (see [`crate::fs::mount_checkpoint`] on the signal mask).
 pub fn run(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
+    tune_malloc();
     let root = m.store.root().to_path_buf();
     let mp = m.mountpoint.clone();
     on_mountpoint(&root, &mp, || serve_mount(m, on_serving))
@@ -94,15 +96,12 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
         }),
     };
     // A fork is opened (locked, journal replayed) before the kernel mount.
-    let control = match &m.what {
-        What::Fork { name, .. } => Some(Arc::new(Control {
-            fork: Arc::new(Fork::open(store.clone(), name)?),
-            skip_final_commit: AtomicBool::new(false),
-        })),
+    let fork = match &m.what {
+        What::Fork { name, .. } => Some(Arc::new(Fork::open(store.clone(), name)?)),
         _ => None,
     };
-    let mounted = match (&control, &m.what) {
-        (Some(c), _) => sfs::mount_fork(c.fork.clone(), &cfg),
+    let mounted = match (&fork, &m.what) {
+        (Some(f), _) => sfs::mount_fork(f.clone(), &cfg),
         (None, What::Checkpoint(id)) => sfs::mount_checkpoint(store.clone(), *id, &cfg),
         (None, _) => sfs::mount_browse(store.clone(), &cfg),
     }
@@ -112,14 +111,16 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     })?;
     // Threads start after the mount, which blocked the stop signals: they inherit the mask.
     let socket = store.mount_file(mp, "sock");
-    if let Some(c) = &control {
-        control::serve_control(socket.clone(), c.clone())?;
-        if m.settings.commit_interval > 0 {
-            control::commit_periodically(
-                c.clone(),
-                Duration::from_secs(m.settings.commit_interval),
-            )?;
-        }
+    let control = Arc::new(Control {
+        fork: fork.clone(),
+        caches: mounted.caches(),
+        skip_final_commit: AtomicBool::new(false),
+    });
+    control::serve_control(socket.clone(), control.clone())?;
+    if let Some(f) = &fork
+        && m.settings.commit_interval > 0
+    {
+        control::commit_periodically(f.clone(), Duration::from_secs(m.settings.commit_interval))?;
     }
     let (mode, id) = match &m.what {
         What::Checkpoint(id) => ("ro", Some(*id)),
@@ -142,13 +143,13 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     if let Some(l) = &m.lazy {
         l.finish();
     }
-    if let Some(c) = &control {
-        let _ = std::fs::remove_file(&socket);
-        if c.skip_final_commit.load(Ordering::SeqCst) {
+    let _ = std::fs::remove_file(&socket);
+    if let Some(f) = &fork {
+        if control.skip_final_commit.load(Ordering::SeqCst) {
             tracing::info!("not committing on unmount (--no-commit); the journal is kept");
         } else {
             // Everything written is already in the journal; a failed commit loses nothing.
-            match c.fork.commit("unmount") {
+            match f.commit("unmount") {
                 Ok(id) => tracing::info!(checkpoint = %id, "committed on unmount"),
                 Err(e) => {
                     tracing::warn!(error = %e, "commit on unmount failed; the journal is kept")
@@ -162,6 +163,30 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
         source,
     })
 }
+
+/// Make glibc's malloc give memory back as the caches let it go, so that
+/// the daemon's resident memory follows what its caches hold (`--cache-size`)
+/// rather than their high-water marks:
+///
+/// - buffers of 128 KiB and more (file chunks are 64 KiB to 1 MiB) are
+///   mapped and unmapped one by one; by default glibc raises this threshold
+///   to the largest buffer freed, after which chunks come from its heaps and
+///   leave chunk-sized holes there that it keeps;
+/// - at most 4 heaps (arenas), each keeping its own freed memory, rather
+///   than up to 8 per core.
+fn tune_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before the
+    // daemon starts its threads.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        libc::mallopt(libc::M_ARENA_MAX, ARENA_MAX);
+    }
+}
+
+/// See [`tune_malloc`].
+const MMAP_THRESHOLD: i32 = 128 * 1024;
+const ARENA_MAX: i32 = 4;
 
 fn now_ns() -> i64 {
     SystemTime::now()
