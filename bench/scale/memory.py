@@ -13,7 +13,8 @@
 The bound is the flag + 64 MiB (issue 17). Usage:
   bench/scale/memory.py --storefs target/release/storefs [--before /tmp/storefs-main] [--quick]
 --quick is about ten times smaller. Prints a markdown table:
-case | before | storefs | bound | within? (of storefs); all in MiB.
+case | before | storefs | bound | within? (of storefs); all in MiB; then the
+seconds each workload took (for humans: one run each, nothing asserts on it).
 """
 
 import argparse
@@ -94,24 +95,22 @@ def unmount(bin_, store, mp):
         subprocess.run(["umount", "-l", mp], stderr=subprocess.DEVNULL)
 
 
-def drop_page_cache(mp):
-    """The kernel's page cache of the mount would serve a second read without
-    the daemon; each case mounts afresh, so nothing to do but sync."""
-    os.sync()
-
 
 def peak(bin_, store, mount_args, mp, workload):
-    """Peak RSS (VmHWM, MiB) of the daemon of `mount_args` after `workload(mp)`."""
+    """Peak RSS (VmHWM, MiB) of the daemon of `mount_args` after `workload(mp)`,
+    and the seconds the workload took."""
     os.makedirs(mp, exist_ok=True)
     try:
         run([bin_, "--store", store, "mount"] + mount_args)
         pid = daemon_pid(store)
+        t = time.perf_counter()
         workload(mp)
+        took = time.perf_counter() - t
         time.sleep(0.2)
         hwm = status_kib(pid, "VmHWM")
     finally:
         unmount(bin_, store, mp)
-    return hwm / 1024
+    return hwm / 1024, took
 
 
 def grep_all(mp):
@@ -196,8 +195,14 @@ def main():
     print("|---|---:|---:|---:|---|")
     for case, res, flag in rows:
         bound = flag / MIB + 64
-        ok = "yes" if res["after"] <= bound else "NO"
-        print(f"| {case} | {res['before']:.1f} | {res['after']:.1f} | {bound:.0f} | {ok} |")
+        ok = "yes" if res["after"][0] <= bound else "NO"
+        print(f"| {case} | {res['before'][0]:.1f} | {res['after'][0]:.1f} | {bound:.0f} | {ok} |")
+    print()
+    print("| workload time (one run each, not interleaved), s | before | storefs | ratio |")
+    print("|---|---:|---:|---:|")
+    for case, res, _ in rows:
+        b, s = res["before"][1], res["after"][1]
+        print(f"| {case} | {b:.2f} | {s:.2f} | {s / b:.2f} |")
 
 
 if __name__ == "__main__":

@@ -116,7 +116,14 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
         caches: mounted.caches(),
         skip_final_commit: AtomicBool::new(false),
     });
-    control::serve_control(socket.clone(), control.clone())?;
+    match control::serve_control(socket.clone(), control.clone()) {
+        Ok(()) => {}
+        // A fork needs it (commits); for the others it only reports memory.
+        Err(e) if fork.is_none() => {
+            tracing::warn!(error = %e, "no control socket; status will not show cache use")
+        }
+        Err(e) => return Err(e),
+    }
     if let Some(f) = &fork
         && m.settings.commit_interval > 0
     {
