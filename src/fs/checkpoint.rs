@@ -140,18 +140,18 @@ impl CheckpointView {
     }
 
     /// The node of `ino`, loading its directory again if it was evicted.
+    /// The directory cache is shared (a browse mount's trees, other
+    /// threads): one just loaded can be evicted again before it is used, so
+    /// this tries a few times.
     fn node(&self, ino: u64) -> Result<Arc<Node>> {
-        match self.inodes.get(ino) {
-            Found::Node(n) => Ok(n),
-            Found::Evicted { dir, tree } => {
-                self.load(dir, &tree)?;
-                match self.inodes.get(ino) {
-                    Found::Node(n) => Ok(n),
-                    _ => Err(FsError::UnknownInode(ino)),
-                }
-            }
-            Found::Unknown => Err(FsError::UnknownInode(ino)),
+        for _ in 0..LOAD_TRIES {
+            match self.inodes.get(ino) {
+                Found::Node(n) => return Ok(n),
+                Found::Evicted { dir, tree } => self.load(dir, &tree)?,
+                Found::Unknown => break,
+            };
         }
+        Err(FsError::UnknownInode(ino))
     }
 
     /// The children of a directory, loading its tree object when they are
@@ -400,6 +400,9 @@ impl View for CheckpointView {
         view::access_read_only(mask)
     }
 }
+
+/// How many times [`CheckpointView::node`] loads an evicted directory.
+const LOAD_TRIES: usize = 4;
 
 /// How many entries ahead a listing hints at their subdirectories' trees.
 const PREFETCH_SUBDIRS: usize = 128;
