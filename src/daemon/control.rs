@@ -248,3 +248,57 @@ pub(super) fn commit_periodically(fork: Arc<Fork>, every: Duration) -> Result<()
         })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `line` sent to a daemon with `control`, and its reply line.
+    fn ask_raw(control: &Control, line: &str) -> String {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        client.write_all(line.as_bytes()).unwrap();
+        answer(server, control).unwrap();
+        let mut reply = String::new();
+        BufReader::new(client).read_line(&mut reply).unwrap();
+        reply
+    }
+
+    fn ask(control: &Control, line: &str) -> Reply {
+        serde_json::from_str(&ask_raw(control, line)).unwrap()
+    }
+
+    #[test]
+    fn a_read_only_daemon_reports_its_caches_and_refuses_commits() {
+        let control = Control {
+            fork: None,
+            caches: Some(Caches::new(4 << 20)),
+            skip_final_commit: AtomicBool::new(false),
+        };
+        let reply = ask(&control, "{\"op\":\"memory\"}\n");
+        assert!(reply.ok);
+        let cache = reply.cache.flatten().expect("a cache report");
+        assert_eq!((cache.limit, cache.bytes), (4 << 20, 0));
+        for line in [
+            "{\"op\":\"commit\",\"message\":\"m\"}\n",
+            "{\"op\":\"no-commit\"}\n",
+        ] {
+            let reply = ask(&control, line);
+            assert!(!reply.ok);
+            assert!(reply.error.unwrap().contains("read-only"));
+        }
+        assert!(!control.skip_final_commit.load(Ordering::SeqCst));
+        let reply = ask(&control, "{\"op\":\"dance\"}\n");
+        assert!(reply.error.unwrap().starts_with("bad request"));
+    }
+
+    #[test]
+    fn a_daemon_without_caches_answers_null() {
+        let control = Control {
+            fork: None,
+            caches: None,
+            skip_final_commit: AtomicBool::new(false),
+        };
+        let reply = ask_raw(&control, "{\"op\":\"memory\"}\n");
+        assert_eq!(reply, "{\"ok\":true,\"cache\":null}\n");
+    }
+}
