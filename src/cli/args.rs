@@ -301,8 +301,9 @@ pub struct MountArgs {
     /// Always added: nosuid, nodev, default_permissions, and ro (rw for a fork)
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
-    /// Bound on decompressed chunks kept in memory (K, M, G suffixes); directory
-    /// entries kept in memory take about a quarter of it again
+    /// Bound on the memory a read-only or browse mount's caches hold (K, M, G
+    /// suffixes): decompressed chunks (3/4) and directories (1/4); the daemon's
+    /// RSS stays within it plus about 64M (a fork's cache is its own, 64M)
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: usize,
     /// For a fork: commit every SECS seconds while mounted (0: only on unmount)
@@ -355,7 +356,8 @@ pub struct CommitArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print a JSON array of {mountpoint, target, checkpoint, pid, mode, log, started_ns}
+    /// Print a JSON array of {mountpoint, target, checkpoint, pid, mode, log, started_ns,
+    /// rss_bytes, peak_rss_bytes, cache: {limit, bytes, chunks, dirs} or null}
     #[arg(long)]
     pub json: bool,
 }

@@ -294,6 +294,11 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     Ok(())
 }
 
+/// Bytes in MiB, for the status table.
+fn mib(bytes: u64) -> String {
+    format!("{:.1}M", bytes as f64 / (1 << 20) as f64)
+}
+
 /// Whether a TARGET that is neither a file nor a checkpoint was meant as an
 /// archive: a path, or a name with an archive's extension or a part suffix.
 fn looks_like_archive(target: &str) -> bool {
@@ -357,6 +362,13 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let ndead = dead.len();
     live.extend(dead);
+    let live: Vec<daemon::MountStatus> = match Store::open(store_dir) {
+        Ok(s) => live
+            .into_iter()
+            .map(|r| daemon::mount_status(&s, r))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     if a.json {
         serde_json::to_writer_pretty(&mut out, &live)?;
         writeln!(out)?;
@@ -368,22 +380,29 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
     }
     writeln!(
         out,
-        "{:<6} {:<8} {:<12} {:<20} MOUNTPOINT",
-        "MODE", "PID", "CHECKPOINT", "TARGET"
+        "{:<6} {:<8} {:<12} {:<20} {:>7} {:>15} MOUNTPOINT",
+        "MODE", "PID", "CHECKPOINT", "TARGET", "RSS", "CACHE/LIMIT"
     )?;
-    for m in &live {
+    for st in &live {
+        let m = &st.record;
         let pid = if m.mode == "dead" {
             "-".to_string()
         } else {
             m.pid.to_string()
         };
+        let rss = st.rss_bytes.map_or("-".into(), mib);
+        let cache = st
+            .cache
+            .map_or("-".into(), |c| format!("{}/{}", mib(c.bytes), mib(c.limit)));
         writeln!(
             out,
-            "{:<6} {:<8} {:<12} {:<20} {}",
+            "{:<6} {:<8} {:<12} {:<20} {:>7} {:>15} {}",
             m.mode,
             pid,
             &m.checkpoint[..12.min(m.checkpoint.len())],
             m.target,
+            rss,
+            cache,
             m.mountpoint
         )?;
     }

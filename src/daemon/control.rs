@@ -1,9 +1,14 @@
-//! A fork daemon's control socket, through which it takes commit requests
-//! while it serves, and its periodic commit.
+//! A daemon's control socket, through which a fork's daemon takes commit
+//! requests while it serves and every daemon tells what its caches hold;
+//! the periodic commit; and a daemon's memory as `status` shows it.
 //!
 //! Protocol: the client connects to `STORE/mounts/<key>.sock`, writes one JSON
-//! line `{"op":"commit","message":"…"}` or `{"op":"no-commit"}`, and reads one
-//! JSON line back: `{"ok":true,"checkpoint":"<id>"}` or `{"ok":false,"error":"…"}`.
+//! line `{"op":"commit","message":"…"}` or `{"op":"no-commit"}` (forks only),
+//! or `{"op":"memory"}`, and reads one JSON line back:
+//! `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
+//! `{"ok":true,"cache":{"limit":N,"bytes":N,"chunks":N,"dirs":N}}` (bytes; a
+//! fork's daemon answers `"cache":null`: its cache is its journal's) or
+//! `{"ok":false,"error":"…"}`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -15,7 +20,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Error, Result};
+use crate::fs::Caches;
 use crate::journal::Fork;
+use crate::store::Store;
+use crate::store::mounts::MountRecord;
 
 /// What a client asks a fork's daemon.
 #[derive(Debug, Serialize, Deserialize)]
@@ -25,24 +33,57 @@ pub enum Request {
     Commit { message: String },
     /// Do not commit on unmount (keep the journal for the next mount).
     NoCommit,
+    /// What the mount's caches hold now.
+    Memory,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+/// What a mount's caches hold, in bytes (see [`crate::fs::Caches`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheReport {
+    /// `--cache-size`: the bound on `bytes`.
+    pub limit: u64,
+    /// Everything counted against it: `chunks` + `dirs`.
+    pub bytes: u64,
+    /// Decompressed file chunks.
+    pub chunks: u64,
+    /// Directories in memory, the inode numbering and records kept.
+    pub dirs: u64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Reply {
     ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     checkpoint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The answer to `memory` (null from a fork's daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cache: Option<Option<CacheReport>>,
 }
 
 /// Send one request to a daemon's control socket; returns the checkpoint id
 /// it answered with (empty for requests that return none).
 pub fn request(sock: &Path, req: &Request) -> Result<String> {
+    Ok(exchange(sock, req, None)?.checkpoint.unwrap_or_default())
+}
+
+/// Ask a daemon what its caches hold (`None` from a fork's daemon), waiting
+/// at most `timeout` for the answer.
+pub fn cache_use(sock: &Path, timeout: Duration) -> Result<Option<CacheReport>> {
+    Ok(exchange(sock, &Request::Memory, Some(timeout))?
+        .cache
+        .flatten())
+}
+
+/// One request and its reply; an error for a refusal.
+fn exchange(sock: &Path, req: &Request, timeout: Option<Duration>) -> Result<Reply> {
     let mut stream = UnixStream::connect(sock).map_err(|source| Error::Unreachable {
         socket: sock.to_path_buf(),
         source,
     })?;
+    stream.set_read_timeout(timeout)?;
+    stream.set_write_timeout(timeout)?;
     let mut line = serde_json::to_string(req)?;
     line.push('\n');
     stream.write_all(line.as_bytes())?;
@@ -57,12 +98,63 @@ pub fn request(sock: &Path, req: &Request) -> Result<String> {
             reply.error.unwrap_or_else(|| "failed".into()),
         ));
     }
-    Ok(reply.checkpoint.unwrap_or_default())
+    Ok(reply)
+}
+
+/// A live mount with its daemon's memory, as `status --json` lists it.
+#[derive(Debug, Serialize)]
+pub struct MountStatus {
+    #[serde(flatten)]
+    pub record: MountRecord,
+    /// The daemon's resident memory now and at its peak (`VmRSS` and
+    /// `VmHWM`), in bytes; `None` when its `/proc` status cannot be read.
+    pub rss_bytes: Option<u64>,
+    pub peak_rss_bytes: Option<u64>,
+    /// What its caches hold; `None` for a fork, a dead mount, or a daemon
+    /// that did not answer within a second.
+    pub cache: Option<CacheReport>,
+}
+
+/// `record` with its daemon's memory: RSS from `/proc/<pid>/status`, cache
+/// use from its control socket.
+pub fn mount_status(store: &Store, record: MountRecord) -> MountStatus {
+    // A dead mount's pid may belong to another process by now.
+    let alive = record.mode != "dead" && record.pid != 0;
+    let proc_kib = |field: &str| -> Option<u64> {
+        if !alive {
+            return None;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", record.pid)).ok()?;
+        let line = status.lines().find(|l| l.starts_with(field))?;
+        let kib: u64 = line[field.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
+    };
+    let (rss_bytes, peak_rss_bytes) = (proc_kib("VmRSS:"), proc_kib("VmHWM:"));
+    let cache = if !alive {
+        None
+    } else {
+        let sock = store.mount_file(Path::new(&record.mountpoint), "sock");
+        cache_use(&sock, Duration::from_secs(1)).ok().flatten()
+    };
+    MountStatus {
+        record,
+        rss_bytes,
+        peak_rss_bytes,
+        cache,
+    }
 }
 
 /// What the daemon's control thread shares with the serving thread.
 pub(super) struct Control {
-    pub fork: Arc<Fork>,
+    /// The fork a read-write mount serves.
+    pub fork: Option<Arc<Fork>>,
+    /// A checkpoint or browse mount's caches.
+    pub caches: Option<Caches>,
     /// Set by a `no-commit` request: the daemon does not commit on unmount.
     pub skip_final_commit: AtomicBool,
 }
@@ -90,38 +182,50 @@ pub(super) fn serve_control(sock: PathBuf, control: Arc<Control>) -> Result<()> 
 fn answer(stream: UnixStream, control: &Control) -> Result<()> {
     let mut line = String::new();
     BufReader::new(&stream).read_line(&mut line)?;
-    let reply = match serde_json::from_str::<Request>(&line) {
-        Ok(Request::Commit { message }) => match control.fork.commit(&message) {
+    let failed = |error: String| Reply {
+        ok: false,
+        error: Some(error),
+        ..Reply::default()
+    };
+    let reply = match (serde_json::from_str::<Request>(&line), &control.fork) {
+        (Ok(Request::Commit { message }), Some(fork)) => match fork.commit(&message) {
             Ok(id) => {
                 tracing::info!(checkpoint = %id, "committed on request");
                 Reply {
                     ok: true,
                     checkpoint: Some(id.to_hex()),
-                    error: None,
+                    ..Reply::default()
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "commit failed");
-                Reply {
-                    ok: false,
-                    checkpoint: None,
-                    error: Some(e.to_string()),
-                }
+                failed(e.to_string())
             }
         },
-        Ok(Request::NoCommit) => {
+        (Ok(Request::NoCommit), Some(_)) => {
             control.skip_final_commit.store(true, Ordering::SeqCst);
             Reply {
                 ok: true,
-                checkpoint: None,
-                error: None,
+                ..Reply::default()
             }
         }
-        Err(e) => Reply {
-            ok: false,
-            checkpoint: None,
-            error: Some(format!("bad request: {e}")),
+        (Ok(Request::Commit { .. } | Request::NoCommit), None) => {
+            failed("this mount is read-only: only a fork's daemon commits".into())
+        }
+        (Ok(Request::Memory), _) => Reply {
+            ok: true,
+            cache: Some(control.caches.as_ref().map(|c| {
+                let u = c.usage();
+                CacheReport {
+                    limit: u.limit as u64,
+                    bytes: u.total() as u64,
+                    chunks: u.chunks as u64,
+                    dirs: u.dirs as u64,
+                }
+            })),
+            ..Reply::default()
         },
+        (Err(e), _) => failed(format!("bad request: {e}")),
     };
     let mut out = serde_json::to_string(&reply)?;
     out.push('\n');
@@ -129,18 +233,72 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
     Ok(())
 }
 
-/// Commit every `every` while the process lives (for `--commit-interval`).
-pub(super) fn commit_periodically(control: Arc<Control>, every: Duration) -> Result<()> {
+/// Commit `fork` every `every` while the process lives (for `--commit-interval`).
+pub(super) fn commit_periodically(fork: Arc<Fork>, every: Duration) -> Result<()> {
     std::thread::Builder::new()
         .name("storefs-commit".into())
         .spawn(move || {
             loop {
                 std::thread::sleep(every);
-                match control.fork.commit("periodic commit") {
+                match fork.commit("periodic commit") {
                     Ok(id) => tracing::info!(checkpoint = %id, "periodic commit"),
                     Err(e) => tracing::warn!(error = %e, "periodic commit failed"),
                 }
             }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `line` sent to a daemon with `control`, and its reply line.
+    fn ask_raw(control: &Control, line: &str) -> String {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        client.write_all(line.as_bytes()).unwrap();
+        answer(server, control).unwrap();
+        let mut reply = String::new();
+        BufReader::new(client).read_line(&mut reply).unwrap();
+        reply
+    }
+
+    fn ask(control: &Control, line: &str) -> Reply {
+        serde_json::from_str(&ask_raw(control, line)).unwrap()
+    }
+
+    #[test]
+    fn a_read_only_daemon_reports_its_caches_and_refuses_commits() {
+        let control = Control {
+            fork: None,
+            caches: Some(Caches::new(4 << 20)),
+            skip_final_commit: AtomicBool::new(false),
+        };
+        let reply = ask(&control, "{\"op\":\"memory\"}\n");
+        assert!(reply.ok);
+        let cache = reply.cache.flatten().expect("a cache report");
+        assert_eq!((cache.limit, cache.bytes), (4 << 20, 0));
+        for line in [
+            "{\"op\":\"commit\",\"message\":\"m\"}\n",
+            "{\"op\":\"no-commit\"}\n",
+        ] {
+            let reply = ask(&control, line);
+            assert!(!reply.ok);
+            assert!(reply.error.unwrap().contains("read-only"));
+        }
+        assert!(!control.skip_final_commit.load(Ordering::SeqCst));
+        let reply = ask(&control, "{\"op\":\"dance\"}\n");
+        assert!(reply.error.unwrap().starts_with("bad request"));
+    }
+
+    #[test]
+    fn a_daemon_without_caches_answers_null() {
+        let control = Control {
+            fork: None,
+            caches: None,
+            skip_final_commit: AtomicBool::new(false),
+        };
+        let reply = ask_raw(&control, "{\"op\":\"memory\"}\n");
+        assert_eq!(reply, "{\"ok\":true,\"cache\":null}\n");
+    }
 }

@@ -10,8 +10,9 @@
 //! - `run`: the daemon itself ([`run()`]): mount, register, serve until
 //!   stopped, commit a fork on the way out; and [`serve`], whose signal
 //!   thread unmounts on SIGTERM, SIGINT or SIGHUP;
-//! - [`control`]: a fork daemon's control socket and its request protocol,
-//!   and the periodic commit;
+//! - [`control`]: a daemon's control socket and its request protocol (a
+//!   fork's commits, every mount's cache use), the periodic commit, and a
+//!   daemon's memory as `status` reports it ([`mount_status`]);
 //! - `log`: the daemon's log file, `logs/mount-<key>.log` in the store;
 //! - `unmount`: unmounting from outside ([`unmount()`]: `umount2` as root,
 //!   else `fusermount3 -u`) and waiting for a daemon to exit.
@@ -34,7 +35,7 @@ mod unmount;
 use std::io;
 use std::path::PathBuf;
 
-pub use control::{Request, request};
+pub use control::{CacheReport, MountStatus, Request, mount_status, request};
 pub use run::{Mount, Settings, What, run, serve};
 pub use spawn::{ReadyPipe, Started, start};
 pub use unmount::{unmount, wait_for_exit};

@@ -42,7 +42,8 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::checkpoint::{self, CheckpointView, inode_budget};
+use super::caches::Caches;
+use super::checkpoint::{self, CheckpointView};
 use super::view::{
     self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened,
     ROOT_INO, Readdir, StatFs, View, XattrReply,
@@ -50,13 +51,22 @@ use super::view::{
 use super::{FsError, Result};
 use crate::journal;
 use crate::journal::ext4;
-use crate::store::{ChunkCache, Kind, ObjectId, Store};
+use crate::store::{Kind, ObjectId, Store};
 
 /// Bits of an inode number local to one checkpoint's tree.
 const LOCAL_BITS: u32 = 40;
 const LOCAL_MASK: u64 = (1 << LOCAL_BITS) - 1;
 /// The most checkpoints one mount can show (slot numbers fill the top 24 bits).
 const MAX_SLOTS: u64 = (1 << (64 - LOCAL_BITS)) - 1;
+
+/// What the mount keeps for good, about, charged to the directory cache's
+/// budget ([`Caches`]): per store node (in the table and its map), per
+/// checkpoint seen (its slot), per checkpoint tree served (its view, inode
+/// table and root node), per record read (beyond its bytes).
+const KEPT_NODE_BYTES: usize = 2 * std::mem::size_of::<Node>() + 96;
+const KEPT_SLOT_BYTES: usize = std::mem::size_of::<Slot>() + 96;
+const KEPT_TREE_BYTES: usize = 1024;
+const KEPT_RECORD_BYTES: usize = 96;
 
 /// How long the kernel may cache the store's own entries and attributes.
 const STORE_TTL: Duration = Duration::from_secs(1);
@@ -201,9 +211,8 @@ struct Table {
 /// The whole store, served read-only.
 pub struct BrowseView {
     store: Arc<Store>,
-    cache: Arc<ChunkCache>,
-    /// Directory entries each checkpoint's tree keeps in memory.
-    tree_inode_budget: usize,
+    /// Shared by every checkpoint's tree.
+    caches: Caches,
     mountpoint: PathBuf,
     table: RwLock<Table>,
     /// Verified checkpoint records (they never change).
@@ -217,7 +226,7 @@ pub struct BrowseView {
 }
 
 impl BrowseView {
-    pub fn new(store: Arc<Store>, cache_bytes: usize, mountpoint: PathBuf) -> BrowseView {
+    pub fn new(store: Arc<Store>, caches: Caches, mountpoint: PathBuf) -> BrowseView {
         let table = Table {
             nodes: FIXED.to_vec(),
             node_inos: FIXED.iter().cloned().zip(1..).collect(),
@@ -228,9 +237,7 @@ impl BrowseView {
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         BrowseView {
             store,
-            cache: Arc::new(ChunkCache::new(cache_bytes)),
-            // Trees share the budget a checkpoint mount would have, 8 ways.
-            tree_inode_budget: (inode_budget(cache_bytes) / 8).max(4096),
+            caches,
             mountpoint,
             table: RwLock::new(table),
             records: RwLock::new(HashMap::new()),
@@ -498,6 +505,7 @@ impl BrowseView {
         }
         t.nodes.push(node.clone());
         t.node_inos.insert(node.clone(), ino);
+        self.caches.dirs.keep(KEPT_NODE_BYTES);
         Ok(ino)
     }
 
@@ -524,6 +532,7 @@ impl BrowseView {
             fs: RwLock::new(None),
         });
         t.slots.push(slot.clone());
+        self.caches.dirs.keep(KEPT_SLOT_BYTES);
         t.slot_of.insert(*id, k);
         Ok((k, slot))
     }
@@ -543,16 +552,19 @@ impl BrowseView {
             tracing::warn!(checkpoint = %id, error = %e, "cannot load checkpoint; it gets EIO");
             FsError::Store(e)
         })?;
-        let fs = Arc::new(CheckpointView::with_cache(
+        let fs = Arc::new(CheckpointView::new(
             self.store.clone(),
             root,
-            self.cache.clone(),
-            self.tree_inode_budget,
+            &self.caches,
             self.mountpoint.join("checkpoints").join(id.to_hex()),
             record.source.stats,
         ));
         // Another thread may have loaded it meanwhile: keep the first.
-        Ok(slot.fs.write().get_or_insert(fs).clone())
+        let mut kept = slot.fs.write();
+        if kept.is_none() {
+            self.caches.dirs.keep(KEPT_TREE_BYTES);
+        }
+        Ok(kept.get_or_insert(fs).clone())
     }
 
     /// The mount's inode number of a checkpoint tree's inode `local`.
@@ -805,7 +817,9 @@ impl BrowseView {
             return Ok(bytes.clone());
         }
         let bytes = Arc::new(self.store.checkpoint_record_bytes(id).map_err(store_err)?);
-        self.records.write().insert(*id, bytes.clone());
+        if self.records.write().insert(*id, bytes.clone()).is_none() {
+            self.caches.dirs.keep(bytes.len() + KEPT_RECORD_BYTES);
+        }
         Ok(bytes)
     }
 }
@@ -883,7 +897,7 @@ mod tests {
     fn browse() -> (tempfile::TempDir, Arc<Store>, BrowseView) {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open_or_create(&dir.path().join("s")).unwrap());
-        let fs = BrowseView::new(store.clone(), 1 << 20, "/b".into());
+        let fs = BrowseView::new(store.clone(), Caches::new(1 << 20), "/b".into());
         (dir, store, fs)
     }
 

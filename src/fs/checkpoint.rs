@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::inode::{Children, Found, InodeTable, NODE_BYTES, Node, data_ranges};
+use super::caches::Caches;
+use super::inode::{Children, Found, InodeTable, Node, data_ranges};
 use super::readahead::{AHEAD_CHUNKS, Claim, ReadAhead};
 use super::view::{
     self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir,
@@ -40,37 +41,21 @@ pub struct CheckpointView {
 }
 
 impl CheckpointView {
-    /// Serve the tree under `root` (a checkpoint's root directory entry), keeping
-    /// up to `cache_bytes` of decompressed chunks in memory, and directory
-    /// entries for about a quarter of that again ([`inode_budget`]).
+    /// Serve the tree under `root` (a checkpoint's root directory entry),
+    /// keeping chunks and directories in `caches` (a browse mount shares
+    /// them between its trees).
     pub fn new(
         store: Arc<Store>,
         root: store::Entry,
-        cache_bytes: usize,
-        mountpoint: PathBuf,
-        stats: Option<Stats>,
-    ) -> CheckpointView {
-        let cache = Arc::new(ChunkCache::new(cache_bytes));
-        let budget = inode_budget(cache_bytes);
-        CheckpointView::with_cache(store, root, cache, budget, mountpoint, stats)
-    }
-
-    /// Serve the tree under `root` with a chunk cache shared with other trees
-    /// (a browse mount serves many checkpoints from one cache), keeping about
-    /// `inode_budget` directory entries in memory.
-    pub fn with_cache(
-        store: Arc<Store>,
-        root: store::Entry,
-        cache: Arc<ChunkCache>,
-        inode_budget: usize,
+        caches: &Caches,
         mountpoint: PathBuf,
         stats: Option<Stats>,
     ) -> CheckpointView {
         CheckpointView {
             store,
-            inodes: InodeTable::new(root, inode_budget),
-            readahead: ReadAhead::new(cache.capacity()),
-            cache,
+            inodes: InodeTable::new(root, caches.dirs.clone()),
+            readahead: ReadAhead::new(caches.chunks.capacity()),
+            cache: caches.chunks.clone(),
             mountpoint,
             stats,
         }
@@ -159,18 +144,18 @@ impl CheckpointView {
     }
 
     /// The node of `ino`, loading its directory again if it was evicted.
+    /// The directory cache is shared (a browse mount's trees, other
+    /// threads): one just loaded can be evicted again before it is used, so
+    /// this tries a few times.
     fn node(&self, ino: u64) -> Result<Arc<Node>> {
-        match self.inodes.get(ino) {
-            Found::Node(n) => Ok(n),
-            Found::Evicted { dir, tree } => {
-                self.load(dir, &tree)?;
-                match self.inodes.get(ino) {
-                    Found::Node(n) => Ok(n),
-                    _ => Err(FsError::UnknownInode(ino)),
-                }
-            }
-            Found::Unknown => Err(FsError::UnknownInode(ino)),
+        for _ in 0..LOAD_TRIES {
+            match self.inodes.get(ino) {
+                Found::Node(n) => return Ok(n),
+                Found::Evicted { dir, tree } => self.load(dir, &tree)?,
+                Found::Unknown => break,
+            };
         }
+        Err(FsError::UnknownInode(ino))
     }
 
     /// The children of a directory, loading its tree object when they are
@@ -493,6 +478,9 @@ impl View for CheckpointView {
     }
 }
 
+/// How many times [`CheckpointView::node`] loads an evicted directory.
+const LOAD_TRIES: usize = 4;
+
 /// How many entries ahead a listing hints at their subdirectories' trees.
 const PREFETCH_SUBDIRS: usize = 128;
 
@@ -510,12 +498,6 @@ fn next_chunks(extents: &[crate::store::Extent], index: usize) -> Vec<ObjectId> 
         .filter_map(|e| e.id)
         .take(PREFETCH_AHEAD)
         .collect()
-}
-
-/// How many directory entries a mount keeps in memory for a chunk cache of
-/// `cache_bytes`: about a quarter of that in bytes, and at least 4,096.
-pub fn inode_budget(cache_bytes: usize) -> usize {
-    (cache_bytes / 4 / NODE_BYTES).max(4096)
 }
 
 #[cfg(test)]
@@ -546,7 +528,8 @@ mod tests {
         let mut root = file("", 0, vec![]);
         root.kind = Kind::Dir;
         root.content = Content::Tree(tid);
-        let fs = CheckpointView::new(Arc::new(store), root, 1 << 20, "/m".into(), None);
+        let caches = Caches::new(1 << 20);
+        let fs = CheckpointView::new(Arc::new(store), root, &caches, "/m".into(), None);
         (dir, fs)
     }
 
@@ -616,7 +599,13 @@ mod tests {
         let mut root = file("", 0, vec![]);
         root.kind = Kind::Dir;
         root.content = Content::Tree(tid);
-        let fs = CheckpointView::new(Arc::new(store), root, 64 << 20, "/m".into(), None);
+        let fs = CheckpointView::new(
+            Arc::new(store),
+            root,
+            &Caches::new(64 << 20),
+            "/m".into(),
+            None,
+        );
         (dir, fs, data, ids)
     }
 

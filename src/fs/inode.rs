@@ -4,15 +4,19 @@
 //! Numbers are handed out a directory at a time: the first time a directory's
 //! children are listed they get a contiguous range, recorded for good with the
 //! directory's tree id (a few dozen bytes per directory). The nodes and child
-//! lists themselves are a cache of recently used directories, bounded by a
-//! node budget: an evicted directory is rebuilt from its tree object, in the
-//! same order, so every number keeps meaning the same entry for the life of
-//! the mount and `forget` need not do anything. Entries sharing a non-zero
-//! `link_id` (hardlinks) get one inode: the number of the first one seen; the
-//! others' slots in their ranges stay unused.
+//! lists themselves are a cache of recently used directories, the
+//! [`DirCache`], bounded in bytes and shared by every table of a mount (a
+//! browse mount has one table per checkpoint): an evicted directory is
+//! rebuilt from its tree object, in the same order, so every number keeps
+//! meaning the same entry for the life of the mount and `forget` need not do
+//! anything. Entries sharing a non-zero `link_id` (hardlinks) get one inode:
+//! the number of the first one seen; the others' slots in their ranges stay
+//! unused.
 
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use lru::LruCache;
 use parking_lot::Mutex;
@@ -25,9 +29,15 @@ use crate::store::{Content, Entry, Extent, Kind, ObjectId};
 /// line (they cannot loop, but a bound costs nothing).
 const MAX_PATH_DEPTH: usize = 4096;
 
-/// About what a node costs in memory with its share of a child list (bytes),
-/// to turn a memory budget into a node budget.
-pub const NODE_BYTES: usize = 768;
+/// What malloc adds to each allocation (its header and rounding), about.
+const ALLOC_OVERHEAD: usize = 16;
+
+/// What a numbered directory costs for good: its [`Range`] and its place in
+/// the table's map, about.
+const RANGE_BYTES: usize = size_of::<Range>() + 3 * size_of::<u64>() + 8;
+
+/// What a hardlink group costs for good in the table's map, about.
+const LINK_BYTES: usize = 4 * size_of::<u64>() + 8;
 
 /// One inode of the mount.
 #[derive(Debug)]
@@ -62,9 +72,108 @@ pub enum Found {
     Unknown,
 }
 
+/// The directories in memory of every inode table of one mount, least
+/// recently used evicted first, within a byte budget that also pays for
+/// what the tables keep for good (the numbering: [`RANGE_BYTES`] per
+/// directory listed, [`LINK_BYTES`] per hardlink group). The directory
+/// being loaded is always kept, even when it alone is over the budget.
+/// Safe to share between threads.
+pub struct DirCache {
+    lru: Mutex<DirLru>,
+    budget: usize,
+    /// Bytes of numbering the tables keep for good.
+    fixed: AtomicUsize,
+    next_table: AtomicU64,
+}
+
+struct DirLru {
+    /// (table, directory inode) -> the directory.
+    dirs: LruCache<(u64, u64), Loaded>,
+    /// Bytes of the directories in `dirs` ([`Loaded::bytes`]).
+    bytes: usize,
+}
+
+impl DirCache {
+    /// A cache of at most about `budget` bytes.
+    pub fn new(budget: usize) -> DirCache {
+        DirCache {
+            lru: Mutex::new(DirLru {
+                dirs: LruCache::unbounded(),
+                bytes: 0,
+            }),
+            budget,
+            fixed: AtomicUsize::new(0),
+            next_table: AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes held now: the directories in memory and the tables' numbering.
+    pub fn bytes(&self) -> usize {
+        self.lru.lock().bytes + self.fixed.load(Ordering::Relaxed)
+    }
+
+    /// The budget in bytes.
+    #[cfg(test)]
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Charge `bytes` a view keeps for good outside any table (a browse
+    /// mount's records and store nodes) against the budget.
+    pub fn keep(&self, bytes: usize) {
+        self.fixed.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// How many directories are in memory.
+    #[cfg(test)]
+    pub fn dirs(&self) -> usize {
+        self.lru.lock().dirs.len()
+    }
+
+    /// Add `loaded` for (`table`, `dir`), then evict the least recently used
+    /// others until the whole fits the budget. What is evicted is dropped
+    /// after the lock is released.
+    fn put(&self, table: u64, dir: u64, loaded: Loaded) {
+        let mut evicted = Vec::new();
+        {
+            let mut g = self.lru.lock();
+            g.bytes += loaded.bytes;
+            if let Some(old) = g.dirs.put((table, dir), loaded) {
+                g.bytes -= old.bytes;
+                evicted.push(old);
+            }
+            let fixed = self.fixed.load(Ordering::Relaxed);
+            while g.bytes + fixed > self.budget && g.dirs.len() > 1 {
+                match g.dirs.pop_lru() {
+                    Some((_, l)) => {
+                        g.bytes -= l.bytes;
+                        evicted.push(l);
+                    }
+                    None => break,
+                }
+            }
+        }
+        drop(evicted);
+    }
+
+    /// Run `f` on the directory (`table`, `dir`) if in memory, marking it used.
+    fn with<T>(&self, table: u64, dir: u64, f: impl FnOnce(&Loaded) -> T) -> Option<T> {
+        self.lru.lock().dirs.get(&(table, dir)).map(f)
+    }
+}
+
+impl std::fmt::Debug for DirCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DirCache({}/{} bytes)", self.bytes(), self.budget)
+    }
+}
+
 /// The table of every inode handed out so far. Safe to share between threads.
 pub struct InodeTable {
     root: Arc<Node>,
+    /// This table's key in `cache`.
+    id: u64,
+    cache: Arc<DirCache>,
     inner: Mutex<Inner>,
 }
 
@@ -81,6 +190,8 @@ struct Range {
 struct Loaded {
     children: Arc<Children>,
     nodes: Vec<Option<Arc<Node>>>,
+    /// What all this costs in memory, about ([`node_bytes`]).
+    bytes: usize,
 }
 
 struct Inner {
@@ -88,29 +199,28 @@ struct Inner {
     ranges: Vec<Range>,
     /// Directory inode -> its range's index.
     range_of: HashMap<u64, usize>,
-    loaded: LruCache<u64, Loaded>,
-    /// Nodes in `loaded`, and how many it may hold before evicting.
-    nodes: usize,
-    budget: usize,
     /// Link id -> the inode of the first entry seen with it, and its kind.
     by_link_id: HashMap<u64, (u64, Kind)>,
     next_ino: u64,
+    /// Bytes of `ranges`, `range_of` and `by_link_id`, charged to the cache.
+    fixed: usize,
 }
 
 impl InodeTable {
     /// A table holding only the root directory, keeping the children of
-    /// recently used directories up to about `budget` nodes in memory.
-    pub fn new(root: Entry, budget: usize) -> InodeTable {
+    /// recently used directories in `cache` (shared with the mount's other
+    /// tables).
+    pub fn new(root: Entry, cache: Arc<DirCache>) -> InodeTable {
         InodeTable {
             root: Arc::new(Node::new(ROOT_INO, ROOT_INO, root)),
+            id: cache.next_table.fetch_add(1, Ordering::Relaxed),
+            cache,
             inner: Mutex::new(Inner {
                 ranges: Vec::new(),
                 range_of: HashMap::new(),
-                loaded: LruCache::unbounded(),
-                nodes: 0,
-                budget: budget.max(1),
                 by_link_id: HashMap::new(),
                 next_ino: ROOT_INO + 1,
+                fixed: 0,
             }),
         }
     }
@@ -120,32 +230,30 @@ impl InodeTable {
         if ino == ROOT_INO {
             return Found::Node(self.root.clone());
         }
-        let mut inner = self.inner.lock();
-        let i = inner.ranges.partition_point(|r| r.first <= ino);
-        let Some(r) = i.checked_sub(1).map(|i| &inner.ranges[i]) else {
-            return Found::Unknown;
+        let (first, dir, tree) = {
+            let inner = self.inner.lock();
+            let i = inner.ranges.partition_point(|r| r.first <= ino);
+            let Some(r) = i.checked_sub(1).map(|i| &inner.ranges[i]) else {
+                return Found::Unknown;
+            };
+            if ino >= r.first + r.len {
+                return Found::Unknown;
+            }
+            (r.first, r.dir, r.tree)
         };
-        if ino >= r.first + r.len {
-            return Found::Unknown;
-        }
-        let (first, dir, tree) = (r.first, r.dir, r.tree);
-        match inner.loaded.get(&dir) {
-            Some(l) => match &l.nodes[(ino - first) as usize] {
+        let found = self.cache.with(self.id, dir, |l| {
+            match &l.nodes[(ino - first) as usize] {
                 Some(n) => Found::Node(n.clone()),
                 // The unused slot of a hardlink: never handed out.
                 None => Found::Unknown,
-            },
-            None => Found::Evicted { dir, tree },
-        }
+            }
+        });
+        found.unwrap_or(Found::Evicted { dir, tree })
     }
 
     /// The children of directory `dir`, if in memory.
     pub fn children(&self, dir: u64) -> Option<Arc<Children>> {
-        self.inner
-            .lock()
-            .loaded
-            .get(&dir)
-            .map(|l| l.children.clone())
+        self.cache.with(self.id, dir, |l| l.children.clone())
     }
 
     /// Record the entries of directory `dir` (from its tree object `tree`):
@@ -172,10 +280,12 @@ impl InodeTable {
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         entries.dedup_by(|a, b| a.name == b.name);
+        // Lock order: the table, then the cache.
         let mut inner = self.inner.lock();
-        if let Some(l) = inner.loaded.get(&dir) {
-            return l.children.clone();
+        if let Some(children) = self.children(dir) {
+            return children;
         }
+        let fixed_before = inner.fixed;
         let first = match inner.range_of.get(&dir) {
             Some(&i) => inner.ranges[i].first,
             None => {
@@ -190,34 +300,33 @@ impl InodeTable {
                     tree,
                 });
                 inner.range_of.insert(dir, index);
+                inner.fixed += RANGE_BYTES;
                 first
             }
         };
         let mut children = Vec::with_capacity(entries.len());
         let mut nodes = Vec::with_capacity(entries.len());
+        let mut bytes = size_of::<Loaded>() + 4 * ALLOC_OVERHEAD + 64;
         for (i, entry) in entries.into_iter().enumerate() {
             let slot = first + i as u64;
             let name = entry.name.clone();
+            bytes += node_bytes(&entry);
             let ino = inner.link_target(slot, &entry);
             nodes.push((ino == slot).then(|| Arc::new(Node::new(slot, dir, entry))));
             children.push((name, ino));
         }
         let children = Arc::new(children);
-        inner.nodes += nodes.len();
-        inner.loaded.put(
+        let grown = inner.fixed - fixed_before;
+        self.cache.fixed.fetch_add(grown, Ordering::Relaxed);
+        self.cache.put(
+            self.id,
             dir,
             Loaded {
                 children: children.clone(),
                 nodes,
+                bytes,
             },
         );
-        // Evict the least recently used directories beyond the budget (never
-        // the one just loaded).
-        while inner.nodes > inner.budget && inner.loaded.len() > 1 {
-            if let Some((_, l)) = inner.loaded.pop_lru() {
-                inner.nodes -= l.nodes.len();
-            }
-        }
         children
     }
 
@@ -252,11 +361,14 @@ impl InodeTable {
     pub fn len(&self) -> usize {
         (self.inner.lock().next_ino - ROOT_INO) as usize
     }
+}
 
-    /// How many nodes are in memory (for tests of the budget).
-    #[cfg(test)]
-    fn resident(&self) -> usize {
-        self.inner.lock().nodes
+impl Drop for InodeTable {
+    /// Its numbering is no longer kept (its directories in the cache go as
+    /// they are evicted).
+    fn drop(&mut self) {
+        let fixed = self.inner.get_mut().fixed;
+        self.cache.fixed.fetch_sub(fixed, Ordering::Relaxed);
     }
 }
 
@@ -274,6 +386,7 @@ impl Inner {
             Some(_) => slot,
             None => {
                 self.by_link_id.insert(link_id, (slot, entry.kind));
+                self.fixed += LINK_BYTES;
                 slot
             }
         }
@@ -303,6 +416,33 @@ impl Node {
             extent_starts,
         }
     }
+}
+
+/// What the node of `e` costs in memory with its share of its directory's
+/// child list, about: the node behind its `Arc`, its name twice (the entry's
+/// and the child list's), its extents and their starts, its symlink target
+/// and its extended attributes.
+fn node_bytes(e: &Entry) -> usize {
+    let content = match &e.content {
+        Content::Extents(x) => {
+            x.len() * (size_of::<Extent>() + size_of::<u64>()) + 2 * ALLOC_OVERHEAD
+        }
+        Content::Target(t) => t.len() + ALLOC_OVERHEAD,
+        Content::None | Content::Tree(_) => 0,
+    };
+    let xattrs: usize = e
+        .xattrs
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + size_of::<(Vec<u8>, Vec<u8>)>() + 2 * ALLOC_OVERHEAD)
+        .sum();
+    size_of::<Node>()
+        + 2 * size_of::<usize>()
+        + ALLOC_OVERHEAD
+        + 2 * (e.name.len() + ALLOC_OVERHEAD)
+        + size_of::<(Vec<u8>, u64)>()
+        + size_of::<Option<Arc<Node>>>()
+        + content
+        + xattrs
 }
 
 /// Whether a name can appear in a directory listing. The kernel rejects a whole
@@ -364,6 +504,10 @@ mod tests {
         entry(name, Kind::File, link_id, Content::Extents(vec![]))
     }
 
+    fn table(root: Entry, budget: usize) -> InodeTable {
+        InodeTable::new(root, Arc::new(DirCache::new(budget)))
+    }
+
     /// The node of `ino`, loading `trees[dir]` when it was evicted.
     fn node(t: &InodeTable, trees: &HashMap<u64, Vec<Entry>>, ino: u64) -> Arc<Node> {
         match t.get(ino) {
@@ -382,7 +526,7 @@ mod tests {
     #[test]
     fn hardlinks_share_an_inode_and_numbers_are_stable() {
         let id = ObjectId::of(b"d");
-        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(id)), 1 << 20);
+        let t = table(entry("", Kind::Dir, 0, Content::Tree(id)), 1 << 20);
         let kids = t.insert_children(
             ROOT_INO,
             id,
@@ -408,8 +552,11 @@ mod tests {
     fn evicted_directories_come_back_with_the_same_numbers() {
         let root_id = ObjectId::of(b"root");
         let dir_id = |i: u64| ObjectId::of(&i.to_le_bytes());
-        // A budget of 5 nodes: a directory of 4 files, and 10 of them.
-        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(root_id)), 5);
+        // A budget of about two directories of 4 files (with the numbering),
+        // and 10 of them.
+        let four = 4 * node_bytes(&file("f0-0", 0)) + size_of::<Loaded>() + 4 * ALLOC_OVERHEAD + 64;
+        let budget = 2 * four + 11 * RANGE_BYTES + LINK_BYTES;
+        let t = table(entry("", Kind::Dir, 0, Content::Tree(root_id)), budget);
         let mut trees: HashMap<u64, Vec<Entry>> = HashMap::new();
         let root: Vec<Entry> = (0..10)
             .map(|i| entry(&format!("d{i}"), Kind::Dir, 0, Content::Tree(dir_id(i))))
@@ -426,9 +573,9 @@ mod tests {
             trees.insert(*dir, kids.clone());
             let list = t.insert_children(*dir, dir_id(i as u64), kids);
             seen.push((*dir, list));
-            assert!(t.resident() <= 10 + 4, "budget kept: {}", t.resident());
+            assert!(t.cache.bytes() <= budget, "budget kept: {:?}", t.cache);
         }
-        assert!(t.resident() < 10 * 4 + 10, "something was evicted");
+        assert!(t.cache.dirs() < 11, "something was evicted");
         let h = seen[0].1[3].1;
         for (dir, list) in &seen {
             assert_eq!(list[3].1, h, "one inode for the link group in {dir}");
@@ -461,9 +608,40 @@ mod tests {
     }
 
     #[test]
+    fn tables_share_one_budget_and_give_back_their_numbering() {
+        let id = ObjectId::of(b"d");
+        let root = || entry("", Kind::Dir, 0, Content::Tree(id));
+        let files = |n: usize| {
+            (0..n)
+                .map(|i| file(&format!("f{i}"), 0))
+                .collect::<Vec<_>>()
+        };
+        let one = 100 * node_bytes(&file("f00", 0)) + size_of::<Loaded>() + 4 * ALLOC_OVERHEAD + 64;
+        let cache = Arc::new(DirCache::new(one + one / 2));
+        let a = InodeTable::new(root(), cache.clone());
+        let b = InodeTable::new(root(), cache.clone());
+        a.insert_children(ROOT_INO, id, files(100));
+        assert!(a.children(ROOT_INO).is_some());
+        b.insert_children(ROOT_INO, id, files(100));
+        assert!(a.children(ROOT_INO).is_none(), "b's directory evicted a's");
+        assert!(b.children(ROOT_INO).is_some());
+        assert!(cache.bytes() <= cache.budget(), "{cache:?}");
+        assert_eq!(cache.dirs(), 1);
+        // Each table keeps its numbering for good, charged to the cache.
+        let with_both = cache.bytes();
+        drop(a);
+        assert_eq!(cache.bytes(), with_both - RANGE_BYTES);
+        // One directory over the whole budget is still served.
+        let c = InodeTable::new(root(), cache.clone());
+        assert_eq!(c.insert_children(ROOT_INO, id, files(300)).len(), 300);
+        assert!(c.children(ROOT_INO).is_some());
+        assert_eq!(cache.dirs(), 1);
+    }
+
+    #[test]
     fn unservable_names_are_dropped() {
         let id = ObjectId::of(b"d");
-        let t = InodeTable::new(entry("", Kind::Dir, 0, Content::Tree(id)), 1 << 20);
+        let t = table(entry("", Kind::Dir, 0, Content::Tree(id)), 1 << 20);
         let long = "x".repeat(256);
         let names = ["", ".", "..", "a/b", "nul\0", long.as_str(), "ok"];
         let kids = t.insert_children(ROOT_INO, id, names.iter().map(|n| file(n, 0)).collect());

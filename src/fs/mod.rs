@@ -22,6 +22,7 @@
 //! This module is the only place in the codebase that speaks errno: see [`errno`].
 
 mod browse;
+mod caches;
 mod checkpoint;
 mod fork;
 mod fuse;
@@ -40,6 +41,7 @@ use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 use crate::journal::{self, Fork};
 use crate::store::{self, ObjectId, Store};
 use browse::BrowseView;
+pub use caches::{CacheUse, Caches};
 use checkpoint::CheckpointView;
 use fork::ForkView;
 use fuse::FuseAdapter;
@@ -57,8 +59,9 @@ pub struct MountConfig {
     /// read-only view of a fork is a mount of its head), `suid`, `dev`,
     /// `auto_unmount`, `fsname=` and `subtype=` are refused.
     pub extra_options: Vec<String>,
-    /// The most bytes of decompressed chunks kept in memory (checkpoint
-    /// mounts; a fork keeps its own cache).
+    /// The most bytes a checkpoint or browse mount keeps in its caches:
+    /// decompressed chunks, directories and the inode numbering ([`Caches`]).
+    /// A fork keeps its journal's own cache.
     pub cache_bytes: usize,
     /// FUSE worker threads (at least 1).
     pub threads: usize,
@@ -227,6 +230,8 @@ impl MountRelease {
 pub struct Mounted {
     session: Session<FuseAdapter>,
     mountpoint: PathBuf,
+    /// A checkpoint or browse mount's caches (a fork's are its journal's).
+    caches: Option<Caches>,
 }
 
 /// Whether a mount is read-only (a checkpoint) or read-write (a fork).
@@ -284,10 +289,11 @@ pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) ->
     let root = store.root_entry(&record)?;
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadOnly)?;
+    let caches = Caches::new(cfg.cache_bytes);
     let view = CheckpointView::new(
         store,
         root,
-        cfg.cache_bytes,
+        &caches,
         cfg.mountpoint.clone(),
         record.source.stats,
     );
@@ -298,6 +304,7 @@ pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) ->
     Ok(Mounted {
         session,
         mountpoint: cfg.mountpoint.clone(),
+        caches: Some(caches),
     })
 }
 
@@ -322,6 +329,7 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
     Ok(Mounted {
         session,
         mountpoint: cfg.mountpoint.clone(),
+        caches: None,
     })
 }
 
@@ -331,7 +339,8 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
 pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadOnly)?;
-    let view = BrowseView::new(store, cfg.cache_bytes, cfg.mountpoint.clone());
+    let caches = Caches::new(cfg.cache_bytes);
+    let view = BrowseView::new(store, caches.clone(), cfg.mountpoint.clone());
     let session = start_session(cfg, &config, |release| {
         FuseAdapter::new(Box::new(view), release)
     })?;
@@ -339,6 +348,7 @@ pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted> {
     Ok(Mounted {
         session,
         mountpoint: cfg.mountpoint.clone(),
+        caches: Some(caches),
     })
 }
 
@@ -346,6 +356,11 @@ impl Mounted {
     /// Where it is mounted.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// Its caches, to report what they hold (none for a fork).
+    pub fn caches(&self) -> Option<Caches> {
+        self.caches.clone()
     }
 
     /// What unmounts it from another thread (ending [`Mounted::run`]).

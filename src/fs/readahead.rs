@@ -20,6 +20,8 @@ use crate::store::ObjectId;
 
 /// Worker threads per read-only tree, started on the first read-ahead.
 pub const WORKERS: usize = 6;
+/// How long a worker waits for a job before it exits.
+const IDLE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Chunks read ahead of the reader at most...
 pub const AHEAD_CHUNKS: usize = 16;
 /// ...and bytes at most (of which also no more than a quarter of the cache).
@@ -169,7 +171,13 @@ fn work(shared: &Shared) {
             return;
         }
         let Some((id, job)) = s.queue.pop_front() else {
-            shared.work.wait(&mut s);
+            // An idle worker goes (a browse mount has a read-ahead per tree
+            // read; their threads must not pile up); the next submit starts
+            // one again.
+            if shared.work.wait_for(&mut s, IDLE).timed_out() && s.queue.is_empty() {
+                s.threads -= 1;
+                return;
+            }
             continue;
         };
         s.running.insert(id);

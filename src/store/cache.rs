@@ -1,4 +1,6 @@
 //! A byte-bounded LRU cache of decompressed, verified objects (file chunks).
+//! What counts is what each object costs in memory: its buffer's capacity
+//! and the cache's bookkeeping for it ([`ENTRY_OVERHEAD`]).
 
 use std::sync::Arc;
 
@@ -6,6 +8,15 @@ use lru::LruCache;
 use parking_lot::Mutex;
 
 use super::id::ObjectId;
+
+/// What an object costs the cache beyond its buffer: the `Arc` and `Vec`
+/// headers, the LRU's node and map slot, and malloc's own headers, about.
+pub const ENTRY_OVERHEAD: usize = 160;
+
+/// What `data` costs the cache in memory.
+fn cost(data: &Vec<u8>) -> usize {
+    data.capacity() + ENTRY_OVERHEAD
+}
 
 /// Holds decompressed objects up to `capacity` bytes; the least recently used go first.
 pub struct ChunkCache {
@@ -36,17 +47,17 @@ impl ChunkCache {
     /// Insert, evicting the least recently used until the total fits. An object
     /// larger than the whole cache is not kept.
     pub fn insert(&self, id: ObjectId, data: Arc<Vec<u8>>) {
-        if data.len() > self.capacity {
+        if cost(&data) > self.capacity {
             return;
         }
         let mut g = self.inner.lock();
         if let Some(old) = g.lru.put(id, data.clone()) {
-            g.bytes -= old.len();
+            g.bytes -= cost(&old);
         }
-        g.bytes += data.len();
+        g.bytes += cost(&data);
         while g.bytes > self.capacity {
             match g.lru.pop_lru() {
-                Some((_, v)) => g.bytes -= v.len(),
+                Some((_, v)) => g.bytes -= cost(&v),
                 None => break,
             }
         }
@@ -80,15 +91,21 @@ mod tests {
 
     #[test]
     fn evicts_by_bytes() {
-        let c = ChunkCache::new(10);
+        let c = ChunkCache::new(10 + 2 * ENTRY_OVERHEAD);
         let a = ObjectId::of(b"a");
         let b = ObjectId::of(b"b");
         c.insert(a, Arc::new(vec![0; 6]));
         c.insert(b, Arc::new(vec![0; 6]));
         assert!(c.get(&a).is_none());
         assert!(c.get(&b).is_some());
-        assert_eq!(c.bytes(), 6);
-        c.insert(ObjectId::of(b"big"), Arc::new(vec![0; 11]));
-        assert_eq!(c.bytes(), 6);
+        assert_eq!(c.bytes(), 6 + ENTRY_OVERHEAD);
+        c.insert(ObjectId::of(b"big"), Arc::new(vec![0; 11 + ENTRY_OVERHEAD]));
+        assert_eq!(c.bytes(), 6 + ENTRY_OVERHEAD);
+        // A buffer counts by its capacity, not its length.
+        let mut spare = Vec::with_capacity(200);
+        spare.push(1u8);
+        let small = ChunkCache::new(100 + ENTRY_OVERHEAD);
+        small.insert(a, Arc::new(spare));
+        assert_eq!(small.bytes(), 0, "200 bytes of capacity do not fit in 100");
     }
 }

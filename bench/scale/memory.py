@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Daemon memory against `--cache-size` (issue 17, part 4): the peak RSS
+(VmHWM) of the mount daemon, storefs before (main) and after (this branch), on
+
+1. a browse mount, `grep -r` over every checkpoint of a store of N checkpoints
+   of a 200-file tree (1-3 files changed each), at --cache-size 16M, 64M, 256M;
+2. a plain read-only mount of a store of about 300,000 small objects, before
+   any read (default 256M);
+3. a full read with the default 256M: `cat` of every file of that tree, and
+   `cat` of one 1 GiB file (incompressible; 4 GiB without --quick is too long
+   here: 1 GiB is already four times the cache).
+
+The bound is the flag + 64 MiB (issue 17). Usage:
+  bench/scale/memory.py --storefs target/release/storefs [--before /tmp/storefs-main] [--quick]
+--quick is about ten times smaller. Prints a markdown table:
+case | before | storefs | bound | within? (of storefs); all in MiB; then the
+seconds each workload took (for humans: one run each, nothing asserts on it).
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+
+MIB = 1 << 20
+
+
+def run(args, **kw):
+    return subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+
+def make_tree(root, files, seed):
+    rnd = random.Random(seed)
+    for i in range(files):
+        d = os.path.join(root, f"d{i % 10}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i}.txt"), "w") as f:
+            f.write(f"file {i} {rnd.random()}\n" * (1 + i % 40))
+
+
+def change(root, files, rnd, step):
+    for _ in range(rnd.randint(1, 3)):
+        i = rnd.randrange(files)
+        with open(os.path.join(root, f"d{i % 10}", f"f{i}.txt"), "a") as f:
+            f.write(f"change {step} {rnd.random()}\n")
+
+
+def many_objects_tree(root, n):
+    per = 1000
+    for d in range((n + per - 1) // per):
+        dd = os.path.join(root, f"d{d:04}")
+        os.makedirs(dd)
+        for i in range(min(per, n - d * per)):
+            with open(os.path.join(dd, f"{i}"), "w") as f:
+                f.write(f"{d} {i}\n")
+
+
+def big_file_tree(root, size):
+    os.makedirs(root)
+    block = 1 << 20
+    with open(os.path.join(root, "big"), "wb") as f:
+        for _ in range(size // block):
+            f.write(os.urandom(block))
+
+
+def daemon_pid(store):
+    for rec in glob.glob(os.path.join(store, "mounts", "*.json")):
+        with open(rec) as f:
+            return json.load(f)["pid"]
+    raise SystemExit(f"no mount record in {store}/mounts")
+
+
+def status_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def mounted(mp):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == mp for line in f)
+
+
+def unmount(bin_, store, mp):
+    if mounted(mp):
+        subprocess.run([bin_, "--store", store, "umount", mp], stderr=subprocess.DEVNULL)
+    if mounted(mp):
+        subprocess.run(["umount", "-l", mp], stderr=subprocess.DEVNULL)
+
+
+
+def peak(bin_, store, mount_args, mp, workload):
+    """Peak RSS (VmHWM, MiB) of the daemon of `mount_args` after `workload(mp)`,
+    and the seconds the workload took."""
+    os.makedirs(mp, exist_ok=True)
+    try:
+        run([bin_, "--store", store, "mount"] + mount_args)
+        pid = daemon_pid(store)
+        t = time.perf_counter()
+        workload(mp)
+        took = time.perf_counter() - t
+        time.sleep(0.2)
+        hwm = status_kib(pid, "VmHWM")
+    finally:
+        unmount(bin_, store, mp)
+    return hwm / 1024, took
+
+
+def grep_all(mp):
+    subprocess.run(["grep", "-r", "-c", "no such text", os.path.join(mp, "checkpoints")],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def cat_all(mp):
+    subprocess.run(f"find {mp} -type f -print0 | xargs -0 cat > /dev/null", shell=True, check=True)
+
+
+def nothing(mp):
+    os.stat(mp)
+    time.sleep(0.3)
+
+
+def parse_size(s):
+    return int(s[:-1]) * MIB
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--storefs", required=True, help="storefs binary to measure (after)")
+    ap.add_argument("--before", default="/tmp/storefs-main", help="storefs binary of main (before)")
+    ap.add_argument("--quick", action="store_true", help="about ten times smaller")
+    ap.add_argument("--only", default="", help="comma-separated case prefixes to run (grep,plain,cat,big)")
+    a = ap.parse_args()
+    bins = (("before", os.path.abspath(a.before)), ("after", os.path.abspath(a.storefs)))
+    n = 100 if a.quick else 1000
+    big = 30_000 if a.quick else 300_000
+    big_size = (128 if a.quick else 1024) * MIB
+    only = [o for o in a.only.split(",") if o]
+    want = lambda case: not only or any(case.startswith(o) for o in only)
+    rows = []
+
+    with tempfile.TemporaryDirectory(prefix="storefs-mem-") as tmp:
+        mp = os.path.join(tmp, "mp")
+        if want("grep"):
+            src = os.path.join(tmp, "src")
+            make_tree(src, 200, 1)
+            rnd = random.Random(2)
+            stores = {label: os.path.join(tmp, f"loop-{label}") for label, _ in bins}
+            for step in range(n):
+                change(src, 200, rnd, step)
+                for label, b in bins:
+                    run([b, "--store", stores[label], "snapshot", src, "--ref", "s"])
+            shutil.rmtree(src)
+            for size in ("16M", "64M", "256M"):
+                res = {label: peak(b, stores[label], ["--browse", "--cache-size", size, mp], mp, grep_all)
+                       for label, b in bins}
+                rows.append((f"browse grep -r over {n} checkpoints, --cache-size {size}", res, parse_size(size)))
+            for s in stores.values():
+                shutil.rmtree(s)
+        if want("plain") or want("cat"):
+            src = os.path.join(tmp, "many")
+            many_objects_tree(src, big)
+            stores = {label: os.path.join(tmp, f"many-{label}") for label, _ in bins}
+            for label, b in bins:
+                run([b, "--store", stores[label], "snapshot", src, "--ref", "big"])
+            shutil.rmtree(src)
+            if want("plain"):
+                res = {label: peak(b, stores[label], ["big", mp], mp, nothing) for label, b in bins}
+                rows.append((f"plain ro mount of {big} small objects, no read, default 256M", res, 256 * MIB))
+            if want("cat"):
+                res = {label: peak(b, stores[label], ["big", mp], mp, cat_all) for label, b in bins}
+                rows.append((f"cat of every file of those {big}, default 256M", res, 256 * MIB))
+            for s in stores.values():
+                shutil.rmtree(s)
+        if want("big"):
+            src = os.path.join(tmp, "bigfile")
+            big_file_tree(src, big_size)
+            stores = {label: os.path.join(tmp, f"big-{label}") for label, _ in bins}
+            for label, b in bins:
+                run([b, "--store", stores[label], "snapshot", src, "--ref", "big"])
+            shutil.rmtree(src)
+            res = {label: peak(b, stores[label], ["big", mp], mp, cat_all) for label, b in bins}
+            rows.append((f"cat of one {big_size // MIB} MiB file, default 256M", res, 256 * MIB))
+            for s in stores.values():
+                shutil.rmtree(s)
+
+    print("| case (daemon peak RSS, MiB) | before | storefs | bound (flag+64MiB) | within? |")
+    print("|---|---:|---:|---:|---|")
+    for case, res, flag in rows:
+        bound = flag / MIB + 64
+        ok = "yes" if res["after"][0] <= bound else "NO"
+        print(f"| {case} | {res['before'][0]:.1f} | {res['after'][0]:.1f} | {bound:.0f} | {ok} |")
+    print()
+    print("| workload time (one run each, not interleaved), s | before | storefs | ratio |")
+    print("|---|---:|---:|---:|")
+    for case, res, _ in rows:
+        b, s = res["before"][1], res["after"][1]
+        print(f"| {case} | {b:.2f} | {s:.2f} | {s / b:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
