@@ -26,26 +26,16 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Mount, run, write_random  # noqa: E402
+
 MIB = 1 << 20
-
-
-def run(args, **kw):
-    return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
-
-
-def write_random(path, size):
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            n = min(left, 16 * MIB)
-            f.write(os.urandom(n))
-            left -= n
 
 
 def make_tree(root, entries):
@@ -62,22 +52,6 @@ def make_tree(root, entries):
                 f.write(rng.randbytes(rng.randint(50, 1500)))
             made += 1
         d += 1
-
-
-class Mount:
-    """Checkpoint `ref` of `store` mounted read-only by `binary` at `mp`."""
-
-    def __init__(self, binary, store, ref, mp):
-        self.b, self.store, self.ref, self.mp = binary, store, ref, mp
-
-    def __enter__(self):
-        os.makedirs(self.mp, exist_ok=True)
-        run([self.b, "--store", self.store, "mount", self.ref, self.mp])
-        return self
-
-    def __exit__(self, *exc):
-        subprocess.run([self.b, "--store", self.store, "umount", self.mp],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def cat_seconds(path):

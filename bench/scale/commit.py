@@ -25,37 +25,20 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import run, write_random  # noqa: E402
+
 MIB = 1 << 20
 
 
-def run(args, **kw):
-    return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-
-
-def write_random(path, size):
-    """`size` bytes of random data (no holes, incompressible)."""
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            n = min(left, 16 * MIB)
-            f.write(os.urandom(n))
-            left -= n
-
-
-class Mount:
-    """Fork `fork` of `store` mounted by `binary` at `mp`, unmounted on exit."""
+class Mount(common.Mount):
+    """Fork `fork` of `store` mounted by `binary` at `mp`, unmounted on exit
+    without a commit."""
 
     def __init__(self, binary, store, fork, mp):
-        self.b, self.store, self.fork, self.mp = binary, store, fork, mp
-
-    def __enter__(self):
-        os.makedirs(self.mp, exist_ok=True)
-        run([self.b, "--store", self.store, "mount", self.fork, self.mp])
-        return self
-
-    def __exit__(self, *exc):
-        subprocess.run([self.b, "--store", self.store, "umount", self.mp, "--no-commit"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        super().__init__(binary, store, fork, mp, ["--no-commit"])
+        self.fork = fork
 
     def commit(self):
         """Seconds `storefs commit` took."""

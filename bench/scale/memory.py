@@ -24,30 +24,18 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import change, make_tree, status_kib, unmount  # noqa: E402
 
 MIB = 1 << 20
 
 
 def run(args, **kw):
     return subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
-
-
-def make_tree(root, files, seed):
-    rnd = random.Random(seed)
-    for i in range(files):
-        d = os.path.join(root, f"d{i % 10}")
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"f{i}.txt"), "w") as f:
-            f.write(f"file {i} {rnd.random()}\n" * (1 + i % 40))
-
-
-def change(root, files, rnd, step):
-    for _ in range(rnd.randint(1, 3)):
-        i = rnd.randrange(files)
-        with open(os.path.join(root, f"d{i % 10}", f"f{i}.txt"), "a") as f:
-            f.write(f"change {step} {rnd.random()}\n")
 
 
 def many_objects_tree(root, n):
@@ -73,27 +61,6 @@ def daemon_pid(store):
         with open(rec) as f:
             return json.load(f)["pid"]
     raise SystemExit(f"no mount record in {store}/mounts")
-
-
-def status_kib(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def mounted(mp):
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == mp for line in f)
-
-
-def unmount(bin_, store, mp):
-    if mounted(mp):
-        subprocess.run([bin_, "--store", store, "umount", mp], stderr=subprocess.DEVNULL)
-    if mounted(mp):
-        subprocess.run(["umount", "-l", mp], stderr=subprocess.DEVNULL)
-
 
 
 def peak(bin_, store, mount_args, mp, workload):

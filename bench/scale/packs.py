@@ -22,8 +22,12 @@ import random
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import change, make_tree, status_kib, unmount  # noqa: E402
 
 
 def run(args, **kw):
@@ -34,22 +38,6 @@ def timed(args, **kw):
     t = time.perf_counter()
     run(args, **kw)
     return time.perf_counter() - t
-
-
-def make_tree(root, files, seed):
-    rnd = random.Random(seed)
-    for i in range(files):
-        d = os.path.join(root, f"d{i % 10}")
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"f{i}.txt"), "w") as f:
-            f.write(f"file {i} {rnd.random()}\n" * (1 + i % 40))
-
-
-def change(root, files, rnd, step):
-    for _ in range(rnd.randint(1, 3)):
-        i = rnd.randrange(files)
-        with open(os.path.join(root, f"d{i % 10}", f"f{i}.txt"), "a") as f:
-            f.write(f"change {step} {rnd.random()}\n")
 
 
 def snapshot_loop(tmp, bin_, n, files):
@@ -95,23 +83,7 @@ def daemon_pid(store):
 
 
 def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def mounted(mp):
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == mp for line in f)
-
-
-def unmount(bin_, store, mp):
-    if mounted(mp):
-        subprocess.run([bin_, "--store", store, "umount", mp], stderr=subprocess.DEVNULL)
-    if mounted(mp):
-        subprocess.run(["umount", "-l", mp], stderr=subprocess.DEVNULL)
+    return status_kib(pid, "VmRSS")
 
 
 def many_objects_tree(root, n):

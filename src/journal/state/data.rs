@@ -200,31 +200,15 @@ impl ForkState {
         len: u64,
         log: Log<'_>,
     ) -> Result<()> {
-        self.inode(ino)?.file()?;
-        if offset.checked_add(len).is_none_or(|e| e > MAX_FILE_SIZE) {
-            return Err(Error::FileTooLarge);
-        }
+        self.check_place(ino, offset, len)?;
         let (pos, plen) = log.append()?;
         // The data is the end of the payload (see `record.rs`).
         let at = pos.offset + FRAME_HEADER as u64 + plen - len;
-        let n = self.inode_mut(ino);
-        n.touch_data(t);
-        let f = n.file_mut();
-        f.changed = true;
-        if len > 0 {
-            punch(&mut f.pieces, offset, offset + len);
-            f.pieces.insert(
-                offset,
-                Piece {
-                    len,
-                    src: Src::Journal {
-                        seg: pos.seg,
-                        off: at,
-                    },
-                },
-            );
-            f.size = f.size.max(offset + len);
-        }
+        let src = Src::Journal {
+            seg: pos.seg,
+            off: at,
+        };
+        self.place(ino, offset, len, src, t);
         Ok(())
     }
 
@@ -241,27 +225,34 @@ impl ForkState {
         t: i64,
         log: Log<'_>,
     ) -> Result<()> {
+        self.check_place(ino, offset, len)?;
+        log.append()?;
+        self.place(ino, offset, len, Src::Base { id, off: obj_off }, t);
+        Ok(())
+    }
+
+    /// Whether `len` bytes can land at `offset` of `ino` (a file, within
+    /// the largest size): a `Write`'s and a `Share`'s checks.
+    fn check_place(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
         self.inode(ino)?.file()?;
         if offset.checked_add(len).is_none_or(|e| e > MAX_FILE_SIZE) {
             return Err(Error::FileTooLarge);
         }
-        log.append()?;
+        Ok(())
+    }
+
+    /// File `ino` holds `len` bytes of `src` at `offset` from now on, changed
+    /// at time `t`: a `Write`'s and a `Share`'s effect.
+    fn place(&mut self, ino: u64, offset: u64, len: u64, src: Src, t: i64) {
         let n = self.inode_mut(ino);
         n.touch_data(t);
         let f = n.file_mut();
         f.changed = true;
         if len > 0 {
             punch(&mut f.pieces, offset, offset + len);
-            f.pieces.insert(
-                offset,
-                Piece {
-                    len,
-                    src: Src::Base { id, off: obj_off },
-                },
-            );
+            f.pieces.insert(offset, Piece { len, src });
             f.size = f.size.max(offset + len);
         }
-        Ok(())
     }
 
     /// `Truncate`: file `ino` becomes `size` bytes (shrink drops data, grow adds a hole).
