@@ -32,10 +32,13 @@
 //! ACL xattrs; keeping mode and ACLs in step and inheriting default ACLs is
 //! [`Fork`]'s, with `store::acl`: this layer passes the umask through and
 //! says whether the caller is in a file's group, for the setgid rule of an
-//! ACL change). Setuid/setgid on a write, truncate or chown by someone
-//! without `CAP_FSETID`: without `FUSE_HANDLE_KILLPRIV` the kernel sends the
-//! mode change as a `setattr` of its own (every write goes through the page
-//! cache, so none escapes it; checked by `tests/fork_mount.rs`).
+//! ACL change). Setuid/setgid on a write, truncate or chown: the fork asks
+//! for `FUSE_HANDLE_KILLPRIV_V2` (so the kernel need not ask for
+//! `security.capability` before every write); the kernel then still sends
+//! the mode change as a `setattr` of its own for writes through the page
+//! cache, and leaves truncates, chowns and the writes it flags to
+//! [`View::setattr`] and [`View::write`] here (checked by
+//! `tests/fork_mount.rs`).
 //!
 //! Limits, honestly: a new file in a setgid directory keeps an `S_ISGID`
 //! asked for by a creator who is not in the directory's group (the kernel
@@ -426,14 +429,22 @@ impl View for ForkView {
     // ------------------------------------------------------------ metadata
 
     /// A truncate by a caller other than root (standing in for
-    /// `CAP_FSETID`) clears setuid/setgid too, in the same step: with
-    /// `FUSE_HANDLE_KILLPRIV_V2` the kernel leaves that to us (fuser does not
+    /// `CAP_FSETID`), and a chown of anything but a directory by anyone,
+    /// clear setuid/setgid too, in the same step: with
+    /// `FUSE_HANDLE_KILLPRIV_V2` the kernel leaves both to us (fuser does not
     /// pass its `FATTR_KILL_SUIDGID` flag, which says the same).
     fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
-        if attrs.size.is_some() && attrs.perm.is_none() && c.uid != 0 {
+        let truncate = attrs.size.is_some() && c.uid != 0;
+        let chown = attrs.uid.is_some() || attrs.gid.is_some();
+        if (truncate || chown) && attrs.perm.is_none() {
             let a = self.fork.getattr(ino)?;
             let perm = Self::killed(a.perm);
-            if a.kind == Kind::File && perm != a.perm {
+            let kills = match a.kind {
+                Kind::File => true,
+                Kind::Dir => false,
+                _ => chown,
+            };
+            if kills && perm != a.perm {
                 let attrs = SetAttr {
                     perm: Some(perm),
                     ..attrs.clone()
@@ -840,10 +851,11 @@ mod tests {
     }
 
     /// What `FUSE_HANDLE_KILLPRIV_V2` leaves to the view: a truncate by
-    /// someone other than root, and a write the kernel flags, clear setuid
-    /// (and setgid when group-executable); root's truncate keeps them.
+    /// someone other than root, a chown by anyone, and a write the kernel
+    /// flags clear setuid (and setgid when group-executable); root's
+    /// truncate keeps them.
     #[test]
-    fn truncates_by_others_and_flagged_writes_clear_setuid() {
+    fn truncates_by_others_chowns_and_flagged_writes_clear_setuid() {
         let (_tmp, fs) = serve();
         let file = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
         let set = |perm| {
@@ -865,6 +877,13 @@ mod tests {
         assert_eq!(truncate(USER, 2), 0o755);
         set(0o2745);
         assert_eq!(truncate(USER, 1), 0o2745, "setgid without group x stays");
+        // chown: by anyone, root too.
+        set(0o6755);
+        let chown = SetAttr {
+            uid: Some(7),
+            ..SetAttr::default()
+        };
+        assert_eq!(fs.setattr(ROOT, file, &chown).unwrap().attr.perm, 0o755);
         set(0o6755);
         let flagged = WriteCtx {
             kill_suidgid: true,
