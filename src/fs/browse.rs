@@ -305,7 +305,6 @@ impl View for BrowseView {
                 fs.opendir(c, local)?;
                 Ok(Opened::Handle {
                     fh: 0,
-                    direct_io: false,
                     keep_cache: true,
                 })
             }
@@ -315,7 +314,6 @@ impl View for BrowseView {
                 self.listings.lock().insert(fh, listing);
                 Ok(Opened::Handle {
                     fh,
-                    direct_io: false,
                     keep_cache: false,
                 })
             }

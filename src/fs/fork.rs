@@ -287,7 +287,6 @@ impl View for ForkView {
         self.dirs.lock().insert(fh, Arc::new(listing));
         Ok(Opened::Handle {
             fh,
-            direct_io: false,
             keep_cache: false,
         })
     }

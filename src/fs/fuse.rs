@@ -157,15 +157,8 @@ fn reply_created(result: Result<(Entry, Opened)>, reply: ReplyCreate) {
 fn handle(o: Opened) -> (FileHandle, FopenFlags) {
     match o {
         Opened::Stateless => (FileHandle(0), FopenFlags::empty()),
-        Opened::Handle {
-            fh,
-            direct_io,
-            keep_cache,
-        } => {
+        Opened::Handle { fh, keep_cache } => {
             let mut flags = FopenFlags::empty();
-            if direct_io {
-                flags |= FopenFlags::FOPEN_DIRECT_IO;
-            }
             if keep_cache {
                 flags |= FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
             }

@@ -120,8 +120,6 @@ pub enum Opened {
     /// Handle `fh` for the requests that follow on this open.
     Handle {
         fh: u64,
-        /// Bypass the page cache.
-        direct_io: bool,
         /// The kernel may keep what it cached of this node before this open:
         /// a file's pages, a directory's listing (`FOPEN_KEEP_CACHE`, and
         /// `FOPEN_CACHE_DIR` for a directory). False: it drops them.
