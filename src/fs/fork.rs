@@ -168,15 +168,22 @@ impl ForkView {
         Ok(())
     }
 
-    /// The mode without setuid, and without setgid when group-executable
-    /// (else it marks mandatory locking), as a write or truncate by someone
-    /// without `CAP_FSETID` leaves it.
-    fn killed(perm: u32) -> u32 {
-        let mut new = perm & !libc::S_ISUID;
-        if perm & libc::S_IXGRP != 0 {
-            new &= !libc::S_ISGID;
+    /// The mode `ino` takes when a write, truncate or chown clears its
+    /// setuid, and its setgid when group-executable (else that bit marks
+    /// mandatory locking); `None` when that changes nothing. A directory
+    /// keeps both; a node that is not a file loses them on a chown only.
+    fn cleared_mode(&self, ino: u64, chown: bool) -> Result<Option<u32>> {
+        let a = self.fork.getattr(ino)?;
+        let applies = match a.kind {
+            Kind::File => true,
+            Kind::Dir => false,
+            _ => chown,
+        };
+        let mut perm = a.perm & !libc::S_ISUID;
+        if a.perm & libc::S_IXGRP != 0 {
+            perm &= !libc::S_ISGID;
         }
-        new
+        Ok((applies && perm != a.perm).then_some(perm))
     }
 
     /// An entry of `ino` as the kernel sees it, counted.
@@ -379,15 +386,14 @@ impl View for ForkView {
     /// too); page-cache writeback (mmap) always carries its page's own offset.
     fn write(&self, _: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
-        if how.kill_suidgid {
-            let perm = self.fork.getattr(ino)?.perm;
-            if Self::killed(perm) != perm {
-                let kill = SetAttr {
-                    perm: Some(Self::killed(perm)),
-                    ..SetAttr::default()
-                };
-                self.fork.setattr(ino, &kill)?;
-            }
+        if how.kill_suidgid
+            && let Some(perm) = self.cleared_mode(ino, false)?
+        {
+            let kill = SetAttr {
+                perm: Some(perm),
+                ..SetAttr::default()
+            };
+            self.fork.setattr(ino, &kill)?;
         }
         if how.flags & libc::O_APPEND != 0 && !how.writeback {
             self.fork.append(ino, data)?;
@@ -435,21 +441,15 @@ impl View for ForkView {
     fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
         let truncate = attrs.size.is_some() && c.uid != 0;
         let chown = attrs.uid.is_some() || attrs.gid.is_some();
-        if (truncate || chown) && attrs.perm.is_none() {
-            let a = self.fork.getattr(ino)?;
-            let perm = Self::killed(a.perm);
-            let kills = match a.kind {
-                Kind::File => true,
-                Kind::Dir => false,
-                _ => chown,
+        if (truncate || chown)
+            && attrs.perm.is_none()
+            && let Some(perm) = self.cleared_mode(ino, chown)?
+        {
+            let attrs = SetAttr {
+                perm: Some(perm),
+                ..attrs.clone()
             };
-            if kills && perm != a.perm {
-                let attrs = SetAttr {
-                    perm: Some(perm),
-                    ..attrs.clone()
-                };
-                return Ok(entry(self.fork.setattr(ino, &attrs)?));
-            }
+            return Ok(entry(self.fork.setattr(ino, &attrs)?));
         }
         Ok(entry(self.fork.setattr(ino, attrs)?))
     }
