@@ -212,9 +212,10 @@ class RequestTrace:
                 if "opcode" in line and "(FUSE_" in line:
                     op = line.split("(FUSE_", 1)[1].split(")", 1)[0].lower()
                     counts[op] = counts.get(op, 0) + 1
-        with open(os.path.join(self.dir, "per_cpu", "cpu0", "stats")) as f:
-            if any(line.startswith("overrun:") and line.split()[1] != "0" for line in f):
-                counts["(trace overrun)"] = 1
+        for cpu in os.listdir(os.path.join(self.dir, "per_cpu")):
+            with open(os.path.join(self.dir, "per_cpu", cpu, "stats")) as f:
+                if any(line.startswith("overrun:") and line.split()[1] != "0" for line in f):
+                    counts["(trace overrun)"] = 1
         return counts
 
     def close(self):

@@ -34,6 +34,17 @@ def make_tree(root, files, seed):
             f.write(f"file {i} {rnd.random()}\n" * (1 + i % 40))
 
 
+def many_objects_tree(root, n):
+    """`n` tiny distinct files, 1,000 a directory: `n` objects in a store."""
+    per = 1000
+    for d in range((n + per - 1) // per):
+        dd = os.path.join(root, f"d{d:04}")
+        os.makedirs(dd)
+        for i in range(min(per, n - d * per)):
+            with open(os.path.join(dd, f"{i}"), "w") as f:
+                f.write(f"{d} {i}\n")
+
+
 def change(root, files, rnd, step):
     """Append to 1-3 files of a `make_tree` tree (random.Random `rnd`)."""
     for _ in range(rnd.randint(1, 3)):

@@ -29,23 +29,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import change, make_tree, status_kib, unmount  # noqa: E402
+from common import change, make_tree, many_objects_tree, status_kib, unmount  # noqa: E402
 
 MIB = 1 << 20
 
 
 def run(args, **kw):
     return subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
-
-
-def many_objects_tree(root, n):
-    per = 1000
-    for d in range((n + per - 1) // per):
-        dd = os.path.join(root, f"d{d:04}")
-        os.makedirs(dd)
-        for i in range(min(per, n - d * per)):
-            with open(os.path.join(dd, f"{i}"), "w") as f:
-                f.write(f"{d} {i}\n")
 
 
 def big_file_tree(root, size):

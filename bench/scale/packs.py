@@ -27,7 +27,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import change, make_tree, status_kib, unmount  # noqa: E402
+from common import change, make_tree, many_objects_tree, status_kib, unmount  # noqa: E402
 
 
 def run(args, **kw):
@@ -84,16 +84,6 @@ def daemon_pid(store):
 
 def rss_kib(pid):
     return status_kib(pid, "VmRSS")
-
-
-def many_objects_tree(root, n):
-    per = 1000
-    for d in range((n + per - 1) // per):
-        dd = os.path.join(root, f"d{d:04}")
-        os.makedirs(dd)
-        for i in range(min(per, n - d * per)):
-            with open(os.path.join(dd, f"{i}"), "w") as f:
-                f.write(f"{d} {i}\n")
 
 
 def mount_rss(tmp, bin_, src):
