@@ -256,10 +256,6 @@ def w_git_gc(d, inp):
     q(["git", "gc", "-q"], cwd=os.path.join(d, "clone"), env=GIT_ENV)
 
 
-def prep_clone(d, inp):
-    w_git_clone(d, inp)
-
-
 def prep_venv(d, inp):
     q([sys.executable, "-m", "venv", "--without-pip", os.path.join(d, "venv")])
 
@@ -271,10 +267,6 @@ def w_pip(d, inp):
 
 def w_tar_x(d, inp):
     q(["tar", "-xf", inp["tar"], "-C", d])
-
-
-def prep_tree(d, inp):
-    w_tar_x(d, inp)
 
 
 def w_cp_big(d, inp):
@@ -331,15 +323,16 @@ def w_temp_fsync_rename(d, inp):
 
 
 WORKLOADS = [
-    # name, prepare (untimed), run (timed)
+    # name, prepare (untimed; another workload's run where one sets the
+    # stage for the next), run (timed)
     ("git clone", None, w_git_clone),
-    ("git commit x10", prep_clone, w_git_commits),
-    ("git gc", prep_clone, w_git_gc),
+    ("git commit x10", w_git_clone, w_git_commits),
+    ("git gc", w_git_clone, w_git_gc),
     ("pip install", prep_venv, w_pip),
     ("tar -x", None, w_tar_x),
-    ("cp -r", prep_tree, w_cp_r),
+    ("cp -r", w_tar_x, w_cp_r),
     ("cp large file", None, w_cp_big),
-    ("rsync -a", prep_tree, w_rsync),
+    ("rsync -a", w_tar_x, w_rsync),
     ("make -j2", prep_c, w_make),
     ("sqlite WAL", None, lambda d, inp: sqlite_txns(d, "WAL", inp["n"])),
     ("sqlite rollback", None, lambda d, inp: sqlite_txns(d, "DELETE", inp["n"])),
