@@ -1,7 +1,8 @@
 //! `--cache-size` bounds what a mount's caches hold, and `status` reports it:
 //! after reading many times the flag's worth of file data and directories,
 //! through a read-only mount and through a browse mount of several
-//! checkpoints, `status --json` shows each daemon's RSS and its cache use,
+//! checkpoints, and through a fork (whose inode table is reported apart),
+//! `status --json` shows each daemon's RSS and its cache use,
 //! never over the flag. (The RSS itself is an environment measurement:
 //! bench/scale/memory.py compares it with the flag.) Needs root and /dev/fuse.
 
@@ -152,5 +153,43 @@ fn a_browse_mount_shares_one_bound_between_its_checkpoints() {
     // directories if each tree kept its own.
     let (_, dirs) = check_status(&env, &mp);
     assert!(dirs > CACHE / 8, "directories are counted: {dirs}");
+    guard.unmount();
+}
+
+#[test]
+fn a_fork_bounds_its_chunk_cache_by_the_flag_and_reports_its_state_apart() {
+    let env = Env::new();
+    let tree = env.path("tree");
+    make_tree(&tree, 24, 3);
+    env.ok(["snapshot", tree.to_str().unwrap(), "--ref", "b"]);
+    env.ok(["fork", "b", "--name", "f"]);
+    let mp = env.path("fork");
+    let guard = mount_with_cache(
+        &env,
+        &["mount", "--cache-size", "1M", "f", mp.to_str().unwrap()],
+        "f",
+    );
+    let state_of = |env: &Env| -> u64 {
+        let st = status_of(env, &mp);
+        st["cache"]["state"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a fork reports its state: {st}"))
+    };
+    let (chunks, dirs) = check_status(&env, &mp);
+    assert_eq!((chunks, dirs), (0, 0), "nothing read yet, and no directory cache");
+    let before = state_of(&env);
+    // Reading the base goes through the fork's chunk cache, within the flag.
+    let read = read_everything(&env, &mp, &mp);
+    assert!(read > 4 * CACHE, "read {read} bytes: several times the flag");
+    let (chunks, _) = check_status(&env, &mp);
+    assert!(chunks > CACHE / 4, "the chunk cache is in use: {chunks}");
+    // The inode table grows with what the fork lists and makes, and is shown apart.
+    let listed = state_of(&env);
+    assert!(listed > before, "listing 1,800 entries grows the state: {before} -> {listed}");
+    for i in 0..500 {
+        fs::write(mp.join(format!("new-{i:04}")), b"x").unwrap();
+    }
+    let made = state_of(&env);
+    assert!(made > listed, "500 new files grow the state: {listed} -> {made}");
     guard.unmount();
 }

@@ -357,7 +357,8 @@ pub struct CommitArgs {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Print a JSON array of {mountpoint, target, checkpoint, pid, mode, log, started_ns,
-    /// rss_bytes, peak_rss_bytes, cache: {limit, bytes, chunks, dirs} or null}
+    /// rss_bytes, peak_rss_bytes, cache: {limit, bytes, chunks, dirs[, state]} or null};
+    /// a fork's `state` is its inode table, which --cache-size does not bound
     #[arg(long)]
     pub json: bool,
 }

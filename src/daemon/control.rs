@@ -7,7 +7,8 @@
 //! or `{"op":"memory"}`, and reads one JSON line back:
 //! `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
 //! `{"ok":true,"cache":{"limit":N,"bytes":N,"chunks":N,"dirs":N}}` (bytes; a
-//! fork's daemon answers `"cache":null`: its cache is its journal's) or
+//! fork's daemon adds `"state":N`, its inode table, which the limit does not
+//! bound) or
 //! `{"ok":false,"error":"…"}`.
 
 use std::io::{BufRead, BufReader, Write};
@@ -48,6 +49,11 @@ pub struct CacheReport {
     pub chunks: u64,
     /// Directories in memory, the inode numbering and records kept.
     pub dirs: u64,
+    /// A fork's inode table (estimated): its state until the next commit
+    /// folds it, not bounded by `--cache-size` and not in `bytes`. Absent
+    /// for other mounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<u64>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -57,7 +63,7 @@ struct Reply {
     checkpoint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<String>,
-    /// The answer to `memory` (null from a fork's daemon).
+    /// The answer to `memory` (null from a daemon without caches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cache: Option<Option<CacheReport>>,
 }
@@ -68,7 +74,7 @@ pub fn request(sock: &Path, req: &Request) -> Result<String> {
     Ok(exchange(sock, req, None)?.checkpoint.unwrap_or_default())
 }
 
-/// Ask a daemon what its caches hold (`None` from a fork's daemon), waiting
+/// Ask a daemon what its caches hold (`None` from a daemon without caches), waiting
 /// at most `timeout` for the answer.
 pub fn cache_use(sock: &Path, timeout: Duration) -> Result<Option<CacheReport>> {
     Ok(exchange(sock, &Request::Memory, Some(timeout))?
@@ -110,8 +116,8 @@ pub struct MountStatus {
     /// `VmHWM`), in bytes; `None` when its `/proc` status cannot be read.
     pub rss_bytes: Option<u64>,
     pub peak_rss_bytes: Option<u64>,
-    /// What its caches hold; `None` for a fork, a dead mount, or a daemon
-    /// that did not answer within a second.
+    /// What its caches hold; `None` for a dead mount or a daemon that did
+    /// not answer within a second.
     pub cache: Option<CacheReport>,
 }
 
@@ -155,6 +161,8 @@ pub(super) struct Control {
     pub fork: Option<Arc<Fork>>,
     /// A checkpoint or browse mount's caches.
     pub caches: Option<Caches>,
+    /// `--cache-size`, which bounds a fork's chunk cache.
+    pub cache_size: usize,
     /// Set by a `no-commit` request: the daemon does not commit on unmount.
     pub skip_final_commit: AtomicBool,
 }
@@ -214,15 +222,7 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
         }
         (Ok(Request::Memory), _) => Reply {
             ok: true,
-            cache: Some(control.caches.as_ref().map(|c| {
-                let u = c.usage();
-                CacheReport {
-                    limit: u.limit as u64,
-                    bytes: u.total() as u64,
-                    chunks: u.chunks as u64,
-                    dirs: u.dirs as u64,
-                }
-            })),
+            cache: Some(cache_report(control)),
             ..Reply::default()
         },
         (Err(e), _) => failed(format!("bad request: {e}")),
@@ -231,6 +231,29 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
     out.push('\n');
     (&stream).write_all(out.as_bytes())?;
     Ok(())
+}
+
+/// What the mount's caches hold: a checkpoint or browse mount's [`Caches`],
+/// or a fork's chunk cache and (apart) its inode table.
+fn cache_report(control: &Control) -> Option<CacheReport> {
+    if let Some(c) = &control.caches {
+        let u = c.usage();
+        return Some(CacheReport {
+            limit: u.limit as u64,
+            bytes: u.total() as u64,
+            chunks: u.chunks as u64,
+            dirs: u.dirs as u64,
+            state: None,
+        });
+    }
+    let m = control.fork.as_ref()?.memory();
+    Some(CacheReport {
+        limit: control.cache_size as u64,
+        bytes: m.chunks as u64,
+        chunks: m.chunks as u64,
+        dirs: 0,
+        state: Some(m.state as u64),
+    })
 }
 
 /// Commit `fork` every `every` while the process lives (for `--commit-interval`).
@@ -272,6 +295,7 @@ mod tests {
         let control = Control {
             fork: None,
             caches: Some(Caches::new(4 << 20)),
+            cache_size: 4 << 20,
             skip_final_commit: AtomicBool::new(false),
         };
         let reply = ask(&control, "{\"op\":\"memory\"}\n");
@@ -296,6 +320,7 @@ mod tests {
         let control = Control {
             fork: None,
             caches: None,
+            cache_size: 4 << 20,
             skip_final_commit: AtomicBool::new(false),
         };
         let reply = ask_raw(&control, "{\"op\":\"memory\"}\n");

@@ -97,7 +97,10 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     };
     // A fork is opened (locked, journal replayed) before the kernel mount.
     let fork = match &m.what {
-        What::Fork { name, .. } => Some(Arc::new(Fork::open(store.clone(), name)?)),
+        // Its chunk cache is bounded by --cache-size (a fork has no directory cache).
+        What::Fork { name, .. } => Some(Arc::new(
+            Fork::open(store.clone(), name)?.with_cache_size(m.settings.cache_size),
+        )),
         _ => None,
     };
     let mounted = match (&fork, &m.what) {
@@ -114,6 +117,7 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     let control = Arc::new(Control {
         fork: fork.clone(),
         caches: mounted.caches(),
+        cache_size: m.settings.cache_size,
         skip_final_commit: AtomicBool::new(false),
     });
     match control::serve_control(socket.clone(), control.clone()) {

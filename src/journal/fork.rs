@@ -69,8 +69,22 @@ impl NewNode<'_> {
     }
 }
 
-/// Decompressed base chunks kept for reads, per open fork.
+/// Decompressed base chunks kept for reads, per open fork, unless the
+/// opener says otherwise ([`Fork::with_cache_size`]: the mount daemon gives
+/// its share of `--cache-size`).
 const CACHE_BYTES: usize = 64 << 20;
+
+/// What an open fork holds in memory, in bytes ([`Fork::memory`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkMemory {
+    /// The bound of the chunk cache.
+    pub chunk_limit: usize,
+    /// Decompressed base chunks cached for reads (within `chunk_limit`).
+    pub chunks: usize,
+    /// The inode table, estimated ([`ForkState::memory_estimate`]); not
+    /// bounded: it is the fork's state until a commit folds it.
+    pub state: usize,
+}
 
 /// `fork.json`: what a fork was made from. Never changes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -357,6 +371,22 @@ impl Fork {
             replayed_changes: changes,
             _lock: lock,
         })
+    }
+
+    /// The same fork, its chunk cache bounded by `bytes` instead of the
+    /// default 64 MiB (drops what the cache held).
+    pub fn with_cache_size(mut self, bytes: usize) -> Fork {
+        self.cache = ChunkCache::new(bytes);
+        self
+    }
+
+    /// What it holds in memory now (walks the inode table under its lock).
+    pub fn memory(&self) -> ForkMemory {
+        ForkMemory {
+            chunk_limit: self.cache.capacity(),
+            chunks: self.cache.bytes(),
+            state: self.state.lock().memory_estimate(),
+        }
     }
 
     pub fn name(&self) -> &str {

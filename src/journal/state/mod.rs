@@ -49,7 +49,7 @@ pub use namespace::check_name;
 use super::record::Record;
 use super::wal::{Pos, Wal};
 use super::{Error, Result};
-use crate::store::{Entry, Store};
+use crate::store::{Entry, Extent, Store};
 use attrs::AttrChange;
 
 /// The root directory's inode number.
@@ -153,6 +153,42 @@ impl ForkState {
             changes: 0,
             stamp: 0,
         }
+    }
+
+    /// About how many bytes of memory the inode table holds: every inode
+    /// with its names, xattrs, symlink target and piece lists, plus the
+    /// tables' own slots. An estimate for `status` (it walks the table); the
+    /// table is not bounded by `--cache-size`: it is the fork's state until
+    /// a commit folds it.
+    pub fn memory_estimate(&self) -> usize {
+        // A hash map slot: key, value and control byte, at 7/8 load.
+        let slot = |value: usize| (8 + value + 1) * 8 / 7;
+        // A BTreeMap entry: key and value plus about a quarter of a node's overhead.
+        const BTREE_ENTRY: usize = 24;
+        let mut bytes = self.inodes.capacity() * slot(std::mem::size_of::<Inode>())
+            + self.by_link.capacity() * slot(8);
+        for inode in self.inodes.values() {
+            bytes += inode
+                .xattrs
+                .iter()
+                .map(|(k, v)| k.capacity() + v.capacity() + 2 * BTREE_ENTRY)
+                .sum::<usize>();
+            bytes += match &inode.data {
+                Data::Dir(Dir::Loaded(names)) => names
+                    .keys()
+                    .map(|k| k.capacity() + 24 + 8 + BTREE_ENTRY)
+                    .sum(),
+                Data::File(f) => {
+                    f.pieces.len() * (std::mem::size_of::<Piece>() + 8 + BTREE_ENTRY)
+                        + f.committed
+                            .as_ref()
+                            .map_or(0, |c| c.capacity() * std::mem::size_of::<Extent>())
+                }
+                Data::Symlink(t) => t.capacity(),
+                _ => 0,
+            };
+        }
+        bytes
     }
 
     /// A live operation's change: check `rec`, append it to the journal, apply it.
