@@ -5,8 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup-debian.sh
+bash scripts/setup-debian.sh --demo   # fuse3, attr, python3, psmisc; no test tools
+if [ ! -x target/release/storefs ]; then
+    echo "demo: building storefs (release; about 4-5 minutes on 2 cores the first time)" >&2
+fi
+start=$(date +%s)
 cargo build --release --locked
+echo "demo: build took $(( $(date +%s) - start )) s" >&2
 storefs="$PWD/target/release/storefs"
 
 demo=$(mktemp -d /tmp/storefs-demo.XXXXXX)

@@ -1,8 +1,23 @@
 #!/usr/bin/env bash
 # Install what storefs needs on Debian 12, as root. Idempotent.
+#   bash scripts/setup-debian.sh --demo   what the demo needs: fuse3 (fusermount3,
+#                                         /etc/fuse.conf), attr, python3, psmisc
+#   bash scripts/setup-debian.sh          that plus every test tool: zstd, bsdtar,
+#                                         rsync, xz/bzip2/lzip, acl and libacl1-dev,
+#                                         curl, moto (pip), pjdfstest and fsx (cargo
+#                                         install, compiled: a few minutes), the
+#                                         pjdfstest user `tests`
 # The Rust toolchain (cargo >= 1.88) must already be installed (rustup);
 # Debian 12's own cargo is too old for this crate.
 set -euo pipefail
+
+mode=all
+case "${1:-}" in
+    "") ;;
+    --demo) mode=demo ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup-debian.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" != 0 ]; then
     echo "setup-debian.sh: run as root (it uses apt-get)" >&2
@@ -10,22 +25,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# fuse3: fusermount3 and /etc/fuse.conf; attr: getfattr/setfattr for the demo;
-# python3: the demo's "native tool"; psmisc: fuser(1) for busy mountpoints;
-# zstd: the archive tests build split .tar.zst archives with tar | zstd | split.
-apt-get install -y -qq fuse3 attr python3 psmisc zstd tar gzip coreutils >/dev/null
-# The archive corpus and lossless-tree tests (tests/archive_corpus.rs, tests/lossless_tree.rs):
-# bsdtar (libarchive-tools) writes archives to compare with GNU tar; rsync -aHAXS compares trees;
-# xz-utils, bzip2 and lzip let GNU tar extract the corpus archives in those compressions.
-apt-get install -y -qq libarchive-tools rsync xz-utils bzip2 lzip >/dev/null
-# The conformance suite (tests/conformance/run.sh): pjdfstest links libacl;
-# util-linux gives mount(8) for its EROFS cases (remount ro and back).
-apt-get install -y -qq libacl1-dev acl util-linux >/dev/null
-# pjdfstest switches to two dummy users: nobody (in nogroup on Debian) and tests.
-if ! id tests >/dev/null 2>&1; then
-    useradd --system --user-group --no-create-home --home-dir / \
-        --shell /usr/sbin/nologin --comment "Dummy user for pjdfstest" tests
-fi
+# fuse3: fusermount3 and /etc/fuse.conf; attr: getfattr/setfattr;
+# python3: the demo's "native tool"; psmisc: fuser(1) for busy mountpoints.
+apt-get install -y -qq fuse3 attr python3 psmisc tar coreutils >/dev/null
 
 if ! command -v cargo >/dev/null; then
     echo "setup-debian.sh: cargo not found; install Rust >= 1.88 with rustup first" >&2
@@ -37,6 +39,25 @@ fi
 if [ ! -e /dev/fuse ]; then
     echo "setup-debian.sh: /dev/fuse is missing; load the fuse module or pass --device /dev/fuse to the container" >&2
     exit 1
+fi
+[ "$mode" = demo ] && exit 0
+
+# The tests from here on.
+# zstd: the archive tests build split .tar.zst archives with tar | zstd | split.
+apt-get install -y -qq zstd gzip >/dev/null
+# The archive corpus and lossless-tree tests (tests/archive_corpus.rs, tests/lossless_tree.rs):
+# bsdtar (libarchive-tools) writes archives to compare with GNU tar; rsync -aHAXS compares trees;
+# xz-utils, bzip2 and lzip let GNU tar extract the corpus archives in those compressions.
+apt-get install -y -qq libarchive-tools rsync xz-utils bzip2 lzip >/dev/null
+# The conformance suite (tests/conformance/run.sh): pjdfstest links libacl;
+# util-linux gives mount(8) for its EROFS cases (remount ro and back).
+apt-get install -y -qq libacl1-dev acl util-linux >/dev/null
+# The package test (tests/package.sh): man-db reads the installed pages; dpkg-deb builds it.
+apt-get install -y -qq man-db dpkg-dev >/dev/null
+# pjdfstest switches to two dummy users: nobody (in nogroup on Debian) and tests.
+if ! id tests >/dev/null 2>&1; then
+    useradd --system --user-group --no-create-home --home-dir / \
+        --shell /usr/sbin/nologin --comment "Dummy user for pjdfstest" tests
 fi
 
 # The remote tests (tests/remote.rs) run against moto's S3-compatible server on

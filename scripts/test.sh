@@ -2,13 +2,16 @@
 # The whole test suite: set up a fresh Debian 12 machine (as root), then run every
 # test, including the ones that mount for real. CI runs exactly this.
 # Order: the conformance suite (pjdfstest, fsx, EROFS checks; it prints its own
-# `N passed, N failed, N skipped` line), then cargo test, whose summary prints last.
+# `N passed, N failed, N skipped` line), the package test (tests/package.sh), then
+# cargo test, whose summary prints last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup-debian.sh
 cargo build --locked --all-targets
 bash tests/conformance/run.sh
+# The Debian package: build, apt-get install, mount by mount(8) and fstab, man, purge.
+bash tests/package.sh
 
 # An S3-compatible server (moto) on a free loopback port for tests/remote.rs,
 # stopped by pid when this script exits, whatever happens.

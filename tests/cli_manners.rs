@@ -212,3 +212,55 @@ fn messages_escape_control_characters_in_names() {
     assert!(!err.contains('\x1b'), "raw ESC on stderr: {err:?}");
     assert!(err.contains("a\\x1b[2Jb\\nc"), "{err:?}");
 }
+
+/// Issue 21: `generate` writes storefs(1), a page for every verb `--help`
+/// lists (nested ones too), and the three shells' completions; `--version`
+/// names the store format.
+#[test]
+fn generate_writes_a_man_page_per_verb_and_completions() {
+    let env = Env::new();
+    let man = env.path("man");
+    let comp = env.path("comp");
+    env.ok([
+        "generate".as_ref(),
+        "--man".as_ref(),
+        man.as_os_str(),
+        "--completions".as_ref(),
+        comp.as_os_str(),
+    ]);
+    // The verbs as --help lists them: the lines under "Commands:".
+    let help = env.ok(["--help"]);
+    let verbs: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|v| *v != "help")
+        .collect();
+    assert!(verbs.len() > 15 && verbs.contains(&"mount"), "{verbs:?}");
+    for verb in verbs
+        .iter()
+        .map(|v| format!("storefs-{v}.1"))
+        .chain(["storefs.1".into(), "storefs-remote-add.1".into()])
+    {
+        let page = fs::read_to_string(man.join(&verb)).unwrap_or_else(|e| panic!("{verb}: {e}"));
+        assert!(
+            page.starts_with(".ie") || page.contains(".TH"),
+            "{verb} is not roff"
+        );
+    }
+    let overview = fs::read_to_string(man.join("storefs.1")).unwrap();
+    for section in ["ENVIRONMENT", "FILES", "FSTAB", "STOREFS_STORE"] {
+        assert!(overview.contains(section), "storefs(1) lacks {section}");
+    }
+    for f in ["storefs.bash", "_storefs", "storefs.fish"] {
+        let text = fs::read_to_string(comp.join(f)).unwrap();
+        assert!(text.contains("snapshot"), "{f} does not complete the verbs");
+    }
+    // Neither flag: a usage error (exit 2), nothing written.
+    let out = env.run(["generate"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let version = env.ok(["--version"]);
+    assert!(version.contains("(store format 1)"), "{version}");
+}

@@ -176,20 +176,33 @@ fn a_fork_bounds_its_chunk_cache_by_the_flag_and_reports_its_state_apart() {
             .unwrap_or_else(|| panic!("a fork reports its state: {st}"))
     };
     let (chunks, dirs) = check_status(&env, &mp);
-    assert_eq!((chunks, dirs), (0, 0), "nothing read yet, and no directory cache");
+    assert_eq!(
+        (chunks, dirs),
+        (0, 0),
+        "nothing read yet, and no directory cache"
+    );
     let before = state_of(&env);
     // Reading the base goes through the fork's chunk cache, within the flag.
     let read = read_everything(&env, &mp, &mp);
-    assert!(read > 4 * CACHE, "read {read} bytes: several times the flag");
+    assert!(
+        read > 4 * CACHE,
+        "read {read} bytes: several times the flag"
+    );
     let (chunks, _) = check_status(&env, &mp);
     assert!(chunks > CACHE / 4, "the chunk cache is in use: {chunks}");
     // The inode table grows with what the fork lists and makes, and is shown apart.
     let listed = state_of(&env);
-    assert!(listed > before, "listing 1,800 entries grows the state: {before} -> {listed}");
+    assert!(
+        listed > before,
+        "listing 1,800 entries grows the state: {before} -> {listed}"
+    );
     for i in 0..500 {
         fs::write(mp.join(format!("new-{i:04}")), b"x").unwrap();
     }
     let made = state_of(&env);
-    assert!(made > listed, "500 new files grow the state: {listed} -> {made}");
+    assert!(
+        made > listed,
+        "500 new files grow the state: {listed} -> {made}"
+    );
     guard.unmount();
 }

@@ -4,6 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// What `storefs --version` prints after the name: the release and the
+/// store format it reads and writes (`store::FORMAT_VERSION`, checked by a test).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (store format 1)");
+
 /// Content-addressed checkpoints of directory trees, mounted read-only at the
 /// absolute path they were taken from.
 ///
@@ -14,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "storefs",
-    version,
+    version = VERSION,
     propagate_version = true,
     max_term_width = 100
 )]
@@ -77,6 +81,8 @@ pub enum Command {
     Push(PushArgs),
     /// Fetch a remote ref's checkpoint, history and objects, then set a local ref
     Pull(PullArgs),
+    /// Write the man pages and shell completions (for packaging)
+    Generate(GenerateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -420,6 +426,24 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size '{s}' is too large"))
 }
 
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Man pages: storefs(1) (the overview, the store's layout, the environment, mount(8) and fstab \
+options) and one page per verb, storefs-VERB(1) (storefs-remote-add(1) for the remote verbs), \
+all from the same definitions as --help. Completions: DIR/storefs.bash, DIR/_storefs (zsh) and \
+DIR/storefs.fish. Debian puts them in /usr/share/man/man1, \
+/usr/share/bash-completion/completions/storefs, /usr/share/zsh/vendor-completions and \
+/usr/share/fish/vendor_completions.d (scripts/package.sh does).")]
+#[group(id = "what", required = true, multiple = true)]
+pub struct GenerateArgs {
+    /// Write the man pages (roff) into DIR (created if missing)
+    #[arg(long, value_name = "DIR")]
+    pub man: Option<PathBuf>,
+    /// Write bash, zsh and fish completions into DIR (created if missing)
+    #[arg(long, value_name = "DIR")]
+    pub completions: Option<PathBuf>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,6 +452,12 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_version_names_the_store_format() {
+        let want = format!("(store format {})", crate::store::FORMAT_VERSION);
+        assert!(VERSION.ends_with(&want), "{VERSION}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod archive;
 mod args;
 mod commands;
 mod fork;
+mod generate;
 mod maint;
 mod mount;
 mod remote;
@@ -103,6 +104,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Remote(c) => remote::remote(&store_dir, c),
         Command::Push(a) => remote::push(&open(&store_dir)?, a),
         Command::Pull(a) => remote::pull(&store_dir, a),
+        Command::Generate(a) => generate::generate(a),
     }
 }
 

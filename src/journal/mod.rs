@@ -35,7 +35,9 @@ pub mod wal;
 use std::io as stdio;
 use std::path::PathBuf;
 
-pub use fork::{Fork, ForkInfo, ForkMemory, NewNode, StatFs, Upstream, fork_dir, fork_log, read_fork_info};
+pub use fork::{
+    Fork, ForkInfo, ForkMemory, NewNode, StatFs, Upstream, fork_dir, fork_log, read_fork_info,
+};
 pub use io::{FaultyIo, JournalFile, JournalIo, RealIo};
 pub use state::{MAX_FILE_SIZE, NAME_MAX, ROOT_INO, XATTR_SIZE_MAX};
 

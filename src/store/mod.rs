@@ -122,6 +122,10 @@ const SUBDIRS: &[&str] = &[
     "archives",
 ];
 
+/// The version of the store's format that `storefs.json` records
+/// (docs/format.md); `storefs --version` prints it.
+pub const FORMAT_VERSION: u32 = 1;
+
 impl Store {
     /// Open the store at `root`, creating it if the directory is missing or empty.
     pub fn open_or_create(root: &Path) -> Result<Store> {
@@ -144,7 +148,7 @@ impl Store {
             }
             use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).at(&root)?;
-            let marker = serde_json::json!({"format": "storefs", "version": 1});
+            let marker = serde_json::json!({"format": "storefs", "version": FORMAT_VERSION});
             let path = root.join(MARKER);
             write_file(&path, format!("{marker}\n").as_bytes(), 0o644, true).at(&path)?;
         }
