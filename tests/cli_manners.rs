@@ -264,3 +264,39 @@ fn generate_writes_a_man_page_per_verb_and_completions() {
     let version = env.ok(["--version"]);
     assert!(version.contains("(store format 1)"), "{version}");
 }
+
+/// Issue 21: `doctor` says, one line per check, what this machine has of
+/// what mounts need; here (root, /dev/fuse) nothing is missing. Without
+/// fusermount3 on PATH, root is told it does not need it.
+#[test]
+fn doctor_reports_one_line_per_check_with_fixes() {
+    let env = Env::new();
+    let out = env.ok(["doctor"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    for l in &lines {
+        assert!(
+            l.starts_with("ok ") || l.starts_with("note ") || l.starts_with("missing "),
+            "{l}"
+        );
+        assert!(
+            !l.starts_with("note ") || l.contains("; fix: "),
+            "a note without a fix: {l}"
+        );
+    }
+    assert!(
+        lines[0].starts_with("ok") && lines[0].contains("/dev/fuse"),
+        "{out}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_storefs"))
+        .arg("doctor")
+        .env("PATH", "")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("note     fusermount3: not installed (root does not need it); fix: apt-get install fuse3"),
+        "{text}"
+    );
+}

@@ -83,6 +83,13 @@ pub enum Command {
     Pull(PullArgs),
     /// Write the man pages and shell completions (for packaging)
     Generate(GenerateArgs),
+    /// Check what this machine has of what mounts need, and say how to fix what is missing
+    #[command(after_help = "\
+Checks /dev/fuse, fusermount3 (users other than root mount through it), user_allow_other in \
+/etc/fuse.conf (-o allow_other for users other than root), and the kernel's FUSE passthrough \
+and FUSE over io_uring. One line each: ok, missing (mounts fail without it) or note \
+(optional), with the fix. Exit status 1 when something is missing.")]
+    Doctor,
 }
 
 #[derive(Debug, Subcommand)]

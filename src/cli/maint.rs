@@ -125,3 +125,34 @@ fn human(n: u64) -> String {
         format!("{v:.1} {}", UNITS[u])
     }
 }
+
+/// `storefs doctor`: one line per check; an error when something mounts need is missing.
+pub fn doctor() -> Result<()> {
+    use crate::daemon::doctor::{Verdict, checks};
+    let checks = checks();
+    for c in &checks {
+        let verdict = match c.verdict {
+            Verdict::Ok => "ok",
+            Verdict::Missing => "missing",
+            Verdict::Note => "note",
+        };
+        let fix = if c.fix.is_empty() {
+            String::new()
+        } else {
+            format!("; fix: {}", c.fix)
+        };
+        super::say(format!("{verdict:<8} {}: {}{fix}", c.what, c.found))?;
+    }
+    let missing: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.verdict == Verdict::Missing)
+        .map(|c| c.what)
+        .collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "mounts need what is missing: {} (see the fixes above)",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}

@@ -105,6 +105,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Push(a) => remote::push(&open(&store_dir)?, a),
         Command::Pull(a) => remote::pull(&store_dir, a),
         Command::Generate(a) => generate::generate(a),
+        Command::Doctor => maint::doctor(),
     }
 }
 

@@ -14,6 +14,7 @@
 //!   fork's commits, every mount's cache use), the periodic commit, and a
 //!   daemon's memory as `status` reports it ([`mount_status`]);
 //! - `log`: the daemon's log file, `logs/mount-<key>.log` in the store;
+//! - [`doctor`]: what this machine has of what mounts need (`storefs doctor`);
 //! - `unmount`: unmounting from outside ([`unmount()`]: `umount2` as root,
 //!   else `fusermount3 -u`) and waiting for a daemon to exit.
 //!
@@ -26,6 +27,7 @@
 //! are [`crate::store::mounts`]'s.
 
 pub mod control;
+pub mod doctor;
 mod log;
 mod mountpoint;
 mod run;

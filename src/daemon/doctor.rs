@@ -1,0 +1,181 @@
+//! What this machine has of what mounts need, as `storefs doctor` reports
+//! it: each check says what it found and, when something is missing, how to
+//! fix it. Read-only: it opens `/dev/fuse` and reads files, nothing else.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+
+/// How a check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Present and usable.
+    Ok,
+    /// Mounting fails without it.
+    Missing,
+    /// Optional (a feature or a kind of user needs it); mounts work without.
+    Note,
+}
+
+/// One line of the report.
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub what: &'static str,
+    pub verdict: Verdict,
+    /// What was found.
+    pub found: String,
+    /// How to fix it (empty when nothing needs fixing).
+    pub fix: String,
+}
+
+fn check(what: &'static str, verdict: Verdict, found: impl Into<String>, fix: &str) -> Check {
+    Check {
+        what,
+        verdict,
+        found: found.into(),
+        fix: if verdict == Verdict::Ok {
+            String::new()
+        } else {
+            fix.into()
+        },
+    }
+}
+
+/// Every check, in the order a user would fix them.
+pub fn checks() -> Vec<Check> {
+    let root = rustix::process::geteuid().is_root();
+    vec![
+        dev_fuse(),
+        fusermount(root),
+        allow_other(),
+        kernel_feature(
+            "FUSE passthrough",
+            (6, 9),
+            "reads and writes that bypass the daemon; not used by storefs yet",
+        ),
+        fuse_uring(),
+    ]
+}
+
+fn dev_fuse() -> Check {
+    const WHAT: &str = "/dev/fuse";
+    match OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        Ok(_) => check(WHAT, Verdict::Ok, "present, readable and writable", ""),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => check(
+            WHAT,
+            Verdict::Missing,
+            "missing",
+            "load the module (modprobe fuse); in a container, pass --device /dev/fuse",
+        ),
+        Err(e) => check(
+            WHAT,
+            Verdict::Missing,
+            format!("cannot open it: {e}"),
+            "run as root, or make /dev/fuse mode 0666 (Debian's fuse3 package does)",
+        ),
+    }
+}
+
+fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn fusermount(root: bool) -> Check {
+    const WHAT: &str = "fusermount3";
+    const FIX: &str = "apt-get install fuse3";
+    match on_path("fusermount3") {
+        Some(p) => check(WHAT, Verdict::Ok, p.display().to_string(), ""),
+        // Root mounts and unmounts by itself; other users need the setuid helper.
+        None if root => check(
+            WHAT,
+            Verdict::Note,
+            "not installed (root does not need it)",
+            FIX,
+        ),
+        None => check(
+            WHAT,
+            Verdict::Missing,
+            "not installed: users other than root cannot mount",
+            FIX,
+        ),
+    }
+}
+
+fn allow_other() -> Check {
+    const WHAT: &str = "user_allow_other";
+    let conf = Path::new("/etc/fuse.conf");
+    let set = std::fs::read_to_string(conf).is_ok_and(|text| {
+        text.lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .any(|l| l == "user_allow_other")
+    });
+    if set {
+        check(WHAT, Verdict::Ok, "set in /etc/fuse.conf", "")
+    } else {
+        check(
+            WHAT,
+            Verdict::Note,
+            "not set in /etc/fuse.conf: only root may mount with -o allow_other",
+            "add the line user_allow_other to /etc/fuse.conf (needed for shared mounts by other users)",
+        )
+    }
+}
+
+/// The running kernel's (major, minor), from `uname -r`.
+fn kernel_version() -> Option<(u32, u32)> {
+    let release = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+fn kernel_feature(what: &'static str, since: (u32, u32), use_: &str) -> Check {
+    match kernel_version() {
+        Some(v) if v >= since => check(
+            what,
+            Verdict::Ok,
+            format!("kernel {}.{} has it, if built with it ({use_})", v.0, v.1),
+            "",
+        ),
+        Some(v) => check(
+            what,
+            Verdict::Note,
+            format!(
+                "kernel {}.{} is older than {}.{} ({use_})",
+                v.0, v.1, since.0, since.1
+            ),
+            "a newer kernel; storefs works without it",
+        ),
+        None => check(what, Verdict::Note, "kernel version unknown", "none needed"),
+    }
+}
+
+fn fuse_uring() -> Check {
+    const WHAT: &str = "FUSE over io_uring";
+    let param = Path::new("/sys/module/fuse/parameters/enable_uring");
+    match std::fs::read_to_string(param) {
+        Ok(v) if v.trim() == "Y" => check(
+            WHAT,
+            Verdict::Ok,
+            "enabled (enable_uring=Y; not used by storefs yet)",
+            "",
+        ),
+        Ok(_) => check(
+            WHAT,
+            Verdict::Note,
+            "available, disabled (enable_uring=N; not used by storefs yet)",
+            "echo Y > /sys/module/fuse/parameters/enable_uring (as root) to enable it",
+        ),
+        Err(_) => check(
+            WHAT,
+            Verdict::Note,
+            "not in this kernel (needs 6.14+ built with CONFIG_FUSE_IO_URING)",
+            "a newer kernel; storefs works without it",
+        ),
+    }
+}
