@@ -44,7 +44,7 @@ pub enum Command {
     /// Record a directory tree as a new checkpoint; prints its id on stdout
     Snapshot(SnapshotArgs),
     /// List refs (named pointers to checkpoints)
-    Refs,
+    Refs(RefsArgs),
     /// Show checkpoints: the history of a ref, or every checkpoint in the store
     Log(LogArgs),
     /// List a directory inside a checkpoint
@@ -102,7 +102,11 @@ pub enum RemoteCommand {
         url: String,
     },
     /// List remotes: `name<TAB>url`
-    List,
+    List {
+        /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+        #[arg(long)]
+        json: bool,
+    },
     /// Forget a remote (nothing on the remote is touched)
     Remove {
         /// The remote's name
@@ -130,6 +134,9 @@ pub struct PushArgs {
     /// Move the remote ref even if that drops checkpoints only the remote has
     #[arg(long)]
     pub force: bool,
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -155,6 +162,9 @@ pub struct PullArgs {
     /// Move the local ref (or fork head) even if it is not an ancestor of the pulled checkpoint
     #[arg(long)]
     pub force: bool,
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -186,6 +196,9 @@ pub struct SnapshotArgs {
 pub struct LogArgs {
     /// A ref, fork name (its head), checkpoint id or unique id prefix; without it, every checkpoint, newest first
     pub target: Option<String>,
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +208,9 @@ pub struct LsArgs {
     /// A path inside the checkpoint [default: its root]
     #[arg(default_value = "/", hide_default_value = true)]
     pub path: String,
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -211,6 +227,9 @@ pub struct DiffArgs {
     pub a: String,
     /// The newer checkpoint (ref, fork name, id or prefix)
     pub b: String,
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -391,6 +410,9 @@ pub struct VerifyArgs {
     /// Reader threads [default: all cores]
     #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -409,6 +431,9 @@ pub struct GcArgs {
     /// Never remove an object modified less than this long ago (90s, 30m, 1h, 2d, 1h30m)
     #[arg(long, value_name = "AGE", default_value = "1h", value_parser = crate::store::parse_duration)]
     pub grace: std::time::Duration,
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Parse `256M`, `1G`, `4096`, `64K` into bytes.
@@ -431,6 +456,13 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .map_err(|_| format!("'{s}' is not a size: use a number with an optional K, M or G"))?;
     n.checked_mul(mult)
         .ok_or_else(|| format!("size '{s}' is too large"))
+}
+
+#[derive(Debug, Args)]
+pub struct RefsArgs {
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -9,10 +9,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::sys::{major, minor};
 use anyhow::{Context, Result, bail};
 
-use super::args::{CatArgs, DiffArgs, LogArgs, LsArgs, RestoreArgs, SnapshotArgs};
+use super::args::{CatArgs, DiffArgs, LogArgs, LsArgs, RefsArgs, RestoreArgs, SnapshotArgs};
+use super::json;
 use crate::ingest::{self, ChangeKind, SnapshotOptions};
 use crate::store::progress::Progress;
 use crate::store::{Checkpoint, Content, Entry, Kind, ObjectId, Source, Store, format_time};
+use serde_json::{Map, Value, json};
 
 pub fn init(store_dir: &Path) -> Result<()> {
     let store = Store::open_or_create(store_dir)?;
@@ -133,7 +135,15 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn refs(store: &Store) -> Result<()> {
+pub fn refs(store: &Store, a: RefsArgs) -> Result<()> {
+    if a.json {
+        let list: Vec<Value> = store
+            .list_refs()?
+            .into_iter()
+            .map(|(name, id)| json!({"name": name, "checkpoint": id.to_hex()}))
+            .collect();
+        return json::print(&Value::Array(list));
+    }
     let mut out = std::io::stdout().lock();
     for (name, id) in store.list_refs()? {
         writeln!(out, "{name}\t{id}")?;
@@ -179,16 +189,36 @@ pub fn log(store: &Store, a: LogArgs) -> Result<()> {
             list.sort_by_key(|(_, ck)| std::cmp::Reverse(ck.time_ns));
         }
     }
+    let labels = |id: &ObjectId| -> Vec<&str> {
+        refs.iter()
+            .filter(|(_, r)| r == id)
+            .map(|(n, _)| n.as_str())
+            .collect()
+    };
+    if a.json {
+        let list: Vec<Value> = list
+            .iter()
+            .map(|(id, ck)| {
+                json!({
+                    "id": id.to_hex(),
+                    "labels": labels(id),
+                    "time_ns": ck.time_ns,
+                    "time": format_time(ck.time_ns),
+                    "origin": ck.origin,
+                    "parents": ck.parents.iter().map(|p| p.to_hex()).collect::<Vec<_>>(),
+                    "message": ck.message,
+                    "source": ck.source,
+                })
+            })
+            .collect();
+        return json::print(&Value::Array(list));
+    }
     let mut out = std::io::stdout().lock();
     for (i, (id, ck)) in list.iter().enumerate() {
         if i > 0 {
             writeln!(out)?;
         }
-        let names: Vec<&str> = refs
-            .iter()
-            .filter(|(_, r)| r == id)
-            .map(|(n, _)| n.as_str())
-            .collect();
+        let names = labels(id);
         if names.is_empty() {
             writeln!(out, "checkpoint {id}")?;
         } else {
@@ -253,6 +283,10 @@ pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
         Some(tid) => store.get_tree(&tid, &a.path)?.entries,
         None => vec![entry],
     };
+    if a.json {
+        drop(out);
+        return json::print(&Value::Array(entries.iter().map(entry_json).collect()));
+    }
     for e in &entries {
         // Devices show "major, minor" where the size goes, as `ls -l` does.
         let size = match e.kind {
@@ -283,6 +317,35 @@ pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
         writeln!(out)?;
     }
     Ok(())
+}
+
+/// An entry as `ls --json` shows it.
+fn entry_json(e: &Entry) -> Value {
+    let mut o = Map::new();
+    json::put_bytes(&mut o, "name", &e.name);
+    let kind = match e.kind {
+        Kind::File => "file",
+        Kind::Dir => "dir",
+        Kind::Symlink => "symlink",
+        Kind::Fifo => "fifo",
+        Kind::CharDev => "chardev",
+        Kind::BlockDev => "blockdev",
+        Kind::Socket => "socket",
+    };
+    o.insert("kind".into(), kind.into());
+    o.insert("mode".into(), format!("{:04o}", e.perm).into());
+    o.insert("nlink".into(), e.nlink.into());
+    o.insert("uid".into(), e.uid.into());
+    o.insert("gid".into(), e.gid.into());
+    o.insert("size".into(), e.size.into());
+    o.insert("mtime_ns".into(), e.mtime_ns.into());
+    if matches!(e.kind, Kind::CharDev | Kind::BlockDev) {
+        o.insert("rdev".into(), json!([major(e.rdev), minor(e.rdev)]));
+    }
+    if let Content::Target(t) = &e.content {
+        json::put_bytes(&mut o, "target", t);
+    }
+    Value::Object(o)
 }
 
 /// `ls -l` style mode string, e.g. `-rwsr-xr-x`.
@@ -335,8 +398,29 @@ pub fn cat(store: &Store, a: CatArgs) -> Result<()> {
 pub fn diff(store: &Store, a: DiffArgs) -> Result<()> {
     let (_, ca) = checkpoint(store, &a.a)?;
     let (_, cb) = checkpoint(store, &a.b)?;
+    let changes = ingest::diff(store, &ca, &cb)?;
+    if a.json {
+        let list = changes
+            .iter()
+            .map(|c| {
+                let mut o = Map::new();
+                let (tag, what) = match &c.kind {
+                    ChangeKind::Added => ("A", None),
+                    ChangeKind::Removed => ("D", None),
+                    ChangeKind::Changed(what) => ("M", Some(what.to_string())),
+                };
+                o.insert("change".into(), tag.into());
+                json::put_bytes(&mut o, "path", &c.path);
+                if let Some(w) = what {
+                    o.insert("what".into(), w.into());
+                }
+                Value::Object(o)
+            })
+            .collect();
+        return json::print(&Value::Array(list));
+    }
     let mut out = std::io::stdout().lock();
-    for change in ingest::diff(store, &ca, &cb)? {
+    for change in changes {
         let tag = match &change.kind {
             ChangeKind::Added => "A",
             ChangeKind::Removed => "D",

@@ -22,8 +22,30 @@ pub fn verify(store: &Store, a: VerifyArgs) -> Result<()> {
     };
     let r = store.verify(&targets, threads)?;
     let names = names_of(store)?;
+    if a.json {
+        let problems: Vec<serde_json::Value> = r
+            .problems
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "checkpoint": p.checkpoint.map(|c| c.to_hex()),
+                    "names": p.checkpoint.and_then(|c| names.get(&c)).cloned().unwrap_or_default(),
+                    "path": p.path,
+                    "what": p.what.to_string(),
+                })
+            })
+            .collect();
+        super::json::print(&serde_json::json!({
+            "checkpoints": r.checkpoints,
+            "objects": r.objects,
+            "bytes": r.bytes,
+            "corrupt": r.corrupt,
+            "missing": r.missing,
+            "problems": problems,
+        }))?;
+    }
     let mut out = std::io::stdout().lock();
-    for p in &r.problems {
+    for p in r.problems.iter().filter(|_| !a.json) {
         match &p.checkpoint {
             Some(ck) => {
                 let label = names
@@ -75,6 +97,18 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
     let r = store.gc(&opts, &|| {
         eprintln!("storefs: waiting for a snapshot, import or commit to publish its checkpoint")
     })?;
+    if a.json {
+        return super::json::print(&serde_json::json!({
+            "dry_run": a.dry_run,
+            "checkpoints": r.checkpoints,
+            "reachable": r.reachable,
+            "removed": r.removed.iter().map(|(id, size)| serde_json::json!({"id": id.to_string(), "size": size})).collect::<Vec<_>>(),
+            "temps": r.temps.iter().map(|(path, size)| serde_json::json!({"path": path.display().to_string(), "size": size})).collect::<Vec<_>>(),
+            "young": r.young,
+            "young_bytes": r.young_bytes,
+            "packs_merged": {"from": r.packs_merged.0, "into": r.packs_merged.1},
+        }));
+    }
     let mut out = std::io::stdout().lock();
     for (id, size) in &r.removed {
         writeln!(out, "{id} {size}")?;

@@ -8,6 +8,7 @@ mod args;
 mod commands;
 mod fork;
 mod generate;
+mod json;
 mod maint;
 mod mount;
 mod remote;
@@ -86,7 +87,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Init => commands::init(&store_dir),
         Command::Snapshot(a) => commands::snapshot(&store_dir, a),
-        Command::Refs => commands::refs(&open(&store_dir)?),
+        Command::Refs(a) => commands::refs(&open(&store_dir)?, a),
         Command::Log(a) => commands::log(&open(&store_dir)?, a),
         Command::Ls(a) => commands::ls(&open(&store_dir)?, a),
         Command::Cat(a) => commands::cat(&open(&store_dir)?, a),

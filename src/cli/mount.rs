@@ -344,6 +344,20 @@ fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
     }
 }
 
+/// `s` in at most `max` characters: a longer one keeps its start and its
+/// end around a `…` (an archive's path shows its directory and its name).
+fn shorten_middle(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let tail = (max - 1) / 2;
+    let head = max - 1 - tail;
+    let start: String = s.chars().take(head).collect();
+    let end: String = s.chars().skip(n - tail).collect();
+    format!("{start}…{end}")
+}
+
 pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
     let (mut live, dead) = match Store::open(store_dir) {
         Ok(s) => {
@@ -400,7 +414,7 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
             m.mode,
             pid,
             &m.checkpoint[..12.min(m.checkpoint.len())],
-            m.target,
+            shorten_middle(&m.target, 20),
             rss,
             cache,
             m.mountpoint
@@ -412,4 +426,18 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shorten_middle;
+
+    #[test]
+    fn long_targets_are_shortened_in_the_middle() {
+        assert_eq!(shorten_middle("s1", 20), "s1");
+        let t = "/backup/s1-gpt56-calibration-v1.tar.zst.part00";
+        let short = shorten_middle(t, 20);
+        assert_eq!(short.chars().count(), 20);
+        assert_eq!(short, "/backup/s1…st.part00");
+    }
 }

@@ -17,8 +17,15 @@ pub fn remote(store_dir: &Path, c: RemoteCommand) -> Result<()> {
             let store = Store::open_or_create(store_dir)?;
             remote::add(&store, &name, &url)?;
         }
-        RemoteCommand::List => {
+        RemoteCommand::List { json } => {
             let store = Store::open(store_dir)?;
+            if json {
+                let list: Vec<serde_json::Value> = remote::list(&store)?
+                    .into_iter()
+                    .map(|(name, url)| serde_json::json!({"name": name, "url": url}))
+                    .collect();
+                return super::json::print(&serde_json::Value::Array(list));
+            }
             for (name, url) in remote::list(&store)? {
                 super::say(format_args!("{name}\t{url}"))?;
             }
@@ -52,6 +59,19 @@ pub fn push(store: &Store, a: PushArgs) -> Result<()> {
     let result = r.push(store, &target, &name, &opts);
     progress.finish_and_clear();
     let rep = result?;
+    if a.json {
+        return super::json::print(&serde_json::json!({
+            "remote": a.remote,
+            "ref": name,
+            "checkpoint": target.to_hex(),
+            "previous": rep.previous,
+            "checkpoints": rep.checkpoints,
+            "objects_needed": rep.objects_needed,
+            "objects_uploaded": rep.objects_uploaded,
+            "bytes_uploaded": rep.bytes_uploaded,
+            "records_uploaded": rep.records_uploaded,
+        }));
+    }
     eprintln!(
         "storefs: pushed {target} to {}/{name}: {} of {} objects uploaded ({} bytes), {} records uploaded, {} checkpoints{}",
         a.remote,
@@ -111,9 +131,11 @@ pub fn pull(store_dir: &Path, a: PullArgs) -> Result<()> {
     };
     // The fork moves (or is refused) before anything is reported, so a
     // refusal is one line; the pulled checkpoint stays here either way.
+    let mut fork_from = None;
     let moved = match fork {
         Some(f) => {
             let old = f.move_head(&rep.checkpoint, a.force)?;
+            fork_from = Some(old.to_hex());
             if old != rep.checkpoint {
                 format!(
                     "; fork moved from {} to {}",
@@ -126,6 +148,19 @@ pub fn pull(store_dir: &Path, a: PullArgs) -> Result<()> {
         }
         None => String::new(),
     };
+    if a.json {
+        return super::json::print(&serde_json::json!({
+            "remote": a.remote,
+            "ref": a.r#ref,
+            "checkpoint": rep.checkpoint.to_hex(),
+            "local_ref": local,
+            "fork": a.fork,
+            "fork_was": fork_from,
+            "objects_fetched": rep.objects_fetched,
+            "bytes_fetched": rep.bytes_fetched,
+            "records_fetched": rep.records_fetched,
+        }));
+    }
     eprintln!(
         "storefs: pulled {}/{} for {into}: {} objects fetched ({} bytes), {} records fetched{moved}",
         a.remote, a.r#ref, rep.objects_fetched, rep.bytes_fetched, rep.records_fetched
