@@ -6,7 +6,8 @@
 #                                         rsync, xz/bzip2/lzip, acl and libacl1-dev,
 #                                         curl, moto (pip), pjdfstest and fsx (cargo
 #                                         install, compiled: a few minutes), the
-#                                         pjdfstest user `tests`
+#                                         pjdfstest user `tests`, man-db, dpkg-dev,
+#                                         systemd and systemd-nspawn (package test)
 # The Rust toolchain (cargo >= 1.88) must already be installed (rustup);
 # Debian 12's own cargo is too old for this crate.
 set -euo pipefail
@@ -52,8 +53,9 @@ apt-get install -y -qq libarchive-tools rsync xz-utils bzip2 lzip >/dev/null
 # The conformance suite (tests/conformance/run.sh): pjdfstest links libacl;
 # util-linux gives mount(8) for its EROFS cases (remount ro and back).
 apt-get install -y -qq libacl1-dev acl util-linux >/dev/null
-# The package test (tests/package.sh): man-db reads the installed pages; dpkg-deb builds it.
-apt-get install -y -qq man-db dpkg-dev >/dev/null
+# The package test (tests/package.sh): man-db reads the installed pages; dpkg-deb builds it;
+# systemd-container's systemd-nspawn boots a systemd to run the unit under.
+apt-get install -y -qq man-db dpkg-dev systemd systemd-container >/dev/null
 # pjdfstest switches to two dummy users: nobody (in nogroup on Debian) and tests.
 if ! id tests >/dev/null 2>&1; then
     useradd --system --user-group --no-create-home --home-dir / \

@@ -3,7 +3,10 @@
 # conformance suite): build it with scripts/package.sh, `apt-get install` it,
 # check what it installed (binary, helpers, unit, man pages, completions), mount a
 # ref through `mount -t fuse.storefs` and through an /etc/fstab line, read
-# `man storefs-mount`, then `apt-get purge` it and check that nothing is left.
+# `man storefs-mount`, start and stop `storefs@REF.service` under a real systemd
+# (booted in a throwaway systemd-nspawn container over this machine's /usr, since
+# this machine's PID 1 is not systemd), then `apt-get purge` it and check that
+# nothing is left.
 # A trap unmounts, restores /etc/fstab and any storefs files that were there
 # before (e.g. from scripts/install.sh), and purges the package, on failure too.
 #   bash tests/package.sh [--binary PATH]   (default: target/release/storefs, built if missing)
@@ -33,8 +36,12 @@ for f in "${owned[@]}"; do
     if [ -e "$f" ] || [ -L "$f" ]; then mv "$f" "$work/aside/$(basename "$f")"; fi
 done
 mp="$work/mnt"
+nspawn_pid=
 cleanup() {
     set +e
+    if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
+        kill "$nspawn_pid"; wait "$nspawn_pid" 2>/dev/null
+    fi
     if grep -qs " $mp fuse.storefs " /proc/mounts; then
         "$binary" --store "$work/store" umount "$mp" >/dev/null 2>&1 || umount -l "$mp"
     fi
@@ -107,6 +114,40 @@ umount "$mp"
 grep -qs " $mp " /proc/mounts && fail "umount(8) left the mount"
 cp -p "$fstab_backup" /etc/fstab
 ok "mount by an fstab line, umount(8)"
+
+# The unit under a real systemd: boot one in a container whose root is a tmpfs
+# with this machine's /usr (where the package put the binary and the unit),
+# /dev/fuse, the test's directory, and the unit's settings in /etc/storefs.
+# It talks to that systemd through nsenter (no machined or D-Bus here).
+printf 'STOREFS_STORE=%s\nSTOREFS_MOUNTPOINT=%s\n' "$work/store" "$mp" >"$work/pkgtest.env"
+systemd-nspawn -D / --volatile=yes --register=no --keep-unit -M storefs-pkgtest \
+    --bind=/dev/fuse --bind="$work" --bind-ro="$work/pkgtest.env:/etc/storefs/pkgtest.env" \
+    --bind-ro=/etc/alternatives -b systemd.firstboot=off >"$work/nspawn.log" 2>&1 &
+nspawn_pid=$!
+init=
+for _ in $(seq 1 150); do
+    init=$(pgrep -P "$nspawn_pid" | head -n1 || true)
+    if [ -n "$init" ]; then
+        state=$(nsenter -t "$init" -a systemctl is-system-running 2>/dev/null || true)
+        case $state in running|degraded) break ;; esac
+    fi
+    kill -0 "$nspawn_pid" 2>/dev/null || fail "systemd-nspawn exited: $(tail -5 "$work/nspawn.log")"
+    sleep 0.2
+done
+case ${state:-} in running|degraded) ;; *) fail "the container's systemd is not up (${state:-no state}): $(tail -5 "$work/nspawn.log")" ;; esac
+in_box() { nsenter -t "$init" -a "$@"; }
+in_box systemctl start storefs@pkgtest.service || fail "systemctl start: $(in_box journalctl -u storefs@pkgtest.service --no-pager | tail -5)"
+[ "$(in_box cat "$mp/state/lead.json")" = '{"turn": 7}' ] || fail "storefs@pkgtest.service: wrong content"
+in_box systemctl is-active --quiet storefs@pkgtest.service || fail "the service is not active"
+in_box systemctl stop storefs@pkgtest.service
+in_box grep -qs " $mp fuse.storefs " /proc/mounts && fail "systemctl stop left the mount"
+journal=$(in_box journalctl -u storefs@pkgtest.service --no-pager)
+grep -qi "not found\|error\|failed" <<<"$journal" && fail "the unit's journal has errors: $journal"
+grep -q "serving pkgtest at $mp" <<<"$journal" || fail "the daemon did not say it served: $journal"
+in_box systemctl poweroff || true
+wait "$nspawn_pid" || true
+nspawn_pid=
+ok "storefs@pkgtest.service started and stopped under systemd (in systemd-nspawn)"
 
 DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq storefs >/dev/null
 dpkg -s storefs >/dev/null 2>&1 && fail "storefs is still installed after purge"
