@@ -16,7 +16,7 @@ mode=all
 case "${1:-}" in
     "") ;;
     --demo) mode=demo ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup-debian.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 
