@@ -8,7 +8,10 @@
    any read (default 256M);
 3. a full read with the default 256M: `cat` of every file of that tree, and
    `cat` of one 1 GiB file (incompressible; 4 GiB without --quick is too long
-   here: 1 GiB is already four times the cache).
+   here: 1 GiB is already four times the cache);
+4. a fork of that 1 GiB file's tree: `cat` of it at --cache-size 16M and 256M
+   (the fork's chunk cache; fixed at 64 MiB before), and 20,000 new small files
+   written at 16M (the fork's inode table, which the flag does not bound).
 
 The bound is the flag + 64 MiB (issue 17). Usage:
   bench/scale/memory.py --storefs target/release/storefs [--before /tmp/storefs-main] [--quick]
@@ -79,6 +82,14 @@ def cat_all(mp):
     subprocess.run(f"find {mp} -type f -print0 | xargs -0 cat > /dev/null", shell=True, check=True)
 
 
+def write_files(mp, n):
+    d = os.path.join(mp, "new")
+    os.makedirs(d, exist_ok=True)
+    for i in range(n):
+        with open(os.path.join(d, f"f{i:06}"), "wb") as f:
+            f.write(b"x" * 100)
+
+
 def nothing(mp):
     os.stat(mp)
     time.sleep(0.3)
@@ -93,7 +104,7 @@ def main():
     ap.add_argument("--storefs", required=True, help="storefs binary to measure (after)")
     ap.add_argument("--before", default="/tmp/storefs-main", help="storefs binary of main (before)")
     ap.add_argument("--quick", action="store_true", help="about ten times smaller")
-    ap.add_argument("--only", default="", help="comma-separated case prefixes to run (grep,plain,cat,big)")
+    ap.add_argument("--only", default="", help="comma-separated case prefixes to run (grep,plain,cat,big,fork)")
     a = ap.parse_args()
     bins = (("before", os.path.abspath(a.before)), ("after", os.path.abspath(a.storefs)))
     n = 100 if a.quick else 1000
@@ -136,15 +147,29 @@ def main():
                 rows.append((f"cat of every file of those {big}, default 256M", res, 256 * MIB))
             for s in stores.values():
                 shutil.rmtree(s)
-        if want("big"):
+        if want("big") or want("fork"):
             src = os.path.join(tmp, "bigfile")
             big_file_tree(src, big_size)
             stores = {label: os.path.join(tmp, f"big-{label}") for label, _ in bins}
             for label, b in bins:
                 run([b, "--store", stores[label], "snapshot", src, "--ref", "big"])
             shutil.rmtree(src)
-            res = {label: peak(b, stores[label], ["big", mp], mp, cat_all) for label, b in bins}
-            rows.append((f"cat of one {big_size // MIB} MiB file, default 256M", res, 256 * MIB))
+            if want("big"):
+                res = {label: peak(b, stores[label], ["big", mp], mp, cat_all) for label, b in bins}
+                rows.append((f"cat of one {big_size // MIB} MiB file, default 256M", res, 256 * MIB))
+            if want("fork"):
+                for label, b in bins:
+                    run([b, "--store", stores[label], "fork", "big", "--name", "f"])
+                for size in ("16M", "256M"):
+                    res = {label: peak(b, stores[label], ["f", "--cache-size", size, mp], mp, cat_all)
+                           for label, b in bins}
+                    rows.append((f"fork: cat of the {big_size // MIB} MiB file, --cache-size {size}", res,
+                                 parse_size(size)))
+                nfiles = 2_000 if a.quick else 20_000
+                res = {label: peak(b, stores[label], ["f", "--cache-size", "16M", mp], mp,
+                                   lambda m: write_files(m, nfiles)) for label, b in bins}
+                rows.append((f"fork: {nfiles} new files written, --cache-size 16M (inode table not bounded)",
+                             res, parse_size("16M")))
             for s in stores.values():
                 shutil.rmtree(s)
 
