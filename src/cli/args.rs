@@ -53,6 +53,9 @@ pub enum Command {
     Restore(RestoreArgs),
     /// Import a tar archive (.tar, .tar.zst, .tar.gz; whole or split) as a checkpoint
     Import(ImportArgs),
+    /// Import a git repository's commits (branches and tags) as checkpoints, incrementally
+    #[command(name = "import-git")]
+    ImportGit(ImportGitArgs),
     /// Write a checkpoint as a standard tar archive (optionally split) with a sha256 manifest
     Export(ExportArgs),
     /// Make a fork of a checkpoint: a named, movable head you can mount read-write
@@ -246,6 +249,41 @@ pub struct ImportArgs {
     /// A message stored with the checkpoint
     #[arg(short, long, value_name = "MSG")]
     pub message: Option<String>,
+    /// Hashing and compression threads [default: all cores]
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
+    pub threads: usize,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  storefs import-git /srv/shared                 # every branch and tag of /srv/shared/.git
+  storefs mount git:3f2a9c1                      # the commit an attempt's JSON names, at /srv/shared
+  storefs import-git /srv/shared                 # later: imports only the new commits
+  storefs import-git /srv/repo.git --origin /srv/shared --rev main
+
+Each commit becomes a checkpoint: its tree with git's file modes (644/755), symlinks,
+submodules (gitlinks) as empty directories (listed in the record), owner 0:0 and every
+time the committer time, as `git archive COMMIT` writes them, so a commit always gives
+the same tree id. Parents map to the parents' checkpoints; the author time and message
+are kept; the record's source names the repository and commit. Refs: PREFIX.BRANCH and
+PREFIX.tags.TAG ('/' in a branch name becomes '.'), moved to the imported commits.
+`git:COMMIT` (a unique prefix of 4+ hex digits) names a commit's checkpoint in every
+command. A shallow or corrupt repository is refused with nothing imported.")]
+pub struct ImportGitArgs {
+    /// The repository: its work tree, its .git directory, or a bare repository
+    #[arg(value_name = "REPO")]
+    pub repo: PathBuf,
+    /// The absolute path the checkpoints mount at [default: the repository's work tree]
+    #[arg(long, value_name = "PATH")]
+    pub origin: Option<PathBuf>,
+    /// Refs are NAME.BRANCH and NAME.tags.TAG [default: the work tree's directory name]
+    #[arg(long, value_name = "NAME")]
+    pub ref_prefix: Option<String>,
+    /// Import only these revisions and their history (a branch or tag given by name
+    /// moves its ref) [default: every branch and tag]
+    #[arg(long = "rev", value_name = "REV")]
+    pub revs: Vec<String>,
     /// Hashing and compression threads [default: all cores]
     #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,

@@ -1,0 +1,824 @@
+//! Import a git repository's history (`storefs import-git`): every commit
+//! reachable from the repository's branches and tags (or from the revisions
+//! asked for) becomes a checkpoint, read through gitoxide (no git process,
+//! no hand parsing of objects).
+//!
+//! - **Trees.** A commit's tree becomes the checkpoint's tree: blobs are
+//!   chunked and stored like any file content (so the same bytes dedupe with
+//!   snapshots and archives), each blob once per import; regular files get
+//!   git's modes (`100644` → 0644, `100755` → 0755), symlinks their target,
+//!   directories 0755, gitlinks (submodules) an empty 0755 directory and a
+//!   note in the record. Owner 0:0 and every mtime and ctime the commit's
+//!   committer time, as `git archive COMMIT` writes them: the same commit
+//!   always gives the same tree id, whoever imports it and whenever.
+//! - **Records.** Parents are the imported parents' checkpoints, the time is
+//!   the author time, the message the commit message, and the source
+//!   `{"kind": "git", "git": {"repo", "commit", "submodules"}}`.
+//! - **Incremental.** The store's git index (`git/<commit>.json`) maps each
+//!   imported commit to its checkpoint; a commit found there with the same
+//!   origin is not read again, and nothing behind it is walked.
+//! - **All or nothing.** Every tree is built first (objects stored before a
+//!   failure are harmless), then the records, index entries and refs are
+//!   published; a shallow or corrupt repository fails before anything is.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+
+use gix::bstr::ByteSlice;
+use gix::objs::tree::EntryKind;
+
+use super::{Error, Result, escape};
+use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending, hash_chunks, send_chunks};
+use crate::store::progress::{SharedProgress, no_progress};
+use crate::store::{
+    self, Checkpoint, Content, Entry, Extent, GitRecord, GitSource, Kind, ObjectId, Source, Store,
+    Submodule, Tree,
+};
+
+/// How to import.
+#[derive(Clone, Debug)]
+pub struct GitImportRequest {
+    /// The repository: its work tree, its `.git` directory, or a bare repository.
+    pub repo: PathBuf,
+    /// Where the checkpoints mount (canonical absolute path); else the work tree.
+    pub origin: Option<String>,
+    /// Refs are `PREFIX.BRANCH` and `PREFIX.tags.TAG`; else the repository's name.
+    pub ref_prefix: Option<String>,
+    /// Revisions to import (with their ancestors); empty: every branch and tag.
+    pub revs: Vec<String>,
+    /// Import time (for the index), nanoseconds since the epoch.
+    pub time_ns: i64,
+    /// Hasher threads; 0 = all cores.
+    pub threads: usize,
+    /// Advanced by the bytes of each new blob; the commit count as message.
+    pub progress: SharedProgress,
+}
+
+impl Default for GitImportRequest {
+    fn default() -> Self {
+        GitImportRequest {
+            repo: PathBuf::new(),
+            origin: None,
+            ref_prefix: None,
+            revs: Vec::new(),
+            time_ns: 0,
+            threads: 0,
+            progress: no_progress(),
+        }
+    }
+}
+
+/// What an import did.
+#[derive(Clone, Debug, Default)]
+pub struct GitImported {
+    /// Commits imported now (new checkpoints), oldest first.
+    pub imported: Vec<(String, ObjectId)>,
+    /// Commits reachable from the tips that were in the index already.
+    pub known: usize,
+    /// Refs set or moved: (storefs ref, git ref, checkpoint).
+    pub refs: Vec<(String, String, ObjectId)>,
+    /// The origin recorded.
+    pub origin: String,
+    /// File bytes of the imported commits' trees, added up over commits.
+    pub bytes: u64,
+    /// Bytes of distinct blobs read from the repository.
+    pub blob_bytes: u64,
+    pub new_objects: u64,
+    pub warnings: Vec<String>,
+}
+
+fn git_error(repo: &Path, what: impl std::fmt::Display) -> Error {
+    Error::Git(format!(
+        "{}: {what}; nothing was imported",
+        repo.display()
+    ))
+}
+
+/// Import the history of `req.repo` into `store` and publish it (records,
+/// index entries, refs). The caller holds the store's write lease.
+pub fn import_git(store: &Store, req: &GitImportRequest) -> Result<GitImported> {
+    let repo_path = std::fs::canonicalize(&req.repo).map_err(|e| Error::io(&req.repo, e))?;
+    let repo = gix::open(&repo_path).map_err(|e| {
+        git_error(
+            &repo_path,
+            format_args!("not a git repository ({e}); pass a repository's work tree or .git directory"),
+        )
+    })?;
+    if repo.is_shallow().unwrap_or(true) {
+        return Err(git_error(
+            &repo_path,
+            "is a shallow clone: its history is incomplete (run `git fetch --unshallow` there first)",
+        ));
+    }
+    let origin = match (&req.origin, repo.workdir()) {
+        (Some(o), _) => o.clone(),
+        (None, Some(w)) => {
+            let w = std::fs::canonicalize(w).map_err(|e| Error::io(w, e))?;
+            let s = w.to_str().ok_or_else(|| {
+                Error::Git(format!(
+                    "{}: the work tree's path is not UTF-8; give --origin",
+                    w.display()
+                ))
+            })?;
+            store::canonical_origin(s)
+                .map_err(|why| Error::Git(format!("{s}: {why}; give --origin")))?
+        }
+        (None, None) => {
+            return Err(Error::Git(format!(
+                "{} is a bare repository (no work tree to take the origin from); give --origin PATH",
+                repo_path.display()
+            )));
+        }
+    };
+    let prefix = match &req.ref_prefix {
+        Some(p) => p.clone(),
+        None => default_prefix(&repo_path, repo.workdir()),
+    };
+    Store::check_name(&prefix).map_err(|_| {
+        Error::Git(format!(
+            "'{prefix}' cannot start a ref name (letters, digits, '.', '_', '-'); give --ref-prefix NAME"
+        ))
+    })?;
+
+    // The tips: (git ref name or rev, commit), and the storefs ref each moves.
+    let mut warnings = Vec::new();
+    let tips = tips(&repo, &repo_path, &req.revs, &mut warnings)?;
+    let mut refs: Vec<(String, String, gix::ObjectId)> = Vec::new();
+    let mut taken: HashMap<String, String> = HashMap::new();
+    for (git_name, commit) in &tips {
+        let Some(name) = ref_name(&prefix, git_name) else {
+            continue;
+        };
+        if let Some(other) = taken.get(&name) {
+            warnings.push(format!(
+                "{git_name} and {other} both map to ref '{name}'; kept {other}'s"
+            ));
+            continue;
+        }
+        taken.insert(name.clone(), git_name.clone());
+        refs.push((name, git_name.clone(), *commit));
+    }
+
+    // What to import: every commit behind the tips that the index does not
+    // hold with this origin, parents before children.
+    let repo_str = repo_path.to_string_lossy().into_owned();
+    let mut known: HashMap<gix::ObjectId, ObjectId> = HashMap::new();
+    let mut reuse_root: HashMap<gix::ObjectId, (ObjectId, Option<store::Stats>)> = HashMap::new();
+    let order = walk(
+        store,
+        &repo,
+        &repo_path,
+        &origin,
+        tips.iter().map(|t| t.1),
+        &mut known,
+        &mut reuse_root,
+    )?;
+
+    // Build every tree (objects only; nothing published yet).
+    let threads = match req.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let counters = Counters::default();
+    let mut built: Vec<Built> = Vec::with_capacity(order.len());
+    let mut blob_bytes = 0u64;
+    let (tx, rx) = mpsc::sync_channel::<ChunkJob>(threads * 2);
+    let rx = Mutex::new(rx);
+    let result: Result<()> = std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| hash_chunks(store, &rx, &counters));
+        }
+        let hashers = Hashers::batched(&tx);
+        let mut b = TreeBuilder {
+            repo: &repo,
+            repo_path: &repo_path,
+            store,
+            counters: &counters,
+            hashers: &hashers,
+            blobs: HashMap::new(),
+            sizes: HashMap::new(),
+            blob_bytes: 0,
+            progress: &req.progress,
+        };
+        let mut result = Ok(());
+        for (i, c) in order.iter().enumerate() {
+            req.progress
+                .set_message(format!("commit {} of {}", i + 1, order.len()));
+            match b.commit(c, reuse_root.get(c).cloned()) {
+                Ok(one) => built.push(one),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        blob_bytes = b.blob_bytes;
+        drop(b);
+        drop(hashers);
+        drop(tx);
+        result
+    });
+    req.progress.finish();
+    result?;
+
+    // Publish: records (parents first), index entries, then refs.
+    let mut imported = Vec::with_capacity(built.len());
+    let mut bytes = 0u64;
+    for one in built {
+        let parents = one
+            .parents
+            .iter()
+            .map(|p| {
+                known.get(p).copied().ok_or_else(|| {
+                    git_error(&repo_path, format_args!("parent {p} of {} was not imported", one.commit))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let hex = one.commit.to_string();
+        bytes += one.stats.bytes;
+        let ckpt = Checkpoint {
+            version: 1,
+            root: one.root,
+            parents,
+            origin: Some(origin.clone()),
+            time_ns: one.author_ns,
+            message: one.message,
+            source: Source {
+                kind: "git".into(),
+                stats: Some(one.stats),
+                git: Some(GitSource {
+                    repo: repo_str.clone(),
+                    commit: hex.clone(),
+                    submodules: one.submodules,
+                }),
+                ..Default::default()
+            },
+        };
+        let id = store.write_checkpoint(&ckpt)?;
+        store.set_git_record(
+            &hex,
+            &GitRecord {
+                checkpoint: id,
+                repo: repo_str.clone(),
+                time_ns: req.time_ns,
+            },
+        )?;
+        known.insert(one.commit, id);
+        imported.push((hex, id));
+    }
+    let mut moved = Vec::new();
+    for (name, git_name, commit) in refs {
+        let id = known[&commit];
+        if store.get_ref(&name)? != Some(id) {
+            store.set_ref(&name, &id)?;
+            moved.push((name, git_name, id));
+        }
+    }
+    Ok(GitImported {
+        known: known.len() - imported.len(),
+        imported,
+        refs: moved,
+        origin,
+        bytes,
+        blob_bytes,
+        new_objects: counters.objects.load(Ordering::Relaxed),
+        warnings,
+    })
+}
+
+/// The default ref prefix: the work tree's name, or a bare repository's
+/// directory name without `.git`; characters a ref cannot hold become `_`.
+fn default_prefix(repo_path: &Path, workdir: Option<&Path>) -> String {
+    let dir = workdir
+        .and_then(|w| std::fs::canonicalize(w).ok())
+        .unwrap_or_else(|| repo_path.to_path_buf());
+    let mut name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name == ".git" {
+        name = dir
+            .parent()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
+    let name = name.strip_suffix(".git").unwrap_or(&name).to_string();
+    sanitize(&name)
+}
+
+/// `s` with every byte a ref name cannot hold turned into `_`.
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The storefs ref for git ref `git_name`: `refs/heads/B` → `PREFIX.B`,
+/// `refs/tags/T` → `PREFIX.tags.T`, with `/` → `.` and other bytes a ref
+/// cannot hold → `_`. A revision that is no branch or tag gets none.
+pub fn ref_name(prefix: &str, git_name: &str) -> Option<String> {
+    let rest = if let Some(b) = git_name.strip_prefix("refs/heads/") {
+        b.to_string()
+    } else if let Some(t) = git_name.strip_prefix("refs/tags/") {
+        format!("tags/{t}")
+    } else {
+        return None;
+    };
+    Some(format!("{prefix}.{}", sanitize(&rest.replace('/', "."))))
+}
+
+/// The commits to start from: every branch and tag (peeled to its commit;
+/// a tag of a tree or blob is skipped with a warning), or the revisions.
+fn tips(
+    repo: &gix::Repository,
+    repo_path: &Path,
+    revs: &[String],
+    warnings: &mut Vec<String>,
+) -> Result<Vec<(String, gix::ObjectId)>> {
+    let mut out = Vec::new();
+    if revs.is_empty() {
+        let platform = repo
+            .references()
+            .map_err(|e| git_error(repo_path, format_args!("cannot read its refs: {e}")))?;
+        let all = platform
+            .all()
+            .map_err(|e| git_error(repo_path, format_args!("cannot read its refs: {e}")))?;
+        for r in all {
+            let mut r =
+                r.map_err(|e| git_error(repo_path, format_args!("cannot read a ref: {e}")))?;
+            let name = r.name().as_bstr().to_str_lossy().into_owned();
+            if !(name.starts_with("refs/heads/") || name.starts_with("refs/tags/")) {
+                continue;
+            }
+            match r.peel_to_commit() {
+                Ok(c) => out.push((name, c.id)),
+                Err(e) if name.starts_with("refs/tags/") => warnings.push(format!(
+                    "{name} does not name a commit ({e}); skipped"
+                )),
+                Err(e) => {
+                    return Err(git_error(
+                        repo_path,
+                        format_args!("{name} does not lead to a commit: {e}"),
+                    ));
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err(git_error(repo_path, "has no branch or tag (no commit to import)"));
+        }
+    } else {
+        for rev in revs {
+            let id = repo
+                .rev_parse_single(rev.as_str())
+                .map_err(|e| git_error(repo_path, format_args!("--rev {rev}: {e}")))?;
+            let commit = id
+                .object()
+                .and_then(|o| o.peel_to_commit())
+                .map_err(|e| git_error(repo_path, format_args!("--rev {rev} is not a commit: {e}")))?;
+            // A branch or tag given by name moves its ref.
+            let name = repo
+                .try_find_reference(rev.as_str())
+                .ok()
+                .flatten()
+                .map(|r| r.name().as_bstr().to_str_lossy().into_owned())
+                .unwrap_or_else(|| rev.clone());
+            out.push((name, commit.id));
+        }
+    }
+    Ok(out)
+}
+
+/// Every commit behind `tips` that is not in the index with `origin`,
+/// parents before children (depth first). Commits found in the index go to
+/// `known`; those in it with another origin are re-recorded with their root
+/// (`reuse_root`) instead of being read again. A missing commit is an error.
+fn walk(
+    store: &Store,
+    repo: &gix::Repository,
+    repo_path: &Path,
+    origin: &str,
+    tips: impl Iterator<Item = gix::ObjectId>,
+    known: &mut HashMap<gix::ObjectId, ObjectId>,
+    reuse_root: &mut HashMap<gix::ObjectId, (ObjectId, Option<store::Stats>)>,
+) -> Result<Vec<gix::ObjectId>> {
+    let mut order = Vec::new();
+    let mut seen: HashSet<gix::ObjectId> = HashSet::new();
+    // (commit, its parents once listed)
+    let mut stack: Vec<(gix::ObjectId, Option<Vec<gix::ObjectId>>)> = Vec::new();
+    for t in tips {
+        stack.push((t, None));
+        while let Some((c, parents)) = stack.pop() {
+            match parents {
+                Some(_) => order.push(c),
+                None => {
+                    if !seen.insert(c) {
+                        continue;
+                    }
+                    if let Some(rec) = store.git_record(&c.to_string())? {
+                        let ck = store.read_checkpoint(&rec.checkpoint)?;
+                        if ck.origin.as_deref() == Some(origin) {
+                            known.insert(c, rec.checkpoint);
+                            continue;
+                        }
+                        reuse_root.insert(c, (ck.root, ck.source.stats));
+                    }
+                    let commit = repo.find_commit(c).map_err(|e| {
+                        git_error(
+                            repo_path,
+                            format_args!("commit {c} cannot be read ({e}): the repository is corrupt or incomplete"),
+                        )
+                    })?;
+                    let ps: Vec<gix::ObjectId> = commit.parent_ids().map(|p| p.detach()).collect();
+                    stack.push((c, Some(ps.clone())));
+                    for p in ps.into_iter().rev() {
+                        if !seen.contains(&p) {
+                            stack.push((p, None));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(order)
+}
+
+/// A commit's tree, stored, and what its record needs.
+struct Built {
+    commit: gix::ObjectId,
+    parents: Vec<gix::ObjectId>,
+    root: ObjectId,
+    author_ns: i64,
+    message: String,
+    stats: store::Stats,
+    submodules: Vec<Submodule>,
+}
+
+/// Builds storefs trees from git trees, each blob chunked and stored once.
+struct TreeBuilder<'a> {
+    repo: &'a gix::Repository,
+    repo_path: &'a Path,
+    store: &'a Store,
+    counters: &'a Counters,
+    hashers: &'a Hashers<'a>,
+    /// Blob → its extents (regular files) or its bytes (symlink targets are
+    /// read again: they are small).
+    blobs: HashMap<gix::ObjectId, (u64, Vec<Extent>)>,
+    /// Git tree → (entries, file bytes) below it.
+    sizes: HashMap<gix::ObjectId, (u64, u64)>,
+    blob_bytes: u64,
+    progress: &'a SharedProgress,
+}
+
+/// One entry of a git tree, decoded.
+struct GitEntry {
+    name: Vec<u8>,
+    kind: EntryKind,
+    id: gix::ObjectId,
+}
+
+impl TreeBuilder<'_> {
+    fn corrupt(&self, what: impl std::fmt::Display) -> Error {
+        git_error(
+            self.repo_path,
+            format_args!("{what}: the repository is corrupt or incomplete"),
+        )
+    }
+
+    fn commit(
+        &mut self,
+        c: &gix::ObjectId,
+        reuse: Option<(ObjectId, Option<store::Stats>)>,
+    ) -> Result<Built> {
+        let commit = self
+            .repo
+            .find_commit(*c)
+            .map_err(|e| self.corrupt(format_args!("commit {c} ({e})")))?;
+        let parents: Vec<gix::ObjectId> = commit.parent_ids().map(|p| p.detach()).collect();
+        let secs = |sig: gix::Result<gix::actor::SignatureRef<'_>>, who: &str| {
+            sig.and_then(|s| s.time())
+                .map(|t| t.seconds.saturating_mul(1_000_000_000))
+                .map_err(|e| self.corrupt(format_args!("commit {c}: bad {who} ({e})")))
+        };
+        let author_ns = secs(commit.author(), "author")?;
+        let commit_ns = secs(commit.committer(), "committer")?;
+        let message = commit
+            .message_raw()
+            .map_err(|e| self.corrupt(format_args!("commit {c}: no message ({e})")))?
+            .to_str_lossy()
+            .trim_end()
+            .to_string();
+        let tree = commit
+            .tree_id()
+            .map_err(|e| self.corrupt(format_args!("commit {c}: no tree ({e})")))?
+            .detach();
+        let mut submodules = Vec::new();
+        let before = self.counters.objects.load(Ordering::Relaxed);
+        let before_bytes = self.counters.bytes.load(Ordering::Relaxed);
+        // A commit imported before with another origin keeps its tree.
+        let (root, stats) = match reuse {
+            Some((root, stats)) => {
+                self.gitlinks(&tree, b"", &mut submodules)?;
+                (root, stats.unwrap_or_default())
+            }
+            None => {
+                self.send_blobs(&tree)?;
+                let mut dir = self.tree(&tree, b"", commit_ns, &mut submodules)?;
+                dir.name.clear();
+                let (root, written) = self.store.put_root(dir)?;
+                self.counters.add(written);
+                let (entries, bytes) = self.size_of(&tree)?;
+                let stats = store::Stats {
+                    entries: entries + 1,
+                    bytes,
+                    new_objects: self.counters.objects.load(Ordering::Relaxed) - before,
+                    new_bytes_compressed: self.counters.bytes.load(Ordering::Relaxed)
+                        - before_bytes,
+                };
+                (root, stats)
+            }
+        };
+        Ok(Built {
+            commit: *c,
+            parents,
+            root,
+            author_ns,
+            message,
+            stats,
+            submodules,
+        })
+    }
+
+    fn entries(&self, tree: &gix::ObjectId, path: &[u8]) -> Result<Vec<GitEntry>> {
+        let t = self.repo.find_tree(*tree).map_err(|e| {
+            self.corrupt(format_args!("tree {tree} at '{}' ({e})", escape(path)))
+        })?;
+        let decoded = t.decode().map_err(|e| {
+            self.corrupt(format_args!("tree {tree} at '{}' ({e})", escape(path)))
+        })?;
+        let mut out = Vec::with_capacity(decoded.entries.len());
+        for e in &decoded.entries {
+            let name: &[u8] = e.filename.as_ref();
+            if name.is_empty()
+                || name == b"."
+                || name == b".."
+                || name.contains(&b'/')
+                || name.contains(&0)
+            {
+                return Err(git_error(
+                    self.repo_path,
+                    format_args!(
+                        "tree {tree} at '{}' has an entry named '{}' (empty, '.', '..' or with '/'): the repository is corrupt or hostile",
+                        escape(path),
+                        escape(name)
+                    ),
+                ));
+            }
+            out.push(GitEntry {
+                name: name.to_vec(),
+                kind: e.mode.kind(),
+                id: e.oid.to_owned(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn read_blob(&self, id: &gix::ObjectId, path: &[u8]) -> Result<Vec<u8>> {
+        let mut blob = self
+            .repo
+            .find_blob(*id)
+            .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?;
+        Ok(blob.take_data())
+    }
+
+    /// Chunk and store every regular file's blob under `tree` not stored
+    /// yet, all in flight at once, then wait for them.
+    fn send_blobs(&mut self, tree: &gix::ObjectId) -> Result<()> {
+        let mut pending: Vec<(gix::ObjectId, Pending)> = Vec::new();
+        let mut queued: HashSet<gix::ObjectId> = HashSet::new();
+        let mut stack = vec![(*tree, Vec::new())];
+        let mut visited: HashSet<gix::ObjectId> = HashSet::new();
+        while let Some((t, path)) = stack.pop() {
+            if !visited.insert(t) || self.sizes.contains_key(&t) {
+                // A tree sized before has had its blobs stored.
+                continue;
+            }
+            for e in self.entries(&t, &path)? {
+                let mut p = path.clone();
+                if !p.is_empty() {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(&e.name);
+                match e.kind {
+                    EntryKind::Tree => stack.push((e.id, p)),
+                    EntryKind::Blob | EntryKind::BlobExecutable => {
+                        if self.blobs.contains_key(&e.id) || !queued.insert(e.id) {
+                            continue;
+                        }
+                        let data = self.read_blob(&e.id, &p)?;
+                        self.blob_bytes += data.len() as u64;
+                        let len = data.len() as u64;
+                        let io = |err: std::io::Error| Error::io(Path::new(&escape(&p)), err);
+                        let pend =
+                            send_chunks(data.as_slice(), len, self.hashers, &**self.progress)
+                                .map_err(io)?;
+                        pending.push((e.id, pend));
+                    }
+                    EntryKind::Link | EntryKind::Commit => {}
+                }
+            }
+        }
+        self.hashers
+            .flush()
+            .map_err(|e| Error::io(self.repo_path, e))?;
+        for (id, p) in pending {
+            let len = p.total();
+            let ext = p.wait().map_err(|e| match e.downcast::<store::Error>() {
+                Ok(s) => Error::Store(s),
+                Err(e) => Error::io(self.repo_path, e),
+            })?;
+            self.blobs.insert(id, (len, ext));
+        }
+        Ok(())
+    }
+
+    /// (entries, file bytes) under git tree `tree`, memoized.
+    fn size_of(&mut self, tree: &gix::ObjectId) -> Result<(u64, u64)> {
+        if let Some(s) = self.sizes.get(tree) {
+            return Ok(*s);
+        }
+        let mut n = 0u64;
+        let mut bytes = 0u64;
+        for e in self.entries(tree, b"")? {
+            n += 1;
+            match e.kind {
+                EntryKind::Tree => {
+                    let (k, b) = self.size_of(&e.id)?;
+                    n += k;
+                    bytes += b;
+                }
+                EntryKind::Blob | EntryKind::BlobExecutable => {
+                    bytes += self.blobs.get(&e.id).map_or(0, |b| b.0);
+                }
+                _ => {}
+            }
+        }
+        self.sizes.insert(*tree, (n, bytes));
+        Ok((n, bytes))
+    }
+
+    /// The gitlinks under `tree` (for a commit whose tree is reused).
+    fn gitlinks(&self, tree: &gix::ObjectId, path: &[u8], out: &mut Vec<Submodule>) -> Result<()> {
+        for e in self.entries(tree, path)? {
+            let p = join(path, &e.name);
+            match e.kind {
+                EntryKind::Tree => self.gitlinks(&e.id, &p, out)?,
+                EntryKind::Commit => out.push(Submodule {
+                    path: String::from_utf8_lossy(&p).into_owned(),
+                    commit: e.id.to_string(),
+                }),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory entry for git tree `tree` at `path`, its tree stored.
+    fn tree(
+        &mut self,
+        tree: &gix::ObjectId,
+        path: &[u8],
+        time_ns: i64,
+        submodules: &mut Vec<Submodule>,
+    ) -> Result<Entry> {
+        let mut entries = Vec::new();
+        let mut subdirs = 0u32;
+        for e in self.entries(tree, path)? {
+            let p = join(path, &e.name);
+            let mut entry = meta(e.name, Kind::File, 0o644, time_ns);
+            match e.kind {
+                EntryKind::Tree => {
+                    let dir = self.tree(&e.id, &p, time_ns, submodules)?;
+                    entry = Entry { name: entry.name, ..dir };
+                    subdirs += 1;
+                }
+                EntryKind::Commit => {
+                    let empty = Tree::default();
+                    let (id, written) = self.store.put_tree(&empty)?;
+                    self.counters.add(written);
+                    entry.kind = Kind::Dir;
+                    entry.perm = 0o755;
+                    entry.nlink = 2;
+                    entry.content = Content::Tree(id);
+                    subdirs += 1;
+                    submodules.push(Submodule {
+                        path: String::from_utf8_lossy(&p).into_owned(),
+                        commit: e.id.to_string(),
+                    });
+                }
+                EntryKind::Link => {
+                    let target = self.read_blob(&e.id, &p)?;
+                    if target.is_empty() || target.contains(&0) || target.len() > 4096 {
+                        return Err(git_error(
+                            self.repo_path,
+                            format_args!(
+                                "symlink '{}' has an empty, over-long or NUL-holding target: the repository is corrupt or hostile",
+                                escape(&p)
+                            ),
+                        ));
+                    }
+                    entry.kind = Kind::Symlink;
+                    entry.perm = 0o777;
+                    entry.size = target.len() as u64;
+                    entry.content = Content::Target(target);
+                }
+                EntryKind::Blob | EntryKind::BlobExecutable => {
+                    let (size, ext) = self
+                        .blobs
+                        .get(&e.id)
+                        .cloned()
+                        .ok_or_else(|| self.corrupt(format_args!("blob {} of '{}' was not stored", e.id, escape(&p))))?;
+                    if e.kind == EntryKind::BlobExecutable {
+                        entry.perm = 0o755;
+                    }
+                    entry.size = size;
+                    entry.content = Content::Extents(ext);
+                }
+            }
+            entries.push(entry);
+        }
+        let mut t = Tree { entries };
+        t.sort();
+        if let Some(w) = t.entries.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(git_error(
+                self.repo_path,
+                format_args!(
+                    "tree {tree} at '{}' names '{}' twice: the repository is corrupt",
+                    escape(path),
+                    escape(&w[0].name)
+                ),
+            ));
+        }
+        let (id, written) = self.store.put_tree(&t)?;
+        self.counters.add(written);
+        let mut dir = meta(path.rsplit(|&b| b == b'/').next().unwrap_or(b"").to_vec(), Kind::Dir, 0o755, time_ns);
+        dir.nlink = 2 + subdirs;
+        dir.content = Content::Tree(id);
+        Ok(dir)
+    }
+}
+
+fn join(path: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = path.to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
+/// An entry owned by 0:0 with every time `time_ns`.
+fn meta(name: Vec<u8>, kind: Kind, perm: u32, time_ns: i64) -> Entry {
+    Entry {
+        name,
+        kind,
+        perm,
+        uid: 0,
+        gid: 0,
+        mtime_ns: time_ns,
+        ctime_ns: time_ns,
+        size: 0,
+        nlink: if kind == Kind::Dir { 2 } else { 1 },
+        link_id: 0,
+        rdev: 0,
+        xattrs: Vec::new(),
+        content: Content::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ref_names() {
+        assert_eq!(ref_name("h", "refs/heads/main").as_deref(), Some("h.main"));
+        assert_eq!(
+            ref_name("h", "refs/heads/feature/x").as_deref(),
+            Some("h.feature.x")
+        );
+        assert_eq!(ref_name("h", "refs/tags/v1.0").as_deref(), Some("h.tags.v1.0"));
+        assert_eq!(ref_name("h", "refs/heads/a+b").as_deref(), Some("h.a_b"));
+        assert_eq!(ref_name("h", "HEAD~3"), None);
+        assert_eq!(sanitize("my repo"), "my_repo");
+    }
+}
