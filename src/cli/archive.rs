@@ -66,10 +66,7 @@ pub fn import_git(store_dir: &Path, a: ImportGitArgs) -> Result<()> {
         super::say(format_args!("{hex}\t{id}"))?;
     }
     for (name, git_name, id) in &done.refs {
-        eprintln!(
-            "storefs: ref {name} -> {} ({git_name})",
-            &id.to_hex()[..12]
-        );
+        eprintln!("storefs: ref {name} -> {} ({git_name})", &id.to_hex()[..12]);
     }
     eprintln!(
         "storefs: imported {} new commits ({} reached were imported before), {} bytes in their trees, {} new objects; origin {}",

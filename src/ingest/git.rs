@@ -91,10 +91,7 @@ pub struct GitImported {
 }
 
 fn git_error(repo: &Path, what: impl std::fmt::Display) -> Error {
-    Error::Git(format!(
-        "{}: {what}; nothing was imported",
-        repo.display()
-    ))
+    Error::Git(format!("{}: {what}; nothing was imported", repo.display()))
 }
 
 /// Import the history of `req.repo` into `store` and publish it (records,
@@ -104,7 +101,9 @@ pub fn import_git(store: &Store, req: &GitImportRequest) -> Result<GitImported> 
     let repo = gix::open(&repo_path).map_err(|e| {
         git_error(
             &repo_path,
-            format_args!("not a git repository ({e}); pass a repository's work tree or .git directory"),
+            format_args!(
+                "not a git repository ({e}); pass a repository's work tree or .git directory"
+            ),
         )
     })?;
     if repo.is_shallow().unwrap_or(true) {
@@ -233,7 +232,10 @@ pub fn import_git(store: &Store, req: &GitImportRequest) -> Result<GitImported> 
             .iter()
             .map(|p| {
                 known.get(p).copied().ok_or_else(|| {
-                    git_error(&repo_path, format_args!("parent {p} of {} was not imported", one.commit))
+                    git_error(
+                        &repo_path,
+                        format_args!("parent {p} of {} was not imported", one.commit),
+                    )
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -362,9 +364,9 @@ fn tips(
             }
             match r.peel_to_commit() {
                 Ok(c) => out.push((name, c.id)),
-                Err(e) if name.starts_with("refs/tags/") => warnings.push(format!(
-                    "{name} does not name a commit ({e}); skipped"
-                )),
+                Err(e) if name.starts_with("refs/tags/") => {
+                    warnings.push(format!("{name} does not name a commit ({e}); skipped"))
+                }
                 Err(e) => {
                     return Err(git_error(
                         repo_path,
@@ -374,17 +376,19 @@ fn tips(
             }
         }
         if out.is_empty() {
-            return Err(git_error(repo_path, "has no branch or tag (no commit to import)"));
+            return Err(git_error(
+                repo_path,
+                "has no branch or tag (no commit to import)",
+            ));
         }
     } else {
         for rev in revs {
             let id = repo
                 .rev_parse_single(rev.as_str())
                 .map_err(|e| git_error(repo_path, format_args!("--rev {rev}: {e}")))?;
-            let commit = id
-                .object()
-                .and_then(|o| o.peel_to_commit())
-                .map_err(|e| git_error(repo_path, format_args!("--rev {rev} is not a commit: {e}")))?;
+            let commit = id.object().and_then(|o| o.peel_to_commit()).map_err(|e| {
+                git_error(repo_path, format_args!("--rev {rev} is not a commit: {e}"))
+            })?;
             // A branch or tag given by name moves its ref.
             let name = repo
                 .try_find_reference(rev.as_str())
@@ -559,12 +563,13 @@ impl TreeBuilder<'_> {
     }
 
     fn entries(&self, tree: &gix::ObjectId, path: &[u8]) -> Result<Vec<GitEntry>> {
-        let t = self.repo.find_tree(*tree).map_err(|e| {
-            self.corrupt(format_args!("tree {tree} at '{}' ({e})", escape(path)))
-        })?;
-        let decoded = t.decode().map_err(|e| {
-            self.corrupt(format_args!("tree {tree} at '{}' ({e})", escape(path)))
-        })?;
+        let t = self
+            .repo
+            .find_tree(*tree)
+            .map_err(|e| self.corrupt(format_args!("tree {tree} at '{}' ({e})", escape(path))))?;
+        let decoded = t
+            .decode()
+            .map_err(|e| self.corrupt(format_args!("tree {tree} at '{}' ({e})", escape(path))))?;
         let mut out = Vec::with_capacity(decoded.entries.len());
         for e in &decoded.entries {
             let name: &[u8] = e.filename.as_ref();
@@ -708,7 +713,10 @@ impl TreeBuilder<'_> {
             match e.kind {
                 EntryKind::Tree => {
                     let dir = self.tree(&e.id, &p, time_ns, submodules)?;
-                    entry = Entry { name: entry.name, ..dir };
+                    entry = Entry {
+                        name: entry.name,
+                        ..dir
+                    };
                     subdirs += 1;
                 }
                 EntryKind::Commit => {
@@ -742,11 +750,13 @@ impl TreeBuilder<'_> {
                     entry.content = Content::Target(target);
                 }
                 EntryKind::Blob | EntryKind::BlobExecutable => {
-                    let (size, ext) = self
-                        .blobs
-                        .get(&e.id)
-                        .cloned()
-                        .ok_or_else(|| self.corrupt(format_args!("blob {} of '{}' was not stored", e.id, escape(&p))))?;
+                    let (size, ext) = self.blobs.get(&e.id).cloned().ok_or_else(|| {
+                        self.corrupt(format_args!(
+                            "blob {} of '{}' was not stored",
+                            e.id,
+                            escape(&p)
+                        ))
+                    })?;
                     if e.kind == EntryKind::BlobExecutable {
                         entry.perm = 0o755;
                     }
@@ -770,7 +780,12 @@ impl TreeBuilder<'_> {
         }
         let (id, written) = self.store.put_tree(&t)?;
         self.counters.add(written);
-        let mut dir = meta(path.rsplit(|&b| b == b'/').next().unwrap_or(b"").to_vec(), Kind::Dir, 0o755, time_ns);
+        let mut dir = meta(
+            path.rsplit(|&b| b == b'/').next().unwrap_or(b"").to_vec(),
+            Kind::Dir,
+            0o755,
+            time_ns,
+        );
         dir.nlink = 2 + subdirs;
         dir.content = Content::Tree(id);
         Ok(dir)
@@ -816,7 +831,10 @@ mod tests {
             ref_name("h", "refs/heads/feature/x").as_deref(),
             Some("h.feature.x")
         );
-        assert_eq!(ref_name("h", "refs/tags/v1.0").as_deref(), Some("h.tags.v1.0"));
+        assert_eq!(
+            ref_name("h", "refs/tags/v1.0").as_deref(),
+            Some("h.tags.v1.0")
+        );
         assert_eq!(ref_name("h", "refs/heads/a+b").as_deref(), Some("h.a_b"));
         assert_eq!(ref_name("h", "HEAD~3"), None);
         assert_eq!(sanitize("my repo"), "my_repo");

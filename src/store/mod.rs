@@ -38,7 +38,9 @@ pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
 pub use backend::{Got, LocalBackend, ObjectBackend, Stored};
 pub use cache::ChunkCache;
-pub use checkpoint::{Checkpoint, GitSource, Source, Stats, Submodule, canonical_origin, check_origin, format_time};
+pub use checkpoint::{
+    Checkpoint, GitSource, Source, Stats, Submodule, canonical_origin, check_origin, format_time,
+};
 pub use forks::ForkHead;
 pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
 pub use gitindex::GitRecord;
