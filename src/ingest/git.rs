@@ -201,12 +201,14 @@ pub fn import_git(store: &Store, req: &GitImportRequest) -> Result<GitImported> 
             sizes: HashMap::new(),
             blob_bytes: 0,
             progress: &req.progress,
+            seeded: HashSet::new(),
+            seeded_trees: HashSet::new(),
         };
         let mut result = Ok(());
         for (i, c) in order.iter().enumerate() {
             req.progress
                 .set_message(format!("commit {} of {}", i + 1, order.len()));
-            match b.commit(c, reuse_root.get(c).cloned()) {
+            match b.commit(c, reuse_root.get(c).cloned(), &known) {
                 Ok(one) => built.push(one),
                 Err(e) => {
                     result = Err(e);
@@ -481,6 +483,9 @@ struct TreeBuilder<'a> {
     sizes: HashMap<gix::ObjectId, (u64, u64)>,
     blob_bytes: u64,
     progress: &'a SharedProgress,
+    /// Commits, and git trees, whose blobs were learnt from an earlier import.
+    seeded: HashSet<gix::ObjectId>,
+    seeded_trees: HashSet<gix::ObjectId>,
 }
 
 /// One entry of a git tree, decoded.
@@ -502,6 +507,7 @@ impl TreeBuilder<'_> {
         &mut self,
         c: &gix::ObjectId,
         reuse: Option<(ObjectId, Option<store::Stats>)>,
+        known: &HashMap<gix::ObjectId, ObjectId>,
     ) -> Result<Built> {
         let commit = self
             .repo
@@ -535,6 +541,13 @@ impl TreeBuilder<'_> {
                 (root, stats.unwrap_or_default())
             }
             None => {
+                // A parent imported by an earlier run: its tree says what
+                // its blobs were stored as, so they are not read again.
+                for p in &parents {
+                    if let Some(id) = known.get(p) {
+                        self.seed_from(p, id)?;
+                    }
+                }
                 self.send_blobs(&tree)?;
                 let mut dir = self.tree(&tree, b"", commit_ns, &mut submodules)?;
                 dir.name.clear();
@@ -652,6 +665,47 @@ impl TreeBuilder<'_> {
                 Err(e) => Error::io(self.repo_path, e),
             })?;
             self.blobs.insert(id, (len, ext));
+        }
+        Ok(())
+    }
+
+    /// Learn the extents of the blobs of commit `commit` from checkpoint
+    /// `id`, which an earlier import made of it (same names, same order of
+    /// regular files), once per commit.
+    fn seed_from(&mut self, commit: &gix::ObjectId, id: &ObjectId) -> Result<()> {
+        if !self.seeded.insert(*commit) {
+            return Ok(());
+        }
+        let tree = self
+            .repo
+            .find_commit(*commit)
+            .and_then(|c| c.tree_id())
+            .map_err(|e| self.corrupt(format_args!("commit {commit} ({e})")))?
+            .detach();
+        let ck = self.store.read_checkpoint(id)?;
+        let root = self.store.root_entry(&ck)?;
+        if let Some(t) = root.tree_id() {
+            self.seed_tree(&tree, &t)?;
+        }
+        Ok(())
+    }
+
+    fn seed_tree(&mut self, git_tree: &gix::ObjectId, tree: &ObjectId) -> Result<()> {
+        if !self.seeded_trees.insert(*git_tree) {
+            return Ok(());
+        }
+        let ours = self.store.get_tree(tree, "imported git tree")?;
+        for e in self.entries(git_tree, b"")? {
+            let Some(o) = ours.get(&e.name) else { continue };
+            match (e.kind, o.kind, &o.content) {
+                (EntryKind::Tree, Kind::Dir, Content::Tree(t)) => self.seed_tree(&e.id, t)?,
+                (EntryKind::Blob | EntryKind::BlobExecutable, Kind::File, Content::Extents(x)) => {
+                    self.blobs
+                        .entry(e.id)
+                        .or_insert_with(|| (o.size, x.clone()));
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
