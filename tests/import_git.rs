@@ -219,20 +219,62 @@ fn git_archive(repo: &Path, commit: &str, dest: &Path) {
     );
 }
 
+/// Compare everything but mtimes: `git archive` gives every entry the
+/// commit's time, storefs the time of the commit that last changed it
+/// ([`mtimes_follow_history`] checks those).
+fn no_mtimes() -> treecmp::Opts {
+    treecmp::Opts {
+        listed: Some(BTreeSet::new()),
+        root_meta: false,
+        fresh_after: None,
+        holes: false,
+        blocks: false,
+    }
+}
+
+/// Every entry's mtime in `dir` (restored from `commit`) is the committer
+/// time of the last first-parent commit that changed it.
+fn mtimes_follow_history(repo: &Path, commit: &str, dir: &Path) -> Vec<String> {
+    let mut diffs = Vec::new();
+    for (rel, node) in treecmp::scan(dir) {
+        let spec = if rel.as_os_str().is_empty() {
+            ".".to_string()
+        } else {
+            rel.to_str().unwrap().to_string()
+        };
+        let want: i64 = git_at(
+            repo,
+            1_600_000_000,
+            &[
+                "log",
+                "--first-parent",
+                "-1",
+                "--format=%ct",
+                commit,
+                "--",
+                &spec,
+            ],
+        )
+        .trim()
+        .parse()
+        .unwrap();
+        if node.mtime != (want, 0) {
+            diffs.push(format!(
+                "{commit}: {spec}: mtime {:?}, git log says {want}",
+                node.mtime
+            ));
+        }
+    }
+    diffs
+}
+
 fn compare(repo: &Path, env: &Env, commit: &str, scratch: &Path) -> Vec<String> {
     let a = scratch.join("archive");
     let b = scratch.join("restored");
     git_archive(repo, commit, &a);
     let out = env.run(["restore", &format!("git:{commit}"), b.to_str().unwrap()]);
     let mut diffs: Vec<String> = if out.status.success() {
-        let opts = treecmp::Opts {
-            listed: None,
-            root_meta: false,
-            fresh_after: None,
-            holes: false,
-            blocks: false,
-        };
-        treecmp::compare_trees(&a, &b, &opts)
+        treecmp::compare_trees(&a, &b, &no_mtimes())
     } else {
         vec![format!("restore failed: {}", stderr(&out))]
     };
@@ -337,6 +379,31 @@ fn import_200_commits_restore_each_then_incremental_and_mount() {
         diffs.extend(compare(&repo.dir, &env, c, &scratch));
     }
     assert!(diffs.is_empty(), "{}", treecmp::summary(&diffs, 40));
+
+    // A diff of two neighbouring commits names what changed, nothing else.
+    let (diff, _) = env.ok_in(
+        &env.store,
+        &[
+            "diff",
+            &format!("git:{}", main[100]),
+            &format!("git:{}", main[101]),
+        ],
+    );
+    assert_eq!(
+        diff.lines().collect::<Vec<_>>(),
+        ["M . (mtime)", "M d3 (mtime)", "M d3/f2.txt (content,mtime)"],
+        "{diff}"
+    );
+
+    // Times: each entry's is that of the last first-parent commit changing it
+    // (the merge, a commit on the unmerged branch, one after a rename).
+    for c in [merge.as_str(), side.as_str(), main[31].as_str()] {
+        let dir = scratch.join("times");
+        env.ok(["restore", &format!("git:{c}"), dir.to_str().unwrap()]);
+        let d = mtimes_follow_history(&repo.dir, c, &dir);
+        assert!(d.is_empty(), "{}", treecmp::summary(&d, 20));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     // The same commit gives the same tree id in another store, from a clone.
     let other = env.path("i20-store2");
@@ -448,14 +515,8 @@ fn import_200_commits_restore_each_then_incremental_and_mount() {
     assert_eq!(guard.path(), origin);
     let expected = scratch.join("expected");
     git_archive(&repo.dir, &main[70], &expected);
-    let opts = treecmp::Opts {
-        listed: None,
-        root_meta: false,
-        fresh_after: None,
-        holes: false,
-        blocks: false,
-    };
-    let d = treecmp::compare_trees(&expected, &origin, &opts);
+    let mut d = treecmp::compare_trees(&expected, &origin, &no_mtimes());
+    d.extend(mtimes_follow_history(&repo.dir, &main[70], &origin));
     assert!(d.is_empty(), "{}", treecmp::summary(&d, 20));
     assert_eq!(
         fs::read_link(origin.join("link")).unwrap(),

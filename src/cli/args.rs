@@ -263,10 +263,11 @@ Examples:
   storefs import-git /srv/repo.git --origin /srv/shared --rev main
 
 Each commit becomes a checkpoint: its tree with git's file modes (644/755), symlinks,
-submodules (gitlinks) as empty directories (listed in the record), owner 0:0 and every
-time the committer time, as `git archive COMMIT` writes them, so a commit always gives
-the same tree id. Parents map to the parents' checkpoints; the author time and message
-are kept; the record's source names the repository and commit. Refs: PREFIX.BRANCH and
+submodules (gitlinks) as empty directories (listed in the record) and owner 0:0, as
+`git archive COMMIT` writes them; each entry's mtime is the committer time of the last
+commit (along first parents) that changed it, so a commit always gives the same tree id
+and `storefs diff` shows what changed. Parents map to the parents' checkpoints; the
+author time and message are kept; the record's source names the repository and commit. Refs: PREFIX.BRANCH and
 PREFIX.tags.TAG ('/' in a branch name becomes '.'), moved to the imported commits.
 `git:COMMIT` (a unique prefix of 4+ hex digits) names a commit's checkpoint in every
 command. A shallow or corrupt repository is refused with nothing imported.")]

@@ -8,8 +8,10 @@
 //!   snapshots and archives), each blob once per import; regular files get
 //!   git's modes (`100644` → 0644, `100755` → 0755), symlinks their target,
 //!   directories 0755, gitlinks (submodules) an empty 0755 directory and a
-//!   note in the record. Owner 0:0 and every mtime and ctime the commit's
-//!   committer time, as `git archive COMMIT` writes them: the same commit
+//!   note in the record; owner 0:0 (as `git archive` writes it). An entry's
+//!   mtime and ctime are the committer time of the last commit that changed
+//!   it along first parents ([`TreeBuilder`]), so unchanged subtrees keep
+//!   their tree ids and `diff` shows what a commit changed. The same commit
 //!   always gives the same tree id, whoever imports it and whenever.
 //! - **Records.** Parents are the imported parents' checkpoints, the time is
 //!   the author time, the message the commit message, and the source
@@ -201,8 +203,8 @@ pub fn import_git(store: &Store, req: &GitImportRequest) -> Result<GitImported> 
             sizes: HashMap::new(),
             blob_bytes: 0,
             progress: &req.progress,
-            seeded: HashSet::new(),
-            seeded_trees: HashSet::new(),
+            links: HashMap::new(),
+            roots: HashMap::new(),
         };
         let mut result = Ok(());
         for (i, c) in order.iter().enumerate() {
@@ -470,30 +472,43 @@ struct Built {
 }
 
 /// Builds storefs trees from git trees, each blob chunked and stored once.
+///
+/// Times: an entry's mtime (and ctime) is the committer time of the commit
+/// that last changed it along first parents (what `git log --first-parent -1
+/// --format=%ct C -- PATH` prints): an entry equal to the first parent's at
+/// the same path (same blob or tree id and mode) keeps the parent's entry
+/// whole, so an unchanged subtree keeps its tree id and is not rebuilt, and
+/// `storefs diff` of two commits shows what changed between them. A function
+/// of the commit (its history is part of it): the same commit always gives
+/// the same tree.
 struct TreeBuilder<'a> {
     repo: &'a gix::Repository,
     repo_path: &'a Path,
     store: &'a Store,
     counters: &'a Counters,
     hashers: &'a Hashers<'a>,
-    /// Blob → its extents (regular files) or its bytes (symlink targets are
-    /// read again: they are small).
+    /// Blob → (size, extents) of the regular files stored in this run.
     blobs: HashMap<gix::ObjectId, (u64, Vec<Extent>)>,
     /// Git tree → (entries, file bytes) below it.
     sizes: HashMap<gix::ObjectId, (u64, u64)>,
+    /// Git tree → its gitlinks (relative path, submodule commit).
+    links: HashMap<gix::ObjectId, std::rc::Rc<Vec<(Vec<u8>, String)>>>,
+    /// Commit → (its git tree, the root directory entry it was imported as).
+    roots: HashMap<gix::ObjectId, (gix::ObjectId, Entry)>,
     blob_bytes: u64,
     progress: &'a SharedProgress,
-    /// Commits, and git trees, whose blobs were learnt from an earlier import.
-    seeded: HashSet<gix::ObjectId>,
-    seeded_trees: HashSet<gix::ObjectId>,
 }
 
 /// One entry of a git tree, decoded.
+#[derive(Clone)]
 struct GitEntry {
     name: Vec<u8>,
     kind: EntryKind,
     id: gix::ObjectId,
 }
+
+/// The first parent's version of a directory: its git tree and its entry.
+type Prev = Option<(gix::ObjectId, Entry)>;
 
 impl TreeBuilder<'_> {
     fn corrupt(&self, what: impl std::fmt::Display) -> Error {
@@ -501,6 +516,36 @@ impl TreeBuilder<'_> {
             self.repo_path,
             format_args!("{what}: the repository is corrupt or incomplete"),
         )
+    }
+
+    fn commit_tree(&self, c: &gix::ObjectId) -> Result<gix::ObjectId> {
+        Ok(self
+            .repo
+            .find_commit(*c)
+            .and_then(|c| c.tree_id())
+            .map_err(|e| self.corrupt(format_args!("commit {c} ({e})")))?
+            .detach())
+    }
+
+    /// The first parent's root (git tree, directory entry): built in this
+    /// run, or read from the checkpoint an earlier run imported it as.
+    fn prev_root(
+        &mut self,
+        parent: Option<&gix::ObjectId>,
+        known: &HashMap<gix::ObjectId, ObjectId>,
+    ) -> Result<Prev> {
+        let Some(p) = parent else { return Ok(None) };
+        if let Some(r) = self.roots.get(p) {
+            return Ok(Some(r.clone()));
+        }
+        let Some(id) = known.get(p) else {
+            return Ok(None);
+        };
+        let ck = self.store.read_checkpoint(id)?;
+        let entry = self.store.root_entry(&ck)?;
+        let tree = self.commit_tree(p)?;
+        self.roots.insert(*p, (tree, entry.clone()));
+        Ok(Some((tree, entry)))
     }
 
     fn commit(
@@ -531,28 +576,33 @@ impl TreeBuilder<'_> {
             .tree_id()
             .map_err(|e| self.corrupt(format_args!("commit {c}: no tree ({e})")))?
             .detach();
-        let mut submodules = Vec::new();
+        drop(commit);
         let before = self.counters.objects.load(Ordering::Relaxed);
         let before_bytes = self.counters.bytes.load(Ordering::Relaxed);
+        let submodules = self
+            .gitlinks(&tree, b"")?
+            .iter()
+            .map(|(p, commit)| Submodule {
+                path: String::from_utf8_lossy(p).into_owned(),
+                commit: commit.clone(),
+            })
+            .collect();
         // A commit imported before with another origin keeps its tree.
         let (root, stats) = match reuse {
             Some((root, stats)) => {
-                self.gitlinks(&tree, b"", &mut submodules)?;
+                let ck_root = self.store.get_tree(&root, "root")?;
+                if let Some(e) = ck_root.entries.into_iter().next() {
+                    self.roots.insert(*c, (tree, e));
+                }
                 (root, stats.unwrap_or_default())
             }
             None => {
-                // A parent imported by an earlier run: its tree says what
-                // its blobs were stored as, so they are not read again.
-                for p in &parents {
-                    if let Some(id) = known.get(p) {
-                        self.seed_from(p, id)?;
-                    }
-                }
-                self.send_blobs(&tree)?;
-                let mut dir = self.tree(&tree, b"", commit_ns, &mut submodules)?;
-                dir.name.clear();
-                let (root, written) = self.store.put_root(dir)?;
+                let prev = self.prev_root(parents.first(), known)?;
+                self.send_blobs(&tree, prev.as_ref().map(|p| p.0))?;
+                let dir = self.tree(&tree, b"", commit_ns, prev)?;
+                let (root, written) = self.store.put_root(dir.clone())?;
                 self.counters.add(written);
+                self.roots.insert(*c, (tree, dir));
                 let (entries, bytes) = self.size_of(&tree)?;
                 let stats = store::Stats {
                     entries: entries + 1,
@@ -618,28 +668,36 @@ impl TreeBuilder<'_> {
         Ok(blob.take_data())
     }
 
-    /// Chunk and store every regular file's blob under `tree` not stored
-    /// yet, all in flight at once, then wait for them.
-    fn send_blobs(&mut self, tree: &gix::ObjectId) -> Result<()> {
+    /// Chunk and store every regular file's blob under `tree` that is not
+    /// the first parent's at the same path (`prev`: its tree) and was not
+    /// stored in this run, all in flight at once, then wait for them.
+    fn send_blobs(&mut self, tree: &gix::ObjectId, prev: Option<gix::ObjectId>) -> Result<()> {
         let mut pending: Vec<(gix::ObjectId, Pending)> = Vec::new();
         let mut queued: HashSet<gix::ObjectId> = HashSet::new();
-        let mut stack = vec![(*tree, Vec::new())];
-        let mut visited: HashSet<gix::ObjectId> = HashSet::new();
-        while let Some((t, path)) = stack.pop() {
-            if !visited.insert(t) || self.sizes.contains_key(&t) {
-                // A tree sized before has had its blobs stored.
+        let mut stack = vec![(*tree, prev, Vec::new())];
+        while let Some((t, prev, path)) = stack.pop() {
+            if prev == Some(t) {
                 continue;
             }
+            let before: HashMap<Vec<u8>, GitEntry> = match prev {
+                Some(p) => self
+                    .entries(&p, &path)?
+                    .into_iter()
+                    .map(|e| (e.name.clone(), e))
+                    .collect(),
+                None => HashMap::new(),
+            };
             for e in self.entries(&t, &path)? {
-                let mut p = path.clone();
-                if !p.is_empty() {
-                    p.push(b'/');
-                }
-                p.extend_from_slice(&e.name);
+                let p = join(&path, &e.name);
+                let old = before.get(&e.name);
                 match e.kind {
-                    EntryKind::Tree => stack.push((e.id, p)),
+                    EntryKind::Tree => {
+                        let prev = old.filter(|o| o.kind == EntryKind::Tree).map(|o| o.id);
+                        stack.push((e.id, prev, p));
+                    }
                     EntryKind::Blob | EntryKind::BlobExecutable => {
-                        if self.blobs.contains_key(&e.id) || !queued.insert(e.id) {
+                        let same = old.is_some_and(|o| o.id == e.id && o.kind == e.kind);
+                        if same || self.blobs.contains_key(&e.id) || !queued.insert(e.id) {
                             continue;
                         }
                         let data = self.read_blob(&e.id, &p)?;
@@ -669,47 +727,6 @@ impl TreeBuilder<'_> {
         Ok(())
     }
 
-    /// Learn the extents of the blobs of commit `commit` from checkpoint
-    /// `id`, which an earlier import made of it (same names, same order of
-    /// regular files), once per commit.
-    fn seed_from(&mut self, commit: &gix::ObjectId, id: &ObjectId) -> Result<()> {
-        if !self.seeded.insert(*commit) {
-            return Ok(());
-        }
-        let tree = self
-            .repo
-            .find_commit(*commit)
-            .and_then(|c| c.tree_id())
-            .map_err(|e| self.corrupt(format_args!("commit {commit} ({e})")))?
-            .detach();
-        let ck = self.store.read_checkpoint(id)?;
-        let root = self.store.root_entry(&ck)?;
-        if let Some(t) = root.tree_id() {
-            self.seed_tree(&tree, &t)?;
-        }
-        Ok(())
-    }
-
-    fn seed_tree(&mut self, git_tree: &gix::ObjectId, tree: &ObjectId) -> Result<()> {
-        if !self.seeded_trees.insert(*git_tree) {
-            return Ok(());
-        }
-        let ours = self.store.get_tree(tree, "imported git tree")?;
-        for e in self.entries(git_tree, b"")? {
-            let Some(o) = ours.get(&e.name) else { continue };
-            match (e.kind, o.kind, &o.content) {
-                (EntryKind::Tree, Kind::Dir, Content::Tree(t)) => self.seed_tree(&e.id, t)?,
-                (EntryKind::Blob | EntryKind::BlobExecutable, Kind::File, Content::Extents(x)) => {
-                    self.blobs
-                        .entry(e.id)
-                        .or_insert_with(|| (o.size, x.clone()));
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
     /// (entries, file bytes) under git tree `tree`, memoized.
     fn size_of(&mut self, tree: &gix::ObjectId) -> Result<(u64, u64)> {
         if let Some(s) = self.sizes.get(tree) {
@@ -726,7 +743,14 @@ impl TreeBuilder<'_> {
                     bytes += b;
                 }
                 EntryKind::Blob | EntryKind::BlobExecutable => {
-                    bytes += self.blobs.get(&e.id).map_or(0, |b| b.0);
+                    bytes += match self.blobs.get(&e.id) {
+                        Some(b) => b.0,
+                        None => self
+                            .repo
+                            .find_header(e.id)
+                            .map_err(|err| self.corrupt(format_args!("blob {} ({err})", e.id)))?
+                            .size(),
+                    };
                 }
                 _ => {}
             }
@@ -735,57 +759,92 @@ impl TreeBuilder<'_> {
         Ok((n, bytes))
     }
 
-    /// The gitlinks under `tree` (for a commit whose tree is reused).
-    fn gitlinks(&self, tree: &gix::ObjectId, path: &[u8], out: &mut Vec<Submodule>) -> Result<()> {
+    /// The gitlinks under `tree` (paths relative to it), memoized.
+    fn gitlinks(
+        &mut self,
+        tree: &gix::ObjectId,
+        path: &[u8],
+    ) -> Result<std::rc::Rc<Vec<(Vec<u8>, String)>>> {
+        if let Some(l) = self.links.get(tree) {
+            return Ok(l.clone());
+        }
+        let mut out = Vec::new();
         for e in self.entries(tree, path)? {
-            let p = join(path, &e.name);
             match e.kind {
-                EntryKind::Tree => self.gitlinks(&e.id, &p, out)?,
-                EntryKind::Commit => out.push(Submodule {
-                    path: String::from_utf8_lossy(&p).into_owned(),
-                    commit: e.id.to_string(),
-                }),
+                EntryKind::Tree => {
+                    for (p, c) in self.gitlinks(&e.id, &join(path, &e.name))?.iter() {
+                        out.push((join(&e.name, p), c.clone()));
+                    }
+                }
+                EntryKind::Commit => out.push((e.name.clone(), e.id.to_string())),
                 _ => {}
             }
         }
-        Ok(())
+        let out = std::rc::Rc::new(out);
+        self.links.insert(*tree, out.clone());
+        Ok(out)
     }
 
-    /// The directory entry for git tree `tree` at `path`, its tree stored.
+    /// The directory entry for git tree `tree` at `path`, its tree stored;
+    /// `prev` is the first parent's version of the directory.
     fn tree(
         &mut self,
         tree: &gix::ObjectId,
         path: &[u8],
         time_ns: i64,
-        submodules: &mut Vec<Submodule>,
+        prev: Prev,
     ) -> Result<Entry> {
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(b"").to_vec();
+        if let Some((pt, pe)) = &prev
+            && pt == tree
+        {
+            return Ok(Entry { name, ..pe.clone() });
+        }
+        // The first parent's entries here: git's and ours, by name.
+        let mut before: HashMap<Vec<u8>, (GitEntry, Entry)> = HashMap::new();
+        if let Some((pt, pe)) = &prev
+            && let Some(ours) = pe.tree_id()
+        {
+            let ours = self.store.get_tree(&ours, &escape(path))?;
+            for g in self.entries(pt, path)? {
+                if let Some(o) = ours.get(&g.name) {
+                    before.insert(g.name.clone(), (g, o.clone()));
+                }
+            }
+        }
         let mut entries = Vec::new();
         let mut subdirs = 0u32;
         for e in self.entries(tree, path)? {
             let p = join(path, &e.name);
+            let old = before.remove(&e.name);
+            if e.kind == EntryKind::Tree {
+                let prev = old
+                    .filter(|(g, o)| g.kind == EntryKind::Tree && o.kind == Kind::Dir)
+                    .map(|(g, o)| (g.id, o));
+                entries.push(self.tree(&e.id, &p, time_ns, prev)?);
+                subdirs += 1;
+                continue;
+            }
+            if let Some((g, o)) = old
+                && g.kind == e.kind
+                && g.id == e.id
+            {
+                // Unchanged since the first parent: its entry, times included.
+                subdirs += u32::from(o.kind == Kind::Dir);
+                entries.push(o);
+                continue;
+            }
             let mut entry = meta(e.name, Kind::File, 0o644, time_ns);
             match e.kind {
-                EntryKind::Tree => {
-                    let dir = self.tree(&e.id, &p, time_ns, submodules)?;
-                    entry = Entry {
-                        name: entry.name,
-                        ..dir
-                    };
-                    subdirs += 1;
-                }
+                EntryKind::Tree => unreachable!("handled above"),
                 EntryKind::Commit => {
-                    let empty = Tree::default();
-                    let (id, written) = self.store.put_tree(&empty)?;
+                    let (id, written) = self.store.put_tree(&Tree::default())?;
                     self.counters.add(written);
                     entry.kind = Kind::Dir;
                     entry.perm = 0o755;
                     entry.nlink = 2;
                     entry.content = Content::Tree(id);
                     subdirs += 1;
-                    submodules.push(Submodule {
-                        path: String::from_utf8_lossy(&p).into_owned(),
-                        commit: e.id.to_string(),
-                    });
                 }
                 EntryKind::Link => {
                     let target = self.read_blob(&e.id, &p)?;
@@ -834,12 +893,7 @@ impl TreeBuilder<'_> {
         }
         let (id, written) = self.store.put_tree(&t)?;
         self.counters.add(written);
-        let mut dir = meta(
-            path.rsplit(|&b| b == b'/').next().unwrap_or(b"").to_vec(),
-            Kind::Dir,
-            0o755,
-            time_ns,
-        );
+        let mut dir = meta(name, Kind::Dir, 0o755, time_ns);
         dir.nlink = 2 + subdirs;
         dir.content = Content::Tree(id);
         Ok(dir)
