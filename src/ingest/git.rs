@@ -492,7 +492,7 @@ struct TreeBuilder<'a> {
     /// Git tree → (entries, file bytes) below it.
     sizes: HashMap<gix::ObjectId, (u64, u64)>,
     /// Git tree → its gitlinks (relative path, submodule commit).
-    links: HashMap<gix::ObjectId, std::rc::Rc<Vec<(Vec<u8>, String)>>>,
+    links: HashMap<gix::ObjectId, Links>,
     /// Commit → (its git tree, the root directory entry it was imported as).
     roots: HashMap<gix::ObjectId, (gix::ObjectId, Entry)>,
     blob_bytes: u64,
@@ -506,6 +506,9 @@ struct GitEntry {
     kind: EntryKind,
     id: gix::ObjectId,
 }
+
+/// The gitlinks under a git tree: (path relative to it, submodule commit).
+type Links = std::rc::Rc<Vec<(Vec<u8>, String)>>;
 
 /// The first parent's version of a directory: its git tree and its entry.
 type Prev = Option<(gix::ObjectId, Entry)>;
@@ -760,11 +763,7 @@ impl TreeBuilder<'_> {
     }
 
     /// The gitlinks under `tree` (paths relative to it), memoized.
-    fn gitlinks(
-        &mut self,
-        tree: &gix::ObjectId,
-        path: &[u8],
-    ) -> Result<std::rc::Rc<Vec<(Vec<u8>, String)>>> {
+    fn gitlinks(&mut self, tree: &gix::ObjectId, path: &[u8]) -> Result<Links> {
         if let Some(l) = self.links.get(tree) {
             return Ok(l.clone());
         }
