@@ -2,12 +2,12 @@
 """Import speed of `storefs import-git` (issue 20) against `git archive COMMIT |
 tar -x` of every commit, on the same repository.
 
-    python3 bench/git_import.py [--commits 500] [--files 2000] [--rounds 3]
+    python3 bench/git_import.py [--commits 300] [--files 1000] [--rounds 2]
                                 [--storefs BIN] [--no-build] [--keep DIR]
 
 Makes a repository with the git CLI (`git fast-import`, so building it is quick):
-a shared root of FILES files in 40 directories (JSON-like state, a few 1-4 MiB
-files, one executable, a symlink), then COMMITS commits that each change 1 to 8
+a shared root of FILES files in 40 directories (JSON-like state of 200 B to
+20 KB, two 1 MiB files, one executable, a symlink), then COMMITS commits that each change 1 to 8
 files (a research harness's checkpoints of its shared root). Then, best of
 ROUNDS, interleaved:
 
@@ -62,8 +62,8 @@ def make_repo(path, files, commits, seed=20):
     rng = random.Random(seed)
     names = [f"d{i % 40:02d}/state-{i:05d}.json" for i in range(files)]
     sizes = {n: rng.choice([200, 800, 2_000, 6_000, 20_000]) for n in names}
-    for n in names[:4]:
-        sizes[n] = rng.choice([1 << 20, 2 << 20, 4 << 20])
+    for n in names[:2]:
+        sizes[n] = 1 << 20
     stream = []
     t = 1_700_000_000
     mark = 0
@@ -137,9 +137,9 @@ def archive_all(repo, commits, scratch):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--commits", type=int, default=500)
-    ap.add_argument("--files", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--commits", type=int, default=300)
+    ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--storefs", default=os.environ.get(
         "STOREFS_BIN", os.path.join(ROOT, "target", "release", "storefs")))
     ap.add_argument("--no-build", action="store_true")

@@ -159,6 +159,11 @@ pub fn import_git(store: &Store, req: &GitImportRequest) -> Result<GitImported> 
             ));
             continue;
         }
+        if store.fork_head(&name)?.is_some() {
+            return Err(Error::Git(format!(
+                "{git_name} would move ref '{name}', which is a fork's name; give another --ref-prefix (nothing was imported)"
+            )));
+        }
         taken.insert(name.clone(), git_name.clone());
         refs.push((name, git_name.clone(), *commit));
     }
