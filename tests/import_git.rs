@@ -692,6 +692,26 @@ fn shallow_and_corrupt_repositories_are_refused_with_nothing_published() {
     assert!(err.contains("nothing was imported"), "{err}");
     assert_nothing_published(&env.store);
 
+    // A bare repository has no work tree: --origin is needed.
+    let bare = env.path("i20-bare.git");
+    git_at(
+        env.tmp.path(),
+        1_600_000_000,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            r.dir.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    let err = env.fails_in(&env.store, &["import-git", bare.to_str().unwrap()]);
+    assert!(
+        err.contains("bare repository") && err.contains("--origin"),
+        "{err}"
+    );
+    assert_nothing_published(&env.store);
+
     // A blob of the first commit is gone (loose objects: gc.auto=0).
     let obj = r
         .dir
@@ -703,6 +723,10 @@ fn shallow_and_corrupt_repositories_are_refused_with_nothing_published() {
     assert!(err.contains("corrupt or incomplete"), "{err}");
     assert!(err.contains("nothing was imported"), "{err}");
     assert_nothing_published(&env.store);
+
+    // `git` cannot name a remote: `git:COMMIT` is taken.
+    let err = env.fails_in(&env.store, &["remote", "add", "git", "file:///nonexistent"]);
+    assert!(err.contains("reserved"), "{err}");
 
     // Not a repository at all.
     let plain = env.path("i20-plain");

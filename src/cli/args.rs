@@ -112,7 +112,7 @@ it pushes to NAME, not REF) unless --as says otherwise."
 pub struct PushArgs {
     /// The remote's name (`storefs remote list`)
     pub remote: String,
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub target: String,
     /// The remote ref to move [default: TARGET when it is a ref or fork name]
     #[arg(long = "as", value_name = "NAME")]
@@ -174,13 +174,13 @@ pub struct SnapshotArgs {
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix; without it, every checkpoint, newest first
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT; without it, every checkpoint, newest first
     pub target: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
     /// A path inside the checkpoint [default: its root]
     #[arg(default_value = "/", hide_default_value = true)]
@@ -189,7 +189,7 @@ pub struct LsArgs {
 
 #[derive(Debug, Args)]
 pub struct CatArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
     /// A regular file's path inside the checkpoint
     pub path: String,
@@ -197,15 +197,15 @@ pub struct CatArgs {
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The older checkpoint (ref, fork name, id or prefix)
+    /// The older checkpoint (ref, fork name, id or prefix, git:COMMIT)
     pub a: String,
-    /// The newer checkpoint (ref, fork name, id or prefix)
+    /// The newer checkpoint (ref, fork name, id or prefix, git:COMMIT)
     pub b: String,
 }
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
     /// Where to recreate the tree: a new or empty directory
     pub dir: PathBuf,
@@ -301,7 +301,7 @@ Compression follows the name: .zst → zstd, .gz/.tgz → gzip, anything else �
 The manifest has one `sha256sum` line per file written and, with --split, one more for the
 joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.")]
 pub struct ExportArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
     /// The archive to write (never overwritten)
     #[arg(short, long, value_name = "FILE")]
@@ -316,7 +316,9 @@ pub struct ExportArgs {
 
 #[derive(Debug, Args)]
 pub struct MountArgs {
-    /// A ref, checkpoint id or unique id prefix (read-only); a fork name
+    /// A ref, checkpoint id or unique id prefix (read-only); git:COMMIT, an
+    /// imported git commit (`import-git`; a unique prefix of 4+ hex digits),
+    /// read-only; a fork name
     /// (read-write, copy-on-write, journaled); an archive file (or its first
     /// part), which is imported once and then mounted read-only; or
     /// REMOTE:REF, a remote's ref mounted read-only and lazily (objects
