@@ -18,6 +18,8 @@ apt-get install -y -qq fuse3 attr python3 psmisc zstd tar gzip coreutils >/dev/n
 # bsdtar (libarchive-tools) writes archives to compare with GNU tar; rsync -aHAXS compares trees;
 # xz-utils, bzip2 and lzip let GNU tar extract the corpus archives in those compressions.
 apt-get install -y -qq libarchive-tools rsync xz-utils bzip2 lzip >/dev/null
+# tests/import_git.rs builds its repositories with the git CLI and compares with `git archive`.
+apt-get install -y -qq git >/dev/null
 # The conformance suite (tests/conformance/run.sh): pjdfstest links libacl;
 # util-linux gives mount(8) for its EROFS cases (remount ro and back).
 apt-get install -y -qq libacl1-dev acl util-linux >/dev/null
