@@ -280,6 +280,8 @@ pub fn import_git(store: &Store, req: &GitImportRequest) -> Result<GitImported> 
         known.insert(one.commit, id);
         imported.push((hex, id));
     }
+    // The index entries are durable before any ref moves.
+    store.sync_git_index()?;
     let mut moved = Vec::new();
     for (name, git_name, commit) in refs {
         let id = known[&commit];

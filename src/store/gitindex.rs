@@ -51,7 +51,9 @@ impl Store {
         Ok(self.has_checkpoint(&rec.checkpoint).then_some(rec))
     }
 
-    /// Record (atomically, durably) that git commit `commit` is checkpoint `rec.checkpoint`.
+    /// Record (atomically) that git commit `commit` is checkpoint
+    /// `rec.checkpoint`. The file is fsynced, its name is made durable by
+    /// [`Store::sync_git_index`] (one directory fsync for many records).
     pub fn set_git_record(&self, commit: &str, rec: &GitRecord) -> Result<()> {
         if !is_commit_hex(commit) {
             return Err(Error::Invalid(format!("'{commit}' is not a git commit id")));
@@ -61,7 +63,16 @@ impl Store {
         let path = dir.join(format!("{commit}.json"));
         let mut data = serde_json::to_vec_pretty(rec).expect("record serializes");
         data.push(b'\n');
-        write_file(&path, &data, 0o644, true).at(&path)
+        write_file(&path, &data, 0o644, false).at(&path)
+    }
+
+    /// Make the names of the records written by [`Store::set_git_record`] durable.
+    pub fn sync_git_index(&self) -> Result<()> {
+        let dir = self.git_dir();
+        if dir.exists() {
+            super::fsync_dir(&dir).at(&dir)?;
+        }
+        Ok(())
     }
 
     /// The checkpoint of the imported git commit whose id starts with
