@@ -164,7 +164,7 @@ def main():
             imp.append(storefs_import(a.storefs, store, repo))
             arc.append(archive_all(repo, commits, scratch))
         imp_t, arc_t = min(imp), min(arc)
-        # Incremental: 10 more commits, then nothing new.
+        # Incremental (one run each): 10 more commits, then nothing new.
         head = git(repo, "rev-parse", "HEAD", capture_output=True).stdout.decode().strip()
         for i in range(10):
             with open(os.path.join(repo, "d00", "state-00000.json"), "a") as f:
@@ -189,10 +189,10 @@ def main():
         rows = [
             "| what | seconds | commits/s | MiB/s of tree bytes |",
             "|---|---|---|---|",
-            f"| `storefs import-git` (all {n} commits, empty store) | {imp_t:.2f} | {n / imp_t:.0f} | {mib / imp_t:.0f} |",
-            f"| `git archive C \\| tar -x` of every commit | {arc_t:.2f} | {n / arc_t:.0f} | {mib / arc_t:.0f} |",
-            f"| ratio import / archive | {imp_t / arc_t:.2f}x | | |",
-            f"| `import-git` after 10 more commits | {inc_t:.2f} | {10 / inc_t:.0f} | |",
+            f"| `storefs import-git` (all {n} commits, empty store) | {imp_t:.2f} | {n / imp_t:.1f} | {mib / imp_t:.0f} |",
+            f"| `git archive C \\| tar -x` of every commit | {arc_t:.2f} | {n / arc_t:.1f} | {mib / arc_t:.0f} |",
+            f"| ratio import / archive | {imp_t / arc_t:.3f}x | | |",
+            f"| `import-git` after 10 more commits | {inc_t:.2f} | {10 / inc_t:.1f} | |",
             f"| `import-git` with nothing new | {none_t:.2f} | | |",
         ]
         head_line = (
