@@ -4,7 +4,7 @@
 #                                         /etc/fuse.conf), attr, python3, psmisc
 #   bash scripts/setup-debian.sh          that plus every test tool: zstd, bsdtar,
 #                                         rsync, xz/bzip2/lzip, acl and libacl1-dev,
-#                                         curl, moto (pip), pjdfstest and fsx (cargo
+#                                         curl, git, moto (pip), pjdfstest and fsx (cargo
 #                                         install, compiled: a few minutes), the
 #                                         pjdfstest user `tests`, man-db, dpkg-dev,
 #                                         systemd and systemd-nspawn (package test)
@@ -50,6 +50,8 @@ apt-get install -y -qq zstd gzip >/dev/null
 # bsdtar (libarchive-tools) writes archives to compare with GNU tar; rsync -aHAXS compares trees;
 # xz-utils, bzip2 and lzip let GNU tar extract the corpus archives in those compressions.
 apt-get install -y -qq libarchive-tools rsync xz-utils bzip2 lzip >/dev/null
+# tests/import_git.rs builds its repositories with the git CLI and compares with `git archive`.
+apt-get install -y -qq git >/dev/null
 # The conformance suite (tests/conformance/run.sh): pjdfstest links libacl;
 # util-linux gives mount(8) for its EROFS cases (remount ro and back).
 apt-get install -y -qq libacl1-dev acl util-linux >/dev/null

@@ -5,10 +5,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::args::{DigestArgs, ExportArgs, ImportArgs};
+use super::args::{DigestArgs, ExportArgs, ImportArgs, ImportGitArgs};
 use super::commands::{hostname, now_ns, progress_bar};
 use crate::ingest::archive::{ImportOptions, ImportRequest, Published, import_archive};
 use crate::ingest::export::{Compression, ExportOptions, export as export_tree};
+use crate::ingest::git::{GitImportRequest, import_git as run_import_git};
 use crate::store::{Store, absolute, canonical_origin};
 
 pub fn import(store_dir: &Path, a: ImportArgs) -> Result<()> {
@@ -30,6 +31,51 @@ pub fn import(store_dir: &Path, a: ImportArgs) -> Result<()> {
         a.threads,
     )?;
     super::say(p.id)?;
+    Ok(())
+}
+
+pub fn import_git(store_dir: &Path, a: ImportGitArgs) -> Result<()> {
+    if let Some(name) = &a.ref_prefix {
+        Store::check_name(name)?;
+    }
+    let origin = match &a.origin {
+        Some(o) => Some(origin_arg(o)?),
+        None => None,
+    };
+    let store = Store::open_or_create(store_dir)?;
+    let progress = progress_bar();
+    let req = GitImportRequest {
+        repo: a.repo.clone(),
+        origin,
+        ref_prefix: a.ref_prefix.clone(),
+        revs: a.revs.clone(),
+        time_ns: now_ns(),
+        threads: a.threads,
+        progress: progress.clone(),
+    };
+    // Keeps `storefs gc` from sweeping until the records, index and refs are published.
+    let lease = store.write_lease()?;
+    let result = run_import_git(&store, &req);
+    drop(lease);
+    progress.finish_and_clear();
+    let done = result?;
+    for w in &done.warnings {
+        super::warn(w);
+    }
+    for (hex, id) in &done.imported {
+        super::say(format_args!("{hex}\t{id}"))?;
+    }
+    for (name, git_name, id) in &done.refs {
+        eprintln!("storefs: ref {name} -> {} ({git_name})", &id.to_hex()[..12]);
+    }
+    eprintln!(
+        "storefs: imported {} new commits ({} reached were imported before), {} bytes in their trees, {} new objects; origin {}",
+        done.imported.len(),
+        done.known,
+        done.bytes,
+        done.new_objects,
+        done.origin
+    );
     Ok(())
 }
 

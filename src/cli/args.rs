@@ -57,6 +57,9 @@ pub enum Command {
     Restore(RestoreArgs),
     /// Import a tar archive (.tar, .tar.zst, .tar.gz; whole or split) as a checkpoint
     Import(ImportArgs),
+    /// Import a git repository's commits (branches and tags) as checkpoints, incrementally
+    #[command(name = "import-git")]
+    ImportGit(ImportGitArgs),
     /// Write a checkpoint as a standard tar archive (optionally split) with a sha256 manifest
     Export(ExportArgs),
     /// Make a fork of a checkpoint: a named, movable head you can mount read-write
@@ -126,7 +129,7 @@ it pushes to NAME, not REF) unless --as says otherwise."
 pub struct PushArgs {
     /// The remote's name (`storefs remote list`)
     pub remote: String,
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub target: String,
     /// The remote ref to move [default: TARGET when it is a ref or fork name]
     #[arg(long = "as", value_name = "NAME")]
@@ -194,7 +197,7 @@ pub struct SnapshotArgs {
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix; without it, every checkpoint, newest first
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT; without it, every checkpoint, newest first
     pub target: Option<String>,
     /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
     #[arg(long)]
@@ -203,7 +206,7 @@ pub struct LogArgs {
 
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
     /// A path inside the checkpoint [default: its root]
     #[arg(default_value = "/", hide_default_value = true)]
@@ -215,7 +218,7 @@ pub struct LsArgs {
 
 #[derive(Debug, Args)]
 pub struct CatArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
     /// A regular file's path inside the checkpoint
     pub path: String,
@@ -223,9 +226,9 @@ pub struct CatArgs {
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The older checkpoint (ref, fork name, id or prefix)
+    /// The older checkpoint (ref, fork name, id or prefix, git:COMMIT)
     pub a: String,
-    /// The newer checkpoint (ref, fork name, id or prefix)
+    /// The newer checkpoint (ref, fork name, id or prefix, git:COMMIT)
     pub b: String,
     /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
     #[arg(long)]
@@ -234,7 +237,7 @@ pub struct DiffArgs {
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
     /// Where to recreate the tree: a new or empty directory
     pub dir: PathBuf,
@@ -286,6 +289,42 @@ pub struct ImportArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
+  storefs import-git /srv/shared                 # every branch and tag of /srv/shared/.git
+  storefs mount git:3f2a9c1                      # the commit an attempt's JSON names, at /srv/shared
+  storefs import-git /srv/shared                 # later: imports only the new commits
+  storefs import-git /srv/repo.git --origin /srv/shared --rev main
+
+Each commit becomes a checkpoint: its tree with git's file modes (644/755), symlinks,
+submodules (gitlinks) as empty directories (listed in the record) and owner 0:0, as
+`git archive COMMIT` writes them; each entry's mtime is the committer time of the last
+commit (along first parents) that changed it, so a commit always gives the same tree id
+and `storefs diff` shows what changed. Parents map to the parents' checkpoints; the
+author time and message are kept; the record's source names the repository and commit. Refs: PREFIX.BRANCH and
+PREFIX.tags.TAG ('/' in a branch name becomes '.'), moved to the imported commits.
+`git:COMMIT` (a unique prefix of 4+ hex digits) names a commit's checkpoint in every
+command. A shallow or corrupt repository is refused with nothing imported.")]
+pub struct ImportGitArgs {
+    /// The repository: its work tree, its .git directory, or a bare repository
+    #[arg(value_name = "REPO")]
+    pub repo: PathBuf,
+    /// The absolute path the checkpoints mount at [default: the repository's work tree]
+    #[arg(long, value_name = "PATH")]
+    pub origin: Option<PathBuf>,
+    /// Refs are NAME.BRANCH and NAME.tags.TAG [default: the work tree's directory name]
+    #[arg(long, value_name = "NAME")]
+    pub ref_prefix: Option<String>,
+    /// Import only these revisions and their history (a branch or tag given by name
+    /// moves its ref) [default: every branch and tag]
+    #[arg(long = "rev", value_name = "REV")]
+    pub revs: Vec<String>,
+    /// Hashing and compression threads [default: all cores]
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
+    pub threads: usize,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
   storefs export s1 -o /backup/s1.tar.zst --split 64M
       # s1.tar.zst.part00, part01, … and s1.tar.zst.sha256
   cat /backup/s1.tar.zst.part* | zstd -d | tar -x      # recreates the store directory
@@ -294,7 +333,7 @@ Compression follows the name: .zst → zstd, .gz/.tgz → gzip, anything else �
 The manifest has one `sha256sum` line per file written and, with --split, one more for the
 joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.")]
 pub struct ExportArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix
+    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
     /// The archive to write (never overwritten)
     #[arg(short, long, value_name = "FILE")]
@@ -309,7 +348,9 @@ pub struct ExportArgs {
 
 #[derive(Debug, Args)]
 pub struct MountArgs {
-    /// A ref, checkpoint id or unique id prefix (read-only); a fork name
+    /// A ref, checkpoint id or unique id prefix (read-only); git:COMMIT, an
+    /// imported git commit (`import-git`; a unique prefix of 4+ hex digits),
+    /// read-only; a fork name
     /// (read-write, copy-on-write, journaled); an archive file (or its first
     /// part), which is imported once and then mounted read-only; or
     /// REMOTE:REF, a remote's ref mounted read-only and lazily (objects

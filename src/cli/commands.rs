@@ -250,6 +250,15 @@ fn describe_source(s: &Source) -> String {
     if !s.files.is_empty() {
         d.push_str(&format!(" from {}", s.files.join(", ")));
     }
+    if let Some(g) = &s.git {
+        d.push_str(&format!(" commit {} of {}", g.commit, g.repo));
+        if !g.submodules.is_empty() {
+            d.push_str(&format!(
+                ", {} submodule(s) as empty directories",
+                g.submodules.len()
+            ));
+        }
+    }
     if let Some(st) = &s.stats {
         d.push_str(&format!(
             " ({} entries, {} bytes, {} new objects)",

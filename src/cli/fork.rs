@@ -13,11 +13,12 @@ use crate::remote::{self, PullOptions, Remote};
 use crate::store::Store;
 
 pub fn fork(store: &Store, a: ForkArgs) -> Result<()> {
-    // `REMOTE:REF` (no ref, fork or id contains ':'), as for `mount`.
+    // `REMOTE:REF` (no ref, fork or id contains ':'), as for `mount`;
+    // `git:COMMIT` is an imported git commit.
     let remote_ref = a
         .checkpoint
         .split_once(':')
-        .filter(|(r, _)| remote::url_of(store, r).is_ok());
+        .filter(|(r, _)| *r != "git" && remote::url_of(store, r).is_ok());
     let (base, upstream) = match remote_ref {
         None => (store.resolve(&a.checkpoint)?, None),
         Some((remote_name, name)) => {

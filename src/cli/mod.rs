@@ -94,6 +94,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Diff(a) => commands::diff(&open(&store_dir)?, a),
         Command::Restore(a) => commands::restore(&open(&store_dir)?, a),
         Command::Import(a) => archive::import(&store_dir, a),
+        Command::ImportGit(a) => archive::import_git(&store_dir, a),
         Command::Export(a) => archive::export(&open(&store_dir)?, a),
         Command::Fork(a) => fork::fork(&open(&store_dir)?, a),
         Command::Commit(a) => fork::commit(&store_dir, a),

@@ -39,8 +39,13 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     let (id, label, fork, store) = if archive {
         let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
         (p.id, a.target.clone(), None, Store::open(store_dir)?)
-    } else if let Some((remote, name)) = a.target.split_once(':').filter(|_| a.label.is_none()) {
-        // REMOTE:REF (':' is in no ref, fork or id): a lazy mount.
+    } else if let Some((remote, name)) = a
+        .target
+        .split_once(':')
+        .filter(|(r, _)| a.label.is_none() && *r != "git")
+    {
+        // REMOTE:REF (':' is in no ref, fork or id): a lazy mount. `git:COMMIT`
+        // names an imported git commit (resolved below).
         let store = Store::open(store_dir)?;
         let t = crate::remote::prepare_lazy_mount(&store, remote, name)?;
         if let Some(why) = &t.offline {

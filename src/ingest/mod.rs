@@ -11,6 +11,7 @@
 pub mod archive;
 pub mod diff;
 pub mod export;
+pub mod git;
 pub mod restore;
 pub mod snapshot;
 pub mod statcache;
@@ -92,6 +93,9 @@ pub enum Error {
     /// A digest manifest that cannot be used.
     #[error("manifest {path}: {detail}")]
     Manifest { path: PathBuf, detail: String },
+    /// A git repository that cannot be imported (shallow, corrupt, no refs, …).
+    #[error("{0}")]
+    Git(String),
     /// Any other store error (trees, checkpoints).
     #[error(transparent)]
     Store(#[from] store::Error),

@@ -919,6 +919,7 @@ impl Fork {
                     files: Vec::new(),
                     sha256: None,
                     stats: Some(stats),
+                    git: None,
                 },
             };
             // Syncs objects before publishing the record.

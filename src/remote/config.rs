@@ -19,6 +19,12 @@ fn path(store: &Store, name: &str) -> PathBuf {
 /// Add remote `name` at `url` (checked, not contacted).
 pub fn add(store: &Store, name: &str, url: &str) -> Result<()> {
     Store::check_name(name)?;
+    if name == "git" {
+        return Err(store::Error::Invalid(
+            "remote name 'git' is reserved (`git:COMMIT` names an imported git commit); pick another name".into(),
+        )
+        .into());
+    }
     Location::parse(url)?;
     if let Ok(old) = url_of(store, name) {
         return Err(Error::RemoteExists(name.to_string(), old));

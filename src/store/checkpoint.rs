@@ -21,7 +21,7 @@ impl<'de> Deserialize<'de> for ObjectId {
 /// How a checkpoint was made.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Source {
-    /// `snapshot`, `import` or `commit`.
+    /// `snapshot`, `import`, `commit` or `git`.
     pub kind: String,
     /// The directory snapshotted, when `kind` is `snapshot`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,6 +38,29 @@ pub struct Source {
     /// Counts and sizes, for `storefs log`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<Stats>,
+    /// The git commit, when `kind` is `git` (`storefs import-git`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSource>,
+}
+
+/// Where an imported git commit came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitSource {
+    /// The repository's absolute path as it was imported.
+    pub repo: String,
+    /// The commit's hex id.
+    pub commit: String,
+    /// Submodule entries (gitlinks): each is an empty directory in the tree.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub submodules: Vec<Submodule>,
+}
+
+/// A gitlink of the commit's tree: the path of the empty directory that
+/// stands for it and the submodule commit it named.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submodule {
+    pub path: String,
+    pub commit: String,
 }
 
 /// What a snapshot or import saw.

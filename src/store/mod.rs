@@ -15,6 +15,7 @@ pub mod codec;
 mod forks;
 pub mod framed;
 mod gc;
+mod gitindex;
 mod id;
 mod midx;
 pub mod mounts;
@@ -37,9 +38,12 @@ pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
 pub use backend::{Got, LocalBackend, ObjectBackend, Stored};
 pub use cache::ChunkCache;
-pub use checkpoint::{Checkpoint, Source, Stats, canonical_origin, check_origin, format_time};
+pub use checkpoint::{
+    Checkpoint, GitSource, Source, Stats, Submodule, canonical_origin, check_origin, format_time,
+};
 pub use forks::ForkHead;
 pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
+pub use gitindex::GitRecord;
 pub use id::{ObjectId, is_hex, to_hex};
 pub use tree::{Content, DecodeError, Entry, Extent, Kind, Tree};
 pub use verify::{Bad, Problem, VerifyReport};
@@ -660,8 +664,12 @@ impl Store {
     }
 
     /// Resolve what the user typed: a ref name, a fork name (its head), a
-    /// full id, or a unique id prefix — in that order.
+    /// full id, or a unique id prefix — in that order; `git:COMMIT` (a git
+    /// commit id or unique prefix) through the git index.
     pub fn resolve(&self, spec: &str) -> Result<ObjectId> {
+        if let Some(commit) = spec.strip_prefix("git:") {
+            return self.resolve_git(commit);
+        }
         if let Some(id) = self.get_ref(spec)? {
             return Ok(id);
         }

@@ -1,0 +1,737 @@
+//! Issue 20: checkpoints that live in git. A repository of 200 commits made with
+//! the git CLI (branches, a merge, tags, renames, symlinks, an executable, a
+//! deleted file, a submodule entry, a multi-chunk file) is imported with
+//! `storefs import-git`; every commit's `storefs restore` is compared with
+//! `git archive COMMIT | tar -x` (names, bytes, modes, owners, mtimes, symlink
+//! targets); a second import after 10 more commits imports exactly those 10;
+//! the commit an attempt's JSON names mounts at the origin with `git:PREFIX`;
+//! `log`, `diff`, `fork` (mounted and committed) and the browse mount work on
+//! the imported checkpoints. A shallow and a corrupt repository are refused
+//! with one line and nothing published. Run as root (mounts; tar keeps owner 0).
+
+mod common;
+mod treecmp;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Env, stderr};
+
+/// Run git in `dir` with a fixed identity and dates (`secs` since the epoch),
+/// ignoring the user's and the system's configuration; returns stdout.
+fn git_at(dir: &Path, secs: i64, args: &[&str]) -> String {
+    let date = format!("{secs} +0000");
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=t@example.com"])
+        .args(["-c", "gc.auto=0", "-c", "core.symlinks=true"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_DATE", &date)
+        .env("GIT_COMMITTER_DATE", &date)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A repository built commit by commit, each with its own time.
+struct Repo {
+    dir: PathBuf,
+    time: i64,
+}
+
+impl Repo {
+    fn new(dir: PathBuf) -> Repo {
+        fs::create_dir_all(&dir).unwrap();
+        let r = Repo {
+            dir,
+            time: 1_700_000_000,
+        };
+        r.git(&["init", "-q", "-b", "main"]);
+        r
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        git_at(&self.dir, self.time, args)
+    }
+
+    fn write(&self, rel: &str, data: &[u8]) {
+        let p = self.dir.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, data).unwrap();
+    }
+
+    /// Stage everything and commit; the next commit gets a later time.
+    fn commit(&mut self, msg: &str) -> String {
+        self.time += 97;
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "--allow-empty", "-m", msg]);
+        self.head()
+    }
+
+    fn head(&self) -> String {
+        self.git(&["rev-parse", "HEAD"]).trim().to_string()
+    }
+
+    fn all_commits(&self) -> BTreeSet<String> {
+        self.git(&["rev-list", "--all"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Deterministic bytes.
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    common::pseudo_random(len, seed)
+}
+
+/// The 200-commit repository: main with files in directories, an executable
+/// that loses its bit, symlinks (to a file, to a directory, retargeted), a
+/// rename, a deleted file, a gitlink, a 300 KiB file (several chunks) edited
+/// in place; a `feature` branch merged with --no-ff; a `side/x` branch left
+/// unmerged; an annotated and a lightweight tag.
+fn build_repo(dir: PathBuf) -> (Repo, Vec<String>) {
+    let mut r = Repo::new(dir);
+    let mut main: Vec<String> = Vec::new();
+    for i in 0..140u64 {
+        let d = i % 7;
+        r.write(
+            &format!("d{d}/f{}.txt", i % 11),
+            format!("commit {i}\n")
+                .repeat(1 + (i as usize % 5))
+                .as_bytes(),
+        );
+        match i {
+            1 => {
+                r.write("d0/f1.txt", b"to be renamed\n");
+                r.write("d1/f2.txt", b"to be deleted\n");
+            }
+            3 => {
+                r.write("bin/tool.sh", b"#!/bin/sh\necho tool\n");
+                fs::set_permissions(r.dir.join("bin/tool.sh"), fs::Permissions::from_mode(0o755))
+                    .unwrap();
+            }
+            5 => {
+                symlink("d0/f0.txt", r.dir.join("link")).unwrap();
+                symlink("d1", r.dir.join("dirlink")).unwrap();
+            }
+            9 => r.write("big.bin", &bytes(9, 300 * 1024)),
+            20 => {
+                // An uninitialized submodule's directory is empty in a work tree.
+                fs::create_dir_all(r.dir.join("vendor/sub")).unwrap();
+                r.git(&["add", "-A"]);
+                let sub = main[2].clone();
+                r.git(&[
+                    "update-index",
+                    "--add",
+                    "--cacheinfo",
+                    &format!("160000,{sub},vendor/sub"),
+                ]);
+            }
+            30 => {
+                r.git(&["add", "-A"]);
+                fs::create_dir_all(r.dir.join("moved")).unwrap();
+                r.git(&["mv", "d0/f1.txt", "moved/f1.txt"]);
+            }
+            40 => {
+                r.git(&["add", "-A"]);
+                r.git(&["rm", "-q", "d1/f2.txt"]);
+            }
+            50 => {
+                fs::set_permissions(r.dir.join("bin/tool.sh"), fs::Permissions::from_mode(0o644))
+                    .unwrap();
+            }
+            60 => {
+                fs::remove_file(r.dir.join("link")).unwrap();
+                symlink("moved/f1.txt", r.dir.join("link")).unwrap();
+            }
+            70 => {
+                // Edit 100 bytes in the middle of the big file: most chunks stay.
+                let mut b = fs::read(r.dir.join("big.bin")).unwrap();
+                b[150_000..150_100].copy_from_slice(&[7u8; 100]);
+                r.write("big.bin", &b);
+            }
+            _ => {}
+        }
+        main.push(r.commit(&format!("main {i}\n\nbody of commit {i}")));
+        if i == 80 {
+            r.git(&["tag", "-a", "v1", "-m", "release 1"]);
+        }
+        if i == 81 {
+            r.git(&["tag", "v1-light"]);
+        }
+    }
+    // feature: 30 commits from main's head, merged back with --no-ff.
+    r.git(&["checkout", "-q", "-b", "feature"]);
+    for i in 0..30 {
+        r.write(
+            &format!("feat/g{}.txt", i % 4),
+            format!("feature {i}\n").as_bytes(),
+        );
+        r.commit(&format!("feature {i}"));
+    }
+    r.git(&["checkout", "-q", "main"]);
+    for i in 0..9 {
+        r.write("d6/main-after.txt", format!("after {i}\n").as_bytes());
+        main.push(r.commit(&format!("main after {i}")));
+    }
+    r.time += 97;
+    r.git(&["merge", "-q", "--no-ff", "-m", "merge feature", "feature"]);
+    main.push(r.head());
+    // side/x: unmerged, 20 commits from the merge.
+    r.git(&["checkout", "-q", "-b", "side/x"]);
+    for i in 0..20 {
+        r.write("side.txt", format!("side {i}\n").as_bytes());
+        r.commit(&format!("side {i}"));
+    }
+    r.git(&["checkout", "-q", "main"]);
+    (r, main)
+}
+
+/// `git archive COMMIT | tar -x` into `dest` (modes 644/755 as git stores them:
+/// tar.umask=022; as root tar keeps the archive's owner 0:0).
+fn git_archive(repo: &Path, commit: &str, dest: &Path) {
+    fs::create_dir_all(dest).unwrap();
+    let script = format!(
+        "git -c tar.umask=022 -C {} archive {commit} | tar -x -C {}",
+        treecmp::q(repo),
+        treecmp::q(dest)
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Compare everything but mtimes: `git archive` gives every entry the
+/// commit's time, storefs the time of the commit that last changed it
+/// ([`mtimes_follow_history`] checks those).
+fn no_mtimes() -> treecmp::Opts {
+    treecmp::Opts {
+        listed: Some(BTreeSet::new()),
+        root_meta: false,
+        fresh_after: None,
+        holes: false,
+        blocks: false,
+    }
+}
+
+/// Every entry's mtime in `dir` (restored from `commit`) is the committer
+/// time of the last first-parent commit that changed it.
+fn mtimes_follow_history(repo: &Path, commit: &str, dir: &Path) -> Vec<String> {
+    let mut diffs = Vec::new();
+    for (rel, node) in treecmp::scan(dir) {
+        let spec = if rel.as_os_str().is_empty() {
+            ".".to_string()
+        } else {
+            rel.to_str().unwrap().to_string()
+        };
+        let want: i64 = git_at(
+            repo,
+            1_600_000_000,
+            &[
+                "log",
+                "--first-parent",
+                "-1",
+                "--format=%ct",
+                commit,
+                "--",
+                &spec,
+            ],
+        )
+        .trim()
+        .parse()
+        .unwrap();
+        if node.mtime != (want, 0) {
+            diffs.push(format!(
+                "{commit}: {spec}: mtime {:?}, git log says {want}",
+                node.mtime
+            ));
+        }
+    }
+    diffs
+}
+
+fn compare(repo: &Path, env: &Env, commit: &str, scratch: &Path) -> Vec<String> {
+    let a = scratch.join("archive");
+    let b = scratch.join("restored");
+    git_archive(repo, commit, &a);
+    let out = env.run(["restore", &format!("git:{commit}"), b.to_str().unwrap()]);
+    let mut diffs: Vec<String> = if out.status.success() {
+        treecmp::compare_trees(&a, &b, &no_mtimes())
+    } else {
+        vec![format!("restore failed: {}", stderr(&out))]
+    };
+    diffs.iter_mut().for_each(|d| *d = format!("{commit}: {d}"));
+    fs::remove_dir_all(&a).unwrap();
+    let _ = fs::remove_dir_all(&b);
+    diffs
+}
+
+/// stdout of `import-git` as (commit, checkpoint) lines.
+fn imported(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .map(|l| {
+            let (c, id) = l.split_once('\t').expect("COMMIT<TAB>ID");
+            (c.to_string(), id.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn import_200_commits_restore_each_then_incremental_and_mount() {
+    treecmp::require_tools(&["git", "tar"]);
+    let env = Env::new();
+    let (mut repo, main) = build_repo(env.path("i20-repo"));
+    let all = repo.all_commits();
+    assert_eq!(all.len(), 200, "the repository has 200 commits");
+    let origin = env.path("i20-origin/shared");
+
+    let (out, err) = env.ok_in(
+        &env.store,
+        &[
+            "import-git",
+            repo.dir.to_str().unwrap(),
+            "--origin",
+            origin.to_str().unwrap(),
+            "--ref-prefix",
+            "h",
+        ],
+    );
+    let first = imported(&out);
+    assert_eq!(first.len(), 200, "{err}");
+    let got: BTreeSet<String> = first.iter().map(|(c, _)| c.clone()).collect();
+    assert_eq!(got, all);
+
+    // Refs: branches and tags (the annotated one peeled to its commit).
+    let refs = env.ok(["refs"]);
+    let ref_of = |name: &str| {
+        refs.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}\t")))
+            .unwrap_or_else(|| panic!("no ref {name} in {refs}"))
+            .to_string()
+    };
+    let by_commit: std::collections::HashMap<String, String> = first.iter().cloned().collect();
+    assert_eq!(ref_of("h.main"), by_commit[main.last().unwrap()]);
+    assert_eq!(ref_of("h.tags.v1"), by_commit[&main[80]]);
+    assert_eq!(ref_of("h.tags.v1-light"), by_commit[&main[81]]);
+    let side = repo.git(&["rev-parse", "side/x"]).trim().to_string();
+    assert_eq!(ref_of("h.side.x"), by_commit[&side]);
+    let feature = repo.git(&["rev-parse", "feature"]).trim().to_string();
+    assert_eq!(ref_of("h.feature"), by_commit[&feature]);
+
+    // Parents: the merge has two, mapped to the parents' checkpoints.
+    let merge = main.last().unwrap();
+    let record: serde_json::Value = serde_json::from_slice(
+        &fs::read(
+            env.store
+                .join(format!("checkpoints/{}.json", by_commit[merge])),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let parents: Vec<String> = repo
+        .git(&["rev-list", "--parents", "-n1", merge])
+        .split_whitespace()
+        .skip(1)
+        .map(|p| by_commit[p].clone())
+        .collect();
+    assert_eq!(parents.len(), 2);
+    assert_eq!(record["parents"], serde_json::json!(parents));
+    assert_eq!(record["source"]["kind"], "git");
+    assert_eq!(record["source"]["git"]["commit"], merge.as_str());
+    assert_eq!(record["message"], "merge feature");
+    assert_eq!(record["origin"], origin.to_str().unwrap());
+    assert_eq!(
+        record["source"]["git"]["submodules"][0]["path"],
+        "vendor/sub"
+    );
+    assert_eq!(
+        record["time_ns"].as_i64().unwrap(),
+        repo.git(&["log", "-1", "--format=%at", merge])
+            .trim()
+            .parse::<i64>()
+            .unwrap()
+            * 1_000_000_000
+    );
+
+    // Every commit: restore == git archive | tar -x.
+    let scratch = env.path("i20-scratch");
+    let mut diffs = Vec::new();
+    for c in &all {
+        diffs.extend(compare(&repo.dir, &env, c, &scratch));
+    }
+    assert!(diffs.is_empty(), "{}", treecmp::summary(&diffs, 40));
+
+    // A diff of two neighbouring commits names what changed, nothing else.
+    let (diff, _) = env.ok_in(
+        &env.store,
+        &[
+            "diff",
+            &format!("git:{}", main[100]),
+            &format!("git:{}", main[101]),
+        ],
+    );
+    assert_eq!(
+        diff.lines().collect::<Vec<_>>(),
+        ["M . (mtime)", "M d3 (mtime)", "M d3/f2.txt (content,mtime)"],
+        "{diff}"
+    );
+
+    // Times: each entry's is that of the last first-parent commit changing it
+    // (the merge, a commit on the unmerged branch, one after a rename).
+    for c in [merge.as_str(), side.as_str(), main[31].as_str()] {
+        let dir = scratch.join("times");
+        env.ok(["restore", &format!("git:{c}"), dir.to_str().unwrap()]);
+        let d = mtimes_follow_history(&repo.dir, c, &dir);
+        assert!(d.is_empty(), "{}", treecmp::summary(&d, 20));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // The same commit gives the same tree id in another store, from a clone.
+    let other = env.path("i20-store2");
+    let clone = env.path("i20-clone");
+    git_at(
+        env.tmp.path(),
+        1_600_000_000,
+        &[
+            "clone",
+            "-q",
+            "--no-local",
+            repo.dir.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    let (out2, _) = env.ok_in(
+        &other,
+        &[
+            "import-git",
+            clone.to_str().unwrap(),
+            "--origin",
+            origin.to_str().unwrap(),
+            "--rev",
+            "origin/main",
+        ],
+    );
+    assert_eq!(imported(&out2).len(), 140 + 9 + 30 + 1);
+    for c in [&main[0], &main[70], merge] {
+        let root = |store: &Path| {
+            let (id, _) = env.ok_in(store, &["log", &format!("git:{c}")]);
+            let id = id
+                .lines()
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .to_string();
+            treecmp::root_tree(store, &id).unwrap()
+        };
+        assert_eq!(root(&env.store), root(&other), "tree of {c}");
+    }
+
+    // Second import after 10 more commits: exactly those 10.
+    let mut new = Vec::new();
+    for i in 0..10 {
+        repo.write("d3/later.txt", format!("later {i}\n").as_bytes());
+        new.push(repo.commit(&format!("later {i}")));
+    }
+    let (out, err) = env.ok_in(
+        &env.store,
+        &[
+            "import-git",
+            repo.dir.to_str().unwrap(),
+            "--ref-prefix",
+            "h",
+            "--origin",
+            origin.to_str().unwrap(),
+        ],
+    );
+    let second = imported(&out);
+    let second_commits: Vec<String> = second.iter().map(|(c, _)| c.clone()).collect();
+    assert_eq!(second_commits, new, "{err}");
+    assert!(err.contains("imported 10 new commits"), "{err}");
+    assert_eq!(
+        env.ok(["refs"])
+            .lines()
+            .find(|l| l.starts_with("h.main\t"))
+            .unwrap(),
+        format!("h.main\t{}", second[9].1)
+    );
+    for c in [&new[0], &new[9]] {
+        let d = compare(&repo.dir, &env, c, &scratch);
+        assert!(d.is_empty(), "{}", treecmp::summary(&d, 20));
+    }
+    // The first new commit's parent is the old head's checkpoint.
+    let (log, _) = env.ok_in(&env.store, &["log", &format!("git:{}", &new[0][..10])]);
+    assert!(
+        log.contains(&format!("parent:  {}", by_commit[merge])),
+        "{log}"
+    );
+    assert!(log.contains(&format!("commit {} of ", new[0])), "{log}");
+
+    // A third import with nothing new imports nothing.
+    let (out, _) = env.ok_in(
+        &env.store,
+        &[
+            "import-git",
+            repo.dir.to_str().unwrap(),
+            "--ref-prefix",
+            "h",
+            "--origin",
+            origin.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out, "");
+
+    // The commit an attempt's JSON names mounts at the origin.
+    let attempt = env.path("attempt-017.json");
+    fs::write(
+        &attempt,
+        serde_json::json!({"attempt": 17, "commit": main[70], "parent": main[69]}).to_string(),
+    )
+    .unwrap();
+    let named: serde_json::Value = serde_json::from_slice(&fs::read(&attempt).unwrap()).unwrap();
+    let prefix = &named["commit"].as_str().unwrap()[..8];
+    let target = format!("git:{prefix}");
+    let guard = env.mount(&target, None);
+    assert_eq!(guard.path(), origin);
+    let expected = scratch.join("expected");
+    git_archive(&repo.dir, &main[70], &expected);
+    let mut d = treecmp::compare_trees(&expected, &origin, &no_mtimes());
+    d.extend(mtimes_follow_history(&repo.dir, &main[70], &origin));
+    assert!(d.is_empty(), "{}", treecmp::summary(&d, 20));
+    assert_eq!(
+        fs::read_link(origin.join("link")).unwrap(),
+        PathBuf::from("moved/f1.txt")
+    );
+    guard.unmount();
+}
+
+#[test]
+fn log_diff_fork_and_browse_work_on_imported_commits() {
+    treecmp::require_tools(&["git"]);
+    let env = Env::new();
+    let mut r = Repo::new(env.path("i20-work/shared"));
+    r.write("state/a.json", b"{\"a\": 1}\n");
+    r.write("state/b.json", b"{\"b\": 1}\n");
+    let c1 = r.commit("attempt 1");
+    r.git(&["mv", "state/b.json", "state/b2.json"]);
+    r.write("state/a.json", b"{\"a\": 2}\n");
+    r.write("notes.md", b"new\n");
+    let c2 = r.commit("attempt 2");
+
+    // Default origin: the work tree; default prefix: its name.
+    let (out, _) = env.ok_in(&env.store, &["import-git", r.dir.to_str().unwrap()]);
+    assert_eq!(imported(&out).len(), 2);
+    let work = fs::canonicalize(&r.dir).unwrap();
+    let (log, _) = env.ok_in(&env.store, &["log", "shared.main"]);
+    assert!(
+        log.contains(&format!("origin:  {}", work.display())),
+        "{log}"
+    );
+    assert!(
+        log.contains("attempt 2") && log.contains("attempt 1"),
+        "{log}"
+    );
+
+    let (diff, _) = env.ok_in(
+        &env.store,
+        &[
+            "diff",
+            &format!("git:{}", &c1[..7]),
+            &format!("git:{}", &c2[..7]),
+        ],
+    );
+    let lines: BTreeSet<&str> = diff.lines().collect();
+    assert!(lines.contains("A notes.md"), "{diff}");
+    assert!(lines.contains("A state/b2.json"), "{diff}");
+    assert!(lines.contains("D state/b.json"), "{diff}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("M state/a.json")),
+        "{diff}"
+    );
+
+    // An unknown or ambiguous commit: one line.
+    let err = env.fails_in(&env.store, &["log", "git:0000000"]);
+    assert!(
+        err.contains("no imported git commit starts with '0000000'"),
+        "{err}"
+    );
+
+    // Re-import with another origin: new records, same trees.
+    let elsewhere = env.path("i20-elsewhere");
+    let (out, _) = env.ok_in(
+        &env.store,
+        &[
+            "import-git",
+            r.dir.to_str().unwrap(),
+            "--origin",
+            elsewhere.to_str().unwrap(),
+            "--ref-prefix",
+            "moved",
+        ],
+    );
+    let again = imported(&out);
+    assert_eq!(again.len(), 2);
+    let first_root = {
+        let (refs, _) = env.ok_in(&env.store, &["refs"]);
+        let id = refs
+            .lines()
+            .find(|l| l.starts_with("shared.main\t"))
+            .unwrap()
+            .split('\t')
+            .nth(1)
+            .unwrap()
+            .to_string();
+        treecmp::root_tree(&env.store, &id).unwrap()
+    };
+    assert_eq!(
+        first_root,
+        treecmp::root_tree(&env.store, &again[1].1).unwrap()
+    );
+    let (log, _) = env.ok_in(&env.store, &["log", &format!("git:{c2}")]);
+    assert!(
+        log.contains(&format!("origin:  {}", elsewhere.display())),
+        "{log}"
+    );
+
+    // Fork the commit, mount it read-write, write, commit on unmount: resumes.
+    env.ok(["fork", &format!("git:{}", &c2[..9]), "--name", "i20-resume"]);
+    let mp = env.path("i20-fork-mp");
+    let guard = env.mount("i20-resume", Some(&mp));
+    assert_eq!(fs::read(mp.join("state/a.json")).unwrap(), b"{\"a\": 2}\n");
+    fs::write(mp.join("state/c.json"), b"{\"c\": 3}\n").unwrap();
+    guard.unmount();
+    let (log, _) = env.ok_in(&env.store, &["log", "i20-resume"]);
+    assert_eq!(log.matches("checkpoint ").count(), 3, "{log}");
+    let (cat, _) = env.ok_in(&env.store, &["cat", "i20-resume", "state/c.json"]);
+    assert_eq!(cat, "{\"c\": 3}\n");
+
+    // The browse mount lists the imported checkpoints with their git source.
+    let browse = env.path("i20-browse");
+    let out = env.run(["mount", "--browse", browse.to_str().unwrap()]);
+    let guard = env.guard_for("(browse)");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = &again[1].1;
+    let rec = fs::read_to_string(browse.join(format!("checkpoints/{id}.json"))).unwrap();
+    assert!(rec.contains(&format!("\"commit\": \"{c2}\"")), "{rec}");
+    assert_eq!(
+        fs::read(browse.join(format!("checkpoints/{id}/state/b2.json"))).unwrap(),
+        b"{\"b\": 1}\n"
+    );
+    assert_eq!(
+        fs::read_link(browse.join("refs/moved.main")).unwrap(),
+        PathBuf::from(format!("../checkpoints/{id}"))
+    );
+    guard.unmount();
+}
+
+/// Nothing published: no checkpoint record, no index entry, no ref.
+fn assert_nothing_published(store: &Path) {
+    for sub in ["checkpoints", "git", "refs"] {
+        let n = fs::read_dir(store.join(sub)).map_or(0, |d| {
+            d.filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                !n.to_string_lossy().starts_with('.')
+            })
+            .count()
+        });
+        assert_eq!(n, 0, "{sub} of {} is not empty", store.display());
+    }
+}
+
+#[test]
+fn shallow_and_corrupt_repositories_are_refused_with_nothing_published() {
+    treecmp::require_tools(&["git"]);
+    let env = Env::new();
+    let mut r = Repo::new(env.path("i20-src"));
+    let mut blob_of_first = String::new();
+    for i in 0..5 {
+        r.write("a.txt", format!("version {i}\n").as_bytes());
+        r.write(&format!("f{i}.txt"), format!("file {i}\n").as_bytes());
+        r.commit(&format!("c{i}"));
+        if i == 0 {
+            blob_of_first = r.git(&["rev-parse", "HEAD:a.txt"]).trim().to_string();
+        }
+    }
+
+    // Shallow clone.
+    let shallow = env.path("i20-shallow");
+    git_at(
+        env.tmp.path(),
+        1_600_000_000,
+        &[
+            "clone",
+            "-q",
+            "--depth",
+            "2",
+            &format!("file://{}", r.dir.display()),
+            shallow.to_str().unwrap(),
+        ],
+    );
+    let err = env.fails_in(&env.store, &["import-git", shallow.to_str().unwrap()]);
+    assert!(err.contains("shallow"), "{err}");
+    assert!(err.contains("nothing was imported"), "{err}");
+    assert_nothing_published(&env.store);
+
+    // A bare repository has no work tree: --origin is needed.
+    let bare = env.path("i20-bare.git");
+    git_at(
+        env.tmp.path(),
+        1_600_000_000,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            r.dir.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    let err = env.fails_in(&env.store, &["import-git", bare.to_str().unwrap()]);
+    assert!(
+        err.contains("bare repository") && err.contains("--origin"),
+        "{err}"
+    );
+    assert_nothing_published(&env.store);
+
+    // A blob of the first commit is gone (loose objects: gc.auto=0).
+    let obj = r
+        .dir
+        .join(".git/objects")
+        .join(&blob_of_first[..2])
+        .join(&blob_of_first[2..]);
+    fs::remove_file(&obj).unwrap();
+    let err = env.fails_in(&env.store, &["import-git", r.dir.to_str().unwrap()]);
+    assert!(err.contains("corrupt or incomplete"), "{err}");
+    assert!(err.contains("nothing was imported"), "{err}");
+    assert_nothing_published(&env.store);
+
+    // `git` cannot name a remote: `git:COMMIT` is taken.
+    let err = env.fails_in(&env.store, &["remote", "add", "git", "file:///nonexistent"]);
+    assert!(err.contains("reserved"), "{err}");
+
+    // Not a repository at all.
+    let plain = env.path("i20-plain");
+    fs::create_dir_all(&plain).unwrap();
+    let err = env.fails_in(&env.store, &["import-git", plain.to_str().unwrap()]);
+    assert!(err.contains("not a git repository"), "{err}");
+    assert_nothing_published(&env.store);
+}
