@@ -92,6 +92,15 @@ const CAPABILITIES: &[Capability] = &[
     Capability::PosixAclViewUmask,
 ];
 
+/// [`CAPABILITIES`] and the writeback cache (`--writeback-cache`).
+const WRITEBACK_CAPABILITIES: &[Capability] = &[
+    Capability::ReaddirPlus,
+    Capability::CacheSymlinks,
+    Capability::KillPrivV2,
+    Capability::PosixAclViewUmask,
+    Capability::WritebackCache,
+];
+
 /// A directory listing taken at opendir: ".", ".." and the entries.
 struct Listing {
     entries: Vec<DirEntry>,
@@ -108,6 +117,8 @@ pub struct ForkView {
     /// file as open, so an unlinked file stays readable until the kernel
     /// lets go of it (see the module docs).
     kernel_refs: Mutex<HashMap<u64, u64>>,
+    /// Served with the kernel's writeback cache ([`ForkView::with_writeback_cache`]).
+    writeback: bool,
 }
 
 fn check_name(name: &[u8]) -> Result<()> {
@@ -129,6 +140,16 @@ impl ForkView {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             kernel_refs: Mutex::new(HashMap::new()),
+            writeback: false,
+        }
+    }
+
+    /// A view that asks for the kernel's writeback cache: writes wait in the
+    /// page cache until the kernel writes them back (see the module docs).
+    pub fn with_writeback_cache(fork: Arc<Fork>) -> ForkView {
+        ForkView {
+            writeback: true,
+            ..ForkView::new(fork)
         }
     }
 
@@ -220,7 +241,11 @@ impl ForkView {
 
 impl View for ForkView {
     fn capabilities(&self) -> &'static [Capability] {
-        CAPABILITIES
+        if self.writeback {
+            WRITEBACK_CAPABILITIES
+        } else {
+            CAPABILITIES
+        }
     }
 
     fn negative_ttl(&self, _parent: u64) -> Option<Duration> {
@@ -384,6 +409,9 @@ impl View for ForkView {
 
     /// An `O_APPEND` write lands at the journal's end of file (the kernel's
     /// too); page-cache writeback (mmap) always carries its page's own offset.
+    /// Under the writeback cache every write carries its offset (the kernel
+    /// owns the size and places appends itself), and writeback keeps the
+    /// file's times ([`Fork::write_back`]: the kernel sends its own after).
     fn write(&self, _: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
         if how.kill_suidgid
@@ -395,7 +423,9 @@ impl View for ForkView {
             };
             self.fork.setattr(ino, &kill)?;
         }
-        if how.flags & libc::O_APPEND != 0 && !how.writeback {
+        if self.writeback && how.writeback {
+            self.fork.write_back(ino, how.offset, data)?;
+        } else if how.flags & libc::O_APPEND != 0 && !how.writeback && !self.writeback {
             self.fork.append(ino, data)?;
         } else {
             self.fork.write(ino, how.offset, data)?;

@@ -65,6 +65,10 @@ pub struct MountConfig {
     pub cache_bytes: usize,
     /// FUSE worker threads (at least 1).
     pub threads: usize,
+    /// A fork mount asks for the kernel's writeback cache (`--writeback-cache`):
+    /// writes wait in the kernel's page cache until written back (see
+    /// [`fork`]); ignored by read-only mounts.
+    pub writeback_cache: bool,
 }
 
 /// Everything that can go wrong in the FUSE layer.
@@ -321,7 +325,11 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
-    let view = ForkView::new(fork);
+    let view = if cfg.writeback_cache {
+        ForkView::with_writeback_cache(fork)
+    } else {
+        ForkView::new(fork)
+    };
     let session = start_session(cfg, &config, |release| {
         FuseAdapter::new(Box::new(view), release)
     })?;
