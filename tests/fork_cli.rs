@@ -385,3 +385,28 @@ fn mtime_after_write_and_close_is_what_stat_said_before_the_commit() {
     again.unmount();
     ro.unmount();
 }
+
+/// Under the writeback cache `SEEK_DATA`/`SEEK_HOLE` see the data the kernel
+/// still holds (the fork's extent map does not have it yet): the kernel
+/// answers them from its own size.
+#[test]
+fn seek_data_sees_what_the_kernel_holds_under_writeback() {
+    use std::os::fd::AsRawFd;
+    let env = Env::new();
+    fork_of_tree(&env);
+    let mp = env.path("mnt");
+    let m = mount_writeback(&env, "f", &mp, &[]);
+    let text = "not written back yet\n";
+    let holder = hold_open(&mp.join("out/dirty"), text, false);
+    let f = fs::File::open(mp.join("out/dirty")).unwrap();
+    // SAFETY: lseek on a descriptor this test owns.
+    let (data, hole) = unsafe {
+        (
+            libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA),
+            libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE),
+        )
+    };
+    assert_eq!((data, hole), (0, text.len() as i64));
+    drop((f, holder));
+    m.unmount();
+}

@@ -20,6 +20,19 @@
 //!   the kernel's: every change of a size comes through this mount, and the
 //!   kernel serialises appends to one inode), like every write through the
 //!   page cache;
+//! - with the writeback cache (`--writeback-cache`,
+//!   [`ForkView::with_writeback_cache`]; off by default) writes wait in the
+//!   kernel's page cache and arrive as writeback, on close (every close
+//!   writes its file back), fsync, syncfs, memory pressure or after 30 s.
+//!   The kernel then owns a file's size, mtime and ctime: every write lands
+//!   at the offset it carries (`O_APPEND` included: the kernel placed it),
+//!   writeback keeps the file's times ([`Fork::write_back`]) and the kernel
+//!   sends its own in a `setattr` after the data, with its ctime.
+//!   `SEEK_DATA`/`SEEK_HOLE` are left to the kernel (it does not write a
+//!   file back before asking, so the fork's extent map may lag). A write
+//!   that must clear setuid/setgid is sent at once (write-through) with the
+//!   kill flag, as without the cache. See docs/journal.md for what this
+//!   changes in what a killed daemon keeps;
 //! - directory listings: a snapshot per open directory, taken at `opendir` and
 //!   on a rewind (offset 0), so entries that do not change are listed exactly
 //!   once even while the directory changes;
@@ -284,8 +297,15 @@ impl View for ForkView {
         Ok(self.fork.read(ino, offset, size)?)
     }
 
-    /// From the fork's extent map.
+    /// From the fork's extent map. Not under the writeback cache: the kernel
+    /// does not write a file back before it asks, so the map may miss data
+    /// and size the kernel still holds. `ENOSYS` then makes the kernel answer
+    /// every later `SEEK_DATA`/`SEEK_HOLE` itself, from its own size (all
+    /// data, the hole at the end).
     fn seek(&self, _: &Caller, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>> {
+        if self.writeback {
+            return Err(FsError::NotNeeded);
+        }
         Ok(self.fork.seek(ino, offset, whence)?)
     }
 

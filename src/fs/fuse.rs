@@ -671,10 +671,10 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // No view keeps anything pending at close (writes are synchronous),
-        // and locks are the kernel's. ENOSYS stops the kernel sending flush
-        // on every close(2); it still writes back dirty mmap pages itself
-        // before it would have sent one.
+        // No view keeps anything pending at close, and locks are the
+        // kernel's. ENOSYS stops the kernel sending flush on every close(2);
+        // it still writes back the file's dirty pages (mmap, or any write
+        // under the writeback cache) itself before it would have sent one.
         reply.error(errno(&FsError::NotNeeded));
     }
 

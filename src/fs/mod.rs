@@ -316,9 +316,11 @@ pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) ->
 /// (before serving); requests wait until [`Mounted::run`] runs. Signals as
 /// for [`mount_checkpoint`].
 ///
-/// Writes reach the fork's journal before `write(2)` returns (no writeback
-/// cache), and `fsync`, `fdatasync` and `fsyncdir` return once
-/// [`Fork::sync`] has made everything so far durable. The caller may keep
+/// Writes reach the fork's journal before `write(2)` returns, unless
+/// `cfg.writeback_cache` (then on close, fsync, syncfs or writeback; see
+/// [`fork`]), and `fsync`, `fdatasync` and `fsyncdir` return once
+/// [`Fork::sync`] has made everything so far durable (under the writeback
+/// cache the kernel writes the file's dirty pages back first). The caller may keep
 /// its own clone of `fork` to [`Fork::commit`] or [`Fork::sync`] from other
 /// threads while the mount serves, and commits after `run` returns.
 pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
