@@ -2,7 +2,7 @@
 """What agents run on a fork (issue 18): real tools on native, on a storefs
 fork mount and on fuse-overlayfs over the same native tree, in one run.
 
-    python3 bench/agent.py --storefs BIN [--before BIN] [--small] [--rounds N] [--out DIR] [--only NAME,...]
+    python3 bench/agent.py --storefs BIN [--before BIN] [--mount-args ARGS] [--small] [--rounds N] [--out DIR] [--only NAME,...]
 
 The three places start from the same base tree (a small agent store: JSON
 state, a journal, a few hundred files). Each workload runs `--rounds` times
@@ -29,6 +29,8 @@ once on the native disk, outside the three places. Workloads:
 it to `--out` (default bench/results/) as <date>-agent[-small].md. Timing is
 for people; no test asserts on it. `--before BIN` adds a fork served by
 another binary (its own store) to the same run, for a lever's A/B row.
+`--mount-args "--writeback-cache"` adds arguments to the `storefs mount` of
+`--storefs`'s fork only (a lever behind a flag, A/B against `--before`).
 `--requests` adds a table of the FUSE requests each workload sends each
 storefs mount (one extra, untimed run; the kernel's tracepoint counts them).
 Needs root (mounts), git, make, gcc, rsync, fuse-overlayfs (its column says
@@ -345,6 +347,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--storefs", required=True, help="the storefs binary")
     ap.add_argument("--before", help="a second storefs binary (an A/B: its own store and fork mount, same run)")
+    ap.add_argument("--mount-args", default="",
+                    help="space-separated arguments added to the mount of --storefs's fork (e.g. --writeback-cache)")
     ap.add_argument("--small", action="store_true", help="10x smaller trees and counts")
     ap.add_argument("--rounds", type=int, default=3, help="runs per workload and place; the best is kept")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for the markdown table")
@@ -381,7 +385,7 @@ def main():
         inp["cproj"] = os.path.join(work, "cproj")
         make_c_project(inp["cproj"], 200 // scale)
 
-        def mount_fork(label, binary):
+        def mount_fork(label, binary, extra=()):
             """A store of its own with a fork of the base tree, mounted."""
             store = os.path.join(work, f"store-{label}")
             sh([binary, "--store", store, "init"], stdout=subprocess.DEVNULL)
@@ -390,12 +394,13 @@ def main():
                stderr=subprocess.DEVNULL)
             mp = os.path.join(work, "mnt", label)
             os.makedirs(mp)
-            sh([binary, "--store", store, "mount", "agent", mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            sh([binary, "--store", store, "mount", "agent", mp, *extra], stdout=subprocess.DEVNULL,
+               stderr=subprocess.DEVNULL)
             cleanup.append(lambda: sh([binary, "--store", store, "umount", mp, "--no-commit"], check=False,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             return mp
 
-        places = [("native", native), ("storefs", mount_fork("storefs", S))]
+        places = [("native", native), ("storefs", mount_fork("storefs", S, a.mount_args.split()))]
         if a.before:
             places.append(("before", mount_fork("before", os.path.abspath(a.before))))
         if have("fuse-overlayfs"):
@@ -450,6 +455,7 @@ def main():
         f"# Agent workloads on a fork ({'small' if a.small else 'full'} scale, best of {a.rounds}, "
         f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)",
         "",
+        *([f"storefs fork mounted with `{a.mount_args}`.", ""] if a.mount_args else []),
         "| workload | native s | storefs fork s | fuse-overlayfs s | storefs/native | overlay/native | storefs/overlay |"
         + (" before s | before/native |" if a.before else ""),
         "|---|---|---|---|---|---|---|" + ("---|---|" if a.before else ""),

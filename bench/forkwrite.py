@@ -2,7 +2,7 @@
 """Fork-mount write timings against the native disk (the two write workloads
 of bench.py plus temp+rename), on a small temp store. Best of N, ratios.
 
-    python3 bench/forkwrite.py [--rounds 3] [--no-build] [--keep-mounted]
+    python3 bench/forkwrite.py [--rounds 3] [--no-build] [--keep-mounted] [--mount-args=ARGS]
 
 Builds release first unless --no-build. Prints one line per workload:
 native seconds, storefs seconds, ratio. Timing is for humans; never assert on it.
@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--keep-mounted", action="store_true",
                     help="print the mount point and pid, wait for Enter before unmounting")
+    ap.add_argument("--mount-args", default="",
+                    help="space-separated arguments added to the fork's mount (e.g. --writeback-cache)")
     ap.add_argument("--only", action="append", choices=["dd", "append", "rename"], default=[],
                     help="run only these workloads (may repeat)")
     a = ap.parse_args()
@@ -102,7 +104,8 @@ def main():
            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         sh([S, "--store", store, "fork", "base", "--name", "f"],
            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        sh([S, "--store", store, "mount", "f", mp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sh([S, "--store", store, "mount", "f", mp, *a.mount_args.split()], stdout=subprocess.DEVNULL,
+           stderr=subprocess.DEVNULL)
         mounted = True
         import json
         st = json.loads(subprocess.run([S, "--store", store, "status", "--json"], check=True,

@@ -261,6 +261,29 @@ pub fn is_disconnected(path: &Path) -> bool {
     matches!(rustix::fs::statfs(path), Err(Errno::NOTCONN))
 }
 
+/// `syncfs(2)` of the FUSE file system mounted at `mountpoint`: the kernel
+/// writes back every dirty page and inode of it (the daemon must be serving
+/// on other threads) and returns once they were answered. Fails (changing
+/// nothing) when `mountpoint` no longer leads to a FUSE mount (detached),
+/// rather than syncing whatever is under it.
+pub fn syncfs_fuse(mountpoint: &Path) -> io::Result<()> {
+    /// `FUSE_SUPER_MAGIC`: `statfs`'s `f_type` of a FUSE mount.
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    let dir = rustix::fs::open(
+        mountpoint,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    if rustix::fs::fstatfs(&dir)?.f_type as i64 != FUSE_SUPER_MAGIC {
+        return Err(io::Error::other(format!(
+            "{} is not a FUSE mount (detached?)",
+            mountpoint.display()
+        )));
+    }
+    rustix::fs::syncfs(&dir)?;
+    Ok(())
+}
+
 /// `umount2(path, 0)` (root only).
 pub fn unmount(path: &Path) -> io::Result<()> {
     rustix::mount::unmount(path, rustix::mount::UnmountFlags::empty()).map_err(io::Error::from)

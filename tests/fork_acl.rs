@@ -184,15 +184,19 @@ fn setup(env: &Env) -> (std::path::PathBuf, std::path::PathBuf) {
     (native, mnt)
 }
 
-/// Mount `target` at `mnt` with `-o allow_other` (so uid 99 reaches it).
+/// Mount `target` at `mnt` with `-o allow_other` (so uid 99 reaches it),
+/// and a fork with `--writeback-cache` when STOREFS_TEST_WRITEBACK is set.
 fn mount_as(env: &Env, target: &str, mnt: &Path) -> common::MountGuard {
-    let args = [
+    let mut args: Vec<&std::ffi::OsStr> = vec![
         "mount".as_ref(),
         "-o".as_ref(),
         "allow_other".as_ref(),
         target.as_ref(),
         mnt.as_os_str(),
     ];
+    if target == "f" && std::env::var_os("STOREFS_TEST_WRITEBACK").is_some() {
+        args.push("--writeback-cache".as_ref());
+    }
     let out = env.run(args);
     let guard = env.guard_for(target);
     assert!(out.status.success(), "mount: {}", common::stderr(&out));

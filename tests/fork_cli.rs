@@ -7,7 +7,7 @@ mod common;
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use common::{Env, walk};
@@ -189,4 +189,224 @@ fn fsynced_writes_survive_a_killed_daemon_and_no_commit_keeps_the_journal() {
     let id = env.ok(["commit", "f", "-m", "offline"]);
     assert_eq!(env.ok(["cat", id.trim(), "kept.txt"]), "journal only\n");
     assert_eq!(env.ok(["cat", "f", "state/lead.json"]), "{\"turn\": 1}\n");
+}
+
+// ------------------------------------------------------- the writeback cache
+
+/// Mount fork `name` at `mp` with `--writeback-cache` (and `extra`).
+fn mount_writeback(env: &Env, name: &str, mp: &Path, extra: &[&str]) -> common::MountGuard {
+    let mut args = vec!["mount", name, mp.to_str().unwrap(), "--writeback-cache"];
+    args.extend_from_slice(extra);
+    let out = env.run(&args);
+    let guard = env.guard_for(name);
+    assert!(out.status.success(), "mount failed: {}", stderr(&out));
+    assert!(guard.mountpoint.is_some(), "status does not list the mount");
+    guard
+}
+
+/// A process that writes `text` to `path` (appending, or from its start
+/// after truncating it) and holds it open, without closing or fsyncing it,
+/// until killed. Not this process, nor a shell: every close of a FUSE
+/// file's descriptor writes its dirty pages back, and a process spawned here
+/// would close its copy (close-on-exec), as a shell's redirection closes its
+/// duplicate.
+fn hold_open(path: &Path, text: &str, append: bool) -> Holder {
+    use std::io::BufRead;
+    const HOLD: &str = "import os, sys, time
+mode = os.O_APPEND if sys.argv[3] == 'a' else os.O_TRUNC
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | mode, 0o644)
+os.write(fd, sys.argv[2].encode())
+print('ready', flush=True)
+time.sleep(600)";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", HOLD])
+        .arg(path)
+        .arg(text)
+        .arg(if append { "a" } else { "t" })
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let holder = Holder(child);
+    assert_eq!(line, "ready\n", "the holder wrote");
+    holder
+}
+
+/// A [`hold_open`] process, killed when dropped (its close then writes back
+/// what is left), on failure too.
+struct Holder(std::process::Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A fork `f` of a snapshot of `make_tree`.
+fn fork_of_tree(env: &Env) {
+    let src = env.path("src");
+    make_tree(&src);
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "b".as_ref(),
+    ]);
+    env.ok(["fork", "b", "--name", "f"]);
+}
+
+/// Under the writeback cache, bytes written to a file still open (neither
+/// closed nor fsynced: the kernel holds them dirty, up to 30 s) are in a
+/// commit asked for through the CLI, and in a periodic commit: the daemon
+/// has the kernel write them back first.
+#[test]
+fn writes_the_kernel_still_holds_are_in_cli_and_periodic_commits() {
+    let env = Env::new();
+    fork_of_tree(&env);
+    let mp = env.path("mnt");
+    let m = mount_writeback(&env, "f", &mp, &[]);
+    let f = hold_open(&mp.join("out/open.log"), "held by the kernel\n", false);
+    let j = hold_open(&mp.join("out/_journal.jsonl"), "{\"seq\": 1}\n", true);
+    let id = env.ok(["commit", "f", "-m", "open files"]);
+    assert_eq!(
+        env.ok(["cat", id.trim(), "out/open.log"]),
+        "held by the kernel\n"
+    );
+    assert_eq!(
+        env.ok(["cat", id.trim(), "out/_journal.jsonl"]),
+        "{\"seq\": 0}\n{\"seq\": 1}\n",
+        "an O_APPEND write lands at the kernel's end of file"
+    );
+    drop(f);
+    drop(j);
+    m.unmount();
+
+    // --commit-interval: the commit thread writes back before each commit.
+    let m = mount_writeback(&env, "f", &mp, &["--commit-interval", "1"]);
+    let f = hold_open(&mp.join("out/open.log"), "periodic\n", true);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let log = env.ok(["log", "f"]);
+        if log.contains("periodic commit")
+            && env.ok(["cat", "f", "out/open.log"]) == "held by the kernel\nperiodic\n"
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no periodic commit holds the open file's bytes: {log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    drop(f);
+    m.unmount();
+}
+
+/// Under the writeback cache, what fsync acknowledged survives a SIGKILL of
+/// the daemon (fsync writes the kernel's dirty pages back, then syncs the
+/// journal), for an agent's turn and a large file written in pieces.
+#[test]
+fn fsynced_writes_survive_a_killed_daemon_under_writeback() {
+    let env = Env::new();
+    fork_of_tree(&env);
+    let mp = env.path("mnt");
+    let m = mount_writeback(&env, "f", &mp, &[]);
+    agent_turn(&mp, 1);
+    let big = common::pseudo_random(3 << 20, 7);
+    let mut f = fs::File::create(mp.join("big.bin")).unwrap();
+    for piece in big.chunks(100_000) {
+        f.write_all(piece).unwrap();
+    }
+    f.sync_all().unwrap();
+    common::kill_the_daemon(&env);
+    drop(f);
+    m.unmount(); // clears the dead mount
+
+    let m = mount_writeback(&env, "f", &mp, &[]);
+    assert_eq!(
+        fs::read(mp.join("state/lead.json")).unwrap(),
+        b"{\"turn\": 1}\n"
+    );
+    assert_eq!(
+        fs::read(mp.join("out/_journal.jsonl")).unwrap(),
+        b"{\"seq\": 0}\n{\"seq\": 1}\n"
+    );
+    assert!(fs::read(mp.join("big.bin")).unwrap() == big);
+    m.unmount();
+}
+
+/// Under the writeback cache the kernel owns a file's mtime while it writes:
+/// the mtime `stat` showed after write + close is the one committed, and
+/// the one the next mount shows, for a closed file and one still open at
+/// the commit (its times are sent after its data, whichever the daemon
+/// serves first). The size too.
+#[test]
+fn mtime_after_write_and_close_is_what_stat_said_before_the_commit() {
+    let env = Env::new();
+    fork_of_tree(&env);
+    let mp = env.path("mnt");
+    let m = mount_writeback(&env, "f", &mp, &[]);
+    let mut seen = Vec::new();
+    for i in 0..20 {
+        let name = format!("out/file{i}");
+        let mut f = fs::File::create(mp.join(&name)).unwrap();
+        for _ in 0..3 {
+            f.write_all(&common::pseudo_random(5000, i)).unwrap();
+        }
+        drop(f);
+        seen.push((name, fs::metadata(mp.join(format!("out/file{i}"))).unwrap()));
+    }
+    let open = hold_open(&mp.join("state/lead.json"), "more\n", true);
+    seen.push((
+        "state/lead.json".into(),
+        fs::metadata(mp.join("state/lead.json")).unwrap(),
+    ));
+    let id = env.ok(["commit", "f", "-m", "times"]);
+    drop(open);
+    m.unmount();
+
+    let ro = env.mount(id.trim(), Some(&env.path("ro")));
+    let again = mount_writeback(&env, "f", &mp, &[]);
+    for (name, before) in &seen {
+        for root in [ro.path(), again.path()] {
+            let after = fs::metadata(root.join(name)).unwrap();
+            assert_eq!(
+                (after.mtime(), after.mtime_nsec(), after.len()),
+                (before.mtime(), before.mtime_nsec(), before.len()),
+                "{name} under {}",
+                root.display()
+            );
+        }
+    }
+    again.unmount();
+    ro.unmount();
+}
+
+/// Under the writeback cache `SEEK_DATA`/`SEEK_HOLE` see the data the kernel
+/// still holds (the fork's extent map does not have it yet): the kernel
+/// answers them from its own size.
+#[test]
+fn seek_data_sees_what_the_kernel_holds_under_writeback() {
+    use std::os::fd::AsRawFd;
+    let env = Env::new();
+    fork_of_tree(&env);
+    let mp = env.path("mnt");
+    let m = mount_writeback(&env, "f", &mp, &[]);
+    let text = "not written back yet\n";
+    let holder = hold_open(&mp.join("out/dirty"), text, false);
+    let f = fs::File::open(mp.join("out/dirty")).unwrap();
+    // SAFETY: lseek on a descriptor this test owns.
+    let (data, hole) = unsafe {
+        (
+            libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA),
+            libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE),
+        )
+    };
+    assert_eq!((data, hole), (0, text.len() as i64));
+    drop((f, holder));
+    m.unmount();
 }

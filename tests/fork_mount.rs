@@ -143,6 +143,9 @@ fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
         extra_options: vec![],
         cache_bytes: 1 << 20,
         threads: 2,
+        // The whole file runs under the writeback cache too (see
+        // docs/journal.md): STOREFS_TEST_WRITEBACK=1 cargo test --test fork_mount
+        writeback_cache: std::env::var_os("STOREFS_TEST_WRITEBACK").is_some(),
     };
     adjust(&mut cfg);
     let mounted = mount_fork(fork.clone(), &cfg).unwrap();
@@ -358,6 +361,7 @@ fn ro_option_is_refused() {
             extra_options: vec![bad.into()],
             cache_bytes: 1 << 20,
             threads: 1,
+            writeback_cache: false,
         };
         let err = mount_fork(fork.clone(), &cfg).err().expect("refused");
         assert!(err.to_string().contains(bad), "{err}");

@@ -260,6 +260,7 @@ fn mount_config(mnt: &Path) -> MountConfig {
         extra_options: vec![],
         cache_bytes: 1 << 20,
         threads: 2,
+        writeback_cache: false,
     }
 }
 

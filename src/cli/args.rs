@@ -382,6 +382,12 @@ pub struct MountArgs {
     /// For a fork: commit every SECS seconds while mounted (0: only on unmount)
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     pub commit_interval: u64,
+    /// For a fork: the kernel's writeback cache. Writes wait in the kernel's
+    /// page cache and reach the journal on close, fsync, commit or within 30 s;
+    /// fewer round trips, but if the daemon is killed, writes to files still
+    /// open and not fsynced are lost (fsynced ones never are)
+    #[arg(long)]
+    pub writeback_cache: bool,
     /// FUSE worker threads [default: number of cores, at least 2]
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

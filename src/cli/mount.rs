@@ -157,6 +157,7 @@ fn settings(a: &MountArgs) -> Settings {
         cache_size: a.cache_size,
         threads: a.threads,
         commit_interval: a.commit_interval,
+        writeback_cache: a.writeback_cache,
     }
 }
 
@@ -233,6 +234,9 @@ fn daemon_args(m: &Mount, remote: Option<&str>) -> Vec<OsString> {
         "--commit-interval".into(),
         s.commit_interval.to_string().into(),
     ]);
+    if s.writeback_cache {
+        args.push("--writeback-cache".into());
+    }
     if let Some(t) = s.threads {
         args.extend(["--threads".into(), t.to_string().into()]);
     }

@@ -165,6 +165,27 @@ pub(super) struct Control {
     pub cache_size: usize,
     /// Set by a `no-commit` request: the daemon does not commit on unmount.
     pub skip_final_commit: AtomicBool,
+    /// A fork served with the writeback cache, at this mountpoint: a commit
+    /// first has the kernel write back what it holds ([`flush_kernel`]).
+    pub writeback_at: Option<PathBuf>,
+}
+
+/// Under the writeback cache, written data may still sit in the kernel's
+/// page cache: `syncfs` the mount first (the kernel writes it back through
+/// the serving threads, and this thread waits), so that a commit folds
+/// everything written before it was asked for. Called from the control and
+/// commit threads, never from one serving requests (it would wait for
+/// itself).
+pub(super) fn flush_kernel(writeback_at: Option<&Path>) -> Result<()> {
+    let Some(mp) = writeback_at else {
+        return Ok(());
+    };
+    crate::sys::syncfs_fuse(mp).map_err(|e| {
+        Error::Refused(format!(
+            "cannot write back what the kernel caches of {} before committing: {e}; nothing was committed",
+            mp.display()
+        ))
+    })
 }
 
 /// Listen on `sock` (replacing a stale socket file) and answer requests on a
@@ -196,20 +217,24 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
         ..Reply::default()
     };
     let reply = match (serde_json::from_str::<Request>(&line), &control.fork) {
-        (Ok(Request::Commit { message }), Some(fork)) => match fork.commit(&message) {
-            Ok(id) => {
-                tracing::info!(checkpoint = %id, "committed on request");
-                Reply {
-                    ok: true,
-                    checkpoint: Some(id.to_hex()),
-                    ..Reply::default()
+        (Ok(Request::Commit { message }), Some(fork)) => {
+            match flush_kernel(control.writeback_at.as_deref())
+                .and_then(|()| Ok(fork.commit(&message)?))
+            {
+                Ok(id) => {
+                    tracing::info!(checkpoint = %id, "committed on request");
+                    Reply {
+                        ok: true,
+                        checkpoint: Some(id.to_hex()),
+                        ..Reply::default()
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "commit failed");
+                    failed(e.to_string())
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "commit failed");
-                failed(e.to_string())
-            }
-        },
+        }
         (Ok(Request::NoCommit), Some(_)) => {
             control.skip_final_commit.store(true, Ordering::SeqCst);
             Reply {
@@ -256,13 +281,23 @@ fn cache_report(control: &Control) -> Option<CacheReport> {
     })
 }
 
-/// Commit `fork` every `every` while the process lives (for `--commit-interval`).
-pub(super) fn commit_periodically(fork: Arc<Fork>, every: Duration) -> Result<()> {
+/// Commit `fork` every `every` while the process lives (for
+/// `--commit-interval`), after writing back what the kernel holds when
+/// `writeback_at` (see [`flush_kernel`]; if that fails, what the daemon has
+/// is committed and the rest waits for the next commit).
+pub(super) fn commit_periodically(
+    fork: Arc<Fork>,
+    every: Duration,
+    writeback_at: Option<PathBuf>,
+) -> Result<()> {
     std::thread::Builder::new()
         .name("storefs-commit".into())
         .spawn(move || {
             loop {
                 std::thread::sleep(every);
+                if let Err(e) = flush_kernel(writeback_at.as_deref()) {
+                    tracing::warn!(error = %e, "periodic commit without the kernel's cached writes");
+                }
                 match fork.commit("periodic commit") {
                     Ok(id) => tracing::info!(checkpoint = %id, "periodic commit"),
                     Err(e) => tracing::warn!(error = %e, "periodic commit failed"),
@@ -297,6 +332,7 @@ mod tests {
             caches: Some(Caches::new(4 << 20)),
             cache_size: 4 << 20,
             skip_final_commit: AtomicBool::new(false),
+            writeback_at: None,
         };
         let reply = ask(&control, "{\"op\":\"memory\"}\n");
         assert!(reply.ok);
@@ -322,6 +358,7 @@ mod tests {
             caches: None,
             cache_size: 4 << 20,
             skip_final_commit: AtomicBool::new(false),
+            writeback_at: None,
         };
         let reply = ask_raw(&control, "{\"op\":\"memory\"}\n");
         assert_eq!(reply, "{\"ok\":true,\"cache\":null}\n");

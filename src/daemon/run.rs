@@ -41,6 +41,8 @@ pub struct Settings {
     pub threads: Option<usize>,
     /// For a fork: commit every this many seconds (0: only on unmount).
     pub commit_interval: u64,
+    /// For a fork: the kernel's writeback cache (`--writeback-cache`).
+    pub writeback_cache: bool,
 }
 
 /// One mount to serve.
@@ -94,6 +96,7 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
                 .unwrap_or(2)
                 .max(2)
         }),
+        writeback_cache: m.settings.writeback_cache,
     };
     // A fork is opened (locked, journal replayed) before the kernel mount.
     let fork = match &m.what {
@@ -114,11 +117,13 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     })?;
     // Threads start after the mount, which blocked the stop signals: they inherit the mask.
     let socket = store.mount_file(mp, "sock");
+    let writeback_at = (fork.is_some() && m.settings.writeback_cache).then(|| mp.to_path_buf());
     let control = Arc::new(Control {
         fork: fork.clone(),
         caches: mounted.caches(),
         cache_size: m.settings.cache_size,
         skip_final_commit: AtomicBool::new(false),
+        writeback_at: writeback_at.clone(),
     });
     match control::serve_control(socket.clone(), control.clone()) {
         Ok(()) => {}
@@ -131,7 +136,11 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     if let Some(f) = &fork
         && m.settings.commit_interval > 0
     {
-        control::commit_periodically(f.clone(), Duration::from_secs(m.settings.commit_interval))?;
+        control::commit_periodically(
+            f.clone(),
+            Duration::from_secs(m.settings.commit_interval),
+            writeback_at,
+        )?;
     }
     let (mode, id) = match &m.what {
         What::Checkpoint(id) => ("ro", Some(*id)),
@@ -159,7 +168,10 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
         if control.skip_final_commit.load(Ordering::SeqCst) {
             tracing::info!("not committing on unmount (--no-commit); the journal is kept");
         } else {
-            // Everything written is already in the journal; a failed commit loses nothing.
+            // Everything written is already in the journal (under the
+            // writeback cache too: the unmount waited for every file to be
+            // closed, and a close writes back its file); a failed commit
+            // loses nothing.
             match f.commit("unmount") {
                 Ok(id) => tracing::info!(checkpoint = %id, "committed on unmount"),
                 Err(e) => {

@@ -20,6 +20,19 @@
 //!   the kernel's: every change of a size comes through this mount, and the
 //!   kernel serialises appends to one inode), like every write through the
 //!   page cache;
+//! - with the writeback cache (`--writeback-cache`,
+//!   [`ForkView::with_writeback_cache`]; off by default) writes wait in the
+//!   kernel's page cache and arrive as writeback, on close (every close
+//!   writes its file back), fsync, syncfs, memory pressure or after 30 s.
+//!   The kernel then owns a file's size, mtime and ctime: every write lands
+//!   at the offset it carries (`O_APPEND` included: the kernel placed it),
+//!   writeback keeps the file's times ([`Fork::write_back`]) and the kernel
+//!   sends its own in a `setattr` after the data, with its ctime.
+//!   `SEEK_DATA`/`SEEK_HOLE` are left to the kernel (it does not write a
+//!   file back before asking, so the fork's extent map may lag). A write
+//!   that must clear setuid/setgid is sent at once (write-through) with the
+//!   kill flag, as without the cache. See docs/journal.md for what this
+//!   changes in what a killed daemon keeps;
 //! - directory listings: a snapshot per open directory, taken at `opendir` and
 //!   on a rewind (offset 0), so entries that do not change are listed exactly
 //!   once even while the directory changes;
@@ -92,6 +105,15 @@ const CAPABILITIES: &[Capability] = &[
     Capability::PosixAclViewUmask,
 ];
 
+/// [`CAPABILITIES`] and the writeback cache (`--writeback-cache`).
+const WRITEBACK_CAPABILITIES: &[Capability] = &[
+    Capability::ReaddirPlus,
+    Capability::CacheSymlinks,
+    Capability::KillPrivV2,
+    Capability::PosixAclViewUmask,
+    Capability::WritebackCache,
+];
+
 /// A directory listing taken at opendir: ".", ".." and the entries.
 struct Listing {
     entries: Vec<DirEntry>,
@@ -108,6 +130,8 @@ pub struct ForkView {
     /// file as open, so an unlinked file stays readable until the kernel
     /// lets go of it (see the module docs).
     kernel_refs: Mutex<HashMap<u64, u64>>,
+    /// Served with the kernel's writeback cache ([`ForkView::with_writeback_cache`]).
+    writeback: bool,
 }
 
 fn check_name(name: &[u8]) -> Result<()> {
@@ -129,6 +153,16 @@ impl ForkView {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             kernel_refs: Mutex::new(HashMap::new()),
+            writeback: false,
+        }
+    }
+
+    /// A view that asks for the kernel's writeback cache: writes wait in the
+    /// page cache until the kernel writes them back (see the module docs).
+    pub fn with_writeback_cache(fork: Arc<Fork>) -> ForkView {
+        ForkView {
+            writeback: true,
+            ..ForkView::new(fork)
         }
     }
 
@@ -220,7 +254,11 @@ impl ForkView {
 
 impl View for ForkView {
     fn capabilities(&self) -> &'static [Capability] {
-        CAPABILITIES
+        if self.writeback {
+            WRITEBACK_CAPABILITIES
+        } else {
+            CAPABILITIES
+        }
     }
 
     fn negative_ttl(&self, _parent: u64) -> Option<Duration> {
@@ -259,8 +297,15 @@ impl View for ForkView {
         Ok(self.fork.read(ino, offset, size)?)
     }
 
-    /// From the fork's extent map.
+    /// From the fork's extent map. Not under the writeback cache: the kernel
+    /// does not write a file back before it asks, so the map may miss data
+    /// and size the kernel still holds. `ENOSYS` then makes the kernel answer
+    /// every later `SEEK_DATA`/`SEEK_HOLE` itself, from its own size (all
+    /// data, the hole at the end).
     fn seek(&self, _: &Caller, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>> {
+        if self.writeback {
+            return Err(FsError::NotNeeded);
+        }
         Ok(self.fork.seek(ino, offset, whence)?)
     }
 
@@ -384,6 +429,9 @@ impl View for ForkView {
 
     /// An `O_APPEND` write lands at the journal's end of file (the kernel's
     /// too); page-cache writeback (mmap) always carries its page's own offset.
+    /// Under the writeback cache every write carries its offset (the kernel
+    /// owns the size and places appends itself), and writeback keeps the
+    /// file's times ([`Fork::write_back`]: the kernel sends its own after).
     fn write(&self, _: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
         if how.kill_suidgid
@@ -395,7 +443,9 @@ impl View for ForkView {
             };
             self.fork.setattr(ino, &kill)?;
         }
-        if how.flags & libc::O_APPEND != 0 && !how.writeback {
+        if self.writeback && how.writeback {
+            self.fork.write_back(ino, how.offset, data)?;
+        } else if how.flags & libc::O_APPEND != 0 && !how.writeback && !self.writeback {
             self.fork.append(ino, data)?;
         } else {
             self.fork.write(ino, how.offset, data)?;

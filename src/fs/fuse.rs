@@ -186,6 +186,7 @@ fn init_flags(c: Capability) -> InitFlags {
         Capability::KillPrivV2 => InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         Capability::PosixAcl => InitFlags::FUSE_POSIX_ACL,
         Capability::PosixAclViewUmask => InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK,
+        Capability::WritebackCache => InitFlags::FUSE_WRITEBACK_CACHE,
     }
 }
 
@@ -451,7 +452,7 @@ impl Filesystem for FuseAdapter {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -467,6 +468,7 @@ impl Filesystem for FuseAdapter {
             size,
             atime: atime.map(time),
             mtime: mtime.map(time),
+            ctime: ctime.map(nanos),
         };
         reply_attr(self.view.setattr(&caller(req), ino.0, &attrs), reply);
     }
@@ -669,10 +671,10 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // No view keeps anything pending at close (writes are synchronous),
-        // and locks are the kernel's. ENOSYS stops the kernel sending flush
-        // on every close(2); it still writes back dirty mmap pages itself
-        // before it would have sent one.
+        // No view keeps anything pending at close, and locks are the
+        // kernel's. ENOSYS stops the kernel sending flush on every close(2);
+        // it still writes back the file's dirty pages (mmap, or any write
+        // under the writeback cache) itself before it would have sent one.
         reply.error(errno(&FsError::NotNeeded));
     }
 

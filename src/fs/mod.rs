@@ -65,6 +65,10 @@ pub struct MountConfig {
     pub cache_bytes: usize,
     /// FUSE worker threads (at least 1).
     pub threads: usize,
+    /// A fork mount asks for the kernel's writeback cache (`--writeback-cache`):
+    /// writes wait in the kernel's page cache until written back (see
+    /// [`fork`]); ignored by read-only mounts.
+    pub writeback_cache: bool,
 }
 
 /// Everything that can go wrong in the FUSE layer.
@@ -312,16 +316,22 @@ pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) ->
 /// (before serving); requests wait until [`Mounted::run`] runs. Signals as
 /// for [`mount_checkpoint`].
 ///
-/// Writes reach the fork's journal before `write(2)` returns (no writeback
-/// cache), and `fsync`, `fdatasync` and `fsyncdir` return once
-/// [`Fork::sync`] has made everything so far durable. The caller may keep
+/// Writes reach the fork's journal before `write(2)` returns, unless
+/// `cfg.writeback_cache` (then on close, fsync, syncfs or writeback; see
+/// [`fork`]), and `fsync`, `fdatasync` and `fsyncdir` return once
+/// [`Fork::sync`] has made everything so far durable (under the writeback
+/// cache the kernel writes the file's dirty pages back first). The caller may keep
 /// its own clone of `fork` to [`Fork::commit`] or [`Fork::sync`] from other
 /// threads while the mount serves, and commits after `run` returns.
 pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
-    let view = ForkView::new(fork);
+    let view = if cfg.writeback_cache {
+        ForkView::with_writeback_cache(fork)
+    } else {
+        ForkView::new(fork)
+    };
     let session = start_session(cfg, &config, |release| {
         FuseAdapter::new(Box::new(view), release)
     })?;

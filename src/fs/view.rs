@@ -168,6 +168,14 @@ pub enum Capability {
     /// [`Capability::PosixAcl`], with the umask handed to the view instead of
     /// applied by the kernel (no umask under a default ACL); both or neither.
     PosixAclViewUmask,
+    /// `FUSE_WRITEBACK_CACHE`: writes land in the kernel's page cache and
+    /// reach the view later, as page-cache writeback (on close, fsync,
+    /// syncfs, memory pressure or after 30 s), each at its own offset
+    /// ([`WriteCtx::writeback`]). The kernel then owns a regular file's size,
+    /// mtime and ctime: it ignores those in the view's replies, handles
+    /// `O_APPEND` itself, and sends the times as a `setattr` of its own
+    /// (with its ctime, [`SetAttr::ctime`]) after the data.
+    WritebackCache,
 }
 
 /// The capabilities of a read-only view: readdirplus, cached symlinks and

@@ -742,6 +742,19 @@ impl Fork {
         Ok(data.len() as u32)
     }
 
+    /// Write `data` at `offset` as page-cache writeback under the kernel's
+    /// writeback cache: the kernel owns the file's times and sends them after
+    /// the data (a `setattr`), so the file keeps its mtime (and its ctime
+    /// becomes it) whichever of the two the daemon serves first.
+    pub fn write_back(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.with(|st, ctx| {
+            let t = st.inode(ino)?.mtime;
+            st.write_at_time(ctx, ino, Some(offset), data, t)
+        })?;
+        self.wal.write_behind();
+        Ok(data.len() as u32)
+    }
+
     /// `copy_file_range` from file `src` to file `dst` (see
     /// [`ForkState::copy_range`]): committed data is shared, not copied;
     /// returns the bytes copied, which may be fewer than `len`.

@@ -179,6 +179,9 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<Time>,
     pub mtime: Option<Time>,
+    /// The change time to record (ns since the epoch): the kernel's, sent
+    /// with the times it owns under the writeback cache. `None`: now.
+    pub ctime: Option<i64>,
 }
 
 /// renameat2 behaviour.

@@ -37,7 +37,7 @@ if [ "$fsx_ok" = 1 ]; then
             fi
         }
         fsx_compare "$FSX_FILE" "the file in the mount"
-        if sf umount "$RW" && sf mount conform "$RW" -o allow_other; then
+        if sf umount "$RW" && sf mount conform "$RW" -o allow_other $FORK_MOUNT_ARGS; then
             fsx_compare "$FSX_FILE" "after umount (commit) and remount, the file"
         else
             say "fsx: umount/remount failed"
@@ -60,7 +60,7 @@ FSX_COPY_OPS=${FSX_COPY_OPS:-$((FSX_OPS / 2))}
 say "fsx: $FSX_COPY_OPS operations with copy_file_range, seed $FSX_SEED, on a fork committed every second"
 sed 's/^copy_file_range = 0$/copy_file_range = 4/' "$HERE/fsx.toml" >"$WORK/fsx-copy.toml"
 mkdir -p "$CP" "$WORK/fsx-copy-artifacts"
-if sf fork base --name conform-copy >/dev/null && sf mount conform-copy "$CP" --commit-interval 1; then
+if sf fork base --name conform-copy >/dev/null && sf mount conform-copy "$CP" --commit-interval 1 $FORK_MOUNT_ARGS; then
     if fsx -f "$WORK/fsx-copy.toml" -N "$FSX_COPY_OPS" -S "$FSX_SEED" -P "$WORK/fsx-copy-artifacts" "$CP/copyfile" \
         >"$WORK/fsx-copy.log" 2>&1 && grep -q 'All operations completed A-OK' "$WORK/fsx-copy.log"; then
         say "fsx: $FSX_COPY_OPS operations with copy_file_range completed A-OK"

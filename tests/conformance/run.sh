@@ -12,6 +12,8 @@
 #
 #   FSX_COPY_OPS  operations of the second fsx run, with copy_file_range
 #             (default FSX_OPS / 2)
+#   FORK_MOUNT_ARGS  more arguments for every fork mount (e.g.
+#             --writeback-cache); default none
 #
 # Prints one plain line last: `N passed, N failed, N skipped` over every check
 # (pjdfstest cases, EROFS checks, fsx runs and the remount comparison). Exits
@@ -24,6 +26,7 @@ HERE=$ROOT/tests/conformance
 FSX_OPS=${FSX_OPS:-100000}
 FSX_SEED=${FSX_SEED:-20260801}
 PJDFSTEST_TIMEOUT=${PJDFSTEST_TIMEOUT:-900}
+FORK_MOUNT_ARGS=${FORK_MOUNT_ARGS:-}
 export PATH="$HOME/.cargo/bin:$PATH" NO_COLOR=1
 
 say() { echo "conformance: $*"; }
@@ -94,7 +97,7 @@ fail "$f"
 
 # ----------------------------------------------------------- fork mount: pjdfstest
 sf fork base --name conform >/dev/null || die "fork failed"
-sf mount conform "$RW" -o allow_other || die "mount conform failed"
+sf mount conform "$RW" -o allow_other $FORK_MOUNT_ARGS || die "mount conform failed"
 mkdir -p "$WORK/secondary" "$WORK/enum" "$WORK/bin"
 # pjdfstest cannot list its cases: learn every name from a run in a scratch
 # directory of the native file system (a few seconds), then run every case on

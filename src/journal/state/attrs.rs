@@ -44,6 +44,7 @@ impl ForkState {
             || a.gid.is_some()
             || a.atime.is_some()
             || a.mtime.is_some()
+            || a.ctime.is_some()
         {
             self.log(
                 ctx,
@@ -54,7 +55,7 @@ impl ForkState {
                     gid: a.gid,
                     atime: time(a.atime),
                     mtime: time(a.mtime),
-                    ctime: t,
+                    ctime: a.ctime.unwrap_or(t),
                 },
             )?;
         }

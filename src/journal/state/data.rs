@@ -38,6 +38,18 @@ impl ForkState {
         offset: Option<u64>,
         data: &[u8],
     ) -> Result<u64> {
+        self.write_at_time(ctx, ino, offset, data, now_ns())
+    }
+
+    /// [`ForkState::write`] with mtime and ctime set to `t` instead of now.
+    pub fn write_at_time(
+        &mut self,
+        ctx: &Ctx<'_>,
+        ino: u64,
+        offset: Option<u64>,
+        data: &[u8],
+        t: i64,
+    ) -> Result<u64> {
         let f = self.inode(ino)?.file()?;
         let offset = offset.unwrap_or(f.size);
         if offset
@@ -46,7 +58,6 @@ impl ForkState {
         {
             return Err(Error::FileTooLarge);
         }
-        let t = now_ns();
         let mut at = offset;
         for part in data.chunks(MAX_WRITE_DATA) {
             // A `Record::Write` appended from the caller's buffer, without
