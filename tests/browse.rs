@@ -134,7 +134,7 @@ fn browse_shows_checkpoints_refs_forks_and_archives_and_follows_the_store() {
 
     assert_eq!(
         names(&mp),
-        ["archives", "checkpoints", "forks", "refs"]
+        ["archives", "checkpoints", "forks", "git", "refs"]
             .map(String::from)
             .into()
     );

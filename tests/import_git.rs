@@ -641,6 +641,20 @@ fn log_diff_fork_and_browse_work_on_imported_commits() {
         fs::read_link(browse.join("refs/moved.main")).unwrap(),
         PathBuf::from(format!("../checkpoints/{id}"))
     );
+    // git/<commit>: every imported commit, by its full id, to its checkpoint.
+    let commits: BTreeSet<String> = fs::read_dir(browse.join("git"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(commits, BTreeSet::from([c1.clone(), c2.clone()]));
+    assert_eq!(
+        fs::read_link(browse.join(format!("git/{c2}"))).unwrap(),
+        PathBuf::from(format!("../checkpoints/{id}"))
+    );
+    assert_eq!(
+        fs::read(browse.join(format!("git/{c2}/state/a.json"))).unwrap(),
+        b"{\"a\": 2}\n"
+    );
     guard.unmount();
 }
 

@@ -10,6 +10,7 @@
 //!   forks/<name>/head          symlink -> ../../checkpoints/<head id>
 //!   forks/<name>/history/<n>-<id>   symlinks, n = 0 at the fork point up to the head
 //!   archives/<name>            symlink -> ../checkpoints/<id>, one per archive index entry
+//!   git/<commit>               symlink -> ../checkpoints/<id>, one per imported git commit
 //! ```
 //!
 //! **Inode numbers.** The top 24 bits of an inode number say whose it is: 0 for
@@ -22,7 +23,7 @@
 //! serve the old target from its caches; numbers are never reused.
 //!
 //! **Freshness.** The store's own nodes (the root, `checkpoints/`, `refs/`,
-//! `forks/…`, `archives/`) change: their listings are re-read on every
+//! `forks/…`, `archives/`, `git/`) change: their listings are re-read on every
 //! `opendir` and `lookup`, their entries and attributes live [`STORE_TTL`],
 //! and their directories are opened without a directory cache, so new
 //! checkpoints, refs and forks show within a second. A checkpoint's tree never
@@ -99,6 +100,8 @@ pub enum Node {
     Forks,
     /// `archives/`
     Archives,
+    /// `git/`
+    Git,
     /// `checkpoints/<id>.json`
     Record(ObjectId),
     /// `refs/<name>` -> `../checkpoints/<id>`
@@ -126,30 +129,40 @@ pub enum Node {
         name: String,
         target: ObjectId,
     },
+    /// `git/<commit>` -> `../checkpoints/<id>`
+    GitCommit {
+        commit: String,
+        target: ObjectId,
+    },
 }
 
-/// The fixed nodes, numbered 1..=5 in this order.
-const FIXED: [Node; 5] = [
+/// The fixed nodes, numbered 1..=6 in this order.
+const FIXED: [Node; 6] = [
     Node::Root,
     Node::Checkpoints,
     Node::Refs,
     Node::Forks,
     Node::Archives,
+    Node::Git,
 ];
 
 impl Node {
     /// The directory holding this node (directories only; the root is its own).
     fn parent(&self) -> Node {
         match self {
-            Node::Root | Node::Checkpoints | Node::Refs | Node::Forks | Node::Archives => {
-                Node::Root
-            }
+            Node::Root
+            | Node::Checkpoints
+            | Node::Refs
+            | Node::Forks
+            | Node::Archives
+            | Node::Git => Node::Root,
             Node::Record(_) => Node::Checkpoints,
             Node::Ref { .. } => Node::Refs,
             Node::Fork(_) => Node::Forks,
             Node::ForkHead { fork, .. } | Node::History(fork) => Node::Fork(fork.clone()),
             Node::HistoryLink { fork, .. } => Node::History(fork.clone()),
             Node::Archive { .. } => Node::Archives,
+            Node::GitCommit { .. } => Node::Git,
         }
     }
 
@@ -160,20 +173,24 @@ impl Node {
             | Node::Refs
             | Node::Forks
             | Node::Archives
+            | Node::Git
             | Node::Fork(_)
             | Node::History(_) => Kind::Dir,
             Node::Record(_) => Kind::File,
             Node::Ref { .. }
             | Node::ForkHead { .. }
             | Node::HistoryLink { .. }
-            | Node::Archive { .. } => Kind::Symlink,
+            | Node::Archive { .. }
+            | Node::GitCommit { .. } => Kind::Symlink,
         }
     }
 
     /// A symlink's target.
     fn target(&self) -> Option<String> {
         let (up, id) = match self {
-            Node::Ref { target, .. } | Node::Archive { target, .. } => ("..", target),
+            Node::Ref { target, .. }
+            | Node::Archive { target, .. }
+            | Node::GitCommit { target, .. } => ("..", target),
             Node::ForkHead { target, .. } => ("../..", target),
             Node::HistoryLink { target, .. } => ("../../..", target),
             _ => return None,
@@ -703,7 +720,7 @@ impl BrowseView {
                     .map(|_| Child::Node(Node::History(fork.clone()))),
                 _ => None,
             },
-            Node::History(_) | Node::Archives => self
+            Node::History(_) | Node::Archives | Node::Git => self
                 .list(node)?
                 .into_iter()
                 .find(|(n, _)| n == name.as_bytes())
@@ -773,6 +790,19 @@ impl BrowseView {
                     named(name, node)
                 })
                 .collect(),
+            Node::Git => self
+                .store
+                .list_git()
+                .map_err(store_err)?
+                .into_iter()
+                .map(|(commit, target)| {
+                    let node = Node::GitCommit {
+                        commit: commit.clone(),
+                        target,
+                    };
+                    named(commit, node)
+                })
+                .collect(),
             _ => return Err(FsError::NotDir),
         };
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -836,6 +866,7 @@ fn root_name(node: &Node) -> Option<&'static str> {
         Node::Refs => Some("refs"),
         Node::Forks => Some("forks"),
         Node::Archives => Some("archives"),
+        Node::Git => Some("git"),
         _ => None,
     }
 }

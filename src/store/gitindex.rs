@@ -75,6 +75,29 @@ impl Store {
         Ok(())
     }
 
+    /// Every imported git commit (hex) with its checkpoint, by commit id;
+    /// malformed records and those whose checkpoint is gone are left out.
+    pub fn list_git(&self) -> Result<Vec<(String, ObjectId)>> {
+        let dir = self.git_dir();
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(&dir),
+        };
+        let mut out = Vec::new();
+        for ent in rd {
+            let name = ent.at(&dir)?.file_name();
+            let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            if let Some(rec) = self.git_record(hex)? {
+                out.push((hex.to_string(), rec.checkpoint));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// The checkpoint of the imported git commit whose id starts with
     /// `prefix` (at least 4 hex digits): `git:PREFIX` as the user types it.
     pub fn resolve_git(&self, prefix: &str) -> Result<ObjectId> {
