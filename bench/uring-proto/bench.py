@@ -4,8 +4,9 @@
     cargo build --release --manifest-path bench/uring-proto/Cargo.toml
     python3 bench/uring-proto/bench.py [--rounds 3] [--n 100000]
 
-Mounts the prototype three times (classic /dev/fuse with 2 threads, as
-storefs runs fuser; classic with 1 thread; io_uring, one queue per CPU) and
+Mounts the prototype four times (classic /dev/fuse with 2 threads, as
+storefs runs fuser; classic with 1 thread; io_uring, one queue per CPU;
+the same with SINGLE_ISSUER + DEFER_TASKRUN rings) and
 times, on each and on a native file, best of --rounds (the order of the
 places rotates each round): N fstat() on one open file, N stat() by path,
 and two processes doing N/2 fstat() each at once. The prototype answers
@@ -17,6 +18,7 @@ asserts on it.
 """
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -27,7 +29,12 @@ from agent import RequestTrace, tracing_ok  # noqa: E402
 
 PARAM = "/sys/module/fuse/parameters/enable_uring"
 BIN = os.path.join(HERE, "target", "release")
-CONFIGS = {"classic-2t": ["classic", "2"], "classic-1t": ["classic", "1"], "uring": ["uring", "8"]}
+CONFIGS = {
+    "classic-2t": (["classic", "2"], {}),
+    "classic-1t": (["classic", "1"], {}),
+    "uring": (["uring", "8"], {}),
+    "uring-defer": (["uring", "8"], {"URING_PROTO_DEFER": "1"}),
+}
 
 
 def mounted(mnt):
@@ -38,7 +45,8 @@ def mounted(mnt):
 def mount(name, mnt):
     os.makedirs(mnt, exist_ok=True)
     log = open(mnt + ".log", "w")
-    p = subprocess.Popen([os.path.join(BIN, "uring-proto"), mnt, *CONFIGS[name]], stderr=log)
+    args, env = CONFIGS[name]
+    p = subprocess.Popen([os.path.join(BIN, "uring-proto"), mnt, *args], stderr=log, env=dict(os.environ, **env))
     for _ in range(250):
         if mounted(mnt):
             os.stat(os.path.join(mnt, "f"))
@@ -57,6 +65,18 @@ def unmount(mnt, p):
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
+
+
+def cpu_of(pid):
+    """utime + stime of a process, seconds"""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def loop(path, n, mode):
@@ -88,6 +108,7 @@ def main():
         f.write("hello\n")
     mounts = {}
     best = {}
+    cpu = {}  # client + daemon CPU seconds, least over the rounds
     counts = {}
     try:
         with open(PARAM, "w") as f:
@@ -103,9 +124,12 @@ def main():
             for tname, fn in tests:
                 for place in order:
                     path = native if place == "native" else os.path.join(mounts[place][0], "f")
+                    c0 = children_cpu() + (cpu_of(mounts[place][1].pid) if place != "native" else 0)
                     t = fn(path)
+                    c = children_cpu() + (cpu_of(mounts[place][1].pid) if place != "native" else 0) - c0
                     key = (tname, place)
                     best[key] = min(best.get(key, t), t)
+                    cpu[key] = min(cpu.get(key, c), c)
         if tracing_ok():
             for name in CONFIGS:
                 tr = RequestTrace(mounts[name][0])
@@ -129,15 +153,16 @@ def main():
                     os.remove(path)
         os.remove(native)
         os.rmdir(a.dir)
-    print(f"{a.n} calls each, best of {a.rounds}; µs per call (ratio to classic-2t)")
-    print("| loop | native | classic-2t | classic-1t | uring | requests per call |")
-    print("|---|---|---|---|---|---|")
+    print(f"{a.n} calls each, best of {a.rounds}; µs per call (ratio to classic-2t); CPU: client + daemon µs per call")
+    print("| loop | native | " + " | ".join(CONFIGS) + " | requests per call | CPU " + " / ".join(CONFIGS) + " |")
+    print("|---|---|" + "---|" * len(CONFIGS) + "---|---|")
     for tname, _ in tests:
         base = best[(tname, "classic-2t")]
         cells = [f"{best[(tname, 'native')] / a.n * 1e6:.2f}"]
         cells += [f"{best[(tname, p)] / a.n * 1e6:.2f} ({best[(tname, p)] / base:.2f})" for p in CONFIGS]
         req = counts.get((tname, "uring"))
         cells.append(f"{req:.2f}" if req is not None else "n/a")
+        cells.append(" / ".join(f"{cpu[(tname, p)] / a.n * 1e6:.1f}" for p in CONFIGS))
         print(f"| {tname} | " + " | ".join(cells) + " |")
 
 

@@ -10,6 +10,9 @@
 //!     uring-proto MOUNTPOINT classic [THREADS]   (default 2)
 //!     uring-proto MOUNTPOINT uring [DEPTH]       (default 8 entries per queue)
 //!
+//! `URING_PROTO_DEFER=1` sets the rings up with SINGLE_ISSUER and
+//! DEFER_TASKRUN.
+//!
 //! Runs in the foreground until the mount is unmounted (`umount MOUNTPOINT`).
 //! Needs root (it mounts with mount(2)) and, for `uring`,
 //! /sys/module/fuse/parameters/enable_uring = Y; without it the kernel does
@@ -343,14 +346,19 @@ fn pin_to(cpu: usize) {
 /// answers each completed fetch with COMMIT_AND_FETCH of its reply.
 fn ring_loop(fd: i32, qid: u16, depth: usize) {
     pin_to(qid as usize);
-    let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
-        match IoUring::builder().build(depth as u32 * 2) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("uring-proto: queue {qid}: io_uring_setup: {e}");
-                return;
-            }
-        };
+    let mut builder = IoUring::<squeue::Entry128, cqueue::Entry>::builder();
+    if std::env::var_os("URING_PROTO_DEFER").is_some() {
+        // The kernel's "here is a request" runs as task work only when this
+        // thread waits in io_uring_enter: no IPI to kick it.
+        builder.setup_single_issuer().setup_defer_taskrun();
+    }
+    let mut ring = match builder.build(depth as u32 * 2) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("uring-proto: queue {qid}: io_uring_setup: {e}");
+            return;
+        }
+    };
     let mut ents: Vec<Box<Ent>> = (0..depth)
         .map(|_| {
             let mut e = Box::new(Ent {
