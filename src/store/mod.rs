@@ -76,7 +76,7 @@ pub enum Error {
     )]
     UnknownTarget(String),
     #[error(
-        "'{prefix}' is ambiguous: it starts {count} checkpoints ({examples}); give more digits"
+        "'{prefix}' is ambiguous: {count} ids start with it ({examples}); give more digits"
     )]
     Ambiguous {
         prefix: String,
