@@ -75,9 +75,7 @@ pub enum Error {
         "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs and `storefs log` checkpoints"
     )]
     UnknownTarget(String),
-    #[error(
-        "'{prefix}' is ambiguous: {count} ids start with it ({examples}); give more digits"
-    )]
+    #[error("'{prefix}' is ambiguous: {count} ids start with it ({examples}); give more digits")]
     Ambiguous {
         prefix: String,
         count: usize,
