@@ -285,6 +285,22 @@ fn compare(repo: &Path, env: &Env, commit: &str, scratch: &Path) -> Vec<String> 
 }
 
 /// stdout of `import-git` as (commit, checkpoint) lines.
+/// `import-git REPO --origin ORIGIN --ref-prefix PREFIX` into the test's
+/// store: (stdout, stderr).
+fn import_into(env: &Env, repo: &Path, origin: &Path, prefix: &str) -> (String, String) {
+    env.ok_in(
+        &env.store,
+        &[
+            "import-git",
+            repo.to_str().unwrap(),
+            "--origin",
+            origin.to_str().unwrap(),
+            "--ref-prefix",
+            prefix,
+        ],
+    )
+}
+
 fn imported(stdout: &str) -> Vec<(String, String)> {
     stdout
         .lines()
@@ -304,17 +320,7 @@ fn import_200_commits_restore_each_then_incremental_and_mount() {
     assert_eq!(all.len(), 200, "the repository has 200 commits");
     let origin = env.path("i20-origin/shared");
 
-    let (out, err) = env.ok_in(
-        &env.store,
-        &[
-            "import-git",
-            repo.dir.to_str().unwrap(),
-            "--origin",
-            origin.to_str().unwrap(),
-            "--ref-prefix",
-            "h",
-        ],
-    );
+    let (out, err) = import_into(&env, &repo.dir, &origin, "h");
     let first = imported(&out);
     assert_eq!(first.len(), 200, "{err}");
     let got: BTreeSet<String> = first.iter().map(|(c, _)| c.clone()).collect();
@@ -453,17 +459,7 @@ fn import_200_commits_restore_each_then_incremental_and_mount() {
         repo.write("d3/later.txt", format!("later {i}\n").as_bytes());
         new.push(repo.commit(&format!("later {i}")));
     }
-    let (out, err) = env.ok_in(
-        &env.store,
-        &[
-            "import-git",
-            repo.dir.to_str().unwrap(),
-            "--ref-prefix",
-            "h",
-            "--origin",
-            origin.to_str().unwrap(),
-        ],
-    );
+    let (out, err) = import_into(&env, &repo.dir, &origin, "h");
     let second = imported(&out);
     let second_commits: Vec<String> = second.iter().map(|(c, _)| c.clone()).collect();
     assert_eq!(second_commits, new, "{err}");
@@ -488,17 +484,7 @@ fn import_200_commits_restore_each_then_incremental_and_mount() {
     assert!(log.contains(&format!("commit {} of ", new[0])), "{log}");
 
     // A third import with nothing new imports nothing.
-    let (out, _) = env.ok_in(
-        &env.store,
-        &[
-            "import-git",
-            repo.dir.to_str().unwrap(),
-            "--ref-prefix",
-            "h",
-            "--origin",
-            origin.to_str().unwrap(),
-        ],
-    );
+    let (out, _) = import_into(&env, &repo.dir, &origin, "h");
     assert_eq!(out, "");
 
     // The commit an attempt's JSON names mounts at the origin.
@@ -578,17 +564,7 @@ fn log_diff_fork_and_browse_work_on_imported_commits() {
 
     // Re-import with another origin: new records, same trees.
     let elsewhere = env.path("i20-elsewhere");
-    let (out, _) = env.ok_in(
-        &env.store,
-        &[
-            "import-git",
-            r.dir.to_str().unwrap(),
-            "--origin",
-            elsewhere.to_str().unwrap(),
-            "--ref-prefix",
-            "moved",
-        ],
-    );
+    let (out, _) = import_into(&env, &r.dir, &elsewhere, "moved");
     let again = imported(&out);
     assert_eq!(again.len(), 2);
     let first_root = {
