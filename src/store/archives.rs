@@ -69,17 +69,9 @@ impl Store {
     /// the oldest get `@<first 12 hex of the archive's sha256>` appended. A
     /// record that cannot be read is skipped (and logged).
     pub fn list_archives(&self) -> Result<Vec<(String, ObjectId)>> {
-        let dir = self.root().join("archives");
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e).at(&dir),
-        };
         let mut records: Vec<(String, String, ArchiveRecord)> = Vec::new();
-        for ent in rd {
-            let ent = ent.at(&dir)?;
-            let file = ent.file_name();
-            let Some(sha) = file.to_str().and_then(|n| n.strip_suffix(".json")) else {
+        for file in super::dir_names(&self.root().join("archives"))? {
+            let Some(sha) = file.strip_suffix(".json") else {
                 continue;
             };
             match self.archive_record(sha) {

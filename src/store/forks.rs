@@ -55,18 +55,8 @@ impl Store {
     /// All forks and their heads, sorted by name. A fork whose creation did
     /// not finish (no HEAD) is not listed.
     pub fn list_forks(&self) -> Result<Vec<(String, ObjectId)>> {
-        let dir = self.forks_dir();
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e).at(&dir),
-        };
         let mut out = Vec::new();
-        for ent in rd {
-            let ent = ent.at(&dir)?;
-            let Some(name) = ent.file_name().to_str().map(str::to_string) else {
-                continue;
-            };
+        for name in super::dir_names(&self.forks_dir())? {
             if let Some(id) = self.fork_head(&name)? {
                 out.push((name, id));
             }

@@ -78,23 +78,27 @@ impl Store {
     /// Every imported git commit (hex) with its checkpoint, by commit id;
     /// malformed records and those whose checkpoint is gone are left out.
     pub fn list_git(&self) -> Result<Vec<(String, ObjectId)>> {
-        let dir = self.git_dir();
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e).at(&dir),
-        };
         let mut out = Vec::new();
-        for ent in rd {
-            let name = ent.at(&dir)?.file_name();
-            let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+        for (hex, rec) in self.git_records(|_| true)? {
+            out.push((hex, rec.checkpoint));
+        }
+        Ok(out)
+    }
+
+    /// The records of the imported commits whose hex id `want` accepts, by
+    /// commit id (malformed records and those whose checkpoint is gone are
+    /// left out).
+    fn git_records(&self, want: impl Fn(&str) -> bool) -> Result<Vec<(String, GitRecord)>> {
+        let mut out = Vec::new();
+        for name in super::dir_names(&self.git_dir())? {
+            let Some(hex) = name.strip_suffix(".json").filter(|h| want(h)) else {
                 continue;
             };
             if let Some(rec) = self.git_record(hex)? {
-                out.push((hex.to_string(), rec.checkpoint));
+                out.push((hex.to_string(), rec));
             }
         }
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 
@@ -110,27 +114,7 @@ impl Store {
         if lower.len() < 4 || lower.len() > 64 || !is_hex(&lower) {
             return Err(unknown());
         }
-        let dir = self.git_dir();
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Err(unknown()),
-            Err(e) => return Err(e).at(&dir),
-        };
-        let mut found: Vec<(String, GitRecord)> = Vec::new();
-        for ent in rd {
-            let ent = ent.at(&dir)?;
-            let name = ent.file_name();
-            let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
-                continue;
-            };
-            if !hex.starts_with(&lower) {
-                continue;
-            }
-            if let Some(rec) = self.git_record(hex)? {
-                found.push((hex.to_string(), rec));
-            }
-        }
-        found.sort_by(|a, b| a.0.cmp(&b.0));
+        let found = self.git_records(|hex| hex.starts_with(&lower))?;
         match found.len() {
             0 => Err(unknown()),
             1 => Ok(found[0].1.checkpoint),

@@ -722,6 +722,23 @@ thread_local! {
 
 /// The frame table of stored bytes `raw`, when they are a framed object
 /// whose table parses.
+/// The names in directory `dir` that are UTF-8 (others are skipped), in
+/// no order; none when `dir` does not exist (nothing was written there yet).
+fn dir_names(dir: &Path) -> Result<Vec<String>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).at(dir),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        if let Ok(name) = ent.at(dir)?.file_name().into_string() {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
 fn raw_table(raw: &[u8]) -> Option<framed::FrameTable> {
     if framed::declares_size(raw) {
         return None;
