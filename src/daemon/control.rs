@@ -161,8 +161,6 @@ pub(super) struct Control {
     pub fork: Option<Arc<Fork>>,
     /// A checkpoint or browse mount's caches.
     pub caches: Option<Caches>,
-    /// `--cache-size`, which bounds a fork's chunk cache.
-    pub cache_size: usize,
     /// Set by a `no-commit` request: the daemon does not commit on unmount.
     pub skip_final_commit: AtomicBool,
     /// A fork served with the writeback cache, at this mountpoint: a commit
@@ -273,7 +271,7 @@ fn cache_report(control: &Control) -> Option<CacheReport> {
     }
     let m = control.fork.as_ref()?.memory();
     Some(CacheReport {
-        limit: control.cache_size as u64,
+        limit: m.chunk_limit as u64,
         bytes: m.chunks as u64,
         chunks: m.chunks as u64,
         dirs: 0,
@@ -330,7 +328,6 @@ mod tests {
         let control = Control {
             fork: None,
             caches: Some(Caches::new(4 << 20)),
-            cache_size: 4 << 20,
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
         };
@@ -356,7 +353,6 @@ mod tests {
         let control = Control {
             fork: None,
             caches: None,
-            cache_size: 4 << 20,
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
         };

@@ -121,7 +121,6 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     let control = Arc::new(Control {
         fork: fork.clone(),
         caches: mounted.caches(),
-        cache_size: m.settings.cache_size,
         skip_final_commit: AtomicBool::new(false),
         writeback_at: writeback_at.clone(),
     });
