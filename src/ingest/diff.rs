@@ -10,7 +10,7 @@
 
 use crate::store::{Checkpoint, Content, Entry, Kind, ObjectId, Store};
 
-use super::{Error, Result};
+use super::{Error, Result, join};
 
 /// How a path differs between the two checkpoints.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,14 +139,4 @@ fn differences(a: &Entry, b: &Entry) -> Vec<&'static str> {
 
 fn push(out: &mut Vec<Change>, path: Vec<u8>, kind: ChangeKind) {
     out.push(Change { path, kind });
-}
-
-fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
-    if prefix.is_empty() {
-        return name.to_vec();
-    }
-    let mut p = prefix.to_vec();
-    p.push(b'/');
-    p.extend_from_slice(name);
-    p
 }

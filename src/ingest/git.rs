@@ -32,7 +32,7 @@ use std::sync::mpsc;
 use gix::bstr::ByteSlice;
 use gix::objs::tree::EntryKind;
 
-use super::{Error, Result, escape};
+use super::{Error, Result, escape, join};
 use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending, hash_chunks, send_chunks};
 use crate::store::progress::{SharedProgress, no_progress};
 use crate::store::{
@@ -904,15 +904,6 @@ impl TreeBuilder<'_> {
         dir.content = Content::Tree(id);
         Ok(dir)
     }
-}
-
-fn join(path: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = path.to_vec();
-    if !p.is_empty() {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
-    p
 }
 
 /// An entry owned by 0:0 with every time `time_ns`.

@@ -27,6 +27,19 @@ pub use statcache::Parent;
 
 use crate::store;
 
+/// `a/b` from a tree-relative path (`a`, empty for the root) and a name:
+/// the '/'-separated raw paths restore, diff and the git import report.
+fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
+    if rel.is_empty() {
+        return name.to_vec();
+    }
+    let mut p = Vec::with_capacity(rel.len() + 1 + name.len());
+    p.extend_from_slice(rel);
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
+}
+
 /// Everything that can go wrong while snapshotting, restoring or diffing.
 /// Each variant names the path involved and, where there is one, the fix.
 #[derive(Debug, thiserror::Error)]

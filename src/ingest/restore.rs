@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::OFlags;
 
 use super::sys::{self, XattrTarget};
-use super::{Error, IoAt, Result};
+use super::{Error, IoAt, Result, join};
 use crate::store::{Checkpoint, Content, Entry, Extent, Kind, Store};
 
 /// What a restore wrote.
@@ -91,18 +91,6 @@ fn check_name(name: &[u8], dir: &Path) -> Result<CString> {
             name: String::from_utf8_lossy(name).into_owned(),
         }),
     }
-}
-
-/// `a/b` from a relative path and a name.
-fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
-    if rel.is_empty() {
-        return name.to_vec();
-    }
-    let mut p = Vec::with_capacity(rel.len() + 1 + name.len());
-    p.extend_from_slice(rel);
-    p.push(b'/');
-    p.extend_from_slice(name);
-    p
 }
 
 struct Restorer<'a> {
