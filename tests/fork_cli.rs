@@ -59,6 +59,18 @@ fn agent_turn(root: &Path, turn: u32) {
     fs::remove_dir(root.join("run.lock")).unwrap();
 }
 
+/// What [`agent_turn`] 1 wrote (and fsynced) on the fixture is under `root`.
+fn assert_turn_one_kept(root: &Path) {
+    assert_eq!(
+        fs::read(root.join("state/lead.json")).unwrap(),
+        b"{\"turn\": 1}\n"
+    );
+    assert_eq!(
+        fs::read(root.join("out/_journal.jsonl")).unwrap(),
+        b"{\"seq\": 0}\n{\"seq\": 1}\n"
+    );
+}
+
 #[test]
 fn fork_mount_rw_commit_unmount_and_the_base_stays() {
     let env = Env::new();
@@ -166,14 +178,7 @@ fn fsynced_writes_survive_a_killed_daemon_and_no_commit_keeps_the_journal() {
 
     // The journal replays: what fsync acknowledged is there.
     let m = env.mount("f", Some(&mp));
-    assert_eq!(
-        fs::read(mp.join("state/lead.json")).unwrap(),
-        b"{\"turn\": 1}\n"
-    );
-    assert_eq!(
-        fs::read(mp.join("out/_journal.jsonl")).unwrap(),
-        b"{\"seq\": 0}\n{\"seq\": 1}\n"
-    );
+    assert_turn_one_kept(&mp);
     fs::write(mp.join("kept.txt"), b"journal only\n").unwrap();
     let head_before = env.ok(["log", "f"]);
     let out = env.run(["umount".as_ref(), mp.as_os_str(), "--no-commit".as_ref()]);
@@ -327,14 +332,7 @@ fn fsynced_writes_survive_a_killed_daemon_under_writeback() {
     m.unmount(); // clears the dead mount
 
     let m = mount_writeback(&env, "f", &mp, &[]);
-    assert_eq!(
-        fs::read(mp.join("state/lead.json")).unwrap(),
-        b"{\"turn\": 1}\n"
-    );
-    assert_eq!(
-        fs::read(mp.join("out/_journal.jsonl")).unwrap(),
-        b"{\"seq\": 0}\n{\"seq\": 1}\n"
-    );
+    assert_turn_one_kept(&mp);
     assert!(fs::read(mp.join("big.bin")).unwrap() == big);
     m.unmount();
 }
