@@ -12,7 +12,8 @@
 //!   whether a FUSE mount's daemon is gone;
 //! - what a daemonized child needs: a new session, and a descriptor kept
 //!   across `exec`;
-//! - device numbers: a `dev_t` from its major and minor, and back.
+//! - device numbers: a `dev_t` from its major and minor, and back;
+//! - random bytes for unique names.
 //! - `sync_file_range`, which neither rustix nor nix offers: the one OS call
 //!   written against libc.
 //!
@@ -404,4 +405,14 @@ mod tests {
         child.wait().unwrap();
         assert!(!pid_alive(pid));
     }
+}
+
+/// Random bytes from the kernel, for names that must be unique across
+/// processes and machines (local packs, remote locks).
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let n = rustix::rand::getrandom(&mut *buf, rustix::rand::GetRandomFlags::empty())?;
+    if n != buf.len() {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok(())
 }

@@ -14,7 +14,7 @@ use std::process::Output;
 
 use common::{
     Env, RemoteKind, RemoteKind as Kind, assert_same_tree, chunk_of, env_with_remote, make_store,
-    pseudo_random,
+    pack_of, pseudo_random, replace_in_pack, unpack_remote,
 };
 use storefs::remote::Remote;
 use storefs::store::ObjectId;
@@ -38,6 +38,7 @@ both_remotes!(
     tampered_object_fails_pull,
     missing_object_fails_pull,
     ref_update_is_conditional,
+    remote_without_packs_still_works,
 );
 
 impl Setup {
@@ -104,7 +105,18 @@ fn uploaded(report: &str) -> (usize, usize) {
     (words[2].parse().unwrap(), words[0].parse().unwrap())
 }
 
-/// The first chunk of `path` in checkpoint `target` of `store`.
+/// The "(N bytes)" of push's report.
+fn bytes_uploaded(report: &str) -> u64 {
+    let (_, after) = report.split_once(" objects uploaded (").unwrap();
+    after.split_once(" bytes)").unwrap().0.parse().unwrap()
+}
+
+/// The root tree of `target` in `store`.
+fn root_of(store: &Path, target: &str) -> ObjectId {
+    let s = storefs::store::Store::open(store).unwrap();
+    s.read_checkpoint(&s.resolve(target).unwrap()).unwrap().root
+}
+
 fn push_pull_round_trip(kind: Kind) {
     let Some(t) = setup(kind) else { return };
     let src = t.make_tree();
@@ -117,6 +129,26 @@ fn push_pull_round_trip(kind: Kind) {
     assert!(m > 10, "{report}");
     assert_eq!(t.remote.list_objects().unwrap().len(), m);
     assert_eq!(t.remote_ref("s1").as_deref(), Some(id.as_str()));
+    // In packs, not one remote object each: one pack of trees, one of chunks.
+    let packs = t.remote.list_packs().unwrap();
+    let kinds: Vec<&str> = packs.iter().map(|(s, _)| &s[..2]).collect();
+    assert_eq!(packs.len(), 2, "{kinds:?}");
+    assert!(kinds.contains(&"t-") && kinds.contains(&"d-"), "{kinds:?}");
+    let (tree_pack, tree_entries) = pack_of(&t.remote, &root_of(&t.store("a"), "s1"));
+    assert!(
+        tree_pack.starts_with("t-") && tree_entries.len() > 1,
+        "{tree_pack}"
+    );
+    assert!(
+        t.remote
+            .get_bytes(&format!(
+                "objects/{}",
+                chunk_of(&t.store("a"), "s1", "big.bin")
+            ))
+            .unwrap()
+            .is_none(),
+        "nothing loose"
+    );
 
     // A second push uploads nothing and leaves the remote as it was.
     let (_, report) = t.ok("a", &["push", "team", "s1"]);
@@ -235,19 +267,34 @@ fn interrupted_push_resumes(kind: Kind) {
     let (_, report) = t.ok("a", &["push", "team", "s1"]);
     let (_, m) = uploaded(&report);
 
-    // What an interruption before the ref leaves: some objects, no record, no ref.
-    let mut objs: Vec<ObjectId> = t.remote.list_objects().unwrap().into_iter().collect();
-    objs.sort();
-    let gone: Vec<ObjectId> = objs.iter().step_by(2).copied().collect();
-    for o in &gone {
-        t.remote.delete(&format!("objects/{o}")).unwrap();
-    }
+    let first_bytes = bytes_uploaded(&report);
+
+    // What an interruption before the ref leaves: the chunk pack sent but
+    // not its index, the tree pack not sent, no record, no ref.
+    let packs = t.remote.list_packs().unwrap();
+    let (data, data_entries) = packs.iter().find(|(s, _)| s.starts_with("d-")).unwrap();
+    let (trees, tree_entries) = packs.iter().find(|(s, _)| s.starts_with("t-")).unwrap();
+    t.remote.delete(&format!("packs/{data}.idx")).unwrap();
+    t.remote.delete(&format!("packs/{trees}.idx")).unwrap();
+    t.remote.delete(&format!("packs/{trees}.pack")).unwrap();
     t.remote.delete(&format!("checkpoints/{id}.json")).unwrap();
     t.remote.delete("refs/s1").unwrap();
+    assert!(
+        t.remote.list_objects().unwrap().is_empty(),
+        "a pack without index is not read"
+    );
 
     let (_, report) = t.ok("a", &["push", "team", "s1"]);
-    assert_eq!(uploaded(&report), (gone.len(), m), "{report}");
+    assert_eq!(uploaded(&report), (m, m), "{report}");
+    assert_eq!(data_entries.len() + tree_entries.len(), m);
     assert!(report.contains("1 records uploaded"), "{report}");
+    // The chunk pack was there whole (same objects, same order, same name):
+    // only its index and the tree pack went again.
+    let again = bytes_uploaded(&report);
+    assert!(
+        again < first_bytes / 4,
+        "{again} of {first_bytes}: {report}"
+    );
     assert_eq!(t.remote.list_objects().unwrap().len(), m);
 
     t.add_remote("b");
@@ -275,9 +322,7 @@ fn tampered_object_fails_pull(kind: Kind) {
     // A well-formed zstd frame of other bytes under the chunk's name.
     let victim = chunk_of(&t.store("a"), "s1", "big.bin");
     let other = zstd::bulk::compress(&pseudo_random(1000, 9), 3).unwrap();
-    t.remote
-        .put_bytes(&format!("objects/{victim}"), &other)
-        .unwrap();
+    replace_in_pack(&t.remote, &victim, &other);
     let err = t.fails("b", &["pull", "team", "s1"]);
     assert!(
         err.contains(&victim.to_hex()) && err.contains("corrupt") && err.contains("'team'"),
@@ -286,9 +331,7 @@ fn tampered_object_fails_pull(kind: Kind) {
     assert_nothing_published(&t);
 
     // Bytes that are not zstd at all.
-    t.remote
-        .put_bytes(&format!("objects/{victim}"), b"garbage")
-        .unwrap();
+    replace_in_pack(&t.remote, &victim, b"garbage");
     let err = t.fails("b", &["pull", "team", "s1"]);
     assert!(
         err.contains(&victim.to_hex()) && err.contains("corrupt"),
@@ -307,8 +350,10 @@ fn tampered_object_fails_pull(kind: Kind) {
     assert_nothing_published(&t);
 
     // Repaired by pushing again (the pusher re-uploads only what is missing,
-    // so delete the bad ones first, as a repair would), then the pull works.
-    t.remote.delete(&format!("objects/{victim}")).unwrap();
+    // so delete the bad pack first, as a repair would), then the pull works.
+    let (bad, _) = pack_of(&t.remote, &victim);
+    t.remote.delete(&format!("packs/{bad}.idx")).unwrap();
+    t.remote.delete(&format!("packs/{bad}.pack")).unwrap();
     t.remote.delete(&key).unwrap();
     t.ok("a", &["push", "team", "s1"]);
     t.ok("b", &["pull", "team", "s1"]);
@@ -320,13 +365,54 @@ fn missing_object_fails_pull(kind: Kind) {
     let Some(t) = setup(kind) else { return };
     t.pushed_from_a();
     let victim = chunk_of(&t.store("a"), "s1", "big.bin");
-    t.remote.delete(&format!("objects/{victim}")).unwrap();
+    let (stem, entries) = pack_of(&t.remote, &victim);
+    let names_one = |err: &str| entries.iter().any(|e| err.contains(&e.id.to_hex()));
+    // The pack gone, its index still there: not published, so not read.
+    let pack = t
+        .remote
+        .get_bytes(&format!("packs/{stem}.pack"))
+        .unwrap()
+        .unwrap();
+    t.remote.delete(&format!("packs/{stem}.pack")).unwrap();
     let err = t.fails("b", &["pull", "team", "s1"]);
     assert!(
-        err.contains(&victim.to_hex()) && err.contains("missing"),
+        names_one(&err) && err.contains("missing") && err.contains("in no pack"),
         "{err}"
     );
     assert_nothing_published(&t);
+    // The index gone.
+    t.remote
+        .put_bytes(&format!("packs/{stem}.pack"), &pack)
+        .unwrap();
+    t.remote.delete(&format!("packs/{stem}.idx")).unwrap();
+    let err = t.fails("b", &["pull", "team", "s1"]);
+    assert!(
+        names_one(&err) && err.contains("missing") && err.contains("in no pack"),
+        "{err}"
+    );
+    assert_nothing_published(&t);
+}
+
+/// A remote written before packs (every object loose under `objects/`)
+/// still pulls, and a push to it sends only what it lacks.
+fn remote_without_packs_still_works(kind: Kind) {
+    let Some(t) = setup(kind) else { return };
+    let src = t.pushed_from_a();
+    unpack_remote(&t.remote);
+    assert!(t.remote.list_packs().unwrap().is_empty());
+    let (_, report) = t.ok("b", &["pull", "team", "s1"]);
+    assert!(!report.contains(" 0 objects fetched"), "{report}");
+    let restored = t.env.path("restored");
+    t.ok("b", &["restore", "s1", restored.to_str().unwrap()]);
+    assert_same_tree(&src, &restored, false);
+    let (_, report) = t.ok("a", &["push", "team", "s1"]);
+    assert_eq!(uploaded(&report).0, 0, "{report}");
+    fs::write(src.join("state/new.json"), b"{\"n\": 3}\n").unwrap();
+    t.snapshot("a", &src);
+    let (_, report) = t.ok("a", &["push", "team", "s1"]);
+    assert!((1..6).contains(&uploaded(&report).0), "{report}");
+    t.ok("b", &["pull", "team", "s1"]);
+    t.ok("b", &["verify"]);
 }
 
 /// The ref write is a compare-and-swap: a write against a version someone

@@ -15,7 +15,7 @@ use std::process::Command;
 
 use common::{
     Env, MountGuard, RemoteKind, RemoteKind as Kind, assert_same_tree, chunk_of, env_with_remote,
-    make_store, pseudo_random,
+    make_store, pseudo_random, replace_in_pack,
 };
 use storefs::remote::Remote;
 use storefs::store::{Content, ObjectId, Store};
@@ -346,11 +346,9 @@ fn tampered_remote_object_is_eio(kind: Kind) {
     let Some(t) = setup(kind) else { return };
     let victim_path = "many/f0042.json";
     let victim = chunk_of(&t.a(), "s1", victim_path);
-    // A well-formed zstd frame of other bytes under the object's name.
+    // A well-formed zstd frame of other bytes in the object's place in its pack.
     let other = zstd::bulk::compress(&pseudo_random(3000, 9), 3).unwrap();
-    t.remote
-        .put_bytes(&format!("objects/{victim}"), &other)
-        .unwrap();
+    replace_in_pack(&t.remote, &victim, &other);
 
     let m = t.mount();
     assert!(is_eio(fs::read(t.origin.join(victim_path))));

@@ -21,8 +21,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
+use super::pack::{self, Loc, PackIndex, PackKind};
 use super::{Error, Remote, Result, corrupt_detail, corrupt_object, object_store_for, url_of};
 use crate::store::{self, LocalBackend, ObjectBackend, ObjectId, Store};
 
@@ -32,6 +33,8 @@ const SYNC_EVERY_OBJECTS: usize = 64;
 const SYNC_EVERY: Duration = Duration::from_secs(2);
 /// Background prefetches in flight at most; further hints are dropped.
 const MAX_PREFETCH: usize = 16;
+/// The pack index is read again at most this often (when a pack is gone).
+const RELOAD_EVERY: Duration = Duration::from_secs(5);
 /// How long unmount waits for fetches in flight before the final sync.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -121,32 +124,62 @@ fn fetch_head(store: &Store, remote: &str, name: &str) -> Result<(ObjectId, Vec<
             r.fetch_record(id).await?
         };
         let root = ckpt.root;
+        let (index, _) = r.pack_index(store.root()).await?;
         if !store.has_object(&root)? {
-            let key = format!("objects/{root}");
-            let raw = r
-                .get_async(&key)
-                .await?
-                .ok_or_else(|| Error::MissingObject {
-                    remote: remote.to_string(),
-                    id: root,
-                    context: format!(
-                        "{key} is not there; checkpoint {id} needs it as its root tree"
-                    ),
-                })?;
-            let tree =
-                Store::verify_stored(&root, &raw).map_err(|e| corrupt_object(remote, root, e))?;
-            store::Tree::decode(&tree).map_err(|e| Error::CorruptObject {
+            let missing = |context: String| Error::MissingObject {
                 remote: remote.to_string(),
                 id: root,
-                detail: format!("tree: {e}"),
-            })?;
-            store
-                .backend()
-                .write(&root, &raw)
-                .map_err(|source| Error::Io {
-                    path: store.root().join("objects"),
-                    source,
-                })?;
+                context,
+            };
+            let err = |what: String, e| r.backend_err(what, e);
+            // Its tree pack comes whole: usually every tree of the
+            // checkpoint, so a walk of the mount needs no more requests.
+            let raws: Vec<(ObjectId, Vec<u8>)> = match index.get(&root) {
+                Some(l) => {
+                    let info = index.pack(&l);
+                    let locs: Vec<_> = match info.kind {
+                        PackKind::Trees => info.entries.iter().map(|e| (e.id, e.offset, e.len)).collect(),
+                        PackKind::Data => vec![(root, l.offset, l.len)],
+                    };
+                    pack::read_objects(&r.objects, &info.stem, &locs, info.kind == PackKind::Trees, &err)
+                        .await?
+                        .0
+                }
+                None => {
+                    let key = format!("objects/{root}");
+                    let raw = r.get_async(&key).await?.ok_or_else(|| {
+                        missing(format!(
+                            "it is in no pack and {key} is not there; checkpoint {id} needs it as its root tree"
+                        ))
+                    })?;
+                    vec![(root, raw)]
+                }
+            };
+            let backend = store.backend();
+            let io = |source| Error::Io {
+                path: store.root().join("objects"),
+                source,
+            };
+            for (oid, raw) in raws {
+                match Store::verify_stored(&oid, &raw) {
+                    Ok(tree) if oid == root => {
+                        store::Tree::decode(&tree).map_err(|e| Error::CorruptObject {
+                            remote: remote.to_string(),
+                            id: root,
+                            detail: format!("tree: {e}"),
+                        })?;
+                    }
+                    Ok(_) => {}
+                    Err(e) if oid == root => return Err(corrupt_object(remote, root, e)),
+                    Err(e) => {
+                        tracing::warn!(object = %oid, remote, error = %e, "remote tree is corrupt: not stored");
+                        continue;
+                    }
+                }
+                if !backend.contains(&oid).map_err(io)? {
+                    backend.write(&oid, &raw).map_err(io)?;
+                }
+            }
             store.sync_objects()?;
         }
         Ok((id, bytes))
@@ -182,6 +215,15 @@ struct Shared {
     remote: String,
     url: String,
     local: LocalBackend,
+    /// Where the store is (for the cached pack index files).
+    store_root: PathBuf,
+    /// Where each packed object is on the remote; read again when a pack
+    /// it names is gone (repacked by a remote gc).
+    index: RwLock<Arc<PackIndex>>,
+    /// When the index was last read again (at most every [`RELOAD_EVERY`]).
+    reloaded: Mutex<Option<Instant>>,
+    /// Tree packs being downloaded: readers of their trees wait for them.
+    pack_flights: Mutex<HashMap<u32, Arc<Flight>>>,
     /// `None` when the remote could not be opened (its `file://` directory
     /// is gone, bad S3 settings): every miss fails.
     objects: Option<Arc<dyn ObjectStore>>,
@@ -254,6 +296,10 @@ impl LazyBackend {
             remote: remote.to_string(),
             url,
             local: LocalBackend::new(store.root().join("objects")),
+            store_root: store.root().to_path_buf(),
+            index: RwLock::new(Arc::new(pack::load_cached(store.root(), remote))),
+            reloaded: Mutex::new(None),
+            pack_flights: Mutex::new(HashMap::new()),
             objects,
             inflight: Mutex::new(HashMap::new()),
             prefetching: AtomicUsize::new(0),
@@ -308,8 +354,8 @@ impl LazyBackend {
 }
 
 impl Shared {
-    /// Fetch `id` from the remote, verify it, write it locally; its stored
-    /// bytes and its content. Failures are warnings for a read, debug lines for a prefetch
+    /// Fetch `id` from the remote (from its pack, or loose), verify it,
+    /// write it locally; its stored bytes and its content. Failures are warnings for a read, debug lines for a prefetch
     /// (the read that needs the object, if any, warns); a corrupt object
     /// always warns.
     async fn fetch(self: Arc<Self>, id: ObjectId, prefetch: bool) -> io::Result<Fetched> {
@@ -330,31 +376,245 @@ impl Shared {
                 self.remote
             )));
         };
+        let mut reloaded = false;
+        loop {
+            let index = self.index.read().clone();
+            let loc = index.get(&id);
+            let got = match loc {
+                Some(l) if index.pack(&l).kind == PackKind::Trees => {
+                    self.clone().fetch_tree_pack(&objects, &index, l, id).await
+                }
+                Some(l) => {
+                    let stem = index.pack(&l).stem.clone();
+                    self.clone()
+                        .fetch_ranges(&objects, &stem, vec![(id, l)])
+                        .await
+                }
+                None => self.clone().fetch_loose(&objects, id).await,
+            };
+            return match got {
+                // A pack a remote gc replaced, or an object newer than the
+                // index: read the index again, once.
+                Err(e) if is_not_found(&e) && !reloaded => {
+                    reloaded = true;
+                    if self.reload_index(&objects).await {
+                        continue;
+                    }
+                    fail("object is neither here nor on the remote", &e);
+                    Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("object {id} is not on remote '{}'", self.remote),
+                    ))
+                }
+                Err(e) if is_not_found(&e) => {
+                    fail("object is neither here nor on the remote", &e);
+                    Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("object {id} is not on remote '{}'", self.remote),
+                    ))
+                }
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::InvalidData {
+                        fail("remote read failed", &e);
+                    }
+                    Err(e)
+                }
+                // keep() warned already.
+                Ok(mut fetched) => fetched.remove(&id).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("object {id} from remote '{}' is corrupt", self.remote),
+                    )
+                }),
+            };
+        }
+    }
+
+    /// `objects/<id>` (pushed loose by an older storefs), verified and kept.
+    async fn fetch_loose(
+        self: Arc<Self>,
+        objects: &Arc<dyn ObjectStore>,
+        id: ObjectId,
+    ) -> io::Result<HashMap<ObjectId, Fetched>> {
         let key = format!("objects/{id}");
-        let got = match objects.get(&ObjPath::from(key.as_str())).await {
-            Ok(got) => got.bytes().await,
-            Err(e) => Err(e),
+        let raw = objects
+            .get(&ObjPath::from(key.as_str()))
+            .await
+            .map_err(|e| self.remote_io(&key, e))?
+            .bytes()
+            .await
+            .map_err(|e| self.remote_io(&key, e))?
+            .to_vec();
+        let f = tokio::task::spawn_blocking(move || self.keep(id, raw))
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))??;
+        Ok(HashMap::from([(id, f)]))
+    }
+
+    /// Objects of one data pack by ranged GETs (close ones merged into one
+    /// request), each verified and kept.
+    async fn fetch_ranges(
+        self: Arc<Self>,
+        objects: &Arc<dyn ObjectStore>,
+        stem: &str,
+        locs: Vec<(ObjectId, Loc)>,
+    ) -> io::Result<HashMap<ObjectId, Fetched>> {
+        let key = pack::pack_key(stem);
+        let ranges: Vec<std::ops::Range<u64>> = locs
+            .iter()
+            .map(|(_, l)| l.offset..l.offset + l.len as u64)
+            .collect();
+        let got = objects
+            .get_ranges(&ObjPath::from(key.as_str()), &ranges)
+            .await
+            .map_err(|e| self.remote_io(&key, e))?;
+        let raws: Vec<(ObjectId, Vec<u8>)> = locs
+            .iter()
+            .zip(got)
+            .map(|((id, _), b)| (*id, b.to_vec()))
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let mut out = HashMap::new();
+            for (id, raw) in raws {
+                if let Ok(f) = self.keep(id, raw) {
+                    out.insert(id, f);
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| io::Error::other(e.to_string()))?
+    }
+
+    /// The whole tree pack holding `id` (at `loc`): every tree in it is
+    /// verified and kept, so the walk of a mount costs one request per
+    /// tree pack. A second reader of the same pack waits for the first.
+    async fn fetch_tree_pack(
+        self: Arc<Self>,
+        objects: &Arc<dyn ObjectStore>,
+        index: &PackIndex,
+        loc: Loc,
+        id: ObjectId,
+    ) -> io::Result<HashMap<ObjectId, Fetched>> {
+        let claimed = {
+            let mut g = self.pack_flights.lock();
+            match g.get(&loc.pack) {
+                Some(f) => Err(f.clone()),
+                None => {
+                    let f = Arc::new(Flight::default());
+                    g.insert(loc.pack, f.clone());
+                    Ok(f)
+                }
+            }
         };
-        let raw = match got {
-            Ok(b) => b.to_vec(),
-            Err(e @ object_store::Error::NotFound { .. }) => {
-                fail("object is neither here nor on the remote", &e);
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("object {id} is not on remote '{}'", self.remote),
-                ));
+        let flight = match claimed {
+            Ok(f) => f,
+            Err(other) => {
+                other.wait();
+                // The other reader kept it (or failed: then fetch it alone).
+                if let Some(raw) = self.local.read(&id)? {
+                    let plain = Store::verify_stored(&id, &raw)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    return Ok(HashMap::from([(id, Fetched { raw, plain })]));
+                }
+                let stem = index.pack(&loc).stem.clone();
+                return self.fetch_ranges(objects, &stem, vec![(id, loc)]).await;
+            }
+        };
+        let info = index.pack(&loc);
+        let key = pack::pack_key(&info.stem);
+        let got = async {
+            objects
+                .get(&ObjPath::from(key.as_str()))
+                .await?
+                .bytes()
+                .await
+        }
+        .await;
+        let result = match got {
+            Err(e) => Err(self.remote_io(&key, e)),
+            Ok(bytes) => {
+                let entries = info.entries.clone();
+                let s = self.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut out = HashMap::new();
+                    for e in entries {
+                        let Some(raw) =
+                            bytes.get(e.offset as usize..(e.offset + e.len as u64) as usize)
+                        else {
+                            continue;
+                        };
+                        if e.id != id && s.local.contains(&e.id).unwrap_or(false) {
+                            continue;
+                        }
+                        if let Ok(f) = s.keep(e.id, raw.to_vec())
+                            && e.id == id
+                        {
+                            out.insert(id, f);
+                        }
+                    }
+                    out
+                })
+                .await
+                .map_err(|e| io::Error::other(e.to_string()))
+            }
+        };
+        self.pack_flights.lock().remove(&loc.pack);
+        *flight.done.lock() = true;
+        flight.cv.notify_all();
+        let out = result?;
+        if out.is_empty() {
+            // Not in the pack's bytes, or corrupt (keep warned).
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("object {id} from remote '{}' is corrupt", self.remote),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Read the remote's pack index again (at most every [`RELOAD_EVERY`]);
+    /// whether it was read.
+    async fn reload_index(&self, objects: &Arc<dyn ObjectStore>) -> bool {
+        {
+            let mut last = self.reloaded.lock();
+            if last.is_some_and(|t| t.elapsed() < RELOAD_EVERY) {
+                return true;
+            }
+            *last = Some(Instant::now());
+        }
+        let err = |what: String, e| Error::Backend {
+            remote: self.remote.clone(),
+            url: self.url.clone(),
+            what,
+            source: Box::new(e),
+        };
+        match pack::refresh(objects, &self.store_root, &self.remote, &err).await {
+            Ok((index, _)) => {
+                *self.index.write() = Arc::new(index);
+                true
             }
             Err(e) => {
-                fail("remote read failed", &e);
-                return Err(io::Error::other(format!(
-                    "remote '{}' ({}): reading {key}: {e}",
-                    self.remote, self.url
-                )));
+                tracing::warn!(remote = %self.remote, error = %e, "cannot read the remote's pack index again");
+                false
             }
+        }
+    }
+
+    /// An object_store error as the io::Error a read returns (not found
+    /// stays `NotFound`).
+    fn remote_io(&self, key: &str, e: object_store::Error) -> io::Error {
+        let kind = match e {
+            object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+            _ => io::ErrorKind::Other,
         };
-        tokio::task::spawn_blocking(move || self.keep(id, raw))
-            .await
-            .map_err(|e| io::Error::other(e.to_string()))?
+        io::Error::new(
+            kind,
+            format!(
+                "remote '{}' ({}): reading {key}: {e}",
+                self.remote, self.url
+            ),
+        )
     }
 
     /// Verify fetched bytes and write them into the local store.
@@ -418,6 +678,10 @@ impl Shared {
     }
 }
 
+fn is_not_found(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+}
+
 impl LazyBackend {
     /// The object from the local store, else fetched (verified, kept here).
     fn local_or_fetched(&self, id: &ObjectId) -> io::Result<Found> {
@@ -456,26 +720,53 @@ impl ObjectBackend for LazyBackend {
         }))
     }
 
+    /// Hinted objects of the same data pack are fetched together, with one
+    /// request for neighbouring ones (the next chunks of a file lie side by
+    /// side in its pack).
     fn prefetch(&self, ids: &[ObjectId]) {
         let s = &self.shared;
-        if s.objects.is_none() {
+        let Some(objects) = s.objects.clone() else {
             return;
-        }
+        };
+        let index = s.index.read().clone();
+        let mut by_pack: HashMap<u32, Vec<(ObjectId, Loc, Arc<Flight>)>> = HashMap::new();
         for id in ids {
             if s.prefetching.load(Ordering::SeqCst) >= MAX_PREFETCH {
-                return;
+                break;
             }
             if s.local.contains(id).unwrap_or(true) {
                 continue;
             }
             let Ok(flight) = s.claim(id) else { continue };
             s.prefetching.fetch_add(1, Ordering::SeqCst);
+            match index.get(id) {
+                Some(l) if index.pack(&l).kind == PackKind::Data => {
+                    by_pack.entry(l.pack).or_default().push((*id, l, flight))
+                }
+                _ => {
+                    let s = s.clone();
+                    let id = *id;
+                    self.rt.spawn(async move {
+                        let _ = s.clone().fetch(id, true).await;
+                        s.land(&id, &flight);
+                        s.prefetching.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+            }
+        }
+        for (p, group) in by_pack {
             let s = s.clone();
-            let id = *id;
+            let objects = objects.clone();
+            let stem = index.packs[p as usize].stem.clone();
             self.rt.spawn(async move {
-                let _ = s.clone().fetch(id, true).await;
-                s.land(&id, &flight);
-                s.prefetching.fetch_sub(1, Ordering::SeqCst);
+                let locs = group.iter().map(|(id, l, _)| (*id, *l)).collect();
+                if let Err(e) = s.clone().fetch_ranges(&objects, &stem, locs).await {
+                    tracing::debug!(pack = %stem, remote = %s.remote, error = %e, "prefetch failed");
+                }
+                for (id, _, flight) in &group {
+                    s.land(id, flight);
+                    s.prefetching.fetch_sub(1, Ordering::SeqCst);
+                }
             });
         }
     }

@@ -16,8 +16,11 @@
 //! missing. The remote ref moves by compare-and-swap (docs/design.md).
 
 mod config;
+mod gc;
 mod lazy;
+mod lock;
 mod ops;
+mod pack;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -30,6 +33,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use crate::store::{self, ObjectId};
 
 pub use config::{add, list, remove, url_of};
+pub use gc::{RemoteGcOptions, RemoteGcReport};
 pub use lazy::{FetchStats, LazyBackend, LazyTarget, prepare_lazy_mount};
 pub use ops::{PullOptions, PullReport, PushOptions, PushReport};
 
@@ -122,6 +126,18 @@ pub enum Error {
         remote: String,
         name: String,
         detail: String,
+    },
+    #[error(
+        "remote pack {key} is damaged ({detail}); run `storefs gc --remote NAME` from a store that has the objects, or push them again"
+    )]
+    BadPack { key: String, detail: String },
+    #[error(
+        "remote '{remote}' is busy: {what}; this {ours} did nothing. Run it again when that ends (a lock untouched for 30 minutes is ignored)"
+    )]
+    Locked {
+        remote: String,
+        what: String,
+        ours: &'static str,
     },
     #[error("{path}: {source}")]
     Io {
@@ -287,9 +303,39 @@ impl Remote {
         }
     }
 
-    /// The object ids under `objects/`.
+    /// Every object id on the remote: in its packs, or loose under `objects/`
+    /// (as storefs before packs wrote them).
     pub fn list_objects(&self) -> Result<HashSet<ObjectId>> {
-        self.rt.block_on(self.list_ids("objects", ""))
+        self.rt.block_on(async {
+            let mut ids = self.list_ids("objects", "").await?;
+            for (_, entries) in self.read_packs().await? {
+                ids.extend(entries.iter().map(|e| e.id));
+            }
+            Ok(ids)
+        })
+    }
+
+    /// The remote's published packs (`t-<hex>` or `d-<hex>`) and their
+    /// entries, read from the remote (no cache).
+    pub fn list_packs(&self) -> Result<Vec<(String, Vec<store::PackEntry>)>> {
+        self.rt.block_on(self.read_packs())
+    }
+
+    async fn read_packs(&self) -> Result<Vec<(String, Vec<store::PackEntry>)>> {
+        let err = |what: String, e| self.backend_err(what, e);
+        let listing = pack::list_packs(&self.objects, &err).await?;
+        let mut out = Vec::new();
+        for p in listing.published {
+            let stem = p.stem;
+            let key = pack::idx_key(&stem);
+            let bytes = self.get_async(&key).await?.unwrap_or_default();
+            let entries = store::decode_index(&bytes).map_err(|e| Error::BadPack {
+                key,
+                detail: e.to_string(),
+            })?;
+            out.push((stem, entries));
+        }
+        Ok(out)
     }
 
     /// Remote ref `name`: its content and the version a conditional write
@@ -330,6 +376,18 @@ impl Remote {
     }
 
     // ---- async helpers ----
+
+    /// The remote's pack index: lists `packs/` and reads the index files
+    /// this store (`store_root`) has not cached yet.
+    pub(crate) async fn pack_index(
+        &self,
+        store_root: &std::path::Path,
+    ) -> Result<(pack::PackIndex, pack::PackListing)> {
+        pack::refresh(&self.objects, store_root, &self.name, &|what, e| {
+            self.backend_err(what, e)
+        })
+        .await
+    }
 
     async fn get_async(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let path = ObjPath::from(key);

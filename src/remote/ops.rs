@@ -7,9 +7,14 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStoreExt, PutPayload};
 
+use super::lock::LockKind;
+use super::pack::{self, PackIndex, PackKind};
 use super::{Error, PARALLEL, Remote, Result, corrupt_object};
 use crate::store::progress::{Progress, SharedProgress};
 use crate::store::{self, Checkpoint, Content, ObjectBackend, ObjectId, Store, Tree};
+
+/// Packs uploaded at once (each up to [`pack::PACK_TARGET`] in memory).
+const PACK_UPLOADS: usize = 4;
 
 /// How a push behaves.
 #[derive(Clone, Debug)]
@@ -80,81 +85,130 @@ impl Remote {
                 self.check_descends(name, &cur.content, target, &ancestors)?;
             }
 
-            let mut needed = HashSet::new();
-            for (ck, c) in &ancestry {
-                store
-                    .mark_reachable(&c.root, &mut needed, &format!("push of checkpoint {ck}"))
-                    .map_err(|(_, e)| e)?;
-            }
-            let present = self.list_ids("objects", "").await?;
-            let mut missing: Vec<ObjectId> = needed.difference(&present).copied().collect();
-            missing.sort();
-            let mut report = PushReport {
-                checkpoints: ancestry.len(),
-                objects_needed: needed.len(),
-                objects_uploaded: missing.len(),
-                ..Default::default()
-            };
-            opts.progress.set_total(missing.len() as u64);
-            let backend = store.backend().clone();
-            let sizes: Vec<u64> = futures::stream::iter(missing)
-                .map(|id| self.upload_object(backend.clone(), id, &*opts.progress))
-                .buffer_unordered(PARALLEL)
-                .try_collect()
-                .await?;
-            report.bytes_uploaded = sizes.iter().sum();
-
-            let have_records = self.list_ids("checkpoints", ".json").await?;
-            let records: Vec<(ObjectId, Vec<u8>)> = ancestry
-                .iter()
-                .filter(|(id, _)| !have_records.contains(id))
-                .map(|(id, _)| Ok((*id, store.read_checkpoint_with_bytes(id)?.1)))
-                .collect::<Result<_>>()?;
-            report.records_uploaded = records.len();
-            futures::stream::iter(records)
-                .map(|(id, bytes)| async move {
-                    let key = format!("checkpoints/{id}.json");
-                    self.objects
-                        .put(&ObjPath::from(key.as_str()), PutPayload::from(bytes))
-                        .await
-                        .map_err(|e| self.backend_err(format!("writing {key}"), e))
-                        .map(|_| ())
-                })
-                .buffer_unordered(PARALLEL)
-                .try_collect::<Vec<()>>()
-                .await?;
-
-            // The ref, last, by compare-and-swap.
-            let _lock = self.lock_ref(name)?;
-            let cur = self.read_ref(name).await?;
-            report.previous = cur.as_ref().map(|c| c.content.clone());
-            if let Some(c) = &cur {
-                if c.content == target.to_hex() {
-                    return Ok(report);
-                }
-                if !opts.force {
-                    self.check_descends(name, &c.content, target, &ancestors)?;
-                }
-            }
-            let theirs = cur.as_ref().map(|c| c.content.clone());
-            if !self
-                .write_ref(name, cur.map(|c| c.version), &target.to_hex())
-                .await?
-            {
-                // Someone moved it between our read and our write.
-                let now = self.read_ref(name).await?;
-                return Err(Error::Conflict {
-                    remote: self.name.clone(),
-                    name: name.to_string(),
-                    theirs: now
-                        .map(|c| c.content)
-                        .or(theirs)
-                        .unwrap_or_else(|| "(deleted)".into()),
-                    ours: *target,
-                });
-            }
-            Ok(report)
+            let lock = self.lock_op(LockKind::Push).await?;
+            let r = self
+                .push_locked(store, target, name, opts, &ancestry, &ancestors)
+                .await;
+            self.unlock_op(lock).await;
+            r
         })
+    }
+
+    /// The push, under its lock: objects (in packs), records, ref.
+    async fn push_locked(
+        &self,
+        store: &Store,
+        target: &ObjectId,
+        name: &str,
+        opts: &PushOptions,
+        ancestry: &[(ObjectId, Checkpoint)],
+        ancestors: &HashSet<ObjectId>,
+    ) -> Result<PushReport> {
+        let (trees, chunks) = ordered_objects(store, ancestry)?;
+        let (index, _) = self.pack_index(store.root()).await?;
+        // Objects pushed one by one by earlier versions of storefs.
+        let loose = self.list_ids("objects", "").await?;
+        let on_remote = |id: &ObjectId| index.contains(id) || loose.contains(id);
+        let missing_trees: Vec<ObjectId> =
+            trees.iter().filter(|id| !on_remote(id)).copied().collect();
+        let missing_chunks: Vec<ObjectId> =
+            chunks.iter().filter(|id| !on_remote(id)).copied().collect();
+        let mut report = PushReport {
+            checkpoints: ancestry.len(),
+            objects_needed: trees.len() + chunks.len(),
+            objects_uploaded: missing_trees.len() + missing_chunks.len(),
+            ..Default::default()
+        };
+        opts.progress.set_total(report.objects_uploaded as u64);
+        report.bytes_uploaded = self
+            .upload_packs(store, missing_chunks, missing_trees, &*opts.progress)
+            .await?;
+
+        let have_records = self.list_ids("checkpoints", ".json").await?;
+        let records: Vec<(ObjectId, Vec<u8>)> = ancestry
+            .iter()
+            .filter(|(id, _)| !have_records.contains(id))
+            .map(|(id, _)| Ok((*id, store.read_checkpoint_with_bytes(id)?.1)))
+            .collect::<Result<_>>()?;
+        report.records_uploaded = records.len();
+        futures::stream::iter(records)
+            .map(|(id, bytes)| async move {
+                let key = format!("checkpoints/{id}.json");
+                self.objects
+                    .put(&ObjPath::from(key.as_str()), PutPayload::from(bytes))
+                    .await
+                    .map_err(|e| self.backend_err(format!("writing {key}"), e))
+                    .map(|_| ())
+            })
+            .buffer_unordered(PARALLEL)
+            .try_collect::<Vec<()>>()
+            .await?;
+
+        // The ref, last, by compare-and-swap.
+        let _lock = self.lock_ref(name)?;
+        let cur = self.read_ref(name).await?;
+        report.previous = cur.as_ref().map(|c| c.content.clone());
+        if let Some(c) = &cur {
+            if c.content == target.to_hex() {
+                return Ok(report);
+            }
+            if !opts.force {
+                self.check_descends(name, &c.content, target, &ancestors)?;
+            }
+        }
+        let theirs = cur.as_ref().map(|c| c.content.clone());
+        if !self
+            .write_ref(name, cur.map(|c| c.version), &target.to_hex())
+            .await?
+        {
+            // Someone moved it between our read and our write.
+            let now = self.read_ref(name).await?;
+            return Err(Error::Conflict {
+                remote: self.name.clone(),
+                name: name.to_string(),
+                theirs: now
+                    .map(|c| c.content)
+                    .or(theirs)
+                    .unwrap_or_else(|| "(deleted)".into()),
+                ours: *target,
+            });
+        }
+        Ok(report)
+    }
+
+    /// Pack the local objects `chunks` and `trees` (in that order) and upload
+    /// the packs, a few at once while the next ones are built. The bytes
+    /// uploaded (a pack a killed run left whole is not sent again).
+    async fn upload_packs(
+        &self,
+        store: &Store,
+        chunks: Vec<ObjectId>,
+        trees: Vec<ObjectId>,
+        progress: &dyn Progress,
+    ) -> Result<u64> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<pack::BuiltPack>(2);
+        let backend = store.backend().clone();
+        let producer = tokio::task::spawn_blocking(move || -> Result<()> {
+            let mut send = |p| tx.blocking_send(p).is_ok();
+            pack::build_packs(&backend, PackKind::Data, &chunks, &mut send)?;
+            pack::build_packs(&backend, PackKind::Trees, &trees, &mut send)
+        });
+        let err = |what: String, e| self.backend_err(what, e);
+        let sent: Vec<u64> = futures::stream::poll_fn(|cx| rx.poll_recv(cx))
+            .map(|built| {
+                let n = built.objects as u64;
+                let err = &err;
+                async move {
+                    let sent = pack::upload(&self.objects, built, err).await?;
+                    progress.advance(n);
+                    Ok::<_, Error>(sent)
+                }
+            })
+            .buffer_unordered(PACK_UPLOADS)
+            .try_collect()
+            .await?;
+        producer.await.map_err(join_err)??;
+        Ok(sent.iter().sum())
     }
 
     /// Refuse unless the remote ref's content names `target` or one of its ancestors.
@@ -179,40 +233,6 @@ impl Remote {
                 content: content.to_string(),
             }),
         }
-    }
-
-    /// Read one local object, check it (a corrupt local object is never
-    /// uploaded), upload its stored bytes. Returns the stored size.
-    async fn upload_object(
-        &self,
-        backend: Arc<dyn ObjectBackend>,
-        id: ObjectId,
-        progress: &dyn Progress,
-    ) -> Result<u64> {
-        let raw = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
-            let raw = backend
-                .read(&id)
-                .map_err(|source| store::Error::Io {
-                    path: "objects".into(),
-                    source,
-                })?
-                .ok_or_else(|| store::Error::Missing {
-                    id,
-                    context: "needed by push".into(),
-                })?;
-            Store::verify_stored(&id, &raw)?;
-            Ok(raw)
-        })
-        .await
-        .map_err(join_err)??;
-        let len = raw.len() as u64;
-        let key = format!("objects/{id}");
-        self.objects
-            .put(&ObjPath::from(key.as_str()), PutPayload::from(raw))
-            .await
-            .map_err(|e| self.backend_err(format!("writing {key}"), e))?;
-        progress.advance(1);
-        Ok(len)
     }
 
     /// Fetch remote ref `name` into local ref `local` (or no ref when
@@ -291,10 +311,11 @@ impl Remote {
             }
 
             // Objects: trees level by level (each fetched tree is verified
-            // and decoded to find its children), then the chunks.
+            // and decoded to find its children; tree packs come whole),
+            // then the chunks, by pack.
+            let (index, _) = self.pack_index(store.root()).await?;
             let backend = store.backend().clone();
-            let mut fetched_count = 0usize;
-            let mut fetched_bytes = 0u64;
+            let mut moved = Moved::default();
             let mut seen: HashSet<ObjectId> = HashSet::new();
             let mut frontier: Vec<(ObjectId, ObjectId)> = Vec::new();
             for (ck, (c, _)) in &fetched {
@@ -302,31 +323,14 @@ impl Remote {
                     frontier.push((c.root, *ck));
                 }
             }
+            let mut tree_packs: HashMap<u32, bytes::Bytes> = HashMap::new();
             let mut chunks: Vec<(ObjectId, ObjectId)> = Vec::new();
             while !frontier.is_empty() {
-                let results: Vec<(Tree, ObjectId, u64)> = futures::stream::iter(frontier)
-                    .map(|(id, ck)| {
-                        let backend = backend.clone();
-                        async move {
-                            let (bytes, n) =
-                                self.fetch_object(backend, id, ck, &*opts.progress).await?;
-                            let tree = Tree::decode(&bytes).map_err(|e| Error::CorruptObject {
-                                remote: self.name.clone(),
-                                id,
-                                detail: format!("tree: {e}"),
-                            })?;
-                            Ok::<_, Error>((tree, ck, n))
-                        }
-                    })
-                    .buffer_unordered(PARALLEL)
-                    .try_collect()
+                let trees = self
+                    .fetch_trees(&index, &backend, &frontier, &mut tree_packs, &mut moved)
                     .await?;
                 frontier = Vec::new();
-                for (tree, ck, n) in results {
-                    if n > 0 {
-                        fetched_count += 1;
-                        fetched_bytes += n;
-                    }
+                for (tree, ck) in trees {
                     for e in tree.entries {
                         match e.content {
                             Content::Tree(sub) if seen.insert(sub) => frontier.push((sub, ck)),
@@ -342,23 +346,10 @@ impl Remote {
                     }
                 }
             }
-            let sizes: Vec<u64> = futures::stream::iter(chunks)
-                .map(|(id, ck)| {
-                    let backend = backend.clone();
-                    async move {
-                        let (_, n) = self
-                            .fetch_object_raw(backend, id, ck, &*opts.progress, false)
-                            .await?;
-                        Ok::<_, Error>(n)
-                    }
-                })
-                .buffer_unordered(PARALLEL)
-                .try_collect()
+            drop(tree_packs);
+            self.fetch_chunks(&index, &backend, chunks, &*opts.progress, &mut moved)
                 .await?;
-            for n in sizes.into_iter().filter(|n| *n > 0) {
-                fetched_count += 1;
-                fetched_bytes += n;
-            }
+            let (fetched_count, fetched_bytes) = (moved.objects, moved.bytes);
 
             // Publish: objects durable, then records (parents first), then the ref.
             store.sync_objects()?;
@@ -402,74 +393,276 @@ impl Remote {
         })
     }
 
-    /// An object's bytes (decompressed, verified): from the local store if it
-    /// has it, else fetched, verified and written locally. The stored size
-    /// fetched (0 when it was local).
-    async fn fetch_object(
+    /// Decode the trees `wanted` (id, the checkpoint that needs it): read
+    /// here when the store has them, else taken from their tree pack
+    /// (downloaded whole once into `tree_packs`), or a GET each for objects
+    /// not in a pack; every fetched one is verified and written here.
+    async fn fetch_trees(
         &self,
-        backend: Arc<dyn ObjectBackend>,
-        id: ObjectId,
-        ck: ObjectId,
-        progress: &dyn Progress,
-    ) -> Result<(Vec<u8>, u64)> {
-        self.fetch_object_raw(backend, id, ck, progress, true).await
+        index: &PackIndex,
+        backend: &Arc<dyn ObjectBackend>,
+        wanted: &[(ObjectId, ObjectId)],
+        tree_packs: &mut HashMap<u32, bytes::Bytes>,
+        moved: &mut Moved,
+    ) -> Result<Vec<(Tree, ObjectId)>> {
+        let ids: Vec<ObjectId> = wanted.iter().map(|(id, _)| *id).collect();
+        let present = contains_all(backend, ids).await?;
+        let packs: HashSet<u32> = wanted
+            .iter()
+            .zip(&present)
+            .filter(|(_, here)| !**here)
+            .filter_map(|((id, _), _)| index.get(id))
+            .filter(|l| index.pack(l).kind == PackKind::Trees && !tree_packs.contains_key(&l.pack))
+            .map(|l| l.pack)
+            .collect();
+        let err = |what: String, e| self.backend_err(what, e);
+        let got: Vec<(u32, bytes::Bytes)> = futures::stream::iter(packs)
+            .map(|p| {
+                let err = &err;
+                async move {
+                    let info = &index.packs[p as usize];
+                    let b = pack::read_whole(&self.objects, &info.stem, err)
+                        .await
+                        .map_err(|e| self.pack_gone(e, &info.stem, info.entries[0].id))?;
+                    Ok::<_, Error>((p, b))
+                }
+            })
+            .buffer_unordered(PARALLEL)
+            .try_collect()
+            .await?;
+        for (p, b) in got {
+            moved.bytes += b.len() as u64;
+            tree_packs.insert(p, b);
+        }
+        let tree_packs = &*tree_packs;
+        let results: Vec<(Tree, ObjectId, bool)> =
+            futures::stream::iter(wanted.iter().zip(present))
+                .map(|(&(id, ck), here)| {
+                    let backend = backend.clone();
+                    async move {
+                        let from_pack = index.get(&id).and_then(|l| {
+                            let b = tree_packs.get(&l.pack)?;
+                            b.get(l.offset as usize..(l.offset + l.len as u64) as usize)
+                                .map(|s| s.to_vec())
+                        });
+                        let (bytes, fetched) = match (here, from_pack) {
+                            (true, _) => (read_local(backend, id).await?, false),
+                            (false, Some(raw)) => (self.keep(backend, id, raw, true).await?, true),
+                            (false, None) => {
+                                let raw = self.fetch_single(index, id, ck).await?;
+                                (self.keep(backend, id, raw, true).await?, true)
+                            }
+                        };
+                        let tree = Tree::decode(&bytes).map_err(|e| Error::CorruptObject {
+                            remote: self.name.clone(),
+                            id,
+                            detail: format!("tree: {e}"),
+                        })?;
+                        Ok::<_, Error>((tree, ck, fetched))
+                    }
+                })
+                .buffer_unordered(PARALLEL)
+                .try_collect()
+                .await?;
+        Ok(results
+            .into_iter()
+            .map(|(tree, ck, fetched)| {
+                moved.objects += fetched as usize;
+                (tree, ck)
+            })
+            .collect())
     }
 
-    /// As [`Remote::fetch_object`]; with `want` false the bytes are not
-    /// returned (and a local object is not read).
-    async fn fetch_object_raw(
+    /// Fetch the chunks in `wanted` that the store lacks: grouped by pack,
+    /// one GET of the whole pack when most of it is wanted, else ranged GETs
+    /// (close ranges merged into one request); objects not in a pack (pushed
+    /// loose by older versions) one GET each. Each is verified, then written.
+    async fn fetch_chunks(
         &self,
-        backend: Arc<dyn ObjectBackend>,
-        id: ObjectId,
-        ck: ObjectId,
+        index: &PackIndex,
+        backend: &Arc<dyn ObjectBackend>,
+        wanted: Vec<(ObjectId, ObjectId)>,
         progress: &dyn Progress,
-        want: bool,
-    ) -> Result<(Vec<u8>, u64)> {
-        let io = |source| store::Error::Io {
-            path: "objects".into(),
-            source,
-        };
-        let b = backend.clone();
-        let local = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>> {
-            if !b.contains(&id).map_err(io)? {
-                return Ok(None);
+        moved: &mut Moved,
+    ) -> Result<()> {
+        let ids: Vec<ObjectId> = wanted.iter().map(|(id, _)| *id).collect();
+        let present = contains_all(backend, ids).await?;
+        let mut by_pack: HashMap<u32, Vec<(ObjectId, u64, u32)>> = HashMap::new();
+        let mut single = Vec::new();
+        for ((id, ck), here) in wanted.into_iter().zip(present) {
+            match (here, index.get(&id)) {
+                (true, _) => {}
+                (false, Some(l)) => by_pack
+                    .entry(l.pack)
+                    .or_default()
+                    .push((id, l.offset, l.len)),
+                (false, None) => single.push((id, ck)),
             }
-            if !want {
-                return Ok(Some(Vec::new()));
-            }
-            let raw = b.read(&id).map_err(io)?.ok_or(store::Error::Missing {
-                id,
-                context: "pull".into(),
-            })?;
-            Ok(Some(Store::verify_stored(&id, &raw)?))
-        })
-        .await
-        .map_err(join_err)??;
-        if let Some(bytes) = local {
-            return Ok((bytes, 0));
+        }
+        progress.set_total((by_pack.values().map(Vec::len).sum::<usize>() + single.len()) as u64);
+        let err = |what: String, e| self.backend_err(what, e);
+        let packed: Vec<(usize, u64)> = futures::stream::iter(by_pack)
+            .map(|(p, mut locs)| {
+                let backend = backend.clone();
+                let err = &err;
+                async move {
+                    let info = &index.packs[p as usize];
+                    locs.sort_by_key(|l| l.1);
+                    let want: u64 = locs.iter().map(|l| l.2 as u64).sum();
+                    let whole = want * 2 >= info.size;
+                    let (objs, sent) =
+                        pack::read_objects(&self.objects, &info.stem, &locs, whole, err)
+                            .await
+                            .map_err(|e| self.pack_gone(e, &info.stem, locs[0].0))?;
+                    let n = objs.len();
+                    let remote = self.name.clone();
+                    tokio::task::spawn_blocking(move || -> Result<()> {
+                        for (id, raw) in objs {
+                            Store::verify_stored(&id, &raw)
+                                .map_err(|e| corrupt_object(&remote, id, e))?;
+                            backend.write(&id, &raw).map_err(local_io)?;
+                        }
+                        Ok(())
+                    })
+                    .await
+                    .map_err(join_err)??;
+                    progress.advance(n as u64);
+                    Ok::<_, Error>((n, sent))
+                }
+            })
+            .buffer_unordered(PACK_DOWNLOADS)
+            .try_collect()
+            .await?;
+        let loose: Vec<(usize, u64)> = futures::stream::iter(single)
+            .map(|(id, ck)| {
+                let backend = backend.clone();
+                async move {
+                    let raw = self.fetch_single(index, id, ck).await?;
+                    let n = raw.len() as u64;
+                    self.keep(backend, id, raw, false).await?;
+                    progress.advance(1);
+                    Ok::<_, Error>((1, n))
+                }
+            })
+            .buffer_unordered(PARALLEL)
+            .try_collect()
+            .await?;
+        for (n, b) in packed.into_iter().chain(loose) {
+            moved.objects += n;
+            moved.bytes += b;
+        }
+        Ok(())
+    }
+
+    /// One object's stored bytes from the remote: a ranged GET from its pack,
+    /// or `objects/<id>` (pushed loose by older versions).
+    async fn fetch_single(&self, index: &PackIndex, id: ObjectId, ck: ObjectId) -> Result<Vec<u8>> {
+        if let Some(l) = index.get(&id) {
+            let err = |what: String, e| self.backend_err(what, e);
+            let stem = &index.pack(&l).stem;
+            let (mut got, _) =
+                pack::read_objects(&self.objects, stem, &[(id, l.offset, l.len)], false, &err)
+                    .await
+                    .map_err(|e| self.pack_gone(e, stem, id))?;
+            return Ok(got.pop().map(|(_, raw)| raw).unwrap_or_default());
         }
         let key = format!("objects/{id}");
-        let raw = self
-            .get_async(&key)
+        self.get_async(&key)
             .await?
             .ok_or_else(|| Error::MissingObject {
                 remote: self.name.clone(),
                 id,
-                context: format!("{key} is not there; checkpoint {ck} needs it"),
-            })?;
-        let len = raw.len() as u64;
+                context: format!(
+                    "it is in no pack and {key} is not there; checkpoint {ck} needs it"
+                ),
+            })
+    }
+
+    /// A read of pack `stem` that found it gone: object `id` (one it was
+    /// read for) is missing. Other errors pass.
+    fn pack_gone(&self, e: Error, stem: &str, id: ObjectId) -> Error {
+        match e {
+            Error::Backend { source, .. }
+                if matches!(*source, object_store::Error::NotFound { .. }) =>
+            {
+                Error::MissingObject {
+                    remote: self.name.clone(),
+                    id,
+                    context: format!(
+                        "its pack {} is not there, though its index is; if a `gc --remote` is running, pull again when it ends",
+                        pack::pack_key(stem)
+                    ),
+                }
+            }
+            e => e,
+        }
+    }
+
+    /// Verify fetched stored bytes and write them here; the content when `want`.
+    async fn keep(
+        &self,
+        backend: Arc<dyn ObjectBackend>,
+        id: ObjectId,
+        raw: Vec<u8>,
+        want: bool,
+    ) -> Result<Vec<u8>> {
         let remote = self.name.clone();
-        let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
+        tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
             let bytes =
                 Store::verify_stored(&id, &raw).map_err(|e| corrupt_object(&remote, id, e))?;
-            backend.write(&id, &raw).map_err(io)?;
+            backend.write(&id, &raw).map_err(local_io)?;
             Ok(if want { bytes } else { Vec::new() })
         })
         .await
-        .map_err(join_err)??;
-        progress.advance(1);
-        Ok((bytes, len))
+        .map_err(join_err)?
     }
+}
+
+/// What a pull moved: objects written here, bytes transferred.
+#[derive(Default)]
+struct Moved {
+    objects: usize,
+    bytes: u64,
+}
+
+/// Packs downloaded at once.
+const PACK_DOWNLOADS: usize = 8;
+
+fn local_io(source: std::io::Error) -> Error {
+    store::Error::Io {
+        path: "objects".into(),
+        source,
+    }
+    .into()
+}
+
+/// Whether the local store has each of `ids`.
+async fn contains_all(backend: &Arc<dyn ObjectBackend>, ids: Vec<ObjectId>) -> Result<Vec<bool>> {
+    let b = backend.clone();
+    tokio::task::spawn_blocking(move || {
+        ids.iter()
+            .map(|id| b.contains(id))
+            .collect::<std::io::Result<Vec<bool>>>()
+    })
+    .await
+    .map_err(join_err)?
+    .map_err(local_io)
+}
+
+/// A local object's content, verified.
+async fn read_local(backend: Arc<dyn ObjectBackend>, id: ObjectId) -> Result<Vec<u8>> {
+    tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
+        let raw = backend
+            .read(&id)
+            .map_err(local_io)?
+            .ok_or(store::Error::Missing {
+                id,
+                context: "pull".into(),
+            })?;
+        Ok(Store::verify_stored(&id, &raw)?)
+    })
+    .await
+    .map_err(join_err)?
 }
 
 fn join_err(e: tokio::task::JoinError) -> Error {
@@ -477,4 +670,41 @@ fn join_err(e: tokio::task::JoinError) -> Error {
         path: "(worker task)".into(),
         source: std::io::Error::other(e.to_string()),
     }
+}
+
+/// Every object the checkpoints reach, each once: trees in depth-first
+/// pre-order (so a checkpoint's tree structure lies together in its packs),
+/// chunks in the order their files appear.
+fn ordered_objects(
+    store: &Store,
+    ancestry: &[(ObjectId, Checkpoint)],
+) -> Result<(Vec<ObjectId>, Vec<ObjectId>)> {
+    let mut seen = HashSet::new();
+    let (mut trees, mut chunks) = (Vec::new(), Vec::new());
+    for (ck, c) in ancestry {
+        let context = format!("push of checkpoint {ck}");
+        let mut stack = vec![c.root];
+        while let Some(t) = stack.pop() {
+            if !seen.insert(t) {
+                continue;
+            }
+            trees.push(t);
+            let mut subs = Vec::new();
+            for e in store.get_tree(&t, &context)?.entries {
+                match e.content {
+                    Content::Tree(sub) => subs.push(sub),
+                    Content::Extents(ext) => {
+                        for id in ext.iter().filter_map(|x| x.id) {
+                            if seen.insert(id) {
+                                chunks.push(id);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            stack.extend(subs.into_iter().rev());
+        }
+    }
+    Ok((trees, chunks))
 }

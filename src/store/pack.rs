@@ -140,7 +140,7 @@ impl PackWriter {
             }
         }
         let mut rnd = [0u8; 8];
-        getrandom(&mut rnd)?;
+        crate::sys::random_bytes(&mut rnd)?;
         let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
         let tmp = dir.join(temp_name("pack"));
         let file = OpenOptions::new()
@@ -218,15 +218,6 @@ impl PackWriter {
         };
         let _ = fs::remove_file(path);
     }
-}
-
-/// Random bytes for pack names (unique across processes and machines).
-fn getrandom(buf: &mut [u8]) -> io::Result<()> {
-    let n = rustix::rand::getrandom(&mut *buf, rustix::rand::GetRandomFlags::empty())?;
-    if n != buf.len() {
-        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -579,3 +579,77 @@ pub fn kill_the_daemon(env: &Env) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// The remote pack holding `id` (docs/format.md, "Remotes"): its stem and entries.
+#[allow(dead_code)]
+pub fn pack_of(
+    remote: &storefs::remote::Remote,
+    id: &storefs::store::ObjectId,
+) -> (String, Vec<storefs::store::PackEntry>) {
+    remote
+        .list_packs()
+        .unwrap()
+        .into_iter()
+        .find(|(_, entries)| entries.iter().any(|e| e.id == *id))
+        .unwrap_or_else(|| panic!("object {id} is in no remote pack"))
+}
+
+/// Tamper with a remote: rewrite the pack holding `id` (same name) with
+/// `raw` as that object's stored bytes and an index that matches.
+#[allow(dead_code)]
+pub fn replace_in_pack(
+    remote: &storefs::remote::Remote,
+    id: &storefs::store::ObjectId,
+    raw: &[u8],
+) {
+    let (stem, mut entries) = pack_of(remote, id);
+    let old = remote
+        .get_bytes(&format!("packs/{stem}.pack"))
+        .unwrap()
+        .unwrap();
+    entries.sort_by_key(|e| e.offset);
+    let mut pack = Vec::new();
+    let mut new_entries = Vec::new();
+    for e in &entries {
+        let bytes: &[u8] = if e.id == *id {
+            raw
+        } else {
+            &old[e.offset as usize..(e.offset + e.len as u64) as usize]
+        };
+        pack.extend_from_slice(&e.id.0);
+        pack.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        new_entries.push(storefs::store::PackEntry {
+            id: e.id,
+            offset: pack.len() as u64,
+            len: bytes.len() as u32,
+        });
+        pack.extend_from_slice(bytes);
+    }
+    remote
+        .put_bytes(&format!("packs/{stem}.pack"), &pack)
+        .unwrap();
+    remote
+        .put_bytes(
+            &format!("packs/{stem}.idx"),
+            &storefs::store::encode_index(&mut new_entries),
+        )
+        .unwrap();
+}
+
+/// Turn a remote into the layout storefs wrote before packs: every object
+/// loose under `objects/<id>`, no `packs/`.
+#[allow(dead_code)]
+pub fn unpack_remote(remote: &storefs::remote::Remote) {
+    for (stem, entries) in remote.list_packs().unwrap() {
+        let pack = remote
+            .get_bytes(&format!("packs/{stem}.pack"))
+            .unwrap()
+            .unwrap();
+        for e in entries {
+            let raw = &pack[e.offset as usize..(e.offset + e.len as u64) as usize];
+            remote.put_bytes(&format!("objects/{}", e.id), raw).unwrap();
+        }
+        remote.delete(&format!("packs/{stem}.idx")).unwrap();
+        remote.delete(&format!("packs/{stem}.pack")).unwrap();
+    }
+}
