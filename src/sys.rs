@@ -348,6 +348,16 @@ pub fn sync_file_range(f: impl AsFd, offset: u64, len: u64, how: SyncRange) -> i
     Ok(())
 }
 
+/// Random bytes from the kernel, for names that must be unique across
+/// processes and machines (local packs, remote locks).
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let n = rustix::rand::getrandom(&mut *buf, rustix::rand::GetRandomFlags::empty())?;
+    if n != buf.len() {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,14 +415,4 @@ mod tests {
         child.wait().unwrap();
         assert!(!pid_alive(pid));
     }
-}
-
-/// Random bytes from the kernel, for names that must be unique across
-/// processes and machines (local packs, remote locks).
-pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
-    let n = rustix::rand::getrandom(&mut *buf, rustix::rand::GetRandomFlags::empty())?;
-    if n != buf.len() {
-        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
-    }
-    Ok(())
 }

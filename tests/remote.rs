@@ -39,6 +39,9 @@ both_remotes!(
     missing_object_fails_pull,
     ref_update_is_conditional,
     remote_without_packs_still_works,
+    remote_gc_reclaims_what_deleted_refs_reached,
+    remote_gc_spares_the_young_and_the_locked,
+    remote_gc_and_pushes_race_and_lose_nothing,
 );
 
 impl Setup {
@@ -436,4 +439,257 @@ fn ref_update_is_conditional(kind: Kind) {
     // Our write against the old version fails and leaves theirs.
     assert!(!t.remote.put_ref_if("r", Some(v1), &c).unwrap());
     assert_eq!(t.remote.get_ref("r").unwrap().unwrap().0, b);
+}
+
+/// Every stored byte on the remote under `packs/` and `objects/`.
+fn remote_bytes(r: &Remote) -> u64 {
+    let packs: u64 = r
+        .list_packs()
+        .unwrap()
+        .iter()
+        .map(|(stem, _)| {
+            r.get_bytes(&format!("packs/{stem}.pack"))
+                .unwrap()
+                .unwrap()
+                .len() as u64
+        })
+        .sum();
+    let loose: u64 = r
+        .list_objects()
+        .unwrap()
+        .iter()
+        .filter_map(|id| r.get_bytes(&format!("objects/{id}")).unwrap())
+        .map(|b| b.len() as u64)
+        .sum();
+    packs + loose
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Four refs of trees that share a base and each add 1 MiB of their own;
+/// two refs deleted; gc --remote deletes what only those reached, repacks
+/// a pack that became mostly garbage, and every remaining ref pulls intact.
+fn remote_gc_reclaims_what_deleted_refs_reached(kind: Kind) {
+    let Some(t) = setup(kind) else { return };
+    let base = t.make_tree();
+    t.add_remote("a");
+    let mut trees = Vec::new();
+    for i in 0..4 {
+        let dir = t.env.path(&format!("tree{i}"));
+        make_store(&dir);
+        fs::copy(base.join("big.bin"), dir.join("shared.bin")).unwrap();
+        fs::write(dir.join("own.bin"), pseudo_random(1 << 20, 100 + i)).unwrap();
+        t.ok(
+            "a",
+            &["snapshot", dir.to_str().unwrap(), "--ref", &format!("r{i}")],
+        );
+        t.ok("a", &["push", "team", &format!("r{i}")]);
+        trees.push(dir);
+    }
+    // r0 moves (forced) to a checkpoint not descending from its first one,
+    // which kept only its shared.bin: its own 1 MiB sits in a pack with
+    // shared.bin's chunks... which r1..r3 still reach, so that pack is
+    // mostly garbage only in part; r0's new own bytes are a fresh pack.
+    fs::write(trees[0].join("own.bin"), pseudo_random(1 << 20, 200)).unwrap();
+    t.ok(
+        "a",
+        &["snapshot", trees[0].to_str().unwrap(), "--ref", "r0-new"],
+    );
+    t.ok("a", &["push", "team", "r0-new", "--as", "r0", "--force"]);
+    let (refs, _) = t.ok("a", &["remote", "refs", "team"]);
+    assert_eq!(refs.lines().count(), 4, "{refs}");
+    t.ok("a", &["remote", "delete-ref", "team", "r1"]);
+    t.ok("a", &["remote", "delete-ref", "team", "r3"]);
+    let err = t.fails("a", &["remote", "delete-ref", "team", "r3"]);
+    assert!(err.contains("no ref 'r3'"), "{err}");
+
+    // --dry-run changes nothing.
+    let before = remote_bytes(&t.remote);
+    let packs_before = t.remote.list_packs().unwrap();
+    let (out, _) = t.ok(
+        "a",
+        &[
+            "gc",
+            "--remote",
+            "team",
+            "--grace",
+            "0",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    let dry = json(&out);
+    assert_eq!(t.remote.list_packs().unwrap(), packs_before);
+    assert!(dry["reclaimed_bytes"].as_u64().unwrap() > 2 << 20, "{dry}");
+
+    let (out, _) = t.ok("a", &["gc", "--remote", "team", "--grace", "0", "--json"]);
+    let r = json(&out);
+    let (unreachable, reclaimed) = (
+        r["unreachable_bytes"].as_u64().unwrap(),
+        r["reclaimed_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(r["refs"], 2, "{r}");
+    assert!(reclaimed * 10 >= unreachable * 9, "{r}");
+    assert_eq!(
+        reclaimed,
+        dry["reclaimed_bytes"].as_u64().unwrap(),
+        "{r} {dry}"
+    );
+    assert!(r["packs_deleted"].as_u64().unwrap() >= 2, "{r}");
+    // r0's first chunk pack holds its old own.bin among live chunks.
+    assert!(r["packs_repacked"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["bytes_copied"].as_u64().unwrap() > 1 << 20, "{r}");
+    assert!(
+        r["records_deleted"].as_u64().unwrap() >= 3,
+        "r0's first, r1, r3: {r}"
+    );
+    let after = remote_bytes(&t.remote);
+    assert!(
+        before - after >= reclaimed * 9 / 10 && after < before - (3 << 20),
+        "{before} -> {after}: {r}"
+    );
+    // A second gc finds (almost) nothing.
+    let (out, _) = t.ok("a", &["gc", "--remote", "team", "--grace", "0", "--json"]);
+    assert_eq!(json(&out)["packs_deleted"], 0, "{out}");
+
+    // What the kept refs reach is all there: pulled into an empty store.
+    t.add_remote("b");
+    for (r, dir) in [("r0", &trees[0]), ("r2", &trees[2])] {
+        t.ok("b", &["pull", "team", r]);
+        let restored = t.env.path(&format!("restored-{r}"));
+        t.ok("b", &["restore", r, restored.to_str().unwrap()]);
+        assert_same_tree(dir, &restored, false);
+    }
+    t.ok("b", &["verify"]);
+    let err = t.fails("b", &["pull", "team", "r1"]);
+    assert!(err.contains("no ref 'r1'"), "{err}");
+}
+
+/// The grace period spares what is young; a lock held by a push (or by a
+/// gc) stops the other; a lock left unrefreshed for 30 minutes is ignored.
+fn remote_gc_spares_the_young_and_the_locked(kind: Kind) {
+    let Some(t) = setup(kind) else { return };
+    t.pushed_from_a();
+    // A killed push's pack (no index) and a deleted ref's objects, all young.
+    let junk = format!("packs/d-{}.pack", "5".repeat(64));
+    t.remote.put_bytes(&junk, b"half a pack").unwrap();
+    t.ok("a", &["remote", "delete-ref", "team", "s1"]);
+    let before = remote_bytes(&t.remote);
+    let (out, _) = t.ok("a", &["gc", "--remote", "team", "--json"]);
+    let r = json(&out);
+    assert_eq!(r["reclaimed_bytes"], 0, "default grace 1h: {r}");
+    assert!(r["young"].as_u64().unwrap() >= 3, "{r}");
+    assert_eq!(remote_bytes(&t.remote), before);
+
+    // Someone's gc holds the lock: a push refuses, and changes nothing.
+    let lock = "locks/op-00000000000000aa.json";
+    t.remote
+        .put_bytes(
+            lock,
+            br#"{"kind":"gc","host":"elsewhere","pid":7,"time":0}"#,
+        )
+        .unwrap();
+    let err = t.fails("a", &["push", "team", "s1"]);
+    assert!(
+        err.contains("busy") && err.contains("a gc by elsewhere (pid 7)"),
+        "{err}"
+    );
+    assert_eq!(t.remote_ref("s1"), None);
+    let err = t.fails("a", &["gc", "--remote", "team", "--grace", "0"]);
+    assert!(err.contains("busy"), "{err}");
+    // A push's lock: gc refuses, another push goes on.
+    t.remote
+        .put_bytes(
+            lock,
+            br#"{"kind":"push","host":"elsewhere","pid":8,"time":0}"#,
+        )
+        .unwrap();
+    let err = t.fails("a", &["gc", "--remote", "team", "--grace", "0"]);
+    assert!(err.contains("a push by elsewhere (pid 8)"), "{err}");
+    t.ok("a", &["push", "team", "s1"]);
+    // Stale (a file:// remote lets the test age it): ignored.
+    if let Kind::File = kind {
+        let path = Path::new(t.url.strip_prefix("file://").unwrap()).join(lock);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        t.ok("a", &["gc", "--remote", "team", "--grace", "0"]);
+        assert!(
+            t.remote.get_bytes(&junk).unwrap().is_none(),
+            "the killed push's pack is gone"
+        );
+    }
+    t.remote.delete(lock).unwrap();
+    // Our own locks are gone once each command ends.
+    let left: Vec<String> = t
+        .remote
+        .list_keys("locks")
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.contains("/op-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Pushes and gcs from two threads at once, the gc deleting what each
+/// round's push reuses (the same objects, unreachable between rounds):
+/// whatever each command says, every push that succeeded left a ref whose
+/// objects are all there.
+fn remote_gc_and_pushes_race_and_lose_nothing(kind: Kind) {
+    let Some(t) = setup(kind) else { return };
+    let src = t.make_tree();
+    t.snapshot("a", &src);
+    t.add_remote("a");
+    t.add_remote("b");
+    let rounds = 12;
+    let (pushed, gcs) = std::thread::scope(|sc| {
+        let pusher = sc.spawn(|| {
+            let mut ok = 0;
+            for i in 0..rounds {
+                let out = t.run("a", &["push", "team", "s1", "--as", "keep"]);
+                if !out.status.success() {
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    assert!(err.contains("busy"), "push {i}: {err}");
+                    continue;
+                }
+                ok += 1;
+                // Everything the ref reaches is there: pulled whole.
+                let out = t.run("b", &["pull", "team", "keep", "--as", &format!("k{i}")]);
+                assert!(
+                    out.status.success(),
+                    "pull {i}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                t.ok("a", &["remote", "delete-ref", "team", "keep"]);
+                // b holds what it pulled; start b afresh so the next pull fetches.
+                fs::remove_dir_all(t.store("b")).unwrap();
+                t.add_remote("b");
+            }
+            ok
+        });
+        let collector = sc.spawn(|| {
+            let mut ok = 0;
+            for i in 0..rounds * 2 {
+                let out = t.run("a", &["gc", "--remote", "team", "--grace", "0"]);
+                if out.status.success() {
+                    ok += 1;
+                } else {
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    assert!(err.contains("busy"), "gc {i}: {err}");
+                }
+            }
+            ok
+        });
+        (pusher.join().unwrap(), collector.join().unwrap())
+    });
+    assert!(
+        pushed > 0 && gcs > 0,
+        "{pushed} pushes and {gcs} gcs got through"
+    );
 }

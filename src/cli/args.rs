@@ -115,6 +115,24 @@ pub enum RemoteCommand {
         /// The remote's name
         name: String,
     },
+    /// List the remote's refs: `name<TAB>checkpoint`
+    Refs {
+        /// The remote's name
+        name: String,
+        /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a remote ref; `storefs gc --remote NAME` then reclaims what only it reached
+    #[command(
+        after_help = "Not a compare-and-swap on S3: a push that moves the ref between this command's read and its delete is lost (its objects stay until a gc --remote)."
+    )]
+    DeleteRef {
+        /// The remote's name
+        name: String,
+        /// The remote ref to delete
+        r#ref: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -470,7 +488,9 @@ interrupted or failed snapshot or import, data of files a fork had open after un
 them) and temp files of interrupted writes, once older than --grace. Safe while snapshots,
 imports and commits run: they hold STORE/gc.lock shared until they publish, and gc sweeps
 under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove).
-Also merges small pack files (one per snapshot or commit) once there are 8 or more.")]
+Also merges small pack files (one per snapshot or commit) once there are 8 or more.
+
+With --remote NAME it collects the remote's garbage instead: what no remote ref reaches (after `storefs remote delete-ref`, or a forced push) is deleted: packs nothing in them reaches, packs more than 10% unreached are repacked (new packs first), loose objects, records, and packs a killed push left without an index, all once older than --grace. It holds the remote's gc lock: it does not start while a push runs (from any machine) and pushes wait for it to end; pulls and lazy mounts run on.")]
 pub struct GcArgs {
     /// List what would be removed; delete nothing
     #[arg(long)]
@@ -478,6 +498,9 @@ pub struct GcArgs {
     /// Never remove an object modified less than this long ago (90s, 30m, 1h, 2d, 1h30m)
     #[arg(long, value_name = "AGE", default_value = "1h", value_parser = crate::store::parse_duration)]
     pub grace: std::time::Duration,
+    /// Collect garbage on this remote instead of in the local store
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
     /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
     #[arg(long)]
     pub json: bool,

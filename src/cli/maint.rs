@@ -90,6 +90,9 @@ fn names_of(store: &Store) -> Result<HashMap<ObjectId, Vec<String>>> {
 }
 
 pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
+    if let Some(name) = &a.remote {
+        return remote_gc(store, name, &a);
+    }
     let opts = GcOptions {
         grace: a.grace,
         dry_run: a.dry_run,
@@ -188,5 +191,67 @@ pub fn doctor() -> Result<()> {
             missing.join(", ")
         );
     }
+    Ok(())
+}
+
+/// `gc --remote NAME`.
+fn remote_gc(store: &Store, name: &str, a: &GcArgs) -> Result<()> {
+    let r = crate::remote::Remote::open(store, name)?;
+    let progress = super::remote::progress_bar("repacking");
+    let opts = crate::remote::RemoteGcOptions {
+        dry_run: a.dry_run,
+        grace: a.grace,
+        progress: progress.clone(),
+    };
+    let result = r.gc(store, &opts);
+    progress.finish_and_clear();
+    let r = result?;
+    if a.json {
+        return super::json::print(&serde_json::json!({
+            "remote": name,
+            "dry_run": a.dry_run,
+            "refs": r.refs,
+            "checkpoints": r.checkpoints,
+            "reachable": r.reachable,
+            "unreachable_bytes": r.unreachable_bytes,
+            "reclaimed_bytes": r.reclaimed_bytes,
+            "packs_deleted": r.packs_deleted,
+            "packs_repacked": r.packs_repacked,
+            "packs_written": r.packs_written,
+            "bytes_copied": r.bytes_copied,
+            "incomplete_deleted": r.incomplete_deleted,
+            "loose_deleted": r.loose_deleted,
+            "records_deleted": r.records_deleted,
+            "young": r.young,
+            "unreachable_kept": r.unreachable_kept,
+        }));
+    }
+    let verb = if a.dry_run {
+        "would reclaim"
+    } else {
+        "reclaimed"
+    };
+    eprintln!(
+        "storefs: gc --remote {name}: {} ref(s) reach {} checkpoint(s) and {} object(s); {verb} {} of {} unreachable: {} pack(s) deleted, {} repacked into {} (copying {}), {} incomplete pack(s), {} loose object(s), {} record(s); kept {} younger than the grace period and {} unreachable in packs under the repack threshold{}",
+        r.refs,
+        r.checkpoints,
+        r.reachable,
+        human(r.reclaimed_bytes),
+        human(r.unreachable_bytes),
+        r.packs_deleted,
+        r.packs_repacked,
+        r.packs_written,
+        human(r.bytes_copied),
+        r.incomplete_deleted,
+        r.loose_deleted,
+        r.records_deleted,
+        r.young,
+        human(r.unreachable_kept),
+        if a.dry_run {
+            "; nothing deleted (--dry-run)"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }

@@ -34,6 +34,28 @@ pub fn remote(store_dir: &Path, c: RemoteCommand) -> Result<()> {
             let store = Store::open(store_dir)?;
             remote::remove(&store, &name)?;
         }
+        RemoteCommand::Refs { name, json } => {
+            let store = Store::open(store_dir)?;
+            let refs = Remote::open(&store, &name)?.list_refs()?;
+            if json {
+                let list: Vec<serde_json::Value> = refs
+                    .into_iter()
+                    .map(|(name, ck)| serde_json::json!({"name": name, "checkpoint": ck}))
+                    .collect();
+                return super::json::print(&serde_json::Value::Array(list));
+            }
+            for (r, ck) in refs {
+                super::say(format_args!("{r}\t{ck}"))?;
+            }
+        }
+        RemoteCommand::DeleteRef { name, r#ref } => {
+            let store = Store::open(store_dir)?;
+            let was = Remote::open(&store, &name)?.delete_ref(&r#ref)?;
+            eprintln!(
+                "storefs: deleted {name}/{} (was {was}); `storefs gc --remote {name}` reclaims what only it reached",
+                r#ref
+            );
+        }
     }
     Ok(())
 }

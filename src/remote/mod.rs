@@ -369,6 +369,64 @@ impl Remote {
         })
     }
 
+    /// Every key under `dir/` (relative to the remote's prefix).
+    pub fn list_keys(&self, dir: &str) -> Result<Vec<String>> {
+        self.rt.block_on(async {
+            let metas: Vec<_> = self
+                .objects
+                .list(Some(&ObjPath::from(dir)))
+                .try_collect()
+                .await
+                .map_err(|e| self.backend_err(format!("listing {dir}/"), e))?;
+            Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
+        })
+    }
+
+    /// The remote's refs and what each holds, by name.
+    pub fn list_refs(&self) -> Result<Vec<(String, String)>> {
+        self.rt.block_on(async {
+            let metas: Vec<_> = self
+                .objects
+                .list(Some(&ObjPath::from("refs")))
+                .try_collect()
+                .await
+                .map_err(|e| self.backend_err("listing refs/", e))?;
+            let mut out = Vec::new();
+            for m in metas {
+                let Some(name) = m.location.filename() else {
+                    continue;
+                };
+                if let Some(r) = self.read_ref(name).await? {
+                    out.push((name.to_string(), r.content));
+                }
+            }
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    /// Delete remote ref `name`; what it held. Under the ref lock on
+    /// `file://`; on S3 a plain delete (object_store has no conditional one).
+    pub fn delete_ref(&self, name: &str) -> Result<String> {
+        store::Store::check_name(name)?;
+        let _lock = self.lock_ref(name)?;
+        self.rt.block_on(async {
+            let cur = self
+                .read_ref(name)
+                .await?
+                .ok_or_else(|| Error::NoRemoteRef {
+                    remote: self.name.clone(),
+                    name: name.to_string(),
+                })?;
+            let key = format!("refs/{name}");
+            self.objects
+                .delete(&ObjPath::from(key.as_str()))
+                .await
+                .map_err(|e| self.backend_err(format!("deleting {key}"), e))?;
+            Ok(cur.content)
+        })
+    }
+
     /// Whether the backend itself checks ref versions (S3: yes; `file://`:
     /// no, a lock file stands in).
     pub fn has_conditional_put(&self) -> bool {

@@ -153,7 +153,7 @@ impl Remote {
                 return Ok(report);
             }
             if !opts.force {
-                self.check_descends(name, &c.content, target, &ancestors)?;
+                self.check_descends(name, &c.content, target, ancestors)?;
             }
         }
         let theirs = cur.as_ref().map(|c| c.content.clone());
@@ -327,7 +327,14 @@ impl Remote {
             let mut chunks: Vec<(ObjectId, ObjectId)> = Vec::new();
             while !frontier.is_empty() {
                 let trees = self
-                    .fetch_trees(&index, &backend, &frontier, &mut tree_packs, &mut moved)
+                    .fetch_trees(
+                        &index,
+                        &backend,
+                        &frontier,
+                        &mut tree_packs,
+                        &mut moved,
+                        true,
+                    )
                     .await?;
                 frontier = Vec::new();
                 for (tree, ck) in trees {
@@ -396,14 +403,16 @@ impl Remote {
     /// Decode the trees `wanted` (id, the checkpoint that needs it): read
     /// here when the store has them, else taken from their tree pack
     /// (downloaded whole once into `tree_packs`), or a GET each for objects
-    /// not in a pack; every fetched one is verified and written here.
-    async fn fetch_trees(
+    /// not in a pack; every fetched one is verified, and written here when
+    /// `write_here` (a pull; gc --remote only reads).
+    pub(super) async fn fetch_trees(
         &self,
         index: &PackIndex,
         backend: &Arc<dyn ObjectBackend>,
         wanted: &[(ObjectId, ObjectId)],
         tree_packs: &mut HashMap<u32, bytes::Bytes>,
         moved: &mut Moved,
+        write_here: bool,
     ) -> Result<Vec<(Tree, ObjectId)>> {
         let ids: Vec<ObjectId> = wanted.iter().map(|(id, _)| *id).collect();
         let present = contains_all(backend, ids).await?;
@@ -447,7 +456,9 @@ impl Remote {
                         });
                         let (bytes, fetched) = match (here, from_pack) {
                             (true, _) => (read_local(backend, id).await?, false),
-                            (false, Some(raw)) => (self.keep(backend, id, raw, true).await?, true),
+                            (false, Some(raw)) => {
+                                (self.keep(backend, id, raw, write_here).await?, true)
+                            }
                             (false, None) => {
                                 let raw = self.fetch_single(index, id, ck).await?;
                                 (self.keep(backend, id, raw, true).await?, true)
@@ -539,7 +550,7 @@ impl Remote {
                 async move {
                     let raw = self.fetch_single(index, id, ck).await?;
                     let n = raw.len() as u64;
-                    self.keep(backend, id, raw, false).await?;
+                    self.keep(backend, id, raw, true).await?;
                     progress.advance(1);
                     Ok::<_, Error>((1, n))
                 }
@@ -598,20 +609,22 @@ impl Remote {
         }
     }
 
-    /// Verify fetched stored bytes and write them here; the content when `want`.
+    /// Verify fetched stored bytes and (when `write`) write them here; the content.
     async fn keep(
         &self,
         backend: Arc<dyn ObjectBackend>,
         id: ObjectId,
         raw: Vec<u8>,
-        want: bool,
+        write: bool,
     ) -> Result<Vec<u8>> {
         let remote = self.name.clone();
         tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
             let bytes =
                 Store::verify_stored(&id, &raw).map_err(|e| corrupt_object(&remote, id, e))?;
-            backend.write(&id, &raw).map_err(local_io)?;
-            Ok(if want { bytes } else { Vec::new() })
+            if write {
+                backend.write(&id, &raw).map_err(local_io)?;
+            }
+            Ok(bytes)
         })
         .await
         .map_err(join_err)?
@@ -620,9 +633,9 @@ impl Remote {
 
 /// What a pull moved: objects written here, bytes transferred.
 #[derive(Default)]
-struct Moved {
-    objects: usize,
-    bytes: u64,
+pub(super) struct Moved {
+    pub objects: usize,
+    pub bytes: u64,
 }
 
 /// Packs downloaded at once.

@@ -29,6 +29,8 @@ use crate::store::{self, ObjectBackend, ObjectId, PackEntry, Store};
 
 /// A pack being built is closed at this many bytes.
 pub const PACK_TARGET: usize = 16 << 20;
+/// Bytes of a record's header in front of an object's stored bytes.
+pub const RECORD_HEADER: u64 = 32 + 4;
 /// Index files fetched at once.
 const PARALLEL_IDX: usize = 16;
 
@@ -118,18 +120,6 @@ impl PackIndex {
 
     pub fn contains(&self, id: &ObjectId) -> bool {
         self.map.contains_key(id)
-    }
-
-    pub fn ids(&self) -> impl Iterator<Item = &ObjectId> {
-        self.map.keys()
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 
     pub fn pack(&self, loc: &Loc) -> &PackInfo {
@@ -340,7 +330,6 @@ pub struct PackBuilder {
 /// A finished pack: its stem, bytes and index bytes.
 pub struct BuiltPack {
     pub stem: String,
-    pub kind: PackKind,
     pub pack: Vec<u8>,
     pub idx: Vec<u8>,
     pub objects: usize,
@@ -383,7 +372,6 @@ impl PackBuilder {
         let mut entries = self.entries;
         BuiltPack {
             stem: format!("{}-{hex}", self.kind.letter()),
-            kind: self.kind,
             objects: entries.len(),
             idx: store::encode_index(&mut entries),
             pack: self.bytes,
