@@ -75,10 +75,15 @@ pub fn remove(store: &Store, name: &str) -> Result<()> {
     Store::check_name(name).map_err(|_| Error::UnknownRemote(name.to_string()))?;
     let p = path(store, name);
     match fs::remove_file(&p) {
-        Ok(()) => store::fsync_dir(&dir(store)).map_err(|source| Error::Io {
-            path: dir(store),
-            source,
-        }),
+        Ok(()) => {
+            // The cached pack indexes belong to that URL; a later remote of
+            // the same name must not start from them.
+            let _ = fs::remove_dir_all(super::pack::cache_dir(store.root(), name));
+            store::fsync_dir(&dir(store)).map_err(|source| Error::Io {
+                path: dir(store),
+                source,
+            })
+        }
         Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::UnknownRemote(name.to_string())),
         Err(source) => Err(Error::Io { path: p, source }),
     }
