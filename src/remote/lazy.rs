@@ -25,7 +25,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::pack::{self, Loc, PackIndex, PackKind};
 use super::{Error, Remote, Result, corrupt_detail, corrupt_object, object_store_for, url_of};
-use crate::store::{self, LocalBackend, ObjectBackend, ObjectId, Store};
+use crate::store::{self, LocalBackend, ObjectBackend, ObjectId, PackEntry, Store};
 
 /// Fetched objects written but not yet synced that trigger a sync.
 const SYNC_EVERY_OBJECTS: usize = 64;
@@ -132,54 +132,37 @@ fn fetch_head(store: &Store, remote: &str, name: &str) -> Result<(ObjectId, Vec<
                 context,
             };
             let err = |what: String, e| r.backend_err(what, e);
-            // Its tree pack comes whole: usually every tree of the
-            // checkpoint, so a walk of the mount needs no more requests.
-            let raws: Vec<(ObjectId, Vec<u8>)> = match index.get(&root) {
+            let raw = match index.get(&root) {
                 Some(l) => {
-                    let info = index.pack(&l);
-                    let locs: Vec<_> = match info.kind {
-                        PackKind::Trees => info.entries.iter().map(|e| (e.id, e.offset, e.len)).collect(),
-                        PackKind::Data => vec![(root, l.offset, l.len)],
-                    };
-                    pack::read_objects(&r.objects, &info.stem, &locs, info.kind == PackKind::Trees, &err)
-                        .await?
-                        .0
+                    let locs = [(root, l.offset, l.len)];
+                    let (mut got, _) =
+                        pack::read_objects(&r.objects, &index.pack(&l).stem, &locs, false, &err)
+                            .await?;
+                    got.pop().map(|(_, raw)| raw).unwrap_or_default()
                 }
                 None => {
                     let key = format!("objects/{root}");
-                    let raw = r.get_async(&key).await?.ok_or_else(|| {
+                    r.get_async(&key).await?.ok_or_else(|| {
                         missing(format!(
                             "it is in no pack and {key} is not there; checkpoint {id} needs it as its root tree"
                         ))
-                    })?;
-                    vec![(root, raw)]
+                    })?
                 }
             };
-            let backend = store.backend();
-            let io = |source| Error::Io {
-                path: store.root().join("objects"),
-                source,
-            };
-            for (oid, raw) in raws {
-                match Store::verify_stored(&oid, &raw) {
-                    Ok(tree) if oid == root => {
-                        store::Tree::decode(&tree).map_err(|e| Error::CorruptObject {
-                            remote: remote.to_string(),
-                            id: root,
-                            detail: format!("tree: {e}"),
-                        })?;
-                    }
-                    Ok(_) => {}
-                    Err(e) if oid == root => return Err(corrupt_object(remote, root, e)),
-                    Err(e) => {
-                        tracing::warn!(object = %oid, remote, error = %e, "remote tree is corrupt: not stored");
-                        continue;
-                    }
-                }
-                if !backend.contains(&oid).map_err(io)? {
-                    backend.write(&oid, &raw).map_err(io)?;
-                }
-            }
+            let tree =
+                Store::verify_stored(&root, &raw).map_err(|e| corrupt_object(remote, root, e))?;
+            store::Tree::decode(&tree).map_err(|e| Error::CorruptObject {
+                remote: remote.to_string(),
+                id: root,
+                detail: format!("tree: {e}"),
+            })?;
+            store
+                .backend()
+                .write(&root, &raw)
+                .map_err(|source| Error::Io {
+                    path: store.root().join("objects"),
+                    source,
+                })?;
             store.sync_objects()?;
         }
         Ok((id, bytes))
@@ -222,8 +205,6 @@ struct Shared {
     index: RwLock<Arc<PackIndex>>,
     /// When the index was last read again (at most every [`RELOAD_EVERY`]).
     reloaded: Mutex<Option<Instant>>,
-    /// Tree packs being downloaded: readers of their trees wait for them.
-    pack_flights: Mutex<HashMap<u32, Arc<Flight>>>,
     /// `None` when the remote could not be opened (its `file://` directory
     /// is gone, bad S3 settings): every miss fails.
     objects: Option<Arc<dyn ObjectStore>>,
@@ -299,7 +280,6 @@ impl LazyBackend {
             store_root: store.root().to_path_buf(),
             index: RwLock::new(Arc::new(pack::load_cached(store.root(), remote))),
             reloaded: Mutex::new(None),
-            pack_flights: Mutex::new(HashMap::new()),
             objects,
             inflight: Mutex::new(HashMap::new()),
             prefetching: AtomicUsize::new(0),
@@ -381,9 +361,6 @@ impl Shared {
             let index = self.index.read().clone();
             let loc = index.get(&id);
             let got = match loc {
-                Some(l) if index.pack(&l).kind == PackKind::Trees => {
-                    self.clone().fetch_tree_pack(&objects, &index, l, id).await
-                }
                 Some(l) => {
                     let stem = index.pack(&l).stem.clone();
                     self.clone()
@@ -486,91 +463,43 @@ impl Shared {
         .map_err(|e| io::Error::other(e.to_string()))?
     }
 
-    /// The whole tree pack holding `id` (at `loc`): every tree in it is
-    /// verified and kept, so the walk of a mount costs one request per
-    /// tree pack. A second reader of the same pack waits for the first.
-    async fn fetch_tree_pack(
+    /// One ranged GET of `span` of tree pack `stem`: the hinted trees and
+    /// every other tree that lies wholly inside it (in depth-first
+    /// pre-order, the subtrees of the hinted ones), each verified and kept
+    /// unless here already. A walk that lists a directory so fetches the
+    /// trees under it in one request; a lookup of one path fetches only the
+    /// trees on it ([`Shared::fetch`]).
+    async fn fetch_span(
         self: Arc<Self>,
         objects: &Arc<dyn ObjectStore>,
-        index: &PackIndex,
-        loc: Loc,
-        id: ObjectId,
-    ) -> io::Result<HashMap<ObjectId, Fetched>> {
-        let claimed = {
-            let mut g = self.pack_flights.lock();
-            match g.get(&loc.pack) {
-                Some(f) => Err(f.clone()),
-                None => {
-                    let f = Arc::new(Flight::default());
-                    g.insert(loc.pack, f.clone());
-                    Ok(f)
+        stem: &str,
+        span: std::ops::Range<u64>,
+        inside: Vec<PackEntry>,
+    ) -> io::Result<usize> {
+        let key = pack::pack_key(stem);
+        let bytes = objects
+            .get_range(&ObjPath::from(key.as_str()), span.clone())
+            .await
+            .map_err(|e| self.remote_io(&key, e))?;
+        tokio::task::spawn_blocking(move || {
+            let mut kept = 0;
+            for e in inside {
+                let (s, t) = (
+                    (e.offset - span.start) as usize,
+                    (e.offset - span.start) as usize + e.len as usize,
+                );
+                let Some(raw) = bytes.get(s..t) else { continue };
+                if self.local.contains(&e.id).unwrap_or(false) {
+                    continue;
+                }
+                if self.keep(e.id, raw.to_vec()).is_ok() {
+                    kept += 1;
                 }
             }
-        };
-        let flight = match claimed {
-            Ok(f) => f,
-            Err(other) => {
-                other.wait();
-                // The other reader kept it (or failed: then fetch it alone).
-                if let Some(raw) = self.local.read(&id)? {
-                    let plain = Store::verify_stored(&id, &raw)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                    return Ok(HashMap::from([(id, Fetched { raw, plain })]));
-                }
-                let stem = index.pack(&loc).stem.clone();
-                return self.fetch_ranges(objects, &stem, vec![(id, loc)]).await;
-            }
-        };
-        let info = index.pack(&loc);
-        let key = pack::pack_key(&info.stem);
-        let got = async {
-            objects
-                .get(&ObjPath::from(key.as_str()))
-                .await?
-                .bytes()
-                .await
-        }
-        .await;
-        let result = match got {
-            Err(e) => Err(self.remote_io(&key, e)),
-            Ok(bytes) => {
-                let entries = info.entries.clone();
-                let s = self.clone();
-                tokio::task::spawn_blocking(move || {
-                    let mut out = HashMap::new();
-                    for e in entries {
-                        let Some(raw) =
-                            bytes.get(e.offset as usize..(e.offset + e.len as u64) as usize)
-                        else {
-                            continue;
-                        };
-                        if e.id != id && s.local.contains(&e.id).unwrap_or(false) {
-                            continue;
-                        }
-                        if let Ok(f) = s.keep(e.id, raw.to_vec())
-                            && e.id == id
-                        {
-                            out.insert(id, f);
-                        }
-                    }
-                    out
-                })
-                .await
-                .map_err(|e| io::Error::other(e.to_string()))
-            }
-        };
-        self.pack_flights.lock().remove(&loc.pack);
-        *flight.done.lock() = true;
-        flight.cv.notify_all();
-        let out = result?;
-        if out.is_empty() {
-            // Not in the pack's bytes, or corrupt (keep warned).
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("object {id} from remote '{}' is corrupt", self.remote),
-            ));
-        }
-        Ok(out)
+            kept
+        })
+        .await
+        .map_err(|e| io::Error::other(e.to_string()))
     }
 
     /// Read the remote's pack index again (at most every [`RELOAD_EVERY`]);
@@ -740,10 +669,8 @@ impl ObjectBackend for LazyBackend {
             let Ok(flight) = s.claim(id) else { continue };
             s.prefetching.fetch_add(1, Ordering::SeqCst);
             match index.get(id) {
-                Some(l) if index.pack(&l).kind == PackKind::Data => {
-                    by_pack.entry(l.pack).or_default().push((*id, l, flight))
-                }
-                _ => {
+                Some(l) => by_pack.entry(l.pack).or_default().push((*id, l, flight)),
+                None => {
                     let s = s.clone();
                     let id = *id;
                     self.rt.spawn(async move {
@@ -757,10 +684,36 @@ impl ObjectBackend for LazyBackend {
         for (p, group) in by_pack {
             let s = s.clone();
             let objects = objects.clone();
-            let stem = index.packs[p as usize].stem.clone();
+            let info = &index.packs[p as usize];
+            let stem = info.stem.clone();
+            // Trees: the span from the first hinted to the end of the last,
+            // with everything in it (see fetch_span).
+            let span = (info.kind == PackKind::Trees).then(|| {
+                let start = group.iter().map(|(_, l, _)| l.offset).min().unwrap_or(0);
+                let end = group
+                    .iter()
+                    .map(|(_, l, _)| l.offset + l.len as u64)
+                    .max()
+                    .unwrap_or(0);
+                let inside: Vec<PackEntry> = info
+                    .entries
+                    .iter()
+                    .filter(|e| e.offset >= start && e.offset + e.len as u64 <= end)
+                    .copied()
+                    .collect();
+                (start..end, inside)
+            });
             self.rt.spawn(async move {
-                let locs = group.iter().map(|(id, l, _)| (*id, *l)).collect();
-                if let Err(e) = s.clone().fetch_ranges(&objects, &stem, locs).await {
+                let got = match span {
+                    Some((span, inside)) => {
+                        s.clone().fetch_span(&objects, &stem, span, inside).await.map(drop)
+                    }
+                    None => {
+                        let locs = group.iter().map(|(id, l, _)| (*id, *l)).collect();
+                        s.clone().fetch_ranges(&objects, &stem, locs).await.map(drop)
+                    }
+                };
+                if let Err(e) = got {
                     tracing::debug!(pack = %stem, remote = %s.remote, error = %e, "prefetch failed");
                 }
                 for (id, _, flight) in &group {
