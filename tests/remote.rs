@@ -42,6 +42,7 @@ both_remotes!(
     remote_gc_reclaims_what_deleted_refs_reached,
     remote_gc_spares_the_young_and_the_locked,
     remote_gc_and_pushes_race_and_lose_nothing,
+    a_long_history_pulls_whole_and_only_its_own,
 );
 
 impl Setup {
@@ -692,4 +693,39 @@ fn remote_gc_and_pushes_race_and_lose_nothing(kind: Kind) {
         pushed > 0 && gcs > 0,
         "{pushed} pushes and {gcs} gcs got through"
     );
+}
+
+/// A history longer than the records pull fetches one by one (8): the rest
+/// come from one listing, fetched at once; records of another ref on the
+/// remote are fetched too but not published here.
+fn a_long_history_pulls_whole_and_only_its_own(kind: Kind) {
+    let Some(t) = setup(kind) else { return };
+    let src = t.make_tree();
+    t.add_remote("a");
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        fs::write(src.join("state/turn.json"), format!("{{\"turn\": {i}}}\n")).unwrap();
+        ids.push(t.snapshot("a", &src));
+    }
+    t.ok("a", &["push", "team", "s1"]);
+    let other = t.env.path("other");
+    make_store(&other);
+    for i in 0..3 {
+        fs::write(other.join("x.json"), format!("{i}\n")).unwrap();
+        t.ok("a", &["snapshot", other.to_str().unwrap(), "--ref", "o"]);
+    }
+    t.ok("a", &["push", "team", "o"]);
+
+    t.add_remote("b");
+    let (_, report) = t.ok("b", &["pull", "team", "s1"]);
+    assert!(report.contains("12 records fetched"), "{report}");
+    let (log, _) = t.ok("b", &["log", "s1"]);
+    for id in &ids {
+        assert!(log.contains(id.as_str()), "{id} missing from\n{log}");
+    }
+    let records = fs::read_dir(t.store("b").join("checkpoints"))
+        .unwrap()
+        .count();
+    assert_eq!(records, 12, "only s1's history is published");
+    t.ok("b", &["verify"]);
 }

@@ -26,7 +26,7 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjPath;
 
 use super::lock::{LockKind, now_secs};
-use super::ops::Moved;
+use super::ops::{Moved, RecordSource};
 use super::pack::{self, PackBuilder, PackKind};
 use super::{Error, PARALLEL, Remote, Result, corrupt_object};
 use crate::store::progress::SharedProgress;
@@ -118,6 +118,7 @@ impl Remote {
             queue.push_back(self.read_ref_id(&r.name).await?);
         }
         let mut checkpoints: HashMap<ObjectId, store::Checkpoint> = HashMap::new();
+        let mut records = RecordSource::default();
         while let Some(id) = queue.pop_front() {
             if checkpoints.contains_key(&id) {
                 continue;
@@ -125,7 +126,7 @@ impl Remote {
             let ckpt = if store.has_checkpoint(&id) {
                 store.read_checkpoint(&id)?
             } else {
-                self.fetch_record(id).await?.0
+                records.get(self, store, id).await?.0
             };
             queue.extend(ckpt.parents.iter().copied());
             checkpoints.insert(id, ckpt);

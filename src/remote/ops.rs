@@ -271,6 +271,7 @@ impl Remote {
             let mut fetched: HashMap<ObjectId, (Checkpoint, Vec<u8>)> = HashMap::new();
             let mut boundary = Vec::new();
             let mut queue = VecDeque::from([target]);
+            let mut records = RecordSource::default();
             while let Some(id) = queue.pop_front() {
                 if fetched.contains_key(&id) || boundary.contains(&id) {
                     continue;
@@ -282,7 +283,7 @@ impl Remote {
                     boundary.push(id);
                     continue;
                 }
-                let (ckpt, bytes) = self.fetch_record(id).await?;
+                let (ckpt, bytes) = records.get(self, store, id).await?;
                 queue.extend(ckpt.parents.iter().copied());
                 fetched.insert(id, (ckpt, bytes));
             }
@@ -628,6 +629,51 @@ impl Remote {
         })
         .await
         .map_err(join_err)?
+    }
+}
+
+/// Checkpoint records fetched for a walk through parents: one GET each for
+/// the first [`RECORDS_ONE_BY_ONE`]; a longer history (each record names
+/// only its parents, so a walk is one round trip per record) makes it list
+/// `checkpoints/` and fetch every record this store lacks,
+/// [`PARALLEL`] at once, once. Records of other refs fetched so are
+/// dropped unused; every record is checked against its id.
+#[derive(Default)]
+pub(super) struct RecordSource {
+    walked: usize,
+    bulk: Option<HashMap<ObjectId, (Checkpoint, Vec<u8>)>>,
+}
+
+/// Records fetched one by one before a walk fetches them all at once.
+const RECORDS_ONE_BY_ONE: usize = 8;
+
+impl RecordSource {
+    pub(super) async fn get(
+        &mut self,
+        remote: &Remote,
+        store: &Store,
+        id: ObjectId,
+    ) -> Result<(Checkpoint, Vec<u8>)> {
+        self.walked += 1;
+        if self.bulk.is_none() && self.walked > RECORDS_ONE_BY_ONE {
+            let missing: Vec<ObjectId> = remote
+                .list_ids("checkpoints", ".json")
+                .await?
+                .into_iter()
+                .filter(|c| !store.has_checkpoint(c) || store.is_partial(c))
+                .collect();
+            let got: Vec<Option<(ObjectId, (Checkpoint, Vec<u8>))>> =
+                futures::stream::iter(missing)
+                    .map(|c| async move { remote.fetch_record(c).await.ok().map(|r| (c, r)) })
+                    .buffer_unordered(PARALLEL)
+                    .collect()
+                    .await;
+            self.bulk = Some(got.into_iter().flatten().collect());
+        }
+        if let Some(r) = self.bulk.as_mut().and_then(|b| b.remove(&id)) {
+            return Ok(r);
+        }
+        remote.fetch_record(id).await
     }
 }
 
