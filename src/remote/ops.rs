@@ -641,8 +641,11 @@ impl Remote {
 #[derive(Default)]
 pub(super) struct RecordSource {
     walked: usize,
-    bulk: Option<HashMap<ObjectId, (Checkpoint, Vec<u8>)>>,
+    bulk: Option<HashMap<ObjectId, Record>>,
 }
+
+/// A checkpoint record and its exact bytes.
+type Record = (Checkpoint, Vec<u8>);
 
 /// Records fetched one by one before a walk fetches them all at once.
 const RECORDS_ONE_BY_ONE: usize = 8;
@@ -662,12 +665,11 @@ impl RecordSource {
                 .into_iter()
                 .filter(|c| !store.has_checkpoint(c) || store.is_partial(c))
                 .collect();
-            let got: Vec<Option<(ObjectId, (Checkpoint, Vec<u8>))>> =
-                futures::stream::iter(missing)
-                    .map(|c| async move { remote.fetch_record(c).await.ok().map(|r| (c, r)) })
-                    .buffer_unordered(PARALLEL)
-                    .collect()
-                    .await;
+            let got: Vec<Option<(ObjectId, Record)>> = futures::stream::iter(missing)
+                .map(|c| async move { remote.fetch_record(c).await.ok().map(|r| (c, r)) })
+                .buffer_unordered(PARALLEL)
+                .collect()
+                .await;
             self.bulk = Some(got.into_iter().flatten().collect());
         }
         if let Some(r) = self.bulk.as_mut().and_then(|b| b.remove(&id)) {
