@@ -15,7 +15,7 @@ use std::process::Command;
 
 use common::{
     Env, MountGuard, RemoteKind, RemoteKind as Kind, assert_same_tree, chunk_of, env_with_remote,
-    make_store, pseudo_random, replace_in_pack,
+    make_store, pack_of, pseudo_random, replace_in_pack,
 };
 use storefs::remote::Remote;
 use storefs::store::{Content, ObjectId, Store};
@@ -69,6 +69,7 @@ both_remotes!(
     lazy_mount_reads_exactly_and_fetches_only_what_is_read,
     offline_after_first_read,
     tampered_remote_object_is_eio,
+    a_pack_gone_under_a_lazy_mount_is_found_again,
 );
 
 impl Setup {
@@ -368,4 +369,41 @@ fn tampered_remote_object_is_eio(kind: Kind) {
         .find(|l| l.contains("WARN") && l.contains(&victim.to_hex()) && l.contains("corrupt"))
         .unwrap_or_else(|| panic!("no warning naming {victim}:\n{log}"));
     assert!(warning.contains("team"), "{warning}");
+}
+
+/// A remote gc deletes a pack a running lazy mount's index names (here
+/// because a copy of its objects sorts first, which gc keeps): the mount
+/// reads the index again and finds them there.
+fn a_pack_gone_under_a_lazy_mount_is_found_again(kind: Kind) {
+    let Some(t) = setup(kind) else { return };
+    let victim = chunk_of(&t.a(), "s1", "many/f0100.json");
+    let (stem, _) = pack_of(&t.remote, &victim);
+    let m = t.mount();
+    assert_eq!(
+        fs::read(t.origin.join("many/f0001.json")).unwrap(),
+        fs::read(t.moved.join("many/f0001.json")).unwrap()
+    );
+    let copy = format!("d-{}", "0".repeat(64));
+    for ext in ["pack", "idx"] {
+        let b = t
+            .remote
+            .get_bytes(&format!("packs/{stem}.{ext}"))
+            .unwrap()
+            .unwrap();
+        t.remote
+            .put_bytes(&format!("packs/{copy}.{ext}"), &b)
+            .unwrap();
+    }
+    t.ok_a(&["gc", "--remote", "team", "--grace", "0"]);
+    assert!(
+        t.remote
+            .get_bytes(&format!("packs/{stem}.pack"))
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        fs::read(t.origin.join("many/f0100.json")).unwrap(),
+        fs::read(t.moved.join("many/f0100.json")).unwrap()
+    );
+    m.unmount();
 }
