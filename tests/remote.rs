@@ -354,3 +354,33 @@ fn ref_update_is_conditional(kind: Kind) {
     assert!(!t.remote.put_ref_if("r", Some(v1), &c).unwrap());
     assert_eq!(t.remote.get_ref("r").unwrap().unwrap().0, b);
 }
+
+/// `remote add` takes `gs://` and `az://` URLs (checked, not contacted) and,
+/// refusing a URL, names every scheme in one line; `remote add --help` says
+/// where each backend's credentials come from.
+#[test]
+fn cloud_urls_are_accepted_and_bad_ones_name_every_scheme() {
+    let env = Env::new();
+    let store = env.path("s");
+    env.ok_in(&store, &["remote", "add", "g", "gs://bucket/team/x"]);
+    env.ok_in(&store, &["remote", "add", "z", "az://container/team"]);
+    let (list, _) = env.ok_in(&store, &["remote", "list"]);
+    assert_eq!(list, "g\tgs://bucket/team/x\nz\taz://container/team\n");
+    for bad in ["gcs://bucket/x", "azure://c/x", "gs://", "az://c/../x"] {
+        let err = env.fails_in(&store, &["remote", "add", "b", bad]);
+        for s in [bad, "s3://", "gs://", "az://", "file:///"] {
+            assert!(err.contains(s), "{s} not in: {err}");
+        }
+    }
+    let (help, _) = env.ok_in(&store, &["remote", "add", "--help"]);
+    for s in [
+        "gs://BUCKET/PREFIX",
+        "az://CONTAINER/PREFIX",
+        "GOOGLE_",
+        "AZURE_STORAGE_ACCOUNT_NAME",
+        "AZURE_STORAGE_USE_EMULATOR",
+        "compare-and-swap",
+    ] {
+        assert!(help.contains(s), "{s} not in --help: {help}");
+    }
+}
