@@ -467,6 +467,12 @@ impl Remote {
             ..Default::default()
         };
         let payload = PutPayload::from(format!("{content}\n").into_bytes());
+        // Every cloud backend maps a failed precondition the same way:
+        // S3 and Azure (If-Match on the ETag, If-None-Match: *; azurite's
+        // 409 too) and GCS (x-goog-if-generation-match, 0 for Create) give
+        // AlreadyExists for Create and Precondition for Update. A version
+        // without the ETag (S3, Azure) or generation (GCS) the backend needs
+        // is an error from object_store, never an unconditional write.
         match self.objects.put_opts(&path, payload, opts).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::Precondition { .. })
