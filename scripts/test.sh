@@ -35,5 +35,6 @@ for _ in $(seq 1 100); do
 done
 curl -sf -o /dev/null -X PUT "$STOREFS_TEST_S3_ENDPOINT/$STOREFS_TEST_S3_BUCKET" \
     || { echo "test.sh: cannot create bucket on $STOREFS_TEST_S3_ENDPOINT; moto log: $MOTO_LOG" >&2; exit 1; }
+source scripts/azurite.sh # azurite for the az:// remote tests: installed if missing, stopped on exit
 
 cargo test --locked --all-targets -- --test-threads=2

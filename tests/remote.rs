@@ -3,7 +3,9 @@
 //! `STOREFS_TEST_S3_ENDPOINT` is set (scripts/test.sh starts moto's server on
 //! loopback and sets it, with AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, dummy keys and
 //! AWS_REGION). Every body runs for both; when the variable is set and the
-//! server does not answer, the S3 tests fail.
+//! server does not answer, the S3 tests fail. Likewise `az://` against azurite
+//! when `STOREFS_TEST_AZURE_CONTAINER` is set (scripts/azurite.sh) and `gs://`
+//! when `STOREFS_TEST_GCS_BUCKET` is set (tests/common/mod.rs, `RemoteKind`).
 
 #[macro_use]
 mod common;
@@ -420,11 +422,12 @@ fn remote_without_packs_still_works(kind: Kind) {
 }
 
 /// The ref write is a compare-and-swap: a write against a version someone
-/// else has replaced fails (on S3 the server checks the ETag; on file:// the
+/// else has replaced fails (on S3 and Azure the server checks the ETag, on GCS
+/// the generation; on file:// the
 /// check runs under the ref lock).
 fn ref_update_is_conditional(kind: Kind) {
     let Some(t) = setup(kind) else { return };
-    assert_eq!(t.remote.has_conditional_put(), matches!(kind, Kind::S3));
+    assert_eq!(t.remote.has_conditional_put(), !matches!(kind, Kind::File));
     let a = "a".repeat(64);
     let b = "b".repeat(64);
     let c = "c".repeat(64);
@@ -728,4 +731,34 @@ fn a_long_history_pulls_whole_and_only_its_own(kind: Kind) {
         .count();
     assert_eq!(records, 12, "only s1's history is published");
     t.ok("b", &["verify"]);
+}
+
+/// `remote add` takes `gs://` and `az://` URLs (checked, not contacted) and,
+/// refusing a URL, names every scheme in one line; `remote add --help` says
+/// where each backend's credentials come from.
+#[test]
+fn cloud_urls_are_accepted_and_bad_ones_name_every_scheme() {
+    let env = Env::new();
+    let store = env.path("s");
+    env.ok_in(&store, &["remote", "add", "g", "gs://bucket/team/x"]);
+    env.ok_in(&store, &["remote", "add", "z", "az://container/team"]);
+    let (list, _) = env.ok_in(&store, &["remote", "list"]);
+    assert_eq!(list, "g\tgs://bucket/team/x\nz\taz://container/team\n");
+    for bad in ["gcs://bucket/x", "azure://c/x", "gs://", "az://c/../x"] {
+        let err = env.fails_in(&store, &["remote", "add", "b", bad]);
+        for s in [bad, "s3://", "gs://", "az://", "file:///"] {
+            assert!(err.contains(s), "{s} not in: {err}");
+        }
+    }
+    let (help, _) = env.ok_in(&store, &["remote", "add", "--help"]);
+    for s in [
+        "gs://BUCKET/PREFIX",
+        "az://CONTAINER/PREFIX",
+        "GOOGLE_",
+        "AZURE_STORAGE_ACCOUNT_NAME",
+        "AZURE_STORAGE_USE_EMULATOR",
+        "compare-and-swap",
+    ] {
+        assert!(help.contains(s), "{s} not in --help: {help}");
+    }
 }

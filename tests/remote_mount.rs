@@ -1,8 +1,8 @@
 //! Lazy mounts of a remote ref (`storefs mount team:s1`) through the real
 //! binary and real FUSE mounts: store A pushes, an empty store B mounts the
 //! remote ref at the checkpoint's origin and reads. Over a `file://` remote
-//! always and over S3 when `STOREFS_TEST_S3_ENDPOINT` is set (as in
-//! tests/remote.rs; scripts/test.sh starts moto and sets it). Every mount is
+//! always and over S3, Azure and GCS when their servers are given (as in
+//! tests/remote.rs; scripts/test.sh starts them and sets the variables). Every mount is
 //! unmounted by a guard that runs on failure too.
 
 #[macro_use]
@@ -284,14 +284,14 @@ fn offline_after_first_read(kind: Kind) {
     }
     m.unmount();
 
-    // The remote goes away: file:// its directory is moved; S3 the endpoint
+    // The remote goes away: file:// its directory is moved; the others' endpoint
     // is a closed port (the daemon inherits the mount command's environment).
-    let env_override: Vec<(&str, &str)> = match kind {
-        Kind::File => {
+    let env_override: Vec<(&str, &str)> = match kind.unreachable_env() {
+        None => {
             fs::rename(t.env.path("remote"), t.env.path("remote-gone")).unwrap();
             vec![]
         }
-        Kind::S3 => vec![("AWS_ENDPOINT_URL", "http://127.0.0.1:9")],
+        Some(var) => vec![var],
     };
     let out = Command::new(env!("CARGO_BIN_EXE_storefs"))
         .arg("--store")

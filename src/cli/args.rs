@@ -97,11 +97,20 @@ and FUSE over io_uring. One line each: ok, missing (mounts fail without it) or n
 
 #[derive(Debug, Subcommand)]
 pub enum RemoteCommand {
-    /// Add a remote: s3://BUCKET/PREFIX (endpoint and credentials from AWS_*) or file:///PATH
+    /// Add a remote: s3://, gs://, az:// (credentials from the environment) or file:///PATH
+    #[command(after_help = "\
+URLs: s3://BUCKET/PREFIX (Amazon S3 or an S3-compatible server; AWS_ACCESS_KEY_ID, \
+AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP), gs://BUCKET/PREFIX (Google \
+Cloud Storage; GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_BASE_URL for \
+another server), az://CONTAINER/PREFIX (Azure Blob Storage; AZURE_STORAGE_ACCOUNT_NAME with \
+AZURE_STORAGE_ACCOUNT_KEY or another AZURE_STORAGE_* credential, AZURE_STORAGE_USE_EMULATOR=true \
+for azurite at AZURITE_BLOB_STORAGE_URL), file:///ABSOLUTE/PATH (a directory). The URL is checked, \
+not contacted; the variables are read when a command uses the remote. Refs move by \
+compare-and-swap on every backend (a conditional put; file:// a lock file).")]
     Add {
         /// Its name ([A-Za-z0-9._-]+)
         name: String,
-        /// s3://BUCKET/PREFIX or file:///ABSOLUTE/PATH
+        /// s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, az://CONTAINER/PREFIX or file:///ABSOLUTE/PATH
         url: String,
     },
     /// List remotes: `name<TAB>url`

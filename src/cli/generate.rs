@@ -27,6 +27,12 @@ stderr for commands, \fIinfo\fR for a mount's daemon, which logs to
 Credentials, region and endpoint of S3 remotes, as the AWS tools read them
 (\fBAWS_ACCESS_KEY_ID\fR, \fBAWS_SECRET_ACCESS_KEY\fR, \fBAWS_REGION\fR,
 \fBAWS_ENDPOINT_URL\fR, \fBAWS_ALLOW_HTTP\fR; see \fBstorefs\-remote\-add\fR(1)).
+.TP
+\fBGOOGLE_*\fR, \fBAZURE_*\fR
+Credentials and endpoints of \fIgs://\fR (Google Cloud Storage) and \fIaz://\fR (Azure
+Blob Storage) remotes (\fBGOOGLE_SERVICE_ACCOUNT\fR, \fBGOOGLE_BASE_URL\fR,
+\fBAZURE_STORAGE_ACCOUNT_NAME\fR, \fBAZURE_STORAGE_ACCOUNT_KEY\fR,
+\fBAZURE_STORAGE_USE_EMULATOR\fR, …; see \fBstorefs\-remote\-add\fR(1)).
 .SH FILES
 A store is a directory; everything in it is immutable and named by its sha256, or
 replaced atomically.

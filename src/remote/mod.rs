@@ -1,5 +1,6 @@
-//! Remotes: share checkpoints across machines through object storage (S3 or a
-//! local directory), with `push` and `pull`. Sits between `store` (which it
+//! Remotes: share checkpoints across machines through object storage (S3,
+//! Google Cloud Storage, Azure Blob Storage or a local directory), with `push`
+//! and `pull`. Sits between `store` (which it
 //! uses) and `cli` (which calls it); nothing below depends on it.
 //!
 //! Layout under the remote URL's prefix (docs/format.md, "Remotes"):
@@ -45,7 +46,7 @@ pub const PARALLEL: usize = 16;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "bad remote URL '{0}': use s3://BUCKET/PREFIX (endpoint and credentials from AWS_*) or file:///ABSOLUTE/PATH"
+        "bad remote URL '{0}': use s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, az://CONTAINER/PREFIX (credentials from AWS_*, GOOGLE_*, AZURE_*) or file:///ABSOLUTE/PATH"
     )]
     BadUrl(String),
     #[error(
@@ -57,7 +58,8 @@ pub enum Error {
     #[error("remote config {path}: {detail}; fix or remove the file")]
     BadConfig { path: PathBuf, detail: String },
     #[error(
-        "remote '{remote}' ({url}): {what}: {source}; check the URL, AWS_* settings and network, then run again (finished transfers are kept)"
+        "remote '{remote}' ({url}): {what}: {source}; check the URL, {} and network, then run again (finished transfers are kept)",
+        settings_of(.url)
     )]
     Backend {
         remote: String,
@@ -120,7 +122,7 @@ pub enum Error {
         theirs: ObjectId,
     },
     #[error(
-        "remote '{remote}' cannot be reached ({detail}) and this store has no earlier lazy mount of {remote}:{name} to fall back on; check the URL, AWS_* settings and network"
+        "remote '{remote}' cannot be reached ({detail}) and this store has no earlier lazy mount of {remote}:{name} to fall back on; check the URL, its credentials in the environment (AWS_*, GOOGLE_*, AZURE_*) and network"
     )]
     Offline {
         remote: String,
@@ -150,20 +152,39 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What configures the backend of remote `url`, for messages.
+fn settings_of(url: &str) -> &'static str {
+    match Location::parse(url) {
+        Ok(Location::S3 { .. }) => "AWS_* settings",
+        Ok(Location::Gcs { .. }) => "GOOGLE_* settings",
+        Ok(Location::Azure { .. }) => "AZURE_* settings",
+        Ok(Location::File(_)) => "the directory's permissions",
+        Err(_) => "credentials in the environment",
+    }
+}
+
 /// Where a remote lives, parsed from its URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Location {
     /// `s3://bucket/prefix`
     S3 { bucket: String, prefix: String },
+    /// `gs://bucket/prefix` (Google Cloud Storage)
+    Gcs { bucket: String, prefix: String },
+    /// `az://container/prefix` (Azure Blob Storage; the account from AZURE_*)
+    Azure { container: String, prefix: String },
     /// `file:///abs/path`
     File(PathBuf),
 }
 
 impl Location {
-    /// Parse `s3://BUCKET[/PREFIX]` or `file:///ABSOLUTE/PATH`.
+    /// Parse `s3://BUCKET[/PREFIX]`, `gs://BUCKET[/PREFIX]`,
+    /// `az://CONTAINER[/PREFIX]` or `file:///ABSOLUTE/PATH`.
     pub fn parse(url: &str) -> Result<Location> {
         let bad = || Error::BadUrl(url.to_string());
-        if let Some(rest) = url.strip_prefix("s3://") {
+        for scheme in ["s3", "gs", "az"] {
+            let Some(rest) = url.strip_prefix(scheme).and_then(|r| r.strip_prefix("://")) else {
+                continue;
+            };
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let prefix = prefix.trim_matches('/');
             let ok_bucket = !bucket.is_empty()
@@ -176,9 +197,14 @@ impl Location {
             if !ok_bucket || !ok_prefix || prefix.contains("//") {
                 return Err(bad());
             }
-            return Ok(Location::S3 {
-                bucket: bucket.to_string(),
-                prefix: prefix.to_string(),
+            let (bucket, prefix) = (bucket.to_string(), prefix.to_string());
+            return Ok(match scheme {
+                "s3" => Location::S3 { bucket, prefix },
+                "gs" => Location::Gcs { bucket, prefix },
+                _ => Location::Azure {
+                    container: bucket,
+                    prefix,
+                },
             });
         }
         if let Some(path) = url.strip_prefix("file://") {
@@ -230,7 +256,7 @@ impl Remote {
     }
 
     /// Open the remote named `name` for a lazy mount's start-up: a missing
-    /// `file://` directory is an error and S3 gives up after seconds (see
+    /// `file://` directory is an error and a cloud backend gives up after seconds (see
     /// [`object_store_for`]), and the runtime is single-threaded, so it
     /// leaves no thread behind in the process that goes on to serve the mount.
     pub(crate) fn open_for_lazy_mount(store: &store::Store, name: &str) -> Result<Remote> {
@@ -348,8 +374,8 @@ impl Remote {
     }
 
     /// Write remote ref `name` = `content` only if it is still at `version`
-    /// (`None`: only if it does not exist); `Ok(false)` when it moved. On S3
-    /// a conditional put (the server checks); on `file://` under the ref lock,
+    /// (`None`: only if it does not exist); `Ok(false)` when it moved. On
+    /// S3, GCS and Azure a conditional put (the server checks); on `file://` under the ref lock,
     /// where the check is ours ([`Remote::has_conditional_put`] is false).
     pub fn put_ref_if(
         &self,
@@ -427,8 +453,8 @@ impl Remote {
         })
     }
 
-    /// Whether the backend itself checks ref versions (S3: yes; `file://`:
-    /// no, a lock file stands in).
+    /// Whether the backend itself checks ref versions (S3, GCS, Azure: yes,
+    /// a conditional put; `file://`: no, a lock file stands in).
     pub fn has_conditional_put(&self) -> bool {
         self.local_root.is_none()
     }
@@ -557,6 +583,12 @@ impl Remote {
             ..Default::default()
         };
         let payload = PutPayload::from(format!("{content}\n").into_bytes());
+        // Every cloud backend maps a failed precondition the same way:
+        // S3 and Azure (If-Match on the ETag, If-None-Match: *; azurite's
+        // 409 too) and GCS (x-goog-if-generation-match, 0 for Create) give
+        // AlreadyExists for Create and Precondition for Update. A version
+        // without the ETag (S3, Azure) or generation (GCS) the backend needs
+        // is an error from object_store, never an unconditional write.
         match self.objects.put_opts(&path, payload, opts).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::Precondition { .. })
@@ -566,7 +598,7 @@ impl Remote {
     }
 
     /// For `file://` remotes: an exclusive `flock` on `DIR/locks/ref-<name>`
-    /// held while a ref is read, checked and written. `None` for S3, where
+    /// held while a ref is read, checked and written. `None` for S3, GCS and Azure, where
     /// the conditional put does that job.
     pub(crate) fn lock_ref(&self, name: &str) -> Result<Option<std::fs::File>> {
         let Some(root) = &self.local_root else {
@@ -609,10 +641,10 @@ fn corrupt_object(remote: &str, id: ObjectId, e: store::Error) -> Error {
 }
 
 /// The `object_store` for `url`, and for `file://` its directory. For push
-/// and pull (`lazy` false) a missing `file://` directory is created and S3
+/// and pull (`lazy` false) a missing `file://` directory is created and cloud
 /// requests are retried as `object_store` does by default (up to minutes).
 /// For a lazy mount a missing directory is an error (a vanished remote must
-/// not pass for an empty one) and S3 requests give up after a few seconds,
+/// not pass for an empty one) and cloud requests give up after a few seconds,
 /// since a reader is blocked on them.
 fn object_store_for(
     name: &str,
@@ -625,26 +657,51 @@ fn object_store_for(
         what: what.to_string(),
         source: Box::new(source),
     };
+    // The same retry policy for every cloud backend: object_store's default
+    // for push and pull, a few seconds for a lazy mount.
+    let retry = || object_store::RetryConfig {
+        max_retries: 2,
+        retry_timeout: std::time::Duration::from_secs(10),
+        ..Default::default()
+    };
+    let under = |store: Arc<dyn ObjectStore>, prefix: &str| -> Arc<dyn ObjectStore> {
+        if prefix.is_empty() {
+            store
+        } else {
+            Arc::new(object_store::prefix::PrefixStore::new(store, prefix))
+        }
+    };
     Ok(match Location::parse(url)? {
         Location::S3 { bucket, prefix } => {
             let mut builder =
                 object_store::aws::AmazonS3Builder::from_env().with_url(format!("s3://{bucket}"));
             if lazy {
-                builder = builder.with_retry(object_store::RetryConfig {
-                    max_retries: 2,
-                    retry_timeout: std::time::Duration::from_secs(10),
-                    ..Default::default()
-                });
+                builder = builder.with_retry(retry());
             }
             let s3 = builder.build().map_err(|e| backend("configuring S3", e))?;
-            if prefix.is_empty() {
-                (Arc::new(s3), None)
-            } else {
-                (
-                    Arc::new(object_store::prefix::PrefixStore::new(s3, prefix.as_str())),
-                    None,
-                )
+            (under(Arc::new(s3), &prefix), None)
+        }
+        Location::Gcs { bucket, prefix } => {
+            let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(format!("gs://{bucket}"));
+            if lazy {
+                builder = builder.with_retry(retry());
             }
+            let gcs = builder
+                .build()
+                .map_err(|e| backend("configuring Google Cloud Storage", e))?;
+            (under(Arc::new(gcs), &prefix), None)
+        }
+        Location::Azure { container, prefix } => {
+            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_url(format!("az://{container}"));
+            if lazy {
+                builder = builder.with_retry(retry());
+            }
+            let az = builder
+                .build()
+                .map_err(|e| backend("configuring Azure Blob Storage", e))?;
+            (under(Arc::new(az), &prefix), None)
         }
         Location::File(dir) => {
             let io = |source| Error::Io {
@@ -688,6 +745,20 @@ mod tests {
             }
         );
         assert_eq!(
+            Location::parse("gs://bucket/p").unwrap(),
+            Location::Gcs {
+                bucket: "bucket".into(),
+                prefix: "p".into()
+            }
+        );
+        assert_eq!(
+            Location::parse("az://container/a/b/").unwrap(),
+            Location::Azure {
+                container: "container".into(),
+                prefix: "a/b".into()
+            }
+        );
+        assert_eq!(
             Location::parse("file:///srv/remote").unwrap(),
             Location::File(PathBuf::from("/srv/remote"))
         );
@@ -696,6 +767,12 @@ mod tests {
             "s3://",
             "s3:///prefix",
             "s3://b/../x",
+            "gs://",
+            "gs://b/x/../y",
+            "az:///prefix",
+            "az://c/./x",
+            "azure://c/x",
+            "gcs://b/x",
             "file://relative/path",
             "file:///a/../b",
             "/plain/path",
@@ -703,7 +780,10 @@ mod tests {
         ] {
             let e = Location::parse(bad).unwrap_err().to_string();
             assert!(
-                e.contains(bad) && e.contains("s3://") && e.contains("file:///"),
+                ["s3://", "gs://", "az://", "file:///"]
+                    .iter()
+                    .all(|s| e.contains(s))
+                    && e.contains(bad),
                 "{e}"
             );
         }

@@ -449,20 +449,52 @@ pub fn assert_same_tree(orig: &Path, mounted: &Path, ctime: bool) {
 
 // ---- remotes (tests/remote*.rs) ----
 
-/// Where a remote test's remote lives: every remote test body runs for both
-/// (see [`both_remotes!`]).
+/// Where a remote test's remote lives: every remote test body runs for each
+/// (see [`both_remotes!`]); all but `File` only when their server is given.
 #[derive(Clone, Copy, Debug)]
 pub enum RemoteKind {
     File,
     S3,
+    /// `az://` against azurite (scripts/azurite.sh), when
+    /// `STOREFS_TEST_AZURE_CONTAINER` is set.
+    Azure,
+    /// `gs://` against a GCS emulator, when `STOREFS_TEST_GCS_BUCKET` is set.
+    Gcs,
+}
+
+impl RemoteKind {
+    /// The environment a daemon or command needs to find this kind's server
+    /// unreachable (a closed loopback port); `None` for `File`.
+    pub fn unreachable_env(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            RemoteKind::File => None,
+            RemoteKind::S3 => Some(("AWS_ENDPOINT_URL", "http://127.0.0.1:9")),
+            RemoteKind::Azure => Some(("AZURITE_BLOB_STORAGE_URL", "http://127.0.0.1:9")),
+            RemoteKind::Gcs => Some(("GOOGLE_BASE_URL", "http://127.0.0.1:9")),
+        }
+    }
 }
 
 static REMOTE_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// A fresh, empty remote URL: `file://DIR/remote`, or for S3 a unique prefix
-/// (starting `tag`) in the test bucket. `None`, with a note on stderr, for S3
-/// when `STOREFS_TEST_S3_ENDPOINT` is not set (scripts/test.sh sets it).
+/// A fresh, empty remote URL: `file://DIR/remote`, or for S3, Azure and GCS
+/// a unique prefix (starting `tag`) in the test bucket or container. `None`,
+/// with a note on stderr, when that kind's variable is not set
+/// (scripts/test.sh sets them).
 pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> Option<String> {
+    let n = REMOTE_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let unique = format!("{tag}-{}-{nanos}-{n}", std::process::id());
+    let given = |var: &str| {
+        let v = std::env::var(var).ok();
+        if v.is_none() {
+            eprintln!("{kind:?} variant not run: {var} is not set");
+        }
+        v
+    };
     Some(match kind {
         RemoteKind::File => format!("file://{}", dir.join("remote").display()),
         RemoteKind::S3 => {
@@ -477,12 +509,15 @@ pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> Option<String> {
             );
             let bucket =
                 std::env::var("STOREFS_TEST_S3_BUCKET").unwrap_or_else(|_| "storefs-test".into());
-            let n = REMOTE_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            format!("s3://{bucket}/{tag}-{}-{nanos}-{n}", std::process::id())
+            format!("s3://{bucket}/{unique}")
+        }
+        RemoteKind::Azure => {
+            let container = given("STOREFS_TEST_AZURE_CONTAINER")?;
+            format!("az://{container}/{unique}")
+        }
+        RemoteKind::Gcs => {
+            let bucket = given("STOREFS_TEST_GCS_BUCKET")?;
+            format!("gs://{bucket}/{unique}")
         }
     })
 }
@@ -543,7 +578,8 @@ pub fn open_probed_remote(url: &str) -> storefs::remote::Remote {
     remote
 }
 
-/// `both_remotes!(a, b)`: tests `file::a`, `s3::a`, … calling `a(RemoteKind::File)` etc.
+/// `both_remotes!(a, b)`: tests `file::a`, `s3::a`, `azure::a`, `gcs::a`, …
+/// calling `a(RemoteKind::File)` etc.
 #[allow(unused_macros)]
 macro_rules! both_remotes {
     ($($name:ident),* $(,)?) => {
@@ -552,6 +588,12 @@ macro_rules! both_remotes {
         }
         mod s3 {
             $( #[test] fn $name() { super::$name(super::RemoteKind::S3) } )*
+        }
+        mod azure {
+            $( #[test] fn $name() { super::$name(super::RemoteKind::Azure) } )*
+        }
+        mod gcs {
+            $( #[test] fn $name() { super::$name(super::RemoteKind::Gcs) } )*
         }
     };
 }
