@@ -1,8 +1,9 @@
 //! Forks across machines (issue 9, item 4) through the real binary: two stores
 //! A and B stand for two machines sharing one remote, `file://` always and S3
 //! when `STOREFS_TEST_S3_ENDPOINT` is set (as in tests/remote.rs; scripts/test.sh
-//! starts moto on loopback). B forks A's pushed checkpoint (`fork team:s1
-//! --name s1-retry`), works on it in a read-write mount and pushes the fork;
+//! runs it over s3s-fs and over moto on loopback). B forks A's pushed checkpoint
+//! (`fork team:s1 --name s1-retry`), works on it in a read-write mount and
+//! pushes the fork;
 //! A pulls it, continues and pushes a fast-forward; B's push of a commit made
 //! on its old head is refused naming both checkpoints; `pull --fork` refuses a
 //! fork with uncommitted changes or a head that is not an ancestor, moves it

@@ -2,8 +2,8 @@
 //! binary and real FUSE mounts: store A pushes, an empty store B mounts the
 //! remote ref at the checkpoint's origin and reads. Over a `file://` remote
 //! always and over S3 when `STOREFS_TEST_S3_ENDPOINT` is set (as in
-//! tests/remote.rs; scripts/test.sh starts moto and sets it). Every mount is
-//! unmounted by a guard that runs on failure too.
+//! tests/remote.rs; scripts/test.sh runs it over s3s-fs and over moto). Every
+//! mount is unmounted by a guard that runs on failure too.
 
 #[macro_use]
 mod common;
