@@ -376,7 +376,13 @@ def bench_storefs(link, a, tmp, src, bin_, changed, chosen, big, notes):
     change_files(src, changed[0], changed[1])
     row.s["snapshot 2 (local)"], _ = timed(lambda: storefs(bin_, store_a, "snapshot", src, "--ref", "s2", env=env))
     step(link, row, "incremental push", lambda: storefs(bin_, store_a, "push", "link", "s2", env=env))
+    t = time.perf_counter()
     row.stored = link.objects_under("storefs/")
+    pages = row.stored[0] // 1000 + 1
+    notes.append(f"Listing storefs's {row.stored[0]} remote objects (boto3, {pages} LIST pages) took "
+                 f"{time.perf_counter() - t:.2f} s: s3s-fs 0.14.1 walks the whole bucket directory for "
+                 "every LIST page (O(objects x pages)), so a push's listing of `objects/` costs far more here "
+                 "than one round trip per page on a real S3.")
 
     store_b = os.path.join(tmp, "sfs-b")
     mp = os.path.join(tmp, "sfs-mnt")
@@ -562,8 +568,8 @@ def table(args, link, scale_name, nfiles, tree, rows, notes, rtt, bw, n_changed,
         f"archive {ao} object, {fmt_bytes(as_)}.",
         f"Read 1%: storefs moved {100 * sfs.b['read 1% of files'] / ss:.2f}% of its stored bytes, "
         f"restic {100 * rst.b['read 1% of files'] / rs:.2f}% of its.",
-        f"Full pull: storefs {ss / sfs.s['full pull'] / 1e6:.0f} MB/s of stored bytes, restic "
-        f"{rs / rst.s['full pull'] / 1e6:.0f} MB/s (link: {bw / 1e6:.0f} MB/s on one large GET).",
+        f"Full pull: storefs {ss / sfs.s['full pull'] / 1e6:.1f} MB/s of stored bytes, restic "
+        f"{rs / rst.s['full pull'] / 1e6:.1f} MB/s (link: {bw / 1e6:.0f} MB/s on one large GET).",
         "The archive has no lazy mount: any read means the full pull (download + extract).",
     ]
     lines += notes
@@ -577,8 +583,11 @@ def table(args, link, scale_name, nfiles, tree, rows, notes, rtt, bw, n_changed,
 
 
 def git_head():
-    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return r.stdout.strip() or "?"
+    """The last commit that changed storefs's source (src/, Cargo.*), and whether it is dirty."""
+    paths = ["src", "Cargo.toml", "Cargo.lock"]
+    r = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h", "--", *paths], capture_output=True, text=True)
+    d = subprocess.run(["git", "-C", ROOT, "diff", "--quiet", "HEAD", "--", *paths])
+    return f"source of commit {r.stdout.strip() or '?'}{' + uncommitted changes' if d.returncode else ''}"
 
 
 def restic_version():
