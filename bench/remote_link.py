@@ -365,7 +365,7 @@ def storefs(bin_, store, *args, env):
     return r.stdout
 
 
-def bench_storefs(link, a, tmp, src, bin_, changed, chosen, big, notes):
+def bench_storefs(link, tmp, src, bin_, changed, chosen, big, notes):
     env = link.env
     row = Row()
     url = f"s3://{BUCKET}/storefs"
@@ -415,7 +415,7 @@ def bench_storefs(link, a, tmp, src, bin_, changed, chosen, big, notes):
     return row
 
 
-def bench_restic(link, tmp, src, chosen, big, notes):
+def bench_restic(link, tmp, src):
     env = dict(link.env)
     repo = f"s3:{link.endpoint}/{BUCKET}/restic"
     row = Row()
@@ -431,7 +431,7 @@ def bench_restic(link, tmp, src, chosen, big, notes):
     return row, restic
 
 
-def bench_restic_rest(link, tmp, src, chosen, big, row, restic, notes):
+def bench_restic_rest(link, tmp, src, chosen, big, row, restic):
     step(link, row, "incremental push", lambda: restic("backup", "--host", "bench", src, cache="restic-cache-a"))
     row.stored = link.objects_under("restic/")
     mp = os.path.join(tmp, "restic-mnt")
@@ -638,13 +638,13 @@ def main():
         notes = []
         # First pushes of the same tree, then the same change, then incremental pushes.
         print("storefs / restic / archive: first push", file=sys.stderr)
-        r_row, restic = bench_restic(link, tmp, src, chosen, big, notes)
+        r_row, restic = bench_restic(link, tmp, src)
         a_row = bench_archive(link, tmp, src)
         # bench_storefs pushes s1, changes the files, pushes s2, then mounts and pulls.
         print("storefs", file=sys.stderr)
-        s_row = bench_storefs(link, None, tmp, src, args.storefs, (small, n_changed), chosen, big, notes)
+        s_row = bench_storefs(link, tmp, src, args.storefs, (small, n_changed), chosen, big, notes)
         print("restic", file=sys.stderr)
-        bench_restic_rest(link, tmp, src, chosen, big, r_row, restic, notes)
+        bench_restic_rest(link, tmp, src, chosen, big, r_row, restic)
         print("archive", file=sys.stderr)
         bench_archive(link, tmp, src, a_row, label="incremental push")
         bench_archive_pull(link, tmp, a_row)
