@@ -15,9 +15,9 @@ bash tests/conformance/run.sh
 bash tests/package.sh
 
 # Two S3-compatible servers on free loopback ports, each stopped by pid when this
-# script exits, whatever happens: s3s-fs (Rust, the fast one) for the whole suite,
-# and moto (Python, ~300 objects/s) as a second implementation for the three remote
-# binaries only. Both take the same dummy keys; the bucket is a directory for s3s-fs
+# script exits, whatever happens: s3s-fs (Rust; about half moto's CPU time per
+# request) for the whole suite, and moto (Python) as a second implementation for the
+# three remote binaries only. Both take the same dummy keys; the bucket is a directory for s3s-fs
 # and a PUT for moto. The variables the tests read are described in tests/common/mod.rs.
 SERVER_PIDS=()
 S3_ROOT=$(mktemp -d /tmp/storefs-s3s-fs.XXXXXX)
