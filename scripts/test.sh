@@ -18,7 +18,9 @@ bash tests/package.sh
 # script exits, whatever happens: s3s-fs (Rust; about half moto's CPU time per
 # request) for the whole suite, and moto (Python) as a second implementation for the
 # three remote binaries only. Both take the same dummy keys; the bucket is a directory for s3s-fs
-# and a PUT for moto. The variables the tests read are described in tests/common/mod.rs.
+# and a PUT for moto. s3s-fs's conditional PUT is not atomic (check, then write):
+# a test of concurrent ref updates belongs on moto (README, Testing).
+# The variables the tests read are described in tests/common/mod.rs.
 SERVER_PIDS=()
 S3_ROOT=$(mktemp -d /tmp/storefs-s3s-fs.XXXXXX)
 stop_servers() {
