@@ -1,8 +1,9 @@
 //! Forks across machines (issue 9, item 4) through the real binary: two stores
 //! A and B stand for two machines sharing one remote, `file://` always and S3,
 //! Azure and GCS when their servers are given (as in tests/remote.rs;
-//! scripts/test.sh starts them on loopback). B forks A's pushed checkpoint (`fork team:s1
-//! --name s1-retry`), works on it in a read-write mount and pushes the fork;
+//! scripts/test.sh runs the S3 variants over s3s-fs and over moto). B forks A's
+//! pushed checkpoint (`fork team:s1 --name s1-retry`), works on it in a
+//! read-write mount and pushes the fork;
 //! A pulls it, continues and pushes a fast-forward; B's push of a commit made
 //! on its old head is refused naming both checkpoints; `pull --fork` refuses a
 //! fork with uncommitted changes or a head that is not an ancestor, moves it

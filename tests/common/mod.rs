@@ -448,6 +448,17 @@ pub fn assert_same_tree(orig: &Path, mounted: &Path, ctime: bool) {
 }
 
 // ---- remotes (tests/remote*.rs) ----
+//
+// The S3 variants run when these are set (scripts/test.sh sets them; without
+// STOREFS_TEST_S3_ENDPOINT they return at once with a note on stderr):
+//   STOREFS_TEST_S3_ENDPOINT  the server, e.g. http://127.0.0.1:PORT; scripts/test.sh runs
+//                             s3s-fs for every binary and moto again for remote,
+//                             remote_mount and remote_forks. An unreachable server fails.
+//   AWS_ENDPOINT_URL          the same URL (checked): what the storefs binary reads
+//   STOREFS_TEST_S3_BUCKET    an existing bucket (default storefs-test); each test
+//                             uses its own fresh prefix in it
+//   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP=true
+//                             as the server wants them (dummy keys on loopback)
 
 /// Where a remote test's remote lives: every remote test body runs for each
 /// (see [`both_remotes!`]); all but `File` only when their server is given.
