@@ -644,25 +644,39 @@ fn remote_gc_spares_the_young_and_the_locked(kind: Kind) {
 }
 
 /// Pushes and gcs from two threads at once, the gc deleting what each
-/// round's push reuses (the same objects, unreachable between rounds):
-/// whatever each command says, every push that succeeded left a ref whose
-/// objects are all there.
+/// round's push reuses (the same objects, unreachable between rounds; a
+/// push refused as busy is retried, a gc refused as busy runs again later):
+/// every push that succeeded left a ref whose objects are all there.
 fn remote_gc_and_pushes_race_and_lose_nothing(kind: Kind) {
     let Some(t) = setup(kind) else { return };
     let src = t.make_tree();
     t.snapshot("a", &src);
     t.add_remote("a");
     t.add_remote("b");
-    let rounds = 12;
+    let rounds = 10;
+    let done = std::sync::atomic::AtomicBool::new(false);
     let (pushed, gcs) = std::thread::scope(|sc| {
         let pusher = sc.spawn(|| {
+            // Stops the collector however this thread ends (a failed
+            // assertion included), so a failure fails the test, never hangs it.
+            struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            let _done = Done(&done);
             let mut ok = 0;
             for i in 0..rounds {
-                let out = t.run("a", &["push", "team", "s1", "--as", "keep"]);
-                if !out.status.success() {
+                // A push refused because a gc runs is retried until it goes through.
+                for attempt in 0.. {
+                    let out = t.run("a", &["push", "team", "s1", "--as", "keep"]);
+                    if out.status.success() {
+                        break;
+                    }
                     let err = String::from_utf8_lossy(&out.stderr);
-                    assert!(err.contains("busy"), "push {i}: {err}");
-                    continue;
+                    assert!(err.contains("busy") && attempt < 200, "push {i}: {err}");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 ok += 1;
                 // Everything the ref reaches is there: pulled whole.
@@ -681,21 +695,22 @@ fn remote_gc_and_pushes_race_and_lose_nothing(kind: Kind) {
         });
         let collector = sc.spawn(|| {
             let mut ok = 0;
-            for i in 0..rounds * 2 {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
                 let out = t.run("a", &["gc", "--remote", "team", "--grace", "0"]);
                 if out.status.success() {
                     ok += 1;
                 } else {
                     let err = String::from_utf8_lossy(&out.stderr);
-                    assert!(err.contains("busy"), "gc {i}: {err}");
+                    assert!(err.contains("busy"), "gc: {err}");
                 }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
             ok
         });
         (pusher.join().unwrap(), collector.join().unwrap())
     });
     assert!(
-        pushed > 0 && gcs > 0,
+        pushed == rounds && gcs > 0,
         "{pushed} pushes and {gcs} gcs got through"
     );
 }

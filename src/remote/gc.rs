@@ -111,11 +111,13 @@ impl Remote {
         let young = |modified: i64| modified > cutoff;
 
         // Mark: checkpoints.
-        let refs = self.list_dir("refs", "").await?;
-        rep.refs = refs.len();
         let mut queue = VecDeque::new();
-        for r in &refs {
-            queue.push_back(self.read_ref_id(&r.name).await?);
+        for r in self.list_dir("refs", "").await? {
+            // A ref deleted since the listing (delete-ref takes no lock) is gone.
+            if let Some(id) = self.read_ref_id_if_any(&r.name).await? {
+                queue.push_back(id);
+                rep.refs += 1;
+            }
         }
         let mut checkpoints: HashMap<ObjectId, store::Checkpoint> = HashMap::new();
         let mut records = RecordSource::default();

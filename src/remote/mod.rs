@@ -489,18 +489,26 @@ impl Remote {
 
     /// The checkpoint remote ref `name` names.
     async fn read_ref_id(&self, name: &str) -> Result<ObjectId> {
-        let cur = self
-            .read_ref(name)
+        self.read_ref_id_if_any(name)
             .await?
             .ok_or_else(|| Error::NoRemoteRef {
                 remote: self.name.clone(),
                 name: name.to_string(),
-            })?;
-        ObjectId::from_hex(&cur.content).ok_or_else(|| Error::BadRemoteRef {
-            remote: self.name.clone(),
-            name: name.to_string(),
-            content: cur.content.clone(),
-        })
+            })
+    }
+
+    /// The checkpoint remote ref `name` names, or `None` when there is no such ref.
+    async fn read_ref_id_if_any(&self, name: &str) -> Result<Option<ObjectId>> {
+        let Some(cur) = self.read_ref(name).await? else {
+            return Ok(None);
+        };
+        ObjectId::from_hex(&cur.content)
+            .map(Some)
+            .ok_or_else(|| Error::BadRemoteRef {
+                remote: self.name.clone(),
+                name: name.to_string(),
+                content: cur.content.clone(),
+            })
     }
 
     /// Checkpoint record `id` from the remote, checked against its id: the
