@@ -31,7 +31,7 @@ use crate::store::{self, LocalBackend, ObjectBackend, ObjectId, PackEntry, Store
 const SYNC_EVERY_OBJECTS: usize = 64;
 /// Otherwise unsynced objects are synced within this long.
 const SYNC_EVERY: Duration = Duration::from_secs(2);
-/// Background prefetches in flight at most; further hints are dropped.
+/// Background prefetch requests in flight at most; further hints are dropped.
 const MAX_PREFETCH: usize = 16;
 /// The pack index is read again at most this often (when a pack is gone).
 const RELOAD_EVERY: Duration = Duration::from_secs(5);
@@ -356,10 +356,23 @@ impl Shared {
                 self.remote
             )));
         };
+        let got = self.clone().fetch_from(&objects, id, &fail).await;
+        self.sync_soon();
+        got
+    }
+
+    /// [`Shared::fetch`] once the remote is open.
+    async fn fetch_from(
+        self: Arc<Self>,
+        objects: &Arc<dyn ObjectStore>,
+        id: ObjectId,
+        fail: &(dyn Fn(&str, &dyn std::fmt::Display) + Sync),
+    ) -> io::Result<Fetched> {
         let mut reloaded = false;
         loop {
             let index = self.index.read().clone();
             let loc = index.get(&id);
+            tracing::debug!(object = %id, pack = ?loc.map(|l| index.pack(&l).stem.clone()), "fetching from the remote");
             let got = match loc {
                 Some(l) => {
                     let stem = index.pack(&l).stem.clone();
@@ -566,14 +579,24 @@ impl Shared {
         self.fetched_objects.fetch_add(1, Ordering::SeqCst);
         self.fetched_bytes
             .fetch_add(raw.len() as u64, Ordering::SeqCst);
-        let n = self.unsynced.fetch_add(1, Ordering::SeqCst) + 1;
-        if n >= SYNC_EVERY_OBJECTS || self.last_sync.lock().elapsed() >= SYNC_EVERY {
-            // A failed sync only delays durability: the objects stay readable here.
-            if let Err(e) = self.sync_now() {
-                tracing::warn!(error = %e, "sync of fetched objects failed");
-            }
-        }
+        self.unsynced.fetch_add(1, Ordering::SeqCst);
         Ok(Fetched { raw, plain })
+    }
+
+    /// After a fetch: sync on the blocking pool, not in the reader's way,
+    /// once [`SYNC_EVERY_OBJECTS`] fetched objects or [`SYNC_EVERY`] wait
+    /// (the objects are readable here before that). Called in the runtime.
+    fn sync_soon(self: &Arc<Self>) {
+        let n = self.unsynced.load(Ordering::SeqCst);
+        if n >= SYNC_EVERY_OBJECTS || (n > 0 && self.last_sync.lock().elapsed() >= SYNC_EVERY) {
+            let s = self.clone();
+            tokio::task::spawn_blocking(move || {
+                // A failed sync only delays durability: the objects stay readable here.
+                if let Err(e) = s.sync_now() {
+                    tracing::warn!(error = %e, "sync of fetched objects failed");
+                }
+            });
+        }
     }
 
     /// Sync the local store if anything fetched is not durable yet.
@@ -658,19 +681,19 @@ impl ObjectBackend for LazyBackend {
             return;
         };
         let index = s.index.read().clone();
-        let mut by_pack: HashMap<u32, Vec<(ObjectId, Loc, Arc<Flight>)>> = HashMap::new();
+        let mut by_pack: HashMap<u32, Vec<(ObjectId, Loc)>> = HashMap::new();
         for id in ids {
-            if s.prefetching.load(Ordering::SeqCst) >= MAX_PREFETCH {
-                break;
-            }
             if s.local.contains(id).unwrap_or(true) {
                 continue;
             }
-            let Ok(flight) = s.claim(id) else { continue };
-            s.prefetching.fetch_add(1, Ordering::SeqCst);
             match index.get(id) {
-                Some(l) => by_pack.entry(l.pack).or_default().push((*id, l, flight)),
+                Some(l) => by_pack.entry(l.pack).or_default().push((*id, l)),
                 None => {
+                    if s.prefetching.load(Ordering::SeqCst) >= MAX_PREFETCH {
+                        continue;
+                    }
+                    let Ok(flight) = s.claim(id) else { continue };
+                    s.prefetching.fetch_add(1, Ordering::SeqCst);
                     let s = s.clone();
                     let id = *id;
                     self.rt.spawn(async move {
@@ -682,44 +705,71 @@ impl ObjectBackend for LazyBackend {
             }
         }
         for (p, group) in by_pack {
-            let s = s.clone();
-            let objects = objects.clone();
+            if s.prefetching.load(Ordering::SeqCst) >= MAX_PREFETCH {
+                break;
+            }
             let info = &index.packs[p as usize];
             let stem = info.stem.clone();
             // Trees: the span from the first hinted to the end of the last,
-            // with everything in it (see fetch_span).
-            let span = (info.kind == PackKind::Trees).then(|| {
-                let start = group.iter().map(|(_, l, _)| l.offset).min().unwrap_or(0);
-                let end = group
-                    .iter()
-                    .map(|(_, l, _)| l.offset + l.len as u64)
-                    .max()
-                    .unwrap_or(0);
-                let inside: Vec<PackEntry> = info
-                    .entries
-                    .iter()
-                    .filter(|e| e.offset >= start && e.offset + e.len as u64 <= end)
-                    .copied()
-                    .collect();
-                (start..end, inside)
-            });
+            // and every tree inside it is claimed, so a reader of one of them
+            // (a walk going deeper) waits for this request instead of
+            // fetching it alone (see fetch_span). Chunks: the hinted ones.
+            let (span, claimed): (Option<(std::ops::Range<u64>, Vec<PackEntry>)>, Vec<_>) =
+                if info.kind == PackKind::Trees {
+                    let start = group.iter().map(|(_, l)| l.offset).min().unwrap_or(0);
+                    let end = group
+                        .iter()
+                        .map(|(_, l)| l.offset + l.len as u64)
+                        .max()
+                        .unwrap_or(0);
+                    let inside: Vec<PackEntry> = info
+                        .entries
+                        .iter()
+                        .filter(|e| e.offset >= start && e.offset + e.len as u64 <= end)
+                        .filter(|e| !s.local.contains(&e.id).unwrap_or(true))
+                        .copied()
+                        .collect();
+                    let claimed = inside
+                        .iter()
+                        .filter_map(|e| s.claim(&e.id).ok().map(|f| (e.id, f)))
+                        .collect();
+                    (Some((start..end, inside)), claimed)
+                } else {
+                    let claimed = group
+                        .iter()
+                        .filter_map(|(id, _)| s.claim(id).ok().map(|f| (*id, f)))
+                        .collect();
+                    (None, claimed)
+                };
+            if claimed.is_empty() {
+                continue;
+            }
+            s.prefetching.fetch_add(1, Ordering::SeqCst);
+            tracing::debug!(pack = %stem, objects = claimed.len(), span = ?span.as_ref().map(|x| &x.0), "prefetching");
+            let s = s.clone();
+            let objects = objects.clone();
             self.rt.spawn(async move {
                 let got = match span {
                     Some((span, inside)) => {
                         s.clone().fetch_span(&objects, &stem, span, inside).await.map(drop)
                     }
                     None => {
-                        let locs = group.iter().map(|(id, l, _)| (*id, *l)).collect();
+                        let locs = group
+                            .iter()
+                            .filter(|(id, _)| claimed.iter().any(|(c, _)| c == id))
+                            .copied()
+                            .collect();
                         s.clone().fetch_ranges(&objects, &stem, locs).await.map(drop)
                     }
                 };
                 if let Err(e) = got {
                     tracing::debug!(pack = %stem, remote = %s.remote, error = %e, "prefetch failed");
                 }
-                for (id, _, flight) in &group {
+                for (id, flight) in &claimed {
                     s.land(id, flight);
-                    s.prefetching.fetch_sub(1, Ordering::SeqCst);
                 }
+                s.prefetching.fetch_sub(1, Ordering::SeqCst);
+                s.sync_soon();
             });
         }
     }
