@@ -415,6 +415,27 @@ def bench_storefs(link, tmp, src, bin_, changed, chosen, big, notes):
     return row
 
 
+def bench_storefs_large(link, tmp, bin_, mib):
+    """Pull of large objects: a tree of one MIB MiB file of random bytes (stored
+    as about MIB MiB of 1 MiB-at-most chunks), pushed, then pulled into an
+    empty store; the pull's throughput of stored bytes."""
+    env = link.env
+    src = os.path.join(tmp, "large-src")
+    os.makedirs(src)
+    with open(os.path.join(src, "large.bin"), "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(1 << 20))
+    a, b = os.path.join(tmp, "large-a"), os.path.join(tmp, "large-b")
+    url = f"s3://{BUCKET}/storefs-large"
+    storefs(bin_, a, "snapshot", src, "--ref", "large", env=env)
+    storefs(bin_, a, "remote", "add", "link", url, env=env)
+    storefs(bin_, a, "push", "link", "large", env=env)
+    storefs(bin_, b, "remote", "add", "link", url, env=env)
+    before = link.bytes()
+    secs, _ = timed(lambda: storefs(bin_, b, "pull", "link", "large", env=env))
+    return secs, link.bytes() - before
+
+
 def bench_restic(link, tmp, src):
     env = dict(link.env)
     repo = f"s3:{link.endpoint}/{BUCKET}/restic"
@@ -643,6 +664,11 @@ def main():
         # bench_storefs pushes s1, changes the files, pushes s2, then mounts and pulls.
         print("storefs", file=sys.stderr)
         s_row = bench_storefs(link, tmp, src, args.storefs, (small, n_changed), chosen, big, notes)
+        large_mib = 256 // scale
+        secs, moved = bench_storefs_large(link, tmp, args.storefs, large_mib)
+        notes.append(f"Full pull of large objects (a store of one {large_mib} MiB file of random bytes): "
+                     f"{secs:.2f} s, {moved / secs / 1e6:.0f} MB/s over the link, "
+                     f"{100 * moved / secs / bw:.0f}% of the large GET's {bw / 1e6:.0f} MB/s.")
         print("restic", file=sys.stderr)
         bench_restic_rest(link, tmp, src, chosen, big, r_row, restic)
         print("archive", file=sys.stderr)
