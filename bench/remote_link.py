@@ -43,7 +43,6 @@ import datetime
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -54,6 +53,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from remote import daemon_log_tail as daemon_logs, field, files_under, fmt_bytes, timed  # noqa: E402
 
 NS = "i19b-s3link"
 HOST_IF, NS_IF = "i19b-h", "i19b-s"
@@ -146,45 +146,6 @@ def relay(listen, target, one_way_ms):
 
 def sh(cmd, check=True, **kw):
     return subprocess.run(cmd, check=check, **kw)
-
-
-def timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
-
-
-def files_under(root):
-    out = []
-    for d, _, names in os.walk(root):
-        for n in names:
-            p = os.path.join(d, n)
-            if os.path.isfile(p) and not os.path.islink(p):
-                out.append(os.path.relpath(p, root))
-    return sorted(out)
-
-
-def field(text, name):
-    m = re.findall(rf"{name}=(\d+)", text)
-    return int(m[-1]) if m else None
-
-
-def daemon_logs(store):
-    logs = os.path.join(store, "logs")
-    out = ""
-    for n in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
-        with open(os.path.join(logs, n), errors="replace") as f:
-            out += f.read()
-    return out
-
-
-def fmt_bytes(n):
-    if n is None:
-        return "n/a"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def wait_for(pred, what, timeout=120, proc=None):

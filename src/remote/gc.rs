@@ -30,7 +30,7 @@ use super::ops::{Moved, RecordSource};
 use super::pack::{self, PackBuilder, PackKind};
 use super::{Error, PARALLEL, Remote, Result, corrupt_object};
 use crate::store::progress::SharedProgress;
-use crate::store::{self, Content, ObjectId, Store};
+use crate::store::{self, ObjectId, Store};
 
 /// A pack is repacked when more than this share of its bytes is unreached.
 pub const REPACK_UNUSED: f64 = 0.10;
@@ -138,38 +138,10 @@ impl Remote {
         // Mark: objects, trees level by level.
         let (index, listing) = self.pack_index(store.root()).await?;
         let backend = store.backend().clone();
-        let mut reached: HashSet<ObjectId> = HashSet::new();
-        let mut frontier: Vec<(ObjectId, ObjectId)> = Vec::new();
-        for (ck, c) in &checkpoints {
-            if reached.insert(c.root) {
-                frontier.push((c.root, *ck));
-            }
-        }
-        let mut tree_packs = HashMap::new();
-        let mut moved = Moved::default();
-        while !frontier.is_empty() {
-            let trees = self
-                .fetch_trees(
-                    &index,
-                    &backend,
-                    &frontier,
-                    &mut tree_packs,
-                    &mut moved,
-                    false,
-                )
-                .await?;
-            frontier = Vec::new();
-            for (tree, ck) in trees {
-                for e in tree.entries {
-                    match e.content {
-                        Content::Tree(sub) if reached.insert(sub) => frontier.push((sub, ck)),
-                        Content::Extents(ext) => reached.extend(ext.iter().filter_map(|x| x.id)),
-                        _ => {}
-                    }
-                }
-            }
-        }
-        drop(tree_packs);
+        let roots = checkpoints.iter().map(|(ck, c)| (c.root, *ck)).collect();
+        let (reached, _) = self
+            .walk_trees(&index, &backend, roots, false, &mut Moved::default())
+            .await?;
         rep.reachable = reached.len();
 
         // Sweep: packs.
@@ -350,13 +322,9 @@ impl Remote {
 
     /// Keys directly under `dir/` whose names end in `suffix`.
     async fn list_dir(&self, dir: &str, suffix: &str) -> Result<Vec<Listed>> {
-        let metas: Vec<_> = self
-            .objects
-            .list(Some(&ObjPath::from(dir)))
-            .try_collect()
-            .await
-            .map_err(|e| self.backend_err(format!("listing {dir}/"), e))?;
-        Ok(metas
+        Ok(self
+            .list_metas(dir)
+            .await?
             .into_iter()
             .filter_map(|m| {
                 let name = m.location.filename()?.strip_suffix(suffix)?.to_string();

@@ -33,6 +33,9 @@ const SYNC_EVERY_OBJECTS: usize = 64;
 const SYNC_EVERY: Duration = Duration::from_secs(2);
 /// Background prefetch requests in flight at most; further hints are dropped.
 const MAX_PREFETCH: usize = 16;
+/// A range of a tree pack and the trees wholly inside it.
+type Span = (std::ops::Range<u64>, Vec<PackEntry>);
+
 /// The pack index is read again at most this often (when a pack is gone).
 const RELOAD_EVERY: Duration = Duration::from_secs(5);
 /// How long unmount waits for fetches in flight before the final sync.
@@ -377,17 +380,17 @@ impl Shared {
                 Some(l) => {
                     let stem = index.pack(&l).stem.clone();
                     self.clone()
-                        .fetch_ranges(&objects, &stem, vec![(id, l)])
+                        .fetch_ranges(objects, &stem, vec![(id, l)])
                         .await
                 }
-                None => self.clone().fetch_loose(&objects, id).await,
+                None => self.clone().fetch_loose(objects, id).await,
             };
             return match got {
                 // A pack a remote gc replaced, or an object newer than the
                 // index: read the index again, once.
                 Err(e) if is_not_found(&e) && !reloaded => {
                     reloaded = true;
-                    if self.reload_index(&objects).await {
+                    if self.reload_index(objects).await {
                         continue;
                     }
                     fail("object is neither here nor on the remote", &e);
@@ -714,33 +717,32 @@ impl ObjectBackend for LazyBackend {
             // and every tree inside it is claimed, so a reader of one of them
             // (a walk going deeper) waits for this request instead of
             // fetching it alone (see fetch_span). Chunks: the hinted ones.
-            let (span, claimed): (Option<(std::ops::Range<u64>, Vec<PackEntry>)>, Vec<_>) =
-                if info.kind == PackKind::Trees {
-                    let start = group.iter().map(|(_, l)| l.offset).min().unwrap_or(0);
-                    let end = group
-                        .iter()
-                        .map(|(_, l)| l.offset + l.len as u64)
-                        .max()
-                        .unwrap_or(0);
-                    let inside: Vec<PackEntry> = info
-                        .entries
-                        .iter()
-                        .filter(|e| e.offset >= start && e.offset + e.len as u64 <= end)
-                        .filter(|e| !s.local.contains(&e.id).unwrap_or(true))
-                        .copied()
-                        .collect();
-                    let claimed = inside
-                        .iter()
-                        .filter_map(|e| s.claim(&e.id).ok().map(|f| (e.id, f)))
-                        .collect();
-                    (Some((start..end, inside)), claimed)
-                } else {
-                    let claimed = group
-                        .iter()
-                        .filter_map(|(id, _)| s.claim(id).ok().map(|f| (*id, f)))
-                        .collect();
-                    (None, claimed)
-                };
+            let (span, claimed): (Option<Span>, Vec<_>) = if info.kind == PackKind::Trees {
+                let start = group.iter().map(|(_, l)| l.offset).min().unwrap_or(0);
+                let end = group
+                    .iter()
+                    .map(|(_, l)| l.offset + l.len as u64)
+                    .max()
+                    .unwrap_or(0);
+                let inside: Vec<PackEntry> = info
+                    .entries
+                    .iter()
+                    .filter(|e| e.offset >= start && e.offset + e.len as u64 <= end)
+                    .filter(|e| !s.local.contains(&e.id).unwrap_or(true))
+                    .copied()
+                    .collect();
+                let claimed = inside
+                    .iter()
+                    .filter_map(|e| s.claim(&e.id).ok().map(|f| (e.id, f)))
+                    .collect();
+                (Some((start..end, inside)), claimed)
+            } else {
+                let claimed = group
+                    .iter()
+                    .filter_map(|(id, _)| s.claim(id).ok().map(|f| (*id, f)))
+                    .collect();
+                (None, claimed)
+            };
             if claimed.is_empty() {
                 continue;
             }

@@ -16,7 +16,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
@@ -117,12 +116,7 @@ impl Remote {
     /// A live lock other than `ours` that `kind` must not run beside:
     /// described for the message, or `None`.
     async fn conflicting_lock(&self, kind: LockKind, ours: &str) -> Result<Option<String>> {
-        let metas: Vec<_> = self
-            .objects
-            .list(Some(&ObjPath::from("locks")))
-            .try_collect()
-            .await
-            .map_err(|e| self.backend_err("listing locks/", e))?;
+        let metas = self.list_metas("locks").await?;
         let now = now_secs();
         for m in metas {
             let key = m.location.to_string();

@@ -398,27 +398,29 @@ impl Remote {
     /// Every key under `dir/` (relative to the remote's prefix).
     pub fn list_keys(&self, dir: &str) -> Result<Vec<String>> {
         self.rt.block_on(async {
-            let metas: Vec<_> = self
-                .objects
-                .list(Some(&ObjPath::from(dir)))
-                .try_collect()
-                .await
-                .map_err(|e| self.backend_err(format!("listing {dir}/"), e))?;
-            Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
+            Ok(self
+                .list_metas(dir)
+                .await?
+                .into_iter()
+                .map(|m| m.location.to_string())
+                .collect())
         })
+    }
+
+    /// What a listing of `dir/` shows of each key under it.
+    pub(crate) async fn list_metas(&self, dir: &str) -> Result<Vec<object_store::ObjectMeta>> {
+        self.objects
+            .list(Some(&ObjPath::from(dir)))
+            .try_collect()
+            .await
+            .map_err(|e| self.backend_err(format!("listing {dir}/"), e))
     }
 
     /// The remote's refs and what each holds, by name.
     pub fn list_refs(&self) -> Result<Vec<(String, String)>> {
         self.rt.block_on(async {
-            let metas: Vec<_> = self
-                .objects
-                .list(Some(&ObjPath::from("refs")))
-                .try_collect()
-                .await
-                .map_err(|e| self.backend_err("listing refs/", e))?;
             let mut out = Vec::new();
-            for m in metas {
+            for m in self.list_metas("refs").await? {
                 let Some(name) = m.location.filename() else {
                     continue;
                 };
@@ -531,13 +533,7 @@ impl Remote {
 
     /// Ids named `<64 hex><suffix>` directly under `dir/`.
     async fn list_ids(&self, dir: &str, suffix: &str) -> Result<HashSet<ObjectId>> {
-        let prefix = ObjPath::from(dir);
-        let metas: Vec<_> = self
-            .objects
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(|e| self.backend_err(format!("listing {dir}/"), e))?;
+        let metas = self.list_metas(dir).await?;
         Ok(metas
             .iter()
             .filter_map(|m| m.location.filename())

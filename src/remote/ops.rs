@@ -317,44 +317,10 @@ impl Remote {
             let (index, _) = self.pack_index(store.root()).await?;
             let backend = store.backend().clone();
             let mut moved = Moved::default();
-            let mut seen: HashSet<ObjectId> = HashSet::new();
-            let mut frontier: Vec<(ObjectId, ObjectId)> = Vec::new();
-            for (ck, (c, _)) in &fetched {
-                if seen.insert(c.root) {
-                    frontier.push((c.root, *ck));
-                }
-            }
-            let mut tree_packs: HashMap<u32, bytes::Bytes> = HashMap::new();
-            let mut chunks: Vec<(ObjectId, ObjectId)> = Vec::new();
-            while !frontier.is_empty() {
-                let trees = self
-                    .fetch_trees(
-                        &index,
-                        &backend,
-                        &frontier,
-                        &mut tree_packs,
-                        &mut moved,
-                        true,
-                    )
-                    .await?;
-                frontier = Vec::new();
-                for (tree, ck) in trees {
-                    for e in tree.entries {
-                        match e.content {
-                            Content::Tree(sub) if seen.insert(sub) => frontier.push((sub, ck)),
-                            Content::Extents(ext) => {
-                                for id in ext.iter().filter_map(|x| x.id) {
-                                    if seen.insert(id) {
-                                        chunks.push((id, ck));
-                                    }
-                                }
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-            }
-            drop(tree_packs);
+            let roots = fetched.iter().map(|(ck, (c, _))| (c.root, *ck)).collect();
+            let (_, chunks) = self
+                .walk_trees(&index, &backend, roots, true, &mut moved)
+                .await?;
             self.fetch_chunks(&index, &backend, chunks, &*opts.progress, &mut moved)
                 .await?;
             let (fetched_count, fetched_bytes) = (moved.objects, moved.bytes);
@@ -401,12 +367,60 @@ impl Remote {
         })
     }
 
+    /// Walk the trees from `roots` (root tree, its checkpoint) level by
+    /// level ([`Remote::fetch_trees`]; fetched trees written here when
+    /// `write_here`): every object reached, and the chunks in the order
+    /// first met, each with the checkpoint that needs it.
+    pub(super) async fn walk_trees(
+        &self,
+        index: &PackIndex,
+        backend: &Arc<dyn ObjectBackend>,
+        roots: Vec<(ObjectId, ObjectId)>,
+        write_here: bool,
+        moved: &mut Moved,
+    ) -> Result<(HashSet<ObjectId>, Vec<(ObjectId, ObjectId)>)> {
+        let mut seen: HashSet<ObjectId> = HashSet::new();
+        let mut frontier: Vec<(ObjectId, ObjectId)> =
+            roots.into_iter().filter(|(t, _)| seen.insert(*t)).collect();
+        let mut tree_packs: HashMap<u32, bytes::Bytes> = HashMap::new();
+        let mut chunks = Vec::new();
+        while !frontier.is_empty() {
+            let trees = self
+                .fetch_trees(
+                    index,
+                    backend,
+                    &frontier,
+                    &mut tree_packs,
+                    moved,
+                    write_here,
+                )
+                .await?;
+            frontier = Vec::new();
+            for (tree, ck) in trees {
+                for e in tree.entries {
+                    match e.content {
+                        Content::Tree(sub) if seen.insert(sub) => frontier.push((sub, ck)),
+                        Content::Extents(ext) => {
+                            for id in ext.iter().filter_map(|x| x.id) {
+                                if seen.insert(id) {
+                                    chunks.push((id, ck));
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok((seen, chunks))
+    }
+
     /// Decode the trees `wanted` (id, the checkpoint that needs it): read
     /// here when the store has them, else taken from their tree pack
     /// (downloaded whole once into `tree_packs`), or a GET each for objects
     /// not in a pack; every fetched one is verified, and written here when
     /// `write_here` (a pull; gc --remote only reads).
-    pub(super) async fn fetch_trees(
+    async fn fetch_trees(
         &self,
         index: &PackIndex,
         backend: &Arc<dyn ObjectBackend>,
