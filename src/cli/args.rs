@@ -499,7 +499,12 @@ imports and commits run: they hold STORE/gc.lock shared until they publish, and 
 under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove).
 Also merges small pack files (one per snapshot or commit) once there are 8 or more.
 
-With --remote NAME it collects the remote's garbage instead: what no remote ref reaches (after `storefs remote delete-ref`, or a forced push) is deleted: packs nothing in them reaches, packs more than 10% unreached are repacked (new packs first), loose objects, records, and packs a killed push left without an index, all once older than --grace. It holds the remote's gc lock: it does not start while a push runs (from any machine) and pushes wait for it to end; pulls and lazy mounts run on.")]
+With --remote NAME it collects the remote's garbage instead, once older than --grace: what
+no remote ref reaches (after `storefs remote delete-ref`, or a forced push) is deleted: packs
+nothing in them reaches, loose objects, records, and packs a killed push left without an
+index; packs more than 10% unreached are repacked (the new packs published first). It holds
+the remote's gc lock: it does not start while a push runs (from any machine), and a push
+started meanwhile refuses, to be run again after; pulls and lazy mounts run on.")]
 pub struct GcArgs {
     /// List what would be removed; delete nothing
     #[arg(long)]
