@@ -28,7 +28,7 @@ use object_store::path::Path as ObjPath;
 use super::lock::{LockKind, now_secs};
 use super::ops::{Moved, RecordSource};
 use super::pack::{self, PackBuilder, PackKind};
-use super::{Error, PARALLEL, Remote, Result, corrupt_object};
+use super::{PARALLEL, Remote, Result};
 use crate::store::progress::SharedProgress;
 use crate::store::{self, ObjectId, Store};
 
@@ -255,18 +255,7 @@ impl Remote {
             let err = |what: String, e| self.backend_err(what, e);
             let (objs, _) =
                 pack::read_objects(&self.objects, &info.stem, live, false, &err).await?;
-            let remote = self.name.clone();
-            let objs = tokio::task::spawn_blocking(move || -> Result<Vec<(ObjectId, Vec<u8>)>> {
-                for (id, raw) in &objs {
-                    Store::verify_stored(id, raw).map_err(|e| corrupt_object(&remote, *id, e))?;
-                }
-                Ok(objs)
-            })
-            .await
-            .map_err(|e| Error::Io {
-                path: "(worker task)".into(),
-                source: std::io::Error::other(e.to_string()),
-            })??;
+            let objs = self.check_all(objs, None).await?;
             let b = builders
                 .entry(info.kind)
                 .or_insert_with(|| PackBuilder::new(info.kind));

@@ -129,11 +129,6 @@ fn fetch_head(store: &Store, remote: &str, name: &str) -> Result<(ObjectId, Vec<
         let root = ckpt.root;
         let (index, _) = r.pack_index(store.root()).await?;
         if !store.has_object(&root)? {
-            let missing = |context: String| Error::MissingObject {
-                remote: remote.to_string(),
-                id: root,
-                context,
-            };
             let err = |what: String, e| r.backend_err(what, e);
             let raw = match index.get(&root) {
                 Some(l) => {
@@ -145,10 +140,12 @@ fn fetch_head(store: &Store, remote: &str, name: &str) -> Result<(ObjectId, Vec<
                 }
                 None => {
                     let key = format!("objects/{root}");
-                    r.get_async(&key).await?.ok_or_else(|| {
-                        missing(format!(
+                    r.get_async(&key).await?.ok_or_else(|| Error::MissingObject {
+                        remote: remote.to_string(),
+                        id: root,
+                        context: format!(
                             "it is in no pack and {key} is not there; checkpoint {id} needs it as its root tree"
-                        ))
+                        ),
                     })?
                 }
             };
@@ -386,20 +383,15 @@ impl Shared {
                 None => self.clone().fetch_loose(objects, id).await,
             };
             return match got {
-                // A pack a remote gc replaced, or an object newer than the
-                // index: read the index again, once.
-                Err(e) if is_not_found(&e) && !reloaded => {
-                    reloaded = true;
-                    if self.reload_index(objects).await {
-                        continue;
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // A pack a remote gc replaced, or an object newer than
+                    // the index: read the index again, once.
+                    if !reloaded {
+                        reloaded = true;
+                        if self.reload_index(objects).await {
+                            continue;
+                        }
                     }
-                    fail("object is neither here nor on the remote", &e);
-                    Err(io::Error::new(
-                        io::ErrorKind::NotFound,
-                        format!("object {id} is not on remote '{}'", self.remote),
-                    ))
-                }
-                Err(e) if is_not_found(&e) => {
                     fail("object is neither here nor on the remote", &e);
                     Err(io::Error::new(
                         io::ErrorKind::NotFound,
@@ -631,10 +623,6 @@ impl Shared {
         *flight.done.lock() = true;
         flight.cv.notify_all();
     }
-}
-
-fn is_not_found(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::NotFound
 }
 
 impl LazyBackend {

@@ -53,15 +53,11 @@ fn body(kind: LockKind) -> Vec<u8> {
         .nodename()
         .to_string_lossy()
         .into_owned();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
     serde_json::json!({
         "kind": kind.as_str(),
         "host": host,
         "pid": std::process::id(),
-        "time": now,
+        "time": now_secs(),
     })
     .to_string()
     .into_bytes()

@@ -541,17 +541,7 @@ impl Remote {
                             .await
                             .map_err(|e| self.pack_gone(e, &info.stem, locs[0].0))?;
                     let n = objs.len();
-                    let remote = self.name.clone();
-                    tokio::task::spawn_blocking(move || -> Result<()> {
-                        for (id, raw) in objs {
-                            Store::verify_stored(&id, &raw)
-                                .map_err(|e| corrupt_object(&remote, id, e))?;
-                            backend.write(&id, &raw).map_err(local_io)?;
-                        }
-                        Ok(())
-                    })
-                    .await
-                    .map_err(join_err)??;
+                    self.check_all(objs, Some(backend)).await?;
                     progress.advance(n as u64);
                     Ok::<_, Error>((n, sent))
                 }
@@ -622,6 +612,28 @@ impl Remote {
             }
             e => e,
         }
+    }
+
+    /// Verify fetched objects (each must decompress and hash to its id; the
+    /// first that does not fails the batch) and, given a backend, write them
+    /// there; the objects back. On the blocking pool.
+    pub(super) async fn check_all(
+        &self,
+        objs: Vec<(ObjectId, Vec<u8>)>,
+        write_to: Option<Arc<dyn ObjectBackend>>,
+    ) -> Result<Vec<(ObjectId, Vec<u8>)>> {
+        let remote = self.name.clone();
+        tokio::task::spawn_blocking(move || -> Result<Vec<(ObjectId, Vec<u8>)>> {
+            for (id, raw) in &objs {
+                Store::verify_stored(id, raw).map_err(|e| corrupt_object(&remote, *id, e))?;
+                if let Some(b) = &write_to {
+                    b.write(id, raw).map_err(local_io)?;
+                }
+            }
+            Ok(objs)
+        })
+        .await
+        .map_err(join_err)?
     }
 
     /// Verify fetched stored bytes and (when `write`) write them here; the content.
