@@ -15,7 +15,8 @@
 //! - device numbers: a `dev_t` from its major and minor, and back;
 //! - random bytes for unique names.
 //! - `sync_file_range`, which neither rustix nor nix offers: the one OS call
-//!   written against libc.
+//!   written against libc;
+//! - telling systemd a service is ready or stopping (`sd_notify`'s protocol).
 //!
 //! It holds no policy: which thread waits for the signals, what a lock
 //! guards, and what a dead mount means to the user are its callers' affairs.
@@ -23,6 +24,7 @@
 use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::os::unix::thread::JoinHandleExt;
 use std::path::{Path, PathBuf};
@@ -123,6 +125,28 @@ pub fn try_lock(f: &File, kind: Lock) -> io::Result<bool> {
 }
 
 // ---------------------------------------------------------------- processes
+
+/// Tell the service manager that started us (systemd's `Type=notify`) a state
+/// change, such as `READY=1` or `STOPPING=1`: one datagram to the socket in
+/// `NOTIFY_SOCKET` (a path, or an abstract name written with a leading `@`).
+/// Does nothing when that variable is unset, as outside such a service.
+pub fn notify_service_manager(state: &str) -> io::Result<()> {
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let target = target.as_encoded_bytes();
+    let addr = match target.strip_prefix(b"@") {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            SocketAddr::from_abstract_name(name)?
+        }
+        None => SocketAddr::from_pathname(std::ffi::OsStr::from_bytes(target))?,
+    };
+    let sock = UnixDatagram::unbound()?;
+    sock.send_to_addr(state.as_bytes(), &addr)?;
+    Ok(())
+}
 
 /// Whether we run as root (effective uid 0).
 pub fn is_root() -> bool {

@@ -136,6 +136,10 @@ for _ in $(seq 1 150); do
 done
 case ${state:-} in running|degraded) ;; *) fail "the container's systemd is not up (${state:-no state}): $(tail -5 "$work/nspawn.log")" ;; esac
 in_box() { nsenter -t "$init" -a "$@"; }
+# Type=notify: `systemctl start` returns once the daemon says READY=1, after
+# the mount answers (under Type=simple the read below raced the mount).
+[ "$(in_box systemctl show -p Type --value storefs@pkgtest.service)" = notify ] \
+    || fail "storefs@.service is not Type=notify"
 in_box systemctl start storefs@pkgtest.service || fail "systemctl start: $(in_box journalctl -u storefs@pkgtest.service --no-pager | tail -5)"
 [ "$(in_box cat "$mp/state/lead.json")" = '{"turn": 7}' ] || fail "storefs@pkgtest.service: wrong content"
 in_box systemctl is-active --quiet storefs@pkgtest.service || fail "the service is not active"

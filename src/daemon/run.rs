@@ -157,7 +157,13 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     })?;
     tracing::info!(mountpoint = %mp.display(), checkpoint = ?id, target = %m.label, mode, "mounted");
     on_serving();
+    // Under systemd's Type=notify (storefs@.service), `systemctl start`
+    // returns once the mount answers, not when the process starts.
+    if let Err(e) = sys::notify_service_manager("READY=1") {
+        tracing::warn!(error = %e, "could not tell systemd the mount is ready (NOTIFY_SOCKET)");
+    }
     let result = serve(mounted);
+    let _ = sys::notify_service_manager("STOPPING=1");
     tracing::info!(mountpoint = %mp.display(), "unmounted");
     if let Some(l) = &m.lazy {
         l.finish();
