@@ -201,7 +201,11 @@ impl Store {
     /// Returns the id and the compressed size written (0 when it already existed).
     pub fn put_object(&self, data: &[u8]) -> Result<(ObjectId, u64)> {
         let id = ObjectId::of(data);
-        if self.backend.contains(&id).at(&self.object_context())? {
+        if self
+            .backend
+            .contains_for_write(&id, data.len())
+            .at(&self.object_context())?
+        {
             return Ok((id, 0));
         }
         let compressed = compress(data).at(&self.object_context())?;

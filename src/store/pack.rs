@@ -126,9 +126,17 @@ pub struct PackWriter {
     file: Arc<File>,
     len: u64,
     entries: Vec<PackEntry>,
+    /// Records appended after the first `len - buf.len()` bytes, not yet
+    /// written to the file: one `pwrite` per [`WRITE_BUFFER`] bytes instead of
+    /// one per object (a snapshot of 300k small files spent 8% of its time in
+    /// them). [`PackWriter::flush`] writes them; nothing reads them before.
+    buf: Vec<u8>,
     /// The pack is under its final name (only its index is missing).
     renamed: bool,
 }
+
+/// Bytes of records a [`PackWriter`] holds before writing them.
+const WRITE_BUFFER: usize = 1 << 20;
 
 impl PackWriter {
     /// A new, empty pack in `dir` (created if missing).
@@ -156,28 +164,48 @@ impl PackWriter {
             file: Arc::new(file),
             len: 0,
             entries: Vec::new(),
+            buf: Vec::new(),
             renamed: false,
         })
     }
 
-    /// Append an object; where its bytes are.
+    /// Append an object; where its bytes will be. They reach the file by
+    /// [`flush`](Self::flush) (or once the buffer is full): read them only after.
     pub fn append(&mut self, id: &ObjectId, bytes: &[u8]) -> io::Result<PackEntry> {
         let len = u32::try_from(bytes.len()).map_err(io::Error::other)?;
-        let mut record = Vec::with_capacity(RECORD_HEADER as usize + bytes.len());
-        record.extend_from_slice(&id.0);
-        record.extend_from_slice(&len.to_le_bytes());
-        record.extend_from_slice(bytes);
-        self.file.write_all_at(&record, self.len)?;
+        if self.buf.len() + RECORD_HEADER as usize + bytes.len() > WRITE_BUFFER {
+            self.flush()?;
+        }
+        self.buf.extend_from_slice(&id.0);
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf.extend_from_slice(bytes);
         let entry = PackEntry {
             id: *id,
             offset: self.len + RECORD_HEADER,
             len,
         };
-        self.len += record.len() as u64;
+        self.len += RECORD_HEADER + u64::from(len);
         self.entries.push(entry);
         Ok(entry)
     }
 
+    /// Write the buffered records to the file.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            let at = self.len - self.buf.len() as u64;
+            self.file.write_all_at(&self.buf, at)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Write the buffered records and make the pack's data durable.
+    pub fn sync_data(&mut self) -> io::Result<()> {
+        self.flush()?;
+        self.file.sync_data()
+    }
+
+    /// The pack file (records appended since the last flush are not in it yet).
     pub fn file(&self) -> &Arc<File> {
         &self.file
     }
@@ -194,6 +222,12 @@ impl PackWriter {
     /// fsync). Renames it, fsyncs the directory, writes the index durably.
     /// Safe to call again after a failure. Returns the pack's name.
     pub fn publish(&mut self) -> io::Result<String> {
+        if !self.buf.is_empty() {
+            // Its data would not be among what the caller made durable.
+            return Err(io::Error::other(
+                "internal error: a pack was published before its records were written",
+            ));
+        }
         if !self.renamed {
             fs::rename(&self.tmp, self.dir.join(format!("{}.pack", self.name)))?;
             self.renamed = true;
@@ -252,6 +286,10 @@ mod tests {
         let mut w = PackWriter::create(&dir).unwrap();
         let a = w.append(&ObjectId::of(b"a"), b"stored a").unwrap();
         let b = w.append(&ObjectId::of(b"b"), b"stored bee").unwrap();
+        // Buffered until flushed: not in the file, and not publishable.
+        assert_eq!(w.file().metadata().unwrap().len(), 0);
+        assert!(w.publish().is_err(), "published with buffered records");
+        w.flush().unwrap();
         assert_eq!(
             read_entry(w.file(), b.offset, b.len).unwrap(),
             b"stored bee"

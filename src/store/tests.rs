@@ -149,6 +149,37 @@ fn packs_published_by_another_process_are_found() {
 }
 
 #[test]
+fn a_writer_looks_up_small_objects_in_its_view_and_large_ones_on_disk() {
+    let (_d, writer) = new_store();
+    let _lease = writer.write_lease().unwrap();
+    let other = Store::open(writer.root()).unwrap();
+    let small = b"small, published by another process".to_vec();
+    let mut large = vec![0u8; 300_000];
+    rustix::rand::getrandom(&mut large, rustix::rand::GetRandomFlags::empty()).unwrap();
+    other.put_object(&small).unwrap();
+    other.put_object(&large).unwrap();
+    other.sync_objects().unwrap();
+    // A large object may be loose: always looked for on disk.
+    assert_eq!(
+        writer.put_object(&large).unwrap().1,
+        0,
+        "found, not rewritten"
+    );
+    // A small one published since the lease is not in the view: a second copy.
+    let (id, written) = writer.put_object(&small).unwrap();
+    assert!(written > 0, "written again");
+    writer.sync_objects().unwrap();
+    assert_eq!(writer.get_object(&id, "t").unwrap(), small);
+    // A new lease refreshes the view: found.
+    drop(_lease);
+    let _lease = writer.write_lease().unwrap();
+    assert_eq!(writer.put_object(&small).unwrap().1, 0);
+    // Readers still look on disk for what the view does not hold.
+    let reader = Store::open(writer.root()).unwrap();
+    assert!(reader.has_object(&id).unwrap());
+}
+
+#[test]
 fn removing_packed_objects_rewrites_their_pack() {
     let (_d, s) = new_store();
     let ids: Vec<ObjectId> = (0..10)
