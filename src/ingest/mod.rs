@@ -12,6 +12,7 @@ pub mod archive;
 pub mod diff;
 pub mod export;
 pub mod git;
+mod lookahead;
 pub mod restore;
 pub mod snapshot;
 pub mod statcache;

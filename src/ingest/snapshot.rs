@@ -37,6 +37,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender};
 
+use super::lookahead::Lookahead;
 use super::statcache::{self, Parent, StatCacheData};
 use super::sys::{self, XattrTarget};
 use super::{Error, IoAt, Result};
@@ -117,29 +118,37 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
     // Before the first lstat: files not older than this are racy next time.
     let started_ns = statcache::now_ns();
     let counters = Counters::default();
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     let mut walk = Walk::new(
         store,
         opts.parent.as_ref(),
         &*opts.progress,
         &counters,
         statcache::Writer::new(started_ns, root_meta.dev()),
+        lookahead_threads(threads),
     );
     walk.run(dir, &Meta::of(&root_meta))?;
     #[cfg(test)]
     test_hook::walked(dir, walk.peak_nodes, walk.trees_stored);
     walk.assign_links();
+    // Its workers are idle now.
+    walk.lookahead = Lookahead::start(0);
 
-    let threads = match opts.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
     // Only directories with something left to do are still in `nodes`.
     let mut jobs: Vec<usize> = (0..walk.nodes.len())
         .filter(|&i| walk.nodes[i].needs_content())
         .collect();
-    // Largest first, so one big file does not start last and run alone.
-    // (Results are keyed by node, so the order does not affect the tree.)
-    jobs.sort_by_key(|&i| std::cmp::Reverse(walk.nodes[i].entry.size));
+    // Large files first, largest first, so one does not start last and run
+    // alone; the others in walk order, so a reader takes the files of one
+    // directory one after another (it opens them relative to it). Results
+    // are keyed by node: the order does not affect the tree.
+    jobs.sort_by_key(|&i| {
+        let size = walk.nodes[i].entry.size;
+        std::cmp::Reverse(if size > u64::from(MAX_CHUNK) { size } else { 0 })
+    });
     let total: u64 = jobs.iter().map(|&i| walk.nodes[i].entry.size).sum();
     opts.progress.set_total(total);
     opts.progress.set_message(format!(
@@ -415,6 +424,8 @@ struct Walk<'p> {
     /// than reusing the parent's): for tests of what the walk keeps.
     peak_nodes: usize,
     trees_stored: usize,
+    /// Lists the directories the walk will enter next, on other threads.
+    lookahead: Lookahead,
 }
 
 impl<'p> Walk<'p> {
@@ -424,6 +435,7 @@ impl<'p> Walk<'p> {
         progress: &'p dyn Progress,
         counters: &'p Counters,
         cache: statcache::Writer,
+        lookahead_threads: usize,
     ) -> Self {
         Walk {
             nodes: Vec::new(),
@@ -441,6 +453,7 @@ impl<'p> Walk<'p> {
             files_reused: 0,
             peak_nodes: 0,
             trees_stored: 0,
+            lookahead: Lookahead::start(lookahead_threads),
         }
     }
 
@@ -615,29 +628,14 @@ impl<'p> Walk<'p> {
         dev: u64,
         parent: Option<&(ObjectId, Tree, Option<statcache::Group<'p>>)>,
     ) -> Result<std::ops::Range<usize>> {
-        use rustix::fs::{AtFlags, Mode, OFlags};
         let dir = node_path(&self.nodes, &self.root, idx);
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(&dir, flags, Mode::empty())
-            .map_err(io::Error::from)
-            .at(&dir)?;
-        let mut listing = rustix::fs::Dir::new(fd).map_err(io::Error::from).at(&dir)?;
-        let mut names = Vec::new();
-        while let Some(ent) = listing.read() {
-            let ent = ent.map_err(io::Error::from).at(&dir)?;
-            let name = ent.file_name();
-            if name != c"." && name != c".." {
-                names.push(name.to_owned());
-            }
-        }
-        names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        let dirfd = listing.fd().map_err(io::Error::from).at(&dir)?;
+        let listing = self.lookahead.take(&dir).at(&dir)?;
         let first = self.nodes.len();
         let parent_entries = parent.map(|(_, tree, _)| tree);
         let parent_snapshot = self.parent.as_ref().map(|(p, _)| *p);
-        for name in names {
+        for (name, stat) in listing.names.into_iter().zip(listing.stats) {
             let child_path = || dir.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
-            let meta = match rustix::fs::statat(dirfd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+            let meta = match stat {
                 Ok(s) => Meta::of_stat(&s),
                 Err(rustix::io::Errno::NOENT) => {
                     self.warn(format!(
@@ -702,6 +700,12 @@ impl<'p> Walk<'p> {
             }
         }
         self.peak_nodes = self.peak_nodes.max(self.nodes.len());
+        let subdirs = self.nodes[first..]
+            .iter()
+            .filter(|n| n.descend)
+            .map(|n| dir.join(std::ffi::OsStr::from_bytes(&n.entry.name)))
+            .collect();
+        self.lookahead.ahead(subdirs);
         Ok(first..self.nodes.len())
     }
 
@@ -849,6 +853,15 @@ impl FileStat {
             ino: m.ino(),
         }
     }
+}
+
+/// Workers listing directories ahead of the walk: `STOREFS_SNAPSHOT_LISTERS`
+/// when set (0 turns the look-ahead off), else one per core.
+fn lookahead_threads(threads: usize) -> usize {
+    std::env::var("STOREFS_SNAPSHOT_LISTERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(threads)
 }
 
 /// What a reader thread shares with the others.
