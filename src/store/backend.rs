@@ -5,7 +5,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
 use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -160,8 +159,8 @@ pub struct LocalBackend {
     /// change?) are a `statat`/`fstat` on a descriptor, not a walk of the
     /// store's whole path: a snapshot of 300k small files spent a fifth of its
     /// time walking those paths.
-    dir_fd: OnceLock<OwnedFd>,
-    packs_dir_fd: OnceLock<OwnedFd>,
+    dir_fd: OnceLock<File>,
+    packs_dir_fd: OnceLock<File>,
 }
 
 /// Where a pending object can be read.
@@ -293,36 +292,30 @@ impl LocalBackend {
 
     /// Whether `id` is stored loose (published: its final name exists).
     fn loose_exists(&self, id: &ObjectId) -> io::Result<bool> {
-        let hex = id.to_hex();
-        let found = match held_dir(&self.dir_fd, &self.dir)? {
-            Some(fd) => {
-                let rel = format!("{}/{}", &hex[..2], &hex[2..]);
-                rustix::fs::statat(fd, rel.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                    .map(drop)
-                    .map_err(io::Error::from)
-            }
-            None => return Ok(false),
+        let Some(dir) = held_dir(&self.dir_fd, &self.dir)? else {
+            return Ok(false);
         };
-        match found {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
+        let hex = id.to_hex();
+        let rel = format!("{}/{}", &hex[..2], &hex[2..]);
+        match rustix::fs::statat(dir, rel.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(true),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// Modification time of the packs directory (`None` while it does not exist).
     fn packs_dir_mtime(&self) -> io::Result<Option<SystemTime>> {
-        let Some(fd) = held_dir(&self.packs_dir_fd, &self.packs_dir)? else {
-            return Ok(None);
-        };
-        let st = rustix::fs::fstat(fd)?;
-        let t = SystemTime::UNIX_EPOCH;
-        Ok(Some(if st.st_mtime >= 0 {
-            t + std::time::Duration::new(st.st_mtime as u64, st.st_mtime_nsec as u32)
-        } else {
-            t - std::time::Duration::from_secs(st.st_mtime.unsigned_abs())
-                + std::time::Duration::from_nanos(st.st_mtime_nsec as u64)
-        }))
+        match held_dir(&self.packs_dir_fd, &self.packs_dir)? {
+            Some(dir) => Ok(Some(dir.metadata()?.modified()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether `id` is pending or in a pack this process knows of, without
+    /// a look at the disk.
+    fn known_in_memory(&self, id: &ObjectId) -> io::Result<bool> {
+        Ok(self.pending.lock().contains_key(id) || self.find_published(id)?.is_some())
     }
 
     /// The file that holds `id` when it is stored loose.
@@ -917,7 +910,7 @@ impl ObjectBackend for LocalBackend {
         // published meanwhile by another process is written again: a
         // duplicate costs space, never a loss; a gc that merges the packs
         // keeps one).
-        if self.pending.lock().contains_key(id) || self.find_published(id)?.is_some() {
+        if self.known_in_memory(id)? {
             return Ok(());
         }
         if bytes.len() <= PACK_OBJECT_MAX {
@@ -951,7 +944,7 @@ impl ObjectBackend for LocalBackend {
         if len > PACKED_ALWAYS {
             return self.contains(id);
         }
-        Ok(self.pending.lock().contains_key(id) || self.find_published(id)?.is_some())
+        self.known_in_memory(id)
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -1292,17 +1285,16 @@ impl ObjectBackend for LocalBackend {
     }
 }
 
-/// The packs directory's modification time; `None` when it does not exist.
 /// `dir` opened `O_PATH` the first time it exists, then the same descriptor
 /// (a store's object directories are created once and never replaced); `None`
 /// while it does not exist.
-fn held_dir<'a>(held: &'a OnceLock<OwnedFd>, dir: &Path) -> io::Result<Option<BorrowedFd<'a>>> {
-    if let Some(fd) = held.get() {
-        return Ok(Some(fd.as_fd()));
+fn held_dir<'a>(held: &'a OnceLock<File>, dir: &Path) -> io::Result<Option<&'a File>> {
+    if let Some(f) = held.get() {
+        return Ok(Some(f));
     }
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
     match rustix::fs::open(dir, flags, Mode::empty()) {
-        Ok(fd) => Ok(Some(held.get_or_init(|| fd).as_fd())),
+        Ok(fd) => Ok(Some(held.get_or_init(|| File::from(fd)))),
         Err(rustix::io::Errno::NOENT) => Ok(None),
         Err(e) => Err(e.into()),
     }
