@@ -1705,4 +1705,278 @@ mod tests {
             assert!(read.clone().by(uid, 0, 0).serve(&view, &p(access)).is_ok());
         }
     }
+
+    // ------------------------------------------------- hand-written layouts
+
+    /// The attributes the layout tests encode.
+    fn pinned() -> Entry {
+        Entry {
+            attr: Attr {
+                ino: 0x0102_0304_0506_0708,
+                kind: Kind::Symlink,
+                perm: 0o4_0000 | 0o6755, // a type bit in perm: masked off
+                nlink: 3,
+                uid: 1000,
+                gid: 100,
+                rdev: sys::makedev(8, 1),
+                size: 4097,
+                blocks: 16,
+                atime_ns: -1_200_000_000, // -1.2 s: (-2, 0.8 s)
+                mtime_ns: 1_000_000_007,
+                ctime_ns: 0,
+            },
+            ttl: Duration::new(2, 500),
+        }
+    }
+
+    /// `fuse_attr` of [`pinned`], field by field from fuse.h.
+    fn pinned_attr() -> Vec<u8> {
+        B::default()
+            .u64(0x0102_0304_0506_0708) // ino
+            .u64(4097) // size
+            .u64(16) // blocks
+            .i64(-2) // atime
+            .i64(1) // mtime
+            .i64(0) // ctime
+            .u32(800_000_000) // atimensec
+            .u32(7) // mtimensec
+            .u32(0) // ctimensec
+            .u32(0o120_000 | 0o6755) // mode: S_IFLNK | perm
+            .u32(3) // nlink
+            .u32(1000) // uid
+            .u32(100) // gid
+            .u32(0x801) // rdev: 8:1 as new_encode_dev
+            .u32(4096) // blksize
+            .u32(0) // flags
+            .0
+    }
+
+    /// A view that answers everything with [`pinned`] and its own fixed
+    /// answers, for the layout tests.
+    struct Pinned;
+
+    impl View for Pinned {
+        fn capabilities(&self) -> &'static [Capability] {
+            &[]
+        }
+        fn lookup(&self, _: &Caller, _: u64, name: &[u8]) -> Result<Entry> {
+            refusal(name)?;
+            Ok(pinned())
+        }
+        fn negative_ttl(&self, _: u64) -> Option<Duration> {
+            Some(Duration::new(5, 6))
+        }
+        fn getattr(&self, _: &Caller, _: u64) -> Result<Entry> {
+            Ok(pinned())
+        }
+        fn readlink(&self, _: &Caller, _: u64) -> Result<Vec<u8>> {
+            Ok(b"t".to_vec())
+        }
+        fn open(&self, _: &Caller, _: u64, _: i32) -> Result<Opened> {
+            Ok(Opened::Handle {
+                fh: 0x1122,
+                keep_cache: true,
+            })
+        }
+        fn read(&self, _: &Caller, _: u64, _: u64, _: u32) -> Result<Vec<u8>> {
+            Ok(vec![])
+        }
+        fn seek(&self, _: &Caller, _: u64, _: i64, _: Seek) -> Result<Option<u64>> {
+            Ok(Some(u64::MAX))
+        }
+        fn opendir(&self, _: &Caller, _: u64) -> Result<Opened> {
+            Ok(Opened::Stateless)
+        }
+        fn readdir(&self, _: &Caller, _: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
+            for (i, name) in [&b"abc"[..], b"abcdefgh", b"x"].into_iter().enumerate() {
+                let item = DirItem::with(i as u64 + 1, name, pinned());
+                if add(item) {
+                    break;
+                }
+            }
+            let _ = at;
+            Ok(())
+        }
+        fn statfs(&self, _: &Caller) -> Result<StatFs> {
+            Ok(StatFs {
+                blocks: 1,
+                blocks_free: 2,
+                blocks_avail: 3,
+                block_size: 4,
+                files: 5,
+                files_free: 6,
+                name_max: 7,
+            })
+        }
+        fn getxattr(&self, _: &Caller, _: u64, _: &[u8], size: u32) -> Result<XattrReply> {
+            sized(b"12345".to_vec(), size)
+        }
+        fn listxattr(&self, _: &Caller, _: u64, size: u32) -> Result<XattrReply> {
+            sized(b"user.a\0".to_vec(), size)
+        }
+        fn access(&self, _: &Caller, _: u64, _: i32) -> Result<()> {
+            Ok(())
+        }
+        fn create(&self, _: &Caller, _: u64, _: &[u8], _: u32, _: i32) -> Result<(Entry, Opened)> {
+            Ok((pinned(), Opened::Stateless))
+        }
+        fn write(&self, _: &Caller, _: u64, data: &[u8], _: WriteCtx) -> Result<u32> {
+            Ok(data.len() as u32 + 0x100)
+        }
+    }
+
+    fn pin(r: Req) -> Vec<u8> {
+        r.serve(&Pinned, &policy(Access::All)).expect("answered")
+    }
+
+    #[test]
+    fn entries_and_attributes_have_fuse_h_layouts() {
+        let attr = pinned_attr();
+        assert_eq!(attr.len(), 88);
+        // fuse_entry_out: nodeid, generation, entry_valid, attr_valid,
+        // entry_valid_nsec, attr_valid_nsec, attr.
+        let mut entry_out = B::default()
+            .u64(0x0102_0304_0506_0708)
+            .u64(0)
+            .u64(2)
+            .u64(2)
+            .u32(500)
+            .u32(500)
+            .0;
+        entry_out.extend_from_slice(&attr);
+        assert_eq!(entry_out.len(), 128);
+        assert_eq!(pin(Req::new(op::LOOKUP, 1).name(b"a")), entry_out);
+        // fuse_attr_out: attr_valid, attr_valid_nsec, dummy, attr.
+        let mut attr_out = B::default().u64(2).u32(500).u32(0).0;
+        attr_out.extend_from_slice(&attr);
+        assert_eq!(attr_out.len(), 104);
+        assert_eq!(
+            pin(Req::new(op::GETATTR, 1).arg(B::default().zeros(16))),
+            attr_out
+        );
+        // A negative entry: node id 0, the TTL, a bare regular file.
+        let negative = B::default()
+            .u64(0)
+            .u64(0)
+            .u64(5)
+            .u64(5)
+            .u32(6)
+            .u32(6)
+            .zeros(60)
+            .u32(libc::S_IFREG)
+            .zeros(16)
+            .u32(4096)
+            .u32(0)
+            .0;
+        assert_eq!(negative.len(), 128);
+        assert_eq!(pin(Req::new(op::LOOKUP, 1).name(b"missing")), negative);
+        // fuse_create_out: fuse_entry_out then fuse_open_out (a stateless
+        // open is handle 0, no flags).
+        let mut create_out = entry_out.clone();
+        create_out.extend_from_slice(&B::default().u64(0).u32(0).u32(0).0);
+        assert_eq!(create_out.len(), 144);
+        let create_in = B::default().u32(0).u32(0o644).u32(0).u32(0);
+        assert_eq!(
+            pin(Req::new(op::CREATE, 1).arg(create_in).name(b"n")),
+            create_out
+        );
+    }
+
+    #[test]
+    fn small_replies_have_fuse_h_layouts() {
+        // fuse_open_out: fh, open_flags (FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR), backing_id.
+        let open_in = B::default().u32(0).u32(0);
+        assert_eq!(
+            pin(Req::new(op::OPEN, 5).arg(open_in)),
+            B::default().u64(0x1122).u32(2 | 8).u32(0).0
+        );
+        // fuse_write_out: size, padding.
+        let w = pin(Req::new(op::WRITE, 5).arg(write_in(0, 2, 0, 0)).data(b"ab"));
+        assert_eq!(w, B::default().u32(0x102).u32(0).0);
+        // fuse_getxattr_out for a size probe; the bytes otherwise.
+        let probe = Req::new(op::GETXATTR, 5)
+            .arg(B::default().u32(0).u32(0))
+            .name(b"user.a");
+        assert_eq!(pin(probe), B::default().u32(5).u32(0).0);
+        let get = Req::new(op::GETXATTR, 5)
+            .arg(B::default().u32(9).u32(0))
+            .name(b"user.a");
+        assert_eq!(pin(get), b"12345");
+        let list = Req::new(op::LISTXATTR, 5).arg(B::default().u32(0).u32(0));
+        assert_eq!(pin(list), B::default().u32(7).u32(0).0);
+        // fuse_lseek_out: the offset, at most i64::MAX.
+        let lseek_in = B::default()
+            .u64(0)
+            .i64(0)
+            .u32(libc::SEEK_DATA as u32)
+            .u32(0);
+        assert_eq!(
+            pin(Req::new(op::LSEEK, 5).arg(lseek_in)),
+            B::default().i64(i64::MAX).0
+        );
+        // fuse_statfs_out (fuse_kstatfs): blocks, bfree, bavail, files,
+        // ffree, bsize, namelen, frsize, padding, spare[6]: 80 bytes.
+        let statfs = B::default()
+            .u64(1)
+            .u64(2)
+            .u64(3)
+            .u64(5)
+            .u64(6)
+            .u32(4)
+            .u32(7)
+            .u32(4)
+            .zeros(28)
+            .0;
+        assert_eq!(statfs.len(), 80);
+        assert_eq!(pin(Req::new(op::STATFS, 1)), statfs);
+        // Empty replies.
+        assert_eq!(pin(Req::new(op::ACCESS, 1).arg(B::default().zeros(8))), b"");
+        assert_eq!(pin(Req::new(op::READLINK, 1)), b"t");
+    }
+
+    #[test]
+    fn listings_have_fuse_h_layouts_and_padding() {
+        // fuse_dirent: ino, off, namelen, type, name, zeros to 8 bytes.
+        let dirent = |name: &[u8], off: u64| {
+            let mut d = B::default()
+                .u64(0x0102_0304_0506_0708)
+                .u64(off)
+                .u32(name.len() as u32)
+                .u32(libc::DT_LNK as u32)
+                .0;
+            d.extend_from_slice(name);
+            d.resize(d.len().next_multiple_of(8), 0);
+            d
+        };
+        let all: Vec<u8> = [dirent(b"abc", 1), dirent(b"abcdefgh", 2), dirent(b"x", 3)].concat();
+        assert_eq!(all.len(), 32 + 32 + 32);
+        assert_eq!(&all[24..32], b"abc\0\0\0\0\0");
+        let list = |opcode, size| pin(Req::new(opcode, 1).arg(read_in(0, 0, size)));
+        assert_eq!(list(op::READDIR, 4096), all);
+        // An entry that does not fit is not written and ends the reply.
+        assert_eq!(list(op::READDIR, 95), &all[..64]);
+        assert_eq!(list(op::READDIR, 64), &all[..64]);
+        assert_eq!(list(op::READDIR, 31), b"");
+        // fuse_direntplus: fuse_entry_out, then fuse_dirent (node id and
+        // type from the attributes), name, padding.
+        let mut entry_out = B::default()
+            .u64(0x0102_0304_0506_0708)
+            .u64(0)
+            .u64(2)
+            .u64(2)
+            .u32(500)
+            .u32(500)
+            .0;
+        entry_out.extend_from_slice(&pinned_attr());
+        let plus: Vec<u8> = [
+            entry_out.clone(),
+            dirent(b"abc", 1),
+            entry_out.clone(),
+            dirent(b"abcdefgh", 2),
+        ]
+        .concat();
+        assert_eq!(plus.len(), 2 * (128 + 32));
+        assert_eq!(list(op::READDIRPLUS, 320), plus);
+        assert_eq!(list(op::READDIRPLUS, 319), &plus[..160]);
+    }
 }
