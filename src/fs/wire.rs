@@ -1979,4 +1979,239 @@ mod tests {
         assert_eq!(list(op::READDIRPLUS, 320), plus);
         assert_eq!(list(op::READDIRPLUS, 319), &plus[..160]);
     }
+
+    // ------------------------------------------------------------ decoders
+
+    /// The view calls [`serve`] makes for `r` (answered or not).
+    fn calls(r: Req) -> Vec<String> {
+        let view = Recorder::default();
+        let _ = r.serve(&view, &policy(Access::All));
+        view.take()
+    }
+
+    const ROOT_CALLER: &str = "Caller { uid: 0, gid: 0, pid: 0, umask: 0 }";
+
+    #[test]
+    fn setattr_takes_the_valid_fields_only() {
+        let all = fattr::MODE | fattr::UID | fattr::GID | fattr::SIZE | fattr::ATIME;
+        let all = all | fattr::MTIME | fattr::MTIME_NOW | fattr::CTIME;
+        let r = Req::new(op::SETATTR, 5).arg(setattr_in(
+            all,
+            77,
+            (1, 2),
+            (3, 4),
+            (-2, 500_000_000),
+            0o104_755,
+            10,
+            20,
+        ));
+        let want = SetAttr {
+            perm: Some(0o4755),
+            uid: Some(10),
+            gid: Some(20),
+            size: Some(77),
+            atime: Some(Time::At(1_000_000_002)),
+            mtime: Some(Time::Now),
+            // fuser's reading of (-2 s, +0.5 s), kept on both transports.
+            ctime: Some(-2_500_000_000),
+        };
+        assert_eq!(calls(r), [format!("setattr {ROOT_CALLER} 5 {want:?}")]);
+        let none = Req::new(op::SETATTR, 5).arg(setattr_in(
+            fattr::ATIME_NOW | fattr::MTIME_NOW | 1 << 6 | 1 << 9,
+            77,
+            (1, 2),
+            (3, 4),
+            (5, 6),
+            0o755,
+            10,
+            20,
+        ));
+        let want = SetAttr::default();
+        assert_eq!(calls(none), [format!("setattr {ROOT_CALLER} 5 {want:?}")]);
+    }
+
+    #[test]
+    fn times_saturate_where_fuser_would_overflow() {
+        assert_eq!(sent_time(i64::MIN, 999_999_999), i64::MIN);
+        assert_eq!(sent_time(i64::MAX, 999_999_999), i64::MAX);
+        assert_eq!(sent_time(-1, 0), -1_000_000_000);
+        assert_eq!(sent_time(0, 1_500_000_000), 1_500_000_000);
+        assert_eq!(attr_time(-1), (-1, 999_999_999));
+        assert_eq!(attr_time(i64::MIN), (-9_223_372_037, 145_224_192));
+    }
+
+    #[test]
+    fn names_values_data_and_umasks_reach_the_view() {
+        let r = Req::new(op::RENAME2, 1)
+            .arg(B::default().u64(8).u32(libc::RENAME_WHITEOUT).u32(0))
+            .name(b"old")
+            .name(b"new");
+        let flags = libc::RENAME_WHITEOUT;
+        assert_eq!(
+            calls(r),
+            [format!(
+                "rename {ROOT_CALLER} 1 [111, 108, 100] 8 [110, 101, 119] {flags}"
+            )]
+        );
+        let r = Req::new(op::RENAME, 1)
+            .arg(B::default().u64(8))
+            .name(b"a")
+            .name(b"b");
+        assert_eq!(calls(r), [format!("rename {ROOT_CALLER} 1 [97] 8 [98] 0")]);
+        // setxattr: the name up to its NUL, then exactly `size` bytes.
+        let r = Req::new(op::SETXATTR, 5)
+            .arg(B::default().u32(3).u32(2))
+            .name(b"user.k")
+            .data(b"\0v\0");
+        assert_eq!(
+            calls(r),
+            [format!(
+                "setxattr {ROOT_CALLER} 5 {:?} [0, 118, 0] 2",
+                b"user.k"
+            )]
+        );
+        // write: the data and the flags.
+        let r = Req::new(op::WRITE, 5)
+            .arg(write_in(9, 2, 1 | 4, libc::O_APPEND))
+            .data(b"hi");
+        let how = WriteCtx {
+            offset: 9,
+            flags: libc::O_APPEND,
+            writeback: true,
+            kill_suidgid: true,
+        };
+        assert_eq!(
+            calls(r),
+            [format!("write {ROOT_CALLER} 5 [104, 105] {how:?}")]
+        );
+        // create, mkdir, mknod: the umask in the caller, the rest as sent.
+        let create_in = B::default()
+            .u32(libc::O_EXCL as u32)
+            .u32(0o100_600)
+            .u32(0o027)
+            .u32(0);
+        let r = Req::new(op::CREATE, 1)
+            .arg(create_in)
+            .name(b"f")
+            .by(5, 6, 7);
+        let c = "Caller { uid: 5, gid: 6, pid: 7, umask: 23 }";
+        let excl = libc::O_EXCL;
+        assert_eq!(calls(r), [format!("create {c} 1 [102] 100600 {excl}")]);
+        let r = Req::new(op::MKDIR, 1)
+            .arg(B::default().u32(0o755).u32(0o002))
+            .name(b"d");
+        let c = "Caller { uid: 0, gid: 0, pid: 0, umask: 2 }";
+        assert_eq!(calls(r), [format!("mkdir {c} 1 [100] 755")]);
+        let mknod_in = B::default().u32(0o60_600).u32(0x801).u32(0o077).u32(0);
+        let r = Req::new(op::MKNOD, 1).arg(mknod_in).name(b"b");
+        let c = "Caller { uid: 0, gid: 0, pid: 0, umask: 63 }";
+        let rdev = sys::makedev(8, 1);
+        assert_eq!(calls(r), [format!("mknod {c} 1 [98] 60600 {rdev}")]);
+        // symlink: the link's name, then its target.
+        let r = Req::new(op::SYMLINK, 1).name(b"l").name(b"/t");
+        assert_eq!(
+            calls(r),
+            [format!("symlink {ROOT_CALLER} 1 [108] [47, 116]")]
+        );
+        // link: the old inode from link_in, the new parent from the header.
+        let r = Req::new(op::LINK, 3).arg(B::default().u64(12)).name(b"h");
+        assert_eq!(calls(r), [format!("link {ROOT_CALLER} 12 3 [104]")]);
+    }
+
+    // ----------------------------------------------------- malformed input
+
+    #[test]
+    fn short_requests_get_eio_not_a_panic() {
+        let view = Recorder::default();
+        let p = policy(Access::All);
+        let mut out = vec![];
+        let lookup = Req::new(op::LOOKUP, 1).name(b"f");
+        // A header shorter than fuse_in_header.
+        let header = lookup.header(1);
+        assert_eq!(
+            serve(&view, &p, &header[..39], &[], b"f\0", &mut out),
+            Err(libc::EIO)
+        );
+        assert_eq!(serve(&view, &p, &[], &[], &[], &mut out), Err(libc::EIO));
+        // A name without its NUL; no name at all.
+        assert_eq!(
+            serve(&view, &p, &header, &[], b"f", &mut out),
+            Err(libc::EIO)
+        );
+        assert_eq!(
+            serve(&view, &p, &header, &[], b"", &mut out),
+            Err(libc::EIO)
+        );
+        let symlink = Req::new(op::SYMLINK, 1).name(b"l");
+        assert_eq!(symlink.serve(&view, &p), Err(libc::EIO), "no target");
+        // An op_in shorter than the op's struct.
+        let read = Req::new(op::READ, 5).arg(read_in(0, 0, 10));
+        let h = read.header(1);
+        assert_eq!(
+            serve(&view, &p, &h, &read.arg[..39], &[], &mut out),
+            Err(libc::EIO)
+        );
+        assert_eq!(serve(&view, &p, &h, &[], &[], &mut out), Err(libc::EIO));
+        // Write data or an xattr value shorter than its size.
+        let write = Req::new(op::WRITE, 5)
+            .arg(write_in(0, 5, 0, 0))
+            .data(b"abcd");
+        assert_eq!(write.serve(&view, &p), Err(libc::EIO));
+        let setxattr = Req::new(op::SETXATTR, 5)
+            .arg(B::default().u32(4).u32(0))
+            .name(b"user.a")
+            .data(b"abc");
+        assert_eq!(setxattr.serve(&view, &p), Err(libc::EIO));
+        assert!(
+            view.take().is_empty(),
+            "no view call for a malformed request"
+        );
+        // More data than the size: the size counts.
+        let write = Req::new(op::WRITE, 5)
+            .arg(write_in(0, 2, 0, 0))
+            .data(b"abcd");
+        assert_eq!(write.serve(&view, &p), Ok(B::default().u32(2).u32(0).0));
+    }
+
+    /// Arbitrary bytes for every opcode: an answer each time, never a panic.
+    #[test]
+    fn arbitrary_requests_never_panic() {
+        let view = Recorder::default();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut out = vec![];
+        for opcode in (0..60).chain([4096, u32::MAX]) {
+            for round in 0..200 {
+                let mut bytes = |n: usize| (0..n).map(|_| next() as u8).collect::<Vec<u8>>();
+                let mut header = bytes(40);
+                header[4..8].copy_from_slice(&opcode.to_ne_bytes());
+                let op_in = bytes(round % 130);
+                let mut payload = bytes(round % 70);
+                if round % 3 == 0 {
+                    payload.retain(|&b| b != 0);
+                }
+                let p = Policy {
+                    access: [Access::All, Access::Owner, Access::RootAndOwner][round % 3],
+                    owner_uid: 0,
+                };
+                match serve(&view, &p, &header, &op_in, &payload, &mut out) {
+                    Ok(()) => {}
+                    Err(e) => assert!(e > 0, "a positive errno: {e}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_header_helpers_read_opcode_and_unique() {
+        let h = Req::new(op::READDIRPLUS, 1).header(0xdead_beef_0000_0001);
+        assert_eq!(opcode(&h), op::READDIRPLUS);
+        assert_eq!(unique(&h), 0xdead_beef_0000_0001);
+        assert_eq!((opcode(&h[..7]), unique(&h[..15])), (0, 0));
+    }
 }
