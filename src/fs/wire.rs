@@ -1102,7 +1102,7 @@ mod tests {
                 1 => Opened::Stateless,
                 _ => Opened::Handle {
                     fh: 7,
-                    keep_cache: ino % 2 == 0,
+                    keep_cache: ino.is_multiple_of(2),
                 },
             })
         }
@@ -2213,5 +2213,141 @@ mod tests {
         assert_eq!(opcode(&h), op::READDIRPLUS);
         assert_eq!(unique(&h), 0xdead_beef_0000_0001);
         assert_eq!((opcode(&h[..7]), unique(&h[..15])), (0, 0));
+    }
+
+    // ------------------------------------- end to end, on a checkpoint view
+
+    /// A checkpoint view of {f (10,000 bytes), d/g, l -> f}, without a kernel.
+    fn checkpoint_view() -> (tempfile::TempDir, crate::fs::checkpoint::CheckpointView) {
+        use crate::fs::testing;
+        use crate::ingest::{self, SnapshotOptions};
+        use crate::store::Store;
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        std::fs::create_dir_all(src.join("d")).unwrap();
+        let content: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(src.join("f"), &content).unwrap();
+        std::fs::write(src.join("d/g"), b"g").unwrap();
+        std::os::unix::fs::symlink("f", src.join("l")).unwrap();
+        let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
+        let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
+        let record = testing::checkpoint(snap.root, vec![], "c".into());
+        let id = store.write_checkpoint(&record).unwrap();
+        let record = store.read_checkpoint(&id).unwrap();
+        let root = store.root_entry(&record).unwrap();
+        let caches = crate::fs::Caches::new(1 << 20);
+        let view =
+            crate::fs::checkpoint::CheckpointView::new(store, root, &caches, "/m".into(), None);
+        (tmp, view)
+    }
+
+    /// Check a `fuse_attr` against the attributes a view gave.
+    fn assert_attr(wire: &[u8], a: &Attr) {
+        let f = Fields(wire);
+        let time = |secs_at, nsec_at| (f.i64(secs_at).unwrap(), f.u32(nsec_at).unwrap());
+        let split = |ns: i64| {
+            (
+                ns.div_euclid(1_000_000_000),
+                ns.rem_euclid(1_000_000_000) as u32,
+            )
+        };
+        assert_eq!(f.u64(0), Ok(a.ino), "ino");
+        assert_eq!(f.u64(8), Ok(a.size), "size");
+        assert_eq!(f.u64(16), Ok(a.blocks), "blocks");
+        assert_eq!(time(24, 48), split(a.atime_ns), "atime");
+        assert_eq!(time(32, 52), split(a.mtime_ns), "mtime");
+        assert_eq!(time(40, 56), split(a.ctime_ns), "ctime");
+        assert_eq!(f.u32(60), Ok(kind_mode(a.kind) | a.perm), "mode");
+        assert_eq!(f.u32(64), Ok(a.nlink), "nlink");
+        assert_eq!(f.u32(68), Ok(a.uid), "uid");
+        assert_eq!(f.u32(72), Ok(a.gid), "gid");
+        assert_eq!(f.u32(76), Ok(kernel_dev(a.rdev)), "rdev");
+        assert_eq!(f.u32(80), Ok(BLOCK_SIZE), "blksize");
+    }
+
+    /// Check a `fuse_entry_out` against an entry a view gave.
+    fn assert_entry(wire: &[u8], e: &Entry) {
+        let f = Fields(wire);
+        assert_eq!(f.u64(0), Ok(e.attr.ino), "nodeid");
+        assert_eq!(f.u64(8), Ok(0), "generation");
+        assert_eq!(
+            (f.u64(16), f.u32(32)),
+            (Ok(e.ttl.as_secs()), Ok(e.ttl.subsec_nanos()))
+        );
+        assert_eq!(
+            (f.u64(24), f.u32(36)),
+            (Ok(e.ttl.as_secs()), Ok(e.ttl.subsec_nanos()))
+        );
+        assert_attr(&wire[40..128], &e.attr);
+    }
+
+    #[test]
+    fn a_checkpoint_view_served_from_ring_requests() {
+        use crate::fs::view::ROOT_INO;
+        let (_tmp, view) = checkpoint_view();
+        let p = policy(Access::Owner);
+        let c = &Caller::default();
+        // lookup
+        let f = view.lookup(c, ROOT_INO, b"f").unwrap();
+        let wire = Req::new(op::LOOKUP, ROOT_INO)
+            .name(b"f")
+            .serve(&view, &p)
+            .unwrap();
+        assert_eq!(wire.len(), 128);
+        assert_entry(&wire, &f);
+        assert_eq!((f.attr.size, f.attr.kind), (10_000, Kind::File));
+        // A negative entry, for the view's negative TTL.
+        let ttl = view
+            .negative_ttl(ROOT_INO)
+            .expect("checkpoints cache absences");
+        let wire = Req::new(op::LOOKUP, ROOT_INO)
+            .name(b"nope")
+            .serve(&view, &p)
+            .unwrap();
+        assert_eq!(Fields(&wire).u64(0), Ok(0), "node id 0");
+        assert_eq!(Fields(&wire).u64(16), Ok(ttl.as_secs()));
+        assert_eq!(Fields(&wire).u32(32), Ok(ttl.subsec_nanos()));
+        // getattr
+        let getattr = Req::new(op::GETATTR, f.attr.ino).arg(B::default().zeros(16));
+        let wire = getattr.serve(&view, &p).unwrap();
+        let got = view.getattr(c, f.attr.ino).unwrap();
+        assert_eq!(Fields(&wire).u64(0), Ok(got.ttl.as_secs()));
+        assert_eq!(Fields(&wire).u32(8), Ok(got.ttl.subsec_nanos()));
+        assert_attr(&wire[16..], &got.attr);
+        // read
+        let read = Req::new(op::READ, f.attr.ino).arg(read_in(0, 100, 5000));
+        let want: Vec<u8> = (100..5100u32).map(|i| (i * 7 % 251) as u8).collect();
+        assert_eq!(read.serve(&view, &p).unwrap(), want);
+        // readlink; open and opendir are zero-message (ENOSYS).
+        let l = view.lookup(c, ROOT_INO, b"l").unwrap().attr.ino;
+        assert_eq!(Req::new(op::READLINK, l).serve(&view, &p).unwrap(), b"f");
+        let open = Req::new(op::OPEN, f.attr.ino).arg(B::default().zeros(8));
+        assert_eq!(open.serve(&view, &p), Err(libc::ENOSYS));
+        let opendir = Req::new(op::OPENDIR, ROOT_INO).arg(B::default().zeros(8));
+        assert_eq!(opendir.serve(&view, &p), Err(libc::ENOSYS));
+        // Writes are refused as read-only.
+        let unlink = Req::new(op::UNLINK, ROOT_INO).name(b"f");
+        assert_eq!(unlink.serve(&view, &p), Err(libc::EROFS));
+        // readdirplus: every entry with the attributes a lookup gives.
+        let list = Req::new(op::READDIRPLUS, ROOT_INO).arg(read_in(0, 0, 4096));
+        let wire = list.serve(&view, &p).unwrap();
+        let mut names = vec![];
+        let mut at = 0;
+        while at < wire.len() {
+            let namelen = Fields(&wire[at + 128..]).u32(16).unwrap() as usize;
+            let name = wire[at + 152..at + 152 + namelen].to_vec();
+            let kind_bits = Fields(&wire[at + 128..]).u32(20).unwrap();
+            if name != b"." && name != b".." {
+                let e = view.lookup(c, ROOT_INO, &name).unwrap();
+                assert_entry(&wire[at..], &e);
+                assert_eq!(kind_bits, kind_mode(e.attr.kind) >> 12);
+                assert_eq!(Fields(&wire[at + 128..]).u64(0), Ok(e.attr.ino));
+            }
+            names.push(name);
+            at += (152 + namelen).next_multiple_of(8);
+        }
+        assert_eq!(at, wire.len());
+        let names: Vec<&[u8]> = names.iter().map(|n| &n[..]).collect();
+        assert_eq!(names, [&b"."[..], b"..", b"d", b"f", b"l"]);
     }
 }
