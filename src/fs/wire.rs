@@ -74,7 +74,19 @@ pub(crate) enum Access {
     All,
 }
 
-/// The mount's uid filter: its [`Access`] and its owner's uid.
+impl From<fuser::SessionACL> for Access {
+    fn from(acl: fuser::SessionACL) -> Access {
+        match acl {
+            fuser::SessionACL::Owner => Access::Owner,
+            fuser::SessionACL::RootAndOwner => Access::RootAndOwner,
+            fuser::SessionACL::All => Access::All,
+        }
+    }
+}
+
+/// The mount's uid filter: its [`Access`] and its owner's uid (fuser's
+/// owner is the daemon's effective uid when the session was made,
+/// `rustix::process::geteuid()`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Policy {
     pub access: Access,
@@ -1392,6 +1404,7 @@ mod tests {
             Access::RootAndOwner => SessionACL::RootAndOwner,
             Access::All => SessionACL::All,
         };
+        assert_eq!(Access::from(acl), access);
         let view = Recorder::default();
         let mut fuser = Fuser::start(Box::new(view.clone()), acl);
         let policy = policy(access);
