@@ -35,7 +35,7 @@ use crate::store::Kind;
 use crate::sys;
 
 /// Inode numbers are never reused within a mount, so one generation suffices.
-const GENERATION: Generation = Generation(0);
+pub(super) const GENERATION: Generation = Generation(0);
 
 /// The fuser `Filesystem` serving a view.
 pub struct FuseAdapter {
@@ -70,7 +70,7 @@ fn caller_with_umask(req: &Request, umask: u32) -> Caller {
 
 /// Log an operation's failure (at debug: ENOENT is routine; store failures were
 /// already warned about) and give its errno.
-fn fail(e: &FsError) -> Errno {
+pub(super) fn fail(e: &FsError) -> Errno {
     tracing::debug!(error = %e, "fails");
     errno(e)
 }
@@ -154,7 +154,7 @@ fn reply_created(result: Result<(Entry, Opened)>, reply: ReplyCreate) {
 }
 
 /// The handle and open flags given to the kernel.
-fn handle(o: Opened) -> (FileHandle, FopenFlags) {
+pub(super) fn handle(o: Opened) -> (FileHandle, FopenFlags) {
     match o {
         Opened::Stateless => (FileHandle(0), FopenFlags::empty()),
         Opened::Handle { fh, keep_cache } => {
@@ -169,7 +169,7 @@ fn handle(o: Opened) -> (FileHandle, FopenFlags) {
 
 /// The `lseek` whence a view answers: `SEEK_DATA` or `SEEK_HOLE` (the kernel
 /// answers the others itself and never sends them).
-fn seek_whence(whence: i32) -> Result<Seek> {
+pub(super) fn seek_whence(whence: i32) -> Result<Seek> {
     match whence {
         libc::SEEK_DATA => Ok(Seek::Data),
         libc::SEEK_HOLE => Ok(Seek::Hole),
@@ -250,6 +250,24 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// What `lookup` answers ([`look_up`]): an entry, or that the name is absent
+/// for this long (a negative entry: node id 0, cached that long).
+pub(super) enum Looked {
+    Entry(Entry),
+    Absent(Duration),
+}
+
+/// The lookup of `name` in `parent`, with the negative-entry rule: the view
+/// found nothing there and gives `parent` a negative TTL
+/// ([`View::negative_ttl`], asked after every lookup).
+pub(super) fn look_up(view: &dyn View, c: &Caller, parent: u64, name: &[u8]) -> Result<Looked> {
+    let found = view.lookup(c, parent, name);
+    match (found, view.negative_ttl(parent)) {
+        (Err(FsError::NotFound), Some(ttl)) => Ok(Looked::Absent(ttl)),
+        (found, _) => found.map(Looked::Entry),
+    }
+}
+
 /// The attributes of a negative entry: node id 0, nothing else read.
 fn negative_attr() -> FileAttr {
     FileAttr {
@@ -273,14 +291,14 @@ fn negative_attr() -> FileAttr {
 
 /// Re-encode a userspace `dev_t` (the store's encoding) in the kernel's
 /// 32-bit `new_encode_dev` form, which is what FUSE's `rdev` carries.
-fn kernel_dev(rdev: u64) -> u32 {
+pub(super) fn kernel_dev(rdev: u64) -> u32 {
     let (major, minor) = (sys::major(rdev), sys::minor(rdev));
     (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
 }
 
 /// A device number in the kernel's 32-bit form (what FUSE's `mknod`
 /// carries) as a userspace `dev_t`; the inverse of [`kernel_dev`].
-fn user_dev(kernel: u32) -> u64 {
+pub(super) fn user_dev(kernel: u32) -> u64 {
     let major = (kernel & 0xfff00) >> 8;
     let minor = (kernel & 0xff) | ((kernel >> 12) & 0xfff00);
     sys::makedev(major, minor)
@@ -419,11 +437,11 @@ impl Filesystem for FuseAdapter {
 
     #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let found = self.view.lookup(&caller(req), parent.0, name.as_bytes());
-        match (&found, self.view.negative_ttl(parent.0)) {
+        match look_up(&*self.view, &caller(req), parent.0, name.as_bytes()) {
+            Ok(Looked::Entry(e)) => reply.entry(&e.ttl, &file_attr(&e.attr), GENERATION),
             // Node id 0 with a timeout: "absent", cached that long.
-            (Err(FsError::NotFound), Some(ttl)) => reply.entry(&ttl, &negative_attr(), GENERATION),
-            _ => reply_entry(found, reply),
+            Ok(Looked::Absent(ttl)) => reply.entry(&ttl, &negative_attr(), GENERATION),
+            Err(e) => reply.error(fail(&e)),
         }
     }
 

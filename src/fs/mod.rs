@@ -31,6 +31,7 @@ mod readahead;
 #[cfg(test)]
 mod testing;
 mod view;
+mod wire;
 
 use std::io;
 use std::path::{Path, PathBuf};
