@@ -418,6 +418,17 @@ pub struct MountArgs {
     /// FUSE worker threads [default: number of cores, at least 2]
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// How the kernel's requests reach the daemon: `uring` is FUSE over
+    /// io_uring (kernel 6.14+ with /sys/module/fuse/parameters/enable_uring
+    /// = Y; one queue per CPU, answered on the CPU that asked), `classic`
+    /// is /dev/fuse, `auto` takes io_uring when the kernel offers it
+    #[arg(
+        long,
+        value_name = "HOW",
+        default_value = "auto",
+        env = "STOREFS_TRANSPORT"
+    )]
+    pub transport: TransportArg,
     /// Mount the whole store read-only at the one path given: checkpoints/<id>/
     /// and <id>.json, refs/ and archives/ (symlinks), forks/<name>/head and history/
     #[arg(long, conflicts_with_all = ["sha256", "manifest", "label"])]
@@ -590,5 +601,24 @@ mod tests {
         assert_eq!(parse_size("1g"), Ok(1 << 30));
         assert!(parse_size("12X").is_err());
         assert!(parse_size("").is_err());
+    }
+}
+
+/// `--transport` (see [`crate::fs::Transport`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportArg {
+    #[default]
+    Auto,
+    Classic,
+    Uring,
+}
+
+impl From<TransportArg> for crate::fs::Transport {
+    fn from(t: TransportArg) -> Self {
+        match t {
+            TransportArg::Auto => crate::fs::Transport::Auto,
+            TransportArg::Classic => crate::fs::Transport::Classic,
+            TransportArg::Uring => crate::fs::Transport::Uring,
+        }
     }
 }

@@ -158,6 +158,7 @@ fn settings(a: &MountArgs) -> Settings {
         threads: a.threads,
         commit_interval: a.commit_interval,
         writeback_cache: a.writeback_cache,
+        transport: a.transport.into(),
     }
 }
 
@@ -240,6 +241,7 @@ fn daemon_args(m: &Mount, remote: Option<&str>) -> Vec<OsString> {
     if let Some(t) = s.threads {
         args.extend(["--threads".into(), t.to_string().into()]);
     }
+    args.extend(["--transport".into(), s.transport.name().into()]);
     for o in &s.options {
         args.extend(["-o".into(), o.into()]);
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Error, Result};
-use crate::fs::Caches;
+use crate::fs::{Caches, TransportUse};
 use crate::journal::Fork;
 use crate::store::Store;
 use crate::store::mounts::MountRecord;
@@ -36,6 +36,17 @@ pub enum Request {
     NoCommit,
     /// What the mount's caches hold now.
     Memory,
+    /// Which transport serves the mount.
+    Transport,
+}
+
+/// How a daemon's requests arrive (see [`crate::fs::Transport`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportReport {
+    /// `io_uring` or `/dev/fuse`.
+    pub name: String,
+    /// Requests answered over io_uring so far (0 on `/dev/fuse`).
+    pub ring_requests: u64,
 }
 
 /// What a mount's caches hold, in bytes (see [`crate::fs::Caches`]).
@@ -66,6 +77,9 @@ struct Reply {
     /// The answer to `memory` (null from a daemon without caches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cache: Option<Option<CacheReport>>,
+    /// The answer to `transport`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    transport: Option<TransportReport>,
 }
 
 /// Send one request to a daemon's control socket; returns the checkpoint id
@@ -80,6 +94,12 @@ pub fn cache_use(sock: &Path, timeout: Duration) -> Result<Option<CacheReport>> 
     Ok(exchange(sock, &Request::Memory, Some(timeout))?
         .cache
         .flatten())
+}
+
+/// Ask a daemon which transport serves its mount, waiting at most `timeout`
+/// (`None` from a daemon older than the question).
+pub fn transport_use(sock: &Path, timeout: Duration) -> Result<Option<TransportReport>> {
+    Ok(exchange(sock, &Request::Transport, Some(timeout))?.transport)
 }
 
 /// One request and its reply; an error for a refusal.
@@ -119,6 +139,8 @@ pub struct MountStatus {
     /// What its caches hold; `None` for a dead mount or a daemon that did
     /// not answer within a second.
     pub cache: Option<CacheReport>,
+    /// How its requests arrive; `None` as for `cache`.
+    pub transport: Option<TransportReport>,
 }
 
 /// `record` with its daemon's memory: RSS from `/proc/<pid>/status`, cache
@@ -141,17 +163,22 @@ pub fn mount_status(store: &Store, record: MountRecord) -> MountStatus {
         Some(kib * 1024)
     };
     let (rss_bytes, peak_rss_bytes) = (proc_kib("VmRSS:"), proc_kib("VmHWM:"));
-    let cache = if !alive {
-        None
+    let sock = store.mount_file(Path::new(&record.mountpoint), "sock");
+    let second = Duration::from_secs(1);
+    let (cache, transport) = if alive {
+        (
+            cache_use(&sock, second).ok().flatten(),
+            transport_use(&sock, second).ok().flatten(),
+        )
     } else {
-        let sock = store.mount_file(Path::new(&record.mountpoint), "sock");
-        cache_use(&sock, Duration::from_secs(1)).ok().flatten()
+        (None, None)
     };
     MountStatus {
         record,
         rss_bytes,
         peak_rss_bytes,
         cache,
+        transport,
     }
 }
 
@@ -161,6 +188,8 @@ pub(super) struct Control {
     pub fork: Option<Arc<Fork>>,
     /// A checkpoint or browse mount's caches.
     pub caches: Option<Caches>,
+    /// Which transport serves the mount.
+    pub transport: TransportUse,
     /// Set by a `no-commit` request: the daemon does not commit on unmount.
     pub skip_final_commit: AtomicBool,
     /// A fork served with the writeback cache, at this mountpoint: a commit
@@ -248,6 +277,14 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
             cache: Some(cache_report(control)),
             ..Reply::default()
         },
+        (Ok(Request::Transport), _) => Reply {
+            ok: true,
+            transport: Some(TransportReport {
+                name: control.transport.name().into(),
+                ring_requests: control.transport.ring_requests(),
+            }),
+            ..Reply::default()
+        },
         (Err(e), _) => failed(format!("bad request: {e}")),
     };
     let mut out = serde_json::to_string(&reply)?;
@@ -328,6 +365,7 @@ mod tests {
         let control = Control {
             fork: None,
             caches: Some(Caches::new(4 << 20)),
+            transport: TransportUse::default(),
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
         };
@@ -353,6 +391,7 @@ mod tests {
         let control = Control {
             fork: None,
             caches: None,
+            transport: TransportUse::default(),
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
         };

@@ -157,19 +157,19 @@ fn kernel_feature(what: &'static str, since: (u32, u32), use_: &str) -> Check {
 
 fn fuse_uring() -> Check {
     const WHAT: &str = "FUSE over io_uring";
-    let param = Path::new("/sys/module/fuse/parameters/enable_uring");
+    let param = Path::new(crate::fs::ENABLE_URING);
     match std::fs::read_to_string(param) {
         Ok(v) if v.trim() == "Y" => check(
             WHAT,
             Verdict::Ok,
-            "enabled (enable_uring=Y; not used by storefs yet)",
+            "enabled (enable_uring=Y): mounts use it (--transport auto, the default)",
             "",
         ),
         Ok(_) => check(
             WHAT,
             Verdict::Note,
-            "available, disabled (enable_uring=N; not used by storefs yet)",
-            "echo Y > /sys/module/fuse/parameters/enable_uring (as root) to enable it",
+            "available, disabled (enable_uring=N): mounts use /dev/fuse",
+            "echo Y > /sys/module/fuse/parameters/enable_uring (as root) for fewer cross-core wake-ups",
         ),
         Err(_) => check(
             WHAT,

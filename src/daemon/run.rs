@@ -11,7 +11,7 @@ use super::control::{self, Control};
 use super::log::{init_file_logging, log_path};
 use super::mountpoint::on_mountpoint;
 use super::{Error, Result};
-use crate::fs::{self as sfs, MountConfig, Mounted};
+use crate::fs::{self as sfs, MountConfig, Mounted, Transport};
 use crate::journal::Fork;
 use crate::remote::LazyBackend;
 use crate::store::mounts::MountRecord;
@@ -43,6 +43,8 @@ pub struct Settings {
     pub commit_interval: u64,
     /// For a fork: the kernel's writeback cache (`--writeback-cache`).
     pub writeback_cache: bool,
+    /// How the kernel's requests reach the daemon (`--transport`).
+    pub transport: Transport,
 }
 
 /// One mount to serve.
@@ -97,6 +99,7 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
                 .max(2)
         }),
         writeback_cache: m.settings.writeback_cache,
+        transport: m.settings.transport,
     };
     // A fork is opened (locked, journal replayed) before the kernel mount.
     let fork = match &m.what {
@@ -121,6 +124,7 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     let control = Arc::new(Control {
         fork: fork.clone(),
         caches: mounted.caches(),
+        transport: mounted.transport(),
         skip_final_commit: AtomicBool::new(false),
         writeback_at: writeback_at.clone(),
     });

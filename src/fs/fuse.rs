@@ -15,6 +15,8 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -39,13 +41,25 @@ pub(super) const GENERATION: Generation = Generation(0);
 
 /// The fuser `Filesystem` serving a view.
 pub struct FuseAdapter {
-    view: Box<dyn View>,
+    view: Arc<dyn View>,
     release: MountRelease,
+    /// Set when this mount wants FUSE over io_uring: INIT asks the kernel
+    /// for it and stores here whether it agreed (see [`super::uring`]).
+    uring: Option<Arc<AtomicBool>>,
 }
 
 impl FuseAdapter {
-    pub fn new(view: Box<dyn View>, release: MountRelease) -> FuseAdapter {
-        FuseAdapter { view, release }
+    /// The adapter for `view`; `uring` as [`FuseAdapter::uring`].
+    pub fn new(
+        view: Arc<dyn View>,
+        release: MountRelease,
+        uring: Option<Arc<AtomicBool>>,
+    ) -> FuseAdapter {
+        FuseAdapter {
+            view,
+            release,
+            uring,
+        }
     }
 }
 
@@ -430,6 +444,19 @@ impl Filesystem for FuseAdapter {
                     ?missing,
                     "kernel lacks a FUSE capability; continuing without it"
                 );
+            }
+        }
+        if let Some(agreed) = &self.uring {
+            // Every request and reply must fit one ring entry's payload.
+            let max_write = super::uring::PAYLOAD as u32;
+            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+                Ok(()) if config.set_max_write(max_write).is_ok() => {
+                    agreed.store(true, Ordering::Release);
+                }
+                Ok(()) => tracing::warn!("cannot set max_write for io_uring; using /dev/fuse"),
+                Err(_) => tracing::info!(
+                    "the kernel does not offer FUSE over io_uring (enable_uring=N, or older than 6.14); using /dev/fuse"
+                ),
             }
         }
         Ok(())

@@ -30,12 +30,15 @@ mod inode;
 mod readahead;
 #[cfg(test)]
 mod testing;
+mod uring;
 mod view;
 mod wire;
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 
@@ -46,6 +49,7 @@ pub use caches::{CacheUse, Caches};
 use checkpoint::CheckpointView;
 use fork::ForkView;
 use fuse::FuseAdapter;
+use view::View;
 
 /// How to mount a checkpoint.
 #[derive(Clone, Debug)]
@@ -70,6 +74,47 @@ pub struct MountConfig {
     /// writes wait in the kernel's page cache until written back (see
     /// [`fork`]); ignored by read-only mounts.
     pub writeback_cache: bool,
+    /// How requests reach the daemon (`--transport`).
+    pub transport: Transport,
+}
+
+/// How the kernel's requests reach the daemon.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// io_uring when the kernel offers it (`enable_uring=Y`), else `/dev/fuse`.
+    #[default]
+    Auto,
+    /// fuser's threads reading `/dev/fuse`.
+    Classic,
+    /// FUSE over io_uring ([`uring`]); the mount fails if the kernel does
+    /// not offer it.
+    Uring,
+}
+
+impl Transport {
+    /// As `--transport` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Auto => "auto",
+            Transport::Classic => "classic",
+            Transport::Uring => "uring",
+        }
+    }
+
+    /// The transport `name` spells (`auto`, `classic`, `uring`).
+    pub fn from_name(name: &str) -> Option<Transport> {
+        [Transport::Auto, Transport::Classic, Transport::Uring]
+            .into_iter()
+            .find(|t| t.name() == name)
+    }
+}
+
+/// The kernel's switch for FUSE over io_uring.
+pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Whether the kernel's switch for FUSE over io_uring is on.
+pub fn uring_enabled() -> bool {
+    std::fs::read_to_string(ENABLE_URING).is_ok_and(|s| s.trim() == "Y")
 }
 
 /// Everything that can go wrong in the FUSE layer.
@@ -234,6 +279,8 @@ impl MountRelease {
 /// A mounted checkpoint, fork or store, not yet serving. Dropping it unmounts.
 pub struct Mounted {
     session: Session<FuseAdapter>,
+    /// The io_uring queues, when the kernel agreed to them.
+    rings: Option<uring::Rings>,
     mountpoint: PathBuf,
     /// A checkpoint or browse mount's caches (a fork's are its journal's).
     caches: Option<Caches>,
@@ -265,19 +312,60 @@ fn mount_error(cfg: &MountConfig, source: io::Error) -> FsError {
 }
 
 /// Block the stop signals in the calling thread (see [`mount_checkpoint`]),
-/// then mount the adapter `make` builds around the session's
-/// [`MountRelease`] at `cfg.mountpoint`.
-fn start_session<FS: fuser::Filesystem>(
-    cfg: &MountConfig,
-    config: &Config,
-    make: impl FnOnce(MountRelease) -> FS,
-) -> Result<Session<FS>> {
+/// then mount `view` at `cfg.mountpoint` and, if the kernel agreed to FUSE
+/// over io_uring at INIT, start the rings ([`uring`]).
+fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Result<Mounted> {
     crate::sys::block_stop_signals().map_err(|e| mount_error(cfg, e))?;
     let release = MountRelease::default();
-    let mut session = Session::new(make(release.clone()), &cfg.mountpoint, config)
-        .map_err(|e| mount_error(cfg, e))?;
+    let wants_uring = match cfg.transport {
+        Transport::Classic => false,
+        Transport::Auto => uring_enabled(),
+        Transport::Uring if uring_enabled() => true,
+        Transport::Uring => {
+            return Err(mount_error(
+                cfg,
+                io::Error::other(format!(
+                    "--transport uring needs FUSE over io_uring switched on: echo Y > {ENABLE_URING} (as root; kernel 6.14 or later)"
+                )),
+            ));
+        }
+    };
+    let agreed = wants_uring.then(|| Arc::new(AtomicBool::new(false)));
+    let adapter = FuseAdapter::new(view.clone(), release.clone(), agreed.clone());
+    let mut session =
+        Session::new(adapter, &cfg.mountpoint, config).map_err(|e| mount_error(cfg, e))?;
     release.set(session.unmount_callable());
-    Ok(session)
+    let agreed = agreed.is_some_and(|a| a.load(Ordering::Acquire));
+    if cfg.transport == Transport::Uring && !agreed {
+        // Dropping the session unmounts.
+        return Err(mount_error(
+            cfg,
+            io::Error::other(
+                "the kernel did not agree to FUSE over io_uring at INIT; mount with --transport classic",
+            ),
+        ));
+    }
+    let rings = if agreed {
+        let policy = wire::Policy {
+            access: config.acl.into(),
+            owner_uid: rustix::process::geteuid().as_raw(),
+        };
+        let dev = session
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| mount_error(cfg, e))?;
+        let rings = uring::start(dev, view, policy).map_err(|e| mount_error(cfg, e))?;
+        tracing::info!(queues = rings.queues(), "serving over FUSE io_uring");
+        Some(rings)
+    } else {
+        None
+    };
+    Ok(Mounted {
+        session,
+        rings,
+        mountpoint: cfg.mountpoint.clone(),
+        caches: None,
+    })
 }
 
 /// Mount checkpoint `ckpt` read-only. Returns once the kernel mount exists
@@ -302,14 +390,11 @@ pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) ->
         cfg.mountpoint.clone(),
         record.source.stats,
     );
-    let session = start_session(cfg, &config, |release| {
-        FuseAdapter::new(Box::new(view), release)
-    })?;
+    let mounted = start_session(cfg, &config, Arc::new(view))?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), checkpoint = %ckpt, "mounted");
     Ok(Mounted {
-        session,
-        mountpoint: cfg.mountpoint.clone(),
         caches: Some(caches),
+        ..mounted
     })
 }
 
@@ -333,15 +418,9 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
     } else {
         ForkView::new(fork)
     };
-    let session = start_session(cfg, &config, |release| {
-        FuseAdapter::new(Box::new(view), release)
-    })?;
+    let mounted = start_session(cfg, &config, Arc::new(view))?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), fork = %name, "mounted read-write");
-    Ok(Mounted {
-        session,
-        mountpoint: cfg.mountpoint.clone(),
-        caches: None,
-    })
+    Ok(mounted)
 }
 
 /// Mount the whole store read-only for browsing: `checkpoints/`, `refs/`,
@@ -352,14 +431,11 @@ pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted> {
     let config = fuser_config(cfg, Mode::ReadOnly)?;
     let caches = Caches::new(cfg.cache_bytes);
     let view = BrowseView::new(store, caches.clone(), cfg.mountpoint.clone());
-    let session = start_session(cfg, &config, |release| {
-        FuseAdapter::new(Box::new(view), release)
-    })?;
+    let mounted = start_session(cfg, &config, Arc::new(view))?;
     tracing::info!(mountpoint = %cfg.mountpoint.display(), "mounted for browsing");
     Ok(Mounted {
-        session,
-        mountpoint: cfg.mountpoint.clone(),
         caches: Some(caches),
+        ..mounted
     })
 }
 
@@ -384,8 +460,42 @@ impl Mounted {
     /// The FUSE worker threads inherit the calling thread's signal mask.
     pub fn run(self) -> io::Result<()> {
         let result = self.session.run();
+        // The kernel ended the rings' entries with the connection.
+        if let Some(rings) = self.rings {
+            rings.join();
+        }
         tracing::info!(mountpoint = %self.mountpoint.display(), ?result, "stopped serving");
         result
+    }
+
+    /// Which transport serves it, and how many requests came over io_uring.
+    pub fn transport(&self) -> TransportUse {
+        TransportUse {
+            uring: self.rings.as_ref().map(|r| r.served()),
+        }
+    }
+}
+
+/// Which transport a mount uses ([`Mounted::transport`]), readable while it serves.
+#[derive(Clone, Debug, Default)]
+pub struct TransportUse {
+    /// The count of requests answered over io_uring; `None` on `/dev/fuse`.
+    uring: Option<Arc<AtomicU64>>,
+}
+
+impl TransportUse {
+    /// `"io_uring"` or `"/dev/fuse"`.
+    pub fn name(&self) -> &'static str {
+        if self.uring.is_some() {
+            "io_uring"
+        } else {
+            "/dev/fuse"
+        }
+    }
+
+    /// Requests answered over io_uring so far (0 on `/dev/fuse`).
+    pub fn ring_requests(&self) -> u64 {
+        self.uring.as_ref().map_or(0, |n| n.load(Ordering::Relaxed))
     }
 }
 

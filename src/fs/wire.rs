@@ -47,7 +47,6 @@
 //! in the payload, apart from `op_in`.
 
 // Used by the ring transport (uring.rs), which lands separately.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::time::Duration;
 

@@ -1,0 +1,368 @@
+//! FUSE over io_uring: the second transport (issue 18).
+//!
+//! The classic transport is fuser's: worker threads `read(2)` requests from
+//! `/dev/fuse` and `write(2)` replies, and a request made on one core is
+//! usually answered by a thread woken on the other. With
+//! `FUSE_OVER_IO_URING` (kernel 6.14+, `enable_uring=Y`) the kernel keeps
+//! one queue per possible CPU; a request lands in the queue of the CPU that
+//! made it, and a thread pinned to that CPU answers it through its own
+//! io_uring. docs/design.md ("FUSE over io_uring") has the measurements.
+//!
+//! What is here, and only here: the rings. [`start`] gives each queue a
+//! thread that registers [`DEPTH`] entries (a 288-byte header and a payload
+//! buffer each, `FUSE_IO_URING_CMD_REGISTER`), then answers every request
+//! that completes on an entry and fetches the next with
+//! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`. The request itself is decoded,
+//! served by the [`View`] and encoded by [`super::wire`], the ring's
+//! counterpart of [`super::fuse`]; the view does not know which transport
+//! asked.
+//!
+//! fuser's session stays: INIT goes through it (the adapter asks for the
+//! flag there), and so do what the kernel never sends on a ring (FORGET,
+//! INTERRUPT) and every request before all queues have an entry. If a ring
+//! cannot be set up or registered, the kernel never uses the rings and the
+//! classic threads serve everything: a fallback, logged once. A queue's
+//! thread ends when the kernel ends its entries (unmount, abort).
+//!
+//! Kernel reference: Documentation/filesystems/fuse/fuse-io-uring.rst,
+//! `fs/fuse/dev_uring.c`, `include/uapi/linux/fuse.h`.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+
+use super::view::View;
+use super::wire::{self, Policy};
+
+/// Entries registered per queue. One thread serves a queue, one request at
+/// a time; more entries let the kernel hand it the next request without a
+/// wait (and hold a few background reads).
+pub(crate) const DEPTH: usize = 4;
+
+/// Every write and read fits one entry's payload: the adapter sets
+/// `max_write` to this when it asks for io_uring, and the kernel's
+/// `max_pages` limit (256 pages) is the same 1 MiB; the kernel refuses
+/// registration of a smaller buffer.
+pub(crate) const PAYLOAD: usize = 1 << 20;
+
+const CMD_REGISTER: u32 = 1;
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+
+/// The per-entry header the kernel fills (`struct fuse_uring_req_header`):
+/// `in_out` (128: the in header, then our out header), `op_in` (128),
+/// `ring_ent_in_out` (32: flags, commit id, payload size).
+const HEADER: usize = 128 + 128 + 32;
+const OP_IN: std::ops::Range<usize> = 128..256;
+const ENT_IN_OUT: usize = 256;
+const IN_HEADER: usize = 40;
+const OUT_HEADER: usize = 16;
+
+/// The running rings. [`Rings::join`] waits for their threads, which end
+/// when the kernel ends the connection.
+pub(crate) struct Rings {
+    threads: Vec<JoinHandle<()>>,
+    served: Arc<AtomicU64>,
+}
+
+impl Rings {
+    /// How many queues (one per possible CPU).
+    pub(crate) fn queues(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Requests answered over the rings so far.
+    pub(crate) fn served(&self) -> Arc<AtomicU64> {
+        self.served.clone()
+    }
+
+    /// Wait for every queue's thread to end (after the unmount).
+    pub(crate) fn join(self) {
+        for t in self.threads {
+            if t.join().is_err() {
+                tracing::error!("an io_uring queue thread panicked");
+            }
+        }
+    }
+}
+
+/// Start one thread per possible CPU serving the queue of that CPU over
+/// `dev` (the session's `/dev/fuse`, after INIT agreed on io_uring).
+pub(crate) fn start(dev: OwnedFd, view: Arc<dyn View>, policy: Policy) -> io::Result<Rings> {
+    let (dev, policy) = (Arc::new(dev), Arc::new(policy));
+    let served = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for qid in 0..possible_cpus() {
+        let (dev, view, policy, served) =
+            (dev.clone(), view.clone(), policy.clone(), served.clone());
+        let qid = u16::try_from(qid).map_err(|_| io::Error::other("too many CPUs"))?;
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("storefs-uring-{qid}"))
+                .spawn(move || {
+                    if let Err(e) = Queue::new(&dev, qid).and_then(|mut q| {
+                        q.serve(&*view, &policy, &served)
+                    }) {
+                        tracing::warn!(
+                            queue = qid,
+                            error = %e,
+                            "FUSE over io_uring: this queue stopped; until every queue has a ring the kernel uses /dev/fuse"
+                        );
+                    }
+                })?,
+        );
+    }
+    Ok(Rings { threads, served })
+}
+
+/// The CPUs the kernel makes queues for: `/sys/devices/system/cpu/possible`
+/// ("0-1", "0", "0-3,5"), one queue per CPU up to the highest.
+fn possible_cpus() -> usize {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    let highest = s
+        .trim()
+        .rsplit([',', '-'])
+        .next()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
+    highest + 1
+}
+
+/// One registered entry: the header and payload the kernel reads and writes,
+/// and the two iovecs REGISTER points it at. Boxed so the addresses handed
+/// to the kernel never move.
+struct Ent {
+    header: Box<[u8; HEADER]>,
+    payload: Vec<u8>,
+    iov: [libc::iovec; 2],
+}
+
+// SAFETY: the iovecs point into the entry's own buffers; an entry lives and
+// is used on its queue's thread only.
+unsafe impl Send for Ent {}
+
+struct Queue<'a> {
+    dev: &'a OwnedFd,
+    qid: u16,
+    /// Declared before `ents`, so dropped first: closing the ring cancels
+    /// what the kernel still holds before the buffers it names are freed.
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    ents: Vec<Box<Ent>>,
+    /// The reply of the request being answered (reused).
+    out: Vec<u8>,
+}
+
+impl<'a> Queue<'a> {
+    fn new(dev: &'a OwnedFd, qid: u16) -> io::Result<Queue<'a>> {
+        pin_to(usize::from(qid));
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(DEPTH as u32 * 2)?;
+        let ents = (0..DEPTH)
+            .map(|_| {
+                let mut e = Box::new(Ent {
+                    header: Box::new([0u8; HEADER]),
+                    payload: vec![0u8; PAYLOAD],
+                    iov: [libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    }; 2],
+                });
+                e.iov = [
+                    libc::iovec {
+                        iov_base: e.header.as_mut_ptr().cast(),
+                        iov_len: HEADER,
+                    },
+                    libc::iovec {
+                        iov_base: e.payload.as_mut_ptr().cast(),
+                        iov_len: PAYLOAD,
+                    },
+                ];
+                e
+            })
+            .collect();
+        Ok(Queue {
+            dev,
+            qid,
+            ring,
+            ents,
+            out: Vec::with_capacity(PAYLOAD),
+        })
+    }
+
+    /// Register every entry, then answer requests until the kernel ends them.
+    fn serve(&mut self, view: &dyn View, policy: &Policy, served: &AtomicU64) -> io::Result<()> {
+        for i in 0..self.ents.len() {
+            let iov = self.ents[i].iov.as_ptr();
+            let sqe = self.command(CMD_REGISTER, 0, Some(iov), i);
+            self.push(&sqe)?;
+        }
+        let mut replies = Vec::with_capacity(DEPTH);
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+            let done: Vec<(u64, i32)> = self
+                .ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            for (idx, res) in done {
+                if res < 0 {
+                    return match -res {
+                        // The connection ended (unmount or abort).
+                        libc::ENOTCONN | libc::ENODEV | libc::ECANCELED => Ok(()),
+                        errno => Err(io::Error::from_raw_os_error(errno)),
+                    };
+                }
+                let i = usize::try_from(idx).unwrap_or(usize::MAX);
+                let Some(commit_id) = self.answer(i, view, policy) else {
+                    return Err(io::Error::other("completion for an unknown entry"));
+                };
+                served.fetch_add(1, Ordering::Relaxed);
+                replies.push(self.command(CMD_COMMIT_AND_FETCH, commit_id, None, i));
+            }
+            for sqe in replies.drain(..) {
+                self.push(&sqe)?;
+            }
+        }
+    }
+
+    /// Serve the request entry `i` holds and put its reply in the entry;
+    /// the commit id to send it back with.
+    fn answer(&mut self, i: usize, view: &dyn View, policy: &Policy) -> Option<u64> {
+        let e = self.ents.get_mut(i)?;
+        let commit_id = u64_at(&e.header[..], ENT_IN_OUT + 8);
+        let payload_sz = (u32_at(&e.header[..], ENT_IN_OUT + 16) as usize).min(PAYLOAD);
+        let unique = wire::unique(&e.header[..IN_HEADER]);
+        let opcode = wire::opcode(&e.header[..IN_HEADER]);
+        let _span = tracing::debug_span!("ring", queue = self.qid, opcode, unique).entered();
+        let result = wire::serve(
+            view,
+            policy,
+            &e.header[..IN_HEADER],
+            &e.header[OP_IN],
+            &e.payload[..payload_sz],
+            &mut self.out,
+        );
+        let (error, len) = match result {
+            Ok(()) if self.out.len() <= PAYLOAD => {
+                e.payload[..self.out.len()].copy_from_slice(&self.out);
+                (0i32, self.out.len())
+            }
+            Ok(()) => {
+                tracing::error!(len = self.out.len(), "reply larger than a ring entry");
+                (-libc::EIO, 0)
+            }
+            Err(errno) => (-errno, 0),
+        };
+        // fuse_out_header { len, error, unique } in `in_out`; the reply's
+        // bytes in the payload, their count in `ring_ent_in_out`.
+        let h = &mut e.header[..];
+        h[0..4].copy_from_slice(&((OUT_HEADER + len) as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&error.to_le_bytes());
+        h[8..16].copy_from_slice(&unique.to_le_bytes());
+        h[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(len as u32).to_le_bytes());
+        Some(commit_id)
+    }
+
+    /// A `FUSE_URING_CMD` for entry `idx`: REGISTER (with its iovecs) or
+    /// COMMIT_AND_FETCH (with the commit id the kernel gave).
+    fn command(
+        &self,
+        op: u32,
+        commit_id: u64,
+        iov: Option<*const libc::iovec>,
+        idx: usize,
+    ) -> squeue::Entry128 {
+        // struct fuse_uring_cmd_req { u64 flags; u64 commit_id; u16 qid; u8 pad[6]; }
+        let mut req = [0u8; 80];
+        req[8..16].copy_from_slice(&commit_id.to_le_bytes());
+        req[16..18].copy_from_slice(&self.qid.to_le_bytes());
+        let mut b = opcode::UringCmd80::new(types::Fd(self.dev.as_raw_fd()), op).cmd(req);
+        if let Some(p) = iov {
+            b = b.addr(Some(p as u64));
+        }
+        let sqe = b.build().user_data(idx as u64);
+        if iov.is_none() {
+            return sqe;
+        }
+        // REGISTER needs sqe->len = 2 (the number of iovecs), which io-uring
+        // 0.7's UringCmd80 cannot set. Entry128 is the 64-byte SQE then 64
+        // bytes of command; `len` is the u32 at offset 24 of the SQE.
+        // SAFETY: Entry128 is repr(C), 128 bytes, plain data.
+        let mut raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+        raw[24..28].copy_from_slice(&2u32.to_le_bytes());
+        unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+    }
+
+    fn push(&mut self, sqe: &squeue::Entry128) -> io::Result<()> {
+        loop {
+            // SAFETY: every buffer the entry names is an `Ent` this queue
+            // owns until the ring is dropped.
+            let pushed = unsafe { self.ring.submission().push(sqe) };
+            if pushed.is_ok() {
+                return Ok(());
+            }
+            // Full: hand the kernel what is queued, then retry.
+            self.ring.submit()?;
+        }
+    }
+}
+
+/// Run this thread on `cpu` (the kernel answers a queue's requests wherever
+/// its thread runs; pinned, it is the core that asked). Not fatal if the
+/// CPU is outside this process's set.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; the call reads it only.
+    let ok = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    if !ok {
+        tracing::debug!(cpu, "could not pin the io_uring queue thread to its CPU");
+    }
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn there_is_a_queue_per_possible_cpu() {
+        let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+        let n = possible_cpus();
+        assert!(n >= 1);
+        assert!(s.trim().ends_with(&(n - 1).to_string()), "{s} -> {n}");
+    }
+
+    #[test]
+    fn register_commands_carry_two_iovecs_and_the_queue() {
+        let dev: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        let q = Queue::new(&dev, 1).unwrap();
+        let iov = q.ents[0].iov.as_ptr();
+        let sqe = q.command(CMD_REGISTER, 0, Some(iov), 3);
+        let raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+        assert_eq!(u32_at(&raw, 24), 2, "sqe->len: two iovecs");
+        assert_eq!(u64_at(&raw, 16), iov as u64, "sqe->addr");
+        assert_eq!(u64_at(&raw, 32), 3, "user_data");
+        // The command area starts at byte 48: commit id at 8, qid at 16.
+        assert_eq!(u16::from_le_bytes([raw[48 + 16], raw[48 + 17]]), 1);
+        let fetch = q.command(CMD_COMMIT_AND_FETCH, 77, None, 2);
+        let raw: [u8; 128] = unsafe { std::mem::transmute(fetch) };
+        assert_eq!(u32_at(&raw, 24), 0);
+        assert_eq!(u64_at(&raw, 48 + 8), 77, "commit id");
+    }
+}
