@@ -408,3 +408,52 @@ fn seek_data_sees_what_the_kernel_holds_under_writeback() {
     drop((f, holder));
     m.unmount();
 }
+
+/// Every mount is served by the transport scripts/test.sh asks for through
+/// `STOREFS_TRANSPORT` (the suite runs once on `/dev/fuse`, once on FUSE over
+/// io_uring), and `status --json` says which, with the requests the rings
+/// answered.
+#[test]
+fn the_transport_asked_for_serves_read_only_and_fork_mounts() {
+    let env = Env::new();
+    let origin = env.path("srv/t");
+    make_tree(&origin);
+    env.ok([
+        "snapshot".as_ref(),
+        origin.as_os_str(),
+        "--ref".as_ref(),
+        "t".as_ref(),
+    ]);
+    env.ok(["fork", "t", "--name", "tw"]);
+    let (ro, rw) = (env.path("ro"), env.path("rw"));
+    let g1 = env.mount("t", Some(&ro));
+    let g2 = env.mount("tw", Some(&rw));
+    assert_eq!(
+        fs::read(ro.join("state/lead.json")).unwrap(),
+        b"{\"turn\": 11}\n"
+    );
+    fs::write(rw.join("state/new.json"), b"{}").unwrap();
+    assert_eq!(fs::read(rw.join("state/new.json")).unwrap(), b"{}");
+    let status: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
+    assert_eq!(status.len(), 2);
+    let asked = std::env::var("STOREFS_TRANSPORT").unwrap_or_default();
+    for m in &status {
+        let t = &m["transport"];
+        let served = t["ring_requests"].as_u64().unwrap_or_else(|| panic!("{m}"));
+        match asked.as_str() {
+            "uring" => {
+                assert_eq!(t["name"], "io_uring", "{m}");
+                assert!(served > 0, "no request came over the rings: {m}");
+            }
+            "classic" => {
+                assert_eq!(t["name"], "/dev/fuse", "{m}");
+                assert_eq!(served, 0, "{m}");
+            }
+            // auto: whichever the kernel offers.
+            _ => assert!(t["name"] == "io_uring" || t["name"] == "/dev/fuse", "{m}"),
+        }
+    }
+    g2.unmount();
+    g1.unmount();
+}

@@ -261,6 +261,7 @@ fn mount_config(mnt: &Path) -> MountConfig {
         cache_bytes: 1 << 20,
         threads: 2,
         writeback_cache: false,
+        transport: transport(),
     }
 }
 
@@ -731,4 +732,14 @@ fn conflicting_options_are_refused_before_mounting() {
     let r = mount_checkpoint(store.clone(), ckpt, &cfg);
     assert!(matches!(r, Err(FsError::Mount { .. })));
     assert!(!is_mounted(&mnt));
+}
+
+/// The transport of every mount here: `STOREFS_TRANSPORT` (`uring`,
+/// `classic`, `auto`), as `storefs mount --transport` reads it; scripts/test.sh
+/// runs this file on both.
+fn transport() -> storefs::fs::Transport {
+    std::env::var("STOREFS_TRANSPORT")
+        .ok()
+        .and_then(|t| storefs::fs::Transport::from_name(&t))
+        .unwrap_or_default()
 }

@@ -156,6 +156,9 @@ pub enum FsError {
     NotNeeded,
     #[error("cannot mount at {}: {source}", path.display())]
     Mount { path: PathBuf, source: io::Error },
+    /// `--transport uring` where the kernel does not offer it.
+    #[error("{0}")]
+    Transport(String),
     /// A fork operation's outcome (`ENOENT`, `EEXIST`, …) or failure (`EIO`).
     #[error(transparent)]
     Journal(#[from] journal::Error),
@@ -195,7 +198,7 @@ fn errno(e: &FsError) -> Errno {
         // Corrupt, missing or unreadable objects, and hostile trees: that
         // read fails, the rest of the tree keeps working.
         FsError::Malformed { .. } | FsError::Store(_) => Errno::EIO,
-        FsError::BadOption { .. } => Errno::EINVAL,
+        FsError::BadOption { .. } | FsError::Transport(_) => Errno::EINVAL,
         FsError::NotNeeded => Errno::ENOSYS,
         FsError::Mount { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
         FsError::NameTooLong => Errno::ENAMETOOLONG,
@@ -322,12 +325,9 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
         Transport::Auto => uring_enabled(),
         Transport::Uring if uring_enabled() => true,
         Transport::Uring => {
-            return Err(mount_error(
-                cfg,
-                io::Error::other(format!(
-                    "--transport uring needs FUSE over io_uring switched on: echo Y > {ENABLE_URING} (as root; kernel 6.14 or later)"
-                )),
-            ));
+            return Err(FsError::Transport(format!(
+                "FUSE over io_uring is switched off: echo Y > {ENABLE_URING} (as root; kernel 6.14 or later), or mount with --transport classic"
+            )));
         }
     };
     let agreed = wants_uring.then(|| Arc::new(AtomicBool::new(false)));

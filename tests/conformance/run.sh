@@ -14,6 +14,8 @@
 #             (default FSX_OPS / 2)
 #   FORK_MOUNT_ARGS  more arguments for every fork mount (e.g.
 #             --writeback-cache); default none
+#   STOREFS_TRANSPORT  how every mount is served: classic (/dev/fuse), uring
+#             (FUSE over io_uring) or auto (the default); storefs reads it
 #
 # Prints one plain line last: `N passed, N failed, N skipped` over every check
 # (pjdfstest cases, EROFS checks, fsx runs and the remount comparison). Exits
@@ -156,6 +158,6 @@ else
     pass 1
 fi
 
-say "totals over pjdfstest, EROFS checks, fsx and the remount comparison:"
+say "totals over pjdfstest, EROFS checks, fsx and the remount comparison (transport: ${STOREFS_TRANSPORT:-auto}):"
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 [ "$FAILED" = 0 ]
