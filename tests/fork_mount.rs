@@ -846,6 +846,26 @@ fn symlinks_links_and_metadata() {
         .as_secs() as i64;
     assert!((m.mtime() - wall).abs() < 60, "mtime {}", m.mtime());
     assert_eq!(m.atime(), 1_600_000_000, "UTIME_OMIT keeps atime");
+    // Before the epoch, with nanoseconds: -1.5 s is (-2 s, +0.5 s) to the
+    // kernel, and must come back so (fuser 0.18 alone would make it -2.5 s).
+    let before = [
+        libc::timespec {
+            tv_sec: -2,
+            tv_nsec: 500_000_000,
+        },
+        libc::timespec {
+            tv_sec: -86_401,
+            tv_nsec: 1,
+        },
+    ];
+    // SAFETY: valid path and two timespecs.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), before.as_ptr(), 0) },
+        0
+    );
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!((m.atime(), m.atime_nsec()), (-2, 500_000_000));
+    assert_eq!((m.mtime(), m.mtime_nsec()), (-86_401, 1));
 
     // chown clears setuid (the kernel sends the mode change).
     fs::set_permissions(&p, fs::Permissions::from_mode(0o4755)).unwrap();

@@ -236,10 +236,28 @@ fn nanos(t: SystemTime) -> i64 {
     }
 }
 
+/// A time a request carried, as nanoseconds since the epoch. The kernel
+/// sends a `timespec`: seconds, then nanoseconds always added. fuser 0.18
+/// (`system_time_from_time`) subtracts the nanoseconds of a time before the
+/// epoch instead: (-2 s, +0.5 s), which is -1.5 s, arrives as the epoch
+/// minus 2.5 s. Before the epoch this reads its whole seconds and adds its
+/// nanoseconds back, as the kernel meant (the io_uring transport reads the
+/// `timespec` itself: `wire::sent_time`).
+fn sent_nanos(t: SystemTime) -> i64 {
+    match UNIX_EPOCH.duration_since(t) {
+        Ok(before) if before.subsec_nanos() != 0 => {
+            let secs = i128::from(before.as_secs());
+            let ns = -secs * 1_000_000_000 + i128::from(before.subsec_nanos());
+            ns.clamp(i128::from(i64::MIN), 0) as i64
+        }
+        _ => nanos(t),
+    }
+}
+
 fn time(t: TimeOrNow) -> Time {
     match t {
         TimeOrNow::Now => Time::Now,
-        TimeOrNow::SpecificTime(t) => Time::At(nanos(t)),
+        TimeOrNow::SpecificTime(t) => Time::At(sent_nanos(t)),
     }
 }
 
@@ -513,7 +531,7 @@ impl Filesystem for FuseAdapter {
             size,
             atime: atime.map(time),
             mtime: mtime.map(time),
-            ctime: ctime.map(nanos),
+            ctime: ctime.map(sent_nanos),
         };
         reply_attr(self.view.setattr(&caller(req), ino.0, &attrs), reply);
     }
@@ -842,6 +860,19 @@ impl Filesystem for FuseAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_before_the_epoch_keep_their_nanoseconds() {
+        // What fuser 0.18 makes of the kernel's (-2 s, +0.5 s).
+        let fusers = UNIX_EPOCH - Duration::new(2, 500_000_000);
+        assert_eq!(sent_nanos(fusers), -1_500_000_000);
+        assert_eq!(
+            sent_nanos(UNIX_EPOCH - Duration::from_secs(2)),
+            -2_000_000_000
+        );
+        let after = UNIX_EPOCH + Duration::new(3, 250);
+        assert_eq!(sent_nanos(after), 3_000_000_250);
+    }
 
     #[test]
     fn device_numbers_use_the_kernel_encoding() {

@@ -319,15 +319,13 @@ fn off_t(v: u64) -> Result<u64, i32> {
     Ok(v)
 }
 
-/// A time the kernel sent (seconds, nanoseconds) as nanoseconds since the
-/// epoch, as fuser and `FuseAdapter` compute it (`system_time_from_time`,
-/// then `nanos`): before the epoch fuser takes the nanoseconds away from
-/// the (negative) seconds where the kernel means them added (-2 s + 0.5 s
-/// arrives as -2.5 s on both transports). Saturates where fuser would
-/// overflow.
+/// A time the kernel sent (seconds, nanoseconds; the nanoseconds always
+/// added, as in a `timespec`) as nanoseconds since the epoch, saturating:
+/// (-2 s, +0.5 s) is -1.5 s. `FuseAdapter` reads fuser's times to the same
+/// value (`fuse::sent_nanos`, which undoes fuser's reading of times before
+/// the epoch).
 fn sent_time(secs: i64, nsec: u32) -> i64 {
-    let magnitude = i128::from(secs.unsigned_abs()) * 1_000_000_000 + i128::from(nsec);
-    let ns = if secs >= 0 { magnitude } else { -magnitude };
+    let ns = i128::from(secs) * 1_000_000_000 + i128::from(nsec);
     ns.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
@@ -1342,7 +1340,7 @@ mod tests {
                 .zeros(44);
             sock.send(&Req::new(op::INIT, 0).arg(init_in).classic(1))
                 .unwrap();
-            let adapter = FuseAdapter::new(view, MountRelease::default());
+            let adapter = FuseAdapter::new(view.into(), MountRelease::default(), None);
             let session = Session::from_fd(adapter, OwnedFd::from(theirs), acl, Config::default())
                 .expect("fuser's handshake");
             let mut buf = vec![0; 4096];
@@ -2024,8 +2022,8 @@ mod tests {
             size: Some(77),
             atime: Some(Time::At(1_000_000_002)),
             mtime: Some(Time::Now),
-            // fuser's reading of (-2 s, +0.5 s), kept on both transports.
-            ctime: Some(-2_500_000_000),
+            // (-2 s, +0.5 s), on both transports.
+            ctime: Some(-1_500_000_000),
         };
         assert_eq!(calls(r), [format!("setattr {ROOT_CALLER} 5 {want:?}")]);
         let none = Req::new(op::SETATTR, 5).arg(setattr_in(
@@ -2047,6 +2045,7 @@ mod tests {
         assert_eq!(sent_time(i64::MIN, 999_999_999), i64::MIN);
         assert_eq!(sent_time(i64::MAX, 999_999_999), i64::MAX);
         assert_eq!(sent_time(-1, 0), -1_000_000_000);
+        assert_eq!(sent_time(-2, 500_000_000), -1_500_000_000);
         assert_eq!(sent_time(0, 1_500_000_000), 1_500_000_000);
         assert_eq!(attr_time(-1), (-1, 999_999_999));
         assert_eq!(attr_time(i64::MIN), (-9_223_372_037, 145_224_192));
