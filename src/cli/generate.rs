@@ -79,8 +79,8 @@ checkpoint id or prefix, or an archive file. Options:
 \fBstore=\fIDIR\fR
 The store; default \fB$STOREFS_STORE\fR, else \fI/var/lib/storefs\fR.
 .TP
-\fBcache_size=\fISIZE\fR, \fBcommit_interval=\fISECS\fR, \fBthreads=\fIN\fR
-As \fB\-\-cache\-size\fR, \fB\-\-commit\-interval\fR, \fB\-\-threads\fR of \fBstorefs mount\fR.
+\fBcache_size=\fISIZE\fR, \fBcommit_interval=\fISECS\fR, \fBthreads=\fIN\fR, \fBtransport=\fIHOW\fR
+As \fB\-\-cache\-size\fR, \fB\-\-commit\-interval\fR, \fB\-\-threads\fR, \fB\-\-transport\fR of \fBstorefs mount\fR.
 .TP
 \fBrw\fR, \fBro\fR, \fBdefaults\fR, \fBauto\fR, \fBnoauto\fR, \fBuser\fR, \fBnofail\fR, \fB_netdev\fR, \fBx\-*\fR, \fBnosuid\fR, \fBnodev\fR, ...
 Dropped: mount(8) and fstab bookkeeping. storefs always mounts \fBnosuid,nodev\fR, read\-only,
