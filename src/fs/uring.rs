@@ -132,8 +132,9 @@ fn possible_cpus() -> usize {
 }
 
 /// One registered entry: the header and payload the kernel reads and writes,
-/// and the two iovecs REGISTER points it at. Boxed so the addresses handed
-/// to the kernel never move.
+/// and the two iovecs REGISTER points it at. The header and payload are
+/// heap buffers whose addresses never change; the queue's `Vec<Ent>` is
+/// never resized, so the iovecs stay put too.
 struct Ent {
     header: Box<[u8; HEADER]>,
     payload: Vec<u8>,
@@ -150,7 +151,7 @@ struct Queue<'a> {
     /// Declared before `ents`, so dropped first: closing the ring cancels
     /// what the kernel still holds before the buffers it names are freed.
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    ents: Vec<Box<Ent>>,
+    ents: Vec<Ent>,
     /// The reply of the request being answered (reused).
     out: Vec<u8>,
 }
@@ -161,14 +162,14 @@ impl<'a> Queue<'a> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(DEPTH as u32 * 2)?;
         let ents = (0..DEPTH)
             .map(|_| {
-                let mut e = Box::new(Ent {
+                let mut e = Ent {
                     header: Box::new([0u8; HEADER]),
                     payload: vec![0u8; PAYLOAD],
                     iov: [libc::iovec {
                         iov_base: std::ptr::null_mut(),
                         iov_len: 0,
                     }; 2],
-                });
+                };
                 e.iov = [
                     libc::iovec {
                         iov_base: e.header.as_mut_ptr().cast(),
