@@ -59,7 +59,6 @@ use super::view::{
     XattrReply,
 };
 use super::{Result, errno};
-use crate::store::Kind;
 
 /// Who may use the mount, as fuser's `SessionACL` (fuser's filter on the
 /// request's uid, replicated).
@@ -337,19 +336,6 @@ fn attr_time(ns: i64) -> (i64, u32) {
     )
 }
 
-/// The file-type bits of `st_mode`.
-fn kind_mode(kind: Kind) -> u32 {
-    match kind {
-        Kind::File => libc::S_IFREG,
-        Kind::Dir => libc::S_IFDIR,
-        Kind::Symlink => libc::S_IFLNK,
-        Kind::Fifo => libc::S_IFIFO,
-        Kind::CharDev => libc::S_IFCHR,
-        Kind::BlockDev => libc::S_IFBLK,
-        Kind::Socket => libc::S_IFSOCK,
-    }
-}
-
 const ATTR_SIZE: usize = 88;
 const ENTRY_OUT_SIZE: usize = 40 + ATTR_SIZE;
 const DIRENT_SIZE: usize = 24;
@@ -366,7 +352,7 @@ fn attr_bytes(a: &Attr) -> [u8; ATTR_SIZE] {
     for v in [atime, mtime, ctime] {
         b.extend_from_slice(&v.to_ne_bytes());
     }
-    let mode = kind_mode(a.kind) | (a.perm & 0o7777);
+    let mode = a.kind.mode_bits() | (a.perm & 0o7777);
     let rdev = kernel_dev(a.rdev);
     // The last word is fuse_attr.flags, 0 (fuser's padding on Linux).
     for v in [
@@ -473,14 +459,14 @@ fn push_dirent(
 /// the entry's node id and type are its attributes', as `FuseAdapter`.
 fn add_item(out: &mut Vec<u8>, max: usize, plus: bool, item: DirItem<'_>) -> bool {
     if !plus {
-        let typ = kind_mode(item.kind) >> 12;
+        let typ = item.kind.mode_bits() >> 12;
         return push_dirent(out, max, None, (item.ino, item.next_offset, typ), item.name);
     }
     let Some(entry) = item.entry else {
         return false;
     };
     let attr = attr_bytes(&entry.attr);
-    let typ = (kind_mode(entry.attr.kind) | (entry.attr.perm & 0o7777)) >> 12;
+    let typ = (entry.attr.kind.mode_bits() | (entry.attr.perm & 0o7777)) >> 12;
     let dirent = (entry.attr.ino, item.next_offset, typ);
     push_dirent(out, max, Some((entry.ttl, &attr)), dirent, item.name)
 }
@@ -813,6 +799,7 @@ mod tests {
     use crate::fs::view::{AddItem, Capability, StatFs, sized, xattr_list};
     use crate::fs::{MountRelease, Result};
     use crate::journal::ext4::Seek;
+    use crate::store::Kind;
     use crate::sys;
 
     // ------------------------------------------------------------ requests
@@ -2268,7 +2255,7 @@ mod tests {
         assert_eq!(time(24, 48), split(a.atime_ns), "atime");
         assert_eq!(time(32, 52), split(a.mtime_ns), "mtime");
         assert_eq!(time(40, 56), split(a.ctime_ns), "ctime");
-        assert_eq!(f.u32(60), Ok(kind_mode(a.kind) | a.perm), "mode");
+        assert_eq!(f.u32(60), Ok(a.kind.mode_bits() | a.perm), "mode");
         assert_eq!(f.u32(64), Ok(a.nlink), "nlink");
         assert_eq!(f.u32(68), Ok(a.uid), "uid");
         assert_eq!(f.u32(72), Ok(a.gid), "gid");
@@ -2351,7 +2338,7 @@ mod tests {
             if name != b"." && name != b".." {
                 let e = view.lookup(c, ROOT_INO, &name).unwrap();
                 assert_entry(&wire[at..], &e);
-                assert_eq!(kind_bits, kind_mode(e.attr.kind) >> 12);
+                assert_eq!(kind_bits, e.attr.kind.mode_bits() >> 12);
                 assert_eq!(Fields(&wire[at + 128..]).u64(0), Ok(e.attr.ino));
             }
             names.push(name);
