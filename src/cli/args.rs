@@ -421,7 +421,8 @@ pub struct MountArgs {
     /// How the kernel's requests reach the daemon: `uring` is FUSE over
     /// io_uring (kernel 6.14+ with /sys/module/fuse/parameters/enable_uring
     /// = Y; one queue per CPU, answered on the CPU that asked), `classic`
-    /// is /dev/fuse, `auto` takes io_uring when the kernel offers it
+    /// is /dev/fuse, `auto` takes io_uring when the kernel offers it and the
+    /// daemon runs as root (CAP_SYS_NICE)
     #[arg(
         long,
         value_name = "HOW",

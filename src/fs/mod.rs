@@ -81,7 +81,9 @@ pub struct MountConfig {
 /// How the kernel's requests reach the daemon.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Transport {
-    /// io_uring when the kernel offers it (`enable_uring=Y`), else `/dev/fuse`.
+    /// io_uring when the kernel offers it (`enable_uring=Y`) and the queues
+    /// can wake requesters on their own core (`CAP_SYS_NICE`: see
+    /// `uring::WakeHere`), else `/dev/fuse`.
     #[default]
     Auto,
     /// fuser's threads reading `/dev/fuse`.
@@ -322,6 +324,12 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
     let release = MountRelease::default();
     let wants_uring = match cfg.transport {
         Transport::Classic => false,
+        Transport::Auto if uring_enabled() && !uring::wakes_requesters_here() => {
+            tracing::info!(
+                "FUSE over io_uring is switched on, but without CAP_SYS_NICE its queues would move each requester between cores; serving over /dev/fuse (--transport uring forces the rings)"
+            );
+            false
+        }
         Transport::Auto => uring_enabled(),
         Transport::Uring if uring_enabled() => true,
         Transport::Uring => {

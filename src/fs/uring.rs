@@ -93,6 +93,12 @@ impl Rings {
 /// `dev` (the session's `/dev/fuse`, after INIT agreed on io_uring).
 pub(crate) fn start(dev: OwnedFd, view: Arc<dyn View>, policy: Policy) -> io::Result<Rings> {
     let (dev, policy) = (Arc::new(dev), Arc::new(policy));
+    let wake_here = wakes_requesters_here();
+    if !wake_here {
+        tracing::info!(
+            "io_uring queues cannot commit as SCHED_IDLE (switching back needs CAP_SYS_NICE): a requester may move between cores at each request"
+        );
+    }
     let served = Arc::new(AtomicU64::new(0));
     let mut threads = Vec::new();
     for qid in 0..possible_cpus() {
@@ -103,7 +109,7 @@ pub(crate) fn start(dev: OwnedFd, view: Arc<dyn View>, policy: Policy) -> io::Re
             std::thread::Builder::new()
                 .name(format!("storefs-uring-{qid}"))
                 .spawn(move || {
-                    if let Err(e) = Queue::new(&dev, qid).and_then(|mut q| {
+                    if let Err(e) = Queue::new(&dev, qid, wake_here).and_then(|mut q| {
                         q.serve(&*view, &policy, &served)
                     }) {
                         tracing::warn!(
@@ -116,6 +122,14 @@ pub(crate) fn start(dev: OwnedFd, view: Arc<dyn View>, policy: Policy) -> io::Re
         );
     }
     Ok(Rings { threads, served })
+}
+
+/// Whether the queues can wake each requester on its own core ([`WakeHere`]):
+/// without that, a single process's requests move it between cores and the
+/// rings lose to `/dev/fuse` (`tar -x` 1.5x its time), so `--transport auto`
+/// takes them only with it.
+pub(crate) fn wakes_requesters_here() -> bool {
+    WakeHere::probe()
 }
 
 /// The CPUs the kernel makes queues for: `/sys/devices/system/cpu/possible`
@@ -154,10 +168,12 @@ struct Queue<'a> {
     ents: Vec<Ent>,
     /// The reply of the request being answered (reused).
     out: Vec<u8>,
+    /// Whether it commits as `SCHED_IDLE` ([`WakeHere`]).
+    wake_here: bool,
 }
 
 impl<'a> Queue<'a> {
-    fn new(dev: &'a OwnedFd, qid: u16) -> io::Result<Queue<'a>> {
+    fn new(dev: &'a OwnedFd, qid: u16, wake_here: bool) -> io::Result<Queue<'a>> {
         pin_to(usize::from(qid));
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(DEPTH as u32 * 2)?;
         let ents = (0..DEPTH)
@@ -189,6 +205,7 @@ impl<'a> Queue<'a> {
             ring,
             ents,
             out: Vec::with_capacity(PAYLOAD),
+            wake_here,
         })
     }
 
@@ -200,7 +217,6 @@ impl<'a> Queue<'a> {
             self.push(&sqe)?;
         }
         let mut replies = Vec::with_capacity(DEPTH);
-        let wake_here = WakeHere::probe();
         loop {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
@@ -231,7 +247,7 @@ impl<'a> Queue<'a> {
                 self.push(&sqe)?;
             }
             // The commits wake their requesters, here and now (see `WakeHere`).
-            let _idle = wake_here.then(WakeHere::enter);
+            let _idle = self.wake_here.then(WakeHere::enter);
             self.ring.submit()?;
         }
     }
@@ -343,16 +359,9 @@ impl WakeHere {
         if std::env::var_os("STOREFS_URING_WAKE_HERE").is_some_and(|v| v == "0") {
             return false;
         }
-        let ok =
-            std::thread::spawn(|| set_policy(libc::SCHED_IDLE) && set_policy(libc::SCHED_OTHER))
-                .join()
-                .unwrap_or(false);
-        if !ok {
-            tracing::info!(
-                "io_uring queues cannot switch to SCHED_IDLE and back (needs CAP_SYS_NICE); requesters may move between cores at each request"
-            );
-        }
-        ok
+        std::thread::spawn(|| set_policy(libc::SCHED_IDLE) && set_policy(libc::SCHED_OTHER))
+            .join()
+            .unwrap_or(false)
     }
 
     /// `SCHED_IDLE` until the guard drops.
@@ -431,7 +440,7 @@ mod tests {
     #[test]
     fn register_commands_carry_two_iovecs_and_the_queue() {
         let dev: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
-        let q = Queue::new(&dev, 1).unwrap();
+        let q = Queue::new(&dev, 1, false).unwrap();
         let iov = q.ents[0].iov.as_ptr();
         let sqe = q.command(CMD_REGISTER, 0, Some(iov), 3);
         let raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
