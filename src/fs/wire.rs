@@ -1822,16 +1822,9 @@ mod tests {
         }
     }
 
-    fn pin(r: Req) -> Vec<u8> {
-        r.serve(&Pinned, &policy(Access::All)).expect("answered")
-    }
-
-    #[test]
-    fn entries_and_attributes_have_fuse_h_layouts() {
-        let attr = pinned_attr();
-        assert_eq!(attr.len(), 88);
-        // fuse_entry_out: nodeid, generation, entry_valid, attr_valid,
-        // entry_valid_nsec, attr_valid_nsec, attr.
+    /// The pinned entry as `fuse_entry_out`: nodeid, generation,
+    /// entry_valid, attr_valid, entry_valid_nsec, attr_valid_nsec, attr.
+    fn pinned_entry_out() -> Vec<u8> {
         let mut entry_out = B::default()
             .u64(0x0102_0304_0506_0708)
             .u64(0)
@@ -1840,7 +1833,19 @@ mod tests {
             .u32(500)
             .u32(500)
             .0;
-        entry_out.extend_from_slice(&attr);
+        entry_out.extend_from_slice(&pinned_attr());
+        entry_out
+    }
+
+    fn pin(r: Req) -> Vec<u8> {
+        r.serve(&Pinned, &policy(Access::All)).expect("answered")
+    }
+
+    #[test]
+    fn entries_and_attributes_have_fuse_h_layouts() {
+        let attr = pinned_attr();
+        assert_eq!(attr.len(), 88);
+        let entry_out = pinned_entry_out();
         assert_eq!(entry_out.len(), 128);
         assert_eq!(pin(Req::new(op::LOOKUP, 1).name(b"a")), entry_out);
         // fuse_attr_out: attr_valid, attr_valid_nsec, dummy, attr.
@@ -1956,15 +1961,7 @@ mod tests {
         assert_eq!(list(op::READDIR, 31), b"");
         // fuse_direntplus: fuse_entry_out, then fuse_dirent (node id and
         // type from the attributes), name, padding.
-        let mut entry_out = B::default()
-            .u64(0x0102_0304_0506_0708)
-            .u64(0)
-            .u64(2)
-            .u64(2)
-            .u32(500)
-            .u32(500)
-            .0;
-        entry_out.extend_from_slice(&pinned_attr());
+        let entry_out = pinned_entry_out();
         let plus: Vec<u8> = [
             entry_out.clone(),
             dirent(b"abc", 1),
