@@ -9,7 +9,8 @@
 # 3. With it on: the conformance suite (pjdfstest, fsx with fewer operations,
 #    EROFS checks) and every
 #    test binary that mounts (except the remote ones, which need the S3 servers
-#    scripts/test.sh starts later; their mounts are the same code), with
+#    scripts/test.sh starts later, and import_git and archive_corpus, which test
+#    importing and mount little; a minute of CI between them), with
 #    STOREFS_TRANSPORT=uring, which storefs and the in-process test mounts read.
 #    tests/fork_cli.rs checks through `status --json` that the rings answered.
 #
@@ -80,6 +81,6 @@ FSX_OPS=${FSX_OPS:-30000} FSX_COPY_OPS=${FSX_COPY_OPS:-15000} bash tests/conform
 cargo test --locked \
     --test fork_mount --test fs_mount --test fork_cli --test fork_acl --test mount_views \
     --test mount_origin --test hostile --test memory_bound --test archive --test browse \
-    --test cli_manners --test large_file_reads --test import_git --test maint \
-    --test lossless_tree --test archive_corpus -- --test-threads=2
+    --test cli_manners --test large_file_reads --test maint --test lossless_tree \
+    -- --test-threads=2
 say "every mount above was served over FUSE io_uring (switch put back to $WAS on exit)"
