@@ -322,20 +322,25 @@ fn mount_error(cfg: &MountConfig, source: io::Error) -> FsError {
 fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Result<Mounted> {
     crate::sys::block_stop_signals().map_err(|e| mount_error(cfg, e))?;
     let release = MountRelease::default();
+    // The switch read and the probe thread run once, and only when the
+    // transport may be io_uring.
+    let enabled = cfg.transport != Transport::Classic && uring_enabled();
+    if cfg.transport == Transport::Uring && !enabled {
+        return Err(FsError::Transport(format!(
+            "FUSE over io_uring is switched off: echo Y > {ENABLE_URING} (as root; kernel 6.14 or later), or mount with --transport classic"
+        )));
+    }
+    let wake_here = enabled && uring::wakes_requesters_here();
     let wants_uring = match cfg.transport {
         Transport::Classic => false,
-        Transport::Auto if uring_enabled() && !uring::wakes_requesters_here() => {
-            tracing::info!(
-                "FUSE over io_uring is switched on, but without CAP_SYS_NICE its queues would move each requester between cores; serving over /dev/fuse (--transport uring forces the rings)"
-            );
-            false
-        }
-        Transport::Auto => uring_enabled(),
-        Transport::Uring if uring_enabled() => true,
-        Transport::Uring => {
-            return Err(FsError::Transport(format!(
-                "FUSE over io_uring is switched off: echo Y > {ENABLE_URING} (as root; kernel 6.14 or later), or mount with --transport classic"
-            )));
+        Transport::Uring => true,
+        Transport::Auto => {
+            if enabled && !wake_here {
+                tracing::info!(
+                    "FUSE over io_uring is switched on, but without CAP_SYS_NICE its queues would move each requester between cores; serving over /dev/fuse (--transport uring forces the rings)"
+                );
+            }
+            wake_here
         }
     };
     let agreed = wants_uring.then(|| Arc::new(AtomicBool::new(false)));
@@ -362,7 +367,7 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| mount_error(cfg, e))?;
-        let rings = uring::start(dev, view, policy).map_err(|e| mount_error(cfg, e))?;
+        let rings = uring::start(dev, view, policy, wake_here).map_err(|e| mount_error(cfg, e))?;
         tracing::info!(queues = rings.queues(), "serving over FUSE io_uring");
         Some(rings)
     } else {

@@ -90,10 +90,15 @@ impl Rings {
 }
 
 /// Start one thread per possible CPU serving the queue of that CPU over
-/// `dev` (the session's `/dev/fuse`, after INIT agreed on io_uring).
-pub(crate) fn start(dev: OwnedFd, view: Arc<dyn View>, policy: Policy) -> io::Result<Rings> {
+/// `dev` (the session's `/dev/fuse`, after INIT agreed on io_uring);
+/// `wake_here` as [`wakes_requesters_here`] answered.
+pub(crate) fn start(
+    dev: OwnedFd,
+    view: Arc<dyn View>,
+    policy: Policy,
+    wake_here: bool,
+) -> io::Result<Rings> {
     let (dev, policy) = (Arc::new(dev), Arc::new(policy));
-    let wake_here = wakes_requesters_here();
     if !wake_here {
         tracing::info!(
             "io_uring queues cannot commit as SCHED_IDLE (switching back needs CAP_SYS_NICE): a requester may move between cores at each request"
@@ -216,19 +221,18 @@ impl<'a> Queue<'a> {
             let sqe = self.command(CMD_REGISTER, 0, Some(iov), i);
             self.push(&sqe)?;
         }
-        let mut replies = Vec::with_capacity(DEPTH);
+        // What completed, taken off the ring before answering (answering
+        // borrows the queue); reused.
+        let mut done: Vec<(u64, i32)> = Vec::with_capacity(DEPTH);
         loop {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => return Err(e),
             }
-            let done: Vec<(u64, i32)> = self
-                .ring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            for (idx, res) in done {
+            done.clear();
+            done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            for &(idx, res) in &done {
                 if res < 0 {
                     return match -res {
                         // The connection ended (unmount or abort).
@@ -241,9 +245,8 @@ impl<'a> Queue<'a> {
                     return Err(io::Error::other("completion for an unknown entry"));
                 };
                 served.fetch_add(1, Ordering::Relaxed);
-                replies.push(self.command(CMD_COMMIT_AND_FETCH, commit_id, None, i));
-            }
-            for sqe in replies.drain(..) {
+                // Queued only (the ring holds 2 x DEPTH entries): submitted below.
+                let sqe = self.command(CMD_COMMIT_AND_FETCH, commit_id, None, i);
                 self.push(&sqe)?;
             }
             // The commits wake their requesters, here and now (see `WakeHere`).
