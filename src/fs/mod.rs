@@ -351,11 +351,9 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
     let agreed = agreed.is_some_and(|a| a.load(Ordering::Acquire));
     if cfg.transport == Transport::Uring && !agreed {
         // Dropping the session unmounts.
-        return Err(mount_error(
-            cfg,
-            io::Error::other(
-                "the kernel did not agree to FUSE over io_uring at INIT; mount with --transport classic",
-            ),
+        return Err(FsError::Transport(
+            "the kernel did not agree to FUSE over io_uring at INIT; mount with --transport classic"
+                .into(),
         ));
     }
     let rings = if agreed {
