@@ -4,11 +4,12 @@
 //!
 //! Protocol: the client connects to `STORE/mounts/<key>.sock`, writes one JSON
 //! line `{"op":"commit","message":"…"}` or `{"op":"no-commit"}` (forks only),
-//! or `{"op":"memory"}`, and reads one JSON line back:
+//! or `{"op":"memory"}` or `{"op":"transport"}`, and reads one JSON line back:
 //! `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
 //! `{"ok":true,"cache":{"limit":N,"bytes":N,"chunks":N,"dirs":N}}` (bytes; a
 //! fork's daemon adds `"state":N`, its inode table, which the limit does not
-//! bound) or
+//! bound),
+//! `{"ok":true,"transport":{"name":"io_uring"|"/dev/fuse","ring_requests":N}}` or
 //! `{"ok":false,"error":"…"}`.
 
 use std::io::{BufRead, BufReader, Write};
