@@ -6,6 +6,8 @@
 //! thread. Mount tests run one at a time (`SERIAL`); the guard unmounts and
 //! joins the serving thread on failure too.
 
+mod common;
+
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -146,7 +148,7 @@ fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
         // The whole file runs under the writeback cache too (see
         // docs/journal.md): STOREFS_TEST_WRITEBACK=1 cargo test --test fork_mount
         writeback_cache: std::env::var_os("STOREFS_TEST_WRITEBACK").is_some(),
-        transport: transport(),
+        transport: common::transport(),
     };
     adjust(&mut cfg);
     let mounted = mount_fork(fork.clone(), &cfg).unwrap();
@@ -363,7 +365,7 @@ fn ro_option_is_refused() {
             cache_bytes: 1 << 20,
             threads: 1,
             writeback_cache: false,
-            transport: transport(),
+            transport: common::transport(),
         };
         let err = mount_fork(fork.clone(), &cfg).err().expect("refused");
         assert!(err.to_string().contains(bad), "{err}");
@@ -1459,14 +1461,4 @@ fn device_nodes_survive_a_killed_daemon_commit_and_restore() {
         err.contains("blk: cannot create device node") && err.contains("restore as root"),
         "{err}"
     );
-}
-
-/// The transport of every mount here: `STOREFS_TRANSPORT` (`uring`,
-/// `classic`, `auto`), as `storefs mount --transport` reads it; scripts/test.sh
-/// runs this file on both.
-fn transport() -> storefs::fs::Transport {
-    std::env::var("STOREFS_TRANSPORT")
-        .ok()
-        .and_then(|t| storefs::fs::Transport::from_name(&t))
-        .unwrap_or_default()
 }

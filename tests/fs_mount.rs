@@ -4,6 +4,8 @@
 //! Tests run one at a time (`SERIAL`): the signal test finds the daemon's signal
 //! thread by name, and must not find another test's.
 
+mod common;
+
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -261,7 +263,7 @@ fn mount_config(mnt: &Path) -> MountConfig {
         cache_bytes: 1 << 20,
         threads: 2,
         writeback_cache: false,
-        transport: transport(),
+        transport: common::transport(),
     }
 }
 
@@ -732,14 +734,4 @@ fn conflicting_options_are_refused_before_mounting() {
     let r = mount_checkpoint(store.clone(), ckpt, &cfg);
     assert!(matches!(r, Err(FsError::Mount { .. })));
     assert!(!is_mounted(&mnt));
-}
-
-/// The transport of every mount here: `STOREFS_TRANSPORT` (`uring`,
-/// `classic`, `auto`), as `storefs mount --transport` reads it; scripts/test.sh
-/// runs this file on both.
-fn transport() -> storefs::fs::Transport {
-    std::env::var("STOREFS_TRANSPORT")
-        .ok()
-        .and_then(|t| storefs::fs::Transport::from_name(&t))
-        .unwrap_or_default()
 }

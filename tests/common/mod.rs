@@ -706,3 +706,13 @@ pub fn unpack_remote(remote: &storefs::remote::Remote) {
         remote.delete(&format!("packs/{stem}.pack")).unwrap();
     }
 }
+
+/// The transport of the tests' in-process mounts (`MountConfig`):
+/// `STOREFS_TRANSPORT` (`uring`, `classic`, `auto`), as `storefs mount
+/// --transport` reads it for the CLI's; scripts/test.sh runs the suite on both.
+pub fn transport() -> storefs::fs::Transport {
+    std::env::var("STOREFS_TRANSPORT")
+        .ok()
+        .and_then(|t| storefs::fs::Transport::from_name(&t))
+        .unwrap_or_default()
+}
