@@ -259,8 +259,10 @@ impl<'a> Queue<'a> {
     /// the commit id to send it back with.
     fn answer(&mut self, i: usize, view: &dyn View, policy: &Policy) -> Option<u64> {
         let e = self.ents.get_mut(i)?;
-        let commit_id = u64_at(&e.header[..], ENT_IN_OUT + 8);
-        let payload_sz = (u32_at(&e.header[..], ENT_IN_OUT + 16) as usize).min(PAYLOAD);
+        // The header is HEADER bytes: both fields are there.
+        let commit_id = wire::u64_at(&e.header[..], ENT_IN_OUT + 8).unwrap_or(0);
+        let payload_sz = wire::u32_at(&e.header[..], ENT_IN_OUT + 16).unwrap_or(0) as usize;
+        let payload_sz = payload_sz.min(PAYLOAD);
         let unique = wire::unique(&e.header[..IN_HEADER]);
         let opcode = wire::opcode(&e.header[..IN_HEADER]);
         let _span = tracing::debug_span!("ring", queue = self.qid, opcode, unique).entered();
@@ -404,17 +406,10 @@ fn pin_to(cpu: usize) {
     }
 }
 
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::wire::{u32_at, u64_at};
 
     #[test]
     fn there_is_a_queue_per_possible_cpu() {
@@ -447,14 +442,14 @@ mod tests {
         let iov = q.ents[0].iov.as_ptr();
         let sqe = q.command(CMD_REGISTER, 0, Some(iov), 3);
         let raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
-        assert_eq!(u32_at(&raw, 24), 2, "sqe->len: two iovecs");
-        assert_eq!(u64_at(&raw, 16), iov as u64, "sqe->addr");
-        assert_eq!(u64_at(&raw, 32), 3, "user_data");
+        assert_eq!(u32_at(&raw, 24).unwrap(), 2, "sqe->len: two iovecs");
+        assert_eq!(u64_at(&raw, 16).unwrap(), iov as u64, "sqe->addr");
+        assert_eq!(u64_at(&raw, 32).unwrap(), 3, "user_data");
         // The command area starts at byte 48: commit id at 8, qid at 16.
         assert_eq!(u16::from_le_bytes([raw[48 + 16], raw[48 + 17]]), 1);
         let fetch = q.command(CMD_COMMIT_AND_FETCH, 77, None, 2);
         let raw: [u8; 128] = unsafe { std::mem::transmute(fetch) };
-        assert_eq!(u32_at(&raw, 24), 0);
-        assert_eq!(u64_at(&raw, 48 + 8), 77, "commit id");
+        assert_eq!(u32_at(&raw, 24).unwrap(), 0);
+        assert_eq!(u64_at(&raw, 48 + 8).unwrap(), 77, "commit id");
     }
 }

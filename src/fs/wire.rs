@@ -215,11 +215,13 @@ fn bytes<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
     b.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+/// The `u32` at `at` of `b`, if `b` holds it.
+pub(super) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     bytes(b, at).map(u32::from_ne_bytes)
 }
 
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+/// The `u64` at `at` of `b`, if `b` holds it.
+pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     bytes(b, at).map(u64::from_ne_bytes)
 }
 
