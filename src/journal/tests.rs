@@ -404,7 +404,8 @@ fn damage_last_frame(env: &Env, how: impl Fn(&mut Vec<u8>, usize)) {
     // Find the start of the last frame by walking the frames.
     let mut pos = wal::SEGMENT_HEADER as usize;
     let mut last = pos;
-    while pos < bytes.len() {
+    // Up to the preallocated zeros after the records.
+    while pos < bytes.len() && bytes[pos..pos + 8] != [0; 8] {
         last = pos;
         let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
         pos += 8 + len;
@@ -421,10 +422,8 @@ fn torn_tail_is_dropped_and_the_journal_reopens_and_appends() {
         ("cut mid-header", Box::new(|b, last| b.truncate(last + 3))),
         (
             "flipped byte",
-            Box::new(|b, _| {
-                let n = b.len();
-                b[n - 2] ^= 0x40
-            }),
+            // In the last frame's payload (the file ends in preallocated zeros).
+            Box::new(|b, last| b[last + 9] ^= 0x40),
         ),
         (
             "zeros after",
@@ -453,6 +452,103 @@ fn torn_tail_is_dropped_and_the_journal_reopens_and_appends() {
         let f = env.open("f");
         assert_eq!(&cat(&f, "hello.txt")[..5], b"after", "{what}");
     }
+}
+
+#[test]
+fn records_end_at_the_preallocated_zeros_and_reopening_cuts_them() {
+    let env = env();
+    let f = env.fork();
+    let h = ino(&f, "hello.txt");
+    f.write(h, 0, b"HELLO").unwrap();
+    f.sync().unwrap();
+    let seg = journal_dir(&env, "f").join(wal::segment_name(0));
+    let synced = env.io.contents(&seg).unwrap();
+    assert_eq!(
+        synced.len() as u64 % wal::PREALLOCATE,
+        0,
+        "the segment's size runs ahead of its records"
+    );
+    // A second write whose first page never reached the disk, while a later
+    // one did: its frame header reads as zeros, what follows as garbage.
+    f.write(h, 6, b"lost").unwrap();
+    drop(f);
+    let mut bytes = env.io.contents(&seg).unwrap();
+    let mut end = wal::SEGMENT_HEADER as usize;
+    let mut frames = Vec::new();
+    while bytes[end..end + 8] != [0; 8] {
+        frames.push(end);
+        end += 8 + u32::from_le_bytes(bytes[end..end + 4].try_into().unwrap()) as usize;
+    }
+    let lost = *frames.last().unwrap();
+    bytes[lost..lost + 8].fill(0);
+    env.io.set_contents(&seg, bytes);
+    let f = env.open("f");
+    assert_eq!(cat(&f, "hello.txt"), b"HELLO\n");
+    assert_eq!(
+        env.io.contents(&seg).unwrap().len(),
+        lost,
+        "reopening cut the segment back to its records"
+    );
+    // Appends resume there, and the garbage beyond never comes back.
+    f.write(h, 0, b"after").unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(cat(&f, "hello.txt"), b"after\n");
+}
+
+#[test]
+fn rotation_cuts_the_preallocated_zeros_of_the_segment_it_leaves() {
+    let io = FaultyIo::new();
+    let dir = std::path::Path::new("/j");
+    io.create_dir_all(dir).unwrap();
+    let w = wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())).unwrap();
+    let payload = Record::Unlink {
+        parent: 1,
+        name: b"x".to_vec(),
+        time_ns: 0,
+    }
+    .encode();
+    w.append(&payload).unwrap();
+    let end = w.end().offset as usize;
+    let seg0 = dir.join(wal::segment_name(0));
+    assert_eq!(io.contents(&seg0).unwrap().len() as u64, wal::PREALLOCATE);
+    assert_eq!(w.rotate(&payload).unwrap(), 1);
+    assert_eq!(
+        io.contents(&seg0).unwrap().len(),
+        end,
+        "cut back to its records"
+    );
+    w.append(&payload).unwrap();
+    drop(w);
+    // Only the last segment may end in zeros; both replay, with all three records.
+    let mut n = 0;
+    wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| {
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 3);
+    // Zeros after the records of a segment that is not the last are damage.
+    let mut bytes = io.contents(&seg0).unwrap();
+    bytes.extend_from_slice(&[0; 64]);
+    io.set_contents(&seg0, bytes);
+    assert!(matches!(
+        wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())),
+        Err(Error::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn real_files_preallocate_zeros() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = RealIo.open(&tmp.path().join("seg"), true).unwrap();
+    f.write_at(b"abc", 0).unwrap();
+    f.allocate(3, (1 << 20) - 3).unwrap();
+    let bytes = fs::read(tmp.path().join("seg")).unwrap();
+    assert_eq!(bytes.len(), 1 << 20);
+    assert_eq!(&bytes[..3], b"abc");
+    assert!(bytes[3..].iter().all(|&b| b == 0));
 }
 
 #[test]
@@ -1571,11 +1667,19 @@ fn acls_follow_the_mode_are_inherited_and_replay() {
 
 // ------------------------------------------------------------------ copy_file_range
 
-/// Bytes in the fork's journal segments.
+/// Bytes of records in the fork's journal segments (not the zeros
+/// preallocated after them).
 fn journal_bytes(env: &Env, name: &str) -> u64 {
     fs::read_dir(journal_dir(env, name))
         .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
+        .map(|e| {
+            let bytes = fs::read(e.unwrap().path()).unwrap();
+            let mut pos = wal::SEGMENT_HEADER as usize;
+            while pos < bytes.len() && bytes[pos..pos + 8] != [0; 8] {
+                pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+            }
+            pos as u64
+        })
         .sum()
 }
 

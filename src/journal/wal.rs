@@ -11,6 +11,15 @@
 //! the kernel may have dropped dirty pages; retrying could lie). Reopening the
 //! fork recovers from what is on disk.
 //!
+//! Preallocation: the current segment's size runs ahead of its records in
+//! steps of [`PREALLOCATE`] (`fallocate`), so an append followed by an
+//! fdatasync changes neither the file's size nor its block map, and ext4 has
+//! less to commit (measured on this machine: 130-140 us against 200-240 us a
+//! sync). The records end at the first frame header that is all zeros.
+//! Rotation cuts the segment back to its records before syncing it, and
+//! reopening cuts the last one back, so only the segment being appended to
+//! has zeros after its records.
+//!
 //! Write-behind: [`Wal::write_behind`] hands every further 8 MiB appended to a
 //! helper thread that starts their writeback without waiting, so a large
 //! write's fdatasync has little left to do. A hint only: it promises nothing.
@@ -33,6 +42,9 @@ pub const SEGMENT_HEADER: u64 = 12;
 
 /// Appended bytes after which [`Wal::write_behind`] starts their writeback.
 pub const WRITE_BEHIND: u64 = 8 << 20;
+
+/// The step by which the current segment's size runs ahead of its records.
+pub const PREALLOCATE: u64 = 1 << 20;
 
 /// Where a record's frame starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -65,6 +77,10 @@ struct Cur {
     seq: u64,
     file: Arc<dyn JournalFile>,
     end: u64,
+    /// The segment's size: `end` plus the zeros preallocated after it.
+    alloc: u64,
+    /// Whether preallocating failed in this segment (then it is not tried again).
+    no_alloc: bool,
     /// Writeback of the current segment was started up to here.
     behind: u64,
     segs: BTreeMap<u64, Arc<dyn JournalFile>>,
@@ -227,6 +243,8 @@ impl Wal {
                 seq,
                 file,
                 end,
+                alloc: end,
+                no_alloc: false,
                 behind: end,
                 segs,
                 poisoned: None,
@@ -303,6 +321,17 @@ impl Wal {
         }
         let frame_head = record::frame_head(&[head, data]);
         let at = c.end;
+        let len = (FRAME_HEADER + head.len() + data.len()) as u64;
+        if at + len > c.alloc && !c.no_alloc {
+            let to = (at + len).div_ceil(PREALLOCATE) * PREALLOCATE;
+            match c.file.allocate(c.alloc, to - c.alloc) {
+                Ok(()) => c.alloc = to,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot preallocate the journal; appending without");
+                    c.no_alloc = true;
+                }
+            }
+        }
         if let Err(source) = c.file.write_parts_at(&[&frame_head, head, data], at) {
             c.poisoned = Some(source.to_string());
             self.sync.lock().poisoned = Some(source.to_string());
@@ -311,7 +340,8 @@ impl Wal {
                 source,
             });
         }
-        c.end += (FRAME_HEADER + head.len() + data.len()) as u64;
+        c.end += len;
+        c.alloc = c.alloc.max(c.end);
         Ok(Pos {
             seg: c.seq,
             offset: at,
@@ -425,13 +455,20 @@ impl Wal {
             self.sync.lock().poisoned = Some(e.to_string());
             e
         };
-        if let Err(source) = c.file.sync_data() {
+        // Cut the preallocated zeros: only the last segment may end in them.
+        let cut = if c.alloc > c.end {
+            c.file.set_len(c.end)
+        } else {
+            Ok(())
+        };
+        if let Err(source) = cut.and_then(|()| c.file.sync_data()) {
             let e = Error::Io {
                 path: self.path_of(c.seq),
                 source,
             };
             return Err(fail(&mut c, e));
         }
+        c.alloc = c.end;
         let seq = c.seq + 1;
         let (file, end) = match Self::create_segment(&*self.io, &self.dir, seq, Some(first)) {
             Ok(x) => x,
@@ -441,6 +478,8 @@ impl Wal {
         c.seq = seq;
         c.file = file;
         c.end = end;
+        c.alloc = end;
+        c.no_alloc = false;
         c.behind = end;
         let mut s = self.sync.lock();
         s.synced = s.synced.max(Pos {
@@ -536,15 +575,24 @@ fn replay_segment(
         return Ok(SEGMENT_HEADER);
     }
     let mut pos = SEGMENT_HEADER;
+    // The records of the last segment end at a frame header of zeros: the
+    // space preallocated after them (or a write never synced, whose first
+    // page did not reach the disk: nothing after it was acknowledged either).
+    let mut zeros = false;
     let torn: Option<String> = loop {
         if pos == len {
             break None;
         }
-        if len - pos < FRAME_HEADER as u64 {
+        let mut fh = [0u8; FRAME_HEADER];
+        let head_len = (len - pos).min(FRAME_HEADER as u64) as usize;
+        file.read_at(&mut fh[..head_len], pos).map_err(ioerr)?;
+        if last && fh.iter().all(|&b| b == 0) {
+            zeros = true;
+            break None;
+        }
+        if head_len < FRAME_HEADER {
             break Some("partial frame header".into());
         }
-        let mut fh = [0u8; FRAME_HEADER];
-        file.read_at(&mut fh, pos).map_err(ioerr)?;
         let Some((plen, crc)) = record::frame_header(&fh) else {
             break Some("impossible frame length".into());
         };
@@ -589,6 +637,14 @@ fn replay_segment(
         );
         file.set_len(pos).map_err(ioerr)?;
         file.sync_data().map_err(ioerr)?;
+    } else if zeros {
+        // Cut the zeros (and whatever an unsynced write left beyond them),
+        // so appends resume on a clean end. Not synced here: the next sync
+        // commits the cut with the blocks appended after it (and syncing now
+        // would make durable the records replayed from the page cache, which
+        // no caller asked for).
+        tracing::debug!(path = %path.display(), offset = pos, dropped_bytes = len - pos, "journal records end before its preallocated space");
+        file.set_len(pos).map_err(ioerr)?;
     }
     Ok(pos)
 }
