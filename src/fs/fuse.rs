@@ -295,7 +295,7 @@ pub(super) enum Looked {
 pub(super) fn look_up(view: &dyn View, c: &Caller, parent: u64, name: &[u8]) -> Result<Looked> {
     let found = view.lookup(c, parent, name);
     match (found, view.negative_ttl(parent)) {
-        (Err(FsError::NotFound), Some(ttl)) => Ok(Looked::Absent(ttl)),
+        (Err(e), Some(ttl)) if e.is_not_found() => Ok(Looked::Absent(ttl)),
         (found, _) => found.map(Looked::Entry),
     }
 }

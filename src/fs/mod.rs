@@ -182,6 +182,17 @@ pub enum FsError {
     NoIoctl,
 }
 
+impl FsError {
+    /// Whether this is "no such name" (`ENOENT`), from whichever view: a
+    /// lookup that finds nothing may then be cached as a negative entry.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            FsError::NotFound | FsError::Journal(journal::Error::NotFound)
+        )
+    }
+}
+
 /// The result of every operation of this layer.
 pub type Result<T, E = FsError> = std::result::Result<T, E>;
 
