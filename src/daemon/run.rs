@@ -207,16 +207,16 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
 /// `--cache-size 256M` (256 MiB of chunks held, two FUSE threads
 /// decompressing): with 2 heaps, 355-393 MiB taken from the system and
 /// 289 MiB in use (the second heap 156 MiB taken for 81 MiB in use), peak
-/// RSS 316-371 MiB; with 1 heap, 311-316 MiB taken for the same 289 MiB
-/// in use, peak RSS 288-297 MiB. A read-only mount (192 MiB of chunks,
-/// decompressed mostly by its read-ahead workers) peaks at 233-243 MiB with
-/// 2 heaps, 223-226 MiB with 1; glibc's default (8 per core) gave 248-285
-/// MiB there. Threads share the one heap's lock only for allocations the
+/// RSS 287-376 MiB over eleven runs (the bound, flag + 64 MiB, is 320);
+/// with 1 heap, 311-316 MiB taken for the same 289 MiB in use, peak RSS
+/// 287-299 MiB over thirteen. A read-only mount (192 MiB of chunks) peaks
+/// at 233-243 MiB with 2 heaps, 223-226 MiB with 1; glibc's default (8 per
+/// core) gave 248-285 MiB there. Threads share the one heap's lock only for allocations the
 /// per-thread cache (tcache, up to 1 KiB) does not serve, so no slower on
 /// these runs. (Mapping every chunk-sized buffer instead, with a fixed
 /// `M_MMAP_THRESHOLD` of 128 KiB, gives 272-276 MiB for the fork but more
 /// than doubles the daemon's system time in page faults: 1.8-2.1 s against
-/// 0.5-0.7 s for the `cat`.)
+/// 0.5-1.0 s for the `cat`.)
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter; called before the
