@@ -149,6 +149,12 @@ fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
     drop(guard);
     assert!(!common_mounted(&mp), "still mounted");
     assert_eq!(env.ok(["status", "--json"]).trim(), "[]");
+    // Nothing of the dead daemon is left: its record and its control socket.
+    let left: Vec<_> = fs::read_dir(env.store.join("mounts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in mounts/: {left:?}");
 }
 
 #[test]

@@ -30,6 +30,18 @@ pub struct MountRecord {
     pub started_ns: i64,
 }
 
+/// Remove a mount's control socket that no daemon listens on any more (one
+/// killed before it could remove its own). A socket someone still listens on
+/// is kept: a daemon mounting at the same place again binds it before it
+/// writes its record, so the old record may still be there.
+fn remove_dead_socket(sock: &Path) {
+    if let Err(e) = std::os::unix::net::UnixStream::connect(sock)
+        && e.kind() == ErrorKind::ConnectionRefused
+    {
+        let _ = fs::remove_file(sock);
+    }
+}
+
 impl Store {
     fn mount_record_path(&self, mountpoint: &Path) -> PathBuf {
         self.mount_file(mountpoint, "json")
@@ -53,6 +65,7 @@ impl Store {
 
     pub fn remove_mount(&self, mountpoint: &Path) -> Result<()> {
         let path = self.mount_record_path(mountpoint);
+        remove_dead_socket(&path.with_extension("sock"));
         match fs::remove_file(&path) {
             Err(e) if e.kind() != ErrorKind::NotFound => Err(e).at(&path),
             _ => Ok(()),
@@ -134,6 +147,7 @@ impl Store {
                     })
                 }
                 _ => {
+                    remove_dead_socket(&path.with_extension("sock"));
                     let _ = fs::remove_file(&path);
                 }
             }
