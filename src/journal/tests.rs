@@ -405,7 +405,7 @@ fn damage_last_frame(env: &Env, how: impl Fn(&mut Vec<u8>, usize)) {
     let mut pos = wal::SEGMENT_HEADER as usize;
     let mut last = pos;
     // Up to the preallocated zeros after the records.
-    while pos < bytes.len() && bytes[pos..pos + 8] != [0; 8] {
+    while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
         last = pos;
         let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
         pos += 8 + len;
@@ -1675,7 +1675,7 @@ fn journal_bytes(env: &Env, name: &str) -> u64 {
         .map(|e| {
             let bytes = fs::read(e.unwrap().path()).unwrap();
             let mut pos = wal::SEGMENT_HEADER as usize;
-            while pos < bytes.len() && bytes[pos..pos + 8] != [0; 8] {
+            while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
                 pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
             }
             pos as u64
