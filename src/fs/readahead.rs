@@ -189,6 +189,105 @@ fn work(shared: &Shared) {
     }
 }
 
+/// Files with fewer large chunks than this are never warmed up.
+pub const WARM_MIN_CHUNKS: usize = 16;
+
+/// Random reads of large files: on a file's second random read, its large
+/// chunks' names are looked up once in the background ([`Store::warm`]:
+/// directory blocks and inodes, no data), so later cold reads cost one disk
+/// read rather than three in a row. Once per file per tree, one at a time,
+/// stopped when the tree goes away.
+///
+/// [`Store::warm`]: crate::store::Store::warm
+pub struct Warmer {
+    state: Mutex<WarmState>,
+    /// Set when the tree goes away: a running warm-up stops.
+    closed: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether a warm-up is running.
+    busy: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct WarmState {
+    /// Files read at random once.
+    seen: LruCache<u64, ()>,
+    /// Files warmed up or too small: never again.
+    done: HashSet<u64>,
+}
+
+/// A warm-up the caller is to run (on a thread of its own); while it is
+/// held, no other starts. [`WarmTicket::stopped`] tells it to stop.
+pub struct WarmTicket {
+    closed: Arc<std::sync::atomic::AtomicBool>,
+    busy: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl WarmTicket {
+    /// Whether the tree went away.
+    pub fn stopped(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for WarmTicket {
+    fn drop(&mut self) {
+        self.busy.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Default for Warmer {
+    fn default() -> Warmer {
+        Warmer {
+            state: Mutex::new(WarmState {
+                seen: LruCache::new(NonZeroUsize::new(TRACKED_FILES).expect("nonzero")),
+                done: HashSet::new(),
+            }),
+            closed: Arc::default(),
+            busy: Arc::default(),
+        }
+    }
+}
+
+impl Warmer {
+    /// A random (not sequential) read of `ino`, which has `large_chunks()`
+    /// large chunks (counted only when it matters): a ticket when a warm-up
+    /// of it is to start now.
+    pub fn random_read(
+        &self,
+        ino: u64,
+        large_chunks: impl FnOnce() -> usize,
+    ) -> Option<WarmTicket> {
+        use std::sync::atomic::Ordering;
+        let mut s = self.state.lock();
+        if s.done.contains(&ino) {
+            return None;
+        }
+        if s.seen.put(ino, ()).is_none() {
+            return None;
+        }
+        if self.closed.load(Ordering::Relaxed) || self.busy.load(Ordering::Acquire) {
+            // Another file is being warmed up: a later read may start this one.
+            return None;
+        }
+        s.done.insert(ino);
+        s.seen.pop(&ino);
+        if large_chunks() < WARM_MIN_CHUNKS {
+            return None;
+        }
+        self.busy.store(true, Ordering::Release);
+        Some(WarmTicket {
+            closed: self.closed.clone(),
+            busy: self.busy.clone(),
+        })
+    }
+}
+
+impl Drop for Warmer {
+    fn drop(&mut self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +352,43 @@ mod tests {
         assert!(!ra.in_flight(&id));
         // Nothing in flight: the reader reads it itself.
         assert!(matches!(ra.claim(&ObjectId::of(b"b")), Claim::Free));
+    }
+
+    #[test]
+    fn warms_each_large_file_once_on_its_second_random_read() {
+        let w = Warmer::default();
+        // Too few large chunks: never, and not counted again.
+        assert!(
+            w.random_read(1, || panic!("counted on a first read"))
+                .is_none()
+        );
+        assert!(w.random_read(1, || WARM_MIN_CHUNKS - 1).is_none());
+        assert!(w.random_read(1, || panic!("counted again")).is_none());
+        assert!(w.random_read(1, || panic!("counted again")).is_none());
+        // A large file: on its second random read, once.
+        assert!(
+            w.random_read(2, || panic!("counted on a first read"))
+                .is_none()
+        );
+        let ticket = w.random_read(2, || 4096).expect("second random read");
+        assert!(!ticket.stopped());
+        // One at a time: another file waits for it and is not given up.
+        assert!(w.random_read(3, || 4096).is_none());
+        assert!(w.random_read(3, || 4096).is_none());
+        drop(ticket);
+        assert!(w.random_read(3, || 4096).is_some());
+        for _ in 0..3 {
+            assert!(w.random_read(2, || panic!("warmed twice")).is_none());
+            assert!(w.random_read(3, || panic!("warmed twice")).is_none());
+        }
+    }
+
+    #[test]
+    fn a_warm_up_stops_when_the_tree_goes() {
+        let w = Warmer::default();
+        assert!(w.random_read(7, || 100).is_none());
+        let ticket = w.random_read(7, || 100).expect("second random read");
+        drop(w);
+        assert!(ticket.stopped());
     }
 }
