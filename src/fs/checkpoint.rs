@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::caches::Caches;
 use super::inode::{Children, Found, InodeTable, Node, data_ranges};
-use super::readahead::{AHEAD_CHUNKS, Claim, ReadAhead, Warmer};
+use super::readahead::{AHEAD_CHUNKS, Claim, ReadAhead};
 use super::view::{
     self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir,
     StatFs, View, XattrReply,
@@ -35,8 +35,6 @@ pub struct CheckpointView {
     cache: Arc<ChunkCache>,
     /// Sequential reads: the next chunks, read on worker threads into `cache`.
     readahead: ReadAhead,
-    /// Random reads of large files: their chunks' names looked up ahead.
-    warmer: Warmer,
     /// Where the tree is mounted, to name files in log lines.
     mountpoint: PathBuf,
     stats: Option<Stats>,
@@ -57,7 +55,6 @@ impl CheckpointView {
             store,
             inodes: InodeTable::new(root, caches.dirs.clone()),
             readahead: ReadAhead::new(caches.chunks.capacity()),
-            warmer: Warmer::default(),
             cache: caches.chunks.clone(),
             mountpoint,
             stats,
@@ -268,27 +265,6 @@ impl CheckpointView {
         }
     }
 
-    /// A random read of `ino`: on its second one, if the file has enough
-    /// large chunks (stored as files of their own), look up their names on a
-    /// thread of its own ([`Store::warm`]), once ([`Warmer`]).
-    fn warm(&self, ino: u64, extents: &[store::Extent]) {
-        let large = |e: &&store::Extent| e.id.is_some() && e.len > store::framed::FRAME_SIZE as u64;
-        let Some(ticket) = self
-            .warmer
-            .random_read(ino, || extents.iter().filter(large).count())
-        else {
-            return;
-        };
-        let ids: Vec<ObjectId> = extents.iter().filter(large).filter_map(|e| e.id).collect();
-        let store = self.store.clone();
-        let spawned = std::thread::Builder::new()
-            .name("storefs-warm".into())
-            .spawn(move || store.warm(&ids, &|| ticket.stopped()));
-        if let Err(e) = spawned {
-            tracing::debug!(error = %e, "cannot start a warm-up thread; reading on");
-        }
-    }
-
     /// Log a failed object read (corrupt, missing, I/O) with the file it was for.
     fn store_failure(&self, path: &str, id: &ObjectId, e: crate::store::Error) -> FsError {
         tracing::warn!(object = %id, path, error = %e, "object read failed; this read gets EIO");
@@ -385,8 +361,6 @@ impl View for CheckpointView {
         if sequential {
             let last = starts.partition_point(|&s| s < end).saturating_sub(1);
             self.read_ahead(extents, last);
-        } else {
-            self.warm(ino, extents);
         }
         let mut pos = offset;
         while pos < end {

@@ -90,11 +90,6 @@ pub trait ObjectBackend: Send + Sync {
     /// being read). A backend that fetches from far away may start fetching
     /// them in the background; the default ignores it.
     fn prefetch(&self, _ids: &[ObjectId]) {}
-    /// A hint that parts of `ids` will be read at random soon: a backend that
-    /// keeps them as files may look their names up now (no data read), so
-    /// each later read costs one disk read instead of three in a row. Stops
-    /// early once `stop` is set; errors are ignored. The default ignores it.
-    fn warm(&self, _ids: &[ObjectId], _stop: &dyn Fn() -> bool) {}
     /// Move a bad object aside so it is no longer served; returns where it went.
     fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>>;
     /// Stored size and modification time of `id` (for gc), or `None` when absent.
@@ -1108,29 +1103,6 @@ impl ObjectBackend for LocalBackend {
                 Ok(self.read_packed(id)?.map(Stored::Bytes))
             }
             Err(e) => Err(e),
-        }
-    }
-
-    /// `lstat` each loose file, in path order (each fan-out directory is
-    /// read once): loads the directory blocks and inodes, reads no data.
-    fn warm(&self, ids: &[ObjectId], stop: &dyn Fn() -> bool) {
-        let Ok(Some(dir)) = held_dir(&self.dir_fd, &self.dir) else {
-            return;
-        };
-        let mut names: Vec<String> = ids
-            .iter()
-            .map(|id| {
-                let hex = id.to_hex();
-                format!("{}/{}", &hex[..2], &hex[2..])
-            })
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        for name in &names {
-            if stop() {
-                return;
-            }
-            let _ = rustix::fs::statat(dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW);
         }
     }
 

@@ -333,13 +333,6 @@ impl Store {
         }
     }
 
-    /// Tell the backend parts of `ids` will be read at random soon
-    /// ([`ObjectBackend::warm`]); runs on the caller's thread until done or
-    /// `stop` says so.
-    pub fn warm(&self, ids: &[ObjectId], stop: &dyn Fn() -> bool) {
-        self.backend.warm(ids, stop);
-    }
-
     pub fn has_object(&self, id: &ObjectId) -> Result<bool> {
         self.backend.contains(id).at(&self.object_context())
     }
