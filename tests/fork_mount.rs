@@ -525,15 +525,15 @@ fn kernel_caches_never_show_stale_bytes_or_names() {
     assert_eq!(fs::metadata(fx.path("n-file")).unwrap().nlink(), 1);
 }
 
-/// Bytes of records in the fork's journal segments: each segment's 12-byte
-/// header and its frames (u32 length, u32 crc, payload), up to the zeros
+/// Bytes of records in the fork's journal segments: each segment's header
+/// and its frames (u32 length, u32 crc, payload), up to the zeros
 /// preallocated after them (docs/journal.md).
 fn journal_bytes(fx: &Fixture) -> u64 {
     fs::read_dir(fx.tmp.path().join("store/forks/f1/journal"))
         .unwrap()
         .map(|e| {
             let bytes = fs::read(e.unwrap().path()).unwrap();
-            let mut pos = 12;
+            let mut pos = storefs::journal::wal::SEGMENT_HEADER as usize;
             while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
                 pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
             }

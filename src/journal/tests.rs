@@ -397,19 +397,26 @@ fn write_behind_starts_writeback_of_every_8_mib_off_the_callers_thread_and_drops
 
 // ------------------------------------------------------------------ WAL
 
+/// Where each frame of a segment's bytes starts, and where its records end
+/// (at the end of the file or at the preallocated zeros after them).
+fn frames(bytes: &[u8]) -> (Vec<usize>, usize) {
+    let mut starts = Vec::new();
+    let mut pos = wal::SEGMENT_HEADER as usize;
+    while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
+        starts.push(pos);
+        pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+    }
+    (starts, pos)
+}
+
 fn damage_last_frame(env: &Env, how: impl Fn(&mut Vec<u8>, usize)) {
     let dir = journal_dir(env, "f");
     let seg = dir.join(wal::segment_name(0));
     let mut bytes = env.io.contents(&seg).unwrap();
-    // Find the start of the last frame by walking the frames.
-    let mut pos = wal::SEGMENT_HEADER as usize;
-    let mut last = pos;
-    // Up to the preallocated zeros after the records.
-    while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
-        last = pos;
-        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-        pos += 8 + len;
-    }
+    let last = frames(&bytes)
+        .0
+        .pop()
+        .unwrap_or(wal::SEGMENT_HEADER as usize);
     how(&mut bytes, last);
     env.io.set_contents(&seg, bytes);
 }
@@ -473,13 +480,7 @@ fn records_end_at_the_preallocated_zeros_and_reopening_cuts_them() {
     f.write(h, 6, b"lost").unwrap();
     drop(f);
     let mut bytes = env.io.contents(&seg).unwrap();
-    let mut end = wal::SEGMENT_HEADER as usize;
-    let mut frames = Vec::new();
-    while bytes[end..end + 8] != [0; 8] {
-        frames.push(end);
-        end += 8 + u32::from_le_bytes(bytes[end..end + 4].try_into().unwrap()) as usize;
-    }
-    let lost = *frames.last().unwrap();
+    let lost = *frames(&bytes).0.last().unwrap();
     bytes[lost..lost + 8].fill(0);
     env.io.set_contents(&seg, bytes);
     let f = env.open("f");
@@ -1672,14 +1673,7 @@ fn acls_follow_the_mode_are_inherited_and_replay() {
 fn journal_bytes(env: &Env, name: &str) -> u64 {
     fs::read_dir(journal_dir(env, name))
         .unwrap()
-        .map(|e| {
-            let bytes = fs::read(e.unwrap().path()).unwrap();
-            let mut pos = wal::SEGMENT_HEADER as usize;
-            while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
-                pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-            }
-            pos as u64
-        })
+        .map(|e| frames(&fs::read(e.unwrap().path()).unwrap()).1 as u64)
         .sum()
 }
 
