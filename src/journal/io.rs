@@ -38,12 +38,13 @@ pub trait JournalFile: Send + Sync {
     /// fdatasync: every write completed before the call is durable when it returns.
     fn sync_data(&self) -> io::Result<()>;
     fn set_len(&self, len: u64) -> io::Result<()>;
-    /// Reserve disk blocks for `len` bytes from `offset`, growing the file's
-    /// size to cover them (`fallocate` mode 0: the new bytes read as zeros).
-    /// A later write there, then `sync_data`, changes no size and allocates
-    /// nothing, so ext4's fdatasync has less metadata to commit. A hint: the
-    /// caller goes on without it when it fails.
-    fn allocate(&self, _offset: u64, _len: u64) -> io::Result<()> {
+    /// Give the file `len` bytes of zeros from `offset`, growing its size to
+    /// cover them, so that a later write there, then `sync_data`, changes no
+    /// size and allocates nothing. `how` says whether the blocks are only
+    /// reserved or written (see [`Prealloc`]). A hint: the caller goes on
+    /// without it when it fails, and the file may then have grown by part of
+    /// `len`.
+    fn allocate(&self, _offset: u64, _len: u64, _how: Prealloc) -> io::Result<()> {
         Ok(())
     }
     /// Start writing `len` bytes from `offset` back to disk without waiting
@@ -57,6 +58,21 @@ pub trait JournalFile: Send + Sync {
     fn drop_behind(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// How [`JournalFile::allocate`] gives a file its zeros.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prealloc {
+    /// `fallocate` mode 0: blocks reserved, marked unwritten, nothing written.
+    /// Costs almost nothing, but ext4 converts an unwritten extent to written
+    /// when data lands in it, so every fdatasync after a write there still
+    /// commits ext4's journal.
+    Reserve,
+    /// Zeros written through the page cache. Costs a write of `len` bytes (and
+    /// their writeback, by the next fdatasync); a later write there is an
+    /// overwrite, whose fdatasync flushes data and commits no metadata at all
+    /// (measured here: 90-120 us against 140-180 us for a small write).
+    Zeros,
 }
 
 /// The file-system operations a fork directory needs.
@@ -140,16 +156,29 @@ impl JournalFile for RealFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
     }
-    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+    fn allocate(&self, offset: u64, len: u64, how: Prealloc) -> io::Result<()> {
         if !fits_off_t(offset, len) {
             return Ok(());
         }
-        Ok(rustix::fs::fallocate(
-            &self.0,
-            rustix::fs::FallocateFlags::empty(),
-            offset,
-            len,
-        )?)
+        match how {
+            Prealloc::Reserve => Ok(rustix::fs::fallocate(
+                &self.0,
+                rustix::fs::FallocateFlags::empty(),
+                offset,
+                len,
+            )?),
+            Prealloc::Zeros => {
+                static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+                let mut parts = Vec::new();
+                let mut left = len;
+                while left > 0 {
+                    let n = left.min(ZEROS.len() as u64);
+                    parts.push(&ZEROS[..n as usize]);
+                    left -= n;
+                }
+                self.write_parts_at(&parts, offset)
+            }
+        }
     }
     fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
         if !fits_off_t(offset, len) {
@@ -270,6 +299,8 @@ struct Faulty {
     writebacks: Vec<(u64, u64)>,
     /// `drop_behind` calls so far: (offset, len). No effect on the images.
     dropped: Vec<(u64, u64)>,
+    /// `allocate` calls so far: (offset, len, how).
+    allocations: Vec<(u64, u64, Prealloc)>,
 }
 
 struct FaultyFile {
@@ -341,6 +372,11 @@ impl FaultyIo {
     /// The ranges dropped from the page cache so far (drop-behind hints).
     pub fn dropped(&self) -> Vec<(u64, u64)> {
         self.inner.lock().dropped.clone()
+    }
+
+    /// The preallocations so far: (offset, len, how).
+    pub fn allocations(&self) -> Vec<(u64, u64, Prealloc)> {
+        self.inner.lock().allocations.clone()
     }
 
     /// The visible bytes of a file, for tests that damage a journal.
@@ -429,9 +465,13 @@ impl JournalFile for FaultyFile {
         self.data.lock().volatile.resize(len as usize, 0);
         Ok(())
     }
-    /// Grows the visible image with zeros, as `fallocate` grows the size; a
-    /// crash before the next `sync_data` forgets it.
-    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+    /// Grows the visible image with zeros, as either kind of preallocation
+    /// grows the size; a crash before the next `sync_data` forgets it. Counts
+    /// as no write (it is a hint); the kinds are recorded for tests.
+    fn allocate(&self, offset: u64, len: u64, how: Prealloc) -> io::Result<()> {
+        if let Some(io) = self.io.upgrade() {
+            io.lock().allocations.push((offset, len, how));
+        }
         let mut d = self.data.lock();
         let end = (offset + len) as usize;
         if d.volatile.len() < end {

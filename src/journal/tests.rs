@@ -541,15 +541,119 @@ fn rotation_cuts_the_preallocated_zeros_of_the_segment_it_leaves() {
 }
 
 #[test]
-fn real_files_preallocate_zeros() {
+fn real_files_preallocate_zeros_reserved_or_written() {
     let tmp = tempfile::tempdir().unwrap();
-    let f = RealIo.open(&tmp.path().join("seg"), true).unwrap();
-    f.write_at(b"abc", 0).unwrap();
-    f.allocate(3, (1 << 20) - 3).unwrap();
-    let bytes = fs::read(tmp.path().join("seg")).unwrap();
-    assert_eq!(bytes.len(), 1 << 20);
-    assert_eq!(&bytes[..3], b"abc");
-    assert!(bytes[3..].iter().all(|&b| b == 0));
+    for how in [Prealloc::Reserve, Prealloc::Zeros] {
+        let path = tmp.path().join(format!("{how:?}"));
+        let f = RealIo.open(&path, true).unwrap();
+        f.write_at(b"abc", 0).unwrap();
+        f.allocate(3, (3 << 20) - 3, how).unwrap();
+        f.sync_data().unwrap();
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), 3 << 20, "{how:?}");
+        assert_eq!(&bytes[..3], b"abc");
+        assert!(bytes[3..].iter().all(|&b| b == 0), "{how:?}");
+        // What the kinds are for: ext4 marks reserved blocks unwritten (an
+        // fdatasync after writing there commits their conversion), written
+        // zeros are plain data.
+        match unwritten_extents(&path) {
+            Some(n) => assert_eq!(n > 0, how == Prealloc::Reserve, "{how:?}: {n} unwritten"),
+            None => eprintln!("{}: no FIEMAP here; extent kinds not checked", path.display()),
+        }
+    }
+}
+
+/// How many of a file's extents are unwritten (FIEMAP), or `None` where the
+/// file system does not say (tmpfs).
+fn unwritten_extents(path: &std::path::Path) -> Option<usize> {
+    #[repr(C)]
+    struct Extent {
+        logical: u64,
+        physical: u64,
+        length: u64,
+        reserved64: [u64; 2],
+        flags: u32,
+        reserved: [u32; 3],
+    }
+    #[repr(C)]
+    struct Map {
+        start: u64,
+        length: u64,
+        flags: u32,
+        mapped: u32,
+        count: u32,
+        reserved: u32,
+        extents: [Extent; 32],
+    }
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const FIEMAP_FLAG_SYNC: u32 = 1;
+    const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+    let f = fs::File::open(path).unwrap();
+    // SAFETY: all-zero bytes are a valid `Map` (plain integers).
+    let mut map: Map = unsafe { std::mem::zeroed() };
+    map.length = u64::MAX;
+    map.flags = FIEMAP_FLAG_SYNC;
+    map.count = 32;
+    // SAFETY: `map` is a `struct fiemap` with room for `count` extents.
+    let rc = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            FS_IOC_FIEMAP,
+            &mut map as *mut Map,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let mapped = (map.mapped as usize).min(32);
+    assert!(mapped > 0, "{}: no extents", path.display());
+    Some(
+        map.extents[..mapped]
+            .iter()
+            .filter(|e| e.flags & FIEMAP_EXTENT_UNWRITTEN != 0)
+            .count(),
+    )
+}
+
+#[test]
+fn a_preallocation_step_after_a_sync_is_written_zeros_and_one_without_is_reserved() {
+    let io = FaultyIo::new();
+    let dir = std::path::Path::new("/j");
+    io.create_dir_all(dir).unwrap();
+    let wal = wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())).unwrap();
+    let data = vec![7u8; 100 << 10];
+    let write = |n: u64| {
+        for i in 0..n {
+            let head = record::write_head(2, i, 0, data.len());
+            wal.append_parts(&head, &data).unwrap();
+        }
+    };
+    let kinds = |io: &FaultyIo| io.allocations().iter().map(|a| a.2).collect::<Vec<_>>();
+    // A large write synced at its end (a file copied in): every step reserved.
+    write(25);
+    wal.sync().unwrap();
+    assert_eq!(kinds(&io), [Prealloc::Reserve; 3]);
+    // Then writes synced one by one (a database): the step after a sync is
+    // written zeros, and stays so while syncs go on.
+    for _ in 0..25 {
+        write(1);
+        wal.sync().unwrap();
+    }
+    let k = kinds(&io);
+    assert_eq!(k[3..], [Prealloc::Zeros; 2], "{k:?}");
+    // The steps tile the segment from its header.
+    let a = io.allocations();
+    for pair in a.windows(2) {
+        assert_eq!(pair[0].0 + pair[0].1, pair[1].0, "{a:?}");
+    }
+    assert_eq!(a[0].0, wal::SEGMENT_HEADER);
+    // Writes again without syncs: reserved once the step after the last sync
+    // is used up.
+    write(30);
+    let k = kinds(&io);
+    assert_eq!(k[5], Prealloc::Zeros, "{k:?}");
+    assert!(k[6..].iter().all(|&h| h == Prealloc::Reserve), "{k:?}");
+    assert!(k.len() > 6, "{k:?}");
 }
 
 #[test]
