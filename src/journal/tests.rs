@@ -558,7 +558,10 @@ fn real_files_preallocate_zeros_reserved_or_written() {
         // zeros are plain data.
         match unwritten_extents(&path) {
             Some(n) => assert_eq!(n > 0, how == Prealloc::Reserve, "{how:?}: {n} unwritten"),
-            None => eprintln!("{}: no FIEMAP here; extent kinds not checked", path.display()),
+            None => eprintln!(
+                "{}: no FIEMAP here; extent kinds not checked",
+                path.display()
+            ),
         }
     }
 }
