@@ -3,8 +3,9 @@
 # test, including the ones that mount for real. CI runs exactly this.
 # Order: the conformance suite (pjdfstest, fsx, EROFS checks; it prints its own
 # `N passed, N failed, N skipped` line), the package test (tests/package.sh), then
-# cargo test (remote tests over s3s-fs), then the three remote test binaries again
-# over moto, whose summaries print last.
+# cargo test (remote tests over s3s-fs), the two remote binaries that mount again
+# over io_uring, then the three remote test binaries again over moto, whose
+# summaries print last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,6 +76,10 @@ source scripts/azurite.sh # azurite for the az:// remote tests: installed if mis
 # Every test binary, the remote ones over s3s-fs ...
 export STOREFS_TEST_S3_ENDPOINT="$S3S_ENDPOINT" AWS_ENDPOINT_URL="$S3S_ENDPOINT"
 cargo test --locked --all-targets -- --test-threads=2
+# ... the two that mount (lazy remote mounts) again over io_uring, on s3s-fs
+# (tests/uring.sh ran every other mounting binary over the rings before the
+# servers were up) ...
+bash tests/uring.sh --remote
 # ... and their S3 variants again over moto, the second implementation.
 STOREFS_TEST_S3_ENDPOINT="$MOTO_ENDPOINT" AWS_ENDPOINT_URL="$MOTO_ENDPOINT" \
     cargo test --locked --test remote --test remote_mount --test remote_forks -- --test-threads=2 s3::

@@ -14,6 +14,10 @@
 #    STOREFS_TRANSPORT=uring, which storefs and the in-process test mounts read.
 #    tests/fork_cli.rs checks through `status --json` that the rings answered.
 #
+# `tests/uring.sh --remote` (scripts/test.sh calls it once its S3 servers are up,
+# with STOREFS_TEST_S3_ENDPOINT set) runs only the two remote binaries that
+# mount, remote_mount and remote_forks (their S3 cases), over the rings.
+#
 # The switch (/sys/module/fuse/parameters/enable_uring) is global: it is put back
 # as it was on exit, whatever happens. A kernel without FUSE over io_uring (older
 # than 6.14, or built without CONFIG_FUSE_IO_URING) skips this pass and says so:
@@ -42,6 +46,14 @@ trap 'exit 130' INT TERM
 
 cargo build --release --locked --bin storefs
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/storefs
+
+if [ "${1:-}" = --remote ]; then
+    echo Y >"$PARAM"
+    STOREFS_TRANSPORT=uring cargo test --locked --test remote_mount --test remote_forks \
+        -- --test-threads=2 s3::
+    say "the lazy mounts of remote_mount and remote_forks were served over FUSE io_uring (switch put back to $WAS on exit)"
+    exit 0
+fi
 
 # 1. Switched off: a refusal that names the switch, and nothing mounted.
 echo N >"$PARAM"

@@ -39,6 +39,8 @@ pub enum Request {
     Memory,
     /// Which transport serves the mount.
     Transport,
+    /// `memory` and `transport` in one answer (what `storefs status` asks).
+    Status,
 }
 
 /// How a daemon's requests arrive (see [`crate::fs::Transport`]).
@@ -89,19 +91,30 @@ pub fn request(sock: &Path, req: &Request) -> Result<String> {
     Ok(exchange(sock, req, None)?.checkpoint.unwrap_or_default())
 }
 
-/// Ask a daemon what its caches hold (`None` from a daemon without caches), waiting
-/// at most `timeout` for the answer.
-pub fn cache_use(sock: &Path, timeout: Duration) -> Result<Option<CacheReport>> {
-    Ok(exchange(sock, &Request::Memory, Some(timeout))?
-        .cache
-        .flatten())
+/// Ask a daemon what its caches hold (`None` from a daemon without caches)
+/// and which transport serves its mount (`None` from a daemon older than
+/// that question), in one round trip, waiting at most `timeout` for each
+/// answer. A daemon older than the `status` request (it refuses it as a bad
+/// request) is asked `memory` and `transport` apart.
+pub fn daemon_use(
+    sock: &Path,
+    timeout: Duration,
+) -> Result<(Option<CacheReport>, Option<TransportReport>)> {
+    match exchange(sock, &Request::Status, Some(timeout)) {
+        Ok(r) => Ok((r.cache.flatten(), r.transport)),
+        Err(Error::Refused(why)) if why.starts_with(BAD_REQUEST) => {
+            let cache = exchange(sock, &Request::Memory, Some(timeout))?.cache;
+            let transport = exchange(sock, &Request::Transport, Some(timeout))
+                .ok()
+                .and_then(|r| r.transport);
+            Ok((cache.flatten(), transport))
+        }
+        Err(e) => Err(e),
+    }
 }
 
-/// Ask a daemon which transport serves its mount, waiting at most `timeout`
-/// (`None` from a daemon older than the question).
-pub fn transport_use(sock: &Path, timeout: Duration) -> Result<Option<TransportReport>> {
-    Ok(exchange(sock, &Request::Transport, Some(timeout))?.transport)
-}
+/// How a daemon's refusal of a request it cannot parse begins.
+const BAD_REQUEST: &str = "bad request";
 
 /// One request and its reply; an error for a refusal.
 fn exchange(sock: &Path, req: &Request, timeout: Option<Duration>) -> Result<Reply> {
@@ -167,10 +180,7 @@ pub fn mount_status(store: &Store, record: MountRecord) -> MountStatus {
     let sock = store.mount_file(Path::new(&record.mountpoint), "sock");
     let second = Duration::from_secs(1);
     let (cache, transport) = if alive {
-        (
-            cache_use(&sock, second).ok().flatten(),
-            transport_use(&sock, second).ok().flatten(),
-        )
+        daemon_use(&sock, second).unwrap_or_default()
     } else {
         (None, None)
     };
@@ -280,18 +290,28 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
         },
         (Ok(Request::Transport), _) => Reply {
             ok: true,
-            transport: Some(TransportReport {
-                name: control.transport.name().into(),
-                ring_requests: control.transport.ring_requests(),
-            }),
+            transport: Some(transport_report(control)),
             ..Reply::default()
         },
-        (Err(e), _) => failed(format!("bad request: {e}")),
+        (Ok(Request::Status), _) => Reply {
+            ok: true,
+            cache: Some(cache_report(control)),
+            transport: Some(transport_report(control)),
+            ..Reply::default()
+        },
+        (Err(e), _) => failed(format!("{BAD_REQUEST}: {e}")),
     };
     let mut out = serde_json::to_string(&reply)?;
     out.push('\n');
     (&stream).write_all(out.as_bytes())?;
     Ok(())
+}
+
+fn transport_report(control: &Control) -> TransportReport {
+    TransportReport {
+        name: control.transport.name().into(),
+        ring_requests: control.transport.ring_requests(),
+    }
 }
 
 /// What the mount's caches hold: a checkpoint or browse mount's [`Caches`],
@@ -398,5 +418,78 @@ mod tests {
         };
         let reply = ask_raw(&control, "{\"op\":\"memory\"}\n");
         assert_eq!(reply, "{\"ok\":true,\"cache\":null}\n");
+    }
+
+    /// A control socket in `dir` answering with `control` as a daemon does,
+    /// except requests `old` does not know, refused as a daemon from before
+    /// them refuses them; the requests it got, in order.
+    fn fake_daemon(
+        dir: &Path,
+        control: Control,
+        old: &'static [&'static str],
+    ) -> (PathBuf, Arc<std::sync::Mutex<Vec<String>>>) {
+        let sock = dir.join("d.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let stream = stream.unwrap();
+                let mut line = String::new();
+                BufReader::new(&stream).read_line(&mut line).unwrap();
+                log.lock().unwrap().push(line.trim().to_string());
+                if old.iter().any(|op| line.contains(&format!("\"{op}\""))) {
+                    let refusal =
+                        format!("{{\"ok\":false,\"error\":\"{BAD_REQUEST}: unknown variant\"}}\n");
+                    (&stream).write_all(refusal.as_bytes()).unwrap();
+                    continue;
+                }
+                // The real answer to the line read above.
+                let (mut client, server) = UnixStream::pair().unwrap();
+                client.write_all(line.as_bytes()).unwrap();
+                answer(server, &control).unwrap();
+                let mut reply = String::new();
+                BufReader::new(client).read_line(&mut reply).unwrap();
+                (&stream).write_all(reply.as_bytes()).unwrap();
+            }
+        });
+        (sock, seen)
+    }
+
+    fn read_only_control() -> Control {
+        Control {
+            fork: None,
+            caches: Some(Caches::new(4 << 20)),
+            transport: TransportUse::default(),
+            skip_final_commit: AtomicBool::new(false),
+            writeback_at: None,
+        }
+    }
+
+    #[test]
+    fn status_asks_a_daemon_once_and_an_older_daemon_the_old_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        let second = Duration::from_secs(5);
+        let (sock, seen) = fake_daemon(tmp.path(), read_only_control(), &[]);
+        let (cache, transport) = daemon_use(&sock, second).unwrap();
+        assert_eq!(cache.map(|c| c.limit), Some(4 << 20));
+        assert_eq!(transport.unwrap().name, "/dev/fuse");
+        assert_eq!(*seen.lock().unwrap(), ["{\"op\":\"status\"}"]);
+
+        let old = tmp.path().join("old");
+        std::fs::create_dir(&old).unwrap();
+        let (sock, seen) = fake_daemon(&old, read_only_control(), &["status"]);
+        let (cache, transport) = daemon_use(&sock, second).unwrap();
+        assert_eq!(cache.map(|c| c.limit), Some(4 << 20));
+        assert_eq!(transport.unwrap().name, "/dev/fuse");
+        assert_eq!(seen.lock().unwrap().len(), 3);
+
+        // Older still: no `transport` either; the cache is still reported.
+        let older = tmp.path().join("older");
+        std::fs::create_dir(&older).unwrap();
+        let (sock, _) = fake_daemon(&older, read_only_control(), &["status", "transport"]);
+        let (cache, transport) = daemon_use(&sock, second).unwrap();
+        assert_eq!(cache.map(|c| c.limit), Some(4 << 20));
+        assert_eq!(transport, None);
     }
 }
