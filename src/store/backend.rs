@@ -7,6 +7,7 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::num::NonZeroUsize;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
@@ -23,6 +24,11 @@ use super::pack::{
 
 /// The directory under `objects/` that holds pack files.
 pub const PACKS: &str = "packs";
+
+/// In [`PACKS`]: the names of the packs published since the multi-pack index
+/// was last written, one a line, appended after each publish (a hint: see
+/// [`LocalBackend`]).
+pub const PUBLISHED: &str = "published";
 
 /// An object as [`ObjectBackend::read_for_use`] hands it over.
 pub enum Got {
@@ -141,6 +147,16 @@ pub trait ObjectBackend: Send + Sync {
 /// (checked on a miss) or, for a read, on any miss. A write that leaves the
 /// tail at [`MIDX_TAIL_PACKS`] packs or [`MIDX_TAIL_OBJECTS`] objects (or with
 /// no multi-pack index at all) writes a new multi-pack index covering them.
+///
+/// A process's first look at the packs does not list the directory, whose
+/// length grows with every snapshot until gc merges the packs: it takes the
+/// tail from [`PUBLISHED`] (*a quick scan*), and checks that a pack the
+/// multi-pack index names is still there when an object is first found in it
+/// (gc may have removed it). A pack missing from the log (published by an
+/// older storefs, or its line lost to a crash or to a concurrent rewrite of
+/// the log) is then unknown until a full scan: `contains` may answer no for its
+/// objects, which costs a duplicate copy, never a loss; a read's miss always
+/// scans in full.
 pub struct LocalBackend {
     dir: PathBuf,
     packs_dir: PathBuf,
@@ -161,6 +177,8 @@ pub struct LocalBackend {
     /// time walking those paths.
     dir_fd: OnceLock<File>,
     packs_dir_fd: OnceLock<File>,
+    /// Full scans (listings of the packs directory) so far.
+    listings: std::sync::atomic::AtomicU64,
 }
 
 /// Where a pending object can be read.
@@ -189,19 +207,88 @@ struct Pack {
 /// The multi-pack index as of the last scan.
 struct MidxView {
     midx: Arc<Midx>,
-    /// Per pack the midx names: whether its index was there at the last scan
-    /// (gc removes packs; the midx may be older).
-    alive: Vec<bool>,
+    /// Per pack the midx names: whether its index was there (gc removes
+    /// packs; the midx may be older): [`ALIVE`] or [`GONE`] as the last full
+    /// scan listed it, or [`UNCHECKED`] after a quick scan until the pack is
+    /// first needed.
+    alive: Vec<AtomicU8>,
+    packs_dir: PathBuf,
 }
 
+const UNCHECKED: u8 = 0;
+const ALIVE: u8 = 1;
+const GONE: u8 = 2;
+
 impl MidxView {
+    /// `midx` with each pack alive as `listed` says.
+    fn listed(midx: Arc<Midx>, packs_dir: &Path, listed: &BTreeSet<String>) -> MidxView {
+        let alive = midx
+            .names
+            .iter()
+            .map(|n| AtomicU8::new(if listed.contains(n) { ALIVE } else { GONE }))
+            .collect();
+        MidxView {
+            midx,
+            alive,
+            packs_dir: packs_dir.to_path_buf(),
+        }
+    }
+
+    /// `midx` with no pack checked yet.
+    fn unchecked(midx: Arc<Midx>, packs_dir: &Path) -> MidxView {
+        let alive = midx
+            .names
+            .iter()
+            .map(|_| AtomicU8::new(UNCHECKED))
+            .collect();
+        MidxView {
+            midx,
+            alive,
+            packs_dir: packs_dir.to_path_buf(),
+        }
+    }
+
+    /// Whether pack `i` of the midx is there: as the last full scan listed
+    /// it, or (after a quick scan) whether its index exists now, asked once.
+    fn alive(&self, i: usize) -> io::Result<bool> {
+        let Some(state) = self.alive.get(i) else {
+            return Ok(false);
+        };
+        match state.load(Ordering::Acquire) {
+            ALIVE => Ok(true),
+            GONE => Ok(false),
+            _ => {
+                let idx = self.packs_dir.join(format!("{}.idx", self.midx.names[i]));
+                let there = match fs::symlink_metadata(&idx) {
+                    Ok(_) => true,
+                    Err(e) if e.kind() == ErrorKind::NotFound => false,
+                    Err(e) => return Err(e),
+                };
+                state.store(if there { ALIVE } else { GONE }, Ordering::Release);
+                Ok(there)
+            }
+        }
+    }
+
+    /// The names of the packs that are there.
+    fn alive_names(&self) -> io::Result<Vec<&String>> {
+        let mut out = Vec::new();
+        for (i, n) in self.midx.names.iter().enumerate() {
+            if self.alive(i)? {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
     /// The first entry for `id` in a pack that is still there.
     fn find(&self, id: &ObjectId) -> io::Result<Option<MidxEntry>> {
-        Ok(self
-            .midx
-            .lookup(id)?
-            .into_iter()
-            .find(|e| self.alive[e.pack as usize]))
+        for e in self.midx.lookup(id)? {
+            if self.alive(e.pack as usize)? {
+                return Ok(Some(e));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -221,6 +308,9 @@ struct Loc {
 struct Packs {
     /// Modification time of the packs directory when it was last scanned.
     scanned: Option<SystemTime>,
+    /// Whether the last scan was quick (the tail from [`PUBLISHED`], not from
+    /// a listing).
+    quick: bool,
     midx: Option<Arc<MidxView>>,
     /// (device, inode) of a multi-pack index found damaged: not used again
     /// (the next write replaces it).
@@ -287,10 +377,16 @@ impl LocalBackend {
             )),
             dir_fd: OnceLock::new(),
             packs_dir_fd: OnceLock::new(),
+            listings: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// Whether `id` is stored loose (published: its final name exists).
+    /// How many times this backend listed its packs directory (a full scan).
+    pub fn listings(&self) -> u64 {
+        self.listings.load(Ordering::Relaxed)
+    }
+
     fn loose_exists(&self, id: &ObjectId) -> io::Result<bool> {
         let Some(dir) = held_dir(&self.dir_fd, &self.dir)? else {
             return Ok(false);
@@ -459,70 +555,113 @@ impl LocalBackend {
             return Ok(Some(found));
         }
         let scanned = self.packs.read().scanned;
-        if !force && scanned.is_some() && scanned == self.packs_dir_mtime()? {
+        if scanned.is_none() {
+            // This process's first look: quick, then in full only for a read.
+            self.rescan_quick()?;
+            if let Some(found) = self.find_published(id)? {
+                return Ok(Some(found));
+            }
+            if !force {
+                return Ok(None);
+            }
+        } else if !force && scanned == self.packs_dir_mtime()? {
             return Ok(None);
         }
         self.rescan()?;
         self.find_published(id)
     }
 
-    /// Bring the view of the packs up to date with the packs directory: the
-    /// multi-pack index (reopened when it was replaced), which of its packs
-    /// are still there, and the indexes of the packs it does not cover.
-    fn rescan(&self) -> io::Result<()> {
-        // The time before the listing: a change during it triggers a rescan later.
-        let mtime = self.packs_dir_mtime()?;
-        // The midx before the listing: a pack it names is then either listed
-        // or gone, and a pack published after it is listed (tail).
+    /// The multi-pack index as it is now: the one in use when the file was
+    /// not replaced, `None` when there is none or it was found damaged.
+    fn current_midx(&self) -> io::Result<Option<Arc<Midx>>> {
         let (current, bad) = {
             let packs = self.packs.read();
             (packs.midx.clone(), packs.bad_midx)
         };
         let midx_path = self.packs_dir.join(MIDX);
-        let midx: Option<Arc<Midx>> = match fs::metadata(&midx_path) {
+        match fs::metadata(&midx_path) {
             Ok(m) => {
                 let identity = midx::identity(&m);
                 if Some(identity) == bad {
-                    None
+                    Ok(None)
                 } else if let Some(v) = current.filter(|v| v.midx.identity == identity) {
-                    Some(v.midx.clone())
+                    Ok(Some(v.midx.clone()))
                 } else {
                     match Midx::open(&midx_path) {
-                        Ok(m) => m.map(Arc::new),
+                        Ok(m) => Ok(m.map(Arc::new)),
                         Err(e) => {
                             tracing::warn!(error = %e, path = %midx_path.display(), "unreadable multi-pack index; reading each pack's own index instead (the next snapshot, commit or gc rewrites it)");
                             self.packs.write().bad_midx = Some(identity);
-                            None
+                            Ok(None)
                         }
                     }
                 }
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The pack names in [`PUBLISHED`] (none when it is missing); lines that
+    /// are not a pack name (a line torn by a crash) are skipped.
+    fn read_published(&self) -> io::Result<BTreeSet<String>> {
+        let text = match fs::read(self.packs_dir.join(PUBLISHED)) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(BTreeSet::new()),
             Err(e) => return Err(e),
         };
-        let mut names = BTreeSet::new();
-        for ent in read_dir_if_exists(&self.packs_dir)? {
-            let name = ent?.file_name();
-            if let Some(n) = name.to_str().and_then(|n| n.strip_suffix(".idx"))
-                && !n.starts_with('.')
-            {
-                names.insert(n.to_string());
-            }
-        }
-        let view = midx.map(|midx| {
-            let alive = midx.names.iter().map(|n| names.contains(n)).collect();
-            Arc::new(MidxView { midx, alive })
-        });
-        let covered: HashSet<&str> = view
+        Ok(text
+            .split(|&b| b == b'\n')
+            .filter_map(|l| std::str::from_utf8(l).ok())
+            .filter(|n| midx::is_pack_name(n))
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// A scan without listing the packs directory: the multi-pack index, its
+    /// packs left unchecked until needed, and as the tail the packs
+    /// [`PUBLISHED`] names that it does not cover (see [`LocalBackend`]).
+    fn rescan_quick(&self) -> io::Result<()> {
+        let mtime = self.packs_dir_mtime()?;
+        let midx = self.current_midx()?;
+        let logged = self.read_published()?;
+        let covered: HashSet<&str> = midx
             .iter()
-            .flat_map(|v| v.midx.names.iter().zip(&v.alive))
-            .filter(|(_, alive)| **alive)
-            .map(|(n, _)| n.as_str())
+            .flat_map(|m| m.names.iter().map(String::as_str))
             .collect();
-        let tail: BTreeSet<&String> = names
+        let mut tail: BTreeSet<&String> = logged
             .iter()
             .filter(|n| !covered.contains(n.as_str()))
             .collect();
+        // A pack loaded by an earlier scan may be gone since (gc): the log
+        // does not say, so look (loading a new one looks by itself).
+        let known: Vec<String> = self.packs.read().by_name.keys().cloned().collect();
+        for name in &known {
+            if tail.contains(name) && !self.pack_path(name, "idx").try_exists()? {
+                tail.remove(name);
+            }
+        }
+        self.load_tail(
+            &tail,
+            |m| MidxView::unchecked(m, &self.packs_dir),
+            midx,
+            mtime,
+            true,
+        )
+    }
+
+    /// Make `tail` (pack names) this process's tail: load the packs not yet
+    /// loaded (those gone meanwhile are skipped), drop the others, and set
+    /// the midx view (made by `view` from `midx`) and the scan state.
+    fn load_tail(
+        &self,
+        tail: &BTreeSet<&String>,
+        view: impl FnOnce(Arc<Midx>) -> MidxView,
+        midx: Option<Arc<Midx>>,
+        mtime: Option<SystemTime>,
+        quick: bool,
+    ) -> io::Result<()> {
+        let view = midx.map(|m| Arc::new(view(m)));
         let known: HashSet<String> = self.packs.read().by_name.keys().cloned().collect();
         let mut loaded = Vec::new();
         for name in tail.iter().filter(|n| !known.contains(**n)) {
@@ -543,7 +682,90 @@ impl LocalBackend {
         }
         packs.midx = view;
         packs.scanned = mtime;
+        packs.quick = quick;
         Ok(())
+    }
+
+    /// Bring the view of the packs up to date with the packs directory: the
+    /// multi-pack index (reopened when it was replaced), which of its packs
+    /// are still there, and the indexes of the packs it does not cover.
+    fn rescan(&self) -> io::Result<()> {
+        // The time before the listing: a change during it triggers a rescan later.
+        let mtime = self.packs_dir_mtime()?;
+        // The midx before the listing: a pack it names is then either listed
+        // or gone, and a pack published after it is listed (tail).
+        let midx = self.current_midx()?;
+        self.listings.fetch_add(1, Ordering::Relaxed);
+        let mut names = BTreeSet::new();
+        for ent in read_dir_if_exists(&self.packs_dir)? {
+            let name = ent?.file_name();
+            if let Some(n) = name.to_str().and_then(|n| n.strip_suffix(".idx"))
+                && !n.starts_with('.')
+            {
+                names.insert(n.to_string());
+            }
+        }
+        let covered: HashSet<&str> = midx
+            .iter()
+            .flat_map(|m| m.names.iter())
+            .filter(|n| names.contains(*n))
+            .map(String::as_str)
+            .collect();
+        let tail: BTreeSet<&String> = names
+            .iter()
+            .filter(|n| !covered.contains(n.as_str()))
+            .collect();
+        self.load_tail(
+            &tail,
+            |m| MidxView::listed(m, &self.packs_dir, &names),
+            midx,
+            mtime,
+            false,
+        )
+    }
+
+    /// Publish `w` (its data already durable) and add its name to
+    /// [`PUBLISHED`], where a quick scan finds it. A failure to log is only
+    /// a warning: the pack is published, and full scans list it.
+    fn publish(&self, w: &mut PackWriter) -> io::Result<String> {
+        let name = w.publish()?;
+        let path = self.packs_dir.join(PUBLISHED);
+        let logged = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .open(&path)
+            .and_then(|mut f| f.write_all(format!("{name}\n").as_bytes()));
+        if let Err(e) = logged {
+            tracing::warn!(path = %path.display(), error = %e, "cannot log a published pack; processes find it by listing the packs directory");
+        }
+        Ok(name)
+    }
+
+    /// After a new multi-pack index: [`PUBLISHED`] rewritten with the names of
+    /// the tail only (the packs published after the index was written), so
+    /// that it stays short. A line another process appends meanwhile may be
+    /// lost: its pack is then found by full scans only, until the next index
+    /// covers it (see [`LocalBackend`]).
+    fn trim_published(&self) {
+        let mut text = String::new();
+        {
+            let packs = self.packs.read();
+            let mut names: Vec<&String> = packs
+                .by_name
+                .keys()
+                .filter(|n| midx::is_pack_name(n))
+                .collect();
+            names.sort();
+            for n in names {
+                text.push_str(n);
+                text.push('\n');
+            }
+        }
+        let path = self.packs_dir.join(PUBLISHED);
+        if let Err(e) = write_file(&path, text.as_bytes(), 0o644, false) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot rewrite the log of published packs; it only grows longer");
+        }
     }
 
     /// Read a pack's index; `None` when it vanished meanwhile (gc).
@@ -579,7 +801,7 @@ impl LocalBackend {
             f(p);
         }
         if let Some(v) = view {
-            for (name, _) in v.midx.names.iter().zip(&v.alive).filter(|(_, a)| **a) {
+            for name in v.alive_names()? {
                 match self.load_pack(name) {
                     Ok(Some(p)) => f(Arc::new(p)),
                     Ok(None) => {}
@@ -643,14 +865,7 @@ impl LocalBackend {
         };
         let mut names: Vec<String> = tail.iter().map(|p| p.name.clone()).collect();
         if let Some(v) = &view {
-            names.extend(
-                v.midx
-                    .names
-                    .iter()
-                    .zip(&v.alive)
-                    .filter(|(_, a)| **a)
-                    .map(|(n, _)| n.clone()),
-            );
+            names.extend(v.alive_names()?.into_iter().cloned());
         }
         names.sort();
         names.dedup();
@@ -660,6 +875,11 @@ impl LocalBackend {
                 Ok(()) => fsync_dir(&self.packs_dir)?,
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
+            }
+            // Nor a log of packs published since.
+            match fs::remove_file(self.packs_dir.join(PUBLISHED)) {
+                Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+                _ => {}
             }
             return self.rescan();
         }
@@ -682,19 +902,14 @@ impl LocalBackend {
                 &mut fresh.into_iter().map(Ok::<MidxEntry, io::Error>),
             ),
             Some(v) => {
-                let remap: Vec<Option<u32>> = v
-                    .midx
-                    .names
-                    .iter()
-                    .zip(&v.alive)
-                    .map(|(n, a)| {
-                        if *a {
-                            index_of(n).map(|i| i as u32)
-                        } else {
-                            None
-                        }
-                    })
-                    .collect();
+                let mut remap: Vec<Option<u32>> = Vec::with_capacity(v.midx.names.len());
+                for (i, n) in v.midx.names.iter().enumerate() {
+                    remap.push(if v.alive(i)? {
+                        index_of(n).map(|i| i as u32)
+                    } else {
+                        None
+                    });
+                }
                 let old = v.midx.iter()?.filter_map(|r| match r {
                     Ok(e) => remap[e.pack as usize].map(|pack| Ok(MidxEntry { pack, ..e })),
                     Err(e) => Some(Err(e)),
@@ -714,7 +929,9 @@ impl LocalBackend {
             }
         };
         merged?;
-        self.rescan()
+        self.rescan()?;
+        self.trim_published();
+        Ok(())
     }
 
     /// Write a multi-pack index over `names` (sorted) from their own indexes.
@@ -814,7 +1031,7 @@ impl LocalBackend {
                     w.append(&e.id, &read_entry(old, e.offset, e.len)?)?;
                     if w.is_full() {
                         w.sync_data()?;
-                        w.publish()?;
+                        self.publish(w)?;
                         current = None;
                         written += 1;
                     }
@@ -822,7 +1039,7 @@ impl LocalBackend {
             }
             if let Some(w) = &mut current {
                 w.sync_data()?;
-                w.publish()?;
+                self.publish(w)?;
                 current = None;
                 written += 1;
             }
@@ -989,7 +1206,7 @@ impl ObjectBackend for LocalBackend {
         }
         let published_any = !packs.is_empty();
         while let Some(mut w) = packs.pop() {
-            match w.publish() {
+            match self.publish(&mut w) {
                 Ok(name) => {
                     let pack = Pack {
                         name,
@@ -1053,7 +1270,7 @@ impl ObjectBackend for LocalBackend {
             let mut midx_ids = Vec::new();
             let read = v.midx.iter()?.try_for_each(|e| {
                 let e = e?;
-                if v.alive[e.pack as usize] {
+                if v.alive(e.pack as usize)? {
                     midx_ids.push(e.id);
                 }
                 Ok::<(), io::Error>(())
@@ -1072,8 +1289,19 @@ impl ObjectBackend for LocalBackend {
         Ok(out)
     }
 
+    /// A process that has only scanned quickly so far scans quickly again
+    /// (and checks again each pack of the multi-pack index it uses); one
+    /// that listed the directory lists it again.
     fn refresh(&self) -> io::Result<()> {
-        self.rescan()
+        let (scanned, quick) = {
+            let packs = self.packs.read();
+            (packs.scanned, packs.quick)
+        };
+        if scanned.is_none() || quick {
+            self.rescan_quick()
+        } else {
+            self.rescan()
+        }
     }
 
     /// A loose object (pending or published) as its open file; a packed one
@@ -1194,7 +1422,7 @@ impl ObjectBackend for LocalBackend {
             let mut names = BTreeSet::new();
             for id in ids {
                 for e in v.midx.lookup(id)? {
-                    if v.alive[e.pack as usize] {
+                    if v.alive(e.pack as usize)? {
                         names.insert(v.midx.names[e.pack as usize].clone());
                     }
                 }

@@ -63,7 +63,7 @@ fn object_round_trip_and_dedup() {
     // store's first multi-pack index; no temp file.
     assert_eq!(
         names_in(&s.root().join("objects/packs")),
-        vec!["*.pack", "*.midx", "*.idx"]
+        vec!["published", "*.pack", "*.midx", "*.idx"]
     );
 }
 
@@ -214,7 +214,7 @@ fn removing_packed_objects_rewrites_their_pack() {
     // rest leaves none.
     assert_eq!(
         names_in(&s.root().join("objects/packs")),
-        vec!["*.pack", "*.midx", "*.idx"]
+        vec!["published", "*.pack", "*.midx", "*.idx"]
     );
     assert_eq!(s.backend().remove_many(&ids[4..]).unwrap(), vec![true; 6]);
     assert!(names_in(&s.root().join("objects/packs")).is_empty());
@@ -737,4 +737,135 @@ fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
     assert_eq!(s.read_range(&id, len, 0..10).unwrap(), None);
     s.replace_stored_object(&id, &good).unwrap();
     assert_eq!(s.get_object(&id, "t").unwrap(), data);
+}
+
+/// `n` objects each in a pack of its own (one sync each); their ids, and the
+/// packs directory.
+fn packs_of_one(s: &Store, n: usize) -> (Vec<ObjectId>, std::path::PathBuf) {
+    let ids = (0..n)
+        .map(|i| put_synced(s, format!("pack {i}").as_bytes()))
+        .collect();
+    (ids, s.root().join("objects/packs"))
+}
+
+/// The pack holding `id` (its name), as its own index says.
+fn pack_of(packs: &std::path::Path, id: &ObjectId) -> String {
+    for idx in pack_indexes(packs) {
+        let entries = super::pack::decode_index(&fs::read(&idx).unwrap()).unwrap();
+        if entries.iter().any(|e| e.id == *id) {
+            return idx.file_stem().unwrap().to_str().unwrap().to_string();
+        }
+    }
+    panic!("{id:?} is in no pack");
+}
+
+#[test]
+fn a_fresh_process_finds_every_pack_without_listing_the_packs_directory() {
+    let (_d, s) = new_store();
+    // Some packs in the multi-pack index, some after it (the tail).
+    let (ids, packs) = packs_of_one(&s, backend::MIDX_TAIL_PACKS + 5);
+    let m = midx::Midx::open(&packs.join(midx::MIDX)).unwrap().unwrap();
+    assert!(m.names.len() < ids.len(), "a tail outside the index");
+    // The log holds the tail only: the index rewrote it.
+    let logged = fs::read_to_string(packs.join(backend::PUBLISHED)).unwrap();
+    assert_eq!(
+        logged.lines().count(),
+        ids.len() - m.names.len(),
+        "{logged}"
+    );
+    let fresh = LocalBackend::new(s.root().join("objects"));
+    fresh.refresh().unwrap();
+    for id in &ids {
+        assert!(fresh.contains(id).unwrap());
+        assert!(fresh.read(id).unwrap().is_some());
+    }
+    assert_eq!(fresh.listings(), 0);
+}
+
+#[test]
+fn a_quick_scan_never_vouches_for_a_pack_the_index_names_but_that_is_gone() {
+    let (_d, s) = new_store();
+    let (ids, packs) = packs_of_one(&s, backend::MIDX_TAIL_PACKS);
+    let m = midx::Midx::open(&packs.join(midx::MIDX)).unwrap().unwrap();
+    // Removed behind the index's back (a gc whose index rewrite failed).
+    let gone = pack_of(&packs, &ids[0]);
+    assert!(m.names.contains(&gone));
+    fs::remove_file(packs.join(format!("{gone}.idx"))).unwrap();
+    fs::remove_file(packs.join(format!("{gone}.pack"))).unwrap();
+    let fresh = LocalBackend::new(s.root().join("objects"));
+    fresh.refresh().unwrap();
+    assert!(
+        !fresh.contains(&ids[0]).unwrap(),
+        "vouched for a removed pack"
+    );
+    assert!(fresh.read(&ids[0]).unwrap().is_none());
+    for id in &ids[1..] {
+        assert!(fresh.contains(id).unwrap());
+    }
+}
+
+#[test]
+fn a_pack_missing_from_the_log_is_found_by_a_read_and_a_torn_line_is_skipped() {
+    let (_d, s) = new_store();
+    let (ids, packs) = packs_of_one(&s, backend::MIDX_TAIL_PACKS + 2);
+    let last = *ids.last().unwrap();
+    let name = pack_of(&packs, &last);
+    let log = packs.join(backend::PUBLISHED);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(text.contains(&name), "{text}");
+    // The line lost (an older storefs published it, or a crash), and a
+    // torn line at the end.
+    let kept: String = text
+        .lines()
+        .filter(|l| *l != name)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    fs::write(&log, format!("{kept}{}", &name[..7])).unwrap();
+    let fresh = LocalBackend::new(s.root().join("objects"));
+    fresh.refresh().unwrap();
+    // The other packs are found without a listing.
+    assert!(fresh.contains(&ids[0]).unwrap());
+    assert_eq!(fresh.listings(), 0);
+    // A read that misses lists the directory and finds it; `contains` may
+    // have said no before that (a duplicate write, never a loss).
+    assert!(fresh.read(&last).unwrap().is_some());
+    assert_eq!(fresh.listings(), 1);
+    assert!(fresh.contains(&last).unwrap());
+    // A writer's store finds it too, and a new pack is logged again.
+    let again = Store::open(s.root()).unwrap();
+    let want = format!("pack {}", ids.len() - 1);
+    assert_eq!(again.get_object(&last, "t").unwrap(), want.as_bytes());
+    let id = put_synced(&again, b"after");
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(
+        text.ends_with(&format!("{}\n", pack_of(&packs, &id))),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_refresh_after_a_quick_scan_drops_a_tail_pack_removed_meanwhile() {
+    let (_d, s) = new_store();
+    let (ids, packs) = packs_of_one(&s, backend::MIDX_TAIL_PACKS + 2);
+    let last = *ids.last().unwrap();
+    let fresh = LocalBackend::new(s.root().join("objects"));
+    fresh.refresh().unwrap();
+    assert!(fresh.contains(&last).unwrap());
+    // Removed with its line left in the log (a gc whose index rewrite failed),
+    // then the writer's lease refreshes the view.
+    let gone = pack_of(&packs, &last);
+    fs::remove_file(packs.join(format!("{gone}.idx"))).unwrap();
+    fs::remove_file(packs.join(format!("{gone}.pack"))).unwrap();
+    assert!(
+        fs::read_to_string(packs.join(backend::PUBLISHED))
+            .unwrap()
+            .contains(&gone)
+    );
+    fresh.refresh().unwrap();
+    assert!(
+        !fresh.contains(&last).unwrap(),
+        "vouched for a removed pack"
+    );
+    assert!(fresh.contains(&ids[0]).unwrap());
+    assert_eq!(fresh.listings(), 0);
 }
