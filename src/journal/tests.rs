@@ -294,9 +294,7 @@ fn a_write_is_its_head_then_its_data_and_frames_the_same_in_parts() {
         assert_eq!(parts, rec.encode());
     }
     // A record appended in parts reads back as the whole frame.
-    let io = FaultyIo::new();
-    let dir = std::path::Path::new("/j");
-    io.create_dir_all(dir).unwrap();
+    let (io, dir) = faulty_journal_dir();
     let wal = wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())).unwrap();
     let before = io.writes();
     let head = record::write_head(4, 5, 6, 3);
@@ -333,9 +331,7 @@ fn real_files_write_parts_back_to_back() {
 #[test]
 fn write_behind_starts_writeback_of_every_8_mib_off_the_callers_thread_and_drops_the_range_before()
 {
-    let io = FaultyIo::new();
-    let dir = std::path::Path::new("/j");
-    io.create_dir_all(dir).unwrap();
+    let (io, dir) = faulty_journal_dir();
     let wal = wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())).unwrap();
     let data = vec![5u8; 1 << 20];
     let mut ends = Vec::new();
@@ -498,11 +494,17 @@ fn records_end_at_the_preallocated_zeros_and_reopening_cuts_them() {
     assert_eq!(cat(&f, "hello.txt"), b"after\n");
 }
 
-#[test]
-fn rotation_cuts_the_preallocated_zeros_of_the_segment_it_leaves() {
+/// An in-memory file system with an empty journal directory `/j`.
+fn faulty_journal_dir() -> (FaultyIo, &'static std::path::Path) {
     let io = FaultyIo::new();
     let dir = std::path::Path::new("/j");
     io.create_dir_all(dir).unwrap();
+    (io, dir)
+}
+
+#[test]
+fn rotation_cuts_the_preallocated_zeros_of_the_segment_it_leaves() {
+    let (io, dir) = faulty_journal_dir();
     let w = wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())).unwrap();
     let payload = Record::Unlink {
         parent: 1,
@@ -620,9 +622,7 @@ fn unwritten_extents(path: &std::path::Path) -> Option<usize> {
 
 #[test]
 fn a_preallocation_step_after_a_sync_is_written_zeros_and_one_without_is_reserved() {
-    let io = FaultyIo::new();
-    let dir = std::path::Path::new("/j");
-    io.create_dir_all(dir).unwrap();
+    let (io, dir) = faulty_journal_dir();
     let wal = wal::Wal::open(Arc::new(io.clone()), dir, 0, |_, _, _| Ok(())).unwrap();
     let data = vec![7u8; 100 << 10];
     let write = |n: u64| {
