@@ -7,7 +7,7 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::num::NonZeroUsize;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
@@ -178,7 +178,7 @@ pub struct LocalBackend {
     dir_fd: OnceLock<File>,
     packs_dir_fd: OnceLock<File>,
     /// Full scans (listings of the packs directory) so far.
-    listings: std::sync::atomic::AtomicU64,
+    listings: AtomicU64,
 }
 
 /// Where a pending object can be read.
@@ -377,16 +377,16 @@ impl LocalBackend {
             )),
             dir_fd: OnceLock::new(),
             packs_dir_fd: OnceLock::new(),
-            listings: std::sync::atomic::AtomicU64::new(0),
+            listings: AtomicU64::new(0),
         }
     }
 
-    /// Whether `id` is stored loose (published: its final name exists).
     /// How many times this backend listed its packs directory (a full scan).
     pub fn listings(&self) -> u64 {
         self.listings.load(Ordering::Relaxed)
     }
 
+    /// Whether `id` is stored loose (published: its final name exists).
     fn loose_exists(&self, id: &ObjectId) -> io::Result<bool> {
         let Some(dir) = held_dir(&self.dir_fd, &self.dir)? else {
             return Ok(false);
