@@ -629,40 +629,34 @@ impl LocalBackend {
             .iter()
             .flat_map(|m| m.names.iter().map(String::as_str))
             .collect();
-        let mut tail: BTreeSet<&String> = logged
+        let tail: BTreeSet<&String> = logged
             .iter()
             .filter(|n| !covered.contains(n.as_str()))
             .collect();
-        // A pack loaded by an earlier scan may be gone since (gc): the log
-        // does not say, so look (loading a new one looks by itself).
-        let known: Vec<String> = self.packs.read().by_name.keys().cloned().collect();
-        for name in &known {
-            if tail.contains(name) && !self.pack_path(name, "idx").try_exists()? {
-                tail.remove(name);
-            }
-        }
-        self.load_tail(
-            &tail,
-            |m| MidxView::unchecked(m, &self.packs_dir),
-            midx,
-            mtime,
-            true,
-        )
+        let view = midx.map(|m| MidxView::unchecked(m, &self.packs_dir));
+        self.load_tail(tail, view, mtime, true)
     }
 
     /// Make `tail` (pack names) this process's tail: load the packs not yet
     /// loaded (those gone meanwhile are skipped), drop the others, and set
-    /// the midx view (made by `view` from `midx`) and the scan state.
+    /// the midx view and the scan state. After a `quick` scan, whose tail
+    /// comes from the log, a pack loaded by an earlier scan is looked for
+    /// again (gc may have removed it; the log does not say).
     fn load_tail(
         &self,
-        tail: &BTreeSet<&String>,
-        view: impl FnOnce(Arc<Midx>) -> MidxView,
-        midx: Option<Arc<Midx>>,
+        mut tail: BTreeSet<&String>,
+        view: Option<MidxView>,
         mtime: Option<SystemTime>,
         quick: bool,
     ) -> io::Result<()> {
-        let view = midx.map(|m| Arc::new(view(m)));
         let known: HashSet<String> = self.packs.read().by_name.keys().cloned().collect();
+        if quick {
+            for name in &known {
+                if tail.contains(name) && !self.pack_path(name, "idx").try_exists()? {
+                    tail.remove(name);
+                }
+            }
+        }
         let mut loaded = Vec::new();
         for name in tail.iter().filter(|n| !known.contains(**n)) {
             match self.load_pack(name) {
@@ -680,7 +674,7 @@ impl LocalBackend {
         for p in loaded {
             packs.add(p);
         }
-        packs.midx = view;
+        packs.midx = view.map(Arc::new);
         packs.scanned = mtime;
         packs.quick = quick;
         Ok(())
@@ -715,13 +709,8 @@ impl LocalBackend {
             .iter()
             .filter(|n| !covered.contains(n.as_str()))
             .collect();
-        self.load_tail(
-            &tail,
-            |m| MidxView::listed(m, &self.packs_dir, &names),
-            midx,
-            mtime,
-            false,
-        )
+        let view = midx.map(|m| MidxView::listed(m, &self.packs_dir, &names));
+        self.load_tail(tail, view, mtime, false)
     }
 
     /// Publish `w` (its data already durable) and add its name to
