@@ -21,6 +21,13 @@ pub use super::codec::Malformed;
 /// Content bytes per frame (the last frame of an object may be shorter).
 /// Objects of at most this many bytes are one plain frame, as before.
 pub const FRAME_SIZE: usize = 64 * 1024;
+/// Content bytes per frame where content does not compress
+/// ([`poorly_compressed`]): a random 4 KiB read then reads 16 KiB from the
+/// disk instead of 64 KiB, and compression loses nothing by the cut.
+pub const SMALL_FRAME: usize = 16 * 1024;
+/// What a frame of content stored raw (incompressible) takes beyond the
+/// content: frame header (magic, descriptor, window), block header, checksum.
+pub const RAW_FRAME_OVERHEAD: u64 = 4 + 1 + 1 + 3 + 4;
 /// The most bytes a frame of incompressible content takes beyond the content
 /// (frame header, block headers, checksum), rounded up.
 pub const FRAME_OVERHEAD: u64 = 64;
@@ -85,9 +92,135 @@ pub fn table_len(frames: usize) -> usize {
     HEADER + frames * ENTRY + FOOTER
 }
 
-/// How many frames content of `len` bytes is cut into.
+/// How many [`FRAME_SIZE`] frames content of `len` bytes is cut into.
 pub fn frame_count(len: u64) -> usize {
     len.div_ceil(FRAME_SIZE as u64) as usize
+}
+
+/// Whether `content` bytes that compressed to `stored` did so poorly (by
+/// less than 4:3): the writer cuts such content into [`SMALL_FRAME`]s.
+pub fn poorly_compressed(stored: usize, content: usize) -> bool {
+    stored.saturating_mul(4) > content.saturating_mul(3)
+}
+
+/// Append to `out` a zstd frame of `content` (at most [`SMALL_FRAME`]
+/// bytes) stored raw: a header without a content size (16 KiB window), one
+/// raw block, the content checksum; [`RAW_FRAME_OVERHEAD`] bytes beyond the
+/// content, what zstd itself makes of content it cannot compress. The
+/// writer builds these for the small frames of a piece zstd stored raw
+/// whole, instead of compressing each small piece again (that costs 2.5x
+/// the time of the large one: its match search restarts at every frame).
+pub fn put_raw_frame(out: &mut Vec<u8>, content: &[u8]) {
+    assert!(!content.is_empty() && content.len() <= SMALL_FRAME);
+    out.extend_from_slice(&ZSTD_MAGIC.to_le_bytes());
+    // Frame header descriptor: a content checksum; no content size, not a
+    // single segment, no dictionary. Window: 2^(10 + 4) = 16 KiB.
+    out.push(0x04);
+    out.push(4 << 3);
+    // Block header: the last block, raw, its size.
+    let block = 1u32 | (content.len() as u32) << 3;
+    out.extend_from_slice(&block.to_le_bytes()[..3]);
+    out.extend_from_slice(content);
+    let sum = xxhash_rust::xxh64::xxh64(content, 0) as u32;
+    out.extend_from_slice(&sum.to_le_bytes());
+}
+
+/// Where the table and frames of a framed object of `len` content bytes and
+/// `stored_len` stored bytes probably are, before its table is read, so
+/// that the table and the frames a read needs can be fetched together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guess {
+    /// How many bytes at the end of the object hold the whole table of any
+    /// object this store writes (every frame but the last holds at least
+    /// [`SMALL_FRAME`] bytes); an object with a longer table needs a second
+    /// read.
+    pub table_len: u64,
+    /// The frames' content size, and the size of each stored frame when
+    /// every frame is stored raw (then the guess is exact).
+    frame: u64,
+    raw: Option<u64>,
+    /// Frames of that size the content makes.
+    count: u64,
+    len: u64,
+    /// Stored bytes before the table.
+    data_len: u64,
+}
+
+impl Guess {
+    pub fn of(len: u64, stored_len: u64) -> Guess {
+        let longest = table_len(len.div_ceil(SMALL_FRAME as u64) as usize) as u64;
+        // Content that does not compress is stored raw: each frame is its
+        // content plus a fixed overhead, so the stored length tells which
+        // frame size the writer chose (16 KiB now, 64 KiB before).
+        for frame in [SMALL_FRAME as u64, FRAME_SIZE as u64] {
+            let n = len.div_ceil(frame);
+            let table = table_len(n as usize) as u64;
+            if stored_len == len + n * RAW_FRAME_OVERHEAD + table {
+                return Guess {
+                    table_len: longest,
+                    frame,
+                    raw: Some(frame + RAW_FRAME_OVERHEAD),
+                    count: n,
+                    len,
+                    data_len: stored_len - table,
+                };
+            }
+        }
+        let frame = if poorly_compressed(stored_len as usize, len as usize) {
+            SMALL_FRAME
+        } else {
+            FRAME_SIZE
+        } as u64;
+        let n = len.div_ceil(frame);
+        Guess {
+            table_len: longest,
+            frame,
+            raw: None,
+            count: n,
+            len,
+            data_len: stored_len.saturating_sub(table_len(n as usize) as u64),
+        }
+    }
+
+    /// The frame table the object has if it is stored raw, as its length
+    /// says: then a read needs no table read. A reader that finds something
+    /// else where it says (a frame without its checksum, of another size,
+    /// whose checksum fails) reads the real table.
+    pub fn raw_table(&self) -> Option<FrameTable> {
+        let stored = self.raw?;
+        let frames = (0..self.count)
+            .map(|i| {
+                let start = i * self.frame;
+                let len = (self.len - start).min(self.frame);
+                Frame {
+                    stored: i * stored,
+                    stored_len: (len + RAW_FRAME_OVERHEAD) as u32,
+                    start,
+                    len: len as u32,
+                }
+            })
+            .collect();
+        Some(FrameTable { frames })
+    }
+
+    /// The stored bytes that probably hold the frames of content `range`
+    /// (exactly those when the object is stored raw; otherwise from where
+    /// frames of the average stored size would put them to where they end
+    /// at most when stored raw).
+    pub fn frames(&self, range: Range<u64>) -> Range<u64> {
+        if range.start >= range.end {
+            return 0..0;
+        }
+        let (first, last) = (range.start / self.frame, (range.end - 1) / self.frame);
+        let (lo, hi) = match self.raw {
+            Some(stored) => (first * stored, (last + 1) * stored),
+            None => (
+                first * (self.data_len / self.count.max(1)),
+                (last + 1).saturating_mul(self.frame + FRAME_OVERHEAD),
+            ),
+        };
+        lo.min(self.data_len)..hi.min(self.data_len)
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -214,6 +347,41 @@ mod tests {
         assert_eq!(table.covering(131081..131082)[0].start, 131072);
         assert!(table.covering(5..5).is_empty());
         assert!(table.covering(131082..131090).is_empty());
+    }
+
+    #[test]
+    fn raw_frames_are_what_zstd_makes_of_content_it_cannot_compress() {
+        let mut z = zstd::bulk::Compressor::new(3).unwrap();
+        z.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false))
+            .unwrap();
+        z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+            .unwrap();
+        for n in [1, 100, 4096, SMALL_FRAME - 1, SMALL_FRAME] {
+            let mut content = vec![0u8; n];
+            rustix::rand::getrandom(&mut content, rustix::rand::GetRandomFlags::empty()).unwrap();
+            let mut ours = Vec::new();
+            put_raw_frame(&mut ours, &content);
+            assert_eq!(ours.len() as u64, n as u64 + RAW_FRAME_OVERHEAD, "{n}");
+            assert!(has_checksum(&ours) && !declares_size(&ours));
+            assert_eq!(zstd::stream::decode_all(&ours[..]).unwrap(), content, "{n}");
+            if n >= 4096 {
+                // zstd stores such content raw too, the same bytes but for
+                // the window it declares.
+                let theirs = z.compress(&content).unwrap();
+                assert_eq!(theirs.len(), ours.len(), "{n}");
+                assert_eq!(theirs[..5], ours[..5], "{n}");
+                assert_eq!(theirs[6..], ours[6..], "{n}");
+            }
+            // A damaged byte anywhere is refused by the checksum or the
+            // structure, never decoded to other bytes.
+            for at in [0, 5, 7, 9, ours.len() / 2, ours.len() - 1] {
+                let mut bad = ours.clone();
+                bad[at] ^= 0x10;
+                if let Ok(got) = zstd::stream::decode_all(&bad[..]) {
+                    assert_eq!(got, content, "{n}: byte {at}");
+                }
+            }
+        }
     }
 
     #[test]

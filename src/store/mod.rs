@@ -56,6 +56,8 @@ pub const MARKER: &str = "storefs.json";
 pub const MAX_OBJECT_SIZE: u64 = 1 << 30;
 /// zstd level for objects: fast to write, fast to read.
 pub const ZSTD_LEVEL: i32 = 3;
+/// The page size reads are rounded to (a partial read's table read).
+const PAGE: u64 = 4096;
 
 /// Everything that can go wrong in the store, each naming the thing involved.
 #[derive(Debug, thiserror::Error)]
@@ -282,46 +284,65 @@ impl Store {
                 offset,
                 len: stored_len,
             } => {
-                // The table's length follows from `len` (fixed-size frames):
-                // one read of exactly the table.
-                let table_len = framed::table_len(framed::frame_count(len));
-                if table_len as u64 >= stored_len {
-                    return Ok(None);
+                let guess = framed::Guess::of(len, stored_len);
+                // Stored raw (content that does not compress), as its length
+                // says: the frames are where that puts them, one disk read
+                // (past the page cache: the mount's page cache keeps what
+                // the kernel asked for).
+                if let Some(table) = guess.raw_table() {
+                    let read = |r: Range<u64>| {
+                        let n = (r.end - r.start) as usize;
+                        crate::sys::read_cold(&file, offset + r.start, n).map(Some)
+                    };
+                    if let Some(out) = decode_range(&table, len, range.clone(), read).at(&ctx)? {
+                        return Ok(Some(out));
+                    }
                 }
-                // Only the bytes asked for: no read-ahead around them. A
-                // failure only costs that.
+                let end = offset + stored_len;
+                // The table: the last bytes of the object, from the page
+                // where the longest table this store writes would start (a
+                // read costs whole pages anyway).
+                let tail_at = (end - guess.table_len.min(stored_len)) / PAGE * PAGE;
+                let tail_at = tail_at.max(offset);
+                // Only the bytes asked for, no read-ahead around them; the
+                // table and where the frames probably are fetched together,
+                // so the two disk reads overlap. Advice that fails costs
+                // only that.
                 let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
-                // While the table is read, have the disk fetch where the
-                // frames probably are (from the average stored frame size up
-                // to where they end at most when stored raw): the two reads
-                // overlap instead of following each other. A wrong guess
-                // costs only that read.
-                let frame = framed::FRAME_SIZE as u64;
-                let data_len = stored_len - table_len as u64;
-                let lo = range.start / frame * (data_len / framed::frame_count(len) as u64);
-                let hi = ((range.end - 1) / frame + 1)
-                    .saturating_mul(frame + framed::FRAME_OVERHEAD)
-                    .min(data_len);
-                if let Some(n) = hi.checked_sub(lo).and_then(std::num::NonZeroU64::new) {
-                    let _ = rustix::fs::fadvise(
-                        &file,
-                        offset + lo,
-                        Some(n),
-                        rustix::fs::Advice::WillNeed,
-                    );
+                let frames = guess.frames(range.clone());
+                for (at, n) in [
+                    (tail_at, end - tail_at),
+                    (offset + frames.start, frames.end - frames.start),
+                ] {
+                    if let Some(n) = std::num::NonZeroU64::new(n) {
+                        let _ =
+                            rustix::fs::fadvise(&file, at, Some(n), rustix::fs::Advice::WillNeed);
+                    }
                 }
-                let mut tail = vec![0; table_len];
-                file.read_exact_at(&mut tail, offset + stored_len - table_len as u64)
-                    .at(&ctx)?;
-                let Ok(table) = framed::parse_table(&tail, stored_len) else {
+                let mut tail = vec![0; (end - tail_at) as usize];
+                file.read_exact_at(&mut tail, tail_at).at(&ctx)?;
+                let Ok(Some(table_len)) = framed::table_len_from_footer(&tail) else {
                     return Ok(None);
                 };
-                Ok(decode_range(&table, len, range, |r| {
+                if table_len as u64 > stored_len {
+                    return Ok(None);
+                }
+                if table_len > tail.len() {
+                    // Frames smaller than this store writes: one more read.
+                    tail = vec![0; table_len];
+                    file.read_exact_at(&mut tail, end - table_len as u64)
+                        .at(&ctx)?;
+                }
+                let Ok(table) = framed::parse_table(&tail[tail.len() - table_len..], stored_len)
+                else {
+                    return Ok(None);
+                };
+                let read = |r: Range<u64>| {
                     let mut buf = vec![0; (r.end - r.start) as usize];
                     file.read_exact_at(&mut buf, offset + r.start)?;
                     Ok(Some(buf))
-                })
-                .at(&ctx)?)
+                };
+                Ok(decode_range(&table, len, range, read).at(&ctx)?)
             }
         }
     }
@@ -826,7 +847,14 @@ fn compress(data: &[u8]) -> io::Result<Vec<u8>> {
     })
 }
 
-/// The framed layout: one frame per [`framed::FRAME_SIZE`] bytes, then the table.
+/// The framed layout: one frame per [`framed::FRAME_SIZE`] bytes, then the
+/// table; content that compresses poorly is cut into
+/// [`framed::SMALL_FRAME`]s instead, so that a random read of it reads and
+/// checks 16 KiB, not 64. Each 64 KiB piece is compressed whole first: one
+/// zstd stores raw becomes small raw frames built from it
+/// ([`framed::put_raw_frame`]); one that compresses poorly is compressed
+/// again in small pieces, and the pieces after a small one stay small
+/// while they compress, but poorly.
 fn compress_framed(data: &[u8]) -> io::Result<Vec<u8>> {
     FRAMER.with_borrow_mut(|c| {
         let c = match c {
@@ -840,10 +868,37 @@ fn compress_framed(data: &[u8]) -> io::Result<Vec<u8>> {
         };
         let mut out = Vec::with_capacity(data.len() / 2 + 1024);
         let mut sizes = Vec::with_capacity(framed::frame_count(data.len() as u64));
-        for piece in data.chunks(framed::FRAME_SIZE) {
+        let (mut at, mut small) = (0, false);
+        while at < data.len() {
+            let size = if small {
+                framed::SMALL_FRAME
+            } else {
+                framed::FRAME_SIZE
+            };
+            let piece = &data[at..data.len().min(at + size)];
             let frame = c.compress(piece)?;
+            let raw = frame.len() as u64 == piece.len() as u64 + framed::RAW_FRAME_OVERHEAD;
+            if !small && piece.len() > framed::SMALL_FRAME {
+                if raw {
+                    for sub in piece.chunks(framed::SMALL_FRAME) {
+                        let from = out.len();
+                        framed::put_raw_frame(&mut out, sub);
+                        sizes.push(((out.len() - from) as u32, sub.len() as u32));
+                    }
+                    at += piece.len();
+                    continue;
+                }
+                if framed::poorly_compressed(frame.len(), piece.len()) {
+                    small = true;
+                    continue;
+                }
+            }
+            // Small while it compresses poorly; where it does not compress at
+            // all, the large pieces find that faster.
+            small = small && !raw && framed::poorly_compressed(frame.len(), piece.len());
             sizes.push((frame.len() as u32, piece.len() as u32));
             out.extend_from_slice(&frame);
+            at += piece.len();
         }
         framed::put_table(&mut out, &sizes);
         Ok(out)

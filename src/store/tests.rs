@@ -696,6 +696,117 @@ fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
     );
 }
 
+/// Stored bytes of `data` in the framed layout with content cut at `cuts`
+/// (the last size repeated to the end), as some writer may have cut it.
+fn framed_with(data: &[u8], cuts: &[usize]) -> Vec<u8> {
+    let mut z = zstd::bulk::Compressor::new(ZSTD_LEVEL).unwrap();
+    z.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false))
+        .unwrap();
+    z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+        .unwrap();
+    let (mut out, mut sizes, mut at) = (Vec::new(), Vec::new(), 0);
+    for i in 0.. {
+        if at == data.len() {
+            break;
+        }
+        let piece = &data[at..data.len().min(at + cuts[i.min(cuts.len() - 1)])];
+        let frame = z.compress(piece).unwrap();
+        sizes.push((frame.len() as u32, piece.len() as u32));
+        out.extend_from_slice(&frame);
+        at += piece.len();
+    }
+    framed::put_table(&mut out, &sizes);
+    out
+}
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut d = vec![0u8; n];
+    rustix::rand::getrandom(&mut d, rustix::rand::GetRandomFlags::empty()).unwrap();
+    d
+}
+
+#[test]
+fn content_that_does_not_compress_is_cut_into_small_frames_and_found_without_its_table() {
+    let (_d, s) = new_store();
+    let small = framed::SMALL_FRAME as u32;
+    let frames_of = |raw: &[u8]| -> Vec<u32> {
+        raw_table(raw)
+            .expect("framed")
+            .frames
+            .iter()
+            .map(|f| f.len)
+            .collect()
+    };
+    // Random: 16 KiB frames, each stored raw, so the length alone says
+    // where every frame is, and that is where the table says they are.
+    let random = random_bytes(300_001);
+    let (id, _) = s.put_object(&random).unwrap();
+    let raw = stored(&s, &id);
+    let lens = frames_of(&raw);
+    assert_eq!(lens.len(), 300_001usize.div_ceil(framed::SMALL_FRAME));
+    assert!(
+        lens[..lens.len() - 1].iter().all(|&l| l == small),
+        "{lens:?}"
+    );
+    let guess = framed::Guess::of(random.len() as u64, raw.len() as u64);
+    assert_eq!(guess.raw_table(), raw_table(&raw));
+    // Compressible, then random: 64 KiB frames while it compresses, 16 KiB
+    // after; the length fits no raw layout, so a read uses the table.
+    let mut mixed: Vec<u8> = (0..200_000u32).map(|i| (i % 97) as u8).collect();
+    mixed.extend(random_bytes(200_000));
+    let (mid, _) = s.put_object(&mixed).unwrap();
+    let mraw = stored(&s, &mid);
+    let lens = frames_of(&mraw);
+    assert_eq!(lens[0], framed::FRAME_SIZE as u32, "{lens:?}");
+    assert_eq!(lens[lens.len() - 2], small, "{lens:?}");
+    assert_eq!(
+        framed::Guess::of(mixed.len() as u64, mraw.len() as u64).raw_table(),
+        None
+    );
+    // Written by storefs before: random in 64 KiB raw frames (the guess
+    // knows that size too); and a layout whose length fits 16 KiB raw
+    // frames but whose first two frames are cut elsewhere (8 + 24 KiB): the
+    // guess is wrong there and the reader must notice and read the table.
+    let old_random = random_bytes(500_000);
+    let old = framed_with(&old_random, &[framed::FRAME_SIZE]);
+    let shifted_data = random_bytes(300_000);
+    let shifted = framed_with(&shifted_data, &[8 << 10, 24 << 10, framed::SMALL_FRAME]);
+    assert!(
+        framed::Guess::of(shifted_data.len() as u64, shifted.len() as u64)
+            .raw_table()
+            .is_some(),
+        "the shifted layout looks raw by its length"
+    );
+    let mut objects = vec![(id, random), (mid, mixed)];
+    for (data, stored_bytes) in [(old_random, old), (shifted_data, shifted)] {
+        let oid = ObjectId::of(&data);
+        s.backend().write(&oid, &stored_bytes).unwrap();
+        objects.push((oid, data));
+    }
+    s.sync_objects().unwrap();
+    for (id, data) in &objects {
+        assert!(s.backend().locate(id).unwrap().is_some(), "stored loose");
+        let len = data.len() as u64;
+        let f = framed::SMALL_FRAME as u64;
+        let mut ranges = ranges_of(len);
+        ranges.extend([
+            f - 1..f + 1,
+            2 * f..2 * f + 4096,
+            8192..12288,
+            40_000..44_096,
+        ]);
+        for r in ranges {
+            let got = s.read_range(id, len, r.clone()).unwrap();
+            assert_eq!(
+                got.as_deref(),
+                Some(&data[r.start as usize..r.end as usize]),
+                "range {r:?} of {len}"
+            );
+        }
+        assert_eq!(&s.get_object(id, "t").unwrap(), data);
+    }
+}
+
 #[test]
 fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
     let (_d, s) = new_store();
@@ -706,7 +817,7 @@ fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
     let good = stored(&s, &id);
     assert!(raw_table(&good).is_some(), "framed");
     let len = data.len() as u64;
-    let table_at = good.len() - framed::table_len(framed::frame_count(len));
+    let table_at = good.len() - framed::table_len_from_footer(&good).unwrap().unwrap();
     // Each byte of the table, then bytes in the middle of frames.
     let mut spots: Vec<usize> = (table_at..good.len()).collect();
     spots.extend([10, 70_000, 150_000, table_at - 1]);
