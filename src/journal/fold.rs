@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::rechunk::{ChunkIo, chunk_file};
-use super::state::{Data, Dir, ForkState, Inode, Piece, ROOT_INO, Src, TreeCache, plan};
+use super::state::{Data, Dir, ForkState, Inode, PieceMap, ROOT_INO, Src, TreeCache, plan};
 use super::wal::Wal;
 use super::{Error, Result};
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Stats, Store, Tree};
@@ -43,7 +43,7 @@ pub struct Folded {
     /// The extents of every file that was (re)chunked, by inode.
     pub extents: HashMap<u64, Vec<Extent>>,
     /// The pieces each of those files had when the fold read it.
-    pub read: HashMap<u64, BTreeMap<u64, Piece>>,
+    pub read: HashMap<u64, PieceMap>,
     /// The link id given to each hardlinked inode.
     pub link_ids: HashMap<u64, u64>,
     /// The tree of every loaded directory the fold visited, stored or
@@ -73,8 +73,8 @@ pub fn snapshot(state: &ForkState) -> ForkState {
         return state.clone();
     }
     let stale = stale_dirs(state);
-    let mut inodes: HashMap<u64, Inode> = HashMap::new();
-    let take = |ino: u64, inodes: &mut HashMap<u64, Inode>| {
+    let mut inodes: HashMap<u64, Box<Inode>> = HashMap::new();
+    let take = |ino: u64, inodes: &mut HashMap<u64, Box<Inode>>| {
         if inodes.contains_key(&ino) {
             return;
         }
@@ -82,10 +82,10 @@ pub fn snapshot(state: &ForkState) -> ForkState {
             return;
         };
         let copy = match &n.data {
-            Data::Dir(Dir::Loaded(_)) if !stale.contains(&ino) => Inode {
+            Data::Dir(Dir::Loaded(_)) if !stale.contains(&ino) => Box::new(Inode {
                 data: Data::Dir(Dir::Loaded(BTreeMap::new())),
                 ..n.without_data()
-            },
+            }),
             _ => n.clone(),
         };
         inodes.insert(ino, copy);
@@ -227,13 +227,12 @@ fn stale_dirs(state: &ForkState) -> HashSet<u64> {
         let Data::Dir(Dir::Loaded(kids)) = &n.data else {
             continue;
         };
-        let fresh = n.tree.is_some_and(|t| {
+        let fresh = n.tree.as_deref().is_some_and(|t| {
             n.stamp <= t.at
                 && kids.values().all(|c| {
-                    state
-                        .inodes
-                        .get(c)
-                        .is_some_and(|c| c.stamp <= t.at && c.tree.is_none_or(|ct| ct.at <= t.at))
+                    state.inodes.get(c).is_some_and(|c| {
+                        c.stamp <= t.at && c.tree.as_deref().is_none_or(|ct| ct.at <= t.at)
+                    })
                 })
         });
         if fresh {
@@ -300,7 +299,7 @@ impl Folder<'_> {
         {
             return None;
         }
-        let t = n.tree?;
+        let t = *n.tree.as_deref()?;
         let mut e = self.meta(ino, n, name.to_vec());
         e.content = Content::Tree(t.id);
         self.out.stats.entries += t.entries;
@@ -448,7 +447,7 @@ impl Folder<'_> {
 struct FileIo<'a> {
     store: &'a Store,
     wal: &'a Wal,
-    pieces: &'a BTreeMap<u64, Piece>,
+    pieces: &'a PieceMap,
     ino: u64,
     /// The base object read last (a window spans a few; reads go forward).
     cached: Option<(ObjectId, Vec<u8>)>,

@@ -41,10 +41,8 @@
 //! that does not end its run, an empty extent) is not used: the file is cut
 //! whole, as before.
 
-use std::collections::BTreeMap;
-
 use super::Result;
-use super::state::{FileData, Piece, Src, plan};
+use super::state::{FileData, PieceMap, Src, plan};
 use crate::store::chunk::{MAX_CHUNK, MIN_CHUNK, next_cut};
 use crate::store::{Extent, ObjectId};
 
@@ -88,7 +86,7 @@ pub fn chunk_file(f: &FileData, io: &mut impl ChunkIo) -> Result<Vec<Extent>> {
 
 /// Cut the data run `[start, end)` into `out`.
 fn chunk_run(
-    pieces: &BTreeMap<u64, Piece>,
+    pieces: &PieceMap,
     start: u64,
     end: u64,
     old: Option<&Old<'_>>,
@@ -197,7 +195,7 @@ impl<'a> Old<'a> {
 
     /// The old chunk starting at `s` if the new file's cut at `s`, with a
     /// window of `r` bytes, is the same chunk (module docs).
-    fn reusable(&self, pieces: &BTreeMap<u64, Piece>, s: u64, r: u64) -> Option<Extent> {
+    fn reusable(&self, pieces: &PieceMap, s: u64, r: u64) -> Option<Extent> {
         let i = self.starts.binary_search(&s).ok()?;
         let x = &self.ext[i];
         x.id?;
@@ -213,7 +211,7 @@ impl<'a> Old<'a> {
 
     /// Whether every byte of `[from, to)` is, in the file's pieces, the byte
     /// of the old list at the same offset (same object, same offset in it).
-    fn same(&self, pieces: &BTreeMap<u64, Piece>, from: u64, to: u64) -> bool {
+    fn same(&self, pieces: &PieceMap, from: u64, to: u64) -> bool {
         let mut p = from;
         while p < to {
             let Some((&ps, piece)) = pieces.range(..=p).next_back() else {

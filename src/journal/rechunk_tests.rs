@@ -4,7 +4,7 @@
 //! appends, truncates, punched holes and writes past the end, commit after
 //! commit; and a commit reads only around what changed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use super::rechunk::{ChunkIo, chunk_file};
-use super::state::{FileData, Piece, Src, plan, punch};
+use super::state::{FileData, Piece, PieceMap, Src, plan, punch};
 use super::testing::{Rng, base_checkpoint};
 use super::{Fallocate, FaultyIo, Fork, ROOT_INO, Result, SetAttr};
 use crate::store::chunk::{MAX_CHUNK, cut_chunks};
@@ -125,7 +125,7 @@ struct Mem {
 
 struct MemIo<'a> {
     mem: &'a mut Mem,
-    pieces: &'a BTreeMap<u64, Piece>,
+    pieces: &'a PieceMap,
 }
 
 impl ChunkIo for MemIo<'_> {

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::{Data, Dir, ForkState, TreeCache};
+use super::{Data, Dir, ForkState, PieceMap, TreeCache};
 use crate::store::{Extent, ObjectId};
 
 /// Where a run of file bytes lives.
@@ -41,7 +41,7 @@ pub struct Piece {
 pub struct FileData {
     pub size: u64,
     /// Non-overlapping pieces by start offset; gaps are holes.
-    pub pieces: BTreeMap<u64, Piece>,
+    pub pieces: PieceMap,
     /// The file's chunk list as last committed (its base extents, or the
     /// extents the last commit folded it into): where the data is unchanged,
     /// its pieces are these extents' objects at the same offsets, so a fold
@@ -59,7 +59,7 @@ impl FileData {
     pub fn empty() -> FileData {
         FileData {
             size: 0,
-            pieces: BTreeMap::new(),
+            pieces: PieceMap::new(),
             committed: None,
             changed: true,
         }
@@ -67,7 +67,7 @@ impl FileData {
 
     /// A base file of `size` bytes stored as `ext`.
     pub fn from_extents(ext: &[Extent], size: u64) -> FileData {
-        let mut pieces = BTreeMap::new();
+        let mut pieces = PieceMap::new();
         let mut at = 0u64;
         for x in ext {
             if let Some(id) = x.id
@@ -98,7 +98,7 @@ impl FileData {
 pub type ReadPlan = Vec<(u64, Option<Src>)>;
 
 /// Remove the bytes `[start, end)` from a piece map (they become a hole).
-pub fn punch(pieces: &mut BTreeMap<u64, Piece>, start: u64, end: u64) {
+pub fn punch(pieces: &mut PieceMap, start: u64, end: u64) {
     if start >= end {
         return;
     }
@@ -148,7 +148,7 @@ pub fn data_ranges(f: &FileData, from: u64) -> impl Iterator<Item = (u64, u64)> 
 }
 
 /// The pieces (or holes) covering `[start, end)` of a piece map.
-pub fn plan(pieces: &BTreeMap<u64, Piece>, start: u64, end: u64) -> ReadPlan {
+pub fn plan(pieces: &PieceMap, start: u64, end: u64) -> ReadPlan {
     let mut out = Vec::new();
     let mut pos = start;
     let first = pieces
@@ -184,7 +184,7 @@ impl FileData {
     /// later), and committed data copied in meanwhile (`Share`), which may
     /// sit where the fold read other bytes. `ext` becomes the committed
     /// list, and the file is unchanged if its pieces are exactly `ext`'s.
-    pub fn rebase_onto(&mut self, seg: u64, ext: &[Extent], read: &BTreeMap<u64, Piece>) {
+    pub fn rebase_onto(&mut self, seg: u64, ext: &[Extent], read: &PieceMap) {
         let starts: Vec<u64> = ext
             .iter()
             .scan(0u64, |acc, x| {
@@ -231,7 +231,7 @@ impl FileData {
                 pos = to;
             }
         }
-        self.pieces = out;
+        self.pieces = out.into_iter().collect();
         self.changed =
             self.size != total || self.pieces != FileData::from_extents(ext, total).pieces;
         self.committed = Some(Arc::new(ext.to_vec()));
@@ -296,7 +296,7 @@ impl ForkState {
         &mut self,
         seg: u64,
         folded: &HashMap<u64, Vec<Extent>>,
-        read: &HashMap<u64, BTreeMap<u64, Piece>>,
+        read: &HashMap<u64, PieceMap>,
         link_ids: &HashMap<u64, u64>,
         trees: &HashMap<u64, TreeCache>,
     ) {
@@ -304,7 +304,7 @@ impl ForkState {
             if let Some(n) = self.inodes.get_mut(ino)
                 && matches!(n.data, Data::Dir(Dir::Loaded(_)))
             {
-                n.tree = Some(*t);
+                n.tree = Some(Box::new(*t));
             }
         }
         for (ino, n) in self.inodes.iter_mut() {
@@ -315,7 +315,7 @@ impl ForkState {
                 continue;
             };
             match folded.get(ino) {
-                Some(ext) => f.rebase_onto(seg, ext, read.get(ino).unwrap_or(&BTreeMap::new())),
+                Some(ext) => f.rebase_onto(seg, ext, read.get(ino).unwrap_or(&PieceMap::new())),
                 None if f.changed
                     && f.pieces
                         .values()

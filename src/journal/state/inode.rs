@@ -53,8 +53,9 @@ pub struct Inode {
     /// [`ForkState::stamp`] when the inode last changed (0: not since it
     /// was loaded or made).
     pub stamp: u64,
-    /// A loaded directory: its tree as the last commit stored it.
-    pub tree: Option<TreeCache>,
+    /// A loaded directory: its tree as the last commit stored it (boxed:
+    /// most inodes are files, and every inode would carry its 56 bytes).
+    pub tree: Option<Box<TreeCache>>,
 }
 
 /// A loaded directory's tree as a commit stored it, valid while nothing in
@@ -153,7 +154,7 @@ impl Inode {
             dirty: self.dirty,
             dsize: self.dsize,
             stamp: self.stamp,
-            tree: self.tree,
+            tree: self.tree.clone(),
         }
     }
 
@@ -233,7 +234,7 @@ impl Inode {
 
 impl ForkState {
     pub fn inode(&self, ino: u64) -> Result<&Inode> {
-        self.inodes.get(&ino).ok_or(Error::NotFound)
+        self.inodes.get(&ino).map(|n| &**n).ok_or(Error::NotFound)
     }
 
     /// Inode `ino` to change: every change of the tree goes through here,

@@ -36,6 +36,7 @@ mod data;
 mod extents;
 mod inode;
 mod namespace;
+mod piecemap;
 mod replay;
 
 use std::collections::HashMap;
@@ -45,6 +46,7 @@ pub use extents::punch;
 pub use extents::{FileData, Piece, Src, data_ranges, plan};
 pub use inode::{Data, Dir, Inode, TreeCache};
 pub use namespace::check_name;
+pub use piecemap::PieceMap;
 
 use super::record::Record;
 use super::wal::{Pos, Wal};
@@ -64,7 +66,9 @@ pub const XATTR_SIZE_MAX: usize = 64 * 1024;
 /// The fork's inodes.
 #[derive(Clone, Debug)]
 pub struct ForkState {
-    pub inodes: HashMap<u64, Inode>,
+    /// Boxed: a table of 40,000 inodes has 65,536 slots, and each empty
+    /// one would take an inode's 176 bytes.
+    pub inodes: HashMap<u64, Box<Inode>>,
     pub next_ino: u64,
     /// Base link ids that have an inode.
     pub by_link: HashMap<u64, u64>,
@@ -143,7 +147,7 @@ impl ForkState {
         let mut inodes = HashMap::new();
         let mut r = Inode::from_entry(root, ROOT_INO);
         r.link_id = 0;
-        inodes.insert(ROOT_INO, r);
+        inodes.insert(ROOT_INO, Box::new(r));
         ForkState {
             inodes,
             next_ino: ROOT_INO + 1,
@@ -165,9 +169,14 @@ impl ForkState {
         let slot = |value: usize| (8 + value + 1) * 8 / 7;
         // A BTreeMap entry: key and value plus about a quarter of a node's overhead.
         const BTREE_ENTRY: usize = 24;
-        let mut bytes = self.inodes.capacity() * slot(std::mem::size_of::<Inode>())
+        let mut bytes = self.inodes.capacity() * slot(8)
+            + self.inodes.len() * std::mem::size_of::<Inode>()
             + self.by_link.capacity() * slot(8);
         for inode in self.inodes.values() {
+            bytes += inode
+                .tree
+                .as_ref()
+                .map_or(0, |_| std::mem::size_of::<TreeCache>());
             bytes += inode
                 .xattrs
                 .iter()
@@ -179,7 +188,7 @@ impl ForkState {
                     .map(|k| k.capacity() + 24 + 8 + BTREE_ENTRY)
                     .sum(),
                 Data::File(f) => {
-                    f.pieces.len() * (std::mem::size_of::<Piece>() + 8 + BTREE_ENTRY)
+                    f.pieces.heap_bytes()
                         + f.committed
                             .as_ref()
                             .map_or(0, |c| c.capacity() * std::mem::size_of::<Extent>())

@@ -244,7 +244,7 @@ impl ForkState {
         let is_dir = kind == Kind::Dir;
         self.inodes.insert(
             ino,
-            Inode {
+            Box::new(Inode {
                 perm: perm & 0o7777,
                 uid,
                 gid,
@@ -252,7 +252,7 @@ impl ForkState {
                 nlink: if is_dir { 2 } else { 1 },
                 parent: if is_dir { parent } else { 0 },
                 ..Inode::fresh(kind, data, t)
-            },
+            }),
         );
         self.next_ino = ino + 1;
         let p = self.inode_mut(parent);
@@ -470,7 +470,7 @@ impl ForkState {
                 None => {
                     let i = self.next_ino;
                     self.next_ino += 1;
-                    self.inodes.insert(i, Inode::from_entry(e, dir));
+                    self.inodes.insert(i, Box::new(Inode::from_entry(e, dir)));
                     if linked {
                         self.by_link.insert(e.link_id, i);
                     }

@@ -133,7 +133,7 @@ impl ForkState {
             let Some(Inode {
                 data: Data::Dir(Dir::Unloaded(id)),
                 ..
-            }) = self.inodes.get(dir)
+            }) = self.inodes.get(dir).map(|n| &**n)
             else {
                 return Err(corrupt(format!(
                     "inode map names directory {dir}, which is not an unloaded directory"
@@ -154,7 +154,7 @@ impl ForkState {
                 })?;
                 self.inodes
                     .entry(ino)
-                    .or_insert_with(|| Inode::from_entry(e, *dir));
+                    .or_insert_with(|| Box::new(Inode::from_entry(e, *dir)));
                 got.insert(e.name.clone(), ino);
             }
             if got.len() != want.len() {
@@ -166,9 +166,11 @@ impl ForkState {
         }
         self.by_link = m.links.iter().copied().collect();
         for &o in &m.orphans {
-            self.inodes.entry(o).or_insert_with(|| Inode {
-                nlink: 0,
-                ..Inode::fresh(Kind::File, Data::File(FileData::empty()), 0)
+            self.inodes.entry(o).or_insert_with(|| {
+                Box::new(Inode {
+                    nlink: 0,
+                    ..Inode::fresh(Kind::File, Data::File(FileData::empty()), 0)
+                })
             });
         }
         self.next_ino = m.next_ino;
