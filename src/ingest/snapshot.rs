@@ -779,8 +779,10 @@ impl<'p> Walk<'p> {
 
     /// Put read contents into their entries (metadata refreshed from the fstat
     /// the content was read under), then copy them to the other hardlinks.
-    fn apply_contents(&mut self, contents: Vec<(usize, FileContent)>) {
-        for (idx, c) in contents {
+    /// Each reader's results in turn, each dropped once applied (a first
+    /// snapshot has one per file: 100 bytes each, not held twice).
+    fn apply_contents(&mut self, contents: Vec<Vec<(usize, FileContent)>>) {
+        for (idx, c) in contents.into_iter().flatten() {
             let e = &mut self.nodes[idx].entry;
             e.perm = c.stat.perm;
             e.uid = c.stat.uid;
@@ -876,7 +878,8 @@ struct Readers<'a> {
     progress: &'a dyn Progress,
 }
 
-/// Read every job's content with `threads` readers feeding `threads` hashers.
+/// Read every job's content with `threads` readers feeding `threads` hashers:
+/// each reader's results, apart.
 fn read_contents(
     store: &Store,
     root: &Path,
@@ -885,7 +888,7 @@ fn read_contents(
     threads: usize,
     counters: &Counters,
     progress: &dyn Progress,
-) -> Result<Vec<(usize, FileContent)>> {
+) -> Result<Vec<Vec<(usize, FileContent)>>> {
     let shared = Readers {
         store,
         counters,
@@ -910,11 +913,11 @@ fn read_contents(
             })
             .collect();
         drop(chunk_tx);
-        let mut out = Vec::with_capacity(jobs.len());
+        let mut out = Vec::with_capacity(threads);
         let mut first_err = None;
         for r in readers {
             match r.join() {
-                Ok(Ok(v)) => out.extend(v),
+                Ok(Ok(v)) => out.push(v),
                 Ok(Err(e)) => {
                     first_err.get_or_insert(e);
                 }
