@@ -391,15 +391,17 @@ pub fn read_cold(file: &File, at: u64, n: usize) -> io::Result<Vec<u8>> {
     let start = at / ALIGN as u64 * ALIGN as u64;
     let skip = (at - start) as usize;
     let span = (skip + n).div_ceil(ALIGN) * ALIGN;
-    let mut out = vec![0u8; n];
-    if cached_pages(file, start, span as u64).is_none_or(|c| c >= (span / ALIGN) as u64) {
+    let plain = || {
+        let mut out = vec![0u8; n];
         file.read_exact_at(&mut out, at)?;
-        return Ok(out);
+        Ok(out)
+    };
+    if cached_pages(file, start, span as u64).is_none_or(|c| c >= (span / ALIGN) as u64) {
+        return plain();
     }
     let flags = rustix::fs::fcntl_getfl(file)?;
     if rustix::fs::fcntl_setfl(file, flags | OFlags::DIRECT).is_err() {
-        file.read_exact_at(&mut out, at)?;
-        return Ok(out);
+        return plain();
     }
     let mut buf = vec![0u8; span + ALIGN];
     let pad = buf.as_ptr().align_offset(ALIGN);
@@ -418,22 +420,15 @@ pub fn read_cold(file: &File, at: u64, n: usize) -> io::Result<Vec<u8>> {
             break Ok(());
         }
     };
-    let restored = rustix::fs::fcntl_setfl(file, flags);
-    restored?;
-    if let Err(e) = read {
+    rustix::fs::fcntl_setfl(file, flags)?;
+    match read {
         // A device whose blocks are larger than a page, or a file system
         // that takes the flag and refuses the read: a plain read.
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            return Err(e);
-        }
-        file.read_exact_at(&mut out, at)?;
-        return Ok(out);
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => plain(),
+        Err(e) => Err(e),
+        Ok(()) if got < skip + n => Err(io::ErrorKind::UnexpectedEof.into()),
+        Ok(()) => Ok(direct[skip..skip + n].to_vec()),
     }
-    if got < skip + n {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    out.copy_from_slice(&direct[skip..skip + n]);
-    Ok(out)
 }
 
 /// How many of the pages of `len` bytes of `file` from `at` the page cache
