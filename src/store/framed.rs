@@ -186,7 +186,7 @@ impl Guess {
     /// says: then a read needs no table read. A reader that finds something
     /// else where it says (a frame without its checksum, of another size,
     /// whose checksum fails) reads the real table.
-    pub fn raw_table(&self) -> Option<FrameTable> {
+    pub fn table_if_raw(&self) -> Option<FrameTable> {
         let stored = self.raw?;
         let frames = (0..self.count)
             .map(|i| {

@@ -289,7 +289,7 @@ impl Store {
                 // says: the frames are where that puts them, one disk read
                 // (past the page cache: the mount's page cache keeps what
                 // the kernel asked for).
-                if let Some(table) = guess.raw_table() {
+                if let Some(table) = guess.table_if_raw() {
                     let read = |r: Range<u64>| {
                         let n = (r.end - r.start) as usize;
                         crate::sys::read_cold(&file, offset + r.start, n).map(Some)

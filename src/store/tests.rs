@@ -749,7 +749,7 @@ fn content_that_does_not_compress_is_cut_into_small_frames_and_found_without_its
         "{lens:?}"
     );
     let guess = framed::Guess::of(random.len() as u64, raw.len() as u64);
-    assert_eq!(guess.raw_table(), raw_table(&raw));
+    assert_eq!(guess.table_if_raw(), raw_table(&raw));
     // Compressible, then random: 64 KiB frames while it compresses, 16 KiB
     // after; the length fits no raw layout, so a read uses the table.
     let mut mixed: Vec<u8> = (0..200_000u32).map(|i| (i % 97) as u8).collect();
@@ -760,7 +760,7 @@ fn content_that_does_not_compress_is_cut_into_small_frames_and_found_without_its
     assert_eq!(lens[0], framed::FRAME_SIZE as u32, "{lens:?}");
     assert_eq!(lens[lens.len() - 2], small, "{lens:?}");
     assert_eq!(
-        framed::Guess::of(mixed.len() as u64, mraw.len() as u64).raw_table(),
+        framed::Guess::of(mixed.len() as u64, mraw.len() as u64).table_if_raw(),
         None
     );
     // Written by storefs before: random in 64 KiB raw frames (the guess
@@ -773,7 +773,7 @@ fn content_that_does_not_compress_is_cut_into_small_frames_and_found_without_its
     let shifted = framed_with(&shifted_data, &[8 << 10, 24 << 10, framed::SMALL_FRAME]);
     assert!(
         framed::Guess::of(shifted_data.len() as u64, shifted.len() as u64)
-            .raw_table()
+            .table_if_raw()
             .is_some(),
         "the shifted layout looks raw by its length"
     );
