@@ -220,26 +220,19 @@ const ALIVE: u8 = 1;
 const GONE: u8 = 2;
 
 impl MidxView {
-    /// `midx` with each pack alive as `listed` says.
-    fn listed(midx: Arc<Midx>, packs_dir: &Path, listed: &BTreeSet<String>) -> MidxView {
+    /// `midx` with each pack alive as the full scan `listed` says, or with
+    /// no pack checked yet after a quick scan (`None`).
+    fn new(midx: Arc<Midx>, packs_dir: &Path, listed: Option<&BTreeSet<String>>) -> MidxView {
         let alive = midx
             .names
             .iter()
-            .map(|n| AtomicU8::new(if listed.contains(n) { ALIVE } else { GONE }))
-            .collect();
-        MidxView {
-            midx,
-            alive,
-            packs_dir: packs_dir.to_path_buf(),
-        }
-    }
-
-    /// `midx` with no pack checked yet.
-    fn unchecked(midx: Arc<Midx>, packs_dir: &Path) -> MidxView {
-        let alive = midx
-            .names
-            .iter()
-            .map(|_| AtomicU8::new(UNCHECKED))
+            .map(|n| {
+                AtomicU8::new(match listed {
+                    None => UNCHECKED,
+                    Some(l) if l.contains(n) => ALIVE,
+                    Some(_) => GONE,
+                })
+            })
             .collect();
         MidxView {
             midx,
@@ -633,7 +626,7 @@ impl LocalBackend {
             .iter()
             .filter(|n| !covered.contains(n.as_str()))
             .collect();
-        let view = midx.map(|m| MidxView::unchecked(m, &self.packs_dir));
+        let view = midx.map(|m| MidxView::new(m, &self.packs_dir, None));
         self.load_tail(tail, view, mtime, true)
     }
 
@@ -709,7 +702,7 @@ impl LocalBackend {
             .iter()
             .filter(|n| !covered.contains(n.as_str()))
             .collect();
-        let view = midx.map(|m| MidxView::listed(m, &self.packs_dir, &names));
+        let view = midx.map(|m| MidxView::new(m, &self.packs_dir, Some(&names)));
         self.load_tail(tail, view, mtime, false)
     }
 
