@@ -63,6 +63,14 @@ impl ChunkCache {
         }
     }
 
+    /// Drop `id` if it is held.
+    pub fn remove(&self, id: &ObjectId) {
+        let mut g = self.inner.lock();
+        if let Some(v) = g.lru.pop(id) {
+            g.bytes -= cost(&v);
+        }
+    }
+
     /// Whether `id` is held (without making it recently used).
     pub fn contains(&self, id: &ObjectId) -> bool {
         self.inner.lock().lru.contains(id)
