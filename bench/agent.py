@@ -33,6 +33,12 @@ another binary (its own store) to the same run, for a lever's A/B row.
 `--storefs`'s fork only (a lever behind a flag, A/B against `--before`).
 `--requests` adds a table of the FUSE requests each workload sends each
 storefs mount (one extra, untimed run; the kernel's tracepoint counts them).
+`--libfuse-hp BIN` adds libfuse's `example/passthrough_hp`, built with
+`bench/libfuse-hp.patch` (libfuse 3.19.0-rc0, commit e8d407c), twice over
+its own copies of the base tree: `hp` without passthrough and without the
+writeback cache (every read and write reaches the daemon, as on a fork) and
+`hp-pt` with FUSE passthrough (reads and writes go to the backing file in
+the kernel); a second table is the passthrough lever's A/B on one daemon.
 Needs root (mounts), git, make, gcc, rsync, fuse-overlayfs (its column says
 n/a without it), python3 with venv.
 """
@@ -356,6 +362,8 @@ def main():
     ap.add_argument("--requests", action="store_true",
                     help="after the timed rounds, one more run on each storefs mount counting the FUSE "
                          "requests by kind (kernel tracepoint fuse:fuse_request_send)")
+    ap.add_argument("--libfuse-hp", help="libfuse's passthrough_hp built with bench/libfuse-hp.patch: "
+                    "adds it without and with FUSE passthrough (the lever's A/B)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("agent.py: run as root (it mounts a fork and fuse-overlayfs)")
@@ -413,6 +421,27 @@ def main():
             cleanup.append(lambda: unmount(ovl))
             places.append(("fuse-overlayfs", ovl))
 
+        if a.libfuse_hp:
+            hp = os.path.abspath(a.libfuse_hp)
+            for label, args, env in (("hp", ["--nopassthrough"], {"HP_NO_WRITEBACK": "1"}), ("hp-pt", [], {})):
+                src, mp = os.path.join(work, f"src-{label}"), os.path.join(work, "mnt", label)
+                sh(["cp", "-a", native, src])
+                os.makedirs(mp)
+                # In the foreground, so its pid is ours to stop.
+                proc = subprocess.Popen([hp, "--foreground", "--nosplice", *args, src, mp],
+                                        env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+                wait_mounted(mp)
+
+                def stop(mp=mp, proc=proc):
+                    unmount(mp)
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                cleanup.append(stop)
+                places.append((label, mp))
+
         if a.requests:
             if not tracing_ok():
                 sys.exit("agent.py: --requests needs tracefs with the fuse:fuse_request_send event")
@@ -466,6 +495,14 @@ def main():
         if a.before:
             row += f" {fmt(b)} | {ratio(b, n)} |"
         lines.append(row)
+    if a.libfuse_hp:
+        lines += ["", "libfuse `passthrough_hp`: without passthrough or writeback cache (`hp`), with "
+                  "passthrough (`hp-pt`):", "",
+                  "| workload | native s | hp s | hp-pt s | hp/native | hp-pt/native | hp-pt/hp |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, _, _ in workloads:
+            n, h, t = (results.get((name, p)) for p in ("native", "hp", "hp-pt"))
+            lines.append(f"| {name} | {fmt(n)} | {fmt(h)} | {fmt(t)} | {ratio(h, n)} | {ratio(t, n)} | {ratio(t, h)} |")
     if requests:
         lines += ["", "FUSE requests of one run (total: the five most frequent kinds):", "",
                   "| workload | storefs | before |" if a.before else "| workload | storefs |",
