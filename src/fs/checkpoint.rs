@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use super::caches::Caches;
 use super::inode::{Children, Found, InodeTable, Node, data_ranges};
-use super::readahead::{AHEAD_CHUNKS, Claim, ReadAhead};
 use super::view::{
     self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir,
     StatFs, View, XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal::ext4;
+use crate::store::readahead::{DROP_BEHIND, ReadAhead};
 use crate::store::{self, ChunkCache, Content, Kind, ObjectId, Stats, Store};
 
 /// How long the kernel may cache entries and attributes: a checkpoint never
@@ -184,33 +184,25 @@ impl CheckpointView {
         Ok(self.inodes.insert_children(dir, *id, tree.entries))
     }
 
-    /// A file chunk: from the cache, else read, decompressed and verified.
-    /// On a cache miss the store is told which chunks follow in the file
-    /// (`following`), so a backend that fetches from a remote can prefetch them.
+    /// A file chunk: from the cache, else read, decompressed and verified
+    /// ([`ReadAhead::fetch`]). On a cache miss the store is told which
+    /// chunks follow in the file (`following`), so a backend that fetches
+    /// from a remote can prefetch them.
     fn chunk(
         &self,
         node: &Node,
         id: &ObjectId,
         following: impl FnOnce() -> Vec<ObjectId>,
     ) -> Result<Arc<Vec<u8>>> {
-        if let Some(chunk) = self.cache.get(id) {
-            return Ok(chunk);
-        }
-        // Being read ahead: wait for it rather than read it twice.
-        if let Claim::Landed = self.readahead.claim(id)
-            && let Some(chunk) = self.cache.get(id)
-        {
-            return Ok(chunk);
-        }
-        self.store.prefetch(&following());
-        let path = self.display_path(node.ino);
-        let data = self
-            .store
-            .get_object(id, &path)
-            .map_err(|e| self.store_failure(&path, id, e))?;
-        let data = Arc::new(data);
-        self.cache.insert(*id, data.clone());
-        Ok(data)
+        self.readahead
+            .fetch(
+                &self.store,
+                &self.cache,
+                id,
+                || self.display_path(node.ino),
+                following,
+            )
+            .map_err(|e| self.store_failure(&self.display_path(node.ino), id, e))
     }
 
     /// A random read of a small part (`range`) of a chunk of `len` bytes that
@@ -238,40 +230,18 @@ impl CheckpointView {
         })
     }
 
-    /// A sequential read reached extent `index` of `extents`: queue the data
-    /// extents after it for reading on the read-ahead workers, up to
-    /// [`AHEAD_CHUNKS`] and [`ReadAhead::ahead_bytes`] ahead.
+    /// A sequential read reached extent `index` of `extents`: the data
+    /// extents after it go to the read-ahead workers.
     fn read_ahead(&self, extents: &[store::Extent], index: usize) {
-        let mut bytes = 0u64;
-        for e in extents.iter().skip(index + 1).take(AHEAD_CHUNKS * 4) {
-            let Some(id) = e.id else { continue };
-            bytes = bytes.saturating_add(e.len);
-            if bytes > self.readahead.ahead_bytes() {
-                break;
-            }
-            if self.cache.contains(&id) || self.readahead.in_flight(&id) {
-                continue;
-            }
-            let (store, cache, len) = (self.store.clone(), self.cache.clone(), e.len);
-            self.readahead.submit(
-                id,
-                Box::new(move || match store.get_object(&id, "read-ahead") {
-                    Ok(data) if data.len() as u64 == len => cache.insert(id, Arc::new(data)),
-                    // The reader reads it again and reports what is wrong.
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(object = %id, error = %e, "read-ahead failed"),
-                }),
-            );
-        }
+        let upcoming = extents[index + 1..]
+            .iter()
+            .filter_map(|e| e.id.map(|id| (id, e.len)));
+        self.readahead.ahead(&self.store, &self.cache, upcoming);
     }
 
     /// A sequential read reached `offset`: the chunks that end
-    /// [`DROP_BEHIND`] or more before it leave the cache. The reader has
-    /// passed them and the kernel keeps what it read in its page cache, so
-    /// holding them too would only double the memory a `cat` takes and
-    /// push out chunks that random reads come back to (and fresh memory
-    /// for every chunk costs a page fault a page: a cold `cat` of 256 MiB
-    /// took 30% less of the daemon's CPU without them).
+    /// [`DROP_BEHIND`] or more before it leave the cache
+    /// ([`ReadAhead::drop_behind`]).
     fn drop_behind(&self, extents: &[store::Extent], starts: &[u64], offset: u64) {
         let Some(behind) = offset.checked_sub(DROP_BEHIND) else {
             return;
@@ -280,11 +250,12 @@ impl CheckpointView {
         // ones before the extent holding it. Only the last few: the ones
         // before went at earlier reads.
         let ended = starts.partition_point(|&s| s <= behind).saturating_sub(1);
-        for e in extents[..ended].iter().rev().take(DROP_SCAN) {
-            if let Some(id) = &e.id {
-                self.cache.remove(id);
-            }
-        }
+        let passed = extents[..ended]
+            .iter()
+            .rev()
+            .take(DROP_SCAN)
+            .filter_map(|e| e.id);
+        self.readahead.drop_behind(&self.cache, passed);
     }
 
     /// Log a failed object read (corrupt, missing, I/O) with the file it was for.
@@ -518,13 +489,8 @@ const PART_OF_CHUNK: u64 = 4;
 const PREFETCH_AHEAD: usize = 4;
 
 /// The ids of the next [`PREFETCH_AHEAD`] data extents after extent `index`.
-/// How far behind a sequential reader a chunk must end to leave the cache
-/// ([`CheckpointView::drop_behind`]): past the slack within which the kernel's
-/// read-ahead requests may arrive out of order (two of its largest, 1 MiB
-/// each), so a request served late still finds its chunk.
-const DROP_BEHIND: u64 = 4 << 20;
-/// How many chunks behind that point each sequential read looks at (more
-/// than a 1 MiB request can pass, at the smallest chunk size).
+/// How many chunks behind [`DROP_BEHIND`] each sequential read looks at
+/// (more than a 1 MiB request can pass, at the smallest chunk size).
 const DROP_SCAN: usize = 32;
 
 fn next_chunks(extents: &[crate::store::Extent], index: usize) -> Vec<ObjectId> {

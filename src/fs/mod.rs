@@ -27,7 +27,6 @@ mod checkpoint;
 mod fork;
 mod fuse;
 mod inode;
-mod readahead;
 #[cfg(test)]
 mod testing;
 mod uring;

@@ -33,9 +33,10 @@ use serde::{Deserialize, Serialize};
 use super::fold::{fold, snapshot};
 use super::io::{JournalIo, RealIo};
 use super::record::Record;
-use super::state::{Ctx, ForkState, Src, check_name, now_ns};
+use super::state::{Ctx, ForkState, ReadPlan, Src, check_name, now_ns};
 use super::wal::{Wal, segment_name};
 use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
+use crate::store::readahead::{DROP_BEHIND, ReadAhead};
 use crate::store::{Checkpoint, ChunkCache, ForkHead, Kind, ObjectId, Source, Store, acl};
 
 /// A new inode as its creator asks for it ([`Fork::make`]).
@@ -208,7 +209,9 @@ pub struct Fork {
     state: Mutex<ForkState>,
     wal: Wal,
     commit_lock: Mutex<()>,
-    cache: ChunkCache,
+    cache: Arc<ChunkCache>,
+    /// Sequential reads of base files read their next chunks ahead.
+    readahead: ReadAhead,
     /// Records replayed at open that change the tree (not directory loads
     /// or inode maps): uncommitted changes.
     replayed_changes: usize,
@@ -367,7 +370,8 @@ impl Fork {
             state: Mutex::new(state),
             wal,
             commit_lock: Mutex::new(()),
-            cache: ChunkCache::new(CACHE_BYTES),
+            cache: Arc::new(ChunkCache::new(CACHE_BYTES)),
+            readahead: ReadAhead::new(CACHE_BYTES),
             replayed_changes: changes,
             _lock: lock,
         })
@@ -376,7 +380,8 @@ impl Fork {
     /// The same fork, its chunk cache bounded by `bytes` instead of the
     /// default 64 MiB (drops what the cache held).
     pub fn with_cache_size(mut self, bytes: usize) -> Fork {
-        self.cache = ChunkCache::new(bytes);
+        self.cache = Arc::new(ChunkCache::new(bytes));
+        self.readahead = ReadAhead::new(bytes);
         self
     }
 
@@ -472,11 +477,14 @@ impl Fork {
     /// Base data is verified; journal data is read back from its segment.
     /// The state lock is held only to find the pieces.
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let end = offset.saturating_add(u64::from(size));
+        let sequential = self.readahead.sequential(ino, offset, end);
         // Journal segments are resolved to open handles under the state lock,
         // so a commit trimming them meanwhile cannot pull them away.
-        let plan = self.with(|st, _| {
+        let (plan, upcoming, passed) = self.with(|st, _| {
             let plan = st.plan_read(ino, offset, u64::from(size))?;
-            plan.into_iter()
+            let plan = plan
+                .into_iter()
                 .map(|(len, src)| {
                     let file = match src {
                         Some(Src::Journal { seg, .. }) => {
@@ -489,8 +497,17 @@ impl Fork {
                     };
                     Ok((len, src, file))
                 })
-                .collect::<Result<Vec<_>>>()
+                .collect::<Result<Vec<_>>>()?;
+            if !sequential {
+                return Ok((plan, Vec::new(), Vec::new()));
+            }
+            let ahead = st.plan_read(ino, end, self.readahead.ahead_bytes())?;
+            Ok((plan, base_chunks(&ahead), passed_chunks(st, ino, offset)?))
         })?;
+        if sequential {
+            self.readahead.ahead(&self.store, &self.cache, upcoming);
+            self.readahead.drop_behind(&self.cache, passed);
+        }
         let mut out = Vec::with_capacity(plan.iter().map(|p| p.0 as usize).sum());
         for (len, src, file) in plan {
             let len = len as usize;
@@ -507,15 +524,13 @@ impl Fork {
                         })?
                 }
                 Some(Src::Base { id, off }) => {
-                    let chunk = match self.cache.get(&id) {
-                        Some(c) => c,
-                        None => {
-                            let data =
-                                Arc::new(self.store.get_object(&id, &format!("fork inode {ino}"))?);
-                            self.cache.insert(id, data.clone());
-                            data
-                        }
-                    };
+                    let chunk = self.readahead.fetch(
+                        &self.store,
+                        &self.cache,
+                        &id,
+                        || format!("fork inode {ino}"),
+                        Vec::new,
+                    )?;
                     let from = off as usize;
                     let slice = chunk.get(from..from + len).ok_or_else(|| Error::Corrupt {
                         path: self.dir.clone(),
@@ -966,6 +981,19 @@ impl Fork {
         Ok(new)
     }
 
+    /// The stored chunks file `ino` reads from, in file order (tests).
+    #[cfg(test)]
+    pub(crate) fn base_chunk_ids(&self, ino: u64) -> Vec<ObjectId> {
+        let plan = self.with(|st, _| st.plan_read(ino, 0, u64::MAX)).unwrap();
+        base_chunks(&plan).into_iter().map(|(id, _)| id).collect()
+    }
+
+    /// Whether chunk `id` is cached, and whether it is being read ahead (tests).
+    #[cfg(test)]
+    pub(crate) fn chunk_held(&self, id: &ObjectId) -> (bool, bool) {
+        (self.cache.contains(id), self.readahead.in_flight(id))
+    }
+
     /// The inode map record as a commit writes it, and the encoding of the
     /// [`InodeMap`](super::record::InodeMap) built from the same state.
     #[cfg(test)]
@@ -1031,3 +1059,48 @@ impl Fork {
         Ok(old)
     }
 }
+
+/// The stored chunks `plan` reads, in file order, each once per run of
+/// pieces, with the bytes of the file it covers there.
+fn base_chunks(plan: &ReadPlan) -> Vec<(ObjectId, u64)> {
+    let mut out: Vec<(ObjectId, u64)> = Vec::new();
+    for (len, src) in plan {
+        if let Some(Src::Base { id, .. }) = src {
+            match out.last_mut() {
+                Some((last, n)) if *last == *id => *n += len,
+                _ => out.push((*id, *len)),
+            }
+        }
+    }
+    out
+}
+
+/// The stored chunks a sequential reader at `offset` of file `ino` has
+/// passed: their bytes in the [`DROP_WINDOW`] before `offset` less
+/// [`DROP_BEHIND`] all end there (a chunk also read nearer `offset`, or
+/// further on, stays).
+fn passed_chunks(st: &ForkState, ino: u64, offset: u64) -> Result<Vec<ObjectId>> {
+    let Some(behind) = offset.checked_sub(DROP_BEHIND) else {
+        return Ok(Vec::new());
+    };
+    let from = behind.saturating_sub(DROP_WINDOW);
+    let mut at = from;
+    let (mut passed, mut recent) = (Vec::new(), Vec::new());
+    for (len, src) in st.plan_read(ino, from, offset - from)? {
+        if let Some(Src::Base { id, .. }) = src {
+            if at + len <= behind {
+                passed.push(id);
+            } else {
+                recent.push(id);
+            }
+        }
+        at += len;
+    }
+    passed.retain(|id| !recent.contains(id));
+    passed.dedup();
+    Ok(passed)
+}
+
+/// How much of a file before [`DROP_BEHIND`] each sequential read looks at
+/// for chunks to drop (more than one read of the kernel's spans).
+const DROP_WINDOW: u64 = 2 << 20;

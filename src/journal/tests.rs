@@ -12,6 +12,7 @@ use super::testing::{Rng, base_checkpoint};
 use super::*;
 use crate::ingest;
 use crate::store::acl;
+use crate::store::readahead::AHEAD_CHUNKS;
 use crate::store::{Checkpoint, ForkHead, ObjectId, Store};
 
 // ------------------------------------------------------------------ helpers
@@ -1374,6 +1375,49 @@ fn open_unlinked_file_survives_a_commit() {
 }
 
 // ------------------------------------------------------------------ fold
+
+#[test]
+fn sequential_reads_of_a_base_file_read_ahead_and_drop_the_chunks_passed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut want = Rng(11).bytes(12 << 20);
+    fs::write(src.join("big.bin"), &want).unwrap();
+    let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
+    let base = base_checkpoint(&store, &src, "/srv/test");
+    Fork::create(&store, "f", &base).unwrap();
+    let f = Fork::open(store, "f").unwrap();
+    let i = ino(&f, "big.bin");
+    // An edit in the middle: the reads mix the journal's bytes and the base's.
+    f.write(i, 6 << 20, b"an edit").unwrap();
+    want[6 << 20..(6 << 20) + 7].copy_from_slice(b"an edit");
+    let ids = f.base_chunk_ids(i);
+    assert!(ids.len() > 8, "a file of many chunks: {}", ids.len());
+
+    let mut got = f.read(i, 0, 131_072).unwrap();
+    // Queued, being read or read already: the next chunks, as many as the
+    // read-ahead queues at once.
+    for id in &ids[1..=AHEAD_CHUNKS] {
+        let (cached, in_flight) = f.chunk_held(id);
+        // A worker may land it between the two looks.
+        assert!(
+            cached || in_flight || f.chunk_held(id).0,
+            "{id} not read ahead"
+        );
+    }
+    while got.len() < want.len() {
+        got.extend(f.read(i, got.len() as u64, 131_072).unwrap());
+    }
+    assert!(got == want, "the bytes read differ");
+    // The chunks of the first half are gone from the cache, the last is held.
+    let half: Vec<_> = ids.iter().take(ids.len() / 2 - 1).collect();
+    for id in &half {
+        assert!(!f.chunk_held(id).0, "{id} passed long ago but still cached");
+    }
+    assert!(f.chunk_held(ids.last().unwrap()).0);
+    // A random read afterwards reads its part again, correctly.
+    assert_eq!(f.read(i, 10, 4096).unwrap(), want[10..4106]);
+}
 
 #[test]
 fn fold_changes_only_what_changed_and_shares_chunks() {

@@ -21,6 +21,7 @@ mod midx;
 pub mod mounts;
 mod pack;
 pub mod progress;
+pub mod readahead;
 #[doc(hidden)]
 pub mod testing;
 mod tree;

@@ -43,7 +43,7 @@ use std::collections::HashMap;
 
 #[cfg(test)]
 pub use extents::punch;
-pub use extents::{FileData, Piece, Src, data_ranges, plan};
+pub use extents::{FileData, Piece, ReadPlan, Src, data_ranges, plan};
 pub use inode::{Data, Dir, Inode, TreeCache};
 pub use namespace::check_name;
 pub use piecemap::PieceMap;
