@@ -217,17 +217,15 @@ impl CheckpointView {
         range: std::ops::Range<u64>,
         sequential: bool,
     ) -> Result<Option<Vec<u8>>> {
-        if sequential
-            || (range.end - range.start).saturating_mul(PART_OF_CHUNK) > len
-            || self.cache.contains(id)
-            || self.readahead.in_flight(id)
-        {
+        if sequential || (range.end - range.start).saturating_mul(PART_OF_CHUNK) > len {
             return Ok(None);
         }
-        self.store.read_range(id, len, range).map_err(|e| {
-            let path = self.display_path(node.ino);
-            self.store_failure(&path, id, e)
-        })
+        self.readahead
+            .part(&self.store, &self.cache, id, Some(len), range)
+            .map_err(|e| {
+                let path = self.display_path(node.ino);
+                self.store_failure(&path, id, e)
+            })
     }
 
     /// A sequential read reached extent `index` of `extents`: the data

@@ -524,6 +524,17 @@ impl Fork {
                         })?
                 }
                 Some(Src::Base { id, off }) => {
+                    // A small random read: only the frames it touches.
+                    if !sequential && len as u64 <= PART_MAX {
+                        let range = off..off + len as u64;
+                        let part =
+                            self.readahead
+                                .part(&self.store, &self.cache, &id, None, range)?;
+                        if let Some(part) = part {
+                            out[at..].copy_from_slice(&part);
+                            continue;
+                        }
+                    }
                     let chunk = self.readahead.fetch(
                         &self.store,
                         &self.cache,
@@ -1100,6 +1111,12 @@ fn passed_chunks(st: &ForkState, ino: u64, offset: u64) -> Result<Vec<ObjectId>>
     passed.dedup();
     Ok(passed)
 }
+
+/// A read of at most this much of a base chunk that is not cached, and not
+/// part of a sequential read, decodes only the frames it touches (the
+/// chunk's length is not at hand, so not a share of it as a read-only tree
+/// decides; the kernel's random reads are a page or a few).
+const PART_MAX: u64 = 32 << 10;
 
 /// How much of a file before [`DROP_BEHIND`] each sequential read looks at
 /// for chunks to drop (more than one read of the kernel's spans).

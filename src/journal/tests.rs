@@ -1420,6 +1420,28 @@ fn sequential_reads_of_a_base_file_read_ahead_and_drop_the_chunks_passed() {
 }
 
 #[test]
+fn a_small_random_read_of_a_base_file_decodes_only_its_part() {
+    let env = env();
+    let f = env.fork();
+    let i = ino(&f, "big.bin");
+    let want = fs::read(env._tmp.path().join("src/big.bin")).unwrap();
+    let ids = f.base_chunk_ids(i);
+    // Each more than the read-ahead's slack away from the one before, and
+    // one across the edge of two chunks.
+    for at in [100_000u64, 1_300_000, 2_900_000, 65_530, 1_900_000] {
+        let got = f.read(i, at, 4096).unwrap();
+        let end = (at as usize + 4096).min(want.len());
+        assert!(got == want[at as usize..end], "4 KiB at {at}");
+    }
+    for id in &ids {
+        assert_eq!(f.chunk_held(id), (false, false), "{id} was read whole");
+    }
+    // A larger read reads its chunk whole (and keeps it).
+    assert!(f.read(i, 700_000, 100_000).unwrap() == want[700_000..800_000]);
+    assert!(ids.iter().any(|id| f.chunk_held(id).0));
+}
+
+#[test]
 fn fold_changes_only_what_changed_and_shares_chunks() {
     let env = env();
     Fork::create(&env.store, "g", &env.base).unwrap();

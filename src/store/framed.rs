@@ -146,6 +146,27 @@ pub struct Guess {
     data_len: u64,
 }
 
+/// The content length an object of `stored_len` stored bytes has if every
+/// frame is stored raw (the writer's frame sizes, 16 KiB first, as
+/// [`Guess::of`] tries them), or `None` when no content length gives that
+/// stored length. For a reader that does not know the content length; a
+/// guess that is wrong (a compressed object whose length happens to fit)
+/// fails the frames' checks and the reader reads the table.
+pub fn raw_len(stored_len: u64) -> Option<u64> {
+    [SMALL_FRAME as u64, FRAME_SIZE as u64]
+        .into_iter()
+        .find_map(|frame| {
+            // stored = len + n·overhead + table(n), with len in ((n-1)·frame, n·frame].
+            let per_frame = frame + RAW_FRAME_OVERHEAD + ENTRY as u64;
+            let n0 = stored_len / per_frame;
+            (n0.max(1)..=n0 + 1).find_map(|n| {
+                let fixed = n * RAW_FRAME_OVERHEAD + table_len(n as usize) as u64;
+                let len = stored_len.checked_sub(fixed)?;
+                (len > (n - 1) * frame && len <= n * frame).then_some(len)
+            })
+        })
+}
+
 impl Guess {
     pub fn of(len: u64, stored_len: u64) -> Guess {
         let longest = table_len(len.div_ceil(SMALL_FRAME as u64) as usize) as u64;
@@ -323,6 +344,39 @@ pub fn has_checksum(frame: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn raw_len_inverts_the_raw_stored_length() {
+        for frame in [SMALL_FRAME as u64, FRAME_SIZE as u64] {
+            for len in [
+                1,
+                100,
+                frame - 1,
+                frame,
+                frame + 1,
+                5 * frame,
+                5 * frame + 7,
+                300_000,
+                4 << 20,
+            ] {
+                let n = len.div_ceil(frame);
+                let stored = len + n * RAW_FRAME_OVERHEAD + table_len(n as usize) as u64;
+                let got = raw_len(stored).expect("a raw length");
+                // Both frame sizes may fit one stored length; the reader
+                // tries 16 KiB first, as the guess does, and its frames'
+                // checks tell.
+                let again = got.div_ceil(SMALL_FRAME as u64);
+                let small = got + again * RAW_FRAME_OVERHEAD + table_len(again as usize) as u64;
+                assert!(
+                    got == len || (frame == FRAME_SIZE as u64 && small == stored),
+                    "{len} in {frame}: {got}"
+                );
+                assert!(Guess::of(got, stored).table_if_raw().is_some());
+            }
+        }
+        assert_eq!(raw_len(0), None);
+        assert_eq!(raw_len(10), None);
+    }
 
     fn table_of(frames: &[(u32, u32)]) -> Vec<u8> {
         let mut t = Vec::new();

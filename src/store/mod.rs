@@ -246,22 +246,26 @@ impl Store {
     }
 
     /// Bytes `range` of object `id`, whose content is `len` bytes long (as
-    /// the tree that names it records), reading and decompressing only the
-    /// frames of a framed object ([`framed`]) that the range touches: one
-    /// small read of its frame table and one of those frames. Each frame is
-    /// checked by its zstd content checksum, the table against the object's
-    /// stored length and `len`; the object's sha256 is checked by every
-    /// whole read ([`Store::get_object`]: sequential reads, export, verify,
-    /// push). `None` when the object is not framed, not readable in part
-    /// here (a remote object not fetched yet), or anything about it looks
-    /// wrong: the caller reads it whole, which reports what is wrong.
+    /// the tree that names it records; `None` for a caller that does not
+    /// know, a fork's piece of a base chunk: then the length its stored
+    /// length gives if it is stored raw, else its frame table's), reading and
+    /// decompressing only the frames of a framed object ([`framed`]) that
+    /// the range touches: one small read of its frame table and one of those
+    /// frames. Each frame is checked by its zstd content checksum, the table
+    /// against the object's stored length and `len`; the object's sha256 is
+    /// checked by every whole read ([`Store::get_object`]: sequential reads,
+    /// export, verify, push). `None` when the object is not framed, not
+    /// readable in part here (a remote object not fetched yet), or anything
+    /// about it looks wrong: the caller reads it whole, which reports what
+    /// is wrong.
     pub fn read_range(
         &self,
         id: &ObjectId,
-        len: u64,
+        len: Option<u64>,
         range: Range<u64>,
     ) -> Result<Option<Vec<u8>>> {
-        if len <= framed::FRAME_SIZE as u64 || range.start >= range.end || range.end > len {
+        let small = |len: u64| len <= framed::FRAME_SIZE as u64 || range.end > len;
+        if range.start >= range.end || len.is_some_and(small) {
             return Ok(None);
         }
         let ctx = self.object_context();
@@ -273,6 +277,10 @@ impl Store {
                 let Some(table) = raw_table(&raw) else {
                     return Ok(None);
                 };
+                let len = len.unwrap_or_else(|| table.content_len());
+                if small(len) {
+                    return Ok(None);
+                }
                 Ok(decode_range(&table, len, range, |r| {
                     Ok(raw
                         .get(r.start as usize..r.end as usize)
@@ -285,12 +293,18 @@ impl Store {
                 offset,
                 len: stored_len,
             } => {
-                let guess = framed::Guess::of(len, stored_len);
+                // Unknown: what it would be stored raw, or at most the stored
+                // length (to size the table read; the table then says).
+                let known = len.or_else(|| framed::raw_len(stored_len));
+                let guess = framed::Guess::of(known.unwrap_or(stored_len), stored_len);
                 // Stored raw (content that does not compress), as its length
                 // says: the frames are where that puts them, one disk read
                 // (past the page cache: the mount's page cache keeps what
                 // the kernel asked for).
-                if let Some(table) = guess.table_if_raw() {
+                if let Some(table) = guess.table_if_raw()
+                    && let Some(len) = known
+                    && !small(len)
+                {
                     let read = |r: Range<u64>| {
                         let n = (r.end - r.start) as usize;
                         crate::sys::read_cold(&file, offset + r.start, n).map(Some)
@@ -338,6 +352,10 @@ impl Store {
                 else {
                     return Ok(None);
                 };
+                let len = len.unwrap_or_else(|| table.content_len());
+                if small(len) {
+                    return Ok(None);
+                }
                 let read = |r: Range<u64>| {
                     let mut buf = vec![0; (r.end - r.start) as usize];
                     file.read_exact_at(&mut buf, offset + r.start)?;

@@ -137,6 +137,24 @@ impl ReadAhead {
         Ok(data)
     }
 
+    /// Bytes `range` of chunk `id` (`len` bytes long, when the caller knows)
+    /// for a small random read: decoded from just the frames it touches
+    /// ([`Store::read_range`]), unless the chunk is cached or being read
+    /// ahead (whole, it costs no disk read). `None`: read the chunk whole.
+    pub fn part(
+        &self,
+        store: &Store,
+        cache: &ChunkCache,
+        id: &ObjectId,
+        len: Option<u64>,
+        range: std::ops::Range<u64>,
+    ) -> Result<Option<Vec<u8>>> {
+        if cache.contains(id) || self.in_flight(id) {
+            return Ok(None);
+        }
+        store.read_range(id, len, range)
+    }
+
     /// A sequential reader will want `upcoming` next (chunk ids with the
     /// bytes of the file each covers, in file order): queue them for the
     /// workers, up to [`AHEAD_CHUNKS`] queued and [`ReadAhead::ahead_bytes`]

@@ -645,7 +645,7 @@ fn single_frame_objects_of_the_old_layout_still_decode() {
         assert_eq!(s.get_object(&id, "t").unwrap(), data);
         // A partial read declines: the caller reads it whole.
         let len = data.len() as u64;
-        assert_eq!(s.read_range(&id, len, 10..20).unwrap(), None);
+        assert_eq!(s.read_range(&id, Some(len), 10..20).unwrap(), None);
     }
 }
 
@@ -670,17 +670,26 @@ fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
         for (id, data) in &ids {
             let len = data.len() as u64;
             for r in ranges_of(len) {
-                let got = s.read_range(id, len, r.clone()).unwrap();
+                let got = s.read_range(id, Some(len), r.clone()).unwrap();
                 assert_eq!(
                     got.as_deref(),
                     Some(&data[r.start as usize..r.end as usize]),
                     "range {r:?} of {len} (round {round})"
                 );
+                // A reader that does not know the length (a fork's piece)
+                // gets the same bytes.
+                let got = s.read_range(id, None, r.clone()).unwrap();
+                assert_eq!(
+                    got.as_deref(),
+                    Some(&data[r.start as usize..r.end as usize]),
+                    "range {r:?} of {len}, length unknown (round {round})"
+                );
             }
             // Out of bounds or the wrong length: declined, not guessed.
-            assert_eq!(s.read_range(id, len, len - 1..len + 1).unwrap(), None);
-            assert_eq!(s.read_range(id, len + 1, 0..10).unwrap(), None);
-            assert_eq!(s.read_range(id, len, 5..5).unwrap(), None);
+            assert_eq!(s.read_range(id, Some(len), len - 1..len + 1).unwrap(), None);
+            assert_eq!(s.read_range(id, None, len - 1..len + 1).unwrap(), None);
+            assert_eq!(s.read_range(id, Some(len + 1), 0..10).unwrap(), None);
+            assert_eq!(s.read_range(id, Some(len), 5..5).unwrap(), None);
         }
         s.sync_objects().unwrap();
     }
@@ -690,7 +699,7 @@ fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
     assert!(offset > 0, "the compressible one is packed");
     // An object that is not stored: declined (a whole read says it is missing).
     assert_eq!(
-        s.read_range(&ObjectId::of(b"absent"), 1 << 20, 0..10)
+        s.read_range(&ObjectId::of(b"absent"), Some(1 << 20), 0..10)
             .unwrap(),
         None
     );
@@ -796,12 +805,14 @@ fn content_that_does_not_compress_is_cut_into_small_frames_and_found_without_its
             40_000..44_096,
         ]);
         for r in ranges {
-            let got = s.read_range(id, len, r.clone()).unwrap();
-            assert_eq!(
-                got.as_deref(),
-                Some(&data[r.start as usize..r.end as usize]),
-                "range {r:?} of {len}"
-            );
+            for known in [Some(len), None] {
+                let got = s.read_range(id, known, r.clone()).unwrap();
+                assert_eq!(
+                    got.as_deref(),
+                    Some(&data[r.start as usize..r.end as usize]),
+                    "range {r:?} of {len} (length given: {known:?})"
+                );
+            }
         }
         assert_eq!(&s.get_object(id, "t").unwrap(), data);
     }
@@ -835,8 +846,10 @@ fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
             for r in ranges_of(len) {
                 // A partial read gives the right bytes (the damage is
                 // elsewhere) or declines; never other bytes.
-                if let Some(got) = s.read_range(&id, len, r.clone()).unwrap() {
-                    assert_eq!(got, data[r.start as usize..r.end as usize], "byte {at}");
+                for known in [Some(len), None] {
+                    if let Some(got) = s.read_range(&id, known, r.clone()).unwrap() {
+                        assert_eq!(got, data[r.start as usize..r.end as usize], "byte {at}");
+                    }
                 }
             }
         }
@@ -845,7 +858,7 @@ fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
     s.replace_stored_object(&id, &good[..good.len() - 3])
         .unwrap();
     assert!(matches!(s.get_object(&id, "t"), Err(Error::Corrupt { .. })));
-    assert_eq!(s.read_range(&id, len, 0..10).unwrap(), None);
+    assert_eq!(s.read_range(&id, Some(len), 0..10).unwrap(), None);
     s.replace_stored_object(&id, &good).unwrap();
     assert_eq!(s.get_object(&id, "t").unwrap(), data);
 }
