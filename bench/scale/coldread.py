@@ -11,7 +11,10 @@ mounted by --before (main) and on one written and mounted by --storefs:
   - 1,000 `pread`s of 4 KiB at random 4 KiB-aligned offsets of that file
     (the same offsets everywhere): seconds;
   - a stat walk (os.walk + lstat of every entry) of a 303k-entry tree
-    (--quick: 30k): seconds.
+    (--quick: 30k): seconds;
+  - `fork-cat` and `fork-pread` (not run unless asked for in --cases): the
+    `cat` and the `pread`s through a fork of the checkpoint instead of a
+    read-only mount of it (native: the same on the native file).
 Best of --rounds (default 3), the three interleaved within each round. Needs
 root (drop_caches). Prints a markdown table: case | native | before | storefs
 | ratio (storefs / native; for throughput native / storefs, so lower is
@@ -135,7 +138,7 @@ def main():
     try:
         src = os.path.join(work, "src")
         os.makedirs(os.path.join(src, "tree"))
-        if "cat" in cases or "pread" in cases:
+        if any(c in cases for c in ("cat", "pread", "fork-cat", "fork-pread")):
             write_random(os.path.join(src, "big.bin"), size)
         if "walk" in cases:
             make_tree(os.path.join(src, "tree"), entries)
@@ -143,6 +146,8 @@ def main():
             store = os.path.join(work, f"store-{who}")
             run([b, "--store", store, "init"])
             run([b, "--store", store, "snapshot", src, "--ref", "s"])
+            if any(c.startswith("fork-") for c in cases):
+                run([b, "--store", store, "fork", "s", "--name", "f"])
         disk = disk_of(work)
         rng = random.Random(5)
         offsets = [rng.randrange(size // 4096) * 4096 for _ in range(1000)]
@@ -152,20 +157,22 @@ def main():
             for case in cases:
                 for who, root, tool in where:
                     drop_caches()
-                    mount = Mount(tool[0], tool[1], "s", mp) if tool else None
+                    fork = case.startswith("fork-")
+                    mount = Mount(tool[0], tool[1], "f" if fork else "s", mp,
+                                  ["--no-commit"] if fork else []) if tool else None
                     if mount:
                         mount.__enter__()
                     try:
-                        if case == "cat":
+                        if case in ("cat", "fork-cat"):
                             s = cat_seconds(os.path.join(root, "big.bin"))
                             note(case, who, size / MIB / s, max)
-                        elif case == "pread":
+                        elif case in ("pread", "fork-pread"):
                             io = [0, 0]
                             s = pread_seconds(os.path.join(root, "big.bin"), offsets, disk, io)
                             note(case, who, s)
                             # The disk reads of the fastest round.
-                            if best[("pread", who)] == s:
-                                best[("pread-io", who)] = tuple(io)
+                            if best[(case, who)] == s:
+                                best[(case + "-io", who)] = tuple(io)
                         elif case == "walk":
                             s, n = walk_seconds(os.path.join(root, "tree"))
                             note(case, who, s)
@@ -181,17 +188,19 @@ def main():
     gib = f"{size // MIB} MiB" if size < 1024 * MIB else f"{size // (1024 * MIB)} GiB"
     print(f"| case (cold, best of {a.rounds}) | native | before (main) | storefs | ratio to native |")
     print("|---|---:|---:|---:|---:|")
-    if "cat" in cases:
-        n, b, s = (best[("cat", w)] for w in ("native", "before", "storefs"))
-        print(f"| `cat` of a {gib} file, MiB/s | {n:.0f} | {b:.0f} | {s:.0f} | {s / n:.2f}x throughput |")
-    if "pread" in cases:
-        n, b, s = (best[("pread", w)] for w in ("native", "before", "storefs"))
-        print(f"| 1,000 random 4 KiB `pread`s, s | {n:.3f} | {b:.3f} | {s:.3f} | {s / n:.2f}x time |")
-        if disk:
-            io = {w: best.get(("pread-io", w), (0, 0)) for w in ("native", "before", "storefs")}
-            cell = {w: f"{io[w][0] / len(offsets):.2f} ({io[w][1] / len(offsets):.0f} KiB)" for w in io}
-            print(f"| disk reads a `pread` (KiB read), fastest round | {cell['native']} | {cell['before']} "
-                  f"| {cell['storefs']} | |")
+    for case, through in (("cat", ""), ("fork-cat", ", through a fork")):
+        if case in cases:
+            n, b, s = (best[(case, w)] for w in ("native", "before", "storefs"))
+            print(f"| `cat` of a {gib} file{through}, MiB/s | {n:.0f} | {b:.0f} | {s:.0f} | {s / n:.2f}x throughput |")
+    for case, through in (("pread", ""), ("fork-pread", ", through a fork")):
+        if case in cases:
+            n, b, s = (best[(case, w)] for w in ("native", "before", "storefs"))
+            print(f"| 1,000 random 4 KiB `pread`s{through}, s | {n:.3f} | {b:.3f} | {s:.3f} | {s / n:.2f}x time |")
+            if disk:
+                io = {w: best.get((case + "-io", w), (0, 0)) for w in ("native", "before", "storefs")}
+                cell = {w: f"{io[w][0] / len(offsets):.2f} ({io[w][1] / len(offsets):.0f} KiB)" for w in io}
+                print(f"| disk reads a `pread` (KiB read), fastest round | {cell['native']} | {cell['before']} "
+                      f"| {cell['storefs']} | |")
     if "walk" in cases:
         n, b, s = (best[("walk", w)] for w in ("native", "before", "storefs"))
         print(f"| stat walk of a {best['walk-n'] // 1000}k-entry tree, s | {n:.2f} | {b:.2f} | {s:.2f} | {s / n:.2f}x time |")

@@ -228,13 +228,14 @@ impl CheckpointView {
             })
     }
 
-    /// A sequential read reached extent `index` of `extents`: the data
-    /// extents after it go to the read-ahead workers.
-    fn read_ahead(&self, extents: &[store::Extent], index: usize) {
+    /// A sequential read, `run` reads in a row, reached extent `index` of
+    /// `extents`: the data extents after it go to the read-ahead workers.
+    fn read_ahead(&self, extents: &[store::Extent], index: usize, run: u32) {
         let upcoming = extents[index + 1..]
             .iter()
             .filter_map(|e| e.id.map(|id| (id, e.len)));
-        self.readahead.ahead(&self.store, &self.cache, upcoming);
+        self.readahead
+            .ahead(&self.store, &self.cache, run, upcoming);
     }
 
     /// A sequential read reached `offset`: the chunks that end
@@ -348,10 +349,11 @@ impl View for CheckpointView {
         let mut out = Vec::with_capacity((end - offset) as usize);
         // The last extent starting at or before `offset` holds it (starts[0] == 0).
         let mut index = starts.partition_point(|&s| s <= offset).saturating_sub(1);
-        let sequential = self.readahead.sequential(ino, offset, end);
+        let run = self.readahead.sequential(ino, offset, end);
+        let sequential = run > 0;
         if sequential {
             let last = starts.partition_point(|&s| s < end).saturating_sub(1);
-            self.read_ahead(extents, last);
+            self.read_ahead(extents, last, run);
             self.drop_behind(extents, starts, offset);
         }
         let mut pos = offset;

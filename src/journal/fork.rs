@@ -478,7 +478,8 @@ impl Fork {
     /// The state lock is held only to find the pieces.
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let end = offset.saturating_add(u64::from(size));
-        let sequential = self.readahead.sequential(ino, offset, end);
+        let run = self.readahead.sequential(ino, offset, end);
+        let sequential = run > 0;
         // Journal segments are resolved to open handles under the state lock,
         // so a commit trimming them meanwhile cannot pull them away.
         let (plan, upcoming, passed) = self.with(|st, _| {
@@ -505,7 +506,8 @@ impl Fork {
             Ok((plan, base_chunks(&ahead), passed_chunks(st, ino, offset)?))
         })?;
         if sequential {
-            self.readahead.ahead(&self.store, &self.cache, upcoming);
+            self.readahead
+                .ahead(&self.store, &self.cache, run, upcoming);
             self.readahead.drop_behind(&self.cache, passed);
         }
         let mut out = Vec::with_capacity(plan.iter().map(|p| p.0 as usize).sum());
@@ -992,11 +994,12 @@ impl Fork {
         Ok(new)
     }
 
-    /// The stored chunks file `ino` reads from, in file order (tests).
+    /// The stored chunks file `ino` reads from, in file order, with the
+    /// bytes of the file each covers there (tests).
     #[cfg(test)]
-    pub(crate) fn base_chunk_ids(&self, ino: u64) -> Vec<ObjectId> {
+    pub(crate) fn base_chunks(&self, ino: u64) -> Vec<(ObjectId, u64)> {
         let plan = self.with(|st, _| st.plan_read(ino, 0, u64::MAX)).unwrap();
-        base_chunks(&plan).into_iter().map(|(id, _)| id).collect()
+        base_chunks(&plan)
     }
 
     /// Whether chunk `id` is cached, and whether it is being read ahead (tests).

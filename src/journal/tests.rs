@@ -1391,13 +1391,26 @@ fn sequential_reads_of_a_base_file_read_ahead_and_drop_the_chunks_passed() {
     // An edit in the middle: the reads mix the journal's bytes and the base's.
     f.write(i, 6 << 20, b"an edit").unwrap();
     want[6 << 20..(6 << 20) + 7].copy_from_slice(b"an edit");
-    let ids = f.base_chunk_ids(i);
+    let chunks = f.base_chunks(i);
+    let ids: Vec<ObjectId> = chunks.iter().map(|c| c.0).collect();
     assert!(ids.len() > 8, "a file of many chunks: {}", ids.len());
 
-    let mut got = f.read(i, 0, 131_072).unwrap();
+    // Five reads in a row: the read-ahead has ramped up to its full reach.
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.extend(f.read(i, got.len() as u64, 131_072).unwrap());
+    }
+    let mut covered = 0;
+    let here = chunks
+        .iter()
+        .position(|c| {
+            covered += c.1;
+            covered > got.len() as u64
+        })
+        .unwrap();
     // Queued, being read or read already: the next chunks, as many as the
     // read-ahead queues at once.
-    for id in &ids[1..=AHEAD_CHUNKS] {
+    for id in &ids[here + 1..=here + AHEAD_CHUNKS] {
         let (cached, in_flight) = f.chunk_held(id);
         // A worker may land it between the two looks.
         assert!(
@@ -1425,7 +1438,7 @@ fn a_small_random_read_of_a_base_file_decodes_only_its_part() {
     let f = env.fork();
     let i = ino(&f, "big.bin");
     let want = fs::read(env._tmp.path().join("src/big.bin")).unwrap();
-    let ids = f.base_chunk_ids(i);
+    let ids: Vec<ObjectId> = f.base_chunks(i).into_iter().map(|c| c.0).collect();
     // Each more than the read-ahead's slack away from the one before, and
     // one across the edge of two chunks.
     for at in [100_000u64, 1_300_000, 2_900_000, 65_530, 1_900_000] {

@@ -25,8 +25,13 @@ pub const WORKERS: usize = 6;
 const IDLE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Chunks read ahead of the reader at most...
 pub const AHEAD_CHUNKS: usize = 16;
-/// ...and bytes at most (of which also no more than a quarter of the cache).
+/// ...and bytes at most (of which also no more than a quarter of the cache)...
 pub const AHEAD_BYTES: u64 = 16 << 20;
+/// ...and at first this many bytes, doubling with every read that continues
+/// the one before: a random read that happens to land near the one before
+/// reads ahead a chunk or two, not [`AHEAD_BYTES`] (1,000 random reads of a
+/// 256 MiB file have four such neighbours).
+pub const RAMP_BYTES: u64 = 1 << 20;
 /// How far behind a sequential reader a chunk must end to leave the cache
 /// (see [`ReadAhead::drop_behind`]): past the slack within which the
 /// kernel's read-ahead requests may arrive out of order (two of its largest,
@@ -45,8 +50,9 @@ type Job = Box<dyn FnOnce() + Send>;
 /// The read-ahead of one tree: a queue, the chunks in flight, the workers.
 pub struct ReadAhead {
     shared: Arc<Shared>,
-    /// Where the last read of each recently read file ended.
-    positions: Mutex<LruCache<u64, u64>>,
+    /// Where the last read of each recently read file ended, and how many
+    /// reads in a row continued the one before.
+    positions: Mutex<LruCache<u64, (u64, u32)>>,
     ahead_bytes: u64,
 }
 
@@ -96,17 +102,21 @@ impl ReadAhead {
         self.ahead_bytes
     }
 
-    /// Note a read of `ino` at `offset..end`; whether it continues the
-    /// previous read of that file (or starts a file at 0 with a read of
-    /// more than a page: the kernel's first read-ahead).
-    pub fn sequential(&self, ino: u64, offset: u64, end: u64) -> bool {
+    /// Note a read of `ino` at `offset..end`: how many reads in a row, this
+    /// one included, continued the read of that file before them (0: a
+    /// random read). A read of more than a page at offset 0 starts a run
+    /// (the kernel's first read-ahead of a file read from its start).
+    pub fn sequential(&self, ino: u64, offset: u64, end: u64) -> u32 {
         let mut p = self.positions.lock();
-        let seq = match p.get(&ino) {
-            Some(&last) => offset.abs_diff(last) <= SEQUENTIAL_SLACK,
-            None => offset == 0 && end > 4096,
+        let run = match p.get(&ino) {
+            Some(&(last, run)) if offset.abs_diff(last) <= SEQUENTIAL_SLACK => {
+                run.saturating_add(1)
+            }
+            Some(_) => 0,
+            None => u32::from(offset == 0 && end > 4096),
         };
-        p.put(ino, end);
-        seq
+        p.put(ino, (end, run));
+        run
     }
 
     /// Chunk `id` for a reader: from `cache`; else, when a worker is reading
@@ -155,20 +165,26 @@ impl ReadAhead {
         store.read_range(id, len, range)
     }
 
-    /// A sequential reader will want `upcoming` next (chunk ids with the
-    /// bytes of the file each covers, in file order): queue them for the
-    /// workers, up to [`AHEAD_CHUNKS`] queued and [`ReadAhead::ahead_bytes`]
-    /// ahead. Chunks cached or in flight are passed over.
+    /// A sequential reader, `run` reads in a row ([`ReadAhead::sequential`]),
+    /// will want `upcoming` next (chunk ids with the bytes of the file each
+    /// covers, in file order): queue them for the workers, up to
+    /// [`AHEAD_CHUNKS`] queued and [`RAMP_BYTES`] ahead, doubled for each
+    /// read of the run after the first, up to [`ReadAhead::ahead_bytes`].
+    /// Chunks cached or in flight are passed over.
     pub fn ahead(
         &self,
         store: &Arc<Store>,
         cache: &Arc<ChunkCache>,
+        run: u32,
         upcoming: impl IntoIterator<Item = (ObjectId, u64)>,
     ) {
+        let limit = self
+            .ahead_bytes
+            .min(RAMP_BYTES << run.saturating_sub(1).min(16));
         let mut bytes = 0u64;
         for (id, len) in upcoming.into_iter().take(AHEAD_CHUNKS * 4) {
             bytes = bytes.saturating_add(len);
-            if bytes > self.ahead_bytes {
+            if bytes > limit {
                 break;
             }
             if cache.contains(&id) || self.in_flight(&id) {
@@ -294,14 +310,49 @@ mod tests {
     #[test]
     fn tells_sequential_reads_from_random_ones() {
         let ra = ReadAhead::new(256 << 20);
-        assert!(ra.sequential(1, 0, 131072));
-        assert!(ra.sequential(1, 131072, 262144));
-        assert!(ra.sequential(1, 393216, 524288), "out of order, close");
-        assert!(!ra.sequential(1, 1 << 30, (1 << 30) + 4096));
-        assert!(!ra.sequential(2, 77 << 20, (77 << 20) + 4096));
-        assert!(!ra.sequential(3, 0, 4096), "a lone first page");
+        assert_eq!(ra.sequential(1, 0, 131072), 1);
+        assert_eq!(ra.sequential(1, 131072, 262144), 2);
+        assert_eq!(ra.sequential(1, 393216, 524288), 3, "out of order, close");
+        assert_eq!(ra.sequential(1, 1 << 30, (1 << 30) + 4096), 0);
+        assert_eq!(
+            ra.sequential(1, (1 << 30) + 4096, (1 << 30) + 8192),
+            1,
+            "a new run"
+        );
+        assert_eq!(ra.sequential(2, 77 << 20, (77 << 20) + 4096), 0);
+        assert_eq!(ra.sequential(3, 0, 4096), 0, "a lone first page");
         assert_eq!(ra.ahead_bytes(), AHEAD_BYTES);
         assert_eq!(ReadAhead::new(4 << 20).ahead_bytes(), 1 << 20);
+    }
+
+    #[test]
+    fn reads_further_ahead_the_longer_a_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open_or_create(&dir.path().join("s")).unwrap());
+        let chunks: Vec<(ObjectId, u64)> = (0..40u32)
+            .map(|i| {
+                let data: Vec<u8> = (0..200_000u32)
+                    .map(|j| (j.wrapping_mul(i + 7) >> 3) as u8)
+                    .collect();
+                (store.put_object(&data).unwrap().0, 200_000)
+            })
+            .collect();
+        store.sync_objects().unwrap();
+        let queued = |run: u32| {
+            let cache = Arc::new(ChunkCache::new(256 << 20));
+            let ra = ReadAhead::new(256 << 20);
+            ra.ahead(&store, &cache, run, chunks.iter().copied());
+            // Each submitted chunk is in flight or landed; none is read twice.
+            chunks
+                .iter()
+                .filter(|(id, _)| ra.in_flight(id) || cache.contains(id))
+                .count()
+        };
+        // 1 MiB: five chunks of 200 KB; then 2, 4, ... MiB, and at most
+        // AHEAD_CHUNKS queued with the workers' chunks in hand.
+        assert_eq!(queued(1), 5);
+        assert_eq!(queued(2), 10);
+        assert!(queued(5) >= AHEAD_CHUNKS, "the full reach");
     }
 
     #[test]
