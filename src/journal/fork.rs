@@ -532,7 +532,9 @@ impl Fork {
                         let part =
                             self.readahead
                                 .part(&self.store, &self.cache, &id, None, range)?;
-                        if let Some(part) = part {
+                        if let Some(part) = part
+                            && part.len() == len
+                        {
                             out[at..].copy_from_slice(&part);
                             continue;
                         }
