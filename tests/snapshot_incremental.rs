@@ -142,6 +142,54 @@ fn a_file_stamped_at_the_parents_start_is_read_again() {
 }
 
 #[test]
+fn only_the_heads_of_refs_keep_a_stat_cache() {
+    let env = Env::new();
+    let src = fixture(&env);
+    let caches = || {
+        let mut names: Vec<String> = fs::read_dir(env.store.join("statcache"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let other = env.path("other");
+    fs::create_dir(&other).unwrap();
+    fs::write(other.join("f"), "other\n").unwrap();
+    let (a, _) = snap(&env, &other, &["--ref", "o"]);
+    snap(&env, &src, &["--ref", "s"]);
+    let mut heads = Vec::new();
+    for i in 0..5 {
+        fs::write(
+            src.join("many/f01"),
+            format!(
+                "turn {i}
+"
+            ),
+        )
+        .unwrap();
+        let (id, err) = snap(&env, &src, &["--ref", "s"]);
+        assert!(err.contains("1 files read"), "{err}");
+        heads.push(id);
+    }
+    // `s`'s head and `o`'s; none of the five checkpoints `s` moved past.
+    let mut want = vec![a.clone(), heads[4].clone()];
+    want.sort();
+    assert_eq!(caches(), want);
+    // A snapshot without a ref keeps its own (nothing moved past it)...
+    let (loose, _) = snap(&env, &src, &["--parent", &heads[4]]);
+    assert!(caches().contains(&loose));
+    // ...until gc, past its grace period, which keeps the heads'.
+    let (_, err) = env.ok_in(&env.store, &["gc", "--grace", "1h"]);
+    assert!(err.contains("0 stat cache(s)"), "{err}");
+    assert!(caches().contains(&loose));
+    let (out, err) = env.ok_in(&env.store, &["gc", "--grace", "0s"]);
+    assert!(err.contains("1 stat cache(s)"), "{err}");
+    assert!(out.contains(&loose), "{out}");
+    assert_eq!(caches(), want);
+}
+
+#[test]
 fn without_a_usable_parent_every_file_is_read() {
     let env = Env::new();
     let src = fixture(&env);
@@ -164,9 +212,17 @@ fn without_a_usable_parent_every_file_is_read() {
     );
     assert!(err.contains(&every), "{err}");
     assert_eq!(record(&env, &id)["parents"][0], other_id.as_str());
-    let (_, err) = snap(&env, &src, &["--parent", &first]);
+    // A ref's head keeps its stat cache; a checkpoint the ref moved past
+    // does not (its cache went when the ref moved), so it is read in full.
+    let (_, err) = snap(&env, &src, &["--parent", &id]);
     assert!(
         err.contains(&format!("0 files read, {n} unchanged")),
+        "{err}"
+    );
+    assert!(!env.store.join("statcache").join(&first).exists());
+    let (_, err) = snap(&env, &src, &["--parent", &first]);
+    assert!(
+        err.contains("has no stat cache") && err.contains(&every),
         "{err}"
     );
 

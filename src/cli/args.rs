@@ -506,9 +506,11 @@ pub struct VerifyArgs {
 Kept: every checkpoint record and every object reachable from one (refs, forks, archive
 index entries and live mounts all name checkpoints). Removed: objects nothing reaches (an
 interrupted or failed snapshot or import, data of files a fork had open after unlinking
-them) and temp files of interrupted writes, once older than --grace. Safe while snapshots,
+them), temp files of interrupted writes, and the stat caches of checkpoints no ref is at
+(a snapshot compares with its ref's head), once older than --grace. Safe while snapshots,
 imports and commits run: they hold STORE/gc.lock shared until they publish, and gc sweeps
-under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove).
+under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove),
+`PATH SIZE` per file.
 Also merges small pack files (one per snapshot or commit) once there are 8 or more.
 
 With --remote NAME it collects the remote's garbage instead, once older than --grace: what

@@ -129,7 +129,13 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         ));
     }
     if let Some(name) = &a.r#ref {
+        let previous = store.get_ref(name)?;
         store.set_ref(name, &id)?;
+        if let Some(old) = previous.filter(|old| *old != id)
+            && let Err(e) = ingest::statcache::retire(&store, &old)
+        {
+            super::warn(&format!("could not remove the stat cache of {old} ({e})"));
+        }
     }
     super::say(id)?;
     Ok(())

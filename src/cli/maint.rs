@@ -100,6 +100,7 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
     let r = store.gc(&opts, &|| {
         eprintln!("storefs: waiting for a snapshot, import or commit to publish its checkpoint")
     })?;
+    let caches = crate::ingest::statcache::prune(store, a.grace, a.dry_run)?;
     if a.json {
         return super::json::print(&serde_json::json!({
             "dry_run": a.dry_run,
@@ -107,6 +108,7 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
             "reachable": r.reachable,
             "removed": r.removed.iter().map(|(id, size)| serde_json::json!({"id": id.to_string(), "size": size})).collect::<Vec<_>>(),
             "temps": r.temps.iter().map(|(path, size)| serde_json::json!({"path": path.display().to_string(), "size": size})).collect::<Vec<_>>(),
+            "stat_caches": caches.iter().map(|(path, size)| serde_json::json!({"path": path.display().to_string(), "size": size})).collect::<Vec<_>>(),
             "young": r.young,
             "young_bytes": r.young_bytes,
             "packs_merged": {"from": r.packs_merged.0, "into": r.packs_merged.1},
@@ -116,19 +118,20 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
     for (id, size) in &r.removed {
         writeln!(out, "{id} {size}")?;
     }
-    for (path, size) in &r.temps {
+    for (path, size) in r.temps.iter().chain(&caches) {
         writeln!(out, "{} {size}", path.display())?;
     }
     out.flush()?;
-    let removed: u64 =
-        r.removed.iter().map(|x| x.1).sum::<u64>() + r.temps.iter().map(|x| x.1).sum::<u64>();
+    let removed: u64 = r.removed.iter().map(|x| x.1).sum::<u64>()
+        + r.temps.iter().chain(&caches).map(|x| x.1).sum::<u64>();
     let verb = if a.dry_run { "would remove" } else { "removed" };
     eprintln!(
-        "storefs: gc: {} checkpoint(s) keep {} object(s); {verb} {} unreachable object(s) and {} temp file(s), {}; kept {} unreachable object(s) younger than the grace period ({}){}",
+        "storefs: gc: {} checkpoint(s) keep {} object(s); {verb} {} unreachable object(s), {} temp file(s) and {} stat cache(s) of checkpoints no ref is at, {}; kept {} unreachable object(s) younger than the grace period ({}){}",
         r.checkpoints,
         r.reachable,
         r.removed.len(),
         r.temps.len(),
+        caches.len(),
         human(removed),
         r.young,
         human(r.young_bytes),

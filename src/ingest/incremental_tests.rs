@@ -499,3 +499,27 @@ fn random_changes_give_the_full_snapshots_tree() {
     restore(&store, &checkpoint(parent.root), &dest).unwrap();
     assert_same_tree(&src, &dest);
 }
+
+#[test]
+fn a_cache_is_retired_only_when_no_ref_keeps_its_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fixture(&src);
+    let store = Store::open_or_create(&tmp.path().join("store")).unwrap();
+    let res = snap_from(&store, &src, None);
+    let a = publish(&store, &src, &res).id;
+    let cache = statcache::path(&store, &a);
+    store.set_ref("s", &a).unwrap();
+    store.set_ref("t", &a).unwrap();
+    // `s` moved on; `t` still names it.
+    let b = publish(&store, &src, &snap_from(&store, &src, None)).id;
+    store.set_ref("s", &b).unwrap();
+    assert!(!statcache::retire(&store, &a).unwrap());
+    assert!(cache.exists());
+    store.set_ref("t", &b).unwrap();
+    assert!(statcache::retire(&store, &a).unwrap());
+    assert!(!cache.exists());
+    // Nothing left to remove: not an error.
+    assert!(!statcache::retire(&store, &a).unwrap());
+    assert!(statcache::path(&store, &b).exists());
+}

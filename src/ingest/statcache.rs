@@ -171,6 +171,83 @@ pub fn save(store: &Store, id: &ObjectId, data: &StatCacheData) -> io::Result<()
     result
 }
 
+/// A snapshot moved a ref from checkpoint `old` to another: `old`'s stat
+/// cache goes, unless `old` is still the head of a ref. A snapshot compares
+/// with its ref's head unless told otherwise, so only heads' caches are
+/// used; a snapshot given an older checkpoint as `--parent` reads every
+/// file instead. Without this a store kept a cache for every snapshot
+/// (about 10 bytes a file each, 4 KiB at least) however many there were:
+/// a checkpoint after every model reply of a 300,000-file tree, a few
+/// gigabytes over a thousand. Returns whether a cache was removed.
+pub fn retire(store: &Store, old: &ObjectId) -> crate::store::Result<bool> {
+    if store.list_refs()?.iter().any(|(_, head)| head == old) {
+        return Ok(false);
+    }
+    match fs::remove_file(path(store, old)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(crate::store::Error::Io {
+            path: path(store, old),
+            source: e,
+        }),
+    }
+}
+
+/// `storefs gc`'s sweep of the stat caches [`retire`] missed (written
+/// before it existed, by a snapshot without a ref, or for a ref deleted
+/// since): every cache whose checkpoint is not the head of a ref, last
+/// modified before `grace` ago (a snapshot publishing now keeps its own).
+/// Returns the caches removed (or, with `dry_run`, that would be) and their
+/// sizes.
+pub fn prune(
+    store: &Store,
+    grace: std::time::Duration,
+    dry_run: bool,
+) -> crate::store::Result<Vec<(PathBuf, u64)>> {
+    let dir = store.root().join("statcache");
+    let io_err = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| crate::store::Error::Io { path, source }
+    };
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(&dir)(e)),
+    };
+    let heads: Vec<ObjectId> = store.list_refs()?.into_iter().map(|(_, id)| id).collect();
+    let cutoff = std::time::SystemTime::now()
+        .checked_sub(grace)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_err(&dir))?;
+        let name = entry.file_name();
+        // Only caches (64 hex digits); temp files are a snapshot's own.
+        let Some(id) = name.to_str().and_then(ObjectId::from_hex) else {
+            continue;
+        };
+        let path = entry.path();
+        let meta = match entry.metadata() {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        if heads.contains(&id) || meta.modified().map_err(io_err(&path))? > cutoff {
+            continue;
+        }
+        if !dry_run {
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(&path)(e)),
+            }
+        }
+        removed.push((path, meta.len()));
+    }
+    removed.sort();
+    Ok(removed)
+}
+
 // ---------------------------------------------------------------- reading
 
 /// A parent snapshot to compare against: its root tree and its stat cache.
