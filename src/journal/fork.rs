@@ -474,7 +474,10 @@ impl Fork {
     }
 
     /// Up to `size` bytes of file `ino` from `offset` (fewer at the end).
-    /// Base data is verified; journal data is read back from its segment.
+    /// Base data is verified (a whole chunk by its sha256, a small random
+    /// part by its frames' checksums, as on a read-only tree); journal data
+    /// is read back from its segment. Sequential reads of base data read
+    /// ahead and drop the chunks they passed ([`ReadAhead`]).
     /// The state lock is held only to find the pieces.
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let end = offset.saturating_add(u64::from(size));
