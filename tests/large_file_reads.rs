@@ -86,6 +86,54 @@ fn a_large_file_reads_back_exactly_sequentially_and_at_random() {
 }
 
 #[test]
+fn a_large_base_file_reads_back_exactly_through_a_fork() {
+    let (env, mut data) = setup();
+    env.ok(["fork", "big", "--name", "f"]);
+    let mp = env.path("mnt");
+    fs::create_dir(&mp).unwrap();
+    let m = env.mount("f", Some(&mp));
+    let path = m.path().join("big.bin");
+    // An edit in the middle: reads around it mix the journal and the base.
+    let at = (6 << 20) - 3;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(b"an edit", at as u64)
+        .unwrap();
+    data[at..at + 7].copy_from_slice(b"an edit");
+    // Cold random reads first (each decodes only its frames), then the
+    // whole file in order (read ahead), then random again.
+    let f = open_random(&path);
+    let mut x = 777u64;
+    for i in 0..200 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let len = if i % 2 == 0 {
+            4096
+        } else {
+            1 + (x >> 40) as usize % 40_000
+        };
+        let off = if i % 50 == 0 {
+            at - 100
+        } else {
+            ((x >> 20) % LEN as u64) as usize
+        };
+        let end = (off + len).min(LEN);
+        let got = pread_random(&f, off as u64, len).unwrap();
+        assert!(got == data[off..end], "{len} bytes at {off}");
+    }
+    drop(f);
+    assert!(fs::read(&path).unwrap() == data, "sequential read");
+    let f = open_random(&path);
+    let got = pread_random(&f, 1234, 5000).unwrap();
+    assert!(got == data[1234..6234]);
+    drop(f);
+    m.unmount();
+}
+
+#[test]
 fn a_damaged_frame_fails_only_the_reads_that_need_it() {
     let (env, data) = setup();
     // The largest chunk of the file, where it starts, and its frame table.
