@@ -19,7 +19,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{ChunkCache, ObjectId, Result, Store};
 
-/// Worker threads per read-only tree, started on the first read-ahead.
+/// Worker threads per read-only tree or fork, started on the first read-ahead.
 pub const WORKERS: usize = 6;
 /// How long a worker waits for a job before it exits.
 const IDLE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -47,7 +47,8 @@ const SEQUENTIAL_SLACK: u64 = 256 << 10;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The read-ahead of one tree: a queue, the chunks in flight, the workers.
+/// The read-ahead of one tree or fork: a queue, the chunks in flight, the
+/// workers, and where each recently read file was read.
 pub struct ReadAhead {
     shared: Arc<Shared>,
     /// Where the last read of each recently read file ended, and how many
@@ -82,7 +83,7 @@ pub enum Claim {
 }
 
 impl ReadAhead {
-    /// A read-ahead for a tree whose chunk cache holds `cache_bytes`.
+    /// A read-ahead for a tree or fork whose chunk cache holds `cache_bytes`.
     pub fn new(cache_bytes: usize) -> ReadAhead {
         ReadAhead {
             shared: Arc::new(Shared {
