@@ -35,6 +35,28 @@ fn pread_random(f: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// `n` reads of `f`, each at the offset and of the length `shape(i, x)`
+/// gives for read `i` and a pseudo-random `x` (a sequence seeded by
+/// `seed`), each checked against `data`.
+fn check_random_reads(
+    f: &File,
+    data: &[u8],
+    seed: u64,
+    n: usize,
+    shape: impl Fn(usize, u64) -> (usize, usize),
+) {
+    let mut x = seed;
+    for i in 0..n {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let (at, len) = shape(i, x);
+        let end = (at + len).min(data.len());
+        let got = pread_random(f, at as u64, len).unwrap();
+        assert!(got == data[at..end], "{len} bytes at {at}");
+    }
+}
+
 fn open_random(path: &std::path::Path) -> File {
     let f = File::open(path).unwrap();
     rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random).unwrap();
@@ -51,21 +73,14 @@ fn a_large_file_reads_back_exactly_sequentially_and_at_random() {
         let m = env.mount("big", Some(&mp));
         let path = m.path().join("big.bin");
         let f = open_random(&path);
-        let mut x = 12345u64;
-        for i in 0..300 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+        check_random_reads(&f, &data, 12345, 300, |i, x| {
             let len = match i % 3 {
                 0 => 4096,
                 1 => 1 + (x >> 40) as usize % 70_000,
                 _ => 1,
             };
-            let at = (x >> 20) % LEN as u64;
-            let end = (at as usize + len).min(LEN);
-            let got = pread_random(&f, at, len).unwrap();
-            assert!(got == data[at as usize..end], "{len} bytes at {at}");
-        }
+            (((x >> 20) % LEN as u64) as usize, len)
+        });
         // Frame boundaries: 64 KiB multiples from a chunk's start are not
         // file offsets a test can name without the chunk list, so read
         // across every 4 KiB boundary of a 1 MiB window, in 12 KiB reads.
@@ -105,11 +120,7 @@ fn a_large_base_file_reads_back_exactly_through_a_fork() {
     // Cold random reads first (each decodes only its frames), then the
     // whole file in order (read ahead), then random again.
     let f = open_random(&path);
-    let mut x = 777u64;
-    for i in 0..200 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+    check_random_reads(&f, &data, 777, 200, |i, x| {
         let len = if i % 2 == 0 {
             4096
         } else {
@@ -120,10 +131,8 @@ fn a_large_base_file_reads_back_exactly_through_a_fork() {
         } else {
             ((x >> 20) % LEN as u64) as usize
         };
-        let end = (off + len).min(LEN);
-        let got = pread_random(&f, off as u64, len).unwrap();
-        assert!(got == data[off..end], "{len} bytes at {off}");
-    }
+        (off, len)
+    });
     drop(f);
     assert!(fs::read(&path).unwrap() == data, "sequential read");
     let f = open_random(&path);
