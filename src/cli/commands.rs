@@ -103,8 +103,14 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         );
     }
 
+    // The ref's head before this snapshot: its parent, and whose stat cache
+    // goes once the ref moves.
+    let previous = match &a.r#ref {
+        Some(name) => store.get_ref(name)?,
+        None => None,
+    };
     let parents = match &a.r#ref {
-        Some(name) => store.get_ref(name)?.into_iter().collect(),
+        Some(_) => previous.into_iter().collect(),
         None => parent_id.into_iter().collect(),
     };
     let ckpt = Checkpoint {
@@ -129,7 +135,6 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         ));
     }
     if let Some(name) = &a.r#ref {
-        let previous = store.get_ref(name)?;
         store.set_ref(name, &id)?;
         if let Some(old) = previous.filter(|old| *old != id)
             && let Err(e) = ingest::statcache::retire(&store, &old)
