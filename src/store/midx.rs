@@ -28,11 +28,11 @@
 //! however old, gives right answers, and it is replaced atomically (temp file,
 //! `fsync`, `rename`, `fsync` of the directory) with no lock.
 
-use std::cmp::Ordering;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
@@ -45,8 +45,17 @@ const MAGIC: &[u8; 8] = b"SFMIDX01";
 /// The length of a pack's name (16 hex digits).
 pub const NAME_LEN: usize = 16;
 const ENTRY: usize = 32 + 4 + 4 + 8;
-/// Below this many entries a fanout bucket is read with one `pread`.
-const SCAN: u64 = 64;
+/// Entries a lookup reads at once: the sparse index keeps the id of one
+/// entry in this many (2 bytes an object: 600 KiB for 300,000).
+const STRIDE: u64 = 16;
+/// The sparse index's ids at most (4 MiB); a larger file keeps one id in
+/// a larger power of two entries.
+const MAX_SPARSE: u64 = 1 << 17;
+
+/// One id in how many entries the sparse index of a file of `count` keeps.
+fn stride_for(count: u64) -> u64 {
+    count.div_ceil(MAX_SPARSE).next_power_of_two().max(STRIDE)
+}
 
 /// One entry: object `id` is `len` bytes at `offset` in pack number `pack`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +104,11 @@ pub struct Midx {
     count: u64,
     entries_at: u64,
     entries_sum: [u8; 32],
+    /// Per fanout bucket, read whole at its first lookup: the id of every
+    /// `stride`-th entry, so a lookup searches in memory and reads one
+    /// range of `stride` entries (one `pread`).
+    sparse: Vec<OnceLock<Box<[ObjectId]>>>,
+    stride: u64,
 }
 
 /// Device, inode, size and modification time of a midx file: a file written
@@ -176,11 +190,13 @@ impl Midx {
             count,
             entries_at: hlen,
             entries_sum,
+            sparse: (0..256).map(|_| OnceLock::new()).collect(),
+            stride: stride_for(count),
         }))
     }
 
-    #[cfg(test)]
-    pub fn count(&self) -> u64 {
+    /// The entries (objects) it lists.
+    pub fn len(&self) -> u64 {
         self.count
     }
 
@@ -191,38 +207,53 @@ impl Midx {
         Ok(buf)
     }
 
+    /// Bucket `b`'s sparse index: the id of its entries `lo`, `lo + stride`,
+    /// … (read whole the first time).
+    fn sparse(&self, b: usize, lo: u64, hi: u64) -> io::Result<&[ObjectId]> {
+        if let Some(ids) = self.sparse[b].get() {
+            return Ok(ids);
+        }
+        let buf = self.read_entries(lo, hi)?;
+        let ids: Box<[ObjectId]> = buf
+            .chunks_exact(ENTRY)
+            .step_by(self.stride as usize)
+            .map(|e| ObjectId(e[..32].try_into().expect("32 bytes")))
+            .collect();
+        // Another thread may have set it meanwhile: the same ids.
+        Ok(self.sparse[b].get_or_init(|| ids))
+    }
+
     /// Every entry for `id` (usually none or one), in file order.
     pub fn lookup(&self, id: &ObjectId) -> io::Result<Vec<MidxEntry>> {
         let b = id.0[0] as usize;
-        let mut lo = if b == 0 { 0 } else { self.fanout[b - 1] };
-        let mut hi = self.fanout[b];
-        // Narrow to a small range by binary search on single entries, then
-        // read the range at once: the first entry >= id is in [lo, hi].
-        while hi - lo > SCAN {
-            let mid = lo + (hi - lo) / 2;
-            let e = MidxEntry::decode(&self.read_entries(mid, mid + 1)?);
-            match e.id.cmp(id) {
-                Ordering::Less => lo = mid + 1,
-                _ => hi = mid,
+        let lo = if b == 0 { 0 } else { self.fanout[b - 1] };
+        let hi = self.fanout[b];
+        let mut from = lo;
+        if hi - lo > self.stride {
+            // Entries up to `lo + (k - 1) * stride` are below `id`, and the
+            // one at `lo + k * stride` (if any) is not: the first entry not
+            // below `id` is in the `stride` entries after the former.
+            let k = self.sparse(b, lo, hi)?.partition_point(|x| x < id) as u64;
+            if k > 0 {
+                from = lo + (k - 1) * self.stride + 1;
             }
         }
-        // Equal ids can run past `hi`: read on while they match.
+        // Equal ids can run past a range: read on while they match.
         let mut out = Vec::new();
-        let mut from = lo;
-        let end = self.fanout[b];
         loop {
-            let to = (from + SCAN).min(end);
+            let to = (from + self.stride).min(hi);
             if from >= to {
                 return Ok(out);
             }
             let buf = self.read_entries(from, to)?;
-            for chunk in buf.chunks_exact(ENTRY) {
-                let e = MidxEntry::decode(chunk);
-                match e.id.cmp(id) {
-                    Ordering::Less => {}
-                    Ordering::Equal => out.push(e),
-                    Ordering::Greater => return Ok(out),
+            let entries: Vec<&[u8]> = buf.chunks_exact(ENTRY).collect();
+            // The first entry not below `id`, by its id's bytes (sorted).
+            let first = entries.partition_point(|e| e[..32] < id.0[..]);
+            for e in &entries[first..] {
+                if e[..32] != id.0[..] {
+                    return Ok(out);
                 }
+                out.push(MidxEntry::decode(e));
             }
             from = to;
         }
@@ -415,7 +446,7 @@ mod tests {
         .unwrap();
         let m = Midx::open(&t.path().join(MIDX)).unwrap().unwrap();
         assert_eq!(m.names, names);
-        assert_eq!(m.count(), 5001);
+        assert_eq!(m.len(), 5001);
         for (i, e) in entries.iter().enumerate() {
             let found = m.lookup(&e.id).unwrap();
             let want: Vec<MidxEntry> = entries[i.saturating_sub(1)..(i + 2).min(entries.len())]
@@ -432,6 +463,80 @@ mod tests {
         // No temp file left.
         let left: Vec<_> = fs::read_dir(t.path()).unwrap().collect();
         assert_eq!(left.len(), 1);
+    }
+
+    #[test]
+    fn stride_keeps_the_sparse_index_bounded() {
+        assert_eq!(stride_for(0), STRIDE);
+        assert_eq!(stride_for(300_000), STRIDE);
+        assert_eq!(stride_for(MAX_SPARSE * STRIDE), STRIDE);
+        assert_eq!(stride_for(MAX_SPARSE * STRIDE + 1), 2 * STRIDE);
+        for count in [1u64 << 22, 10_000_000, 1 << 30] {
+            let s = stride_for(count);
+            assert!(
+                s.is_power_of_two() && count.div_ceil(s) <= MAX_SPARSE,
+                "{count}: {s}"
+            );
+        }
+    }
+
+    /// One bucket of 1,000 ids, with runs of equal ids across range
+    /// boundaries, searched with every stride: each id present is found
+    /// with all its copies, and ids between them, before the first and
+    /// after the last are not.
+    #[test]
+    fn lookups_at_every_stride_and_across_ranges() {
+        let id = |n: u32, k: u8| {
+            let mut b = [0u8; 32];
+            b[0] = 0x42;
+            b[1..5].copy_from_slice(&n.to_be_bytes());
+            b[5] = k;
+            ObjectId(b)
+        };
+        let mut entries = Vec::new();
+        for n in 0..1000u32 {
+            // Every 97th id is in 20 packs' worth of copies.
+            let copies = if n % 97 == 3 { 20 } else { 1 };
+            for c in 0..copies {
+                entries.push(MidxEntry {
+                    id: id(n * 2 + 1, 0),
+                    pack: c,
+                    offset: u64::from(n),
+                    len: c,
+                });
+            }
+        }
+        entries.sort_by_key(|e| (e.id, e.pack));
+        let names: Vec<String> = (0..20).map(|i| format!("{i:016x}")).collect();
+        let t = tempfile::tempdir().unwrap();
+        write(
+            t.path(),
+            &names,
+            &mut entries.iter().map(|e| Ok::<MidxEntry, io::Error>(*e)),
+        )
+        .unwrap();
+        for stride in [1, 2, 3, 16, 64, 4096] {
+            let mut m = Midx::open(&t.path().join(MIDX)).unwrap().unwrap();
+            m.stride = stride;
+            for n in 0..=2000u32 {
+                let want: Vec<MidxEntry> = entries
+                    .iter()
+                    .filter(|e| e.id == id(n, 0))
+                    .copied()
+                    .collect();
+                assert_eq!(
+                    m.lookup(&id(n, 0)).unwrap(),
+                    want,
+                    "stride {stride}, id {n}"
+                );
+                assert!(
+                    m.lookup(&id(n, 1)).unwrap().is_empty(),
+                    "stride {stride}, id {n}+"
+                );
+            }
+            assert!(m.lookup(&ObjectId([0x41; 32])).unwrap().is_empty());
+            assert!(m.lookup(&ObjectId([0x43; 32])).unwrap().is_empty());
+        }
     }
 
     #[test]

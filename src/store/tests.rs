@@ -544,7 +544,7 @@ fn a_crash_around_the_multi_pack_index_leaves_nothing_that_misleads() {
         midx::Midx::open(&path).unwrap().unwrap().names.len()
     };
     let mut b = fs::read(&path).unwrap();
-    let entries_at = b.len() - 48 * midx::Midx::open(&path).unwrap().unwrap().count() as usize;
+    let entries_at = b.len() - 48 * midx::Midx::open(&path).unwrap().unwrap().len() as usize;
     assert_eq!(entries_at, 8 + 4 + 8 + 256 * 8 + n * 16 + 64);
     for e in 0..(b.len() - entries_at) / 48 {
         b[entries_at + e * 48 + 40] ^= 0x10; // offset field
