@@ -772,6 +772,10 @@ impl ObjectBackend for LazyBackend {
         self.shared.local.contains(id)
     }
 
+    fn wants_sync(&self, min_objects: usize) -> bool {
+        self.shared.local.wants_sync(min_objects)
+    }
+
     fn sync(&self) -> io::Result<()> {
         let _g = self.shared.sync_lock.lock();
         self.shared.unsynced.store(0, Ordering::SeqCst);

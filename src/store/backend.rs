@@ -72,6 +72,12 @@ pub trait ObjectBackend: Send + Sync {
     }
     /// Make every completed `write` durable (names included).
     fn sync(&self) -> io::Result<()>;
+    /// Whether the writes not yet synced hold enough memory that a writer of
+    /// many objects (a snapshot) should `sync` before writing more: at
+    /// least `min_objects` of them (see [`SYNC_OBJECTS`]).
+    fn wants_sync(&self, _min_objects: usize) -> bool {
+        false
+    }
     /// Every stored id (for verify and gc).
     fn list(&self) -> io::Result<Vec<ObjectId>>;
     /// Drop what this process believes is stored and look again. Writers call
@@ -355,6 +361,13 @@ pub const MIDX_TAIL_PACKS: usize = 16;
 /// ...or this many objects (so a big import does not leave a big index in
 /// every reader's memory).
 pub const MIDX_TAIL_OBJECTS: usize = 4096;
+/// A snapshot asks [`ObjectBackend::wants_sync`] with this many objects:
+/// the local backend says yes at that many pending objects (about 100 bytes
+/// each in memory until published), or at an eighth of the objects the
+/// multi-pack index covers when that is more: each sync then rewrites the
+/// index once for at least an eighth of its size in new objects, so a large
+/// snapshot into a large store does not rewrite it over and over.
+pub const SYNC_OBJECTS: usize = 32_768;
 
 impl LocalBackend {
     pub fn new(dir: PathBuf) -> LocalBackend {
@@ -401,10 +414,10 @@ impl LocalBackend {
         }
     }
 
-    /// Whether `id` is pending or in a pack this process knows of, without
-    /// a look at the disk.
-    fn known_in_memory(&self, id: &ObjectId) -> io::Result<bool> {
-        Ok(self.pending.lock().contains_key(id) || self.find_published(id)?.is_some())
+    /// Whether `id` is pending or in a pack this process indexes in memory
+    /// (the tail), without a look at the disk.
+    fn known_in_memory(&self, id: &ObjectId) -> bool {
+        self.pending.lock().contains_key(id) || self.packs.read().objects.contains_key(id)
     }
 
     /// The file that holds `id` when it is stored loose.
@@ -1111,10 +1124,10 @@ impl ObjectBackend for LocalBackend {
     fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
         // Callers ask `contains` first; this catches another thread of this
         // process that wrote it since, without a look at the disk (a copy
-        // published meanwhile by another process is written again: a
-        // duplicate costs space, never a loss; a gc that merges the packs
-        // keeps one).
-        if self.known_in_memory(id)? {
+        // published meanwhile, by another process or by this one's `sync`
+        // into the multi-pack index, is written again: a duplicate costs
+        // space, never a loss; a gc that merges the packs keeps one).
+        if self.known_in_memory(id) {
             return Ok(());
         }
         if bytes.len() <= PACK_OBJECT_MAX {
@@ -1125,7 +1138,7 @@ impl ObjectBackend for LocalBackend {
     }
 
     fn contains(&self, id: &ObjectId) -> io::Result<bool> {
-        if self.pending.lock().contains_key(id) || self.packs.read().objects.contains_key(id) {
+        if self.known_in_memory(id) {
             return Ok(true);
         }
         if self.loose_exists(id)? {
@@ -1144,11 +1157,17 @@ impl ObjectBackend for LocalBackend {
     /// packs directory. Missed, and written again: a small object a store
     /// from before packs holds loose, and one another process published
     /// since the lease (space only; a gc that merges packs keeps one copy).
+    fn wants_sync(&self, min_objects: usize) -> bool {
+        let pending = self.pending.lock().len();
+        let indexed = self.packs.read().midx.as_ref().map_or(0, |v| v.midx.len());
+        pending >= min_objects.max((indexed / 8) as usize)
+    }
+
     fn contains_for_write(&self, id: &ObjectId, len: usize) -> io::Result<bool> {
         if len > PACKED_ALWAYS {
             return self.contains(id);
         }
-        self.known_in_memory(id)
+        Ok(self.known_in_memory(id) || self.find_published(id)?.is_some())
     }
 
     fn sync(&self) -> io::Result<()> {

@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
-pub use backend::{Got, LocalBackend, ObjectBackend, Stored};
+pub use backend::{Got, LocalBackend, ObjectBackend, SYNC_OBJECTS, Stored};
 pub use cache::ChunkCache;
 pub use checkpoint::{
     Checkpoint, GitSource, Source, Stats, Submodule, canonical_origin, check_origin, format_time,
@@ -380,6 +380,13 @@ impl Store {
     /// Make every object written so far durable.
     pub fn sync_objects(&self) -> Result<()> {
         self.backend.sync().at(&self.object_context())
+    }
+
+    /// Whether the objects written and not yet synced (at least
+    /// `min_objects`) hold enough memory that a writer of many should
+    /// [`Store::sync_objects`] before going on.
+    pub fn wants_sync(&self, min_objects: usize) -> bool {
+        self.backend.wants_sync(min_objects)
     }
 
     fn object_context(&self) -> PathBuf {
