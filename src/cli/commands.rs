@@ -84,6 +84,7 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         threads: a.threads,
         progress: progress.clone(),
         parent,
+        ..Default::default()
     };
     let result = ingest::snapshot(&store, &origin, &opts);
     progress.finish_and_clear();

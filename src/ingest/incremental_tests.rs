@@ -523,3 +523,141 @@ fn a_cache_is_retired_only_when_no_ref_keeps_its_checkpoint() {
     assert!(!statcache::retire(&store, &a).unwrap());
     assert!(statcache::path(&store, &b).exists());
 }
+
+fn snap_batched(
+    store: &Store,
+    dir: &Path,
+    parent: Option<&Parent>,
+    batch: usize,
+) -> SnapshotResult {
+    let opts = SnapshotOptions {
+        parent: parent.cloned(),
+        batch_entries: batch,
+        // Publish after every batch that wrote anything.
+        sync_objects: 1,
+        ..Default::default()
+    };
+    snapshot(store, dir, &opts).unwrap()
+}
+
+/// A walk that reads what it found every few entries (and stores the
+/// directories done, and publishes the objects) gives the tree of a walk
+/// that reads everything at its end, reads each file once, leaves a whole
+/// stat cache, and holds a fraction of the tree's entries at a time.
+#[test]
+fn batches_give_the_same_tree_and_bound_the_walk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    // Hardlinks within and across directories, a large and a sparse file,
+    // symlinks, special files, xattrs, an empty directory.
+    build_fixture(&src);
+    wide_fixture(&src.join("wide"), 30, 5);
+    // A hardlink whose paths are far apart in the walk: the first one's
+    // directory waits for the second.
+    fs::hard_link(src.join("wide/d00/f0"), src.join("wide/d29/sub/late")).unwrap();
+    settle(&src);
+    let whole = snap_batched(&store, &src, None, usize::MAX);
+    let mut read_whole = opened(&src);
+    read_whole.sort();
+    let entries = whole.stats.entries as usize;
+    assert_eq!(
+        test_hook::last_walk(&src).0,
+        entries,
+        "one batch: the walk holds all"
+    );
+    for batch in [1, 2, 7, 40] {
+        // A store of its own: every object is new, and published as the
+        // walk goes (a pack at each sync).
+        let store = new_store(&tmp.path().join(format!("batch{batch}")));
+        let b = snap_batched(&store, &src, None, batch);
+        let packs = fs::read_dir(tmp.path().join(format!("batch{batch}/store/objects/packs")))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some(OsStr::new("idx")))
+            .count();
+        assert!(packs > 2, "batch {batch}: {packs} packs published");
+        assert_eq!(b.root, whole.root, "batch {batch}: the same tree");
+        assert_eq!(
+            (b.stats.entries, b.stats.bytes, b.files_read),
+            (whole.stats.entries, whole.stats.bytes, whole.files_read),
+            "batch {batch}"
+        );
+        assert_eq!(
+            opened(&src),
+            read_whole,
+            "batch {batch}: each file read once"
+        );
+        let peak = test_hook::last_walk(&src).0;
+        assert!(
+            peak < entries / 2,
+            "batch {batch}: the walk held {peak} of {entries} entries"
+        );
+        // Its stat cache covers every file: on it, nothing is read again.
+        let parent = publish(&store, &src, &b);
+        let again = snap_batched(&store, &src, Some(&parent), batch);
+        assert_eq!(again.root, whole.root, "batch {batch}: incremental");
+        assert_eq!(opened(&src), Vec::<String>::new(), "batch {batch}");
+        let dest = tmp.path().join(format!("restored{batch}"));
+        restore(&store, &checkpoint(b.root), &dest).unwrap();
+        assert_same_tree(&src, &dest);
+    }
+}
+
+/// Random changes, each snapshot in batches of 3 entries on the last one as
+/// parent: each equals a full snapshot in one batch.
+#[test]
+fn batched_incremental_snapshots_equal_full_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    wide_fixture(&src, 6, 4);
+    settle(&src);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut parent = publish(&store, &src, &snap_batched(&store, &src, None, 3));
+    for round in 0..12 {
+        let change = random_change(&src, &mut rng, round);
+        if round % 2 == 0 {
+            settle(&src);
+        }
+        let incremental = snap_batched(&store, &src, Some(&parent), 3);
+        let full = snap_batched(&store, &src, None, usize::MAX);
+        opened(&src);
+        assert_eq!(incremental.root, full.root, "round {round} after {change}");
+        parent = publish(&store, &src, &incremental);
+    }
+}
+
+/// A batch that stores a directory before the paths of a hardlink moves
+/// them down in the walk's memory: the paths found before it and after it
+/// still name the one inode (its first path's entry, the link count).
+#[test]
+fn hardlink_paths_on_both_sides_of_a_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    // `p` closes with files to read; `q/first` and `r/second` are numbered
+    // before the batch that opening `s` starts (which stores `p`),
+    // `t/third` after it.
+    for d in ["p", "q", "r", "s", "t"] {
+        fs::create_dir_all(src.join(d)).unwrap();
+    }
+    for f in 0..3 {
+        fs::write(src.join(format!("p/f{f}")), format!("p {f}\n")).unwrap();
+    }
+    fs::write(src.join("q/first"), b"one inode, three paths\n").unwrap();
+    fs::hard_link(src.join("q/first"), src.join("r/second")).unwrap();
+    fs::hard_link(src.join("q/first"), src.join("t/third")).unwrap();
+    for g in 0..30 {
+        fs::write(src.join(format!("s/g{g:02}")), format!("s {g}\n")).unwrap();
+    }
+    settle(&src);
+    let whole = snap_batched(&store, &src, None, usize::MAX);
+    let batched = snap_batched(&store, &src, None, 20);
+    assert_eq!(batched.root, whole.root);
+    let dest = tmp.path().join("restored");
+    restore(&store, &checkpoint(batched.root), &dest).unwrap();
+    assert_same_tree(&src, &dest);
+    let ino = |p: &str| fs::metadata(dest.join(p)).unwrap().ino();
+    assert_eq!(ino("q/first"), ino("r/second"));
+    assert_eq!(ino("q/first"), ino("t/third"));
+}
