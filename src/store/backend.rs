@@ -361,13 +361,14 @@ pub const MIDX_TAIL_PACKS: usize = 16;
 /// ...or this many objects (so a big import does not leave a big index in
 /// every reader's memory).
 pub const MIDX_TAIL_OBJECTS: usize = 4096;
-/// A snapshot asks [`ObjectBackend::wants_sync`] with this many objects:
+/// A snapshot asks [`ObjectBackend::wants_sync`] with this many objects
+/// (half a batch of the walk's entries: a batch of small files publishes):
 /// the local backend says yes at that many pending objects (about 100 bytes
 /// each in memory until published), or at an eighth of the objects the
 /// multi-pack index covers when that is more: each sync then rewrites the
 /// index once for at least an eighth of its size in new objects, so a large
 /// snapshot into a large store does not rewrite it over and over.
-pub const SYNC_OBJECTS: usize = 32_768;
+pub const SYNC_OBJECTS: usize = 16_384;
 
 impl LocalBackend {
     pub fn new(dir: PathBuf) -> LocalBackend {
