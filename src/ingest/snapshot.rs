@@ -882,7 +882,7 @@ impl<'p> Walk<'p> {
         self.files_read += jobs.len() as u64;
         self.progress.set_total(self.bytes_to_read);
         self.progress.set_message(format!(
-            "{} entries, {} files read, {} unchanged",
+            "{} entries, {} files to read so far, {} unchanged",
             self.entries, self.files_read, self.files_reused
         ));
         let contents = read_contents(
