@@ -164,8 +164,7 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
         .collect();
     walk.read_jobs(jobs)?;
     walk.copy_links();
-    walk.fill_stat_cache();
-    let root = build_trees(store, dir, &mut walk.nodes, &counters)?;
+    let root = walk.store_waiting()?;
     let stat_cache = walk.cache.finish().map_err(|e| Error::io(dir, e))?;
     Ok(SnapshotResult {
         root,
@@ -600,7 +599,7 @@ impl<'p> Walk<'p> {
     /// All of directory `frame.idx`'s children are walked: store its tree and
     /// drop its subtree's nodes, unless something below it waits (a file to
     /// read, a directory whose tree waits, a hardlink to count: then a later
-    /// batch or [`build_trees`] stores it). Whether a hardlink is below it
+    /// batch or [`Walk::store_waiting`] stores it). Whether a hardlink is below it
     /// (its parent then waits for the walk's end too).
     fn finish_dir(&mut self, frame: Frame) -> Result<bool> {
         let idx = frame.idx;
@@ -611,51 +610,24 @@ impl<'p> Walk<'p> {
             .count();
         self.nodes[idx].entry.nlink = 2 + subdirs as u32;
         self.nodes[idx].linked = frame.linked;
-        let waits = frame.linked
-            || frame.children.clone().any(|c| {
-                let n = &self.nodes[c];
-                n.needs_content() || n.tree_pending()
-            });
-        if waits {
+        if frame.linked || self.any_waits(frame.children.clone()) {
             return Ok(frame.linked);
         }
-        let rel = rel_path(&self.nodes, idx);
-        let files = frame
-            .children
-            .clone()
-            .map(|c| &self.nodes[c])
-            .filter(|n| n.entry.kind == Kind::File)
-            .map(|n| (n.entry.name.as_slice(), n.ino));
-        if let Some(slot) = self.nodes[idx].slot {
-            self.cache.fill(slot, &rel, files);
+        if self.store_tree(idx, frame.parent_tree)? {
+            self.trees_stored += 1;
         }
-        let entries: Vec<Entry> = frame
-            .children
-            .clone()
-            .map(|c| std::mem::replace(&mut self.nodes[c].entry, moved()))
-            .collect();
-        let id = match frame.parent_tree {
-            // The same entries encode to the same bytes: the parent's tree.
-            Some((id, tree)) if tree.entries == entries => id,
-            _ => {
-                let (id, written) =
-                    self.store
-                        .put_tree(&Tree { entries })
-                        .map_err(|source| Error::Object {
-                            path: node_path(&self.nodes, &self.root, idx),
-                            source,
-                        })?;
-                self.counters.add(written);
-                self.trees_stored += 1;
-                id
-            }
-        };
         self.nodes.truncate(frame.children.start);
-        let node = &mut self.nodes[idx];
-        node.entry.content = Content::Tree(id);
-        node.children = (frame.children.start, frame.children.start);
-        node.done = true;
+        self.nodes[idx].children = (frame.children.start, frame.children.start);
         Ok(false)
+    }
+
+    /// Whether one of `children` still waits: a file to read, a directory
+    /// whose tree is not stored.
+    fn any_waits(&self, mut children: std::ops::Range<usize>) -> bool {
+        children.any(|c| {
+            let n = &self.nodes[c];
+            n.needs_content() || n.tree_pending()
+        })
     }
 
     /// lstat the entries of directory `idx` (sorted by name) and add them as
@@ -839,16 +811,17 @@ impl<'p> Walk<'p> {
         for idx in (0..self.nodes.len()).rev() {
             let n = &self.nodes[idx];
             // Listed (a slot), closed, not waiting for link counts.
-            if !n.tree_pending() || n.slot.is_none() || open[idx] || n.linked {
+            if !n.tree_pending()
+                || n.slot.is_none()
+                || open[idx]
+                || n.linked
+                || self.any_waits(n.children())
+            {
                 continue;
             }
-            if n.children().any(|c| {
-                let n = &self.nodes[c];
-                n.needs_content() || n.tree_pending()
-            }) {
-                continue;
+            if self.store_tree(idx, None)? {
+                self.trees_stored += 1;
             }
-            self.store_tree(idx)?;
             stored[idx] = true;
         }
         self.drop_below(&stored, stack);
@@ -899,8 +872,12 @@ impl<'p> Walk<'p> {
     }
 
     /// Store the tree of closed directory `idx`, all of whose children are
-    /// complete, and fill its stat cache group.
-    fn store_tree(&mut self, idx: usize) -> Result<()> {
+    /// complete (their entries move into it), and fill its stat cache group
+    /// (the inodes its files were read from). `parent_tree`: the parent
+    /// snapshot's tree there, whose id is taken when it has the same
+    /// entries (the same entries encode to the same bytes). Whether a tree
+    /// was written.
+    fn store_tree(&mut self, idx: usize, parent_tree: Option<(ObjectId, Tree)>) -> Result<bool> {
         if let Some(slot) = self.nodes[idx].slot {
             let files = self.nodes[idx]
                 .children()
@@ -916,16 +893,35 @@ impl<'p> Walk<'p> {
                 .collect(),
         };
         tree.sort();
-        let (id, written) = self.store.put_tree(&tree).map_err(|source| Error::Object {
-            path: node_path(&self.nodes, &self.root, idx),
-            source,
-        })?;
-        self.counters.add(written);
-        self.trees_stored += 1;
+        let (id, wrote) = match parent_tree {
+            Some((id, parent)) if parent.entries == tree.entries => (id, false),
+            _ => {
+                let (id, written) = self.store.put_tree(&tree).map_err(|source| Error::Object {
+                    path: node_path(&self.nodes, &self.root, idx),
+                    source,
+                })?;
+                self.counters.add(written);
+                (id, true)
+            }
+        };
         let node = &mut self.nodes[idx];
         node.entry.content = Content::Tree(id);
         node.done = true;
-        Ok(())
+        Ok(wrote)
+    }
+
+    /// Store one tree per directory the walk left waiting, children before
+    /// parents (call after [`Walk::copy_links`]), then the root tree.
+    fn store_waiting(&mut self) -> Result<ObjectId> {
+        for idx in (0..self.nodes.len()).rev() {
+            if self.nodes[idx].tree_pending() {
+                self.store_tree(idx, None)?;
+            }
+        }
+        let root_entry = std::mem::replace(&mut self.nodes[0].entry, moved());
+        let (root, written) = self.store.put_root(root_entry)?;
+        self.counters.add(written);
+        Ok(root)
     }
 
     /// Remove the nodes below the directories marked in `stored` and
@@ -1015,24 +1011,6 @@ impl<'p> Walk<'p> {
                 self.nodes[idx].entry = entry;
                 self.nodes[idx].ino = self.nodes[first].ino;
             }
-        }
-    }
-
-    /// The stat cache groups of the directories still pending: their
-    /// regular files with the inode their entry was read from (call after
-    /// [`Walk::copy_links`]).
-    fn fill_stat_cache(&mut self) {
-        for d in 0..self.nodes.len() {
-            let node = &self.nodes[d];
-            let (Some(slot), false) = (node.slot, node.done) else {
-                continue;
-            };
-            let files = node
-                .children()
-                .map(|c| &self.nodes[c])
-                .filter(|n| n.entry.kind == Kind::File)
-                .map(|n| (n.entry.name.as_slice(), n.ino));
-            self.cache.fill(slot, &rel_path(&self.nodes, d), files);
         }
     }
 }
@@ -1395,39 +1373,6 @@ impl Read for SegmentReader<'_> {
 }
 
 // ---------------------------------------------------------------- trees
-
-/// Store one tree per directory the walk left pending, children before
-/// parents, then the root tree.
-/// Each entry is moved into its directory's tree (nothing is needed after).
-fn build_trees(
-    store: &Store,
-    root: &Path,
-    nodes: &mut [Node],
-    counters: &Counters,
-) -> Result<ObjectId> {
-    for idx in (0..nodes.len()).rev() {
-        if nodes[idx].entry.kind != Kind::Dir || nodes[idx].done {
-            continue;
-        }
-        let mut tree = Tree {
-            entries: nodes[idx]
-                .children()
-                .map(|c| std::mem::replace(&mut nodes[c].entry, moved()))
-                .collect(),
-        };
-        tree.sort();
-        let (id, written) = store.put_tree(&tree).map_err(|source| Error::Object {
-            path: node_path(nodes, root, idx),
-            source,
-        })?;
-        counters.add(written);
-        nodes[idx].entry.content = Content::Tree(id);
-    }
-    let root_entry = std::mem::replace(&mut nodes[0].entry, moved());
-    let (root, written) = store.put_root(root_entry)?;
-    counters.add(written);
-    Ok(root)
-}
 
 /// What is left of a node whose entry went into its directory's tree.
 fn moved() -> Entry {
