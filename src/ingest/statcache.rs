@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use crate::store::codec::{Malformed, Reader, put_bytes, put_i64, put_var};
-use crate::store::{Checkpoint, Content, Entry, Kind, ObjectId, Store};
+use crate::store::{Checkpoint, Content, Entry, IoContext, Kind, ObjectId, Store};
 
 /// Magic and version at the start of a stat cache (after decompression).
 pub const STAT_CACHE_MAGIC: &[u8; 8] = b"SFSTAT01";
@@ -184,13 +184,11 @@ pub fn retire(store: &Store, old: &ObjectId) -> crate::store::Result<bool> {
     if store.list_refs()?.iter().any(|(_, head)| head == old) {
         return Ok(false);
     }
-    match fs::remove_file(path(store, old)) {
+    let path = path(store, old);
+    match fs::remove_file(&path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(crate::store::Error::Io {
-            path: path(store, old),
-            source: e,
-        }),
+        Err(e) => Err(e).at(&path),
     }
 }
 
@@ -206,14 +204,10 @@ pub fn prune(
     dry_run: bool,
 ) -> crate::store::Result<Vec<(PathBuf, u64)>> {
     let dir = store.root().join("statcache");
-    let io_err = |path: &std::path::Path| {
-        let path = path.to_path_buf();
-        move |source| crate::store::Error::Io { path, source }
-    };
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err(&dir)(e)),
+        Err(e) => return Err(e).at(&dir),
     };
     let heads: Vec<ObjectId> = store.list_refs()?.into_iter().map(|(_, id)| id).collect();
     let cutoff = std::time::SystemTime::now()
@@ -221,7 +215,7 @@ pub fn prune(
         .unwrap_or(std::time::UNIX_EPOCH);
     let mut removed = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(io_err(&dir))?;
+        let entry = entry.at(&dir)?;
         let name = entry.file_name();
         // Only caches (64 hex digits); temp files are a snapshot's own.
         let Some(id) = name.to_str().and_then(ObjectId::from_hex) else {
@@ -231,16 +225,16 @@ pub fn prune(
         let meta = match entry.metadata() {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io_err(&path)(e)),
+            Err(e) => return Err(e).at(&path),
         };
-        if heads.contains(&id) || meta.modified().map_err(io_err(&path))? > cutoff {
+        if heads.contains(&id) || meta.modified().at(&path)? > cutoff {
             continue;
         }
         if !dry_run {
             match fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_err(&path)(e)),
+                Err(e) => return Err(e).at(&path),
             }
         }
         removed.push((path, meta.len()));
