@@ -1150,25 +1150,26 @@ impl ObjectBackend for LocalBackend {
 
     /// An object of at most [`PACKED_ALWAYS`] bytes compresses to at most
     /// [`PACK_OBJECT_MAX`] (zstd's bound), so it is written to a pack, never
-    /// loose, and it is looked up in memory only: this process's pending
-    /// objects and its view of the packs, which the writer's lease refreshed
-    /// ([`Store::write_lease`](super::Store::write_lease)) and its own
-    /// publishing keeps current. For each new small file of a snapshot that
+    /// loose, and it is looked up only among this process's pending objects
+    /// and its view of the packs (the tail in memory, the multi-pack index
+    /// through its sparse index and one small read), which the writer's
+    /// lease refreshed ([`Store::write_lease`](super::Store::write_lease))
+    /// and its own publishing keeps current. For each new small file of a snapshot that
     /// saves a negative look-up in a fan-out directory and an `fstat` of the
     /// packs directory. Missed, and written again: a small object a store
     /// from before packs holds loose, and one another process published
     /// since the lease (space only; a gc that merges packs keeps one copy).
-    fn wants_sync(&self, min_objects: usize) -> bool {
-        let pending = self.pending.lock().len();
-        let indexed = self.packs.read().midx.as_ref().map_or(0, |v| v.midx.len());
-        pending >= min_objects.max((indexed / 8) as usize)
-    }
-
     fn contains_for_write(&self, id: &ObjectId, len: usize) -> io::Result<bool> {
         if len > PACKED_ALWAYS {
             return self.contains(id);
         }
         Ok(self.known_in_memory(id) || self.find_published(id)?.is_some())
+    }
+
+    fn wants_sync(&self, min_objects: usize) -> bool {
+        let pending = self.pending.lock().len();
+        let indexed = self.packs.read().midx.as_ref().map_or(0, |v| v.midx.len());
+        pending >= min_objects.max((indexed / 8) as usize)
     }
 
     fn sync(&self) -> io::Result<()> {

@@ -217,7 +217,7 @@ impl Midx {
         let ids: Box<[ObjectId]> = buf
             .chunks_exact(ENTRY)
             .step_by(self.stride as usize)
-            .map(|e| ObjectId(e[..32].try_into().expect("32 bytes")))
+            .map(|e| MidxEntry::decode(e).id)
             .collect();
         // Another thread may have set it meanwhile: the same ids.
         Ok(self.sparse[b].get_or_init(|| ids))
