@@ -115,10 +115,19 @@ fn mount_fixture() -> Fixture {
 }
 
 fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
+    mount_fixture_of(build_source, |store| Fork::open(store, "f1"), adjust)
+}
+
+/// A fork of a checkpoint of the tree `build` makes, opened by `open`.
+fn mount_fixture_of(
+    build: fn(&Path),
+    open: impl FnOnce(Arc<Store>) -> storefs::journal::Result<Fork>,
+    adjust: impl FnOnce(&mut MountConfig),
+) -> Fixture {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
-    build_source(&src);
+    build(&src);
     let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
     let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
     let base = store
@@ -136,7 +145,7 @@ fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
         })
         .unwrap();
     Fork::create(&store, "f1", &base).unwrap();
-    let fork = Arc::new(Fork::open(store.clone(), "f1").unwrap());
+    let fork = Arc::new(open(store.clone()).unwrap());
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     let mut cfg = MountConfig {
@@ -1470,4 +1479,163 @@ fn device_nodes_survive_a_killed_daemon_commit_and_restore() {
         err.contains("blk: cannot create device node") && err.contains("restore as root"),
         "{err}"
     );
+}
+
+/// 30 directories of 40 files, each with `sub/` of 5 (1,410 entries), for a
+/// fork whose inode table holds about 40 (see the test below).
+fn build_wide_source(src: &Path) {
+    for d in 0..30 {
+        let dir = src.join(format!("d{d:02}"));
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        for f in 0..40 {
+            fs::write(dir.join(format!("f{f:02}")), format!("{d} {f}\n")).unwrap();
+        }
+        for f in 0..5 {
+            fs::write(dir.join(format!("sub/s{f}")), pattern(d as u8, 3000 + f)).unwrap();
+        }
+    }
+}
+
+/// `find` of `root` as (path, kind, mode, links, size) lines, sorted.
+fn listing(root: &Path) -> String {
+    let out = Command::new("find")
+        .arg(root)
+        .args(["-mindepth", "1", "-printf", "%P %y %m %n %s\n"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut lines: Vec<_> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+/// The lines of two listings that differ (the first few).
+fn same_listing(a: &Path, b: &Path) {
+    let (la, lb) = (listing(a), listing(b));
+    let (sa, sb): (std::collections::BTreeSet<_>, std::collections::BTreeSet<_>) =
+        (la.lines().collect(), lb.lines().collect());
+    let only_a: Vec<_> = sa.difference(&sb).take(5).collect();
+    let only_b: Vec<_> = sb.difference(&sa).take(5).collect();
+    assert!(
+        only_a.is_empty() && only_b.is_empty(),
+        "{} has {only_a:?}, {} has {only_b:?}",
+        a.display(),
+        b.display()
+    );
+}
+
+fn sh(script: &str, dir: &Path) {
+    let st = Command::new("sh")
+        .args(["-ec", script])
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{script} in {}", dir.display());
+}
+
+/// The kernel forgets the inodes it does not use (`forget` reaches the
+/// daemon for every file it had looked up).
+fn drop_kernel_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+}
+
+/// A fork whose inode table is far smaller than its tree (parking, docs/
+/// design.md: its budget is a quarter of 64 KiB, about 40 inodes) serves a
+/// walk, keeps every inode number, keeps an open file of a parked directory
+/// readable after its unlink, and takes changes made by real tools through
+/// numbers the kernel holds: the mount and the commit match the same tools
+/// run on a native copy.
+#[test]
+fn a_tree_larger_than_the_inode_budget_matches_native() {
+    let fx = mount_fixture_of(
+        build_wide_source,
+        |store| Fork::open_sized(store, "f1", 64 << 10),
+        |_| {},
+    );
+    let mnt = fx.mounted.mnt.clone();
+    let native = fx.tmp.path().join("native");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(fx.tmp.path().join("src"))
+        .arg(&native)
+        .status();
+    assert!(st.unwrap().success());
+    same_listing(&mnt, &native);
+    // 1,410 entries loaded would take about 550 KB.
+    let state = fx.fork().memory().state;
+    assert!(state < 300 << 10, "the inode table holds {state} bytes");
+
+    // Numbers survive parking, and the kernel forgetting them.
+    let numbers = |root: &Path| {
+        let out = Command::new("find")
+            .arg(root)
+            .args(["-printf", "%i %P\n"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let before = numbers(&mnt);
+    drop_kernel_caches();
+    assert_eq!(numbers(&mnt), before);
+
+    // An open file in a directory parked since: unlinked, still readable.
+    let mut held = File::open(mnt.join("d05/f07")).unwrap();
+    listing(&mnt);
+    fs::remove_file(mnt.join("d05/f07")).unwrap();
+    fs::remove_file(native.join("d05/f07")).unwrap();
+    listing(&mnt);
+    let mut got = String::new();
+    held.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "5 7\n");
+    drop(held);
+
+    // Changes by tools, on both; the walks between park what they passed.
+    // (The last two through cached entries only: the directories above
+    // them stay parked.)
+    let script = "find . -name s3 -path './d2*' -delete; echo more >> d07/f03; \
+                  mv d08/sub d09/moved; cp -r d11 d11copy; rm -r d12; \
+                  ln d14/f01 d14/hard; chmod 700 d10/sub; touch -d @1000000000 d13/sub";
+    sh(script, &mnt);
+    sh(script, &native);
+    let head = fx.fork().commit("parked").unwrap();
+    same_listing(&mnt, &native);
+    let diff = Command::new("diff")
+        .arg("-r")
+        .arg(&mnt)
+        .arg(&native)
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+
+    // The commit holds the same tree: read back through the store.
+    let restored = fx.tmp.path().join("restored");
+    storefs_ok(
+        fx.tmp.path().join("store").as_path(),
+        &["restore", &head.to_string(), restored.to_str().unwrap()],
+    );
+    same_listing(&restored, &native);
+    let mtime = |root: &Path| fs::metadata(root.join("d13/sub")).unwrap().mtime();
+    assert_eq!(mtime(&mnt), 1_000_000_000);
+    assert_eq!(mtime(&restored), 1_000_000_000);
+    let diff = Command::new("diff")
+        .arg("-r")
+        .arg(&restored)
+        .arg(&native)
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    drop_kernel_caches();
+    same_listing(&mnt, &native);
 }

@@ -16,8 +16,8 @@ use common::{Env, MountGuard, pseudo_random, walk};
 const CACHE: u64 = 1 << 20;
 
 /// A tree with `files` incompressible files of 200 KiB (several times
-/// [`CACHE`] in all) and 6 directories of 300 entries each.
-fn make_tree(root: &Path, files: usize, seed: u64) {
+/// [`CACHE`] in all) and `dirs` directories of 300 entries each.
+fn make_tree(root: &Path, files: usize, dirs: usize, seed: u64) {
     fs::create_dir_all(root.join("data")).unwrap();
     for i in 0..files {
         fs::write(
@@ -26,7 +26,7 @@ fn make_tree(root: &Path, files: usize, seed: u64) {
         )
         .unwrap();
     }
-    for d in 0..6 {
+    for d in 0..dirs {
         let dir = root.join(format!("dir{d}"));
         fs::create_dir(&dir).unwrap();
         for i in 0..300 {
@@ -90,7 +90,7 @@ fn mount_with_cache(env: &Env, args: &[&str], target: &str) -> MountGuard {
 fn a_read_only_mount_keeps_its_caches_within_the_flag_and_reports_them() {
     let env = Env::new();
     let tree = env.path("tree");
-    make_tree(&tree, 24, 1);
+    make_tree(&tree, 24, 6, 1);
     let id = env
         .ok(["snapshot", tree.to_str().unwrap()])
         .trim()
@@ -122,7 +122,7 @@ fn a_browse_mount_shares_one_bound_between_its_checkpoints() {
     let env = Env::new();
     for k in 0..4 {
         let tree = env.path(&format!("tree{k}"));
-        make_tree(&tree, 8, 10 + k);
+        make_tree(&tree, 8, 6, 10 + k);
         env.ok(["snapshot", tree.to_str().unwrap()]);
     }
     let mp = env.path("browse");
@@ -157,10 +157,10 @@ fn a_browse_mount_shares_one_bound_between_its_checkpoints() {
 }
 
 #[test]
-fn a_fork_bounds_its_chunk_cache_by_the_flag_and_reports_its_state_apart() {
+fn a_fork_bounds_its_caches_by_the_flag_and_reports_its_state_apart() {
     let env = Env::new();
     let tree = env.path("tree");
-    make_tree(&tree, 24, 3);
+    make_tree(&tree, 24, 20, 3);
     env.ok(["snapshot", tree.to_str().unwrap(), "--ref", "b"]);
     env.ok(["fork", "b", "--name", "f"]);
     let mp = env.path("fork");
@@ -190,19 +190,31 @@ fn a_fork_bounds_its_chunk_cache_by_the_flag_and_reports_its_state_apart() {
     );
     let (chunks, _) = check_status(&env, &mp);
     assert!(chunks > CACHE / 4, "the chunk cache is in use: {chunks}");
-    // The inode table grows with what the fork lists and makes, and is shown apart.
+    // The inode table grows with what the fork lists, and is shown apart;
+    // its base entries are parked within a quarter of the flag (6,000
+    // entries loaded would take about 2.3 MB; parked: the quarter, the last
+    // two directories used, and about 12 bytes an entry).
     let listed = state_of(&env);
     assert!(
         listed > before,
-        "listing 1,800 entries grows the state: {before} -> {listed}"
+        "listing 6,000 entries grows the state: {before} -> {listed}"
     );
+    assert!(
+        listed < CACHE,
+        "listing 6,000 entries keeps the state within its share: {listed}"
+    );
+    // New files are the fork's changes: they stay (statfs counts parked
+    // inodes too).
+    let inodes = || rustix::fs::statvfs(&mp).unwrap().f_files;
+    let listed_inodes = inodes();
     for i in 0..500 {
         fs::write(mp.join(format!("new-{i:04}")), b"x").unwrap();
     }
+    assert_eq!(inodes(), listed_inodes + 500);
     let made = state_of(&env);
     assert!(
-        made > listed,
-        "500 new files grow the state: {listed} -> {made}"
+        made > 500 * 200,
+        "500 new files are in the state: {listed} -> {made}"
     );
     guard.unmount();
 }

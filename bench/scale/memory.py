@@ -11,7 +11,10 @@
    here: 1 GiB is already four times the cache);
 4. a fork of that 1 GiB file's tree: `cat` of it at --cache-size 16M and 256M
    (the fork's chunk cache; fixed at 64 MiB before), and 20,000 new small files
-   written at 16M (the fork's inode table, which the flag does not bound).
+   written at 16M (the fork's inode table);
+5. a fork of the tree of item 2 at 16M: `find` over it (stat of every
+   entry), and `cat` of every file (the fork's inode table: base entries
+   are parked within a quarter of the flag since 2026-12-05).
 
 The bound is the flag + 64 MiB (issue 17). Usage:
   bench/scale/memory.py --storefs target/release/storefs [--before /tmp/storefs-main] [--quick]
@@ -82,6 +85,10 @@ def cat_all(mp):
     subprocess.run(f"find {mp} -type f -print0 | xargs -0 cat > /dev/null", shell=True, check=True)
 
 
+def find_all(mp):
+    subprocess.run(["find", mp, "-printf", "%s %i\n"], stdout=subprocess.DEVNULL, check=True)
+
+
 def write_files(mp, n):
     d = os.path.join(mp, "new")
     os.makedirs(d, exist_ok=True)
@@ -104,7 +111,8 @@ def main():
     ap.add_argument("--storefs", required=True, help="storefs binary to measure (after)")
     ap.add_argument("--before", default="/tmp/storefs-main", help="storefs binary of main (before)")
     ap.add_argument("--quick", action="store_true", help="about ten times smaller")
-    ap.add_argument("--only", default="", help="comma-separated case prefixes to run (grep,plain,cat,big,fork)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated case prefixes to run (grep,plain,cat,big,fork,walk)")
     a = ap.parse_args()
     bins = (("before", os.path.abspath(a.before)), ("after", os.path.abspath(a.storefs)))
     n = 100 if a.quick else 1000
@@ -132,7 +140,7 @@ def main():
                 rows.append((f"browse grep -r over {n} checkpoints, --cache-size {size}", res, parse_size(size)))
             for s in stores.values():
                 shutil.rmtree(s)
-        if want("plain") or want("cat"):
+        if want("plain") or want("cat") or want("walk"):
             src = os.path.join(tmp, "many")
             many_objects_tree(src, big)
             stores = {label: os.path.join(tmp, f"many-{label}") for label, _ in bins}
@@ -145,6 +153,13 @@ def main():
             if want("cat"):
                 res = {label: peak(b, stores[label], ["big", mp], mp, cat_all) for label, b in bins}
                 rows.append((f"cat of every file of those {big}, default 256M", res, 256 * MIB))
+            if want("walk"):
+                for label, b in bins:
+                    run([b, "--store", stores[label], "fork", "big", "--name", "w"])
+                for what, work in (("find (stat of every entry)", find_all), ("cat of every file", cat_all)):
+                    res = {label: peak(b, stores[label], ["w", "--cache-size", "16M", mp], mp, work)
+                           for label, b in bins}
+                    rows.append((f"fork of those {big}: {what}, --cache-size 16M", res, parse_size("16M")))
             for s in stores.values():
                 shutil.rmtree(s)
         if want("big") or want("fork"):
@@ -168,7 +183,7 @@ def main():
                 nfiles = 2_000 if a.quick else 20_000
                 res = {label: peak(b, stores[label], ["f", "--cache-size", "16M", mp], mp,
                                    lambda m: write_files(m, nfiles)) for label, b in bins}
-                rows.append((f"fork: {nfiles} new files written, --cache-size 16M (inode table not bounded)",
+                rows.append((f"fork: {nfiles} new files written, --cache-size 16M (new inodes stay)",
                              res, parse_size("16M")))
             for s in stores.values():
                 shutil.rmtree(s)

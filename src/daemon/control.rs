@@ -7,8 +7,8 @@
 //! or `{"op":"memory"}` or `{"op":"transport"}`, and reads one JSON line back:
 //! `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
 //! `{"ok":true,"cache":{"limit":N,"bytes":N,"chunks":N,"dirs":N}}` (bytes; a
-//! fork's daemon adds `"state":N`, its inode table, which the limit does not
-//! bound),
+//! fork's daemon adds `"state":N`, its inode table, apart: its base entries
+//! are parked within a quarter of the limit, what changed is not bounded),
 //! `{"ok":true,"transport":{"name":"io_uring"|"/dev/fuse","ring_requests":N}}` or
 //! `{"ok":false,"error":"…"}`.
 
@@ -63,9 +63,9 @@ pub struct CacheReport {
     pub chunks: u64,
     /// Directories in memory, the inode numbering and records kept.
     pub dirs: u64,
-    /// A fork's inode table (estimated): its state until the next commit
-    /// folds it, not bounded by `--cache-size` and not in `bytes`. Absent
-    /// for other mounts.
+    /// A fork's inode table (estimated), not in `bytes`: its base entries
+    /// are parked within a quarter of `--cache-size`, what changed (the
+    /// fork's state) is not bounded. Absent for other mounts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<u64>,
 }
@@ -329,7 +329,7 @@ fn cache_report(control: &Control) -> Option<CacheReport> {
     }
     let m = control.fork.as_ref()?.memory();
     Some(CacheReport {
-        limit: m.chunk_limit as u64,
+        limit: m.limit as u64,
         bytes: m.chunks as u64,
         chunks: m.chunks as u64,
         dirs: 0,

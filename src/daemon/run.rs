@@ -104,9 +104,11 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     // A fork is opened (locked, journal replayed) before the kernel mount.
     let fork = match &m.what {
         // Its chunk cache is bounded by --cache-size (a fork has no directory cache).
-        What::Fork { name, .. } => Some(Arc::new(
-            Fork::open(store.clone(), name)?.with_cache_size(m.settings.cache_size),
-        )),
+        What::Fork { name, .. } => Some(Arc::new(Fork::open_sized(
+            store.clone(),
+            name,
+            m.settings.cache_size,
+        )?)),
         _ => None,
     };
     let mounted = match (&fork, &m.what) {

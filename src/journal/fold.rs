@@ -1,6 +1,6 @@
 //! Fold a fork's state into trees and objects: the content of a commit.
 //!
-//! - An unloaded directory is its base tree, reused by id. A loaded one
+//! - An unloaded or parked directory is its base tree, reused by id. A loaded one
 //!   where nothing changed since a commit stored its tree reuses that tree
 //!   ([`TreeCache`], [`stale_dirs`]); the commit copies such a directory
 //!   without its entries and nothing under it ([`snapshot`]).
@@ -113,6 +113,12 @@ pub fn snapshot(state: &ForkState) -> ForkState {
         fresh: state.fresh,
         changes: state.changes,
         stamp: state.stamp,
+        base_trees: HashMap::new(),
+        park_queue: Default::default(),
+        parked_runs: Default::default(),
+        parked: state.parked,
+        unparked: 0,
+        budget: super::state::Budget::unbounded(),
     }
 }
 
@@ -365,12 +371,16 @@ impl Folder<'_> {
                 .filter(|c| c.kind == Kind::File)
                 .map(|c| c.size)
                 .sum::<u64>();
-            e.content = match &n.data {
-                Data::Dir(Dir::Unloaded(id)) => {
-                    let (entries, bytes) = subtree_stats(self.store, id)?;
+            let base = match &n.data {
+                Data::Dir(d) => d.base_tree(),
+                _ => None,
+            };
+            e.content = match base {
+                Some(id) => {
+                    let (entries, bytes) = subtree_stats(self.store, &id)?;
                     self.out.stats.entries += entries;
                     self.out.stats.bytes += bytes;
-                    Content::Tree(*id)
+                    Content::Tree(id)
                 }
                 _ => {
                     let tree = Tree { entries: fr.done };

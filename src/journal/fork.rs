@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use super::fold::{fold, snapshot};
 use super::io::{JournalIo, RealIo};
 use super::record::Record;
-use super::state::{Ctx, ForkState, ReadPlan, Src, check_name, now_ns};
+use super::state::{Budget, Ctx, ForkState, INODE_BYTES, ReadPlan, Src, check_name, now_ns};
 use super::wal::{Wal, segment_name};
 use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
 use crate::store::readahead::{DROP_BEHIND, ReadAhead};
@@ -70,20 +70,29 @@ impl NewNode<'_> {
     }
 }
 
-/// Decompressed base chunks kept for reads, per open fork, unless the
-/// opener says otherwise ([`Fork::with_cache_size`]: the mount daemon gives
-/// its share of `--cache-size`).
+/// What an open fork's caches hold at most, unless the opener says
+/// otherwise ([`Fork::open_sized`]: the mount daemon gives `--cache-size`):
+/// three quarters for decompressed base chunks, a quarter for the inode
+/// table's base entries ([`STATE_SHARE`]).
 const CACHE_BYTES: usize = 64 << 20;
+/// The part of the cache bound that goes to the inode table's base entries
+/// (what parking bounds): one in this many bytes, as the read-only views
+/// give their directories.
+const STATE_SHARE: usize = 4;
 
 /// What an open fork holds in memory, in bytes ([`Fork::memory`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ForkMemory {
+    /// The bound of both (`--cache-size`): the chunk cache takes three
+    /// quarters, the table's base entries a quarter.
+    pub limit: usize,
     /// The bound of the chunk cache.
     pub chunk_limit: usize,
     /// Decompressed base chunks cached for reads (within `chunk_limit`).
     pub chunks: usize,
-    /// The inode table, estimated ([`ForkState::memory_estimate`]); not
-    /// bounded: it is the fork's state until a commit folds it.
+    /// The inode table, estimated ([`ForkState::memory_estimate`]): its
+    /// base entries are parked within a quarter of `limit`, what changed is
+    /// the fork's state and stays. Not in `chunks`.
     pub state: usize,
 }
 
@@ -212,6 +221,8 @@ pub struct Fork {
     cache: Arc<ChunkCache>,
     /// Sequential reads of base files read their next chunks ahead.
     readahead: ReadAhead,
+    /// The bound on the chunk cache and the table's base entries together.
+    cache_bytes: usize,
     /// Records replayed at open that change the tree (not directory loads
     /// or inode maps): uncommitted changes.
     replayed_changes: usize,
@@ -302,8 +313,40 @@ impl Fork {
         Self::open_with(store, Arc::new(RealIo), name)
     }
 
+    /// [`Fork::open`] with its caches bounded by `cache_bytes` (the mount
+    /// daemon's `--cache-size`; see [`CACHE_BYTES`]), the inode table within
+    /// its share while the journal replays, too.
+    pub fn open_sized(store: Arc<Store>, name: &str, cache_bytes: usize) -> Result<Fork> {
+        Self::open_full(store, Arc::new(RealIo), name, cache_bytes, None)
+    }
+
     /// [`Fork::open`] through a given I/O implementation (tests).
     pub fn open_with(store: Arc<Store>, io: Arc<dyn JournalIo>, name: &str) -> Result<Fork> {
+        Self::open_full(store, io, name, CACHE_BYTES, None)
+    }
+
+    /// [`Fork::open_with`] with an inode table parked within `budget`
+    /// after every operation and every replayed record that leaves it above
+    /// (tests: `Budget::strict(0)` parks all it can).
+    #[cfg(test)]
+    pub(crate) fn open_parking(
+        store: Arc<Store>,
+        io: Arc<dyn JournalIo>,
+        name: &str,
+        budget: Budget,
+    ) -> Result<Fork> {
+        Self::open_full(store, io, name, CACHE_BYTES, Some(budget))
+    }
+
+    /// Open, replay, and bound the caches by `cache_bytes`; `budget`: the
+    /// inode table's if not its share of `cache_bytes`.
+    fn open_full(
+        store: Arc<Store>,
+        io: Arc<dyn JournalIo>,
+        name: &str,
+        cache_bytes: usize,
+        budget: Option<Budget>,
+    ) -> Result<Fork> {
         if Store::check_name(name).is_err() {
             return Err(Error::NoFork(name.into()));
         }
@@ -326,6 +369,8 @@ impl Fork {
         let root = store.root_entry(&ckpt)?;
         let mut state = ForkState::new(&root);
         state.replaying = true;
+        let state_bytes = cache_bytes / STATE_SHARE;
+        state.budget = budget.unwrap_or(Budget::of(state_bytes / INODE_BYTES));
         let journal = dir.join("journal");
         let mut first = true;
         let mut changes = 0usize;
@@ -357,7 +402,7 @@ impl Fork {
         // first record (HEAD is written first there) gets the map now, so
         // records appended to it replay later; the state is still fresh.
         if first && head.journal_from > 0 {
-            wal.append(&state.inode_map_record())?;
+            wal.append(&state.inode_map_record(&store)?)?;
             wal.sync()?;
         }
         state.finish_replay();
@@ -370,24 +415,26 @@ impl Fork {
             state: Mutex::new(state),
             wal,
             commit_lock: Mutex::new(()),
-            cache: Arc::new(ChunkCache::new(CACHE_BYTES)),
-            readahead: ReadAhead::new(CACHE_BYTES),
+            cache: Arc::new(ChunkCache::new(cache_bytes - state_bytes)),
+            readahead: ReadAhead::new(cache_bytes - state_bytes),
+            cache_bytes,
             replayed_changes: changes,
             _lock: lock,
         })
     }
 
-    /// The same fork, its chunk cache bounded by `bytes` instead of the
-    /// default 64 MiB (drops what the cache held).
-    pub fn with_cache_size(mut self, bytes: usize) -> Fork {
-        self.cache = Arc::new(ChunkCache::new(bytes));
-        self.readahead = ReadAhead::new(bytes);
-        self
+    /// Inodes in the table, files parked out of it, and directories
+    /// brought back so far (tests).
+    #[cfg(test)]
+    pub(crate) fn table(&self) -> (usize, u64, u64) {
+        let st = self.state.lock();
+        (st.inodes.len(), st.parked, st.unparked)
     }
 
     /// What it holds in memory now (walks the inode table under its lock).
     pub fn memory(&self) -> ForkMemory {
         ForkMemory {
+            limit: self.cache_bytes,
             chunk_limit: self.cache.capacity(),
             chunks: self.cache.bytes(),
             state: self.state.lock().memory_estimate(),
@@ -411,13 +458,44 @@ impl Fork {
         &self.store
     }
 
+    /// Run `f` under the state lock; then park directories if the inode
+    /// table is over its budget (`state/park.rs`).
     fn with<T>(&self, f: impl FnOnce(&mut ForkState, &Ctx<'_>) -> Result<T>) -> Result<T> {
         let ctx = Ctx {
             store: &self.store,
             wal: &self.wal,
         };
         let mut st = self.state.lock();
-        f(&mut st, &ctx)
+        let out = f(&mut st, &ctx);
+        st.trim();
+        out
+    }
+
+    /// [`Fork::with`] on inode `ino`, brought back first if it was parked.
+    /// A change goes through [`Fork::with_change`] instead.
+    fn with_ino<T>(
+        &self,
+        ino: u64,
+        f: impl FnOnce(&mut ForkState, &Ctx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.with(|st, ctx| {
+            st.ensure_resident(ctx.store, ino)?;
+            f(st, ctx)
+        })
+    }
+
+    /// [`Fork::with`] for a change to inode `ino`: brought back if it was
+    /// parked, and a directory's parent too (its tree holds the directory's
+    /// attributes).
+    fn with_change<T>(
+        &self,
+        ino: u64,
+        f: impl FnOnce(&mut ForkState, &Ctx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.with(|st, ctx| {
+            st.ensure_changeable(ctx.store, ino)?;
+            f(st, ctx)
+        })
     }
 
     // ---------------------------------------------------------------- reads
@@ -431,7 +509,7 @@ impl Fork {
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        self.with(|st, _| self.attr_of(st, ino))
+        self.with_ino(ino, |st, _| self.attr_of(st, ino))
     }
 
     /// Inode `ino`'s attributes; a directory not loaded yet is sized from
@@ -455,7 +533,7 @@ impl Fork {
     /// map (base extents and journal writes are data, gaps are holes), as
     /// ext4 would answer ([`super::ext4::seek`]); `None` is `ENXIO`.
     pub fn seek(&self, ino: u64, offset: i64, whence: super::ext4::Seek) -> Result<Option<u64>> {
-        self.with(|st, _| match &st.inode(ino)?.data {
+        self.with_ino(ino, |st, _| match &st.inode(ino)?.data {
             super::state::Data::File(f) => {
                 let from = u64::try_from(offset).unwrap_or(0);
                 let from = from - from % super::ext4::BLOCK;
@@ -485,7 +563,7 @@ impl Fork {
         let sequential = run > 0;
         // Journal segments are resolved to open handles under the state lock,
         // so a commit trimming them meanwhile cannot pull them away.
-        let (plan, upcoming, passed) = self.with(|st, _| {
+        let (plan, upcoming, passed) = self.with_ino(ino, |st, _| {
             let plan = st.plan_read(ino, offset, u64::from(size))?;
             let plan = plan
                 .into_iter()
@@ -562,14 +640,14 @@ impl Fork {
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
-        self.with(|st, _| match &st.inode(ino)?.data {
+        self.with_ino(ino, |st, _| match &st.inode(ino)?.data {
             super::state::Data::Symlink(t) => Ok(t.clone()),
             _ => Err(Error::Invalid("not a symlink")),
         })
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
-        self.with(|st, _| {
+        self.with_ino(ino, |st, _| {
             st.inode(ino)?
                 .xattrs
                 .get(name)
@@ -580,11 +658,13 @@ impl Fork {
 
     /// Attribute names, sorted.
     pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
-        self.with(|st, _| Ok(st.inode(ino)?.xattrs.keys().cloned().collect()))
+        self.with_ino(ino, |st, _| {
+            Ok(st.inode(ino)?.xattrs.keys().cloned().collect())
+        })
     }
 
     pub fn statfs(&self) -> Result<StatFs> {
-        let files = self.with(|st, _| Ok(st.inodes.len() as u64))?;
+        let files = self.with(|st, _| Ok(st.inodes.len() as u64 + st.parked))?;
         let root = self.store.root();
         if root.as_os_str().as_encoded_bytes().contains(&0) {
             return Err(Error::Invalid("store path holds NUL"));
@@ -730,7 +810,7 @@ impl Fork {
 
     /// A new name `new_name` in `new_parent` for inode `ino`.
     pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr> {
-        self.with(|st, ctx| {
+        self.with_change(ino, |st, ctx| {
             st.link(ctx, ino, new_parent, new_name)?;
             Ok(st.inode(ino)?.attr(ino))
         })
@@ -770,7 +850,7 @@ impl Fork {
     /// Write `data` at `offset`; returns the bytes written (all of them).
     /// A write past the end leaves a hole.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.with(|st, ctx| st.write(ctx, ino, Some(offset), data))?;
+        self.with_change(ino, |st, ctx| st.write(ctx, ino, Some(offset), data))?;
         self.wal.write_behind();
         Ok(data.len() as u32)
     }
@@ -780,7 +860,7 @@ impl Fork {
     /// the data (a `setattr`), so the file keeps its mtime (and its ctime
     /// becomes it) whichever of the two the daemon serves first.
     pub fn write_back(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        self.with(|st, ctx| {
+        self.with_change(ino, |st, ctx| {
             let t = st.inode(ino)?.mtime;
             st.write_at_time(ctx, ino, Some(offset), data, t)
         })?;
@@ -799,7 +879,11 @@ impl Fork {
         dst_off: u64,
         len: u64,
     ) -> Result<u64> {
-        let n = self.with(|st, ctx| st.copy_range(ctx, src, src_off, dst, dst_off, len))?;
+        let n = self.with(|st, ctx| {
+            st.ensure_resident(ctx.store, src)?;
+            st.ensure_changeable(ctx.store, dst)?;
+            st.copy_range(ctx, src, src_off, dst, dst_off, len)
+        })?;
         self.wal.write_behind();
         Ok(n)
     }
@@ -807,21 +891,21 @@ impl Fork {
     /// O_APPEND: write at the current end, atomically with respect to other
     /// writers; returns the offset the data landed at.
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
-        let at = self.with(|st, ctx| st.write(ctx, ino, None, data))?;
+        let at = self.with_change(ino, |st, ctx| st.write(ctx, ino, None, data))?;
         self.wal.write_behind();
         Ok(at)
     }
 
     /// chmod, chown, utimens and truncate in one atomic step; returns the new attributes.
     pub fn setattr(&self, ino: u64, attrs: &SetAttr) -> Result<Attr> {
-        self.with(|st, ctx| {
+        self.with_change(ino, |st, ctx| {
             st.setattr(ctx, ino, attrs)?;
             self.attr_of(st, ino)
         })
     }
 
     pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: Fallocate) -> Result<()> {
-        self.with(|st, ctx| st.fallocate(ctx, ino, offset, len, mode))
+        self.with_change(ino, |st, ctx| st.fallocate(ctx, ino, offset, len, mode))
     }
 
     /// setxattr by a caller who may keep a setgid bit (see [`Fork::setxattr_as`]).
@@ -848,11 +932,11 @@ impl Fork {
             } else {
                 mode
             };
-            return self.with(|st, ctx| st.setxattr(ctx, ino, name, value, mode));
+            return self.with_change(ino, |st, ctx| st.setxattr(ctx, ino, name, value, mode));
         }
         let a = acl::Acl::parse(value).ok_or(Error::Invalid("a malformed POSIX ACL"))?;
         let (bits, equiv) = a.equiv_mode();
-        self.with(|st, ctx| {
+        self.with_change(ino, |st, ctx| {
             let n = st.inode(ino)?;
             let (old, gid, has) = (n.perm, n.gid, n.xattrs.contains_key(acl::ACCESS));
             if equiv {
@@ -876,7 +960,7 @@ impl Fork {
 
     /// removexattr; removing an ACL that is not there succeeds, as on ext4.
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        self.with(|st, ctx| {
+        self.with_change(ino, |st, ctx| {
             if acl::is_acl(name) && !st.inode(ino)?.xattrs.contains_key(name) {
                 return Ok(());
             }
@@ -932,7 +1016,7 @@ impl Fork {
             if st.changes == 0 {
                 return Ok(head.checkpoint);
             }
-            let map = st.inode_map_record();
+            let map = st.inode_map_record(&self.store)?;
             let seg = self.wal.rotate(&map)?;
             (seg, snapshot(&st), st.changes)
         };
@@ -1003,7 +1087,9 @@ impl Fork {
     /// bytes of the file each covers there (tests).
     #[cfg(test)]
     pub(crate) fn base_chunks(&self, ino: u64) -> Vec<(ObjectId, u64)> {
-        let plan = self.with(|st, _| st.plan_read(ino, 0, u64::MAX)).unwrap();
+        let plan = self
+            .with_ino(ino, |st, _| st.plan_read(ino, 0, u64::MAX))
+            .unwrap();
         base_chunks(&plan)
     }
 
@@ -1019,8 +1105,8 @@ impl Fork {
     pub(crate) fn inode_map_encodings(&self) -> (Vec<u8>, Vec<u8>) {
         let st = self.state.lock();
         (
-            st.inode_map_record(),
-            Record::InodeMap(st.inode_map()).encode(),
+            st.inode_map_record(&self.store).unwrap(),
+            Record::InodeMap(st.inode_map(&self.store).unwrap()).encode(),
         )
     }
 
@@ -1060,7 +1146,7 @@ impl Fork {
         }
         let ckpt = self.store.read_checkpoint(new)?;
         let root = self.store.root_entry(&ckpt)?;
-        let map = ForkState::new(&root).inode_map_record();
+        let map = ForkState::new(&root).inode_map_record(&self.store)?;
         // HEAD first: segment S+1 must not exist while HEAD names the old
         // head, whose replay would check the fresh map against its own state.
         let seg = self.wal.current_segment() + 1;

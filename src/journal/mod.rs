@@ -228,6 +228,9 @@ mod tests;
 mod model_tests;
 
 #[cfg(test)]
+mod park_tests;
+
+#[cfg(test)]
 mod stress_tests;
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
 use super::fork::CommitStep;
+use super::state::Budget;
 use super::testing::base_checkpoint;
 use super::*;
 use crate::store::{Content, ObjectId, Store};
@@ -397,7 +398,8 @@ struct Model {
 }
 
 /// The base checkpoint: `a` (a file, also linked as `b/b`), `b/a` (a file of
-/// several chunks), `b/c` (a symlink), `c/a` (an empty directory).
+/// several chunks), `b/c` (a symlink), `c/a` (an empty directory), `c/b` (a
+/// file: `c` has no hardlink, so it can be parked).
 fn base_tree() -> Tree {
     let mut t = Tree {
         nodes: BTreeMap::new(),
@@ -438,6 +440,12 @@ fn base_tree() -> Tree {
     t.kids_mut(b).insert(b"b".to_vec(), a);
     t.add(b, b"c", 0o777, Data::Symlink(b"../a".to_vec()));
     t.add(c, b"a", 0o755, dir(c));
+    t.add(
+        c,
+        b"b",
+        0o640,
+        Data::File(Bytes { len: 3000, seed: 3 }.make()),
+    );
     t
 }
 
@@ -651,7 +659,9 @@ impl Model {
     }
 }
 
-struct ForkModel;
+/// `PARK`: the fork parks every directory it can after every operation
+/// (an inode budget of 0), so each step also brings back what it touches.
+struct ForkModel<const PARK: bool>;
 
 fn path() -> impl Strategy<Value = P> {
     prop::collection::vec(0u8..3, 1..=3).prop_map(P)
@@ -671,7 +681,7 @@ fn perm() -> impl Strategy<Value = u32> {
     prop_oneof![Just(0o644), Just(0o755), 0u32..0o10000]
 }
 
-impl ReferenceStateMachine for ForkModel {
+impl<const PARK: bool> ReferenceStateMachine for ForkModel<PARK> {
     type State = Model;
     type Transition = Op;
 
@@ -805,6 +815,8 @@ struct Sut {
     fork: Option<Fork>,
     /// Inodes held open, parallel to [`Model::handles`].
     handles: Vec<u64>,
+    /// Open the fork with an inode budget of 0 ([`ForkModel`]'s `PARK`).
+    park: bool,
 }
 
 impl Sut {
@@ -813,8 +825,12 @@ impl Sut {
     }
 
     fn open(&mut self) {
-        self.fork =
-            Some(Fork::open_with(self.store.clone(), Arc::new(self.io.clone()), "m").unwrap());
+        let (store, io) = (self.store.clone(), Arc::new(self.io.clone()));
+        self.fork = Some(if self.park {
+            Fork::open_parking(store, io, "m", Budget::strict(0)).unwrap()
+        } else {
+            Fork::open_with(store, io, "m").unwrap()
+        });
     }
 
     fn walk(&self, p: &P) -> Result<u64> {
@@ -967,9 +983,9 @@ impl Sut {
     }
 }
 
-impl StateMachineTest for ForkModel {
+impl<const PARK: bool> StateMachineTest for ForkModel<PARK> {
     type SystemUnderTest = Sut;
-    type Reference = ForkModel;
+    type Reference = ForkModel<PARK>;
 
     fn init_test(model: &Model) -> Sut {
         let tmp = tempfile::tempdir().unwrap();
@@ -986,6 +1002,7 @@ impl StateMachineTest for ForkModel {
             io,
             fork: None,
             handles: Vec::new(),
+            park: PARK,
         };
         sut.open();
         sut
@@ -1231,7 +1248,10 @@ prop_state_machine! {
     #![proptest_config(config())]
 
     #[test]
-    fn fork_against_model(sequential 1..50 => ForkModel);
+    fn fork_against_model(sequential 1..50 => ForkModel<false>);
+
+    #[test]
+    fn parking_fork_against_model(sequential 1..50 => ForkModel<true>);
 }
 
 /// The first failure proptest found, as a fixed sequence (the seeds in
@@ -1241,7 +1261,7 @@ prop_state_machine! {
 /// the change durable.
 #[test]
 fn a_sync_after_reopening_makes_the_replayed_tail_durable() {
-    let model = ForkModel::init_state()
+    let model = ForkModel::<false>::init_state()
         .new_tree(&mut proptest::test_runner::TestRunner::deterministic())
         .unwrap()
         .current();
@@ -1252,5 +1272,5 @@ fn a_sync_after_reopening_makes_the_replayed_tail_durable() {
         Op::Sync,
         Op::Crash,
     ];
-    ForkModel::test_sequential(config(), model, ops, None);
+    ForkModel::<false>::test_sequential(config(), model, ops, None);
 }

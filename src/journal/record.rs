@@ -18,8 +18,6 @@
 //! the fork state points at it there instead of keeping it in memory.
 //! Decoding never panics on hostile bytes (it returns `None`).
 
-use std::collections::BTreeMap;
-
 use crate::store::codec::{Malformed, Reader, put_bytes, put_i64, put_var};
 use crate::store::{Kind, ObjectId};
 
@@ -587,43 +585,51 @@ impl Field for InodeMap {
     }
 }
 
-/// The payload of `Record::InodeMap` from the live state's parts, without
-/// copying the names into an [`InodeMap`] first: the same bytes as
-/// `Record::InodeMap(map).encode()` for the map those parts make (a commit
-/// writes it under the state lock, so the copy was what it cost).
-pub fn encode_inode_map(
-    next_ino: u64,
-    dirs: &[(u64, &BTreeMap<Vec<u8>, u64>)],
-    links: &[(u64, u64)],
-    orphans: &[u64],
-) -> Vec<u8> {
-    let names: usize = dirs
-        .iter()
-        .map(|(_, kids)| kids.keys().map(|n| n.len() + 4).sum::<usize>())
-        .sum();
-    let mut o =
-        Vec::with_capacity(16 + names + 8 * dirs.len() + 10 * (links.len() + orphans.len()));
-    o.push(T_INODEMAP);
-    next_ino.put(&mut o);
-    put_var(&mut o, dirs.len() as u64);
-    for (dir, kids) in dirs {
-        dir.put(&mut o);
-        put_var(&mut o, kids.len() as u64);
-        for (name, ino) in kids.iter() {
-            put_bytes(&mut o, name);
-            ino.put(&mut o);
+/// The payload of `Record::InodeMap` written as its parts come, one
+/// directory at a time, without copying the names into an [`InodeMap`]
+/// first: the same bytes as `Record::InodeMap(map).encode()` for the map
+/// those parts make (a commit writes it under the state lock, so the copy
+/// was what it cost; a parked directory's names are read from its tree
+/// just for this).
+pub struct InodeMapWriter {
+    o: Vec<u8>,
+}
+
+impl InodeMapWriter {
+    /// The start of a map of `dirs` directories; `hint`: about how many
+    /// bytes their names and numbers take.
+    pub fn new(next_ino: u64, dirs: usize, hint: usize) -> InodeMapWriter {
+        let mut o = Vec::with_capacity(16 + hint);
+        o.push(T_INODEMAP);
+        next_ino.put(&mut o);
+        put_var(&mut o, dirs as u64);
+        InodeMapWriter { o }
+    }
+
+    /// Directory `dir` with its `len` children, in name order.
+    pub fn dir<'a>(&mut self, dir: u64, len: usize, kids: impl Iterator<Item = (&'a [u8], u64)>) {
+        dir.put(&mut self.o);
+        put_var(&mut self.o, len as u64);
+        for (name, ino) in kids {
+            put_bytes(&mut self.o, name);
+            ino.put(&mut self.o);
         }
     }
-    put_var(&mut o, links.len() as u64);
-    for (l, i) in links {
-        l.put(&mut o);
-        i.put(&mut o);
+
+    /// The payload, ending with the links and the orphans.
+    pub fn finish(mut self, links: &[(u64, u64)], orphans: &[u64]) -> Vec<u8> {
+        let o = &mut self.o;
+        put_var(o, links.len() as u64);
+        for (l, i) in links {
+            l.put(o);
+            i.put(o);
+        }
+        put_var(o, orphans.len() as u64);
+        for i in orphans {
+            i.put(o);
+        }
+        self.o
     }
-    put_var(&mut o, orphans.len() as u64);
-    for i in orphans {
-        i.put(&mut o);
-    }
-    o
 }
 
 /// The payload of `Record::Write { ino, offset, time_ns, data }` up to its

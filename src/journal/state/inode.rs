@@ -17,6 +17,33 @@ pub enum Dir {
     /// Not read yet: the base tree object.
     Unloaded(ObjectId),
     Loaded(BTreeMap<Vec<u8>, u64>),
+    /// Loaded, then put away to bound memory: its children keep their
+    /// numbers, its files are not in the table (`park.rs`).
+    Parked(Box<Parked>),
+}
+
+impl Dir {
+    /// The base tree an unloaded or parked directory is, whole.
+    pub fn base_tree(&self) -> Option<ObjectId> {
+        match self {
+            Dir::Unloaded(id) => Some(*id),
+            Dir::Parked(p) => Some(p.id),
+            Dir::Loaded(_) => None,
+        }
+    }
+}
+
+/// A parked directory: unchanged since it was loaded from base tree `id`,
+/// like everything under it, so the tree gives its entries back.
+#[derive(Clone, Debug)]
+pub struct Parked {
+    pub id: ObjectId,
+    /// The children's inode numbers, in name order (the tree's order).
+    pub inos: Box<[u64]>,
+    /// Their open counts (the kernel's references count as one).
+    pub opens: Box<[u32]>,
+    /// `st_size` and `st_blocks` of the directory (as [`ext4::dir_size`]).
+    pub size: (u64, u64),
 }
 
 #[derive(Clone, Debug)]
@@ -167,6 +194,7 @@ impl Inode {
             Data::Symlink(t) => (t.len() as u64, ext4::symlink_blocks(t.len() as u64)),
             Data::Dir(Dir::Loaded(k)) => ext4::dir_size(k.keys().map(Vec::len)),
             Data::Dir(Dir::Unloaded(_)) => ext4::dir_size([]),
+            Data::Dir(Dir::Parked(p)) => p.size,
             Data::Special => (self.dsize, 0),
         };
         Attr {
@@ -251,7 +279,7 @@ impl ForkState {
         let n = self.inode(ino)?;
         match &n.data {
             Data::Dir(Dir::Loaded(k)) => Ok(k),
-            Data::Dir(Dir::Unloaded(_)) => Err(corrupt(format!(
+            Data::Dir(Dir::Unloaded(_) | Dir::Parked(_)) => Err(corrupt(format!(
                 "directory {ino} used before it was loaded"
             ))),
             _ => Err(Error::NotDir),
@@ -261,7 +289,12 @@ impl ForkState {
     /// A handle on `ino` was opened (counted for files: an unlinked file
     /// stays while open).
     pub fn open(&mut self, ino: u64) -> Result<()> {
-        let n = self.inodes.get_mut(&ino).ok_or(Error::NotFound)?;
+        let Some(n) = self.inodes.get_mut(&ino) else {
+            // A file of a parked directory stays parked.
+            let open = self.parked_open(ino).ok_or(Error::NotFound)?;
+            *open += 1;
+            return Ok(());
+        };
         if n.kind == Kind::File {
             n.open += 1;
         }
@@ -270,9 +303,13 @@ impl ForkState {
 
     /// A handle on `ino` was closed; the last one of an unlinked file drops it.
     pub fn release(&mut self, ino: u64) {
-        if let Some(n) = self.inodes.get_mut(&ino)
-            && n.kind == Kind::File
-        {
+        let Some(n) = self.inodes.get_mut(&ino) else {
+            if let Some(open) = self.parked_open(ino) {
+                *open = open.saturating_sub(1);
+            }
+            return;
+        };
+        if n.kind == Kind::File {
             n.open = n.open.saturating_sub(1);
             if n.open == 0 && n.nlink == 0 {
                 self.inodes.remove(&ino);

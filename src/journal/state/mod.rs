@@ -16,6 +16,8 @@
 //! - `data.rs`: `Write`, `Truncate`, `PunchHole`; write, fallocate, reads.
 //! - `attrs.rs`: `SetAttr`, `SetXattr`, `RemoveXattr`; setattr, ACLs.
 //! - `replay.rs`: replay and the `InodeMap` a commit writes.
+//! - `park.rs`: bounding the table: unchanged directories put away and
+//!   brought back with the same numbers.
 //!
 //! The record format is `record.rs`, grouped the same way. Adding a record
 //! kind: its variant, tag and arms in `record.rs` (`Record::encode` and its
@@ -36,22 +38,24 @@ mod data;
 mod extents;
 mod inode;
 mod namespace;
+mod park;
 mod piecemap;
 mod replay;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 #[cfg(test)]
 pub use extents::punch;
 pub use extents::{FileData, Piece, ReadPlan, Src, data_ranges, plan};
-pub use inode::{Data, Dir, Inode, TreeCache};
+pub use inode::{Data, Dir, Inode, Parked, TreeCache};
 pub use namespace::check_name;
+pub use park::{Budget, INODE_BYTES};
 pub use piecemap::PieceMap;
 
 use super::record::Record;
 use super::wal::{Pos, Wal};
 use super::{Error, Result};
-use crate::store::{Entry, Extent, Store};
+use crate::store::{Entry, Extent, ObjectId, Store};
 use attrs::AttrChange;
 
 /// The root directory's inode number.
@@ -84,6 +88,17 @@ pub struct ForkState {
     pub changes: u64,
     /// Counts changes to inodes ([`Inode::stamp`]).
     pub stamp: u64,
+    /// Parking (`park.rs`), none of it journaled: the base tree each
+    /// directory was loaded from, the loaded directories in the order to
+    /// park them, the parked files' inode numbers as runs (first → (length,
+    /// directory)), how many inodes are parked, how many times a directory
+    /// was brought back, and the table's bound.
+    pub base_trees: HashMap<u64, ObjectId>,
+    pub park_queue: VecDeque<u64>,
+    pub parked_runs: BTreeMap<u64, (u64, u64)>,
+    pub parked: u64,
+    pub unparked: u64,
+    pub budget: park::Budget,
 }
 
 /// What live operations need besides the state.
@@ -156,14 +171,20 @@ impl ForkState {
             fresh: true,
             changes: 0,
             stamp: 0,
+            base_trees: HashMap::new(),
+            park_queue: VecDeque::new(),
+            parked_runs: BTreeMap::new(),
+            parked: 0,
+            unparked: 0,
+            budget: park::Budget::unbounded(),
         }
     }
 
     /// About how many bytes of memory the inode table holds: every inode
     /// with its names, xattrs, symlink target and piece lists, plus the
-    /// tables' own slots. An estimate for `status` (it walks the table); the
-    /// table is not bounded by `--cache-size`: it is the fork's state until
-    /// a commit folds it.
+    /// tables' own slots and what parked directories keep. An estimate for
+    /// `status` (it walks the table); parking keeps the unchanged part of
+    /// the table within its budget, what changed stays until it is undone.
     pub fn memory_estimate(&self) -> usize {
         // A hash map slot: key, value and control byte, at 7/8 load.
         let slot = |value: usize| (8 + value + 1) * 8 / 7;
@@ -171,7 +192,10 @@ impl ForkState {
         const BTREE_ENTRY: usize = 24;
         let mut bytes = self.inodes.capacity() * slot(8)
             + self.inodes.len() * std::mem::size_of::<Inode>()
-            + self.by_link.capacity() * slot(8);
+            + self.by_link.capacity() * slot(8)
+            + self.base_trees.capacity() * slot(32)
+            + self.park_queue.capacity() * 8
+            + self.parked_runs.len() * (24 + BTREE_ENTRY);
         for inode in self.inodes.values() {
             bytes += inode
                 .tree
@@ -187,6 +211,7 @@ impl ForkState {
                     .keys()
                     .map(|k| k.capacity() + 24 + 8 + BTREE_ENTRY)
                     .sum(),
+                Data::Dir(Dir::Parked(p)) => std::mem::size_of::<Parked>() + p.inos.len() * 12,
                 Data::File(f) => {
                     f.pieces.heap_bytes()
                         + f.committed

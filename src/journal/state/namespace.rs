@@ -13,7 +13,7 @@ use super::super::record::{RENAME_EXCHANGE, RENAME_NOREPLACE, Record};
 use super::super::{DirEntry, Error, RenameMode, Result};
 use super::extents::FileData;
 use super::{Ctx, Data, Dir, ForkState, Inode, Log, NAME_MAX, ROOT_INO, corrupt, now_ns};
-use crate::store::{Kind, Store, Tree};
+use crate::store::{Kind, ObjectId, Store, Tree};
 
 /// Names a directory entry may have (the kernel rejects the others).
 pub fn check_name(name: &[u8]) -> Result<()> {
@@ -41,15 +41,25 @@ impl ForkState {
     // ------------------------------------------------------------ live ops
 
     /// Load directory `dir` if it is not yet (journaling the load).
+    /// A parked one is unparked, as are parked ones above it.
     pub fn ensure_loaded(&mut self, ctx: &Ctx<'_>, dir: u64) -> Result<()> {
-        match self.inode(dir)?.data {
-            Data::Dir(Dir::Unloaded(_)) => self.log(
-                ctx,
-                Record::LoadDir {
-                    dir,
-                    first_ino: self.next_ino,
-                },
-            ),
+        // A parked file's number (an error below, but the right one).
+        self.ensure_resident(ctx.store, dir)?;
+        let n = self.inode(dir)?;
+        let parent = n.parent;
+        match n.data {
+            Data::Dir(Dir::Unloaded(_)) => {
+                // No loaded directory sits below a parked one (`park.rs`).
+                self.unpark_from(ctx.store, parent)?;
+                self.log(
+                    ctx,
+                    Record::LoadDir {
+                        dir,
+                        first_ino: self.next_ino,
+                    },
+                )
+            }
+            Data::Dir(Dir::Parked(_)) => self.unpark_from(ctx.store, dir),
             Data::Dir(Dir::Loaded(_)) => Ok(()),
             _ => Err(Error::NotDir),
         }
@@ -201,7 +211,7 @@ impl ForkState {
         // Read before the record is logged: a store failure logs nothing.
         let tree = store.get_tree(&id, &format!("directory inode {dir}"))?;
         log.append()?;
-        self.load(dir, &tree);
+        self.load(dir, id, &tree);
         Ok(())
     }
 
@@ -438,6 +448,7 @@ impl ForkState {
         n.touch_meta(t);
         if n.kind == Kind::Dir {
             self.inodes.remove(&ino);
+            self.base_trees.remove(&ino);
             self.inode_mut(parent).nlink -= 1;
             return;
         }
@@ -449,8 +460,9 @@ impl ForkState {
 
     // ------------------------------------------------------------ loading
 
-    /// Give the entries of base tree `tree` inode numbers as children of `dir`.
-    fn load(&mut self, dir: u64, tree: &Tree) {
+    /// Give the entries of base tree `tree` (object `id`) inode numbers as
+    /// children of `dir`.
+    fn load(&mut self, dir: u64, id: ObjectId, tree: &Tree) {
         let mut kids = BTreeMap::new();
         for e in &tree.entries {
             if !servable(&e.name) || kids.contains_key(&e.name) {
@@ -480,16 +492,22 @@ impl ForkState {
             kids.insert(e.name.clone(), ino);
         }
         self.inode_mut(dir).data = Data::Dir(Dir::Loaded(kids));
+        self.base_trees.insert(dir, id);
+        self.park_queue.push_back(dir);
     }
 
-    /// Load every unloaded directory (without journaling: used on a snapshot
-    /// that is folded and thrown away).
+    /// Load every unloaded directory and unpark every parked one (without
+    /// journaling: used on a snapshot that is folded and thrown away).
     pub fn load_all(&mut self, store: &Store) -> Result<()> {
         let mut queue = VecDeque::from([ROOT_INO]);
         while let Some(d) = queue.pop_front() {
-            if let Data::Dir(Dir::Unloaded(id)) = self.inodes[&d].data {
-                let tree = store.get_tree(&id, &format!("directory inode {d}"))?;
-                self.load(d, &tree);
+            match self.inodes[&d].data {
+                Data::Dir(Dir::Unloaded(id)) => {
+                    let tree = store.get_tree(&id, &format!("directory inode {d}"))?;
+                    self.load(d, id, &tree);
+                }
+                Data::Dir(Dir::Parked(_)) => self.unpark(store, d)?,
+                _ => {}
             }
             for &k in self.inodes[&d].children().expect("loaded").values() {
                 if self.inodes[&k].kind == Kind::Dir {

@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::super::Result;
-use super::super::record::{InodeMap, Record, encode_inode_map};
+use super::super::record::{InodeMap, InodeMapWriter, Record};
 use super::super::wal::Pos;
 use super::extents::FileData;
 use super::namespace::servable;
-use super::{Data, Dir, ForkState, Inode, Log, ROOT_INO, corrupt};
+use super::{Data, Dir, ForkState, Inode, Log, Parked, ROOT_INO, corrupt};
 use crate::store::{Kind, Store};
 
 impl ForkState {
@@ -21,10 +21,13 @@ impl ForkState {
             return if fresh {
                 self.bind_inode_map(store, m)
             } else {
-                self.check_inode_map(m)
+                self.check_inode_map(store, m)
             };
         }
-        self.run(store, rec, Log::Replayed { pos, plen })
+        self.unpark_for(store, rec)?;
+        self.run(store, rec, Log::Replayed { pos, plen })?;
+        self.trim();
+        Ok(())
     }
 
     /// The end of a replay: unlinked files nobody can open any more go.
@@ -36,60 +39,79 @@ impl ForkState {
     }
 
     /// The live numbering, for the first record of a segment started by a
-    /// commit: every loaded directory (parents first) with its children, the
-    /// base link ids in use, and the open unlinked files.
+    /// commit: every loaded or parked directory (parents first) with its
+    /// children, the base link ids in use, and the open unlinked files.
     #[cfg(test)]
-    pub fn inode_map(&self) -> InodeMap {
+    pub fn inode_map(&self, store: &Store) -> Result<InodeMap> {
         let (dirs, links, orphans) = self.inode_map_parts();
-        InodeMap {
+        let dirs = dirs
+            .into_iter()
+            .map(|(d, names)| {
+                let kids = match names {
+                    Names::Loaded(kids) => kids.iter().map(|(n, i)| (n.clone(), *i)).collect(),
+                    Names::Parked(p) => self.parked_names(store, d, p)?,
+                };
+                Ok((d, kids))
+            })
+            .collect::<Result<_>>()?;
+        Ok(InodeMap {
             next_ino: self.next_ino,
-            dirs: dirs
-                .into_iter()
-                .map(|(d, kids)| (d, kids.iter().map(|(n, i)| (n.clone(), *i)).collect()))
-                .collect(),
+            dirs,
             links,
             orphans,
-        }
+        })
     }
 
     /// `Record::InodeMap(self.inode_map()).encode()`, encoded straight from
-    /// the state (no copy of every loaded name).
-    pub fn inode_map_record(&self) -> Vec<u8> {
+    /// the state (no copy of every loaded name; a parked directory's names
+    /// are read from its tree, one directory at a time).
+    pub fn inode_map_record(&self, store: &Store) -> Result<Vec<u8>> {
         let (dirs, links, orphans) = self.inode_map_parts();
-        encode_inode_map(self.next_ino, &dirs, &links, &orphans)
+        let hint = dirs
+            .iter()
+            .map(|(_, names)| match names {
+                Names::Loaded(kids) => kids.keys().map(|n| n.len() + 12).sum::<usize>() + 8,
+                Names::Parked(p) => p.inos.len() * 24 + 8,
+            })
+            .sum();
+        let mut w = InodeMapWriter::new(self.next_ino, dirs.len(), hint);
+        for (d, names) in dirs {
+            match names {
+                Names::Loaded(kids) => w.dir(d, kids.len(), kids.iter().map(|(n, i)| (&n[..], *i))),
+                Names::Parked(p) => {
+                    let kids = self.parked_names(store, d, p)?;
+                    w.dir(d, kids.len(), kids.iter().map(|(n, i)| (&n[..], *i)));
+                }
+            }
+        }
+        Ok(w.finish(&links, &orphans))
     }
 
     /// What an inode map lists, borrowed from the state.
     #[allow(clippy::type_complexity)]
-    fn inode_map_parts(
-        &self,
-    ) -> (
-        Vec<(u64, &BTreeMap<Vec<u8>, u64>)>,
-        Vec<(u64, u64)>,
-        Vec<u64>,
-    ) {
-        // One pass over the inodes finds the loaded directories and the
+    fn inode_map_parts(&self) -> (Vec<(u64, Names<'_>)>, Vec<(u64, u64)>, Vec<u64>) {
+        // One pass over the inodes finds the numbered directories and the
         // orphans; a directory's depth (from the parent links directories
         // keep) puts parents first. Looking up every loaded entry to find the
         // subdirectories cost a hash lookup per name.
-        let mut loaded = Vec::new();
+        let mut numbered = Vec::new();
         let mut orphans = Vec::new();
         for (&ino, n) in &self.inodes {
-            if let Some(kids) = n.children() {
-                loaded.push((ino, kids));
+            if let Some(names) = Names::of(n) {
+                numbered.push((ino, names));
             } else if n.nlink == 0 && n.kind == Kind::File {
                 orphans.push(ino);
             }
         }
         orphans.sort_unstable();
-        let root_loaded = self.inodes.get(&ROOT_INO).and_then(|n| n.children());
-        let mut depth = HashMap::from([(ROOT_INO, root_loaded.map(|_| 0))]);
-        let mut dirs: Vec<(u32, u64, &BTreeMap<Vec<u8>, u64>)> = loaded
+        let root_numbered = self.inodes.get(&ROOT_INO).and_then(|n| Names::of(n));
+        let mut depth = HashMap::from([(ROOT_INO, root_numbered.map(|_| 0))]);
+        let mut dirs: Vec<(u32, u64, Names<'_>)> = numbered
             .into_iter()
-            .filter_map(|(d, kids)| Some((self.loaded_depth(d, &mut depth)?, d, kids)))
+            .filter_map(|(d, names)| Some((self.loaded_depth(d, &mut depth)?, d, names)))
             .collect();
         dirs.sort_unstable_by_key(|&(depth, d, _)| (depth, d));
-        let dirs = dirs.into_iter().map(|(_, d, kids)| (d, kids)).collect();
+        let dirs = dirs.into_iter().map(|(_, d, names)| (d, names)).collect();
         let mut links: Vec<(u64, u64)> = self
             .by_link
             .iter()
@@ -100,8 +122,8 @@ impl ForkState {
         (dirs, links, orphans)
     }
 
-    /// How deep loaded directory `d` is below the root, following the
-    /// parent links; `None` when a directory on the way is not loaded (then
+    /// How deep numbered directory `d` is below the root, following the
+    /// parent links; `None` when a directory on the way is not numbered (then
     /// the map cannot bind it: a replay reaches it only through loads).
     /// `memo` holds the depths found so far (the root's is 0).
     fn loaded_depth(&self, d: u64, memo: &mut HashMap<u64, Option<u32>>) -> Option<u32> {
@@ -112,7 +134,7 @@ impl ForkState {
                 break known;
             }
             let n = self.inodes.get(&at)?;
-            if n.children().is_none() || chain.len() > self.inodes.len() {
+            if Names::of(n).is_none() || chain.len() > self.inodes.len() {
                 break None;
             }
             chain.push(at);
@@ -130,7 +152,11 @@ impl ForkState {
     /// checkpoint's entries as the live fork had them.
     fn bind_inode_map(&mut self, store: &Store, m: &InodeMap) -> Result<()> {
         for (dir, kids) in &m.dirs {
-            let Some(Inode {
+            // Parents come first; one may have been parked meanwhile.
+            if let Some(n) = self.inodes.get(dir) {
+                self.unpark_from(store, n.parent)?;
+            }
+            let Some(&Inode {
                 data: Data::Dir(Dir::Unloaded(id)),
                 ..
             }) = self.inodes.get(dir).map(|n| &**n)
@@ -139,7 +165,7 @@ impl ForkState {
                     "inode map names directory {dir}, which is not an unloaded directory"
                 )));
             };
-            let tree = store.get_tree(id, &format!("directory inode {dir}"))?;
+            let tree = store.get_tree(&id, &format!("directory inode {dir}"))?;
             let want: BTreeMap<&[u8], u64> = kids.iter().map(|(n, i)| (&n[..], *i)).collect();
             let mut got = BTreeMap::new();
             for e in &tree.entries {
@@ -163,6 +189,9 @@ impl ForkState {
                 )));
             }
             self.inode_mut(*dir).data = Data::Dir(Dir::Loaded(got));
+            self.base_trees.insert(*dir, id);
+            self.park_queue.push_back(*dir);
+            self.trim();
         }
         self.by_link = m.links.iter().copied().collect();
         for &o in &m.orphans {
@@ -179,7 +208,7 @@ impl ForkState {
 
     /// An inode map met mid-replay (the commit that wrote it did not move
     /// HEAD): it must describe the state replayed so far.
-    fn check_inode_map(&self, m: &InodeMap) -> Result<()> {
+    fn check_inode_map(&self, store: &Store, m: &InodeMap) -> Result<()> {
         if m.next_ino != self.next_ino {
             return Err(corrupt(format!(
                 "inode map says next inode {}, replay reached {}",
@@ -187,13 +216,38 @@ impl ForkState {
             )));
         }
         for (dir, kids) in &m.dirs {
-            let have = self.dir(*dir)?;
-            if have.len() != kids.len() || kids.iter().any(|(n, i)| have.get(n) != Some(i)) {
+            let parked;
+            let have: BTreeMap<&[u8], u64> = match self.inodes.get(dir).and_then(|n| Names::of(n)) {
+                Some(Names::Parked(p)) => {
+                    parked = self.parked_names(store, *dir, p)?;
+                    parked.iter().map(|(n, i)| (&n[..], *i)).collect()
+                }
+                _ => self.dir(*dir)?.iter().map(|(n, i)| (&n[..], *i)).collect(),
+            };
+            if have.len() != kids.len() || kids.iter().any(|(n, i)| have.get(&n[..]) != Some(i)) {
                 return Err(corrupt(format!(
                     "inode map disagrees with the replayed directory {dir}"
                 )));
             }
         }
         Ok(())
+    }
+}
+
+/// A numbered directory's children as an inode map lists them.
+enum Names<'a> {
+    Loaded(&'a BTreeMap<Vec<u8>, u64>),
+    /// Read from its tree when the map is written.
+    Parked(&'a Parked),
+}
+
+impl<'a> Names<'a> {
+    /// Those of `n`, if it is a loaded or parked directory.
+    fn of(n: &'a Inode) -> Option<Names<'a>> {
+        match &n.data {
+            Data::Dir(Dir::Loaded(kids)) => Some(Names::Loaded(kids)),
+            Data::Dir(Dir::Parked(p)) => Some(Names::Parked(p)),
+            _ => None,
+        }
     }
 }
