@@ -1513,8 +1513,9 @@ fn listing(root: &Path) -> String {
     lines.join("\n")
 }
 
-/// The lines of two listings that differ (the first few).
-fn same_listing(a: &Path, b: &Path) {
+/// Two trees have the same names, kinds, modes, link counts, sizes
+/// (their listings: the first lines that differ are shown) and contents.
+fn same_tree(a: &Path, b: &Path) {
     let (la, lb) = (listing(a), listing(b));
     let (sa, sb): (std::collections::BTreeSet<_>, std::collections::BTreeSet<_>) =
         (la.lines().collect(), lb.lines().collect());
@@ -1525,6 +1526,17 @@ fn same_listing(a: &Path, b: &Path) {
         "{} has {only_a:?}, {} has {only_b:?}",
         a.display(),
         b.display()
+    );
+    let diff = Command::new("diff")
+        .arg("-r")
+        .arg(a)
+        .arg(b)
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
     );
 }
 
@@ -1564,7 +1576,7 @@ fn a_tree_larger_than_the_inode_budget_matches_native() {
         .arg(&native)
         .status();
     assert!(st.unwrap().success());
-    same_listing(&mnt, &native);
+    same_tree(&mnt, &native);
     // 1,410 entries loaded would take about 550 KB.
     let state = fx.fork().memory().state;
     assert!(state < 300 << 10, "the inode table holds {state} bytes");
@@ -1602,18 +1614,7 @@ fn a_tree_larger_than_the_inode_budget_matches_native() {
     sh(script, &mnt);
     sh(script, &native);
     let head = fx.fork().commit("parked").unwrap();
-    same_listing(&mnt, &native);
-    let diff = Command::new("diff")
-        .arg("-r")
-        .arg(&mnt)
-        .arg(&native)
-        .output()
-        .unwrap();
-    assert!(
-        diff.status.success(),
-        "{}",
-        String::from_utf8_lossy(&diff.stdout)
-    );
+    same_tree(&mnt, &native);
 
     // The commit holds the same tree: read back through the store.
     let restored = fx.tmp.path().join("restored");
@@ -1621,21 +1622,10 @@ fn a_tree_larger_than_the_inode_budget_matches_native() {
         fx.tmp.path().join("store").as_path(),
         &["restore", &head.to_string(), restored.to_str().unwrap()],
     );
-    same_listing(&restored, &native);
+    same_tree(&restored, &native);
     let mtime = |root: &Path| fs::metadata(root.join("d13/sub")).unwrap().mtime();
     assert_eq!(mtime(&mnt), 1_000_000_000);
     assert_eq!(mtime(&restored), 1_000_000_000);
-    let diff = Command::new("diff")
-        .arg("-r")
-        .arg(&restored)
-        .arg(&native)
-        .output()
-        .unwrap();
-    assert!(
-        diff.status.success(),
-        "{}",
-        String::from_utf8_lossy(&diff.stdout)
-    );
     drop_kernel_caches();
-    same_listing(&mnt, &native);
+    same_tree(&mnt, &native);
 }
