@@ -401,9 +401,10 @@ pub struct MountArgs {
     /// Always added: nosuid, nodev, default_permissions, and ro (rw for a fork)
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
-    /// Bound on the memory a read-only or browse mount's caches hold (K, M, G
-    /// suffixes): decompressed chunks (3/4) and directories (1/4); the daemon's
-    /// RSS stays within it plus about 64M (a fork's cache is its own, 64M)
+    /// Bound on the memory a mount's caches hold (K, M, G suffixes):
+    /// decompressed chunks (3/4) and directories (1/4; on a fork, the inode
+    /// table's unchanged entries: what the fork changed is not bounded); the
+    /// daemon's RSS stays within it plus about 64M
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: usize,
     /// For a fork: commit every SECS seconds while mounted (0: only on unmount)
