@@ -13,7 +13,9 @@ use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
 use crate::store::progress::SharedProgress;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
-/// More entries than this is an error (bounds memory: ~200 bytes per entry).
+/// More entries than this is an error (bounds memory: an import holds about
+/// 850 bytes an entry, measured on 303k entries in 2026-12: the tree and the
+/// objects not yet published).
 pub const MAX_ENTRIES: u64 = 10_000_000;
 /// Longest path accepted for an entry or a link target (PATH_MAX).
 pub const MAX_PATH: usize = 4096;
