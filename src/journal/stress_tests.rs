@@ -28,6 +28,7 @@ use std::fs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::state::Budget;
 use super::testing::{Rng, base_checkpoint};
 use super::*;
 use crate::store::{ObjectId, Store};
@@ -554,10 +555,21 @@ fn compare_checkpoint(store: &Store, id: &ObjectId, models: &[Model], seed: u64)
     );
 }
 
-fn run_seed(seed: u64) {
+/// The fork, opened to park everything it can after every operation and
+/// replayed record (`park`) or not.
+fn open_fork(store: &Arc<Store>, park: bool) -> Fork {
+    let io = Arc::new(RealIo);
+    if park {
+        Fork::open_parking(store.clone(), io, "stress", Budget::strict(0)).unwrap()
+    } else {
+        Fork::open_with(store.clone(), io, "stress").unwrap()
+    }
+}
+
+fn run_seed(seed: u64, park: bool) {
     let (_tmp, store, base, base_models) = setup(seed);
     Fork::create(&store, "stress", &base).unwrap();
-    let f = Arc::new(Fork::open(store.clone(), "stress").unwrap());
+    let f = Arc::new(open_fork(&store, park));
     let done = AtomicBool::new(false);
     let commits = AtomicUsize::new(0);
     let models: Vec<Model> = std::thread::scope(|s| {
@@ -615,12 +627,12 @@ fn run_seed(seed: u64) {
     compare_fork(&f, &models, seed, "after the run");
     // Replay from the last commit.
     drop(Arc::try_unwrap(f).expect("threads are done"));
-    let f = Fork::open(store.clone(), "stress").unwrap();
+    let f = open_fork(&store, park);
     compare_fork(&f, &models, seed, "reopened");
     // Commit everything, reopen, and read the head checkpoint.
     let head = f.commit("final").unwrap();
     drop(f);
-    let f = Fork::open(store.clone(), "stress").unwrap();
+    let f = open_fork(&store, park);
     assert_eq!(
         f.head(),
         head,
@@ -633,6 +645,16 @@ fn run_seed(seed: u64) {
 #[test]
 fn stress_fork_against_models() {
     for seed in SEEDS {
-        run_seed(seed);
+        run_seed(seed, false);
+    }
+}
+
+/// The same with a fork that parks all it can after every operation: the
+/// base directories the workers have not changed yet, and everything once
+/// reopened from a commit (`state/park.rs`).
+#[test]
+fn stress_parking_fork_against_models() {
+    for seed in &SEEDS[..2] {
+        run_seed(*seed, true);
     }
 }
