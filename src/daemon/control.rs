@@ -8,7 +8,8 @@
 //! `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
 //! `{"ok":true,"cache":{"limit":N,"bytes":N,"chunks":N,"dirs":N}}` (bytes; a
 //! fork's daemon adds `"state":N`, its inode table, apart: its base entries
-//! are parked within a quarter of the limit, what changed is not bounded),
+//! are parked within a quarter of the limit, what changed since the last
+//! commit is not bounded),
 //! `{"ok":true,"transport":{"name":"io_uring"|"/dev/fuse","ring_requests":N}}` or
 //! `{"ok":false,"error":"…"}`.
 
@@ -63,9 +64,9 @@ pub struct CacheReport {
     pub chunks: u64,
     /// Directories in memory, the inode numbering and records kept.
     pub dirs: u64,
-    /// A fork's inode table (estimated), not in `bytes`: its base entries
-    /// are parked within a quarter of `--cache-size`, what changed (the
-    /// fork's state) is not bounded. Absent for other mounts.
+    /// A fork's inode table (estimated), not in `bytes`: its unchanged
+    /// entries are parked within a quarter of `--cache-size`, what changed
+    /// since the last commit is not bounded. Absent for other mounts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<u64>,
 }

@@ -91,8 +91,8 @@ pub struct ForkMemory {
     /// Decompressed base chunks cached for reads (within `chunk_limit`).
     pub chunks: usize,
     /// The inode table, estimated ([`ForkState::memory_estimate`]): its
-    /// base entries are parked within a quarter of `limit`, what changed is
-    /// the fork's state and stays. Not in `chunks`.
+    /// unchanged entries (since the base or the last commit) are parked
+    /// within a quarter of `limit`; what changed since stays. Not in `chunks`.
     pub state: usize,
 }
 

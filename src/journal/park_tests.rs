@@ -6,6 +6,7 @@
 use std::fs;
 use std::sync::Arc;
 
+use super::fork::CommitStep;
 use super::state::Budget;
 use super::testing::base_checkpoint;
 use super::*;
@@ -249,4 +250,56 @@ fn the_last_directories_used_stay_loaded_over_the_budget() {
         f.read(b.1.ino, 0, 10).unwrap();
     }
     assert_eq!(f.table().2 - after, 2);
+}
+
+#[test]
+fn what_a_commit_stored_is_parked_but_not_what_changed_during_it() {
+    let (_tmp, store, base) = env();
+    let mut trees = Vec::new();
+    let mut tables = Vec::new();
+    for (name, budget) in [("a", Some(0)), ("b", None)] {
+        let f = open(&store, &base, name, budget);
+        let mut seen = Vec::new();
+        walk(&f, ROOT_INO, "", &mut seen);
+        let at = |p: &str| ino_of(&seen, p);
+        f.write(at("/top/d07/f10"), 0, b"before the commit")
+            .unwrap();
+        let new = NewNode::new(Kind::File, 0o600, 0, 0);
+        f.make(at("/top/d08"), b"made", &new, false).unwrap();
+        let set = SetAttr {
+            perm: Some(0o711),
+            ..SetAttr::default()
+        };
+        f.setattr(at("/top/d10/sub"), &set).unwrap();
+        f.commit_with("racing", |step| {
+            if step == CommitStep::Folded {
+                f.write(at("/top/d07/f11"), 0, b"during the commit")
+                    .unwrap();
+                f.make(at("/top/d09/sub"), b"late", &new, false).unwrap();
+            }
+            Ok(())
+        })
+        .unwrap();
+        // One more operation, so the parking fork trims after the rebase.
+        f.getattr(ROOT_INO).unwrap();
+        tables.push(f.table());
+        let head = f.commit("after").unwrap();
+        let root = store.read_checkpoint(&head).unwrap().root;
+        trees.push(flatten(&store, &root, ""));
+    }
+    assert_eq!(trees[0], trees[1]);
+    for p in ["/top/d08/made", "/top/d09/sub/late"] {
+        assert!(trees[0].iter().any(|(q, _)| q == p), "{p}");
+    }
+    let content = |p: &str| {
+        let (_, e) = trees[0].iter().find(|(q, _)| q == p).unwrap();
+        e.size
+    };
+    assert_eq!(content("/top/d07/f10"), 17);
+    assert_eq!(content("/top/d07/f11"), 17);
+    // What the first commit stored was parked: d08 and d10 with their files
+    // (about 100 inodes), not d07 (f11 changed after the snapshot), d09
+    // (hardlinks) nor d09/sub (changed after it): about 170 stay.
+    let (parked, plain) = (tables[0], tables[1]);
+    assert!(parked.0 < 200, "{parked:?} against {plain:?}");
 }

@@ -291,7 +291,8 @@ impl ForkState {
     /// inode and `read` its pieces as the fold read them (see
     /// [`FileData::rebase_onto`]); `link_ids` the link ids the
     /// fold gave hardlinked inodes; `trees` the tree of each loaded
-    /// directory the fold visited (the directory caches, see `TreeCache`).
+    /// directory the fold visited (the directory caches, see `TreeCache`;
+    /// and what an unchanged one is parked against: `settle`).
     pub fn rebase(
         &mut self,
         seg: u64,
@@ -326,6 +327,9 @@ impl ForkState {
                 }
                 None => {}
             }
+        }
+        for (ino, t) in trees {
+            self.settle(*ino, t);
         }
     }
 }

@@ -73,7 +73,8 @@ pub struct Inode {
     pub open: u32,
     /// The base checkpoint's `link_id` of this inode (0: none).
     pub link_id: u64,
-    /// Changed since it was loaded from the base.
+    /// Changed since it was loaded from the base, or since a commit stored
+    /// it (`park.rs`: `settle`).
     pub dirty: bool,
     /// `st_size` of a directory or special file (as the base recorded it).
     pub dsize: u64,

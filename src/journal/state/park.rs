@@ -12,12 +12,15 @@
 //! parked), so parent links and `..` need nothing.
 //!
 //! What can be parked ([`ForkState::parkable`]): a loaded directory other
-//! than the root, loaded from a base tree (not made on the fork), not
-//! changed since (`dirty` is never cleared), whose children are all
-//! unchanged, each a file, symlink or special file with one link and no base
-//! hardlink id, or a directory unloaded or parked. So a parked directory's
-//! whole subtree is its base tree: a fold takes it by id as it takes an
-//! unloaded one, and no hardlink (`by_link`) points into it.
+//! than the root that has a tree (`base_trees`: the base tree it was loaded
+//! from, or the tree a commit stored for it since) and has not changed
+//! since that tree (not `dirty`), whose children are all unchanged, each a
+//! file, symlink or special file with one link and no hardlink id, or a
+//! directory unloaded or parked. So a parked directory's whole subtree is
+//! its tree: a fold takes it by id as it takes an unloaded one, and no
+//! hardlink (`by_link`) points into it. A commit makes what it stored
+//! parkable ([`ForkState::settle`]): the directories and files unchanged
+//! since its snapshot are clean again, against the trees it stored.
 //!
 //! When it happens: after an operation ([`super::super::Fork`] calls
 //! [`ForkState::trim`]), when the table holds more inodes than its budget
@@ -41,16 +44,19 @@
 //! each directory's parent before binding it. A fork whose journal loaded a
 //! whole large tree reopens within its bound.
 //!
-//! Left unbounded: what changed (dirty inodes and the directories above
-//! them stay loaded), the 12 bytes an entry of parked directories, and the
-//! directories' own inodes (one each).
+//! Left unbounded: what changed since the last commit (dirty inodes and the
+//! directories above them stay loaded), hardlinked inodes a fork changed
+//! (dirty for good: a fold must find their other names), the 12 bytes an
+//! entry of parked directories, and the directories' own inodes (one each).
+//! A file rebuilt from a commit's tree has its access time back at its
+//! modification time (trees do not keep it; a remount does the same).
 
 use std::collections::BTreeMap;
 
 use super::super::record::Record;
 use super::super::{Result, ext4};
 use super::namespace::servable;
-use super::{Data, Dir, ForkState, Inode, Parked, ROOT_INO, corrupt};
+use super::{Data, Dir, ForkState, Inode, Parked, ROOT_INO, TreeCache, corrupt};
 use crate::store::{Kind, Store, Tree};
 
 /// About how much memory one loaded base entry takes in the table: the
@@ -284,6 +290,47 @@ impl ForkState {
             Some(d) => self.unpark_from(store, d),
             None => Ok(()),
         }
+    }
+
+    /// After a commit stored loaded directory `d`'s tree `t`: when `d` has
+    /// not changed since the commit's snapshot (its stamp), that tree is
+    /// what it is parked against from now on, and `d`, its files unchanged
+    /// since with one link and no hardlink id, and its subdirectories
+    /// unchanged since that are not loaded (a loaded one settles itself)
+    /// are clean again. So what a fork changed is bounded too, once
+    /// committed. Hardlinked inodes stay dirty: a fold must still find
+    /// their other names (`fold::needs_full_load`).
+    pub(super) fn settle(&mut self, d: u64, t: &TreeCache) {
+        let Some(n) = self.inodes.get(&d) else {
+            return;
+        };
+        let Data::Dir(Dir::Loaded(kids)) = &n.data else {
+            return;
+        };
+        if n.stamp > t.at {
+            return;
+        }
+        let kids: Vec<u64> = kids.values().copied().collect();
+        for c in kids {
+            let Some(k) = self.inodes.get_mut(&c) else {
+                continue;
+            };
+            let settles = match &k.data {
+                Data::Dir(Dir::Loaded(_)) => false,
+                Data::Dir(_) => true,
+                _ => k.link_id == 0 && k.nlink == 1,
+            };
+            if settles && k.stamp <= t.at {
+                k.dirty = false;
+            }
+        }
+        self.base_trees.insert(d, t.id);
+        self.inodes.get_mut(&d).expect("checked").dirty = false;
+        // First in line: not used lately, only committed.
+        self.park_queue.push_front(d);
+        // It may be parked now: the next trim looks, even if the table did
+        // not grow since the last one.
+        self.budget.trim_at = self.budget.trim_at.min(self.budget.inodes);
     }
 
     /// Make inode `ino` ready to change: present, and if it is a directory
