@@ -11,7 +11,9 @@
    here: 1 GiB is already four times the cache);
 4. a fork of that 1 GiB file's tree: `cat` of it at --cache-size 16M and 256M
    (the fork's chunk cache; fixed at 64 MiB before), and 20,000 new small files
-   written at 16M (the fork's inode table);
+   written at 16M (the fork's inode table), and 20 rounds of 5,000 new files
+   each in a directory of its own with `storefs commit` after each (what a
+   commit stored is parked since 2026-12-05);
 5. a fork of the tree of item 2 at 16M: `find` over it (stat of every
    entry), and `cat` of every file (the fork's inode table: base entries
    are parked within a quarter of the flag since 2026-12-05).
@@ -95,6 +97,18 @@ def write_files(mp, n):
     for i in range(n):
         with open(os.path.join(d, f"f{i:06}"), "wb") as f:
             f.write(b"x" * 100)
+
+
+def write_and_commit(bin_, store, mp, rounds, per):
+    """An agent's session: each round writes `per` files into a directory of
+    its own, then commits (what a commit stored is parked since 2026-12-05)."""
+    for r in range(rounds):
+        d = os.path.join(mp, "rounds", f"r{r:03}")
+        os.makedirs(d)
+        for i in range(per):
+            with open(os.path.join(d, f"f{i:05}"), "wb") as f:
+                f.write(b"x" * 100)
+        run([bin_, "--store", store, "commit", "f", "-m", f"round {r}"])
 
 
 def nothing(mp):
@@ -185,6 +199,12 @@ def main():
                                    lambda m: write_files(m, nfiles)) for label, b in bins}
                 rows.append((f"fork: {nfiles} new files written, --cache-size 16M (new inodes stay)",
                              res, parse_size("16M")))
+                rounds, per = (4, 500) if a.quick else (20, 5_000)
+                res = {label: peak(b, stores[label], ["f", "--cache-size", "16M", mp], mp,
+                                   lambda m, b=b, st=stores[label]: write_and_commit(b, st, m, rounds, per))
+                       for label, b in bins}
+                rows.append((f"fork: {rounds} rounds of {per} new files in a new directory, "
+                             f"`storefs commit` after each, --cache-size 16M", res, parse_size("16M")))
             for s in stores.values():
                 shutil.rmtree(s)
 

@@ -103,7 +103,8 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     };
     // A fork is opened (locked, journal replayed) before the kernel mount.
     let fork = match &m.what {
-        // Its chunk cache is bounded by --cache-size (a fork has no directory cache).
+        // --cache-size bounds its chunk cache (3/4) and its inode table's
+        // unchanged entries (1/4), during the replay too.
         What::Fork { name, .. } => Some(Arc::new(Fork::open_sized(
             store.clone(),
             name,
