@@ -20,7 +20,11 @@
 //! - If a base-hardlinked inode changed (data, metadata or link count), the
 //!   names of it in unloaded subtrees would keep the old entry; the fold then
 //!   loads every directory of the (throw-away) state first so all names are
-//!   rebuilt. Rare and correct, but it reads the whole tree.
+//!   rebuilt. Rare and correct, but it reads the whole tree. The live state
+//!   then takes the trees it stored for its unloaded and parked directories
+//!   (and its loaded ones' caches), so the inode is clean again and the next
+//!   commit loads nothing more, unless it changes again
+//!   (`ForkState::rebase`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::LazyLock;
@@ -47,16 +51,18 @@ pub struct Folded {
     /// The link id given to each hardlinked inode.
     pub link_ids: HashMap<u64, u64>,
     /// The tree of every loaded directory the fold visited, stored or
-    /// reused (none when it loaded the whole tree), as of stamp
-    /// [`Folded::at`].
+    /// reused, as of stamp [`Folded::at`]; when it loaded the whole tree,
+    /// of every directory the live state numbers, loaded or not.
     pub trees: HashMap<u64, TreeCache>,
+    /// Whether it loaded the whole tree ([`needs_full_load`]).
+    pub full: bool,
     /// The state's stamp when it was taken.
     pub at: u64,
     pub stats: Stats,
 }
 
 /// Whether the fold must load the whole tree (module docs).
-fn needs_full_load(state: &ForkState) -> bool {
+pub(super) fn needs_full_load(state: &ForkState) -> bool {
     state
         .inodes
         .values()
@@ -127,23 +133,30 @@ pub fn snapshot(state: &ForkState) -> ForkState {
 pub fn fold(state: &mut ForkState, store: &Store, wal: &Wal, salt: &ObjectId) -> Result<Folded> {
     let at = state.stamp;
     let needs_full_load = needs_full_load(state);
+    // The numbers the live state has: directories `load_all` loads number
+    // their children past them, numbers the live state may give others.
+    let live = state.next_ino;
     if needs_full_load {
         state.load_all(store)?;
     }
-    // Directories loaded by `load_all` have numbers the live state may give
-    // other inodes: no tree is reused or kept then.
+    // After `load_all` no tree is reused; the trees of the directories the
+    // live state numbers are kept (the live state takes them for its
+    // unloaded and parked ones: they now hold every name of the changed
+    // hardlinks, see `ForkState::rebase`).
     let stale = (!needs_full_load).then(|| stale_dirs(state));
     let mut f = Folder {
         state,
         store,
         wal,
         stale,
+        live,
         out: Folded {
             root: ObjectId([0; 32]),
             extents: HashMap::new(),
             read: HashMap::new(),
             link_ids: HashMap::new(),
             trees: HashMap::new(),
+            full: needs_full_load,
             at,
             stats: Stats::default(),
         },
@@ -260,8 +273,10 @@ struct Folder<'a> {
     state: &'a ForkState,
     store: &'a Store,
     wal: &'a Wal,
-    /// `None`: reuse and keep no directory trees.
+    /// `None`: reuse no directory tree (the whole tree was loaded).
     stale: Option<HashSet<u64>>,
+    /// Trees are kept for directories numbered below this.
+    live: u64,
     out: Folded,
 }
 
@@ -386,7 +401,7 @@ impl Folder<'_> {
                     let tree = Tree { entries: fr.done };
                     let (id, written) = self.store.put_tree(&tree)?;
                     self.count(written);
-                    if self.stale.is_some() {
+                    if fr.ino < self.live {
                         let t = TreeCache {
                             id,
                             entries: self.out.stats.entries - fr.before.0,

@@ -423,6 +423,12 @@ impl Fork {
         })
     }
 
+    /// Whether the next commit must load the whole tree (tests).
+    #[cfg(test)]
+    pub(crate) fn needs_full_load(&self) -> bool {
+        super::fold::needs_full_load(&self.state.lock())
+    }
+
     /// Inodes in the table, files parked out of it, and directories
     /// brought back so far (tests).
     #[cfg(test)]
@@ -1074,6 +1080,7 @@ impl Fork {
                 &folded.read,
                 &folded.link_ids,
                 &folded.trees,
+                folded.full.then_some(folded.at),
             );
             st.changes -= folding;
         }

@@ -303,3 +303,100 @@ fn what_a_commit_stored_is_parked_but_not_what_changed_during_it() {
     let (parked, plain) = (tables[0], tables[1]);
     assert!(parked.0 < 200, "{parked:?} against {plain:?}");
 }
+
+/// `a/l1` and `p/u/l2` are one inode; `p` also holds a plain file; `q/r`
+/// and `z/zz` are directories of one file each.
+fn linked_env() -> (tempfile::TempDir, Arc<Store>, ObjectId) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    for d in ["a", "p/u", "q/r", "z/zz"] {
+        fs::create_dir_all(src.join(d)).unwrap();
+    }
+    fs::write(src.join("a/l1"), b"old").unwrap();
+    fs::hard_link(src.join("a/l1"), src.join("p/u/l2")).unwrap();
+    fs::write(src.join("a/other"), b"x").unwrap();
+    fs::write(src.join("p/f"), b"plain").unwrap();
+    fs::write(src.join("q/r/f1"), b"r").unwrap();
+    fs::write(src.join("z/zz/g1"), b"g").unwrap();
+    let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
+    let base = base_checkpoint(&store, &src, "/srv/linked");
+    (tmp, store, base)
+}
+
+/// The content at `path` in checkpoint `id`.
+fn content_at(store: &Store, id: &ObjectId, path: &str) -> Vec<u8> {
+    let ckpt = store.read_checkpoint(id).unwrap();
+    let e = store.lookup_path(&ckpt, path.as_bytes()).unwrap().unwrap();
+    let mut out = Vec::new();
+    store.copy_content(&e, &mut out, path).unwrap();
+    out
+}
+
+#[test]
+fn a_commit_that_loads_everything_for_a_hardlink_is_the_last_one_to() {
+    let (_tmp, store, base) = linked_env();
+    for (name, budget) in [("a", Some(0)), ("b", None)] {
+        let f = open(&store, &base, name, budget);
+        let a = f.lookup(ROOT_INO, b"a").unwrap().ino;
+        let p = f.lookup(ROOT_INO, b"p").unwrap().ino;
+        f.readdir(p).unwrap(); // `p` loaded (then parked on "a"), `p/u` not.
+        let other = f.lookup(a, b"other").unwrap().ino;
+        f.write(other, 0, b"0").unwrap();
+        f.commit("caches the trees of the root, a and p").unwrap();
+        let l1 = f.lookup(a, b"l1").unwrap().ino;
+        f.write(l1, 0, b"new").unwrap();
+        assert!(f.needs_full_load(), "{name}");
+        // During that commit, `l1` changes again and `z` is loaded: `z/zz`
+        // takes the first number the fold's own loads gave (to `q/r`).
+        let first = f
+            .commit_with("loads everything", |step| {
+                if step == CommitStep::Folded {
+                    f.write(l1, 0, b"NEW").unwrap();
+                    let z = f.lookup(ROOT_INO, b"z").unwrap().ino;
+                    f.readdir(z).unwrap();
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(content_at(&store, &first, "p/u/l2"), b"new", "{name}");
+        assert!(f.needs_full_load(), "{name}: changed during the commit");
+        let second = f.commit("loads everything again").unwrap();
+        assert_eq!(content_at(&store, &second, "p/u/l2"), b"NEW", "{name}");
+        assert!(!f.needs_full_load(), "{name}: the hardlink is clean again");
+        f.write(other, 0, b"1").unwrap();
+        let third = f.commit("loads nothing more").unwrap();
+        assert!(!f.needs_full_load(), "{name}");
+        for (path, want) in [
+            ("p/u/l2", &b"NEW"[..]),
+            ("a/l1", b"NEW"),
+            ("a/other", b"1"),
+            ("q/r/f1", b"r"),
+            ("z/zz/g1", b"g"),
+        ] {
+            assert_eq!(content_at(&store, &third, path), want, "{name}: {path}");
+        }
+        // `p` folded again: its unloaded `u` by the tree the full fold stored.
+        let pf = f.lookup(p, b"f").unwrap().ino;
+        f.write(pf, 0, b"P").unwrap();
+        let fourth = f.commit("p changed").unwrap();
+        assert_eq!(content_at(&store, &fourth, "p/u/l2"), b"NEW", "{name}");
+        // Changed again: the next commit loads everything again.
+        f.write(l1, 0, b"3rd").unwrap();
+        assert!(f.needs_full_load(), "{name}");
+        let fifth = f.commit("again").unwrap();
+        assert_eq!(content_at(&store, &fifth, "p/u/l2"), b"3rd", "{name}");
+        let z = f.lookup(ROOT_INO, b"z").unwrap().ino;
+        let zz = f.lookup(z, b"zz").unwrap().ino;
+        let names: Vec<_> = f
+            .readdir(zz)
+            .unwrap()
+            .1
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, [b"g1".to_vec()], "{name}");
+        drop(f);
+        let f = open(&store, &base, name, budget);
+        assert!(!f.needs_full_load(), "{name} reopened");
+    }
+}

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::{Data, Dir, ForkState, PieceMap, TreeCache};
-use crate::store::{Extent, ObjectId};
+use crate::store::{Extent, Kind, ObjectId};
 
 /// Where a run of file bytes lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,6 +293,13 @@ impl ForkState {
     /// fold gave hardlinked inodes; `trees` the tree of each loaded
     /// directory the fold visited (the directory caches, see `TreeCache`;
     /// and what an unchanged one is parked against: `settle`).
+    ///
+    /// `full_at`: the fold loaded the whole tree, because a hardlinked inode
+    /// had changed (`fold::needs_full_load`), as of that stamp. Its `trees`
+    /// then hold every directory the state numbers: unloaded and parked
+    /// ones take theirs, which name those inodes as they are now, so the
+    /// hardlinked inodes unchanged since are clean again and the next
+    /// commit need not load the whole tree.
     pub fn rebase(
         &mut self,
         seg: u64,
@@ -300,12 +307,27 @@ impl ForkState {
         read: &HashMap<u64, PieceMap>,
         link_ids: &HashMap<u64, u64>,
         trees: &HashMap<u64, TreeCache>,
+        full_at: Option<u64>,
     ) {
         for (ino, t) in trees {
-            if let Some(n) = self.inodes.get_mut(ino)
-                && matches!(n.data, Data::Dir(Dir::Loaded(_)))
-            {
-                n.tree = Some(Box::new(*t));
+            let Some(n) = self.inodes.get_mut(ino) else {
+                continue;
+            };
+            match &mut n.data {
+                Data::Dir(Dir::Loaded(_)) => n.tree = Some(Box::new(*t)),
+                Data::Dir(Dir::Unloaded(id)) => *id = t.id,
+                Data::Dir(Dir::Parked(p)) => {
+                    p.id = t.id;
+                    self.base_trees.insert(*ino, t.id);
+                }
+                _ => {}
+            }
+        }
+        if let Some(at) = full_at {
+            for n in self.inodes.values_mut() {
+                if n.kind != Kind::Dir && n.link_id != 0 && n.stamp <= at {
+                    n.dirty = false;
+                }
             }
         }
         for (ino, n) in self.inodes.iter_mut() {

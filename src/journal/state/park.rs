@@ -45,9 +45,9 @@
 //! whole large tree reopens within its bound.
 //!
 //! Left unbounded: what changed since the last commit (dirty inodes and the
-//! directories above them stay loaded), hardlinked inodes a fork changed
-//! (dirty for good: a fold must find their other names), the 12 bytes an
-//! entry of parked directories, and the directories' own inodes (one each).
+//! directories above them stay loaded), hardlinked files (never parked:
+//! `by_link` points at them), the 12 bytes an entry of parked directories,
+//! and the directories' own inodes (one each).
 //! A file rebuilt from a commit's tree has its access time back at its
 //! modification time (trees do not keep it; a remount does the same).
 
@@ -298,8 +298,9 @@ impl ForkState {
     /// since with one link and no hardlink id, and its subdirectories
     /// unchanged since that are not loaded (a loaded one settles itself)
     /// are clean again. So what a fork changed is bounded too, once
-    /// committed. Hardlinked inodes stay dirty: a fold must still find
-    /// their other names (`fold::needs_full_load`).
+    /// committed. Hardlinked inodes are left alone: a fold must find their
+    /// other names (`fold::needs_full_load`); the commit that did cleans
+    /// them (`ForkState::rebase`).
     pub(super) fn settle(&mut self, d: u64, t: &TreeCache) {
         let Some(n) = self.inodes.get(&d) else {
             return;
