@@ -355,15 +355,11 @@ impl ForkState {
     /// Child `name` of loaded directory `d`, unparked if it is a parked
     /// directory (an unlink or rename checks whether it is empty).
     fn unpark_child(&mut self, store: &Store, d: u64, name: &[u8]) -> Result<()> {
-        let kid = self.children_of(d).and_then(|k| k.get(name).copied());
+        let kid = self.dir(d).ok().and_then(|k| k.get(name).copied());
         match kid {
             Some(k) => self.unpark(store, k),
             None => Ok(()),
         }
-    }
-
-    fn children_of(&self, d: u64) -> Option<&BTreeMap<Vec<u8>, u64>> {
-        self.inodes.get(&d)?.children()
     }
 
     /// Before replaying `rec`: bring back what it reads or changes, as the

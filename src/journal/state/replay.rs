@@ -216,15 +216,16 @@ impl ForkState {
             )));
         }
         for (dir, kids) in &m.dirs {
-            let parked;
-            let have: BTreeMap<&[u8], u64> = match self.inodes.get(dir).and_then(|n| Names::of(n)) {
+            // A parked directory's names come from its tree (a replay parks).
+            let parked: BTreeMap<Vec<u8>, u64>;
+            let have = match self.inodes.get(dir).and_then(|n| Names::of(n)) {
                 Some(Names::Parked(p)) => {
-                    parked = self.parked_names(store, *dir, p)?;
-                    parked.iter().map(|(n, i)| (&n[..], *i)).collect()
+                    parked = self.parked_names(store, *dir, p)?.into_iter().collect();
+                    &parked
                 }
-                _ => self.dir(*dir)?.iter().map(|(n, i)| (&n[..], *i)).collect(),
+                _ => self.dir(*dir)?,
             };
-            if have.len() != kids.len() || kids.iter().any(|(n, i)| have.get(&n[..]) != Some(i)) {
+            if have.len() != kids.len() || kids.iter().any(|(n, i)| have.get(n) != Some(i)) {
                 return Err(corrupt(format!(
                     "inode map disagrees with the replayed directory {dir}"
                 )));
