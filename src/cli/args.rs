@@ -404,8 +404,7 @@ pub struct MountArgs {
     /// Bound on the memory a mount's caches hold (K, M, G suffixes):
     /// decompressed chunks (3/4) and directories (1/4; on a fork, the inode
     /// table's unchanged entries: what it changed since its last commit is
-    /// not bounded); the
-    /// daemon's RSS stays within it plus about 64M
+    /// not bounded); the daemon's RSS stays within it plus about 64M
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: usize,
     /// For a fork: commit every SECS seconds while mounted (0: only on unmount)

@@ -7,8 +7,8 @@
 //! or `{"op":"memory"}` or `{"op":"transport"}`, and reads one JSON line back:
 //! `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
 //! `{"ok":true,"cache":{"limit":N,"bytes":N,"chunks":N,"dirs":N}}` (bytes; a
-//! fork's daemon adds `"state":N`, its inode table, apart: its base entries
-//! are parked within a quarter of the limit, what changed since the last
+//! fork's daemon adds `"state":N`, its inode table, apart: its unchanged
+//! entries are parked within a quarter of the limit, what changed since the last
 //! commit is not bounded),
 //! `{"ok":true,"transport":{"name":"io_uring"|"/dev/fuse","ring_requests":N}}` or
 //! `{"ok":false,"error":"…"}`.

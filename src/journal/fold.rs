@@ -1,7 +1,8 @@
 //! Fold a fork's state into trees and objects: the content of a commit.
 //!
-//! - An unloaded or parked directory is its base tree, reused by id. A loaded one
-//!   where nothing changed since a commit stored its tree reuses that tree
+//! - An unloaded or parked directory is its tree (`Dir::base_tree`), reused
+//!   by id. A loaded one where nothing changed since a commit stored its
+//!   tree reuses that tree
 //!   ([`TreeCache`], [`stale_dirs`]); the commit copies such a directory
 //!   without its entries and nothing under it ([`snapshot`]).
 //! - A file whose data is unchanged since it was last committed (or since

@@ -73,18 +73,18 @@ impl NewNode<'_> {
 /// What an open fork's caches hold at most, unless the opener says
 /// otherwise ([`Fork::open_sized`]: the mount daemon gives `--cache-size`):
 /// three quarters for decompressed base chunks, a quarter for the inode
-/// table's base entries ([`STATE_SHARE`]).
+/// table's unchanged entries ([`STATE_SHARE`]).
 const CACHE_BYTES: usize = 64 << 20;
-/// The part of the cache bound that goes to the inode table's base entries
-/// (what parking bounds): one in this many bytes, as the read-only views
-/// give their directories.
+/// The part of the cache bound that goes to the inode table's unchanged
+/// entries (what parking bounds): one in this many bytes, as the read-only
+/// views give their directories.
 const STATE_SHARE: usize = 4;
 
 /// What an open fork holds in memory, in bytes ([`Fork::memory`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ForkMemory {
     /// The bound of both (`--cache-size`): the chunk cache takes three
-    /// quarters, the table's base entries a quarter.
+    /// quarters, the table's unchanged entries a quarter.
     pub limit: usize,
     /// The bound of the chunk cache.
     pub chunk_limit: usize,
@@ -221,7 +221,7 @@ pub struct Fork {
     cache: Arc<ChunkCache>,
     /// Sequential reads of base files read their next chunks ahead.
     readahead: ReadAhead,
-    /// The bound on the chunk cache and the table's base entries together.
+    /// The bound on the chunk cache and the table's unchanged entries together.
     cache_bytes: usize,
     /// Records replayed at open that change the tree (not directory loads
     /// or inode maps): uncommitted changes.

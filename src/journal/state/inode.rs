@@ -23,7 +23,8 @@ pub enum Dir {
 }
 
 impl Dir {
-    /// The base tree an unloaded or parked directory is, whole.
+    /// The tree an unloaded or parked directory is, whole: the base's, or
+    /// for a parked one the tree a commit stored for it since.
     pub fn base_tree(&self) -> Option<ObjectId> {
         match self {
             Dir::Unloaded(id) => Some(*id),
@@ -33,8 +34,9 @@ impl Dir {
     }
 }
 
-/// A parked directory: unchanged since it was loaded from base tree `id`,
-/// like everything under it, so the tree gives its entries back.
+/// A parked directory: unchanged since tree `id` (the base tree it was
+/// loaded from, or the tree a commit stored for it since), like everything
+/// under it, so the tree gives its entries back.
 #[derive(Clone, Debug)]
 pub struct Parked {
     pub id: ObjectId,

@@ -88,8 +88,8 @@ pub struct ForkState {
     pub changes: u64,
     /// Counts changes to inodes ([`Inode::stamp`]).
     pub stamp: u64,
-    /// Parking (`park.rs`), none of it journaled: the base tree each
-    /// directory was loaded from, the loaded directories in the order to
+    /// Parking (`park.rs`), none of it journaled: the tree each directory
+    /// was loaded from (or a commit stored for it since), the loaded directories in the order to
     /// park them, the parked files' inode numbers as runs (first → (length,
     /// directory)), how many inodes are parked, how many times a directory
     /// was brought back, and the table's bound.
@@ -184,7 +184,7 @@ impl ForkState {
     /// with its names, xattrs, symlink target and piece lists, plus the
     /// tables' own slots and what parked directories keep. An estimate for
     /// `status` (it walks the table); parking keeps the unchanged part of
-    /// the table within its budget, what changed stays until it is undone.
+    /// the table within its budget, what changed stays until a commit.
     pub fn memory_estimate(&self) -> usize {
         // A hash map slot: key, value and control byte, at 7/8 load.
         let slot = |value: usize| (8 + value + 1) * 8 / 7;

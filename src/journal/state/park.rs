@@ -2,9 +2,10 @@
 //! (`find`, `grep -r`) gives every entry an inode, and the kernel keeps its
 //! references to them (so `forget` does not come to free them).
 //!
-//! A directory that has not changed since it was loaded from its base tree,
-//! with nothing changed under it, can be **parked**: its files leave the
-//! table, and it keeps only its base tree id, its children's numbers in name
+//! A directory that has not changed since it was loaded from its base tree
+//! (or since a commit stored its tree), with nothing changed under it, can
+//! be **parked**: its files leave the table, and it keeps only that tree's
+//! id, its children's numbers in name
 //! order and their open counts (12 bytes an entry, against about
 //! [`INODE_BYTES`] for a loaded one). The tree gives the rest back
 //! ([`ForkState::unpark`]), with the same numbers: the kernel's references
@@ -228,7 +229,7 @@ impl ForkState {
     }
 
     /// Unpark directory `d` if it is parked: its files come back from its
-    /// base tree with their numbers and open counts. Does not stamp it: its
+    /// tree with their numbers and open counts. Does not stamp it: its
     /// content did not change.
     pub(super) fn unpark(&mut self, store: &Store, d: u64) -> Result<()> {
         let Some(Data::Dir(Dir::Parked(p))) = self.inodes.get(&d).map(|n| &n.data) else {
@@ -440,7 +441,7 @@ impl ForkState {
     }
 }
 
-/// Parked directory `d`'s base tree and, in name order, the index in it of
+/// Parked directory `d`'s tree and, in name order, the index in it of
 /// each entry a load gives a number (servable names, the first of equal
 /// ones: as `load` does). Their count must be the parked numbers' count.
 fn parked_entries(store: &Store, d: u64, p: &Parked) -> Result<(Tree, Vec<usize>)> {
