@@ -1496,19 +1496,27 @@ fn build_wide_source(src: &Path) {
     }
 }
 
+/// The output of `cmd`, which must succeed (else what it printed is shown).
+fn output_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `find` of `root` as (path, kind, mode, links, size) lines, sorted.
 fn listing(root: &Path) -> String {
-    let out = Command::new("find")
-        .arg(root)
-        .args(["-mindepth", "1", "-printf", "%P %y %m %n %s\n"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let mut lines: Vec<_> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
+    let out = output_of(Command::new("find").arg(root).args([
+        "-mindepth",
+        "1",
+        "-printf",
+        "%P %y %m %n %s\n",
+    ]));
+    let mut lines: Vec<_> = out.lines().map(String::from).collect();
     lines.sort();
     lines.join("\n")
 }
@@ -1527,33 +1535,12 @@ fn same_tree(a: &Path, b: &Path) {
         a.display(),
         b.display()
     );
-    let diff = Command::new("diff")
-        .arg("-r")
-        .arg(a)
-        .arg(b)
-        .output()
-        .unwrap();
-    assert!(
-        diff.status.success(),
-        "{}",
-        String::from_utf8_lossy(&diff.stdout)
-    );
+    output_of(Command::new("diff").arg("-r").arg(a).arg(b));
 }
 
 /// `script` run by `sh -e` in `dir`: its output.
 fn sh_out(script: &str, dir: &Path) -> String {
-    let out = Command::new("sh")
-        .args(["-ec", script])
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    output_of(Command::new("sh").args(["-ec", script]).current_dir(dir))
 }
 
 /// The kernel forgets the inodes it does not use (`forget` reaches the
@@ -1578,26 +1565,20 @@ fn a_tree_larger_than_the_inode_budget_matches_native() {
     );
     let mnt = fx.mounted.mnt.clone();
     let native = fx.tmp.path().join("native");
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(fx.tmp.path().join("src"))
-        .arg(&native)
-        .status();
-    assert!(st.unwrap().success());
+    output_of(
+        Command::new("cp")
+            .arg("-a")
+            .arg(fx.tmp.path().join("src"))
+            .arg(&native),
+    );
     same_tree(&mnt, &native);
     // 1,410 entries loaded would take about 550 KB.
     let state = fx.fork().memory().state;
     assert!(state < 300 << 10, "the inode table holds {state} bytes");
 
     // Numbers survive parking, and the kernel forgetting them.
-    let numbers = |root: &Path| {
-        let out = Command::new("find")
-            .arg(root)
-            .args(["-printf", "%i %P\n"])
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let numbers =
+        |root: &Path| output_of(Command::new("find").arg(root).args(["-printf", "%i %P\n"]));
     let before = numbers(&mnt);
     drop_kernel_caches();
     assert_eq!(numbers(&mnt), before);
