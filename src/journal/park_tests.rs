@@ -68,6 +68,13 @@ fn walk(f: &Fork, dir: u64, path: &str, out: &mut Vec<(String, Attr)>) {
     }
 }
 
+/// The whole fork walked from the root ([`walk`]).
+fn walked(f: &Fork) -> Vec<(String, Attr)> {
+    let mut seen = Vec::new();
+    walk(f, ROOT_INO, "", &mut seen);
+    seen
+}
+
 const UNWALKED: &str = "/top/d15/sub/deep";
 
 fn ino_of(seen: &[(String, Attr)], path: &str) -> u64 {
@@ -134,8 +141,7 @@ fn changes_through_numbers_held_across_parking_commit_the_same_tree() {
     let mut attrs = Vec::new();
     for (name, budget) in [("a", Some(0)), ("b", None)] {
         let f = open(&store, &base, name, budget);
-        let mut seen = Vec::new();
-        walk(&f, ROOT_INO, "", &mut seen);
+        let seen = walked(&f);
         // Each through a number from the walk: below parked directories.
         // A directory's own attributes, which its parent's tree holds (its
         // parent `d11` is parked, and nothing else brings it back).
@@ -225,8 +231,7 @@ fn the_last_directories_used_stay_loaded_over_the_budget() {
     Fork::create(&store, "a", &base).unwrap();
     let io = Arc::new(RealIo);
     let f = Fork::open_parking(store.clone(), io, "a", Budget::of(20)).unwrap();
-    let mut seen = Vec::new();
-    walk(&f, ROOT_INO, "", &mut seen);
+    let seen = walked(&f);
     // Reading the 50 files of a parked directory (more than the budget)
     // brings it back once, not once a file.
     let (_, _, before) = f.table();
@@ -259,8 +264,7 @@ fn what_a_commit_stored_is_parked_but_not_what_changed_during_it() {
     let mut tables = Vec::new();
     for (name, budget) in [("a", Some(0)), ("b", None)] {
         let f = open(&store, &base, name, budget);
-        let mut seen = Vec::new();
-        walk(&f, ROOT_INO, "", &mut seen);
+        let seen = walked(&f);
         let at = |p: &str| ino_of(&seen, p);
         f.write(at("/top/d07/f10"), 0, b"before the commit")
             .unwrap();
