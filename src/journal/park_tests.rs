@@ -86,9 +86,7 @@ fn a_walk_stays_within_the_budget_and_every_number_keeps_its_inode() {
     let (_tmp, store, base) = env();
     let parking = open(&store, &base, "a", Some(100));
     let plain = open(&store, &base, "b", None);
-    let (mut got, mut want) = (Vec::new(), Vec::new());
-    walk(&parking, ROOT_INO, "", &mut got);
-    walk(&plain, ROOT_INO, "", &mut want);
+    let (got, want) = (walked(&parking), walked(&plain));
     assert_eq!(got, want);
     assert!(got.len() > 1000);
     let (resident, parked, _) = parking.table();
