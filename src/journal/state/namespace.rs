@@ -45,20 +45,14 @@ impl ForkState {
     pub fn ensure_loaded(&mut self, ctx: &Ctx<'_>, dir: u64) -> Result<()> {
         // A parked file's number (an error below, but the right one).
         self.ensure_resident(ctx.store, dir)?;
-        let n = self.inode(dir)?;
-        let parent = n.parent;
-        match n.data {
-            Data::Dir(Dir::Unloaded(_)) => {
-                // No loaded directory sits below a parked one (`park.rs`).
-                self.unpark_from(ctx.store, parent)?;
-                self.log(
-                    ctx,
-                    Record::LoadDir {
-                        dir,
-                        first_ino: self.next_ino,
-                    },
-                )
-            }
+        match self.inode(dir)?.data {
+            Data::Dir(Dir::Unloaded(_)) => self.log(
+                ctx,
+                Record::LoadDir {
+                    dir,
+                    first_ino: self.next_ino,
+                },
+            ),
             Data::Dir(Dir::Parked(_)) => self.unpark_from(ctx.store, dir),
             Data::Dir(Dir::Loaded(_)) => Ok(()),
             _ => Err(Error::NotDir),
@@ -199,9 +193,14 @@ impl ForkState {
         first_ino: u64,
         log: Log<'_>,
     ) -> Result<()> {
-        let Data::Dir(Dir::Unloaded(id)) = self.inode(dir)?.data else {
+        let n = self.inode(dir)?;
+        let Data::Dir(Dir::Unloaded(id)) = n.data else {
             return Err(corrupt(format!("directory {dir} loaded twice")));
         };
+        // No loaded directory sits below a parked one (`park.rs`); not
+        // journaled, so before the checks is as good as after.
+        let parent = n.parent;
+        self.unpark_from(store, parent)?;
         if first_ino != self.next_ino {
             return Err(corrupt(format!(
                 "LoadDir numbers from {first_ino}, expected {}",

@@ -368,10 +368,8 @@ impl ForkState {
     /// loaded where the replay parked it).
     pub(super) fn unpark_for(&mut self, store: &Store, rec: &Record) -> Result<()> {
         match rec {
-            Record::LoadDir { dir, .. } => match self.inodes.get(dir) {
-                Some(n) => self.unpark_from(store, n.parent),
-                None => Ok(()),
-            },
+            // `record_load_dir` brings back the parent itself.
+            Record::LoadDir { .. } | Record::InodeMap(_) => Ok(()),
             Record::Create { parent, .. } => self.unpark_dir(store, *parent),
             Record::Link { ino, parent, .. } => {
                 self.ensure_changeable(store, *ino)?;
@@ -400,7 +398,6 @@ impl ForkState {
             | Record::SetAttr { ino, .. }
             | Record::SetXattr { ino, .. }
             | Record::RemoveXattr { ino, .. } => self.ensure_changeable(store, *ino),
-            Record::InodeMap(_) => Ok(()),
         }
     }
 
