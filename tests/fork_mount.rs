@@ -110,12 +110,21 @@ fn build_source(src: &Path) {
     fs::write(src.join("sub/b"), b"b\n").unwrap();
 }
 
+/// Open a fork as the daemon does; with `STOREFS_TEST_CACHE_SIZE` set, within
+/// that cache (0 parks every directory it can after each operation).
+fn open_fork(store: Arc<Store>, name: &str) -> storefs::journal::Result<Fork> {
+    match common::test_cache_size() {
+        Some(size) => Fork::open_sized(store, name, size),
+        None => Fork::open(store, name),
+    }
+}
+
 fn mount_fixture() -> Fixture {
     mount_fixture_with(|_| {})
 }
 
 fn mount_fixture_with(adjust: impl FnOnce(&mut MountConfig)) -> Fixture {
-    mount_fixture_of(build_source, |store| Fork::open(store, "f1"), adjust)
+    mount_fixture_of(build_source, |store| open_fork(store, "f1"), adjust)
 }
 
 /// A fork of a checkpoint of the tree `build` makes, opened by `open`.
@@ -1179,7 +1188,7 @@ fn commit_while_mounted_then_reopen() {
     fx.mounted.unmount_and_join().unwrap();
     assert!(!is_mounted(&fx.mounted.mnt));
     drop(fx.fork.take());
-    let fork = Fork::open(fx.store.clone(), "f1").unwrap();
+    let fork = open_fork(fx.store.clone(), "f1").unwrap();
     assert_eq!(fork.head(), head);
     assert_eq!(fork_read(&fork, "hello.txt"), b"changed in the fork\n");
     assert_eq!(fork_read(&fork, "after"), b"after commit");
@@ -1293,7 +1302,7 @@ fn device_nodes_are_recorded_with_type_and_rdev() {
     // Unmount and reopen the fork: the journal replays both nodes.
     fx.mounted.unmount_and_join().unwrap();
     drop(fx.fork.take());
-    let fork = Fork::open(fx.store.clone(), "f1").unwrap();
+    let fork = open_fork(fx.store.clone(), "f1").unwrap();
     let c = fork.lookup(ROOT_INO, b"chr").unwrap();
     assert_eq!(
         (c.kind, c.rdev, c.perm, c.uid, c.gid, c.nlink),

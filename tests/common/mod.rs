@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -39,16 +39,25 @@ impl Env {
         self.run_with_store(&self.store, args)
     }
 
-    /// Run storefs with another `--store`.
+    /// Run storefs with another `--store`. A `mount` gets `--cache-size`
+    /// [`test_cache_size`] when that is set and it has none of its own.
     pub fn run_with_store<I, S>(&self, store: &Path, args: I) -> Output
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().into()).collect();
+        let extra: Vec<String> = match (args.first(), test_cache_size()) {
+            (Some(a), Some(size)) if a == "mount" && !args.iter().any(|a| a == "--cache-size") => {
+                vec!["--cache-size".into(), size.to_string()]
+            }
+            _ => vec![],
+        };
         Command::new(env!("CARGO_BIN_EXE_storefs"))
             .arg("--store")
             .arg(store)
             .args(args)
+            .args(extra)
             .env_remove("STOREFS_STORE")
             .output()
             .unwrap()
@@ -715,4 +724,17 @@ pub fn transport() -> storefs::fs::Transport {
         .ok()
         .and_then(|t| storefs::fs::Transport::from_name(&t))
         .unwrap_or_default()
+}
+
+/// `STOREFS_TEST_CACHE_SIZE`, in bytes: the `--cache-size` of every mount the
+/// tests make through the CLI, and the cache of the forks `tests/fork_mount.rs`
+/// mounts in process. `0` has a fork park every directory it can after each
+/// operation (docs/design.md, "Memory"): `STOREFS_TEST_CACHE_SIZE=0 cargo test
+/// --test fork_mount --test fork_cli`.
+pub fn test_cache_size() -> Option<usize> {
+    let v = std::env::var("STOREFS_TEST_CACHE_SIZE").ok()?;
+    Some(
+        v.parse()
+            .expect("STOREFS_TEST_CACHE_SIZE is a number of bytes"),
+    )
 }
