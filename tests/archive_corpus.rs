@@ -542,6 +542,61 @@ fn make_archives(src: &Path, out: &Path) -> Vec<(String, PathBuf)> {
 }
 
 /// Archives GNU tar and bsdtar make of a tree with every node type.
+/// The import closes directories the archive has left (stores their trees,
+/// drops their entries) once it holds many: closing after every entry gives
+/// each corpus archive the same outcome (root tree, counts, warnings, or the
+/// error) as never closing.
+#[test]
+fn corpus_archives_import_the_same_closing_directories_early() {
+    use storefs::ingest::archive::{Digests, ImportOptions, discover, import};
+    let mut compared = 0;
+    let mut differ = Vec::new();
+    for sub in ["libarchive", "libarchive-tar", "tar-rs"] {
+        let mut files: Vec<PathBuf> = fs::read_dir(corpus_dir().join(sub))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        for f in files {
+            let tmp = workdir("closing");
+            let [early, end] = [0, usize::MAX].map(|open_entries| {
+                let store = storefs::store::Store::open_or_create(
+                    &tmp.path().join(format!("s{open_entries}")),
+                )
+                .unwrap();
+                let opts = ImportOptions {
+                    threads: 1,
+                    open_entries,
+                    ..ImportOptions::default()
+                };
+                discover(std::slice::from_ref(&f))
+                    .and_then(|parts| import(&store, &parts, &Digests::default(), &opts))
+                    .map(|i| {
+                        (
+                            i.root,
+                            i.top_name,
+                            i.origin_hint,
+                            i.warnings,
+                            i.stats.entries,
+                        )
+                    })
+                    .map_err(|e| e.to_string())
+            });
+            if early != end {
+                differ.push(format!("{}: {early:?} against {end:?}", f.display()));
+            }
+            compared += 1;
+        }
+    }
+    assert!(
+        compared > 80,
+        "the corpus is missing: {}",
+        corpus_dir().display()
+    );
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
 #[test]
 fn generated_archives_match_gnu_tar() {
     require_root();

@@ -135,6 +135,7 @@ fn run_import(
         options: ImportOptions {
             threads,
             progress: progress.clone(),
+            ..ImportOptions::default()
         },
     };
     // Keeps `storefs gc` from sweeping until the checkpoint, index and ref are published.

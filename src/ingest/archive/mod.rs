@@ -16,6 +16,8 @@
 pub mod parts;
 pub mod reader;
 mod tartree;
+#[cfg(test)]
+mod tartree_tests;
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 pub use parts::{Digests, Part, Parts, discover, expected_digests, hash_parts};
-pub use tartree::{MAX_ENTRIES, MAX_NAME, MAX_PATH, SIZE_COMMENT};
+pub use tartree::{MAX_ENTRIES, MAX_NAME, MAX_PATH, OPEN_ENTRIES, SIZE_COMMENT};
 
 use super::{Error, Result, escape};
 use crate::store::chunk::{ChunkJob, Counters, hash_chunks};
@@ -47,6 +49,12 @@ pub struct ImportOptions {
     pub threads: usize,
     /// Told the archive's bytes, advanced as they are read; entry counts as messages.
     pub progress: SharedProgress,
+    /// Entries held in memory before the directories the archive has left
+    /// are stored and dropped ([`OPEN_ENTRIES`]; 0: after every entry, tests).
+    pub open_entries: usize,
+    /// Publish the objects written once this many wait
+    /// ([`store::SYNC_OBJECTS`]; see [`Store::wants_sync`]).
+    pub sync_objects: usize,
 }
 
 impl Default for ImportOptions {
@@ -54,6 +62,8 @@ impl Default for ImportOptions {
         ImportOptions {
             threads: 0,
             progress: no_progress(),
+            open_entries: OPEN_ENTRIES,
+            sync_objects: store::SYNC_OBJECTS,
         }
     }
 }
@@ -71,6 +81,9 @@ pub struct Imported {
     /// `root` from the top directory's STORE.json, when it is an absolute path.
     pub origin_hint: Option<String>,
     pub warnings: Vec<String>,
+    /// The most archive entries held in memory at once (see
+    /// [`ImportOptions::open_entries`]).
+    pub peak_entries_held: usize,
 }
 
 /// Import `parts` into `store` and check them against `expected`. Errors name
@@ -150,6 +163,7 @@ fn run(store: &Store, parts: &Parts, expected: &Digests, opts: &ImportOptions) -
         top_name: built.top_name,
         origin_hint,
         warnings: built.warnings,
+        peak_entries_held: built.peak_held,
     })
 }
 
@@ -448,7 +462,7 @@ fn parse(
         (e, _) => e,
     };
     let mut tar = TarReader::new(decoded);
-    let mut builder = TreeBuilder::new(chunk_tx, no_progress());
+    let mut builder = TreeBuilder::new(store, counters, chunk_tx, no_progress(), opts);
     let mut skipped = 0u64;
     let mut acl_text_only = 0u64;
     while let Some(entry) = tar.next_entry().map_err(tar_error).map_err(hint)? {
@@ -511,7 +525,7 @@ fn parse(
             }
         }
     }
-    let mut built = builder.finish(store, counters)?;
+    let mut built = builder.finish()?;
     built.pax_origin = pax_origin;
     built.warnings.extend(end_warning);
     if acl_text_only > 0 {

@@ -2,21 +2,35 @@
 //! docs/format.md: names are normalized and checked, nothing is resolved
 //! outside the archive, symlinks are data, file contents are streamed into
 //! chunk objects and never held whole.
+//!
+//! Memory: the builder keeps the directories on the path of the entry being
+//! read, with their entries, and directories it cannot close yet (those with
+//! a hardlink below them: link ids and counts are known at the end). Once
+//! more than [`OPEN_ENTRIES`] entries are held, every other directory is
+//! *closed*: its tree is stored and its entries leave memory, leaving one
+//! entry for it in its parent. An archive that comes back to a closed
+//! directory (a later entry below it, a hardlink into it) opens it again from
+//! its stored tree, so the result is the same as building everything at the
+//! end, whatever the order of the archive.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::{self, Read};
 use std::sync::mpsc::SyncSender;
 
 use super::super::{Error, Result, escape};
+use super::ImportOptions;
 use super::reader::{Segment, TarKind};
 use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
 use crate::store::progress::SharedProgress;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
-/// More entries than this is an error (bounds memory: an import holds about
-/// 850 bytes an entry, measured on 303k entries in 2026-12: the tree and the
-/// objects not yet published).
+/// More entries than this is an error (a bound on the work and on what the
+/// builder holds where it cannot close directories: about 600 bytes an
+/// entry held, measured on 303k entries in 2026-12).
 pub const MAX_ENTRIES: u64 = 10_000_000;
+/// Entries held in memory before the directories the archive has left are
+/// stored and dropped ([`TreeBuilder`]; `ImportOptions::open_entries`).
+pub const OPEN_ENTRIES: usize = 16_384;
 /// Longest path accepted for an entry or a link target (PATH_MAX).
 pub const MAX_PATH: usize = 4096;
 /// Longest name of one path component (NAME_MAX).
@@ -33,6 +47,13 @@ struct Node {
     group: Option<usize>,
     /// Content still being stored: data and holes, in file order.
     pending: Option<Vec<Piece>>,
+    /// The directory holding it (the root: 0). Always open.
+    parent: usize,
+    /// A directory whose tree is stored (`entry.content`) and whose entries
+    /// are not in memory.
+    closed: bool,
+    /// A directory with a hardlink below it: never closed before the end.
+    pinned: bool,
 }
 
 /// A part of a file's content while it is stored.
@@ -64,12 +85,32 @@ impl Node {
             children: BTreeMap::new(),
             group: None,
             pending: None,
+            parent: 0,
+            closed: false,
+            pinned: false,
         }
+    }
+
+    fn is_open_dir(&self) -> bool {
+        self.entry.kind == Kind::Dir && !self.closed
     }
 }
 
 pub(super) struct TreeBuilder<'a> {
+    /// The entries held; a slot of `free` is unused.
     nodes: Vec<Node>,
+    free: Vec<usize>,
+    /// Entries made (distinct paths, the root included).
+    made: u64,
+    /// Close directories once more than this many entries are held (0:
+    /// after every entry, for tests).
+    open_entries: usize,
+    trim_at: usize,
+    /// The most entries held at once.
+    peak_held: usize,
+    sync_objects: usize,
+    store: &'a Store,
+    counters: &'a Counters,
     /// Primary node of each hardlink group.
     groups: Vec<usize>,
     in_flight: VecDeque<usize>,
@@ -125,9 +166,23 @@ fn components(raw: &[u8]) -> Result<(Vec<Vec<u8>>, bool)> {
 }
 
 impl<'a> TreeBuilder<'a> {
-    pub fn new(tx: &'a SyncSender<ChunkJob>, progress: SharedProgress) -> Self {
+    pub fn new(
+        store: &'a Store,
+        counters: &'a Counters,
+        tx: &'a SyncSender<ChunkJob>,
+        progress: SharedProgress,
+        opts: &ImportOptions,
+    ) -> Self {
         TreeBuilder {
             nodes: vec![Node::dir(Vec::new())],
+            free: Vec::new(),
+            made: 1,
+            open_entries: opts.open_entries,
+            trim_at: opts.open_entries,
+            peak_held: 1,
+            sync_objects: opts.sync_objects,
+            store,
+            counters,
             groups: Vec::new(),
             in_flight: VecDeque::new(),
             entries: 0,
@@ -147,6 +202,7 @@ impl<'a> TreeBuilder<'a> {
     fn parent_of(&mut self, raw: &[u8], comps: &[Vec<u8>]) -> Result<usize> {
         let mut cur = 0;
         for c in comps {
+            self.open_dir(cur)?;
             cur = match self.nodes[cur].children.get(c) {
                 Some(&i) => match self.nodes[i].entry.kind {
                     Kind::Dir => i,
@@ -165,14 +221,151 @@ impl<'a> TreeBuilder<'a> {
                 },
                 None => {
                     // Like tar extraction: a missing parent directory is made.
-                    let i = self.nodes.len();
-                    self.nodes.push(Node::dir(c.clone()));
+                    let mut dir = Node::dir(c.clone());
+                    dir.parent = cur;
+                    let i = self.alloc(dir);
+                    self.made += 1;
                     self.nodes[cur].children.insert(c.clone(), i);
                     i
                 }
             };
         }
+        self.open_dir(cur)?;
         Ok(cur)
+    }
+
+    /// Put `node` in a free slot.
+    fn alloc(&mut self, node: Node) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.nodes[i] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
+        }
+    }
+
+    /// Entries held in memory.
+    fn held(&self) -> usize {
+        self.nodes.len() - self.free.len()
+    }
+
+    /// Bring a closed directory's entries back from its stored tree (its
+    /// subdirectories come back closed).
+    fn open_dir(&mut self, d: usize) -> Result<()> {
+        if !self.nodes[d].closed {
+            return Ok(());
+        }
+        let Content::Tree(id) = self.nodes[d].entry.content else {
+            unreachable!("a closed directory has its tree");
+        };
+        let tree = self
+            .store
+            .get_tree(&id, "a directory of the archive being imported")?;
+        for entry in tree.entries {
+            let name = entry.name.clone();
+            let mut node = Node::dir(Vec::new());
+            node.closed = entry.kind == Kind::Dir;
+            node.entry = entry;
+            node.parent = d;
+            let i = self.alloc(node);
+            self.nodes[d].children.insert(name, i);
+        }
+        self.nodes[d].closed = false;
+        Ok(())
+    }
+
+    /// Keep `d` and the directories above it open until the end.
+    fn pin(&mut self, mut d: usize) {
+        while !self.nodes[d].pinned {
+            self.nodes[d].pinned = true;
+            if d == 0 {
+                break;
+            }
+            d = self.nodes[d].parent;
+        }
+    }
+
+    /// Close every directory that is neither on the path of `current` (an
+    /// entry just added) nor pinned, and publish the objects written once
+    /// many wait (the store holds each in memory until then; they are
+    /// harmless if the import fails: gc removes them, and the caller's
+    /// write lease keeps gc away meanwhile).
+    fn trim(&mut self, current: usize) -> Result<()> {
+        let mut path = HashSet::new();
+        let mut d = current;
+        while path.insert(d) && d != 0 {
+            d = self.nodes[d].parent;
+        }
+        let mut stack = vec![0];
+        let mut close = Vec::new();
+        while let Some(d) = stack.pop() {
+            for &c in self.nodes[d].children.values() {
+                let n = &self.nodes[c];
+                if !n.is_open_dir() {
+                    continue;
+                }
+                if path.contains(&c) || n.pinned {
+                    stack.push(c);
+                } else {
+                    close.push(c);
+                }
+            }
+        }
+        for c in close {
+            self.close_below(c)?;
+        }
+        if self.store.wants_sync(self.sync_objects) {
+            self.store.sync_objects()?;
+        }
+        self.trim_at = match self.open_entries {
+            0 => 0,
+            n => n.max(2 * self.held()),
+        };
+        Ok(())
+    }
+
+    /// Close `d` and every open directory below it, deepest first.
+    fn close_below(&mut self, d: usize) -> Result<()> {
+        let mut stack = vec![(d, false)];
+        while let Some((d, children_closed)) = stack.pop() {
+            if children_closed {
+                self.close(d)?;
+                continue;
+            }
+            stack.push((d, true));
+            for &c in self.nodes[d].children.values() {
+                if self.nodes[c].is_open_dir() {
+                    stack.push((c, false));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Store open directory `d`'s tree (its subdirectories closed) and drop
+    /// its entries.
+    fn close(&mut self, d: usize) -> Result<()> {
+        let children = std::mem::take(&mut self.nodes[d].children);
+        let mut entries = Vec::with_capacity(children.len());
+        for &c in children.values() {
+            self.settle(c)?;
+            let n = std::mem::replace(&mut self.nodes[c], Node::dir(Vec::new()));
+            debug_assert!(!n.is_open_dir(), "subdirectories close first");
+            entries.push(n.entry);
+            self.free.push(c);
+        }
+        let subdirs = entries.iter().filter(|e| e.kind == Kind::Dir).count();
+        let (id, written) = self.store.put_tree(&Tree { entries })?;
+        self.counters.add(written);
+        let n = &mut self.nodes[d];
+        n.entry.content = Content::Tree(id);
+        n.entry.nlink = 2 + subdirs as u32;
+        n.closed = true;
+        Ok(())
     }
 
     /// Add one tar entry. `data` is the entry's stored data (read here for
@@ -215,9 +408,12 @@ impl<'a> TreeBuilder<'a> {
         let existing = self.nodes[parent].children.get(name).copied();
 
         let mut node = Node::dir(name.clone());
+        node.parent = parent;
         if hardlink {
             let target = link_name.ok_or_else(|| hostile(raw_path, "hardlink without a target"))?;
             let t = self.resolve_link(raw_path, &target)?;
+            self.pin(self.nodes[t].parent);
+            self.pin(parent);
             if Some(t) == existing {
                 return Err(hostile(raw_path, "hardlink to itself"));
             }
@@ -297,14 +493,16 @@ impl<'a> TreeBuilder<'a> {
             }
         }
 
-        match existing {
+        let added = match existing {
             None => {
-                let i = self.nodes.len();
-                if node.pending.is_some() {
+                let pending = node.pending.is_some();
+                let i = self.alloc(node);
+                self.made += 1;
+                if pending {
                     self.track(i)?;
                 }
-                self.nodes.push(node);
                 self.nodes[parent].children.insert(name.clone(), i);
+                i
             }
             Some(i) => {
                 if let Some(g) = self.nodes[i].group {
@@ -312,8 +510,7 @@ impl<'a> TreeBuilder<'a> {
                     // link): the other names keep the earlier content.
                     self.leave_group(i, g);
                 }
-                let old = &self.nodes[i];
-                if old.entry.kind == Kind::Dir && node.entry.kind == Kind::Dir {
+                if self.nodes[i].entry.kind == Kind::Dir && node.entry.kind == Kind::Dir {
                     // A directory again: its metadata is updated, its contents kept.
                     let e = node.entry;
                     let n = &mut self.nodes[i].entry;
@@ -322,8 +519,10 @@ impl<'a> TreeBuilder<'a> {
                     ) = (
                         e.perm, e.uid, e.gid, e.mtime_ns, e.ctime_ns, e.size, e.xattrs,
                     );
-                    return Ok(());
+                    return self.trim_after(i);
                 }
+                self.open_dir(i)?;
+                let old = &self.nodes[i];
                 if old.entry.kind == Kind::Dir && !old.children.is_empty() {
                     return Err(hostile(
                         raw_path,
@@ -338,7 +537,17 @@ impl<'a> TreeBuilder<'a> {
                     self.track(i)?;
                 }
                 self.nodes[i] = node;
+                i
             }
+        };
+        self.trim_after(added)
+    }
+
+    /// [`TreeBuilder::trim`] if more entries are held than allowed.
+    fn trim_after(&mut self, current: usize) -> Result<()> {
+        self.peak_held = self.peak_held.max(self.held());
+        if self.held() > self.trim_at {
+            self.trim(current)?;
         }
         Ok(())
     }
@@ -367,10 +576,13 @@ impl<'a> TreeBuilder<'a> {
 
     /// The node a hardlink names: resolved inside the archive, already seen,
     /// not a directory.
-    fn resolve_link(&self, raw: &[u8], target: &[u8]) -> Result<usize> {
+    fn resolve_link(&mut self, raw: &[u8], target: &[u8]) -> Result<usize> {
         let (comps, _) = components(target)?;
         let mut cur = 0;
         for c in &comps {
+            if self.nodes[cur].entry.kind == Kind::Dir {
+                self.open_dir(cur)?;
+            }
             match self.nodes[cur].children.get(c) {
                 Some(&i) if self.nodes[cur].entry.kind == Kind::Dir => cur = i,
                 _ => {
@@ -426,7 +638,7 @@ impl<'a> TreeBuilder<'a> {
 
     /// Wait for all content, resolve hardlinks, store one tree per directory.
     /// The root is the single top-level directory when there is exactly one.
-    pub fn finish(mut self, store: &Store, counters: &Counters) -> Result<Built> {
+    pub fn finish(mut self) -> Result<Built> {
         while let Some(i) = self.in_flight.pop_front() {
             self.settle(i)?;
         }
@@ -442,40 +654,23 @@ impl<'a> TreeBuilder<'a> {
             _ => 0,
         };
         self.assign_links(top);
-        // Children always have larger indices than their directory.
-        for idx in (0..self.nodes.len()).rev() {
-            if self.nodes[idx].entry.kind != Kind::Dir {
-                continue;
-            }
-            let children: Vec<usize> = self.nodes[idx].children.values().copied().collect();
-            let subdirs = children
-                .iter()
-                .filter(|&&c| self.nodes[c].entry.kind == Kind::Dir)
-                .count();
-            let tree = Tree {
-                entries: children
-                    .iter()
-                    .map(|&c| self.nodes[c].entry.clone())
-                    .collect(),
-            };
-            let (id, written) = store.put_tree(&tree)?;
-            counters.add(written);
-            let e = &mut self.nodes[idx].entry;
-            e.content = Content::Tree(id);
-            e.nlink = 2 + subdirs as u32;
-        }
-        let root_entry = self.nodes[top].entry.clone();
-        let (root, written) = store.put_root(root_entry.clone())?;
-        counters.add(written);
+        // A single top directory is on the path of every entry but `./`
+        // (which closes nothing), so it was never closed.
+        debug_assert!(!self.nodes[top].closed);
         let store_json = self.nodes[top]
             .children
             .get(b"STORE.json".as_slice())
             .map(|&i| self.nodes[i].entry.clone())
             .filter(|e| e.kind == Kind::File && e.size <= 1 << 20);
+        self.close_below(top)?;
+        let root_entry = self.nodes[top].entry.clone();
+        let (root, written) = self.store.put_root(root_entry.clone())?;
+        self.counters.add(written);
         Ok(Built {
             root,
             top_name: (top != 0).then(|| root_entry.name.clone()),
-            entries: self.nodes.len() as u64 - u64::from(top != 0),
+            entries: self.made - u64::from(top != 0),
+            peak_held: self.peak_held,
             bytes: self.bytes,
             store_json,
             pax_origin: None,
@@ -552,6 +747,8 @@ pub(super) struct Built {
     /// A `STOREFS.origin` global PAX record (set by the caller).
     pub pax_origin: Option<Vec<u8>>,
     pub warnings: Vec<String>,
+    /// The most entries held at once.
+    pub peak_held: usize,
 }
 
 /// An entry's type as a storefs kind; `None` for types that are skipped.
