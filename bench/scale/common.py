@@ -5,6 +5,7 @@ python3 stdlib only."""
 import os
 import random
 import subprocess
+import sys
 
 MIB = 1 << 20
 
@@ -69,6 +70,40 @@ class Mount:
     def __exit__(self, *exc):
         subprocess.run([self.b, "--store", self.store, "umount", self.mp, *self.umount_args],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# Forks and execs argv[2:], waits, and writes "seconds maxrss_kib exit_code" to
+# the file argv[1]. A child's ru_maxrss counts the memory of the process it
+# was forked from (exec records the old address space's high-water mark), so
+# a command forked straight from this script would report at least this
+# script's RSS: the helper, a fresh small process, forks it instead.
+_PEAK_HELPER = """
+import os, sys, time
+t = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{time.perf_counter() - t} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+"""
+
+
+def peak_run(cmd, **kw):
+    """Run `cmd` (Popen keywords `kw`); (seconds, its own peak RSS in MiB, exit
+    code, stderr)."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("r", prefix="storefs-peak-") as out:
+        p = subprocess.run([sys.executable, "-c", _PEAK_HELPER, out.name, *cmd],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+        fields = out.read().split()
+    if len(fields) != 3:
+        sys.exit(f"{cmd!r}: the peak-RSS helper failed ({p.returncode}): {p.stderr.decode(errors='replace')}")
+    secs, kib, rc = float(fields[0]), int(fields[1]), int(fields[2])
+    return secs, kib / 1024.0, rc, p.stderr.decode(errors="replace")
 
 
 def status_kib(pid, field):

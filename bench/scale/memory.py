@@ -16,7 +16,11 @@
    commit stored is parked since 2026-12-05);
 5. a fork of the tree of item 2 at 16M: `find` over it (stat of every
    entry), and `cat` of every file (the fork's inode table: base entries
-   are parked within a quarter of the flag since 2026-12-05).
+   are parked within a quarter of the flag since 2026-12-05);
+6. `storefs import` of a tar of 303,031 entries (3,000 directories of 100
+   small files, as tar writes them): the import process's own peak RSS
+   (no cache, so the bound is 64 MiB; directories the archive has left are
+   stored and dropped since 2026-12-05).
 
 The bound is the flag + 64 MiB (issue 17). Usage:
   bench/scale/memory.py --storefs target/release/storefs [--before /tmp/storefs-main] [--quick]
@@ -37,7 +41,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import change, make_tree, many_objects_tree, status_kib, unmount  # noqa: E402
+from common import change, make_tree, many_objects_tree, peak_run, status_kib, unmount  # noqa: E402
 
 MIB = 1 << 20
 
@@ -116,6 +120,38 @@ def nothing(mp):
     time.sleep(0.3)
 
 
+def write_tar(path, dirs, per):
+    """A tar of `dirs` directories of `per` small distinct files under top/."""
+    import io
+    import tarfile
+    rng = random.Random(7)
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as t:
+        def add_dir(name):
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, 1_700_000_000
+            t.addfile(ti)
+        add_dir("top")
+        for d in range(dirs):
+            dn = f"top/d{d // 100:03}"
+            if d % 100 == 0:
+                add_dir(dn)
+            sn = f"{dn}/s{d:05}"
+            add_dir(sn)
+            for i in range(per):
+                data = f"{d} {i} {rng.random()}\n".encode() * (1 + i % 5)
+                ti = tarfile.TarInfo(f"{sn}/f{i:03}.txt")
+                ti.size, ti.mode, ti.mtime = len(data), 0o644, 1_700_000_000
+                t.addfile(ti, io.BytesIO(data))
+
+
+def import_peak(bin_, store, archive):
+    """Peak RSS (MiB) of `storefs import`, and the seconds it took."""
+    secs, mib, rc, err = peak_run([bin_, "--store", store, "import", archive, "--ref", "a"])
+    if rc != 0:
+        raise SystemExit(f"{bin_} import {archive} failed ({rc}): {err}")
+    return mib, secs
+
+
 def parse_size(s):
     return int(s[:-1]) * MIB
 
@@ -126,7 +162,7 @@ def main():
     ap.add_argument("--before", default="/tmp/storefs-main", help="storefs binary of main (before)")
     ap.add_argument("--quick", action="store_true", help="about ten times smaller")
     ap.add_argument("--only", default="",
-                    help="comma-separated case prefixes to run (grep,plain,cat,big,fork,walk)")
+                    help="comma-separated case prefixes to run (grep,plain,cat,big,fork,walk,import)")
     a = ap.parse_args()
     bins = (("before", os.path.abspath(a.before)), ("after", os.path.abspath(a.storefs)))
     n = 100 if a.quick else 1000
@@ -207,6 +243,19 @@ def main():
                              f"`storefs commit` after each, --cache-size 16M", res, parse_size("16M")))
             for s in stores.values():
                 shutil.rmtree(s)
+
+        if want("import"):
+            dirs = 300 if a.quick else 3_000
+            archive = os.path.join(tmp, "import.tar")
+            write_tar(archive, dirs, 100)
+            res = {}
+            for label, b in bins:
+                store = os.path.join(tmp, f"import-{label}")
+                res[label] = import_peak(b, store, archive)
+                shutil.rmtree(store)
+            os.unlink(archive)
+            rows.append((f"`storefs import` of a tar of {dirs * 101 + dirs // 100 + 1} entries "
+                         "(the import process, no cache)", res, 0))
 
     print("| case (daemon peak RSS, MiB) | before | storefs | bound (flag+64MiB) | within? |")
     print("|---|---:|---:|---:|---|")

@@ -31,27 +31,31 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import peak_run  # noqa: E402
 
-def run(cmd, **kw):
-    """Run `cmd`; (seconds, peak RSS of the child in MiB)."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
-    _, status, usage = os.wait4(p.pid, 0)
-    secs = time.perf_counter() - t0
-    err = p.stderr.read().decode(errors="replace")
-    p.stderr.close()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        sys.exit(f"{cmd!r} failed ({p.returncode}): {err}")
-    return secs, usage.ru_maxrss / 1024.0
+
+def run(cmd, peak=False, **kw):
+    """Run `cmd`; (seconds, peak RSS of the command in MiB when `peak`, else
+    0). The peak goes through common.peak_run: a direct child's ru_maxrss
+    counts this script's own RSS too (it did until 2026-12-05)."""
+    if peak:
+        secs, mib, rc, err = peak_run(cmd, **kw)
+    else:
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+        secs, mib, rc, err = time.perf_counter() - t0, 0.0, p.returncode, p.stderr.decode(errors="replace")
+    if rc != 0:
+        sys.exit(f"{cmd!r} failed ({rc}): {err}")
+    return secs, mib
 
 
 def shell(script, **kw):
     return run(["bash", "-c", "set -o pipefail; " + script], **kw)
 
 
-def snapshot(binary, store, tree, ref):
-    return run([binary, "--store", store, "snapshot", tree, "--ref", ref])
+def snapshot(binary, store, tree, ref, peak=False):
+    return run([binary, "--store", store, "snapshot", tree, "--ref", ref], peak=peak)
 
 
 def write_file(path, rng, lo=200, hi=2000):
@@ -110,7 +114,7 @@ def big_case(tools, tmp, dirs, per_dir):
     out = {"entries": entries}
     out["tar"] = shell(f"tar -C {tree} -cf - . | zstd -q -T0 -3 > /dev/null")
     for name, binary in tools.items():
-        out[f"first-{name}"] = snapshot(binary, os.path.join(tmp, f"big-{name}"), tree, "big")
+        out[f"first-{name}"] = snapshot(binary, os.path.join(tmp, f"big-{name}"), tree, "big", peak=True)
     find = f"find {tree} -printf '%i %s %T@ %C@\\n' > /dev/null"
     for r in range(3):
         for i in range(10):
@@ -118,7 +122,7 @@ def big_case(tools, tmp, dirs, per_dir):
             with open(path, "ab") as f:
                 f.write(b"changed %d/%d\n" % (r, i))
         for name, binary in tools.items():
-            t = snapshot(binary, os.path.join(tmp, f"big-{name}"), tree, "big")
+            t = snapshot(binary, os.path.join(tmp, f"big-{name}"), tree, "big", peak=True)
             best = out.get(f"second-{name}")
             out[f"second-{name}"] = t if best is None else (min(best[0], t[0]), max(best[1], t[1]))
         t = shell(find)[0]

@@ -7,8 +7,9 @@
 //!   parses the tar stream and cuts file data into chunks;
 //! - **hasher** threads (all cores) hash, compress and store the chunks.
 //!
-//! Memory is bounded by the channels and per-entry metadata, whatever the
-//! archive's size. Nothing is published (no checkpoint, no ref, no index
+//! Memory is bounded by the channels and, for the tree, by the directories
+//! the archive is in ([`tartree`] closes the others), whatever the archive's
+//! size. Nothing is published (no checkpoint, no ref, no index
 //! entry) until the digests matched; objects stored before a failure are
 //! harmless and make a re-run faster. The rules for hostile entries are in
 //! docs/format.md ("Archive import rules") and [`tartree`].
