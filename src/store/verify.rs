@@ -4,9 +4,10 @@
 //! longer served and can be examined); a missing one is reported.
 //!
 //! Pass 1 reads each distinct tree once (walking from every root) and then
-//! every distinct chunk, on all cores. Only if something is wrong, pass 2 walks
-//! the checkpoints again, descending only into subtrees that hold a bad
-//! object, to name every path that uses it.
+//! every distinct chunk, on all cores, keeping only the ids it has read and
+//! what is wrong. Only if something is wrong, pass 2 walks the checkpoints
+//! again, reading their trees again and descending only into subtrees that
+//! hold a bad object, to name every path that uses it.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -150,44 +151,43 @@ impl Store {
                 Err(e) => problem(Some(*ck), "(record)".into(), None, e.to_string()),
             }
         }
-        let mut status: HashMap<ObjectId, Option<Bad>> = HashMap::new();
-        let mut trees: HashMap<ObjectId, Tree> = HashMap::new();
-        let mut chunks: HashSet<ObjectId> = HashSet::new();
+        // What was read (trees, then chunks), and what of it is wrong. Memory:
+        // 32 bytes a distinct chunk reference and about 50 a distinct tree;
+        // trees are read again in pass 2, which only a problem starts.
+        let mut seen: HashSet<ObjectId> = HashSet::new();
+        let mut bad: HashMap<ObjectId, Bad> = HashMap::new();
+        let mut chunks: Vec<ObjectId> = Vec::new();
         let mut stack: Vec<ObjectId> = roots.iter().map(|r| r.1).collect();
         while let Some(tid) = stack.pop() {
-            if status.contains_key(&tid) {
+            if !seen.insert(tid) {
                 continue;
             }
             let (res, size) = self.check_object(&tid);
             report.objects += 1;
             report.bytes += size;
-            let bad = match res {
+            let wrong = match res {
                 Ok(bytes) => match Tree::decode(&bytes) {
                     Ok(t) => {
-                        for e in &t.entries {
-                            match &e.content {
-                                Content::Tree(sub) => stack.push(*sub),
+                        for e in t.entries {
+                            match e.content {
+                                Content::Tree(sub) => stack.push(sub),
                                 Content::Extents(ext) => {
                                     chunks.extend(ext.iter().filter_map(|x| x.id))
                                 }
                                 _ => {}
                             }
                         }
-                        // Kept to name paths in pass 2: the metadata of every distinct
-                        // directory, as much memory as a snapshot of it needs.
-                        trees.insert(tid, t);
                         None
                     }
                     Err(e) => Some(Bad::Malformed(e.to_string())),
                 },
                 Err(b) => Some(b),
             };
-            status.insert(tid, bad);
+            bad.extend(wrong.map(|b| (tid, b)));
         }
-        let chunks: Vec<ObjectId> = chunks
-            .into_iter()
-            .filter(|c| !status.contains_key(c))
-            .collect();
+        chunks.sort_unstable();
+        chunks.dedup();
+        chunks.retain(|c| !seen.contains(c));
         let next = AtomicU64::new(0);
         let found = Mutex::new(Vec::new());
         let (objects, bytes) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -200,17 +200,20 @@ impl Store {
                         let (res, size) = self.check_object(id);
                         objects.fetch_add(1, Ordering::Relaxed);
                         bytes.fetch_add(size, Ordering::Relaxed);
-                        found.lock().push((*id, res.err()));
+                        if let Err(b) = res {
+                            found.lock().push((*id, b));
+                        }
                     }
                 });
             }
         });
         report.objects += objects.into_inner();
         report.bytes += bytes.into_inner();
-        status.extend(found.into_inner());
+        bad.extend(found.into_inner());
+        drop((seen, chunks));
 
-        for bad in status.values().flatten() {
-            match bad {
+        for b in bad.values() {
+            match b {
                 Bad::Missing { .. } => report.missing += 1,
                 _ => report.corrupt += 1,
             }
@@ -219,14 +222,19 @@ impl Store {
             return Ok(report);
         }
 
-        // Pass 2: name every path that uses a bad object. A partial
-        // checkpoint (lazy mount) lacks objects by design: its missing ones
-        // are not problems (and not counted unless a complete one needs them).
-        let mut dirty: HashMap<ObjectId, bool> = HashMap::new();
+        // Pass 2: name every path that uses a bad object, reading the trees
+        // again. A partial checkpoint (lazy mount) lacks objects by design:
+        // its missing ones are not problems (and not counted unless a
+        // complete one needs them).
+        let mut paths = Paths {
+            store: self,
+            bad,
+            dirty: HashMap::new(),
+        };
         let mut missing: HashSet<ObjectId> = HashSet::new();
         for (ck, root) in &roots {
             let mut out = Vec::new();
-            walk(&status, &trees, &mut dirty, *root, b"", &mut out);
+            paths.walk(*root, b"", &mut out);
             let partial = self.is_partial(ck);
             for (path, id, bad) in out {
                 if matches!(bad, Bad::Missing { .. }) {
@@ -283,79 +291,95 @@ impl Store {
     }
 }
 
-/// Whether the subtree `tid` uses a bad object (memoized in `dirty`).
-fn is_dirty(
-    status: &HashMap<ObjectId, Option<Bad>>,
-    trees: &HashMap<ObjectId, Tree>,
-    dirty: &mut HashMap<ObjectId, bool>,
-    tid: ObjectId,
-) -> bool {
-    if let Some(d) = dirty.get(&tid) {
-        return *d;
-    }
-    let bad = |id: &ObjectId| matches!(status.get(id), Some(Some(_)));
-    let d = match trees.get(&tid) {
-        None => true, // the tree itself is bad
-        Some(t) => t.entries.iter().any(|e| match &e.content {
-            Content::Tree(sub) => is_dirty(status, trees, dirty, *sub),
-            Content::Extents(ext) => ext.iter().filter_map(|x| x.id.as_ref()).any(bad),
-            _ => false,
-        }),
-    };
-    dirty.insert(tid, d);
-    d
+/// Pass 2 of verify: the bad objects, and which trees hold one below them.
+struct Paths<'a> {
+    store: &'a Store,
+    bad: HashMap<ObjectId, Bad>,
+    /// Memo of [`Paths::is_dirty`].
+    dirty: HashMap<ObjectId, bool>,
 }
 
-/// Collect (path, object, what) for every bad object under tree `tid`, whose
-/// directory is at `dir` ("" for the root tree, whose one entry is "/").
-fn walk(
-    status: &HashMap<ObjectId, Option<Bad>>,
-    trees: &HashMap<ObjectId, Tree>,
-    dirty: &mut HashMap<ObjectId, bool>,
-    tid: ObjectId,
-    dir: &[u8],
-    out: &mut Vec<(String, ObjectId, Bad)>,
-) {
-    if !is_dirty(status, trees, dirty, tid) {
-        return;
-    }
-    let Some(tree) = trees.get(&tid) else {
-        let bad = status
-            .get(&tid)
-            .cloned()
-            .flatten()
-            .unwrap_or(Bad::Missing { quarantined: None });
-        let path = if dir.is_empty() {
-            "/ (root tree)".to_string()
-        } else {
-            format!("{} (directory listing)", String::from_utf8_lossy(dir))
-        };
-        out.push((path, tid, bad));
-        return;
-    };
-    for e in &tree.entries {
-        let mut path = dir.to_vec();
-        if dir.is_empty() {
-            path.push(b'/');
-        } else {
-            if dir != b"/" {
-                path.push(b'/');
-            }
-            path.extend_from_slice(&e.name);
+impl Paths<'_> {
+    /// Tree `tid`, or what is wrong with it (found bad in pass 1, or
+    /// unreadable now).
+    fn tree(&self, tid: &ObjectId) -> std::result::Result<Tree, Bad> {
+        if let Some(b) = self.bad.get(tid) {
+            return Err(b.clone());
         }
-        match &e.content {
-            Content::Tree(sub) => walk(status, trees, dirty, *sub, &path, out),
-            Content::Extents(ext) => {
-                let mut seen = HashSet::new();
-                for id in ext.iter().filter_map(|x| x.id) {
-                    if let Some(Some(bad)) = status.get(&id)
-                        && seen.insert(id)
-                    {
-                        out.push((String::from_utf8_lossy(&path).into_owned(), id, bad.clone()));
+        self.store
+            .get_tree(tid, "verify")
+            .map_err(|e| Bad::Corrupt {
+                detail: e.to_string(),
+                quarantined: None,
+            })
+    }
+
+    /// Whether the subtree `tid` uses a bad object (memoized).
+    fn is_dirty(&mut self, tid: ObjectId) -> bool {
+        if let Some(d) = self.dirty.get(&tid) {
+            return *d;
+        }
+        let d = match self.tree(&tid) {
+            Err(_) => true,
+            Ok(t) => t.entries.iter().any(|e| match &e.content {
+                Content::Tree(sub) => self.is_dirty(*sub),
+                Content::Extents(ext) => ext
+                    .iter()
+                    .filter_map(|x| x.id.as_ref())
+                    .any(|id| self.bad.contains_key(id)),
+                _ => false,
+            }),
+        };
+        self.dirty.insert(tid, d);
+        d
+    }
+
+    /// Collect (path, object, what) for every bad object under tree `tid`,
+    /// whose directory is at `dir` ("" for the root tree, whose one entry is "/").
+    fn walk(&mut self, tid: ObjectId, dir: &[u8], out: &mut Vec<(String, ObjectId, Bad)>) {
+        if !self.is_dirty(tid) {
+            return;
+        }
+        let tree = match self.tree(&tid) {
+            Ok(t) => t,
+            Err(bad) => {
+                let path = if dir.is_empty() {
+                    "/ (root tree)".to_string()
+                } else {
+                    format!("{} (directory listing)", String::from_utf8_lossy(dir))
+                };
+                out.push((path, tid, bad));
+                return;
+            }
+        };
+        for e in &tree.entries {
+            let mut path = dir.to_vec();
+            if dir.is_empty() {
+                path.push(b'/');
+            } else {
+                if dir != b"/" {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(&e.name);
+            }
+            match &e.content {
+                Content::Tree(sub) => self.walk(*sub, &path, out),
+                Content::Extents(ext) => {
+                    let mut seen = HashSet::new();
+                    for id in ext.iter().filter_map(|x| x.id) {
+                        if let Some(bad) = self.bad.get(&id)
+                            && seen.insert(id)
+                        {
+                            out.push((
+                                String::from_utf8_lossy(&path).into_owned(),
+                                id,
+                                bad.clone(),
+                            ));
+                        }
                     }
                 }
+                _ => {}
             }
-            _ => {}
         }
     }
 }
