@@ -511,6 +511,34 @@ fn import_200_commits_restore_each_then_incremental_and_mount() {
     guard.unmount();
 }
 
+/// A commit with more new files than the import keeps in flight at once
+/// (4,096: the oldest half is waited for when it passes that), then one that
+/// changes a few of them: each restores as `git archive` extracts it.
+#[test]
+fn a_commit_of_more_files_than_are_kept_in_flight_imports_whole() {
+    let env = Env::new();
+    let scratch = env.path("scratch");
+    fs::create_dir_all(&scratch).unwrap();
+    let mut r = Repo::new(env.path("many"));
+    for i in 0..5_000u64 {
+        r.write(
+            &format!("d{}/f{i}", i % 13),
+            format!("file {i}\n").as_bytes(),
+        );
+    }
+    let first = r.commit("5,000 files");
+    for i in (0..5_000u64).step_by(499) {
+        r.write(&format!("d{}/f{i}", i % 13), &bytes(i, 3000));
+    }
+    let second = r.commit("11 changed");
+    let (stdout, _) = import_into(&env, &r.dir, &env.path("origin"), "many");
+    assert_eq!(imported(&stdout).len(), 2, "{stdout}");
+    for c in [&first, &second] {
+        let diffs = compare(&r.dir, &env, c, &scratch);
+        assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    }
+}
+
 #[test]
 fn log_diff_fork_and_browse_work_on_imported_commits() {
     treecmp::require_tools(&["git"]);

@@ -23,7 +23,7 @@
 //!   failure are harmless), then the records, index entries and refs are
 //!   published; a shallow or corrupt repository fails before anything is.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
@@ -39,6 +39,9 @@ use crate::store::{
     self, Checkpoint, Content, Entry, Extent, GitRecord, GitSource, Kind, ObjectId, Source, Store,
     Submodule, Tree,
 };
+
+/// Blobs whose chunks may still be hashing before the oldest half is waited for.
+const MAX_IN_FLIGHT: usize = 4096;
 
 /// How to import.
 #[derive(Clone, Debug)]
@@ -680,9 +683,10 @@ impl TreeBuilder<'_> {
 
     /// Chunk and store every regular file's blob under `tree` that is not
     /// the first parent's at the same path (`prev`: its tree) and was not
-    /// stored in this run, all in flight at once, then wait for them.
+    /// stored in this run, [`MAX_IN_FLIGHT`] at most in flight (each holds
+    /// its reply channel: about 2.5 KB), then wait for them.
     fn send_blobs(&mut self, tree: &gix::ObjectId, prev: Option<gix::ObjectId>) -> Result<()> {
-        let mut pending: Vec<(gix::ObjectId, Pending)> = Vec::new();
+        let mut pending: VecDeque<(gix::ObjectId, Pending)> = VecDeque::new();
         let mut queued: HashSet<gix::ObjectId> = HashSet::new();
         let mut stack = vec![(*tree, prev, Vec::new())];
         while let Some((t, prev, path)) = stack.pop() {
@@ -717,12 +721,22 @@ impl TreeBuilder<'_> {
                         let pend =
                             send_chunks(data.as_slice(), len, self.hashers, &**self.progress)
                                 .map_err(io)?;
-                        pending.push((e.id, pend));
+                        pending.push_back((e.id, pend));
+                        if pending.len() > MAX_IN_FLIGHT {
+                            let oldest = pending.drain(..MAX_IN_FLIGHT / 2).collect();
+                            self.wait_blobs(oldest)?;
+                        }
                     }
                     EntryKind::Link | EntryKind::Commit => {}
                 }
             }
         }
+        self.wait_blobs(pending)
+    }
+
+    /// Wait for blobs in flight and remember their extents.
+    fn wait_blobs(&mut self, pending: VecDeque<(gix::ObjectId, Pending)>) -> Result<()> {
+        // Their chunks may still sit in the batch: send them before waiting.
         self.hashers
             .flush()
             .map_err(|e| Error::io(self.repo_path, e))?;
@@ -733,6 +747,13 @@ impl TreeBuilder<'_> {
                 Err(e) => Error::io(self.repo_path, e),
             })?;
             self.blobs.insert(id, (len, ext));
+        }
+        // Publish the objects written once many wait, as a snapshot does:
+        // the store holds each unpublished one in memory. Published early,
+        // they are harmless if the import fails (the caller's write lease
+        // keeps gc away meanwhile).
+        if self.store.wants_sync(store::SYNC_OBJECTS) {
+            self.store.sync_objects()?;
         }
         Ok(())
     }
