@@ -52,8 +52,11 @@ struct Node {
     /// A directory whose tree is stored (`entry.content`) and whose entries
     /// are not in memory.
     closed: bool,
-    /// A directory with a hardlink below it: never closed before the end.
+    /// A directory with a hardlink below it, or opened again twice: never
+    /// closed before the end.
     pinned: bool,
+    /// Times it was opened again after being closed.
+    reopened: u8,
 }
 
 /// A part of a file's content while it is stored.
@@ -88,6 +91,7 @@ impl Node {
             parent: 0,
             closed: false,
             pinned: false,
+            reopened: 0,
         }
     }
 
@@ -254,10 +258,16 @@ impl<'a> TreeBuilder<'a> {
     }
 
     /// Bring a closed directory's entries back from its stored tree (its
-    /// subdirectories come back closed).
+    /// subdirectories come back closed). One opened a second time stays
+    /// open: an archive that takes turns between directories would otherwise
+    /// store and read them again at every turn.
     fn open_dir(&mut self, d: usize) -> Result<()> {
         if !self.nodes[d].closed {
             return Ok(());
+        }
+        self.nodes[d].reopened += 1;
+        if self.nodes[d].reopened >= 2 {
+            self.pin(d);
         }
         let Content::Tree(id) = self.nodes[d].entry.content else {
             unreachable!("a closed directory has its tree");

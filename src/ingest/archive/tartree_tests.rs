@@ -85,17 +85,18 @@ struct Outcome {
     bytes: u64,
 }
 
-/// Import the archive at `path` into a new store under `dir`.
+/// Import the archive at `path` into a new store under `dir`: the outcome,
+/// the most entries held at once and the objects written.
 fn import_at(
     dir: &Path,
     path: &Path,
     opts: ImportOptions,
-) -> (Store, Result<(Outcome, usize), String>) {
+) -> (Store, Result<(Outcome, usize, u64), String>) {
     let store = Store::open_or_create(dir).unwrap();
     let parts = discover(&[path.to_path_buf()]).unwrap();
     let result = import(&store, &parts, &Digests::default(), &opts)
         .map(|i| {
-            let held = i.peak_entries_held;
+            let (held, objects) = (i.peak_entries_held, i.stats.new_objects);
             let outcome = Outcome {
                 root: i.root,
                 top: i.top_name,
@@ -104,7 +105,7 @@ fn import_at(
                 entries: i.stats.entries,
                 bytes: i.stats.bytes,
             };
-            (outcome, held)
+            (outcome, held, objects)
         })
         .map_err(|e| e.to_string());
     (store, result)
@@ -112,7 +113,7 @@ fn import_at(
 
 /// Import `ops` closing after every entry, and never; the same outcome
 /// both ways. Returns the first import's store and outcome.
-fn assert_same(ops: &[Op]) -> (Store, Result<(Outcome, usize), String>) {
+fn assert_same(ops: &[Op]) -> (Store, Result<(Outcome, usize, u64), String>) {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("a.tar");
     std::fs::write(&path, archive(ops)).unwrap();
@@ -201,7 +202,7 @@ fn an_archive_that_comes_back_to_a_closed_directory_imports_the_same_tree() {
         f("t/STORE.json", 10),
     ];
     let (store, result) = assert_same(&ops);
-    let (outcome, _) = result.expect("imports");
+    let (outcome, _, _) = result.expect("imports");
     assert_eq!(outcome.top.as_deref(), Some(b"t".as_slice()));
     assert_eq!(outcome.entries, 16);
     // What tar -x makes of it.
@@ -249,8 +250,26 @@ fn the_single_top_directory_closed_before_the_end_is_the_root() {
         f("t/s/x", 2),
         Root,
     ];
-    let (outcome, _) = assert_same(&ops).1.expect("imports");
+    let (outcome, _, _) = assert_same(&ops).1.expect("imports");
     assert_eq!(outcome.top.as_deref(), Some(b"t".as_slice()));
+}
+
+/// An archive that takes turns between two directories: each is closed and
+/// opened again at most twice (then it stays open), not at every turn, which
+/// would store a new tree of it each time.
+#[test]
+fn an_archive_taking_turns_between_directories_does_not_store_them_at_each_turn() {
+    let mut ops = vec![d("t/"), d("t/a/"), d("t/b/")];
+    for i in 0..30 {
+        ops.push(f(&format!("t/a/f{i:02}"), 1 + i % 9));
+        ops.push(f(&format!("t/b/f{i:02}"), 1 + i % 9));
+    }
+    let (_, result) = assert_same(&ops);
+    let (outcome, _, objects) = result.expect("imports");
+    assert_eq!(outcome.entries, 63);
+    // 60 files, and trees: the root, t, and a and b each stored at most three
+    // times (closed twice before they stay open, then at the end).
+    assert!(objects <= 60 + 2 + 6, "{objects} objects written");
 }
 
 /// An archive in the order tar writes, 20 directories of 200 files: closing
@@ -276,7 +295,7 @@ fn an_import_holds_the_entries_of_the_directories_it_is_in() {
             ..ImportOptions::default()
         };
         let (store, r) = import_at(&tmp.path().join(at), &path, opts);
-        let (outcome, held) = r.unwrap();
+        let (outcome, held, _) = r.unwrap();
         let published = store.backend().list().unwrap().len();
         (outcome, held, published)
     };
