@@ -195,12 +195,16 @@ pub fn export(store: &Store, a: ExportArgs) -> Result<()> {
             out.display()
         );
     }
+    let progress = progress_bar();
     let opts = ExportOptions {
         compression: Compression::from_name(&out),
         split: a.split.map(|s| s as u64),
         threads: a.threads,
+        progress: progress.clone(),
     };
-    let done = export_tree(store, &ck, &id, &out, &opts)?;
+    let done = export_tree(store, &ck, &id, &out, &opts);
+    progress.finish_and_clear();
+    let done = done?;
     for w in &done.warnings {
         super::warn(w);
     }

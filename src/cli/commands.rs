@@ -459,7 +459,10 @@ pub fn diff(store: &Store, a: DiffArgs) -> Result<()> {
 
 pub fn restore(store: &Store, a: RestoreArgs) -> Result<()> {
     let (id, ck) = checkpoint(store, &a.checkpoint)?;
-    let stats = ingest::restore(store, &ck, &a.dir)?;
+    let progress = progress_bar();
+    let stats = ingest::restore_with(store, &ck, &a.dir, &*progress);
+    progress.finish_and_clear();
+    let stats = stats?;
     eprintln!(
         "storefs: restored {} ({} entries, {} bytes) into {}",
         &id.to_hex()[..12],

@@ -20,7 +20,10 @@ pub fn verify(store: &Store, a: VerifyArgs) -> Result<()> {
     } else {
         a.threads
     };
-    let r = store.verify(&targets, threads)?;
+    let progress = super::remote::progress_bar("verifying");
+    let r = store.verify(&targets, threads, &*progress);
+    progress.finish_and_clear();
+    let r = r?;
     let names = names_of(store)?;
     if a.json {
         let problems: Vec<serde_json::Value> = r

@@ -20,6 +20,7 @@ use tar::{EntryType, Header};
 use super::archive::SIZE_COMMENT;
 use super::archive::parts::successors;
 use super::{Error, IoAt, Result};
+use crate::store::progress::{Progress, SharedProgress};
 use crate::store::{Checkpoint, Content, Entry, Kind, ObjectId, Store, to_hex};
 
 /// Compression of the exported archive.
@@ -62,6 +63,9 @@ pub struct ExportOptions {
     pub split: Option<u64>,
     /// zstd worker threads; 0 = all cores.
     pub threads: usize,
+    /// Told the file bytes to write (when the checkpoint's record says),
+    /// advanced by each file's size; entry counts as messages.
+    pub progress: SharedProgress,
 }
 
 /// What an export wrote.
@@ -186,12 +190,16 @@ fn write_all(
             flate2::Compression::default(),
         )),
     };
+    if let Some(stats) = &ckpt.source.stats {
+        opts.progress.set_total(stats.bytes);
+    }
     let mut w = Writer {
         store,
         builder: tar::Builder::new(enc),
         links: HashMap::new(),
         entries: 0,
         warnings: Vec::new(),
+        progress: &*opts.progress,
     };
     if let Some(o) = origin {
         w.global(&[(ORIGIN_KEY.to_string(), o.as_bytes().to_vec())])?;
@@ -247,6 +255,7 @@ impl<W: Write> FinishWrite for flate2::write::GzEncoder<W> {
 
 struct Writer<'s, W: Write> {
     store: &'s Store,
+    progress: &'s dyn Progress,
     builder: tar::Builder<W>,
     /// link_id → the path its first name was written at.
     links: HashMap<u64, Vec<u8>>,
@@ -275,6 +284,13 @@ impl<W: Write> Writer<'_, W> {
             });
         }
         self.entries += 1;
+        if self.entries.is_multiple_of(1000) {
+            self.progress
+                .set_message(format!("{} entries", self.entries));
+        }
+        if e.kind == Kind::File {
+            self.progress.advance(e.size);
+        }
         let mut h = Header::new_gnu();
         h.set_mode(e.perm);
         h.set_uid(u64::from(e.uid));

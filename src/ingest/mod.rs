@@ -22,7 +22,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use diff::{Change, ChangeKind, diff};
-pub use restore::{RestoreStats, restore};
+pub use restore::{RestoreStats, restore, restore_with};
 pub use snapshot::{SnapshotOptions, SnapshotResult, snapshot};
 pub use statcache::Parent;
 

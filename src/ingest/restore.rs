@@ -33,6 +33,7 @@ use rustix::fs::OFlags;
 
 use super::sys::{self, XattrTarget};
 use super::{Error, IoAt, Result, join};
+use crate::store::progress::{NoProgress, Progress};
 use crate::store::{Checkpoint, Content, Entry, Extent, Kind, Store};
 
 /// What a restore wrote.
@@ -48,6 +49,21 @@ pub struct RestoreStats {
 /// be empty if it exists. Every chunk is verified; a missing or corrupt one is
 /// an error naming the file.
 pub fn restore(store: &Store, ckpt: &Checkpoint, dest: &Path) -> Result<RestoreStats> {
+    restore_with(store, ckpt, dest, &NoProgress)
+}
+
+/// [`restore`], telling `progress` the file bytes to write (when the
+/// checkpoint's record says), each file's size as it is written, and entry
+/// counts as messages.
+pub fn restore_with(
+    store: &Store,
+    ckpt: &Checkpoint,
+    dest: &Path,
+    progress: &dyn Progress,
+) -> Result<RestoreStats> {
+    if let Some(stats) = &ckpt.source.stats {
+        progress.set_total(stats.bytes);
+    }
     let root = store.root_entry(ckpt)?;
     prepare_dest(dest)?;
     let cdest = sys::cstring(dest.as_os_str().as_bytes()).at(dest)?;
@@ -59,6 +75,7 @@ pub fn restore(store: &Store, ckpt: &Checkpoint, dest: &Path) -> Result<RestoreS
         links: HashMap::new(),
         stats: RestoreStats::default(),
         root: crate::sys::is_root(),
+        progress,
     };
     r.restore_dir(dest_fd.as_fd(), &root, &[])?;
     r.set_meta_fd(dest_fd.as_fd(), &root, dest)?;
@@ -102,6 +119,7 @@ struct Restorer<'a> {
     stats: RestoreStats,
     /// Running as root: every failure is an error (see the module docs).
     root: bool,
+    progress: &'a dyn Progress,
 }
 
 impl Restorer<'_> {
@@ -137,6 +155,10 @@ impl Restorer<'_> {
             let child_rel = join(rel, &child.name);
             self.restore_entry(dir, &name, child, &child_rel)?;
             self.stats.entries += 1;
+            if self.stats.entries.is_multiple_of(1000) {
+                self.progress
+                    .set_message(format!("{} entries", self.stats.entries));
+            }
         }
         Ok(())
     }
@@ -226,6 +248,7 @@ impl Restorer<'_> {
         }
         self.set_meta_fd(file.as_fd(), e, path)?;
         self.stats.bytes += e.size;
+        self.progress.advance(e.size);
         Ok(())
     }
 

@@ -686,3 +686,80 @@ fn real_directory_round_trips() {
 
 #[path = "incremental_tests.rs"]
 mod incremental;
+
+/// Counts what a long operation reports.
+#[derive(Debug, Default)]
+struct Counted {
+    total: std::sync::Mutex<Option<u64>>,
+    done: std::sync::atomic::AtomicU64,
+    messages: AtomicU32,
+}
+
+impl crate::store::progress::Progress for Counted {
+    fn set_total(&self, total: u64) {
+        *self.total.lock().unwrap() = Some(total);
+    }
+    fn advance(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
+    fn set_message(&self, _: String) {
+        self.messages.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Restore, export and verify report their progress: the file bytes (of the
+/// total the checkpoint's record gives) and objects, and entry counts.
+#[test]
+fn restore_export_and_verify_report_progress() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    for d in 0..3 {
+        fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+        for f in 0..700 {
+            fs::write(
+                src.join(format!("d{d}/f{f}")),
+                format!("{d} {f}\n").repeat(f % 9),
+            )
+            .unwrap();
+        }
+    }
+    let store = new_store(tmp.path());
+    let res = snap(&store, &src);
+    let mut ckpt = checkpoint(res.root);
+    ckpt.source.stats = Some(res.stats.clone());
+    let bytes: u64 = (0..700u64)
+        .map(|f| (f % 9) * (format!("0 {f}\n").len() as u64))
+        .sum::<u64>()
+        * 3;
+    assert_eq!(res.stats.bytes, bytes);
+
+    let p = Counted::default();
+    let stats = restore_with(&store, &ckpt, &tmp.path().join("out"), &p).unwrap();
+    assert_eq!(stats.bytes, bytes);
+    assert_eq!(*p.total.lock().unwrap(), Some(bytes));
+    assert_eq!(p.done.load(Ordering::Relaxed), bytes);
+    assert_eq!(
+        p.messages.load(Ordering::Relaxed),
+        2,
+        "at 1,000 and 2,000 entries"
+    );
+
+    let p = std::sync::Arc::new(Counted::default());
+    let id = store.write_checkpoint(&ckpt).unwrap();
+    let opts = export::ExportOptions {
+        compression: export::Compression::None,
+        split: None,
+        threads: 1,
+        progress: p.clone(),
+    };
+    export::export(&store, &ckpt, &id, &tmp.path().join("x.tar"), &opts).unwrap();
+    assert_eq!(*p.total.lock().unwrap(), Some(bytes));
+    assert_eq!(p.done.load(Ordering::Relaxed), bytes);
+    assert_eq!(p.messages.load(Ordering::Relaxed), 2);
+
+    let p = Counted::default();
+    let report = store.verify(&[id], 2, &p).unwrap();
+    assert!(report.is_clean() && report.objects > 1000, "{report:?}");
+    assert_eq!(*p.total.lock().unwrap(), Some(report.objects));
+    assert_eq!(p.done.load(Ordering::Relaxed), report.objects);
+}

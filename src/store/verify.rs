@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::progress::Progress;
 use super::{Content, Error, ObjectId, Result, Store, Tree};
 
 /// What is wrong with one object.
@@ -85,7 +86,14 @@ impl VerifyReport {
 impl Store {
     /// Verify `targets` (every checkpoint when empty: then refs and fork heads
     /// that name a missing checkpoint are reported too).
-    pub fn verify(&self, targets: &[ObjectId], threads: usize) -> Result<VerifyReport> {
+    /// `progress` counts objects: trees as they are read, then, once their
+    /// number is known, chunks.
+    pub fn verify(
+        &self,
+        targets: &[ObjectId],
+        threads: usize,
+        progress: &dyn Progress,
+    ) -> Result<VerifyReport> {
         let all = targets.is_empty();
         let ckpts = if all {
             self.list_checkpoints()?
@@ -165,6 +173,7 @@ impl Store {
             let (res, size) = self.check_object(&tid);
             report.objects += 1;
             report.bytes += size;
+            progress.advance(1);
             let wrong = match res {
                 Ok(bytes) => match Tree::decode(&bytes) {
                     Ok(t) => {
@@ -188,6 +197,7 @@ impl Store {
         chunks.sort_unstable();
         chunks.dedup();
         chunks.retain(|c| !seen.contains(c));
+        progress.set_total(report.objects + chunks.len() as u64);
         let next = AtomicU64::new(0);
         let found = Mutex::new(Vec::new());
         let (objects, bytes) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -198,6 +208,7 @@ impl Store {
                         let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                         let Some(id) = chunks.get(i) else { break };
                         let (res, size) = self.check_object(id);
+                        progress.advance(1);
                         objects.fetch_add(1, Ordering::Relaxed);
                         bytes.fetch_add(size, Ordering::Relaxed);
                         if let Err(b) = res {
