@@ -270,7 +270,11 @@ impl<'a> TreeBuilder<'a> {
             self.pin(d);
         }
         let Content::Tree(id) = self.nodes[d].entry.content else {
-            unreachable!("a closed directory has its tree");
+            // Closing gives a directory its tree; a tree read back is ours.
+            return Err(Error::Archive(format!(
+                "import: directory '{}' was closed without its tree (a bug)",
+                escape(&self.nodes[d].entry.name)
+            )));
         };
         let tree = self
             .store
