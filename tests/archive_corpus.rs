@@ -364,10 +364,9 @@ fn report(what: &str, total: usize, failures: &[String]) {
     );
 }
 
-/// The archives of tests/data/archives (libarchive, tar-rs).
-#[test]
-fn corpus_archives_match_gnu_tar() {
-    require_root();
+/// The archives of tests/data/archives (libarchive, tar-rs), labelled
+/// `SUBDIR/NAME`, sorted.
+fn corpus_archives() -> Vec<(String, PathBuf)> {
     let mut archives = Vec::new();
     for sub in ["libarchive", "libarchive-tar", "tar-rs"] {
         let mut files: Vec<PathBuf> = fs::read_dir(corpus_dir().join(sub))
@@ -381,6 +380,14 @@ fn corpus_archives_match_gnu_tar() {
             archives.push((format!("{sub}/{name}"), f));
         }
     }
+    archives
+}
+
+/// The archives of tests/data/archives (libarchive, tar-rs).
+#[test]
+fn corpus_archives_match_gnu_tar() {
+    require_root();
+    let mut archives = corpus_archives();
     assert!(
         archives.len() > 80,
         "the corpus is missing: {}",
@@ -549,48 +556,38 @@ fn make_archives(src: &Path, out: &Path) -> Vec<(String, PathBuf)> {
 #[test]
 fn corpus_archives_import_the_same_closing_directories_early() {
     use storefs::ingest::archive::{Digests, ImportOptions, discover, import};
-    let mut compared = 0;
+    let archives = corpus_archives();
     let mut differ = Vec::new();
-    for sub in ["libarchive", "libarchive-tar", "tar-rs"] {
-        let mut files: Vec<PathBuf> = fs::read_dir(corpus_dir().join(sub))
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        files.sort();
-        for f in files {
-            let tmp = workdir("closing");
-            let [early, end] = [0, usize::MAX].map(|open_entries| {
-                let store = storefs::store::Store::open_or_create(
-                    &tmp.path().join(format!("s{open_entries}")),
-                )
-                .unwrap();
-                let opts = ImportOptions {
-                    threads: 1,
-                    open_entries,
-                    ..ImportOptions::default()
-                };
-                discover(std::slice::from_ref(&f))
-                    .and_then(|parts| import(&store, &parts, &Digests::default(), &opts))
-                    .map(|i| {
-                        (
-                            i.root,
-                            i.top_name,
-                            i.origin_hint,
-                            i.warnings,
-                            i.stats.entries,
-                        )
-                    })
-                    .map_err(|e| e.to_string())
-            });
-            if early != end {
-                differ.push(format!("{}: {early:?} against {end:?}", f.display()));
-            }
-            compared += 1;
+    for (label, f) in &archives {
+        let tmp = workdir("closing");
+        let [early, end] = [0, usize::MAX].map(|open_entries| {
+            let store =
+                storefs::store::Store::open_or_create(&tmp.path().join(format!("s{open_entries}")))
+                    .unwrap();
+            let opts = ImportOptions {
+                threads: 1,
+                open_entries,
+                ..ImportOptions::default()
+            };
+            discover(std::slice::from_ref(f))
+                .and_then(|parts| import(&store, &parts, &Digests::default(), &opts))
+                .map(|i| {
+                    (
+                        i.root,
+                        i.top_name,
+                        i.origin_hint,
+                        i.warnings,
+                        i.stats.entries,
+                    )
+                })
+                .map_err(|e| e.to_string())
+        });
+        if early != end {
+            differ.push(format!("{label}: {early:?} against {end:?}"));
         }
     }
     assert!(
-        compared > 80,
+        archives.len() > 80,
         "the corpus is missing: {}",
         corpus_dir().display()
     );
