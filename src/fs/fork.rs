@@ -12,8 +12,10 @@
 //!   `ENOSYS`: zero-message opens, the page cache kept across them). What
 //!   keeps an unlinked file alive is the kernel's reference to it: the FUSE
 //!   lookup count of every file entry it was given (lookup, create, mknod,
-//!   link, readdirplus), less what it forgot; the fork holds such a file as
-//!   open ([`Fork::open_file`]/[`Fork::release`]) while the count is not 0.
+//!   link, readdirplus), less what it forgot. The fork keeps that count as
+//!   the file's open count ([`Fork::open_file`] per entry given,
+//!   [`Fork::release_many`] per forget), so it holds such a file while the
+//!   count is not 0, and the view keeps no table of its own.
 //!   The kernel keeps an inode, and so its count, while any process has it
 //!   open, and forgets an unlinked one as soon as none has;
 //! - `O_APPEND` writes go to [`Fork::append`] (the journal's end, which is
@@ -125,11 +127,6 @@ pub struct ForkView {
     /// Open directories' listings by handle.
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
-    /// The kernel's references to files: the lookup count of each (entries
-    /// given, less entries forgotten). While it is not 0 the fork holds the
-    /// file as open, so an unlinked file stays readable until the kernel
-    /// lets go of it (see the module docs).
-    kernel_refs: Mutex<HashMap<u64, u64>>,
     /// Served with the kernel's writeback cache ([`ForkView::with_writeback_cache`]).
     writeback: bool,
 }
@@ -152,7 +149,6 @@ impl ForkView {
             fork,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            kernel_refs: Mutex::new(HashMap::new()),
             writeback: false,
         }
     }
@@ -183,23 +179,14 @@ impl ForkView {
         Ok(Listing { entries })
     }
 
-    /// The kernel was given an entry for `attr`: count it, for a file (the
-    /// first reference holds the file in the fork as open). `opened`: the
-    /// fork already counted it as open when it made the file.
+    /// The kernel was given an entry for `attr`: for a file, one more open
+    /// in the fork (see the module docs). `opened`: the fork already counted
+    /// this one when it made (or opened) the file.
     fn referenced(&self, attr: &journal::Attr, opened: bool) -> Result<()> {
-        if attr.kind != Kind::File {
+        if attr.kind != Kind::File || opened {
             return Ok(());
         }
-        let mut refs = self.kernel_refs.lock();
-        let n = refs.entry(attr.ino).or_insert(0);
-        match (*n, opened) {
-            (0, false) => self.fork.open_file(attr.ino)?,
-            (0, true) => {}
-            (_, true) => self.fork.release(attr.ino),
-            (_, false) => {}
-        }
-        *n += 1;
-        Ok(())
+        Ok(self.fork.open_file(attr.ino)?)
     }
 
     /// The mode `ino` takes when a write, truncate or chown clears its
@@ -275,14 +262,7 @@ impl View for ForkView {
     /// The kernel dropped `nlookup` references to `ino`: the last one lets an
     /// unlinked file go.
     fn forget(&self, ino: u64, nlookup: u64) {
-        let mut refs = self.kernel_refs.lock();
-        if let Some(n) = refs.get_mut(&ino) {
-            *n = n.saturating_sub(nlookup);
-            if *n == 0 {
-                refs.remove(&ino);
-                self.fork.release(ino);
-            }
-        }
+        self.fork.release_many(ino, nlookup);
     }
 
     fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry> {

@@ -850,7 +850,13 @@ impl Fork {
 
     /// The last handle of an unlinked file going frees it.
     pub fn release(&self, ino: u64) {
-        self.state.lock().release(ino);
+        self.state.lock().release(ino, 1);
+    }
+
+    /// [`Fork::release`] of `count` handles at once (the kernel forgetting
+    /// that many references). Any number, of anything, is harmless.
+    pub fn release_many(&self, ino: u64, count: u64) {
+        self.state.lock().release(ino, count);
     }
 
     /// Write `data` at `offset`; returns the bytes written (all of them).

@@ -295,25 +295,27 @@ impl ForkState {
         let Some(n) = self.inodes.get_mut(&ino) else {
             // A file of a parked directory stays parked.
             let open = self.parked_open(ino).ok_or(Error::NotFound)?;
-            *open += 1;
+            *open = open.saturating_add(1);
             return Ok(());
         };
         if n.kind == Kind::File {
-            n.open += 1;
+            n.open = n.open.saturating_add(1);
         }
         Ok(())
     }
 
-    /// A handle on `ino` was closed; the last one of an unlinked file drops it.
-    pub fn release(&mut self, ino: u64) {
+    /// `count` handles on `ino` were closed; the last one of an unlinked
+    /// file drops it.
+    pub fn release(&mut self, ino: u64, count: u64) {
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
         let Some(n) = self.inodes.get_mut(&ino) else {
             if let Some(open) = self.parked_open(ino) {
-                *open = open.saturating_sub(1);
+                *open = open.saturating_sub(count);
             }
             return;
         };
         if n.kind == Kind::File {
-            n.open = n.open.saturating_sub(1);
+            n.open = n.open.saturating_sub(count);
             if n.open == 0 && n.nlink == 0 {
                 self.inodes.remove(&ino);
             }
