@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 
 MIB = 1 << 20
 
@@ -95,7 +96,6 @@ with open(sys.argv[1], "w") as f:
 def peak_run(cmd, **kw):
     """Run `cmd` (Popen keywords `kw`); (seconds, its own peak RSS in MiB, exit
     code, stderr)."""
-    import tempfile
     with tempfile.NamedTemporaryFile("r", prefix="storefs-peak-") as out:
         p = subprocess.run([sys.executable, "-c", _PEAK_HELPER, out.name, *cmd],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)

@@ -31,12 +31,14 @@ seconds each workload took (for humans: one run each, nothing asserts on it).
 
 import argparse
 import glob
+import io
 import json
 import os
 import random
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -122,8 +124,6 @@ def nothing(mp):
 
 def write_tar(path, dirs, per):
     """A tar of `dirs` directories of `per` small distinct files under top/."""
-    import io
-    import tarfile
     rng = random.Random(7)
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as t:
         def add_dir(name):

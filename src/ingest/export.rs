@@ -284,10 +284,7 @@ impl<W: Write> Writer<'_, W> {
             });
         }
         self.entries += 1;
-        if self.entries.is_multiple_of(1000) {
-            self.progress
-                .set_message(format!("{} entries", self.entries));
-        }
+        self.progress.entries(self.entries);
         if e.kind == Kind::File {
             self.progress.advance(e.size);
         }

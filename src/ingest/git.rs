@@ -748,14 +748,8 @@ impl TreeBuilder<'_> {
             })?;
             self.blobs.insert(id, (len, ext));
         }
-        // Publish the objects written once many wait, as a snapshot does:
-        // the store holds each unpublished one in memory. Published early,
-        // they are harmless if the import fails (the caller's write lease
-        // keeps gc away meanwhile).
-        if self.store.wants_sync(store::SYNC_OBJECTS) {
-            self.store.sync_objects()?;
-        }
-        Ok(())
+        // Publish the objects written once many wait, as a snapshot does.
+        Ok(self.store.sync_objects_if_many(store::SYNC_OBJECTS)?)
     }
 
     /// (entries, file bytes) under git tree `tree`, memoized.

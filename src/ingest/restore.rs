@@ -155,10 +155,7 @@ impl Restorer<'_> {
             let child_rel = join(rel, &child.name);
             self.restore_entry(dir, &name, child, &child_rel)?;
             self.stats.entries += 1;
-            if self.stats.entries.is_multiple_of(1000) {
-                self.progress
-                    .set_message(format!("{} entries", self.stats.entries));
-            }
+            self.progress.entries(self.stats.entries);
         }
         Ok(())
     }

@@ -17,7 +17,7 @@
 //!    a bounded channel; hashers compress and store them. After a batch, the
 //!    directories the walk has closed and that no longer wait are stored and
 //!    their subtrees dropped ([`Walk::read_batch`]), and once enough objects
-//!    wait the store publishes them ([`Store::wants_sync`]), so their index
+//!    wait the store publishes them ([`Store::sync_objects_if_many`]), so their index
 //!    leaves memory too. Memory holds the current path, the entries found
 //!    since the last batch and the directories with a hardlink below them
 //!    (their link counts are known at the end), not the whole tree: about
@@ -438,7 +438,7 @@ struct Walk<'p> {
     /// ([`Walk::read_batch`]); then it moves `batch` further.
     batch_at: usize,
     batch: usize,
-    /// Publish the objects written once this many wait ([`Store::wants_sync`]).
+    /// Publish the objects written once this many wait ([`Store::sync_objects_if_many`]).
     sync_objects: usize,
     /// Files read so far (inodes), and their bytes (the progress total).
     files_read: u64,
@@ -825,15 +825,8 @@ impl<'p> Walk<'p> {
             stored[idx] = true;
         }
         self.drop_below(&stored, stack);
-        // Publish what the batches wrote once it is many objects: the store
-        // holds each object written and not yet published in memory (about
-        // 100 bytes), and published ones are found through the multi-pack
-        // index on disk. Objects published before the checkpoint are
-        // harmless if the snapshot fails (gc removes them; the caller's
-        // write lease keeps gc away meanwhile).
-        if self.store.wants_sync(self.sync_objects) {
-            self.store.sync_objects()?;
-        }
+        // Publish what the batches wrote once it is many objects.
+        self.store.sync_objects_if_many(self.sync_objects)?;
         self.batch_at = self.nodes.len() + self.batch;
         Ok(())
     }

@@ -382,11 +382,18 @@ impl Store {
         self.backend.sync().at(&self.object_context())
     }
 
-    /// Whether the objects written and not yet synced (at least
-    /// `min_objects`) hold enough memory that a writer of many should
-    /// [`Store::sync_objects`] before going on.
-    pub fn wants_sync(&self, min_objects: usize) -> bool {
-        self.backend.wants_sync(min_objects)
+    /// [`Store::sync_objects`] once the objects written and not yet synced
+    /// (at least `min_objects`) hold enough memory: for a writer of many
+    /// (snapshot, archive and git import). The store holds each unpublished
+    /// object in memory (about 100 bytes); published ones are found through
+    /// the multi-pack index on disk. Objects published before the writer's
+    /// checkpoint are harmless if it fails (gc removes them; the writer's
+    /// write lease keeps gc away meanwhile).
+    pub fn sync_objects_if_many(&self, min_objects: usize) -> Result<()> {
+        if self.backend.wants_sync(min_objects) {
+            self.sync_objects()?;
+        }
+        Ok(())
     }
 
     fn object_context(&self) -> PathBuf {

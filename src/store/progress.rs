@@ -15,6 +15,12 @@ pub trait Progress: Debug + Send + Sync {
     fn advance(&self, _n: u64) {}
     /// What the operation is doing now, for people ("12 entries").
     fn set_message(&self, _message: String) {}
+    /// `n` entries are done: says so every 1,000.
+    fn entries(&self, n: u64) {
+        if n.is_multiple_of(1000) {
+            self.set_message(format!("{n} entries"));
+        }
+    }
     /// The operation ended (whether it succeeded or not).
     fn finish(&self) {}
 }

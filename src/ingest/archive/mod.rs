@@ -54,7 +54,7 @@ pub struct ImportOptions {
     /// are stored and dropped ([`OPEN_ENTRIES`]; 0: after every entry, tests).
     pub open_entries: usize,
     /// Publish the objects written once this many wait
-    /// ([`store::SYNC_OBJECTS`]; see [`Store::wants_sync`]).
+    /// ([`store::SYNC_OBJECTS`]; see [`Store::sync_objects_if_many`]).
     pub sync_objects: usize,
 }
 
@@ -490,10 +490,7 @@ fn parse(
                     .map_err(hint)?;
             }
         }
-        if builder.entries().is_multiple_of(1000) {
-            opts.progress
-                .set_message(format!("{} entries", builder.entries()));
-        }
+        opts.progress.entries(builder.entries());
     }
     let end_marker = tar.end_marker_seen();
     let headers = tar.headers();

@@ -29,7 +29,7 @@ use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 /// entry held, measured on 303k entries in 2026-12).
 pub const MAX_ENTRIES: u64 = 10_000_000;
 /// Entries held in memory before the directories the archive has left are
-/// stored and dropped ([`TreeBuilder`]; `ImportOptions::open_entries`).
+/// stored and dropped (the module docs; [`ImportOptions::open_entries`]).
 pub const OPEN_ENTRIES: usize = 16_384;
 /// Longest path accepted for an entry or a link target (PATH_MAX).
 pub const MAX_PATH: usize = 4096;
@@ -117,6 +117,9 @@ pub(super) struct TreeBuilder<'a> {
     counters: &'a Counters,
     /// Primary node of each hardlink group.
     groups: Vec<usize>,
+    /// Files whose content is still being stored, oldest first. A slot
+    /// freed by closing may have been given to another file since: settling
+    /// it then only waits for that file earlier.
     in_flight: VecDeque<usize>,
     entries: u64,
     bytes: u64,
@@ -305,9 +308,7 @@ impl<'a> TreeBuilder<'a> {
 
     /// Close every directory that is neither on the path of `current` (an
     /// entry just added) nor pinned, and publish the objects written once
-    /// many wait (the store holds each in memory until then; they are
-    /// harmless if the import fails: gc removes them, and the caller's
-    /// write lease keeps gc away meanwhile).
+    /// many wait ([`Store::sync_objects_if_many`]).
     fn trim(&mut self, current: usize) -> Result<()> {
         let mut path = HashSet::new();
         let mut d = current;
@@ -332,9 +333,7 @@ impl<'a> TreeBuilder<'a> {
         for c in close {
             self.close_below(c)?;
         }
-        if self.store.wants_sync(self.sync_objects) {
-            self.store.sync_objects()?;
-        }
+        self.store.sync_objects_if_many(self.sync_objects)?;
         self.trim_at = match self.open_entries {
             0 => 0,
             n => n.max(2 * self.held()),
@@ -594,9 +593,7 @@ impl<'a> TreeBuilder<'a> {
         let (comps, _) = components(target)?;
         let mut cur = 0;
         for c in &comps {
-            if self.nodes[cur].entry.kind == Kind::Dir {
-                self.open_dir(cur)?;
-            }
+            self.open_dir(cur)?;
             match self.nodes[cur].children.get(c) {
                 Some(&i) if self.nodes[cur].entry.kind == Kind::Dir => cur = i,
                 _ => {
