@@ -10,7 +10,7 @@ use super::fork::CommitStep;
 use super::state::Budget;
 use super::testing::base_checkpoint;
 use super::*;
-use crate::store::{Content, Entry, Kind, ObjectId, Store};
+use crate::store::{Entry, Kind, ObjectId, Store};
 
 /// Directories `top/dNN` (20) of 50 files each, with `sub/deep/x` below
 /// each, and hardlinked pairs (`links/`, `top/d09/`: never parked, nor
@@ -201,24 +201,12 @@ fn changes_through_numbers_held_across_parking_commit_the_same_tree() {
     assert!(attrs[0].iter().all(|(_, a)| a.is_some()));
 }
 
-/// Every entry under tree `id` by path, its times zeroed (the two forks made
-/// their changes at different times) and its subtree flattened.
+/// Every entry under tree `id` by path ([`crate::store::flatten`]), its
+/// times zeroed (the two forks made their changes at different times).
 fn flatten(store: &Store, id: &ObjectId, path: &str) -> Vec<(String, Entry)> {
-    let mut out = Vec::new();
-    for mut e in store.get_tree(id, "test").unwrap().entries {
-        // The root tree holds the root entry, named "".
-        let p = match path {
-            "/" => format!("/{}", String::from_utf8_lossy(&e.name)),
-            _ => format!("{path}/{}", String::from_utf8_lossy(&e.name)),
-        };
+    let mut out = crate::store::flatten(store, id, path);
+    for (_, e) in &mut out {
         (e.mtime_ns, e.ctime_ns) = (0, 0);
-        if let Content::Tree(sub) = e.content {
-            e.content = Content::None;
-            out.push((p.clone(), e));
-            out.extend(flatten(store, &sub, &p));
-        } else {
-            out.push((p, e));
-        }
     }
     out
 }

@@ -47,6 +47,8 @@ pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
 pub use gitindex::GitRecord;
 pub use id::{ObjectId, is_hex, to_hex};
 pub use pack::{PackEntry, decode_index, encode_index};
+#[cfg(test)]
+pub(crate) use tree::flatten;
 pub use tree::{Content, DecodeError, Entry, Extent, Kind, Tree};
 pub use verify::{Bad, Problem, VerifyReport};
 

@@ -290,6 +290,29 @@ impl Tree {
     }
 }
 
+/// Every entry under tree `id` by path, in name order, each directory
+/// before its entries and with its content `None` (tests). From a root tree
+/// with `path` "", the root is "/" and its entries "/NAME".
+#[cfg(test)]
+pub(crate) fn flatten(store: &super::Store, id: &ObjectId, path: &str) -> Vec<(String, Entry)> {
+    let mut out = Vec::new();
+    for mut e in store.get_tree(id, "test").unwrap().entries {
+        // The root tree holds the root entry, named "".
+        let p = match path {
+            "/" => format!("/{}", String::from_utf8_lossy(&e.name)),
+            _ => format!("{path}/{}", String::from_utf8_lossy(&e.name)),
+        };
+        if let Content::Tree(sub) = e.content {
+            e.content = Content::None;
+            out.push((p.clone(), e));
+            out.extend(flatten(store, &sub, &p));
+        } else {
+            out.push((p, e));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
