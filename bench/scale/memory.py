@@ -17,7 +17,13 @@
 5. a fork of the tree of item 2 at 16M: `find` over it (stat of every
    entry), and `cat` of every file (the fork's inode table: base entries
    are parked within a quarter of the flag since 2026-12-05);
-6. `storefs import` of a tar of 303,031 entries (3,000 directories of 100
+6. a lazy mount of that tree's checkpoint pushed to a `file://` remote, from
+   an empty store, at --cache-size 16M: before any read, and after `find`
+   over it and `cat` of every 100th file (the remote's pack index is a
+   midx searched in place since 2026-12-05; it was a hash map of every
+   remote object); and `storefs pull` of it into an empty store (the pull
+   process, no cache);
+7. `storefs import` of a tar of 303,031 entries (3,000 directories of 100
    small files, as tar writes them): the import process's own peak RSS
    (no cache, so the bound is 64 MiB; directories the archive has left are
    stored and dropped since 2026-12-05).
@@ -162,7 +168,7 @@ def main():
     ap.add_argument("--before", default="/tmp/storefs-main", help="storefs binary of main (before)")
     ap.add_argument("--quick", action="store_true", help="about ten times smaller")
     ap.add_argument("--only", default="",
-                    help="comma-separated case prefixes to run (grep,plain,cat,big,fork,walk,import)")
+                    help="comma-separated case prefixes to run (grep,plain,cat,big,fork,walk,lazy,pull,import)")
     a = ap.parse_args()
     bins = (("before", os.path.abspath(a.before)), ("after", os.path.abspath(a.storefs)))
     n = 100 if a.quick else 1000
@@ -190,7 +196,7 @@ def main():
                 rows.append((f"browse grep -r over {n} checkpoints, --cache-size {size}", res, parse_size(size)))
             for s in stores.values():
                 shutil.rmtree(s)
-        if want("plain") or want("cat") or want("walk"):
+        if want("plain") or want("cat") or want("walk") or want("lazy") or want("pull"):
             src = os.path.join(tmp, "many")
             many_objects_tree(src, big)
             stores = {label: os.path.join(tmp, f"many-{label}") for label, _ in bins}
@@ -210,6 +216,39 @@ def main():
                     res = {label: peak(b, stores[label], ["w", "--cache-size", "16M", mp], mp, work)
                            for label, b in bins}
                     rows.append((f"fork of those {big}: {what}, --cache-size 16M", res, parse_size("16M")))
+            if want("lazy") or want("pull"):
+                remotes = {label: os.path.join(tmp, f"remote-{label}") for label, _ in bins}
+                for label, b in bins:
+                    run([b, "--store", stores[label], "remote", "add", "r", f"file://{remotes[label]}"])
+                    run([b, "--store", stores[label], "push", "r", "big"])
+
+                def empty_store(label, b):
+                    st = os.path.join(tmp, f"empty-{label}")
+                    shutil.rmtree(st, ignore_errors=True)
+                    run([b, "--store", st, "init"])
+                    run([b, "--store", st, "remote", "add", "r", f"file://{remotes[label]}"])
+                    return st
+
+                def find_and_some(m):
+                    find_all(m)
+                    subprocess.run(f"find {m} -type f | awk 'NR % 100 == 0' | xargs cat > /dev/null",
+                                   shell=True, check=True)
+
+                if want("lazy"):
+                    for what, work in (("no read", nothing), ("find, then cat of every 100th file", find_and_some)):
+                        res = {label: peak(b, empty_store(label, b), ["r:big", mp, "--cache-size", "16M"], mp, work)
+                               for label, b in bins}
+                        rows.append((f"lazy mount of those {big} from a file:// remote: {what}, --cache-size 16M",
+                                     res, parse_size("16M")))
+                if want("pull"):
+                    res = {}
+                    for label, b in bins:
+                        secs, mib, rc, err = peak_run([b, "--store", empty_store(label, b), "pull", "r", "big"])
+                        if rc != 0:
+                            raise SystemExit(f"{b} pull failed ({rc}): {err}")
+                        res[label] = (mib, secs)
+                    rows.append((f"`storefs pull` of those {big} into an empty store (the pull process, no cache)",
+                                 res, 0))
             for s in stores.values():
                 shutil.rmtree(s)
         if want("big") or want("fork"):

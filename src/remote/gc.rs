@@ -158,15 +158,16 @@ impl Remote {
             .collect();
         let mut delete_packs: Vec<String> = Vec::new();
         let mut repack: Vec<(u32, Vec<Range>)> = Vec::new();
-        for (i, p) in index.packs.iter().enumerate() {
-            let live: Vec<Range> = p
-                .entries
-                .iter()
-                .filter(|e| {
-                    reached.contains(&e.id) && index.get(&e.id).is_some_and(|l| l.pack == i as u32)
-                })
-                .map(|e| (e.id, e.offset, e.len))
-                .collect();
+        // Each pack's reachable objects (an object in two packs counts in
+        // the one lookups give), in one pass over the index.
+        let mut live: Vec<Vec<Range>> = vec![Vec::new(); index.packs.len()];
+        for e in index.entries()? {
+            let (id, l, first) = e?;
+            if first && reached.contains(&id) {
+                live[l.pack as usize].push((id, l.offset, l.len));
+            }
+        }
+        for (i, (p, live)) in index.packs.iter().zip(live).enumerate() {
             let live_bytes: u64 = live.iter().map(|l| l.2 as u64 + pack::RECORD_HEADER).sum();
             let dead = p.size.saturating_sub(live_bytes);
             rep.unreachable_bytes += dead;
@@ -212,7 +213,7 @@ impl Remote {
         let mut delete_keys: Vec<String> = Vec::new();
         for o in self.list_dir("objects", "").await? {
             let Some(id) = o.id() else { continue };
-            if reached.contains(&id) && !index.contains(&id) {
+            if reached.contains(&id) && !index.contains(&id)? {
                 continue;
             }
             rep.unreachable_bytes += o.size;

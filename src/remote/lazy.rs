@@ -130,7 +130,7 @@ fn fetch_head(store: &Store, remote: &str, name: &str) -> Result<(ObjectId, Vec<
         let (index, _) = r.pack_index(store.root()).await?;
         if !store.has_object(&root)? {
             let err = |what: String, e| r.backend_err(what, e);
-            let raw = match index.get(&root) {
+            let raw = match index.get(&root)? {
                 Some(l) => {
                     let locs = [(root, l.offset, l.len)];
                     let (mut got, _) =
@@ -371,7 +371,9 @@ impl Shared {
         let mut reloaded = false;
         loop {
             let index = self.index.read().clone();
-            let loc = index.get(&id);
+            let loc = index
+                .lookup(&id)
+                .inspect_err(|e| fail("cannot read the remote's pack index", e))?;
             tracing::debug!(object = %id, pack = ?loc.map(|l| index.pack(&l).stem.clone()), "fetching from the remote");
             let got = match loc {
                 Some(l) => {
@@ -677,7 +679,7 @@ impl ObjectBackend for LazyBackend {
             if s.local.contains(id).unwrap_or(true) {
                 continue;
             }
-            match index.get(id) {
+            match index.lookup(id).ok().flatten() {
                 Some(l) => by_pack.entry(l.pack).or_default().push((*id, l)),
                 None => {
                     if s.prefetching.load(Ordering::SeqCst) >= MAX_PREFETCH {

@@ -108,11 +108,17 @@ impl Remote {
         let (index, _) = self.pack_index(store.root()).await?;
         // Objects pushed one by one by earlier versions of storefs.
         let loose = self.list_ids("objects", "").await?;
-        let on_remote = |id: &ObjectId| index.contains(id) || loose.contains(id);
-        let missing_trees: Vec<ObjectId> =
-            trees.iter().filter(|id| !on_remote(id)).copied().collect();
-        let missing_chunks: Vec<ObjectId> =
-            chunks.iter().filter(|id| !on_remote(id)).copied().collect();
+        let missing = |ids: &[ObjectId]| -> Result<Vec<ObjectId>> {
+            let mut out = Vec::new();
+            for id in ids {
+                if !loose.contains(id) && !index.contains(id)? {
+                    out.push(*id);
+                }
+            }
+            Ok(out)
+        };
+        let missing_trees = missing(&trees)?;
+        let missing_chunks = missing(&chunks)?;
         let mut report = PushReport {
             checkpoints: ancestry.len(),
             objects_needed: trees.len() + chunks.len(),
@@ -431,11 +437,14 @@ impl Remote {
     ) -> Result<Vec<(Tree, ObjectId)>> {
         let ids: Vec<ObjectId> = wanted.iter().map(|(id, _)| *id).collect();
         let present = contains_all(backend, ids).await?;
-        let packs: HashSet<u32> = wanted
+        // Where each wanted tree not here is, looked up once.
+        let mut locs = Vec::with_capacity(wanted.len());
+        for ((id, _), here) in wanted.iter().zip(&present) {
+            locs.push(if *here { None } else { index.get(id)? });
+        }
+        let packs: HashSet<u32> = locs
             .iter()
-            .zip(&present)
-            .filter(|(_, here)| !**here)
-            .filter_map(|((id, _), _)| index.get(id))
+            .flatten()
             .filter(|l| index.pack(l).kind == PackKind::Trees && !tree_packs.contains_key(&l.pack))
             .map(|l| l.pack)
             .collect();
@@ -460,11 +469,11 @@ impl Remote {
         }
         let tree_packs = &*tree_packs;
         let results: Vec<(Tree, ObjectId, bool)> =
-            futures::stream::iter(wanted.iter().zip(present))
-                .map(|(&(id, ck), here)| {
+            futures::stream::iter(wanted.iter().zip(present).zip(locs))
+                .map(|((&(id, ck), here), loc)| {
                     let backend = backend.clone();
                     async move {
-                        let from_pack = index.get(&id).and_then(|l| {
+                        let from_pack = loc.and_then(|l| {
                             let b = tree_packs.get(&l.pack)?;
                             b.get(l.offset as usize..(l.offset + l.len as u64) as usize)
                                 .map(|s| s.to_vec())
@@ -516,7 +525,7 @@ impl Remote {
         let mut by_pack: HashMap<u32, Vec<(ObjectId, u64, u32)>> = HashMap::new();
         let mut single = Vec::new();
         for ((id, ck), here) in wanted.into_iter().zip(present) {
-            match (here, index.get(&id)) {
+            match (here, if here { None } else { index.get(&id)? }) {
                 (true, _) => {}
                 (false, Some(l)) => by_pack
                     .entry(l.pack)
@@ -573,7 +582,7 @@ impl Remote {
     /// One object's stored bytes from the remote: a ranged GET from its pack,
     /// or `objects/<id>` (pushed loose by older versions).
     async fn fetch_single(&self, index: &PackIndex, id: ObjectId, ck: ObjectId) -> Result<Vec<u8>> {
-        if let Some(l) = index.get(&id) {
+        if let Some(l) = index.get(&id)? {
             let err = |what: String, e| self.backend_err(what, e);
             let stem = &index.pack(&l).stem;
             let (mut got, _) =

@@ -25,6 +25,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sha2::{Digest, Sha256};
 
 use super::{Error, Result};
+use crate::store::midx::{self, Flavor, Merge, Midx, MidxEntry};
 use crate::store::{self, ObjectBackend, ObjectId, PackEntry, Store};
 
 /// A pack being built is closed at this many bytes.
@@ -80,6 +81,8 @@ pub struct PackInfo {
     pub kind: PackKind,
     /// The pack's length (the end of its last record).
     pub size: u64,
+    /// Its objects, for a pack of trees only (lazy mounts fetch spans of
+    /// them); a data pack's are found through the index's lookups.
     pub entries: Vec<PackEntry>,
 }
 
@@ -92,38 +95,101 @@ pub struct Loc {
     pub len: u32,
 }
 
-/// Every published pack of a remote and where each object is.
-#[derive(Debug, Default)]
+/// The cache directory's multi-pack index over the remote's packs.
+const MIDX_FILE: &str = "index.midx";
+
+/// A remote pack's name in the cache's midx: `<key>.<size, 16 hex>`, the
+/// key being its cached index file's name without `.idx` (`<stem>.<version,
+/// 16 hex>`), so a rewritten index is not taken from an older midx.
+static REMOTE_MIDX: Flavor = Flavor::new(b"SFRMIDX1", 66 + 17 + 17, is_midx_name);
+
+fn is_midx_name(name: &str) -> bool {
+    parse_midx_name(name).is_some()
+}
+
+fn midx_name(key: &str, size: u64) -> String {
+    format!("{key}.{size:016x}")
+}
+
+/// A midx name's key, stem, kind and pack size.
+fn parse_midx_name(name: &str) -> Option<(&str, &str, PackKind, u64)> {
+    let (key, size) = name.rsplit_once('.')?;
+    let (stem, version) = key.split_once('.')?;
+    let kind = parse_stem(stem)?;
+    let hex16 = |x: &str| x.len() == 16 && store::is_hex(x);
+    if !hex16(version) || !hex16(size) {
+        return None;
+    }
+    Some((key, stem, kind, u64::from_str_radix(size, 16).ok()?))
+}
+
+/// Every published pack of a remote and where each object is: the packs'
+/// index files, cached in `STORE/remotes/<name>.packs/`, merged into one
+/// multi-pack index there (`index.midx`, [`crate::store::midx`]'s format
+/// with the remote's pack names) and searched in place, so a process holds
+/// about 2 bytes an object (the midx's sparse ids), not the whole index.
+#[derive(Default)]
 pub struct PackIndex {
     pub packs: Vec<PackInfo>,
-    map: HashMap<ObjectId, Loc>,
+    /// `None` when the remote has no packs.
+    midx: Option<Midx>,
+    path: PathBuf,
 }
 
 impl PackIndex {
-    fn from_packs(packs: Vec<PackInfo>) -> PackIndex {
-        let mut map = HashMap::new();
-        for (i, p) in packs.iter().enumerate() {
-            for e in &p.entries {
-                map.entry(e.id).or_insert(Loc {
-                    pack: i as u32,
-                    offset: e.offset,
-                    len: e.len,
-                });
-            }
-        }
-        PackIndex { packs, map }
+    /// Where `id` is, if it is in a pack (the first pack the midx lists it
+    /// in, as [`PackIndex::entries`] gives it first).
+    pub fn lookup(&self, id: &ObjectId) -> std::io::Result<Option<Loc>> {
+        let Some(m) = &self.midx else {
+            return Ok(None);
+        };
+        Ok(m.lookup(id)?.first().map(|e| Loc {
+            pack: e.pack,
+            offset: e.offset,
+            len: e.len,
+        }))
     }
 
-    pub fn get(&self, id: &ObjectId) -> Option<Loc> {
-        self.map.get(id).copied()
+    /// [`PackIndex::lookup`], its error naming the file.
+    pub fn get(&self, id: &ObjectId) -> Result<Option<Loc>> {
+        self.lookup(id).map_err(|source| self.io_err(source))
     }
 
-    pub fn contains(&self, id: &ObjectId) -> bool {
-        self.map.contains_key(id)
+    pub fn contains(&self, id: &ObjectId) -> Result<bool> {
+        Ok(self.get(id)?.is_some())
     }
 
     pub fn pack(&self, loc: &Loc) -> &PackInfo {
         &self.packs[loc.pack as usize]
+    }
+
+    /// Every object in every pack, by id: `(id, where, first)`, `first`
+    /// false for an id's later copies (in another pack), which
+    /// [`PackIndex::get`] never gives. Read from disk as it goes.
+    pub fn entries(&self) -> Result<impl Iterator<Item = Result<(ObjectId, Loc, bool)>> + '_> {
+        let iter = match &self.midx {
+            Some(m) => Some(m.iter().map_err(|source| self.io_err(source))?),
+            None => None,
+        };
+        let mut prev = None;
+        Ok(iter.into_iter().flatten().map(move |e| {
+            let e = e.map_err(|source| self.io_err(source))?;
+            let first = prev != Some(e.id);
+            prev = Some(e.id);
+            let loc = Loc {
+                pack: e.pack,
+                offset: e.offset,
+                len: e.len,
+            };
+            Ok((e.id, loc, first))
+        }))
+    }
+
+    fn io_err(&self, source: std::io::Error) -> Error {
+        Error::Io {
+            path: self.path.clone(),
+            source,
+        }
     }
 }
 
@@ -132,50 +198,200 @@ pub fn cache_dir(store_root: &Path, remote: &str) -> PathBuf {
     store_root.join("remotes").join(format!("{remote}.packs"))
 }
 
+/// A cached index file's key: its name (`<stem>.<version>.idx`) without
+/// `.idx`, if it is one.
+fn cached_key(name: &str) -> Option<&str> {
+    let key = name.strip_suffix(".idx")?;
+    parse_midx_name(&midx_name(key, 0)).map(|_| key)
+}
+
 /// Build an index from the cached index files alone (no request): what a
 /// lazy mount's daemon starts from, after the mount command refreshed it.
+/// A cached file that cannot be read is removed (the next refresh reads it
+/// from the remote again) and the index built without it.
 pub fn load_cached(store_root: &Path, remote: &str) -> PackIndex {
     let dir = cache_dir(store_root, remote);
-    let mut packs = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            let name = e.file_name();
-            // <stem>.<version>.idx
-            let Some(stem) = name
-                .to_str()
-                .filter(|n| n.ends_with(".idx"))
-                .and_then(|n| n.split('.').next())
-            else {
-                continue;
-            };
-            let Some(kind) = parse_stem(stem) else {
-                continue;
-            };
-            match std::fs::read(e.path()).and_then(|b| store::decode_index(&b)) {
-                Ok(entries) => packs.push(info(stem, kind, entries)),
-                Err(err) => {
-                    tracing::warn!(path = %e.path().display(), error = %err, "cached remote pack index unreadable; removed");
-                    let _ = std::fs::remove_file(e.path());
+    loop {
+        let mut wanted = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                let name = e.file_name();
+                if let Some(key) = name.to_str().and_then(cached_key) {
+                    wanted.push((key.to_string(), e.path()));
                 }
             }
         }
+        wanted.sort();
+        // Two versions of one pack's index (a rewritten one, which a correct
+        // writer never makes): the next refresh keeps the listed one.
+        wanted.dedup_by(|a, b| a.0.split('.').next() == b.0.split('.').next());
+        match open_index(&dir, &wanted) {
+            Ok(index) => return index,
+            Err(BadCached(path, err)) if wanted.iter().any(|(_, p)| *p == path) => {
+                tracing::warn!(path = %path.display(), error = %err, "cached remote pack index unreadable; removed");
+                let _ = std::fs::remove_file(&path);
+            }
+            Err(BadCached(path, err)) => {
+                tracing::warn!(path = %path.display(), error = %err, "cannot build the remote's pack index; objects are fetched one by one");
+                return PackIndex::default();
+            }
+        }
     }
-    packs.sort_by(|a, b| a.stem.cmp(&b.stem));
-    PackIndex::from_packs(packs)
 }
 
-fn info(stem: &str, kind: PackKind, entries: Vec<PackEntry>) -> PackInfo {
-    let size = entries
-        .iter()
-        .map(|e| e.offset + e.len as u64)
-        .max()
-        .unwrap_or(0);
-    PackInfo {
-        stem: stem.to_string(),
-        kind,
-        size,
-        entries,
+/// A file [`open_index`] could not read or write, and why.
+struct BadCached(PathBuf, std::io::Error);
+
+/// The index over `wanted` (sorted keys, [`cached_key`], each with its
+/// cached index file): the cache's midx when it lists exactly those packs, else a new
+/// one written first. A new midx keeps the old one's entries for packs still
+/// wanted and reads only the other packs' index files (all of them when the
+/// old midx is unreadable).
+fn open_index(
+    dir: &Path,
+    wanted: &[(String, PathBuf)],
+) -> std::result::Result<PackIndex, BadCached> {
+    let path = dir.join(MIDX_FILE);
+    let keys: Vec<&str> = wanted.iter().map(|(k, _)| k.as_str()).collect();
+    let listed = |m: &Midx| -> Vec<String> {
+        m.names
+            .iter()
+            .filter_map(|n| parse_midx_name(n).map(|(k, ..)| k.to_string()))
+            .collect()
+    };
+    // Checked whole (its entries' checksum; about 5 ms for 100,000 objects,
+    // read in 1 MiB blocks): a damaged entry would send reads to the wrong
+    // bytes, which the objects' own checks would then blame on the remote.
+    let checked = |m: Midx| {
+        m.iter()
+            .and_then(|mut it| it.try_for_each(|e| e.map(drop)))
+            .map(|()| m)
+    };
+    let mut midx = match Midx::open_as(&path, &REMOTE_MIDX).and_then(|m| m.map(checked).transpose())
+    {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cached remote multi-pack index damaged; written again");
+            None
+        }
+    };
+    if wanted.is_empty() {
+        return Ok(PackIndex {
+            path,
+            ..PackIndex::default()
+        });
     }
+    if midx.as_ref().is_none_or(|m| listed(m) != keys) {
+        if let Err(e) = write_index(&path, wanted, midx.as_ref()) {
+            // The old midx's entries may be what is bad: from the files alone.
+            let retry = match (&e, &midx) {
+                (BadCached(p, _), Some(_)) if *p == path => write_index(&path, wanted, None),
+                _ => Err(e),
+            };
+            retry?;
+        }
+        midx = Midx::open_as(&path, &REMOTE_MIDX).map_err(|e| BadCached(path.clone(), e))?;
+    }
+    let Some(midx) = midx else {
+        return Err(BadCached(
+            path,
+            std::io::Error::other("written, then not found"),
+        ));
+    };
+    let mut packs = Vec::with_capacity(midx.names.len());
+    for (name, (_, file)) in midx.names.iter().zip(wanted) {
+        let (_, stem, kind, size) = parse_midx_name(name).expect("checked at open");
+        let entries = match kind {
+            PackKind::Trees => read_cached(file)?,
+            PackKind::Data => Vec::new(),
+        };
+        packs.push(PackInfo {
+            stem: stem.to_string(),
+            kind,
+            size,
+            entries,
+        });
+    }
+    Ok(PackIndex {
+        packs,
+        midx: Some(midx),
+        path,
+    })
+}
+
+fn read_cached(file: &Path) -> std::result::Result<Vec<PackEntry>, BadCached> {
+    std::fs::read(file)
+        .and_then(|b| store::decode_index(&b))
+        .map_err(|e| BadCached(file.to_path_buf(), e))
+}
+
+/// Write the midx over `wanted` at `path`: `old`'s entries of packs still
+/// wanted, merged with the entries of the others, read from their files
+/// (each checked against its trailer).
+fn write_index(
+    path: &Path,
+    wanted: &[(String, PathBuf)],
+    old: Option<&Midx>,
+) -> std::result::Result<(), BadCached> {
+    let bad_midx = |e| BadCached(path.to_path_buf(), e);
+    // Old pack number -> (new number, size) for the packs kept.
+    let mut renumber: HashMap<u32, u32> = HashMap::new();
+    let mut sizes: Vec<Option<u64>> = vec![None; wanted.len()];
+    if let Some(m) = old {
+        for (i, name) in m.names.iter().enumerate() {
+            let (key, _, _, size) = parse_midx_name(name).expect("checked at open");
+            if let Ok(n) = wanted.binary_search_by(|(k, _)| k.as_str().cmp(key)) {
+                renumber.insert(i as u32, n as u32);
+                sizes[n] = Some(size);
+            }
+        }
+    }
+    let mut fresh: Vec<MidxEntry> = Vec::new();
+    for (n, (_, file)) in wanted.iter().enumerate() {
+        if sizes[n].is_some() {
+            continue;
+        }
+        let entries = read_cached(file)?;
+        sizes[n] = Some(
+            entries
+                .iter()
+                .map(|e| e.offset + e.len as u64)
+                .max()
+                .unwrap_or(0),
+        );
+        fresh.extend(entries.iter().map(|e| MidxEntry {
+            id: e.id,
+            pack: n as u32,
+            offset: e.offset,
+            len: e.len,
+        }));
+    }
+    fresh.sort_by_key(|e| e.id);
+    let names: Vec<String> = wanted
+        .iter()
+        .zip(&sizes)
+        .map(|((key, _), size)| midx_name(key, size.expect("set above")))
+        .collect();
+    let kept = match old {
+        Some(m) => Some(m.iter().map_err(bad_midx)?),
+        None => None,
+    };
+    let kept = kept.into_iter().flatten().filter_map(|e| match e {
+        Ok(e) => renumber
+            .get(&e.pack)
+            .map(|&pack| Ok(MidxEntry { pack, ..e })),
+        Err(e) => Some(Err(e)),
+    });
+    midx::write_as(
+        path,
+        &REMOTE_MIDX,
+        &names,
+        &mut Merge::new(kept, fresh.into_iter()),
+        // A cache checked whole at every open: what a crash leaves is
+        // written again.
+        false,
+    )
+    .map_err(bad_midx)
 }
 
 /// What a listing of `packs/` shows.
@@ -279,45 +495,65 @@ pub async fn refresh(
         .map(Published::cache_name)
         .collect();
     for e in std::fs::read_dir(&dir).map_err(io)?.flatten() {
-        if e.file_name().to_str().is_none_or(|n| !wanted.contains(n)) {
+        // Only index files: the midx and a concurrent writer's temp files stay.
+        let name = e.file_name();
+        let name = name.to_str().unwrap_or("");
+        if name.ends_with(".idx") && !wanted.contains(name) {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    let packs: Vec<PackInfo> = futures::stream::iter(listing.published.clone())
-        .map(|p| {
-            let dir = dir.clone();
-            async move {
-                let stem = p.stem.clone();
-                let kind = parse_stem(&stem).expect("listed stems are checked");
-                let cached = dir.join(p.cache_name());
-                if let Ok(entries) = std::fs::read(&cached).and_then(|b| store::decode_index(&b)) {
-                    return Ok(info(&stem, kind, entries));
-                }
-                let key = idx_key(&stem);
-                let bytes = objects
-                    .get(&ObjPath::from(key.as_str()))
-                    .await
-                    .map_err(|e| err(format!("reading {key}"), e))?
-                    .bytes()
-                    .await
-                    .map_err(|e| err(format!("reading {key}"), e))?;
-                let entries = store::decode_index(&bytes).map_err(|e| Error::BadPack {
-                    key: key.clone(),
-                    detail: e.to_string(),
-                })?;
-                store::write_file(&cached, &bytes, 0o644, false).map_err(|source| Error::Io {
-                    path: cached.clone(),
-                    source,
-                })?;
-                Ok::<_, Error>(info(&stem, kind, entries))
+    // A cached copy found bad is removed and read from the remote again, once.
+    let mut attempts = 2;
+    loop {
+        let mut cached: Vec<(String, PathBuf)> = futures::stream::iter(listing.published.clone())
+            .map(|p| fetch_idx(objects, &dir, p, err))
+            .buffer_unordered(PARALLEL_IDX)
+            .try_collect()
+            .await?;
+        cached.sort();
+        attempts -= 1;
+        match open_index(&dir, &cached) {
+            Ok(index) => return Ok((index, listing)),
+            Err(BadCached(path, _)) if attempts > 0 && cached.iter().any(|(_, p)| *p == path) => {
+                tracing::warn!(path = %path.display(), "cached remote pack index unreadable; read again");
+                let _ = std::fs::remove_file(&path);
             }
-        })
-        .buffer_unordered(PARALLEL_IDX)
-        .try_collect()
-        .await?;
-    let mut packs = packs;
-    packs.sort_by(|a, b| a.stem.cmp(&b.stem));
-    Ok((PackIndex::from_packs(packs), listing))
+            Err(BadCached(path, source)) => return Err(Error::Io { path, source }),
+        }
+    }
+}
+
+/// The cached copy of published pack `p`'s index, fetched (and checked
+/// against its trailer) when the cache lacks it.
+async fn fetch_idx(
+    objects: &Arc<dyn ObjectStore>,
+    dir: &Path,
+    p: Published,
+    err: &(dyn Fn(String, object_store::Error) -> Error + Sync),
+) -> Result<(String, PathBuf)> {
+    let name = p.cache_name();
+    let cache_key = name.strip_suffix(".idx").expect("a cache name").to_string();
+    let cached = dir.join(&name);
+    if std::fs::metadata(&cached).is_ok() {
+        return Ok((cache_key, cached));
+    }
+    let key = idx_key(&p.stem);
+    let bytes = objects
+        .get(&ObjPath::from(key.as_str()))
+        .await
+        .map_err(|e| err(format!("reading {key}"), e))?
+        .bytes()
+        .await
+        .map_err(|e| err(format!("reading {key}"), e))?;
+    store::decode_index(&bytes).map_err(|e| Error::BadPack {
+        key: key.clone(),
+        detail: e.to_string(),
+    })?;
+    store::write_file(&cached, &bytes, 0o644, false).map_err(|source| Error::Io {
+        path: cached.clone(),
+        source,
+    })?;
+    Ok((cache_key, cached))
 }
 
 /// A pack being built in memory.
@@ -526,5 +762,184 @@ mod tests {
         }
         assert_eq!(parse_stem("x-00"), None);
         assert_eq!(parse_stem(&format!("t-{}", "g".repeat(64))), None);
+    }
+
+    /// A pack of `kind` holding objects `ids` (each `len(id)` bytes), its
+    /// index cached under `root` as remote "r" would cache it (`version`).
+    fn cached_pack(
+        root: &Path,
+        kind: PackKind,
+        ids: &[u8],
+        version: u8,
+    ) -> (String, Vec<PackEntry>) {
+        let mut b = PackBuilder::new(kind);
+        for &i in ids {
+            b.push(&ObjectId([i; 32]), &vec![i; 10 + i as usize]);
+        }
+        let p = b.finish();
+        let dir = cache_dir(root, "r");
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = format!("{}.{}.idx", p.stem, format!("{version:02x}").repeat(8));
+        std::fs::write(dir.join(name), &p.idx).unwrap();
+        (p.stem, store::decode_index(&p.idx).unwrap())
+    }
+
+    /// Every object of `packs` is found where its pack's index says, and
+    /// `entries` lists each id once as first, in the pack `get` gives.
+    fn check(index: &PackIndex, packs: &[(String, Vec<PackEntry>)]) {
+        let mut want = 0;
+        for (stem, entries) in packs {
+            for e in entries {
+                let l = index.get(&e.id).unwrap().expect("found");
+                let found = index.pack(&l);
+                let (_, theirs) = packs.iter().find(|(s, _)| *s == found.stem).unwrap();
+                let there = theirs
+                    .iter()
+                    .find(|x| x.id == e.id)
+                    .expect("in the pack named");
+                assert_eq!((l.offset, l.len), (there.offset, there.len), "{stem}");
+                want += 1;
+            }
+        }
+        let mut firsts = 0;
+        let mut all = 0;
+        for e in index.entries().unwrap() {
+            let (id, l, first) = e.unwrap();
+            all += 1;
+            if first {
+                firsts += 1;
+                assert_eq!(index.get(&id).unwrap().unwrap().pack, l.pack);
+            }
+        }
+        assert_eq!(all, want);
+        let distinct: HashSet<ObjectId> = packs
+            .iter()
+            .flat_map(|(_, e)| e.iter().map(|e| e.id))
+            .collect();
+        assert_eq!(firsts, distinct.len());
+        assert_eq!(
+            index.get(&ObjectId([0xee; 32])).unwrap().map(|l| l.pack),
+            None
+        );
+        for p in &index.packs {
+            let (_, entries) = packs.iter().find(|(s, _)| *s == p.stem).unwrap();
+            let size = entries
+                .iter()
+                .map(|e| e.offset + e.len as u64)
+                .max()
+                .unwrap();
+            assert_eq!(p.size, size, "{}", p.stem);
+            match p.kind {
+                PackKind::Trees => assert_eq!(p.entries, *entries),
+                PackKind::Data => assert!(p.entries.is_empty()),
+            }
+        }
+    }
+
+    fn midx_inode(root: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(cache_dir(root, "r").join(MIDX_FILE))
+            .unwrap()
+            .ino()
+    }
+
+    #[test]
+    fn the_cached_indexes_are_searched_through_one_midx_kept_while_the_packs_stay() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        assert!(load_cached(root, "r").packs.is_empty());
+        // Object 5 is in two packs.
+        let mut packs = vec![
+            cached_pack(root, PackKind::Data, &[1, 2, 3, 5], 1),
+            cached_pack(root, PackKind::Data, &[4, 5, 6], 1),
+            cached_pack(root, PackKind::Trees, &[7, 8], 1),
+        ];
+        let index = load_cached(root, "r");
+        assert_eq!(index.packs.len(), 3);
+        check(&index, &packs);
+        let ino = midx_inode(root);
+        drop(index);
+        check(&load_cached(root, "r"), &packs);
+        assert_eq!(
+            midx_inode(root),
+            ino,
+            "the same packs: the midx is not written again"
+        );
+
+        // A pack gone, another come: written again, the kept pack's entries
+        // taken from the old midx (its index file is not read again: here it
+        // is damaged, and still found).
+        let dir = cache_dir(root, "r");
+        let gone = packs.remove(1);
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let name = e.file_name().into_string().unwrap();
+            if name.starts_with(&gone.0) {
+                std::fs::remove_file(e.path()).unwrap();
+            } else if name.starts_with(&packs[0].0) {
+                std::fs::write(e.path(), b"damaged").unwrap();
+            }
+        }
+        packs.push(cached_pack(root, PackKind::Data, &[9, 10], 1));
+        let index = load_cached(root, "r");
+        assert_ne!(midx_inode(root), ino);
+        assert_eq!(index.packs.len(), 3);
+        check(&index, &packs);
+        assert!(index.get(&ObjectId([4; 32])).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_damaged_midx_is_written_again_and_a_damaged_index_file_dropped() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let mut packs = vec![
+            cached_pack(root, PackKind::Data, &[1, 2], 1),
+            cached_pack(root, PackKind::Trees, &[3], 1),
+        ];
+        check(&load_cached(root, "r"), &packs);
+        let midx = cache_dir(root, "r").join(MIDX_FILE);
+        let mut b = std::fs::read(&midx).unwrap();
+        let n = b.len();
+        b[n - 1] ^= 1;
+        std::fs::remove_file(&midx).unwrap();
+        std::fs::write(&midx, &b).unwrap();
+        let index = load_cached(root, "r");
+        check(&index, &packs);
+        assert!(
+            index.entries().unwrap().all(|e| e.is_ok()),
+            "the entries' checksum holds again"
+        );
+
+        // A new pack whose cached index is damaged: removed, the rest served.
+        let (stem, _) = cached_pack(root, PackKind::Data, &[4], 1);
+        let bad = std::fs::read_dir(cache_dir(root, "r"))
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_str().unwrap().starts_with(&stem))
+            .unwrap()
+            .path();
+        std::fs::write(&bad, b"damaged").unwrap();
+        let index = load_cached(root, "r");
+        assert!(!bad.exists());
+        check(&index, &packs);
+
+        // A rewritten index (another version of a stem): its offsets, not
+        // the midx's.
+        let (stem, mut entries) = packs.remove(0);
+        for e in &mut entries {
+            e.offset += 1000;
+        }
+        for e in std::fs::read_dir(cache_dir(root, "r")).unwrap().flatten() {
+            if e.file_name().to_str().unwrap().starts_with(&stem) {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
+        let name = format!("{stem}.{}.idx", "02".repeat(8));
+        std::fs::write(
+            cache_dir(root, "r").join(name),
+            store::encode_index(&mut entries.clone()),
+        )
+        .unwrap();
+        packs.push((stem, entries));
+        check(&load_cached(root, "r"), &packs);
     }
 }

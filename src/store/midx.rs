@@ -41,9 +41,36 @@ use super::id::ObjectId;
 
 /// The file's name in the packs directory.
 pub const MIDX: &str = "index.midx";
-const MAGIC: &[u8; 8] = b"SFMIDX01";
-/// The length of a pack's name (16 hex digits).
+/// The length of a local pack's name (16 hex digits).
 pub const NAME_LEN: usize = 16;
+
+/// What kind of packs a midx file lists: its magic and its packs' names.
+/// The format is the same otherwise.
+pub struct Flavor {
+    magic: &'static [u8; 8],
+    /// Every name is this many ASCII bytes.
+    pub name_len: usize,
+    valid: fn(&str) -> bool,
+}
+
+/// The local store's packs (`objects/packs/`), named by 16 hex digits.
+pub const LOCAL: Flavor = Flavor {
+    magic: b"SFMIDX01",
+    name_len: NAME_LEN,
+    valid: is_pack_name,
+};
+
+impl Flavor {
+    /// A flavor of its own, for packs named otherwise (a remote's, in the
+    /// store's cache of their indexes).
+    pub const fn new(magic: &'static [u8; 8], name_len: usize, valid: fn(&str) -> bool) -> Flavor {
+        Flavor {
+            magic,
+            name_len,
+            valid,
+        }
+    }
+}
 const ENTRY: usize = 32 + 4 + 4 + 8;
 /// Entries a lookup reads at once: the sparse index keeps the id of one
 /// entry in this many (2 bytes an object: 600 KiB for 300,000).
@@ -125,14 +152,20 @@ pub fn identity(meta: &fs::Metadata) -> Identity {
     )
 }
 
-fn header_len(npacks: usize) -> u64 {
-    (8 + 4 + 8 + 256 * 8 + npacks * NAME_LEN + 32 + 32) as u64
+fn header_len(flavor: &Flavor, npacks: usize) -> u64 {
+    (8 + 4 + 8 + 256 * 8 + npacks * flavor.name_len + 32 + 32) as u64
 }
 
 impl Midx {
-    /// Open `path`; `None` when there is none. `InvalidData` when it is not
-    /// a whole midx file (bad header, wrong length).
+    /// Open `path`, a [`LOCAL`] midx; `None` when there is none.
+    /// `InvalidData` when it is not a whole midx file (bad header, wrong
+    /// length).
     pub fn open(path: &Path) -> io::Result<Option<Midx>> {
+        Midx::open_as(path, &LOCAL)
+    }
+
+    /// [`Midx::open`] for a midx of `flavor`.
+    pub fn open_as(path: &Path, flavor: &Flavor) -> io::Result<Option<Midx>> {
         let file = match File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -142,12 +175,12 @@ impl Midx {
         let mut fixed = [0u8; 20];
         file.read_exact_at(&mut fixed, 0)
             .map_err(|_| bad("shorter than its header"))?;
-        if &fixed[..8] != MAGIC {
+        if &fixed[..8] != flavor.magic {
             return Err(bad("not a storefs multi-pack index"));
         }
         let npacks = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes")) as usize;
         let count = u64::from_le_bytes(fixed[12..20].try_into().expect("8 bytes"));
-        let hlen = header_len(npacks);
+        let hlen = header_len(flavor, npacks);
         if count
             .checked_mul(ENTRY as u64)
             .and_then(|n| n.checked_add(hlen))
@@ -173,14 +206,14 @@ impl Midx {
             return Err(bad("fanout table out of order"));
         }
         let mut names = Vec::with_capacity(npacks);
+        let len = flavor.name_len;
         for i in 0..npacks {
-            let n = &body[at + i * NAME_LEN..at + (i + 1) * NAME_LEN];
-            match std::str::from_utf8(n) {
-                Ok(s) if is_pack_name(s) => names.push(s.to_string()),
+            match std::str::from_utf8(&body[at + i * len..at + (i + 1) * len]) {
+                Ok(s) if (flavor.valid)(s) => names.push(s.to_string()),
                 _ => return Err(bad("bad pack name")),
             }
         }
-        at += npacks * NAME_LEN;
+        at += npacks * len;
         let entries_sum = body[at..at + 32].try_into().expect("32 bytes");
         Ok(Some(Midx {
             file,
@@ -325,8 +358,31 @@ pub fn write(
     names: &[String],
     entries: &mut dyn Iterator<Item = io::Result<MidxEntry>>,
 ) -> io::Result<()> {
+    write_as(&dir.join(MIDX), &LOCAL, names, entries, true)
+}
+
+/// [`write`] a midx of `flavor` at `path`; its names are checked. Without
+/// `durable` nothing is fsynced: for a reader that checks the whole file
+/// when it opens it, so that what a crash left of it is written again.
+pub fn write_as(
+    path: &Path,
+    flavor: &Flavor,
+    names: &[String],
+    entries: &mut dyn Iterator<Item = io::Result<MidxEntry>>,
+    durable: bool,
+) -> io::Result<()> {
     debug_assert!(names.windows(2).all(|w| w[0] < w[1]));
-    let tmp = dir.join(temp_name(MIDX));
+    if let Some(n) = names
+        .iter()
+        .find(|n| n.len() != flavor.name_len || !(flavor.valid)(n))
+    {
+        return Err(io::Error::other(format!(
+            "multi-pack index: bad pack name {n:?}"
+        )));
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or(MIDX);
+    let tmp = dir.join(temp_name(file_name));
     let result = (|| {
         let file = OpenOptions::new()
             .read(true)
@@ -334,7 +390,7 @@ pub fn write(
             .create_new(true)
             .mode(0o444)
             .open(&tmp)?;
-        let hlen = header_len(names.len());
+        let hlen = header_len(flavor, names.len());
         let mut w = BufWriter::with_capacity(1 << 20, &file);
         w.seek(SeekFrom::Start(hlen))?;
         let mut fanout = vec![0u64; 256];
@@ -360,7 +416,7 @@ pub fn write(
         w.flush()?;
         drop(w);
         let mut header = Vec::with_capacity(hlen as usize);
-        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(flavor.magic);
         let npacks = u32::try_from(names.len()).map_err(io::Error::other)?;
         header.extend_from_slice(&npacks.to_le_bytes());
         header.extend_from_slice(&count.to_le_bytes());
@@ -375,10 +431,12 @@ pub fn write(
         header.extend_from_slice(&sum);
         debug_assert_eq!(header.len() as u64, hlen);
         file.write_all_at(&header, 0)?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
         drop(file);
-        fs::rename(&tmp, dir.join(MIDX))?;
-        fsync_dir(dir)
+        fs::rename(&tmp, path)?;
+        if durable { fsync_dir(dir) } else { Ok(()) }
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -540,6 +598,37 @@ mod tests {
     }
 
     #[test]
+    fn a_flavor_reads_only_its_own_files_and_writes_only_its_names() {
+        static OTHER: Flavor = Flavor::new(b"SFTEST01", 3, |n| {
+            n.bytes().all(|b| b.is_ascii_lowercase())
+        });
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("other.midx");
+        let names = vec!["abc".to_string(), "xyz".to_string()];
+        let mut entries: Vec<MidxEntry> = (0..40).map(|i| entry(i, i % 2)).collect();
+        entries.sort_by_key(|e| e.id);
+        let mut all = entries.iter().map(|e| Ok::<MidxEntry, io::Error>(*e));
+        write_as(&path, &OTHER, &names, &mut all, true).unwrap();
+        let m = Midx::open_as(&path, &OTHER).unwrap().unwrap();
+        assert_eq!(m.names, names);
+        for e in &entries {
+            assert_eq!(m.lookup(&e.id).unwrap(), vec![*e]);
+        }
+        assert!(Midx::open(&path).is_err(), "not a local midx");
+        let mut none = std::iter::empty();
+        for bad in [vec!["ab".to_string()], vec!["AB1".to_string()]] {
+            assert!(
+                write_as(&path, &OTHER, &bad, &mut none, true).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert!(
+            write_as(&path, &LOCAL, &names, &mut none, true).is_err(),
+            "not 16 hex digits"
+        );
+    }
+
+    #[test]
     fn damage_is_detected() {
         let t = tempfile::tempdir().unwrap();
         let names = vec!["00000000000000aa".to_string()];
@@ -553,7 +642,7 @@ mod tests {
         .unwrap();
         let path = t.path().join(MIDX);
         let good = fs::read(&path).unwrap();
-        let hlen = header_len(1) as usize;
+        let hlen = header_len(&LOCAL, 1) as usize;
         let put = |b: &[u8]| {
             let _ = fs::remove_file(&path);
             fs::write(&path, b).unwrap();

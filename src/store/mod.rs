@@ -17,7 +17,7 @@ pub mod framed;
 mod gc;
 mod gitindex;
 mod id;
-mod midx;
+pub(crate) mod midx;
 pub mod mounts;
 mod pack;
 pub mod progress;
