@@ -49,6 +49,41 @@ both_remotes!(
     a_long_history_pulls_whole_and_only_its_own,
 );
 
+/// A pull of more objects than a writer holds before publishing (16,384)
+/// publishes them as they pile up, as the snapshot does, and still ends
+/// with the whole checkpoint, verified.
+#[test]
+fn a_pull_of_many_objects_publishes_as_it_goes() {
+    let Some(t) = setup(RemoteKind::File) else {
+        return;
+    };
+    let src = t.env.path("many");
+    for d in 0..20 {
+        let dir = src.join(format!("d{d:02}"));
+        fs::create_dir_all(&dir).unwrap();
+        for i in 0..1000 {
+            fs::write(dir.join(format!("{i}")), format!("{d} {i}\n")).unwrap();
+        }
+    }
+    t.snapshot("a", &src);
+    t.add_remote("a");
+    t.ok("a", &["push", "team", "s1"]);
+    t.add_remote("b");
+    t.ok("b", &["pull", "team", "s1"]);
+    let packs = fs::read_dir(t.store("b").join("objects/packs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_str().unwrap().ends_with(".idx"))
+        .count();
+    assert!(packs >= 2, "{packs} pack(s): published once, at the end");
+    // Every object the checkpoint reaches is here and hashes to its name.
+    let (_, err) = t.ok("b", &["verify"]);
+    assert!(
+        err.contains("verified 1 checkpoint(s), 20022 object(s)"),
+        "{err}"
+    );
+}
+
 impl Setup {
     fn store(&self, which: &str) -> PathBuf {
         self.env.path(which)

@@ -256,7 +256,7 @@ impl Remote {
             let err = |what: String, e| self.backend_err(what, e);
             let (objs, _) =
                 pack::read_objects(&self.objects, &info.stem, live, false, &err).await?;
-            let objs = self.check_all(objs, None).await?;
+            let objs = self.check_all(objs).await?;
             let b = builders
                 .entry(info.kind)
                 .or_insert_with(|| PackBuilder::new(info.kind));

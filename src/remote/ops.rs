@@ -401,18 +401,18 @@ impl Remote {
                     write_here,
                 )
                 .await?;
+            if write_here {
+                let backend = backend.clone();
+                tokio::task::spawn_blocking(move || publish_if_many(&*backend))
+                    .await
+                    .map_err(join_err)??;
+            }
             frontier = Vec::new();
-            for (tree, ck) in trees {
-                for e in tree.entries {
-                    match e.content {
-                        Content::Tree(sub) if seen.insert(sub) => frontier.push((sub, ck)),
-                        Content::Extents(ext) => {
-                            for id in ext.iter().filter_map(|x| x.id) {
-                                if seen.insert(id) {
-                                    chunks.push((id, ck));
-                                }
-                            }
-                        }
+            for (children, ck) in trees {
+                for c in children {
+                    match c {
+                        Child::Tree(sub) if seen.insert(sub) => frontier.push((sub, ck)),
+                        Child::Chunk(id) if seen.insert(id) => chunks.push((id, ck)),
                         _ => {}
                     }
                 }
@@ -434,7 +434,7 @@ impl Remote {
         tree_packs: &mut HashMap<u32, bytes::Bytes>,
         moved: &mut Moved,
         write_here: bool,
-    ) -> Result<Vec<(Tree, ObjectId)>> {
+    ) -> Result<Vec<(Vec<Child>, ObjectId)>> {
         let ids: Vec<ObjectId> = wanted.iter().map(|(id, _)| *id).collect();
         let present = contains_all(backend, ids).await?;
         // Where each wanted tree not here is, looked up once.
@@ -468,7 +468,7 @@ impl Remote {
             tree_packs.insert(p, b);
         }
         let tree_packs = &*tree_packs;
-        let results: Vec<(Tree, ObjectId, bool)> =
+        let results: Vec<(Vec<Child>, ObjectId, bool)> =
             futures::stream::iter(wanted.iter().zip(present).zip(locs))
                 .map(|((&(id, ck), here), loc)| {
                     let backend = backend.clone();
@@ -493,7 +493,9 @@ impl Remote {
                             id,
                             detail: format!("tree: {e}"),
                         })?;
-                        Ok::<_, Error>((tree, ck, fetched))
+                        // Only what the walk needs: a level's decoded trees
+                        // (names, metadata) were most of a pull's memory.
+                        Ok::<_, Error>((Child::of(tree), ck, fetched))
                     }
                 })
                 .buffer_unordered(PARALLEL)
@@ -501,9 +503,9 @@ impl Remote {
                 .await?;
         Ok(results
             .into_iter()
-            .map(|(tree, ck, fetched)| {
+            .map(|(children, ck, fetched)| {
                 moved.objects += fetched as usize;
-                (tree, ck)
+                (children, ck)
             })
             .collect())
     }
@@ -536,7 +538,7 @@ impl Remote {
         }
         progress.set_total((by_pack.values().map(Vec::len).sum::<usize>() + single.len()) as u64);
         let err = |what: String, e| self.backend_err(what, e);
-        let packed: Vec<(usize, u64)> = futures::stream::iter(by_pack)
+        let mut packed = futures::stream::iter(by_pack)
             .map(|(p, mut locs)| {
                 let backend = backend.clone();
                 let err = &err;
@@ -550,14 +552,16 @@ impl Remote {
                             .await
                             .map_err(|e| self.pack_gone(e, &info.stem, locs[0].0))?;
                     let n = objs.len();
-                    self.check_all(objs, Some(backend)).await?;
+                    self.check_and_write(objs, backend).await?;
                     progress.advance(n as u64);
                     Ok::<_, Error>((n, sent))
                 }
             })
-            .buffer_unordered(PACK_DOWNLOADS)
-            .try_collect()
-            .await?;
+            .buffer_unordered(PACK_DOWNLOADS);
+        while let Some((n, b)) = packed.try_next().await? {
+            moved.objects += n;
+            moved.bytes += b;
+        }
         let loose: Vec<(usize, u64)> = futures::stream::iter(single)
             .map(|(id, ck)| {
                 let backend = backend.clone();
@@ -572,7 +576,7 @@ impl Remote {
             .buffer_unordered(PARALLEL)
             .try_collect()
             .await?;
-        for (n, b) in packed.into_iter().chain(loose) {
+        for (n, b) in loose {
             moved.objects += n;
             moved.bytes += b;
         }
@@ -629,17 +633,35 @@ impl Remote {
     pub(super) async fn check_all(
         &self,
         objs: Vec<(ObjectId, Vec<u8>)>,
-        write_to: Option<Arc<dyn ObjectBackend>>,
     ) -> Result<Vec<(ObjectId, Vec<u8>)>> {
         let remote = self.name.clone();
         tokio::task::spawn_blocking(move || -> Result<Vec<(ObjectId, Vec<u8>)>> {
             for (id, raw) in &objs {
                 Store::verify_stored(id, raw).map_err(|e| corrupt_object(&remote, *id, e))?;
-                if let Some(b) = &write_to {
-                    b.write(id, raw).map_err(local_io)?;
-                }
             }
             Ok(objs)
+        })
+        .await
+        .map_err(join_err)?
+    }
+
+    /// Verify fetched stored bytes and write them here, each dropped once
+    /// written, publishing as they pile up ([`publish_if_many`]).
+    async fn check_and_write(
+        &self,
+        objs: Vec<(ObjectId, Vec<u8>)>,
+        backend: Arc<dyn ObjectBackend>,
+    ) -> Result<()> {
+        let remote = self.name.clone();
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            for (i, (id, raw)) in objs.into_iter().enumerate() {
+                Store::verify_stored(&id, &raw).map_err(|e| corrupt_object(&remote, id, e))?;
+                backend.write(&id, &raw).map_err(local_io)?;
+                if i % 1024 == 1023 {
+                    publish_if_many(&*backend)?;
+                }
+            }
+            Ok(())
         })
         .await
         .map_err(join_err)?
@@ -665,6 +687,41 @@ impl Remote {
         .await
         .map_err(join_err)?
     }
+}
+
+/// What a tree reaches: the objects a walk goes on to.
+pub(super) enum Child {
+    Tree(ObjectId),
+    Chunk(ObjectId),
+}
+
+impl Child {
+    fn of(tree: Tree) -> Vec<Child> {
+        let mut out = Vec::new();
+        for e in tree.entries {
+            match e.content {
+                Content::Tree(sub) => out.push(Child::Tree(sub)),
+                Content::Extents(ext) => {
+                    out.extend(ext.iter().filter_map(|x| x.id).map(Child::Chunk))
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// Publish the objects a pull wrote once [`store::SYNC_OBJECTS`] of them
+/// (or more, as the store grows) wait, as the snapshot and the imports do:
+/// each is held in memory until it is published, and what is published goes
+/// to the multi-pack index. Objects published before the pull's checkpoints
+/// are harmless if it fails: the pull holds the gc write lease, and gc
+/// removes them once nothing reaches them. Blocking.
+fn publish_if_many(backend: &dyn ObjectBackend) -> Result<()> {
+    if backend.wants_sync(store::SYNC_OBJECTS) {
+        backend.sync().map_err(local_io)?;
+    }
+    Ok(())
 }
 
 /// Checkpoint records fetched for a walk through parents: one GET each for

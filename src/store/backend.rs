@@ -185,6 +185,9 @@ pub struct LocalBackend {
     packs_dir_fd: OnceLock<File>,
     /// Full scans (listings of the packs directory) so far.
     listings: AtomicU64,
+    /// Held through a `sync`: two at once (a pull's tasks publishing as
+    /// objects pile up) would both try to rename the same loose objects.
+    syncing: Mutex<()>,
 }
 
 /// Where a pending object can be read.
@@ -385,6 +388,7 @@ impl LocalBackend {
             dir_fd: OnceLock::new(),
             packs_dir_fd: OnceLock::new(),
             listings: AtomicU64::new(0),
+            syncing: Mutex::new(()),
         }
     }
 
@@ -1173,6 +1177,7 @@ impl ObjectBackend for LocalBackend {
     }
 
     fn sync(&self) -> io::Result<()> {
+        let _one = self.syncing.lock();
         let mut packs: Vec<PackWriter> = {
             let mut writing = self.writing.lock();
             // Under the lock: a reader of a pending object flushes only the

@@ -114,6 +114,35 @@ fn large_objects_stay_loose_small_ones_are_packed() {
 }
 
 #[test]
+fn syncs_from_several_threads_at_once_each_succeed() {
+    // A pull publishes from the task that wrote each batch: two syncs at
+    // once must not both publish the same pending objects.
+    let (_d, s) = new_store();
+    let mut x = 7u64;
+    for round in 0..10 {
+        for i in 0..40 {
+            let mut big = Vec::with_capacity(70_000);
+            while big.len() < 70_000 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                big.extend_from_slice(&x.to_le_bytes());
+            }
+            s.put_object(&big).unwrap();
+            s.put_object(format!("small {round} {i}").as_bytes())
+                .unwrap();
+        }
+        std::thread::scope(|t| {
+            let syncs: Vec<_> = (0..3).map(|_| t.spawn(|| s.sync_objects())).collect();
+            for h in syncs {
+                h.join().unwrap().unwrap();
+            }
+        });
+    }
+    assert_eq!(s.backend().list().unwrap().len(), 800);
+}
+
+#[test]
 fn a_packed_object_is_read_from_its_pack_without_trying_a_loose_file() {
     let (_d, s) = new_store();
     let (id, _) = s.put_object(b"packed, not loose").unwrap();
