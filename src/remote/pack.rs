@@ -495,10 +495,17 @@ pub async fn refresh(
         .map(Published::cache_name)
         .collect();
     for e in std::fs::read_dir(&dir).map_err(io)?.flatten() {
-        // Only index files: the midx and a concurrent writer's temp files stay.
+        // Index files of packs gone, and temp files a crash left (a
+        // concurrent writer's are younger than an hour); the midx stays.
         let name = e.file_name();
         let name = name.to_str().unwrap_or("");
-        if name.ends_with(".idx") && !wanted.contains(name) {
+        let stale_temp = || {
+            name.ends_with(".tmp")
+                && e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 3600))
+        };
+        if (name.ends_with(".idx") && !wanted.contains(name)) || stale_temp() {
             let _ = std::fs::remove_file(e.path());
         }
     }
