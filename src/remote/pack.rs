@@ -227,9 +227,11 @@ pub fn load_cached(store_root: &Path, remote: &str) -> PackIndex {
         wanted.dedup_by(|a, b| a.0.split('.').next() == b.0.split('.').next());
         match open_index(&dir, &wanted) {
             Ok(index) => return index,
-            Err(BadCached(path, err)) if wanted.iter().any(|(_, p)| *p == path) => {
+            Err(BadCached(path, err))
+                if wanted.iter().any(|(_, p)| *p == path)
+                    && std::fs::remove_file(&path).is_ok() =>
+            {
                 tracing::warn!(path = %path.display(), error = %err, "cached remote pack index unreadable; removed");
-                let _ = std::fs::remove_file(&path);
             }
             Err(BadCached(path, err)) => {
                 tracing::warn!(path = %path.display(), error = %err, "cannot build the remote's pack index; objects are fetched one by one");
@@ -334,7 +336,8 @@ fn write_index(
     old: Option<&Midx>,
 ) -> std::result::Result<(), BadCached> {
     let bad_midx = |e| BadCached(path.to_path_buf(), e);
-    // Old pack number -> (new number, size) for the packs kept.
+    // Old pack number -> new number, for the packs kept (whose sizes the old
+    // names give).
     let mut renumber: HashMap<u32, u32> = HashMap::new();
     let mut sizes: Vec<Option<u64>> = vec![None; wanted.len()];
     if let Some(m) = old {

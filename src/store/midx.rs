@@ -49,7 +49,7 @@ pub const NAME_LEN: usize = 16;
 pub struct Flavor {
     magic: &'static [u8; 8],
     /// Every name is this many ASCII bytes.
-    pub name_len: usize,
+    name_len: usize,
     valid: fn(&str) -> bool,
 }
 
@@ -71,6 +71,7 @@ impl Flavor {
         }
     }
 }
+
 const ENTRY: usize = 32 + 4 + 4 + 8;
 /// Entries a lookup reads at once: the sparse index keeps the id of one
 /// entry in this many (2 bytes an object: 600 KiB for 300,000).
