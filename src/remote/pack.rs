@@ -362,12 +362,7 @@ fn write_index(
                 .max()
                 .unwrap_or(0),
         );
-        fresh.extend(entries.iter().map(|e| MidxEntry {
-            id: e.id,
-            pack: n as u32,
-            offset: e.offset,
-            len: e.len,
-        }));
+        fresh.extend(entries.iter().map(|e| MidxEntry::of(e, n as u32)));
     }
     fresh.sort_by_key(|e| e.id);
     let names: Vec<String> = wanted

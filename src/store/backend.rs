@@ -887,12 +887,7 @@ impl LocalBackend {
         let mut fresh: Vec<MidxEntry> = Vec::new();
         for p in &tail {
             let pack = index_of(&p.name).expect("listed") as u32;
-            fresh.extend(p.entries.iter().map(|e| MidxEntry {
-                id: e.id,
-                pack,
-                offset: e.offset,
-                len: e.len,
-            }));
+            fresh.extend(p.entries.iter().map(|e| MidxEntry::of(e, pack)));
         }
         fresh.sort_by_key(|e| e.id);
         let merged = match &view {
@@ -945,12 +940,7 @@ impl LocalBackend {
         }
         let names: Vec<String> = kept.iter().map(|(n, _)| n.clone()).collect();
         for (i, (_, es)) in kept.into_iter().enumerate() {
-            entries.extend(es.into_iter().map(|e| MidxEntry {
-                id: e.id,
-                pack: i as u32,
-                offset: e.offset,
-                len: e.len,
-            }));
+            entries.extend(es.iter().map(|e| MidxEntry::of(e, i as u32)));
         }
         entries.sort_by_key(|e| e.id);
         midx::write(

@@ -38,6 +38,7 @@ use sha2::{Digest, Sha256};
 
 use super::atomic::{fsync_dir, temp_name};
 use super::id::ObjectId;
+use super::pack::PackEntry;
 
 /// The file's name in the packs directory.
 pub const MIDX: &str = "index.midx";
@@ -95,6 +96,16 @@ pub struct MidxEntry {
 }
 
 impl MidxEntry {
+    /// Pack entry `e`, in pack number `pack`.
+    pub fn of(e: &PackEntry, pack: u32) -> MidxEntry {
+        MidxEntry {
+            id: e.id,
+            pack,
+            offset: e.offset,
+            len: e.len,
+        }
+    }
+
     fn encode(&self, out: &mut [u8]) {
         out[..32].copy_from_slice(&self.id.0);
         out[32..36].copy_from_slice(&self.pack.to_le_bytes());
