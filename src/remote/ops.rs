@@ -109,13 +109,13 @@ impl Remote {
         // Objects pushed one by one by earlier versions of storefs.
         let loose = self.list_ids("objects", "").await?;
         let missing = |ids: &[ObjectId]| -> Result<Vec<ObjectId>> {
-            let mut out = Vec::new();
-            for id in ids {
-                if !loose.contains(id) && !index.contains(id)? {
-                    out.push(*id);
-                }
-            }
-            Ok(out)
+            let packed = index.get_many(ids)?;
+            Ok(ids
+                .iter()
+                .zip(packed)
+                .filter(|(id, l)| l.is_none() && !loose.contains(id))
+                .map(|(id, _)| *id)
+                .collect())
         };
         let missing_trees = missing(&trees)?;
         let missing_chunks = missing(&chunks)?;
@@ -438,10 +438,17 @@ impl Remote {
         let ids: Vec<ObjectId> = wanted.iter().map(|(id, _)| *id).collect();
         let present = contains_all(backend, ids).await?;
         // Where each wanted tree not here is, looked up once.
-        let mut locs = Vec::with_capacity(wanted.len());
-        for ((id, _), here) in wanted.iter().zip(&present) {
-            locs.push(if *here { None } else { index.get(id)? });
-        }
+        let absent: Vec<ObjectId> = wanted
+            .iter()
+            .zip(&present)
+            .filter(|(_, here)| !**here)
+            .map(|((id, _), _)| *id)
+            .collect();
+        let mut found = index.get_many(&absent)?.into_iter();
+        let locs: Vec<Option<pack::Loc>> = present
+            .iter()
+            .map(|here| if *here { None } else { found.next().flatten() })
+            .collect();
         let packs: HashSet<u32> = locs
             .iter()
             .flatten()
@@ -526,14 +533,20 @@ impl Remote {
         let present = contains_all(backend, ids).await?;
         let mut by_pack: HashMap<u32, Vec<(ObjectId, u64, u32)>> = HashMap::new();
         let mut single = Vec::new();
-        for ((id, ck), here) in wanted.into_iter().zip(present) {
-            match (here, if here { None } else { index.get(&id)? }) {
-                (true, _) => {}
-                (false, Some(l)) => by_pack
+        let absent: Vec<(ObjectId, ObjectId)> = wanted
+            .into_iter()
+            .zip(present)
+            .filter(|(_, here)| !here)
+            .map(|(w, _)| w)
+            .collect();
+        let ids: Vec<ObjectId> = absent.iter().map(|(id, _)| *id).collect();
+        for ((id, ck), loc) in absent.into_iter().zip(index.get_many(&ids)?) {
+            match loc {
+                Some(l) => by_pack
                     .entry(l.pack)
                     .or_default()
                     .push((id, l.offset, l.len)),
-                (false, None) => single.push((id, ck)),
+                None => single.push((id, ck)),
             }
         }
         progress.set_total((by_pack.values().map(Vec::len).sum::<usize>() + single.len()) as u64);

@@ -159,6 +159,36 @@ impl PackIndex {
         Ok(self.get(id)?.is_some())
     }
 
+    /// [`PackIndex::get`] of each of `ids`, in their order. For many ids (a
+    /// push or a pull of a whole checkpoint) it reads the index once, in
+    /// order, instead of one `pread` a lookup (a push of 300,000 objects made
+    /// 300,000 of them).
+    pub fn get_many(&self, ids: &[ObjectId]) -> Result<Vec<Option<Loc>>> {
+        let Some(m) = &self.midx else {
+            return Ok(vec![None; ids.len()]);
+        };
+        if (ids.len() as u64) < m.len() / 64 {
+            return ids.iter().map(|id| self.get(id)).collect();
+        }
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_unstable_by_key(|&i| ids[i]);
+        let mut out = vec![None; ids.len()];
+        let mut next = order.iter().peekable();
+        for e in self.entries()? {
+            let (id, loc, first) = e?;
+            while next.next_if(|&&i| ids[i] < id).is_some() {}
+            while let Some(&i) = next.next_if(|&&i| ids[i] == id) {
+                if first {
+                    out[i] = Some(loc);
+                }
+            }
+            if next.peek().is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     pub fn pack(&self, loc: &Loc) -> &PackInfo {
         &self.packs[loc.pack as usize]
     }
@@ -826,6 +856,22 @@ mod tests {
             index.get(&ObjectId([0xee; 32])).unwrap().map(|l| l.pack),
             None
         );
+        // Many at once (in any order, repeated, unknown): as one by one.
+        let mut ids: Vec<ObjectId> = distinct.iter().copied().collect();
+        ids.push(ObjectId([0xee; 32]));
+        ids.reverse();
+        ids.extend(ids.clone());
+        let one_by_one: Vec<_> = ids
+            .iter()
+            .map(|id| index.get(id).unwrap().map(|l| (l.pack, l.offset)))
+            .collect();
+        let many: Vec<_> = index
+            .get_many(&ids)
+            .unwrap()
+            .into_iter()
+            .map(|l| l.map(|l| (l.pack, l.offset)))
+            .collect();
+        assert_eq!(many, one_by_one);
         for p in &index.packs {
             let (_, entries) = packs.iter().find(|(s, _)| *s == p.stem).unwrap();
             let size = entries
@@ -890,6 +936,33 @@ mod tests {
         assert_eq!(index.packs.len(), 3);
         check(&index, &packs);
         assert!(index.get(&ObjectId([4; 32])).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_few_lookups_at_once_search_and_many_read_the_index_in_order() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let all: Vec<u8> = (1..=200).collect();
+        let packs = vec![cached_pack(root, PackKind::Data, &all, 1)];
+        let index = load_cached(root, "r");
+        check(&index, &packs);
+        // Fewer than one id in 64 of the index: lookups one by one.
+        for few in [
+            vec![ObjectId([7; 32])],
+            vec![ObjectId([0xee; 32]), ObjectId([200; 32])],
+        ] {
+            let got: Vec<_> = index
+                .get_many(&few)
+                .unwrap()
+                .into_iter()
+                .map(|l| l.map(|l| l.offset))
+                .collect();
+            let want: Vec<_> = few
+                .iter()
+                .map(|id| index.get(id).unwrap().map(|l| l.offset))
+                .collect();
+            assert_eq!(got, want);
+        }
     }
 
     #[test]
