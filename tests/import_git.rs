@@ -753,3 +753,59 @@ fn shallow_and_corrupt_repositories_are_refused_with_nothing_published() {
     assert!(err.contains("not a git repository"), "{err}");
     assert_nothing_published(&env.store);
 }
+
+/// Emptying the map of the blobs stored in the run after every commit (what
+/// a long import does once it holds `KEEP_BLOBS`) gives the same trees: a
+/// blob that changed against the first parent but was stored before (the
+/// merge brings the feature branch's) is read and chunked again, to the same
+/// extents.
+#[test]
+fn an_import_that_forgets_its_blobs_between_commits_gives_the_same_trees() {
+    use storefs::ingest::git::{GitImportRequest, KEEP_BLOBS, import_git};
+    use storefs::store::Store;
+    let env = Env::new();
+    let mut repo = Repo::new(env.path("repo"));
+    repo.write("d/a.txt", &bytes(1, 5000));
+    repo.write("d/b.txt", b"b\n");
+    repo.commit("a and b");
+    repo.write("d/a.txt", &bytes(2, 5000));
+    repo.commit("a changed");
+    repo.write("d/a.txt", &bytes(1, 5000));
+    repo.commit("a back as it was");
+    repo.git(&["checkout", "-q", "-b", "feature"]);
+    for i in 0..3 {
+        repo.write("feat/f.txt", &bytes(10 + i, 3000));
+        repo.commit(&format!("feature {i}"));
+    }
+    repo.git(&["checkout", "-q", "main"]);
+    repo.write("d/b.txt", b"b2\n");
+    repo.commit("b changed");
+    repo.time += 97;
+    repo.git(&["merge", "-q", "--no-ff", "-m", "merge feature", "feature"]);
+    let origin = env.path("origin").to_str().unwrap().to_string();
+    let import = |keep_blobs: usize, store_dir: PathBuf| {
+        let store = Store::open_or_create(&store_dir).unwrap();
+        let req = GitImportRequest {
+            repo: repo.dir.clone(),
+            origin: Some(origin.clone()),
+            ref_prefix: Some("r".into()),
+            keep_blobs,
+            ..GitImportRequest::default()
+        };
+        let got = import_git(&store, &req).unwrap();
+        let roots: Vec<(String, storefs::store::ObjectId)> = got
+            .imported
+            .iter()
+            .map(|(c, ck)| (c.clone(), store.read_checkpoint(ck).unwrap().root))
+            .collect();
+        (roots, got.blob_bytes)
+    };
+    let (kept, read_once) = import(KEEP_BLOBS, env.path("kept"));
+    let (forgot, read_again) = import(0, env.path("forgot"));
+    assert_eq!(kept.len(), repo.all_commits().len());
+    assert_eq!(kept, forgot);
+    assert!(
+        read_again > read_once,
+        "{read_again} bytes against {read_once}: no blob was read again"
+    );
+}

@@ -52,6 +52,7 @@ pub fn import_git(store_dir: &Path, a: ImportGitArgs) -> Result<()> {
         time_ns: now_ns(),
         threads: a.threads,
         progress: progress.clone(),
+        ..GitImportRequest::default()
     };
     // Keeps `storefs gc` from sweeping until the records, index and refs are published.
     let lease = store.write_lease()?;
