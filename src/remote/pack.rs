@@ -917,25 +917,41 @@ mod tests {
             "the same packs: the midx is not written again"
         );
 
-        // A pack gone, another come: written again, the kept pack's entries
-        // taken from the old midx (its index file is not read again: here it
-        // is damaged, and still found).
+        // A pack gone, then another come: written again each time, the kept
+        // packs renumbered (the one gone is the first by name, so every kept
+        // one moves), their entries taken from the old midx (a kept data pack's
+        // index file is not read again: here it is damaged, and still found).
         let dir = cache_dir(root, "r");
-        let gone = packs.remove(1);
+        packs.sort_by(|a, b| a.0.cmp(&b.0));
+        let gone = packs.remove(0);
+        let damaged = packs
+            .iter()
+            .find(|(stem, _)| parse_stem(stem) == Some(PackKind::Data))
+            .unwrap()
+            .0
+            .clone();
         for e in std::fs::read_dir(&dir).unwrap().flatten() {
             let name = e.file_name().into_string().unwrap();
             if name.starts_with(&gone.0) {
                 std::fs::remove_file(e.path()).unwrap();
-            } else if name.starts_with(&packs[0].0) {
+            } else if name.starts_with(&damaged) {
                 std::fs::write(e.path(), b"damaged").unwrap();
             }
         }
-        packs.push(cached_pack(root, PackKind::Data, &[9, 10], 1));
         let index = load_cached(root, "r");
         assert_ne!(midx_inode(root), ino);
+        assert_eq!(index.packs.len(), 2);
+        check(&index, &packs);
+        packs.push(cached_pack(root, PackKind::Data, &[9, 10], 1));
+        let index = load_cached(root, "r");
         assert_eq!(index.packs.len(), 3);
         check(&index, &packs);
-        assert!(index.get(&ObjectId([4; 32])).unwrap().is_none());
+        let only_in_gone = gone
+            .1
+            .iter()
+            .find(|e| !packs.iter().any(|(_, es)| es.iter().any(|x| x.id == e.id)));
+        let only_in_gone = only_in_gone.expect("the gone pack held an object of its own");
+        assert!(index.get(&only_in_gone.id).unwrap().is_none());
     }
 
     #[test]
