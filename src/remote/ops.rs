@@ -725,16 +725,14 @@ impl Child {
 }
 
 /// Publish the objects a pull wrote once [`store::SYNC_OBJECTS`] of them
-/// (or more, as the store grows) wait, as the snapshot and the imports do:
-/// each is held in memory until it is published, and what is published goes
-/// to the multi-pack index. Objects published before the pull's checkpoints
-/// are harmless if it fails: the pull holds the gc write lease, and gc
-/// removes them once nothing reaches them. Blocking.
+/// (or more, as the store grows) wait, as the snapshot and the imports do
+/// ([`Store::sync_objects_if_many`]): each is held in memory until it is
+/// published, and what is published goes to the multi-pack index. Objects
+/// published before the pull's checkpoints are harmless if it fails: the
+/// pull holds the gc write lease, and gc removes them once nothing reaches
+/// them. Blocking.
 fn publish_if_many(backend: &dyn ObjectBackend) -> Result<()> {
-    if backend.wants_sync(store::SYNC_OBJECTS) {
-        backend.sync().map_err(local_io)?;
-    }
-    Ok(())
+    backend.sync_if_many(store::SYNC_OBJECTS).map_err(local_io)
 }
 
 /// Checkpoint records fetched for a walk through parents: one GET each for

@@ -95,6 +95,16 @@ pub struct Loc {
     pub len: u32,
 }
 
+impl Loc {
+    fn of(e: &MidxEntry) -> Loc {
+        Loc {
+            pack: e.pack,
+            offset: e.offset,
+            len: e.len,
+        }
+    }
+}
+
 /// The cache directory's multi-pack index over the remote's packs.
 const MIDX_FILE: &str = "index.midx";
 
@@ -143,11 +153,7 @@ impl PackIndex {
         let Some(m) = &self.midx else {
             return Ok(None);
         };
-        Ok(m.lookup(id)?.first().map(|e| Loc {
-            pack: e.pack,
-            offset: e.offset,
-            len: e.len,
-        }))
+        Ok(m.lookup(id)?.first().map(Loc::of))
     }
 
     /// [`PackIndex::lookup`], its error naming the file.
@@ -206,12 +212,7 @@ impl PackIndex {
             let e = e.map_err(|source| self.io_err(source))?;
             let first = prev != Some(e.id);
             prev = Some(e.id);
-            let loc = Loc {
-                pack: e.pack,
-                offset: e.offset,
-                len: e.len,
-            };
-            Ok((e.id, loc, first))
+            Ok((e.id, Loc::of(&e), first))
         }))
     }
 
@@ -284,6 +285,12 @@ fn open_index(
     wanted: &[(String, PathBuf)],
 ) -> std::result::Result<PackIndex, BadCached> {
     let path = dir.join(MIDX_FILE);
+    if wanted.is_empty() {
+        return Ok(PackIndex {
+            path,
+            ..PackIndex::default()
+        });
+    }
     let keys: Vec<&str> = wanted.iter().map(|(k, _)| k.as_str()).collect();
     let listed = |m: &Midx| -> Vec<String> {
         m.names
@@ -307,12 +314,6 @@ fn open_index(
             None
         }
     };
-    if wanted.is_empty() {
-        return Ok(PackIndex {
-            path,
-            ..PackIndex::default()
-        });
-    }
     if midx.as_ref().is_none_or(|m| listed(m) != keys) {
         if let Err(e) = write_index(&path, wanted, midx.as_ref()) {
             // The old midx's entries may be what is bad: from the files alone.

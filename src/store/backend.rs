@@ -78,6 +78,14 @@ pub trait ObjectBackend: Send + Sync {
     fn wants_sync(&self, _min_objects: usize) -> bool {
         false
     }
+    /// [`ObjectBackend::sync`] if [`ObjectBackend::wants_sync`]: what a
+    /// writer of many objects calls as it goes.
+    fn sync_if_many(&self, min_objects: usize) -> io::Result<()> {
+        if self.wants_sync(min_objects) {
+            self.sync()?;
+        }
+        Ok(())
+    }
     /// Every stored id (for verify and gc).
     fn list(&self) -> io::Result<Vec<ObjectId>>;
     /// Drop what this process believes is stored and look again. Writers call

@@ -392,10 +392,9 @@ impl Store {
     /// checkpoint are harmless if it fails (gc removes them; the writer's
     /// write lease keeps gc away meanwhile).
     pub fn sync_objects_if_many(&self, min_objects: usize) -> Result<()> {
-        if self.backend.wants_sync(min_objects) {
-            self.sync_objects()?;
-        }
-        Ok(())
+        self.backend
+            .sync_if_many(min_objects)
+            .at(&self.object_context())
     }
 
     fn object_context(&self) -> PathBuf {
