@@ -380,55 +380,91 @@ pub fn sync_file_range(f: impl AsFd, offset: u64, len: u64, how: SyncRange) -> i
 /// than a buffered one on the bench machine's disk, and fills no pages only
 /// it wanted. Where the cache holds them, the kernel does not say
 /// (`cachestat(2)`, Linux 6.5), or the file system refuses `O_DIRECT`: a
-/// plain read. The descriptor's flags are restored before returning. Fewer
-/// than `n` bytes there: an `UnexpectedEof` error.
+/// plain read. `file` is this caller's own descriptor: the flag is set on it
+/// for the read and the flags restored before returning (a descriptor other
+/// threads read through takes [`read_cold_via`]). Fewer than `n` bytes
+/// there: an `UnexpectedEof` error.
 pub fn read_cold(file: &File, at: u64, n: usize) -> io::Result<Vec<u8>> {
     use rustix::fs::OFlags;
-    use std::os::unix::fs::FileExt;
-    // Direct I/O wants the buffer, offset and length aligned to the device's
-    // block; a page covers every device this runs on.
-    const ALIGN: usize = 4096;
-    let start = at / ALIGN as u64 * ALIGN as u64;
-    let skip = (at - start) as usize;
-    let span = (skip + n).div_ceil(ALIGN) * ALIGN;
-    let plain = || {
-        let mut out = vec![0u8; n];
-        file.read_exact_at(&mut out, at)?;
-        Ok(out)
-    };
-    if cached_pages(file, start, span as u64).is_none_or(|c| c >= (span / ALIGN) as u64) {
-        return plain();
+    if is_cached(file, at, n) {
+        return read_plain(file, at, n);
     }
     let flags = rustix::fs::fcntl_getfl(file)?;
     if rustix::fs::fcntl_setfl(file, flags | OFlags::DIRECT).is_err() {
-        return plain();
+        return read_plain(file, at, n);
     }
+    let read = read_direct(file, at, n);
+    rustix::fs::fcntl_setfl(file, flags)?;
+    match read? {
+        Some(out) => Ok(out),
+        None => read_plain(file, at, n),
+    }
+}
+
+/// [`read_cold`] for a descriptor shared between threads (a pack's), whose
+/// flags must not change under another thread's read: the direct read goes
+/// through `direct`, a second descriptor of the same file opened with
+/// `O_DIRECT`.
+pub fn read_cold_via(file: &File, direct: &File, at: u64, n: usize) -> io::Result<Vec<u8>> {
+    if is_cached(file, at, n) {
+        return read_plain(file, at, n);
+    }
+    match read_direct(direct, at, n)? {
+        Some(out) => Ok(out),
+        None => read_plain(file, at, n),
+    }
+}
+
+/// Direct I/O wants the buffer, offset and length aligned to the device's
+/// block; a page covers every device this runs on.
+const ALIGN: usize = 4096;
+
+/// Whether the page cache holds every page of `n` bytes at `at` of `file`,
+/// or the kernel does not say (then a plain read is the safe choice).
+fn is_cached(file: &File, at: u64, n: usize) -> bool {
+    let start = at / ALIGN as u64 * ALIGN as u64;
+    let span = ((at - start) as usize + n).div_ceil(ALIGN) * ALIGN;
+    cached_pages(file, start, span as u64).is_none_or(|c| c >= (span / ALIGN) as u64)
+}
+
+fn read_plain(file: &File, at: u64, n: usize) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut out = vec![0u8; n];
+    file.read_exact_at(&mut out, at)?;
+    Ok(out)
+}
+
+/// `n` bytes at `at` through `direct`, a descriptor in `O_DIRECT` mode, over
+/// the aligned pages that hold them; `None` when the file system refuses the
+/// read (`EINVAL`: a device whose blocks are larger than a page, or a file
+/// system that takes the flag and refuses the read).
+fn read_direct(direct: &File, at: u64, n: usize) -> io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let start = at / ALIGN as u64 * ALIGN as u64;
+    let skip = (at - start) as usize;
+    let span = (skip + n).div_ceil(ALIGN) * ALIGN;
     let mut buf = vec![0u8; span + ALIGN];
     let pad = buf.as_ptr().align_offset(ALIGN);
-    let direct = &mut buf[pad..pad + span];
+    let aligned = &mut buf[pad..pad + span];
     let mut got = 0;
-    let read = loop {
+    loop {
         // Only the end of the file makes a direct read short (then not a
         // whole number of blocks): stop there.
-        match file.read_at(&mut direct[got..], start + got as u64) {
-            Ok(0) => break Ok(()),
+        match direct.read_at(&mut aligned[got..], start + got as u64) {
+            Ok(0) => break,
             Ok(k) => got += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => break Err(e),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
+            Err(e) => return Err(e),
         }
         if got == span || got % ALIGN != 0 {
-            break Ok(());
+            break;
         }
-    };
-    rustix::fs::fcntl_setfl(file, flags)?;
-    match read {
-        // A device whose blocks are larger than a page, or a file system
-        // that takes the flag and refuses the read: a plain read.
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => plain(),
-        Err(e) => Err(e),
-        Ok(()) if got < skip + n => Err(io::ErrorKind::UnexpectedEof.into()),
-        Ok(()) => Ok(direct[skip..skip + n].to_vec()),
     }
+    if got < skip + n {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(Some(aligned[skip..skip + n].to_vec()))
 }
 
 /// How many of the pages of `len` bytes of `file` from `at` the page cache

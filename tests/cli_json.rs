@@ -26,7 +26,7 @@ fn every_listing_and_report_has_json_that_parses() {
     std::os::unix::fs::symlink("state/lead.json", src.join("link")).unwrap();
     let odd = OsStr::from_bytes(b"caf\xe9.txt");
     fs::write(src.join(odd), b"latin-1 name\n").unwrap();
-    // Large and incompressible: a loose object, corrupted at the end.
+    // Large and incompressible: one chunk, corrupted below.
     fs::write(src.join("big.bin"), common::pseudo_random(200 << 10, 5)).unwrap();
     let s = src.to_str().unwrap();
     let id1 = env
@@ -142,10 +142,11 @@ fn every_listing_and_report_has_json_that_parses() {
 
     // verify --json reports problems and still fails.
     let chunk = common::chunk_of(&env.store, &id1, "big.bin");
-    let hex = chunk.to_hex();
-    let loose = env.store.join("objects").join(&hex[..2]).join(&hex[2..]);
-    assert!(loose.exists(), "big.bin's chunk is not a loose object");
-    fs::write(&loose, b"not zstd").unwrap();
+    let store = storefs::store::Store::open(&env.store).unwrap();
+    let mut bad = store.backend().read(&chunk).unwrap().unwrap();
+    bad[..8].copy_from_slice(b"not zstd");
+    store.replace_stored_object(&chunk, &bad).unwrap();
+    drop(store);
     let out = env.run(["verify", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let v = parse(&String::from_utf8(out.stdout).unwrap());

@@ -615,3 +615,80 @@ fn mount_helper_works_through_mount_8_and_fstab() {
     assert!(!mounted_at(&mp));
     guard.mountpoint = None;
 }
+
+/// A store whose one pack holds a 6 MiB file of a checkpoint and `junk`
+/// objects of these sizes that nothing reaches, all two days old.
+fn pack_with_junk(env: &Env, junk: &[usize]) -> Vec<ObjectId> {
+    use storefs::store::{Checkpoint, Source, Store};
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("big.bin"), common::pseudo_random(6 << 20, 3)).unwrap();
+    let store = Store::open_or_create(&env.store).unwrap();
+    let snap =
+        storefs::ingest::snapshot(&store, &src, &storefs::ingest::SnapshotOptions::default())
+            .unwrap();
+    let ids = junk
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let data = common::pseudo_random(*n, 10 + i as u64);
+            store.put_object(&data).unwrap().0
+        })
+        .collect();
+    store.sync_objects().unwrap();
+    store
+        .write_checkpoint(&Checkpoint {
+            version: 1,
+            root: snap.root,
+            parents: vec![],
+            origin: None,
+            time_ns: 1,
+            message: String::new(),
+            source: Source {
+                kind: "snapshot".into(),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+    drop(store);
+    assert_eq!(packs(&env.store).len(), 1);
+    set_mtime(&packs(&env.store)[0], days_ago(2));
+    ids
+}
+
+#[test]
+fn gc_leaves_unreachable_chunks_in_a_large_pack_until_over_a_tenth_of_it_is() {
+    let gc = |env: &Env| -> serde_json::Value {
+        let out = env.run(["gc", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        env.ok(["verify"]);
+        v
+    };
+    // 300 KiB of 6.3 MiB (5%): copying the pack would cost 20 times what it
+    // frees; left, and said so.
+    let env = Env::new();
+    let junk = pack_with_junk(&env, &[300 << 10]);
+    let pack = packs(&env.store);
+    let v = gc(&env);
+    assert_eq!(v["left_in_packs"], 1, "{v}");
+    assert_eq!(v["removed"], serde_json::json!([]), "{v}");
+    assert!(objects(&env.store).contains(&junk[0]));
+    assert_eq!(packs(&env.store), pack, "not rewritten");
+    let out = env.run(["gc"]);
+    assert!(
+        stderr(&out).contains("left 1 unreachable object(s)"),
+        "{}",
+        stderr(&out)
+    );
+    // 800 KiB of 6.8 MiB (12%): rewritten without them.
+    let env = Env::new();
+    let junk = pack_with_junk(&env, &[300 << 10, 500 << 10]);
+    let pack = packs(&env.store);
+    let v = gc(&env);
+    assert_eq!(v["left_in_packs"], 0, "{v}");
+    assert_eq!(v["removed"].as_array().unwrap().len(), 2, "{v}");
+    let left = objects(&env.store);
+    assert!(!left.contains(&junk[0]) && !left.contains(&junk[1]));
+    assert_ne!(packs(&env.store), pack, "rewritten");
+}

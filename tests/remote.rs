@@ -111,7 +111,7 @@ impl Setup {
     }
 
     /// A tree to push: the agent-store fixture plus a 3 MiB file of
-    /// pseudo-random bytes (several chunks, stored loose).
+    /// pseudo-random bytes (several chunks, each over 64 KiB stored).
     fn make_tree(&self) -> PathBuf {
         let src = self.env.path("src");
         make_store(&src);

@@ -512,6 +512,10 @@ them), temp files of interrupted writes, and the stat caches of checkpoints no r
 imports and commits run: they hold STORE/gc.lock shared until they publish, and gc sweeps
 under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove),
 `PATH SIZE` per file.
+An unreachable object is dropped from its pack by rewriting the pack without it, when more
+than 10% of the pack is unreachable or it keeps at most 4 MiB; otherwise it stays (counted
+on stderr; --dry-run lists it with the rest) until more of its pack is unreachable, so one
+deleted chunk never costs a copy of a 64 MiB pack.
 Also merges small pack files (one per snapshot or commit) once there are 8 or more.
 
 With --remote NAME it collects the remote's garbage instead, once older than --grace: what

@@ -115,6 +115,8 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
             "young": r.young,
             "young_bytes": r.young_bytes,
             "packs_merged": {"from": r.packs_merged.0, "into": r.packs_merged.1},
+            "left_in_packs": r.in_packs,
+            "left_in_packs_bytes": r.in_packs_bytes,
         }));
     }
     let mut out = std::io::stdout().lock();
@@ -148,6 +150,13 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
         eprintln!(
             "storefs: gc: merged {} small pack(s) into {}",
             r.packs_merged.0, r.packs_merged.1
+        );
+    }
+    if r.in_packs > 0 {
+        eprintln!(
+            "storefs: gc: left {} unreachable object(s) ({}) in packs that would be copied whole to drop them; a later gc drops them once over 10% of their pack is unreachable",
+            r.in_packs,
+            human(r.in_packs_bytes)
         );
     }
     Ok(())

@@ -15,11 +15,11 @@ use lru::LruCache;
 use parking_lot::{Mutex, RwLock};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use super::atomic::{fsync_dir, temp_name, write_file};
+use super::atomic::{fsync_dir, write_file};
 use super::id::ObjectId;
 use super::midx::{self, MIDX, Merge, Midx, MidxEntry};
 use super::pack::{
-    PACK_OBJECT_MAX, PACK_TARGET_SIZE, PackEntry, PackWriter, decode_index, read_entry, read_record,
+    PACK_OBJECT_MAX, PACK_TARGET_SIZE, PackEntry, PackFile, PackWriter, decode_index, read_entry,
 };
 
 /// The directory under `objects/` that holds pack files.
@@ -42,9 +42,41 @@ pub enum Got {
 /// ([`ObjectBackend::open_stored`]).
 pub enum Stored {
     /// `len` stored bytes at `offset` in `file` (a loose object: offset 0).
-    File { file: File, offset: u64, len: u64 },
-    /// All the stored bytes, read already (a small packed object).
+    File {
+        file: StoredFile,
+        offset: u64,
+        len: u64,
+    },
+    /// All the stored bytes, read already (a pending object).
     Bytes(Vec<u8>),
+}
+
+/// The file a [`Stored::File`] lies in.
+pub enum StoredFile {
+    /// A loose object's file, opened for this read only.
+    Own(File),
+    /// A pack, its descriptors shared with the process's other reads: its
+    /// flags and read-ahead advice are left as they are.
+    Pack(Arc<PackFile>),
+}
+
+impl StoredFile {
+    /// The descriptor reads through the page cache take.
+    pub fn file(&self) -> &File {
+        match self {
+            StoredFile::Own(f) => f,
+            StoredFile::Pack(p) => p.file(),
+        }
+    }
+
+    /// `n` bytes at `at`, past the page cache unless it holds them
+    /// ([`crate::sys::read_cold`]).
+    pub fn read_cold(&self, at: u64, n: usize) -> io::Result<Vec<u8>> {
+        match self {
+            StoredFile::Own(f) => crate::sys::read_cold(f, at, n),
+            StoredFile::Pack(p) => p.read_cold(at, n),
+        }
+    }
 }
 
 /// Storage of compressed object bytes by id. Implementations must be safe to call
@@ -121,6 +153,14 @@ pub trait ObjectBackend: Send + Sync {
     fn remove_many(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
         ids.iter().map(|id| self.remove(id)).collect()
     }
+    /// gc's sweep of unreachable objects: [`ObjectBackend::remove_many`],
+    /// except that a backend that packs objects may leave an object in a
+    /// pack whose rewrite without it would copy many times what it frees
+    /// (`false` for it: a later sweep drops it once more of its pack is
+    /// unreachable).
+    fn sweep(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
+        self.remove_many(ids)
+    }
     /// Merge many small packs into few (gc only, while no writer publishes).
     /// Only packs whose every object is `movable` take part: moving an object
     /// gives it a new modification time, which must not extend the grace of
@@ -139,20 +179,21 @@ pub trait ObjectBackend: Send + Sync {
     }
 }
 
-/// Objects as files `objects/ab/cdef…` (first two hex digits fan out), and
-/// small objects in pack files under `objects/packs/` (see [`super::pack`]).
+/// Objects in pack files under `objects/packs/` (see [`super::pack`]), and,
+/// read and removed but no longer written, as files `objects/ab/cdef…`
+/// (first two hex digits fan out): every object of a store written before
+/// packs, and the large ones (over [`PACK_OBJECT_MAX`] stored) of a store
+/// written before 2026-12-05.
 ///
 /// A write is held pending until `sync`, which callers run before publishing
-/// a checkpoint or ref that names the new objects: a large object in a temp
-/// file in its fan-out directory, a small one appended to this process's open
-/// pack. `sync` makes all pending data durable with one `syncfs`, only then
-/// renames each temp file to its object name and publishes each pack by
-/// writing its index, and fsyncs the directories. So a crash never leaves a
-/// partial object under a valid name or in a published pack, while a snapshot
-/// of thousands of small files costs one filesystem sync and a few files.
-/// Until `sync`, this process reads pending objects from where they were
-/// written. Temp files and packs of a process that died before `sync` are
-/// orphans, never served, removed by gc.
+/// a checkpoint or ref that names the new objects: appended to this process's
+/// open pack. `sync` makes all pending data durable with one `syncfs`, only
+/// then publishes each pack by writing its index, and fsyncs the directory.
+/// So a crash never leaves a partial object in a published pack, while a
+/// snapshot of thousands of files costs one filesystem sync and a few files
+/// (a 1 GiB file: 16 packs, not 4,000 loose files). Until `sync`, this
+/// process reads pending objects from where they were written. Packs of a
+/// process that died before `sync` are orphans, never served, removed by gc.
 ///
 /// Published packs are found through the multi-pack index ([`super::midx`]),
 /// searched in place, and the few packs it does not cover yet (the tail)
@@ -174,7 +215,6 @@ pub trait ObjectBackend: Send + Sync {
 pub struct LocalBackend {
     dir: PathBuf,
     packs_dir: PathBuf,
-    dirty_dirs: Mutex<BTreeSet<u8>>,
     /// Written, not yet published (until `sync`).
     pending: Mutex<HashMap<ObjectId, Pending>>,
     /// Unpublished packs this process is writing. Lock order: `writing`, then
@@ -183,7 +223,7 @@ pub struct LocalBackend {
     /// Published packs.
     packs: RwLock<Packs>,
     /// Open pack files, least recently used closed first.
-    files: Mutex<LruCache<String, Arc<File>>>,
+    files: Mutex<LruCache<String, Arc<PackFile>>>,
     /// `dir` and `packs_dir` held open (`O_PATH`) once they exist, so the
     /// look-ups every new object costs (is it loose? did the packs directory
     /// change?) are a `statat`/`fstat` on a descriptor, not a walk of the
@@ -193,19 +233,16 @@ pub struct LocalBackend {
     packs_dir_fd: OnceLock<File>,
     /// Full scans (listings of the packs directory) so far.
     listings: AtomicU64,
-    /// Held through a `sync`: two at once (a pull's tasks publishing as
-    /// objects pile up) would both try to rename the same loose objects.
+    /// Held through a `sync`, so syncs run one at a time (a pull's tasks
+    /// publish as objects pile up).
     syncing: Mutex<()>,
 }
 
-/// Where a pending object can be read.
-enum Pending {
-    Loose(PathBuf),
-    Packed {
-        file: Arc<File>,
-        offset: u64,
-        len: u32,
-    },
+/// Where a pending object can be read: its record in a pack being written.
+struct Pending {
+    file: Arc<File>,
+    offset: u64,
+    len: u32,
 }
 
 #[derive(Default)]
@@ -361,6 +398,27 @@ const PACKED_ALWAYS: usize = PACK_OBJECT_MAX - PACK_OBJECT_MAX / 256 - 1024;
 /// Open pack files kept per process (each read of a packed object needs one).
 const OPEN_PACKS: usize = 64;
 
+/// gc's sweep rewrites a pack to drop unreachable objects when more than
+/// this share of its bytes is unreachable (as `gc --remote` does), or when
+/// what it keeps is at most [`REPACK_SMALL`]: a pack of large chunks is not
+/// copied whole to drop one.
+pub const REPACK_UNUSED: f64 = 0.10;
+/// What a rewrite may always copy.
+pub const REPACK_SMALL: u64 = 4 << 20;
+
+/// Whether dropping `doomed` from `pack` is worth its rewrite
+/// ([`REPACK_UNUSED`], [`REPACK_SMALL`]).
+fn worth_rewriting(pack: &Pack, doomed: &HashSet<ObjectId>) -> bool {
+    let (mut dead, mut all) = (0u64, 0u64);
+    for e in &pack.entries {
+        all += u64::from(e.len);
+        if doomed.contains(&e.id) {
+            dead += u64::from(e.len);
+        }
+    }
+    all - dead <= REPACK_SMALL || dead as f64 > REPACK_UNUSED * all as f64
+}
+
 /// gc merges small packs (under half of [`PACK_TARGET_SIZE`]) once there are
 /// this many: every snapshot or commit publishes one, and each is two files
 /// (and a directory entry every rescan lists).
@@ -386,7 +444,6 @@ impl LocalBackend {
         LocalBackend {
             packs_dir: dir.join(PACKS),
             dir,
-            dirty_dirs: Mutex::new(BTreeSet::new()),
             pending: Mutex::new(HashMap::new()),
             writing: Mutex::new(Writing::default()),
             packs: RwLock::new(Packs::default()),
@@ -443,47 +500,6 @@ impl LocalBackend {
         self.packs_dir.join(format!("{name}.{ext}"))
     }
 
-    /// A new temp file in `fan`, creating the fan-out directory if needed.
-    fn create_temp(&self, fan: &Path) -> io::Result<(PathBuf, File)> {
-        let tmp = fan.join(temp_name("obj"));
-        let open = || {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o444)
-                .open(&tmp)
-        };
-        let f = match open() {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                fs::create_dir_all(fan)?;
-                fsync_dir(&self.dir)?;
-                open()?
-            }
-            Err(e) => return Err(e),
-        };
-        Ok((tmp, f))
-    }
-
-    fn write_loose(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
-        let path = self.path_of(id);
-        let fan = path.parent().expect("object path has a parent");
-        let (tmp, mut f) = self.create_temp(fan)?;
-        if let Err(e) = f.write_all(bytes) {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
-        // Another thread may have written the same object meanwhile: keep one.
-        let mut pending = self.pending.lock();
-        if pending.contains_key(id) {
-            drop(pending);
-            let _ = fs::remove_file(&tmp);
-        } else {
-            pending.insert(*id, Pending::Loose(tmp));
-        }
-        Ok(())
-    }
-
     fn write_packed(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
         let mut writing = self.writing.lock();
         if self.pending.lock().contains_key(id) {
@@ -502,7 +518,7 @@ impl LocalBackend {
         }
         self.pending.lock().insert(
             *id,
-            Pending::Packed {
+            Pending {
                 file,
                 offset: e.offset,
                 len: e.len,
@@ -958,11 +974,11 @@ impl LocalBackend {
         )
     }
 
-    fn open_pack(&self, name: &str) -> io::Result<Arc<File>> {
+    fn open_pack(&self, name: &str) -> io::Result<Arc<PackFile>> {
         if let Some(f) = self.files.lock().get(name) {
             return Ok(f.clone());
         }
-        let f = Arc::new(File::open(self.pack_path(name, "pack"))?);
+        let f = Arc::new(PackFile::open(self.pack_path(name, "pack"))?);
         self.files.lock().put(name.to_string(), f.clone());
         Ok(f)
     }
@@ -984,9 +1000,9 @@ impl LocalBackend {
                 Err(e) => return Err(e),
             };
             if !loc.via_midx {
-                return read_entry(&f, loc.offset, loc.len).map(Some);
+                return f.read_entry(loc.offset, loc.len).map(Some);
             }
-            match read_record(&f, id, loc.offset, loc.len)? {
+            match f.read_record(id, loc.offset, loc.len)? {
                 Some(bytes) => return Ok(Some(bytes)),
                 None => {
                     let view = self.packs.read().midx.clone();
@@ -1001,6 +1017,72 @@ impl LocalBackend {
             }
         }
         Ok(None)
+    }
+
+    /// Remove `ids`: loose files, and from every pack holding one (after a
+    /// crash mid-repack an object can be in two), rewritten without them.
+    /// With `thrifty` (gc's sweep), a pack is rewritten only where that pays:
+    /// more than [`REPACK_UNUSED`] of its bytes go, or it keeps at most
+    /// [`REPACK_SMALL`]; the others keep their objects (`false` for them).
+    fn remove_from_packs(&self, ids: &[ObjectId], thrifty: bool) -> io::Result<Vec<bool>> {
+        let mut out = vec![false; ids.len()];
+        for (i, id) in ids.iter().enumerate() {
+            match fs::remove_file(self.path_of(id)) {
+                Ok(()) => out[i] = true,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.rescan()?;
+        let doomed: HashSet<ObjectId> = ids.iter().copied().collect();
+        let (mut affected, view) = {
+            let packs = self.packs.read();
+            let tail: Vec<Arc<Pack>> = packs
+                .by_name
+                .values()
+                .filter(|p| p.entries.iter().any(|e| doomed.contains(&e.id)))
+                .cloned()
+                .collect();
+            (tail, packs.midx.clone())
+        };
+        if let Some(v) = view {
+            let mut names = BTreeSet::new();
+            for id in ids {
+                for e in v.midx.lookup(id)? {
+                    if v.alive(e.pack as usize)? {
+                        names.insert(v.midx.names[e.pack as usize].clone());
+                    }
+                }
+            }
+            for name in names {
+                if let Some(p) = self.load_pack(&name)? {
+                    affected.push(Arc::new(p));
+                }
+            }
+        }
+        let (rewrite, kept): (Vec<_>, Vec<_>) = affected
+            .into_iter()
+            .partition(|p| !thrifty || worth_rewriting(p, &doomed));
+        for pack in &rewrite {
+            self.rewrite(std::slice::from_ref(pack), &doomed)?;
+            for (i, id) in ids.iter().enumerate() {
+                if pack.entries.iter().any(|e| e.id == *id) {
+                    out[i] = true;
+                }
+            }
+        }
+        // Still there, in a pack kept whole.
+        for pack in &kept {
+            for (i, id) in ids.iter().enumerate() {
+                if pack.entries.iter().any(|e| e.id == *id) {
+                    out[i] = false;
+                }
+            }
+        }
+        if !rewrite.is_empty() {
+            self.rebuild_midx_or_warn();
+        }
+        Ok(out)
     }
 
     /// Write the objects of `packs` that are not in `doomed` (each once) into
@@ -1026,7 +1108,7 @@ impl LocalBackend {
                         Some(w) => w,
                         None => current.insert(PackWriter::create(&self.packs_dir)?),
                     };
-                    w.append(&e.id, &read_entry(old, e.offset, e.len)?)?;
+                    w.append(&e.id, &old.read_entry(e.offset, e.len)?)?;
                     if w.is_full() {
                         w.sync_data()?;
                         self.publish(w)?;
@@ -1065,11 +1147,6 @@ impl LocalBackend {
 impl Drop for LocalBackend {
     /// Objects written but never synced belong to nothing published: remove them.
     fn drop(&mut self) {
-        for (_, p) in self.pending.get_mut().drain() {
-            if let Pending::Loose(tmp) = p {
-                let _ = fs::remove_file(tmp);
-            }
-        }
         let writing = self.writing.get_mut();
         for w in writing.full.iter().chain(writing.current.iter()) {
             w.discard();
@@ -1079,36 +1156,32 @@ impl Drop for LocalBackend {
 
 impl ObjectBackend for LocalBackend {
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
-        let pending = match self.pending.lock().get(id) {
-            Some(Pending::Packed { file, offset, len }) => Err((file.clone(), *offset, *len)),
-            Some(Pending::Loose(tmp)) => Ok(Some(tmp.clone())),
-            None => Ok(None),
-        };
+        let pending = self
+            .pending
+            .lock()
+            .get(id)
+            .map(|p| (p.file.clone(), p.offset, p.len));
         // Read without holding the lock.
-        let path = match pending {
-            Ok(Some(path)) => path,
-            Ok(None) => {
-                // Most objects are packed: a pack the view knows of is
-                // looked up in memory before a loose file is tried (which
-                // costs a failed open for every packed object).
-                if self.find_published(id)?.is_some()
-                    && let Some(bytes) = self.read_packed(id)?
-                {
-                    return Ok(Some(bytes));
-                }
-                self.path_of(id)
+        if let Some((file, offset, len)) = pending {
+            // Its record may still be in the writer's buffer.
+            if let Some(w) = &mut self.writing.lock().current
+                && Arc::ptr_eq(w.file(), &file)
+            {
+                w.flush()?;
             }
-            Err((file, offset, len)) => {
-                // Its record may still be in the writer's buffer.
-                if let Some(w) = &mut self.writing.lock().current
-                    && Arc::ptr_eq(w.file(), &file)
-                {
-                    w.flush()?;
-                }
-                return read_entry(&file, offset, len).map(Some);
-            }
-        };
-        match File::open(path) {
+            return read_entry(&file, offset, len).map(Some);
+        }
+        // Most objects are packed: a pack the view knows of is looked up in
+        // memory before a loose file is tried (which costs a failed open for
+        // every packed object).
+        if self.find_published(id)?.is_some()
+            && let Some(bytes) = self.read_packed(id)?
+        {
+            return Ok(Some(bytes));
+        }
+        // A loose object (written by a storefs before 2026-12-05 or before
+        // packs), or a pack published since the view's last scan.
+        match File::open(self.path_of(id)) {
             // Past the page cache when it does not hold the file: the object
             // is decompressed from this buffer and dropped, and what is
             // kept of it is the decompressed chunk (a cold `cat` of 256
@@ -1133,34 +1206,36 @@ impl ObjectBackend for LocalBackend {
         if self.known_in_memory(id) {
             return Ok(());
         }
-        if bytes.len() <= PACK_OBJECT_MAX {
-            self.write_packed(id, bytes)
-        } else {
-            self.write_loose(id, bytes)
-        }
+        self.write_packed(id, bytes)
     }
 
     fn contains(&self, id: &ObjectId) -> io::Result<bool> {
-        if self.known_in_memory(id) {
+        if self.known_in_memory(id) || self.find_published(id)?.is_some() {
             return Ok(true);
         }
+        // Loose: written by a storefs from before 2026-12-05 (large) or
+        // before packs (any size).
         if self.loose_exists(id)? {
             return Ok(true);
         }
         Ok(self.lookup_pack(id, false)?.is_some())
     }
 
-    /// An object of at most [`PACKED_ALWAYS`] bytes compresses to at most
-    /// [`PACK_OBJECT_MAX`] (zstd's bound), so it is written to a pack, never
-    /// loose, and it is looked up only among this process's pending objects
-    /// and its view of the packs (the tail in memory, the multi-pack index
-    /// through its sparse index and one small read), which the writer's
-    /// lease refreshed ([`Store::write_lease`](super::Store::write_lease))
-    /// and its own publishing keeps current. For each new small file of a snapshot that
+    /// Every object is written to a pack, and an object of at most
+    /// [`PACKED_ALWAYS`] bytes (which compresses to at most
+    /// [`PACK_OBJECT_MAX`], zstd's bound) was never written loose by any
+    /// storefs since packs. It is looked up only among this process's
+    /// pending objects and its view of the packs (the tail in memory, the
+    /// multi-pack index through its sparse index and one small read), which
+    /// the writer's lease refreshed
+    /// ([`Store::write_lease`](super::Store::write_lease)) and its own
+    /// publishing keeps current. For each new small file of a snapshot that
     /// saves a negative look-up in a fan-out directory and an `fstat` of the
     /// packs directory. Missed, and written again: a small object a store
     /// from before packs holds loose, and one another process published
     /// since the lease (space only; a gc that merges packs keeps one copy).
+    /// A larger one may be loose in a store written before 2026-12-05, and
+    /// is looked for there too ([`ObjectBackend::contains`]).
     fn contains_for_write(&self, id: &ObjectId, len: usize) -> io::Result<bool> {
         if len > PACKED_ALWAYS {
             return self.contains(id);
@@ -1187,33 +1262,16 @@ impl ObjectBackend for LocalBackend {
             v.extend(writing.current.take());
             v
         };
-        let loose: Vec<(ObjectId, PathBuf)> = self
-            .pending
-            .lock()
-            .iter()
-            .filter_map(|(id, p)| match p {
-                Pending::Loose(tmp) => Some((*id, tmp.clone())),
-                Pending::Packed { .. } => None,
-            })
-            .collect();
         // Packs not published when this returns go back for the next sync.
         let requeue = |rest: Vec<PackWriter>| self.writing.lock().full.extend(rest);
-        if !packs.is_empty() || !loose.is_empty() {
-            // One syncfs makes every pending temp file's and pack's data
-            // durable. A failure is reported, not retried; all stays pending.
+        if !packs.is_empty() {
+            // One syncfs makes every pending pack's data durable. A failure
+            // is reported, not retried; all stays pending.
             let dir = File::open(&self.dir)?;
             if let Err(e) = rustix::fs::syncfs(&dir) {
                 requeue(packs);
                 return Err(e.into());
             }
-        }
-        for (id, tmp) in &loose {
-            if let Err(e) = fs::rename(tmp, self.path_of(id)) {
-                requeue(packs);
-                return Err(e);
-            }
-            self.pending.lock().remove(id);
-            self.dirty_dirs.lock().insert(id.0[0]);
         }
         let published_any = !packs.is_empty();
         while let Some(mut w) = packs.pop() {
@@ -1236,16 +1294,6 @@ impl ObjectBackend for LocalBackend {
                     requeue(packs);
                     return Err(e);
                 }
-            }
-        }
-        let dirty: Vec<u8> = std::mem::take(&mut *self.dirty_dirs.lock())
-            .into_iter()
-            .collect();
-        for (i, b) in dirty.iter().enumerate() {
-            if let Err(e) = fsync_dir(&self.dir.join(format!("{b:02x}"))) {
-                // Keep what is not yet known durable for the next sync.
-                self.dirty_dirs.lock().extend(&dirty[i..]);
-                return Err(e);
             }
         }
         if published_any {
@@ -1315,25 +1363,35 @@ impl ObjectBackend for LocalBackend {
         }
     }
 
-    /// A loose object (pending or published) as its open file; a packed one
-    /// (at most [`PACK_OBJECT_MAX`] stored bytes) read whole, its pack record
-    /// checked as [`ObjectBackend::read`] does.
+    /// A published object where it lies: a range of its pack (the pack's
+    /// shared descriptors) or a loose file (its own descriptor). A pending
+    /// one is read whole (its record may still be in the writer's buffer).
+    /// The pack's record header is not read here: a wrong location gives
+    /// frames that fail their checks, and the caller then reads the object
+    /// whole, which checks it ([`ObjectBackend::read`]).
     fn open_stored(&self, id: &ObjectId) -> io::Result<Option<Stored>> {
-        let pending = match self.pending.lock().get(id) {
-            Some(Pending::Loose(tmp)) => Some(Some(tmp.clone())),
-            Some(Pending::Packed { .. }) => Some(None),
-            None => None,
-        };
-        let path = match pending {
-            Some(Some(tmp)) => tmp,
-            Some(None) => return Ok(self.read(id)?.map(Stored::Bytes)),
-            None => self.path_of(id),
-        };
-        match File::open(&path) {
+        if self.pending.lock().contains_key(id) {
+            return Ok(self.read(id)?.map(Stored::Bytes));
+        }
+        if let Some(loc) = self.find_published(id)? {
+            match self.open_pack(&loc.pack) {
+                Ok(pack) => {
+                    return Ok(Some(Stored::File {
+                        file: StoredFile::Pack(pack),
+                        offset: loc.offset,
+                        len: u64::from(loc.len),
+                    }));
+                }
+                // Removed by gc since the view's scan: the whole read rescans.
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        match File::open(self.path_of(id)) {
             Ok(file) => {
                 let len = file.metadata()?.len();
                 Ok(Some(Stored::File {
-                    file,
+                    file: StoredFile::Own(file),
                     offset: 0,
                     len,
                 }))
@@ -1407,55 +1465,11 @@ impl ObjectBackend for LocalBackend {
     }
 
     fn remove_many(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
-        let mut out = vec![false; ids.len()];
-        for (i, id) in ids.iter().enumerate() {
-            match fs::remove_file(self.path_of(id)) {
-                Ok(()) => out[i] = true,
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        // Every pack holding any of them (after a crash mid-repack, an object
-        // can be in two) is rewritten without them.
-        self.rescan()?;
-        let doomed: HashSet<ObjectId> = ids.iter().copied().collect();
-        let (mut affected, view) = {
-            let packs = self.packs.read();
-            let tail: Vec<Arc<Pack>> = packs
-                .by_name
-                .values()
-                .filter(|p| p.entries.iter().any(|e| doomed.contains(&e.id)))
-                .cloned()
-                .collect();
-            (tail, packs.midx.clone())
-        };
-        if let Some(v) = view {
-            let mut names = BTreeSet::new();
-            for id in ids {
-                for e in v.midx.lookup(id)? {
-                    if v.alive(e.pack as usize)? {
-                        names.insert(v.midx.names[e.pack as usize].clone());
-                    }
-                }
-            }
-            for name in names {
-                if let Some(p) = self.load_pack(&name)? {
-                    affected.push(Arc::new(p));
-                }
-            }
-        }
-        for pack in &affected {
-            self.rewrite(std::slice::from_ref(pack), &doomed)?;
-            for (i, id) in ids.iter().enumerate() {
-                if pack.entries.iter().any(|e| e.id == *id) {
-                    out[i] = true;
-                }
-            }
-        }
-        if !affected.is_empty() {
-            self.rebuild_midx_or_warn();
-        }
-        Ok(out)
+        self.remove_from_packs(ids, false)
+    }
+
+    fn sweep(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
+        self.remove_from_packs(ids, true)
     }
 
     fn consolidate(&self, movable: &dyn Fn(&ObjectId) -> bool) -> io::Result<(usize, usize)> {

@@ -59,6 +59,12 @@ pub struct GcReport {
     pub cutoff: Option<SystemTime>,
     /// Small packs merged, and the packs they became (none with `dry_run`).
     pub packs_merged: (usize, usize),
+    /// Unreachable objects left in packs whose rewrite would copy far more
+    /// than dropping them frees ([`super::ObjectBackend::sweep`]), and their stored
+    /// bytes; a later gc drops them once more of their pack is unreachable.
+    /// None with `dry_run`, which counts every unreachable object as removed.
+    pub in_packs: usize,
+    pub in_packs_bytes: u64,
 }
 
 fn open_lock(path: &Path) -> Result<File> {
@@ -165,12 +171,15 @@ impl Store {
             report.removed = doomed;
         } else {
             let ids: Vec<ObjectId> = doomed.iter().map(|(id, _)| *id).collect();
-            let gone = self.backend().remove_many(&ids).at(&ctx)?;
-            report.removed = doomed
-                .into_iter()
-                .zip(gone)
-                .filter_map(|(d, gone)| gone.then_some(d))
-                .collect();
+            let gone = self.backend().sweep(&ids).at(&ctx)?;
+            for (d, gone) in doomed.into_iter().zip(gone) {
+                if gone {
+                    report.removed.push(d);
+                } else {
+                    report.in_packs += 1;
+                    report.in_packs_bytes += d.1;
+                }
+            }
         }
         if !opts.dry_run {
             // Objects still unmarked here are young ones gc keeps: they stay

@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
-pub use backend::{Got, LocalBackend, ObjectBackend, SYNC_OBJECTS, Stored};
+pub use backend::{Got, LocalBackend, ObjectBackend, SYNC_OBJECTS, Stored, StoredFile};
 pub use cache::ChunkCache;
 pub use checkpoint::{
     Checkpoint, GitSource, Source, Stats, Submodule, canonical_origin, check_origin, format_time,
@@ -309,7 +309,7 @@ impl Store {
                 {
                     let read = |r: Range<u64>| {
                         let n = (r.end - r.start) as usize;
-                        crate::sys::read_cold(&file, offset + r.start, n).map(Some)
+                        file.read_cold(offset + r.start, n).map(Some)
                     };
                     if let Some(out) = decode_range(&table, len, range.clone(), read).at(&ctx)? {
                         return Ok(Some(out));
@@ -324,8 +324,11 @@ impl Store {
                 // Only the bytes asked for, no read-ahead around them; the
                 // table and where the frames probably are fetched together,
                 // so the two disk reads overlap. Advice that fails costs
-                // only that.
-                let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
+                // only that; a pack's shared descriptor keeps its read-ahead.
+                if let StoredFile::Own(f) = &file {
+                    let _ = rustix::fs::fadvise(f, 0, None, rustix::fs::Advice::Random);
+                }
+                let file = file.file();
                 let frames = guess.frames(range.clone());
                 for (at, n) in [
                     (tail_at, end - tail_at),
@@ -333,7 +336,7 @@ impl Store {
                 ] {
                     if let Some(n) = std::num::NonZeroU64::new(n) {
                         let _ =
-                            rustix::fs::fadvise(&file, at, Some(n), rustix::fs::Advice::WillNeed);
+                            rustix::fs::fadvise(file, at, Some(n), rustix::fs::Advice::WillNeed);
                     }
                 }
                 let mut tail = vec![0; (end - tail_at) as usize];

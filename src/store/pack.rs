@@ -1,6 +1,8 @@
-//! Pack files: many small objects in one file, so a snapshot of 20,000 small
-//! files creates a few files instead of 20,000 (file creation, not hashing or
-//! compression, dominated such a snapshot on ext4).
+//! Pack files: many objects in one file, so a snapshot of 20,000 small files
+//! creates a few files instead of 20,000 (file creation, not hashing or
+//! compression, dominated such a snapshot on ext4), and a 4 GiB file 64
+//! instead of 16,000 (a cold random read of it then costs no chunk file's
+//! directory block or inode).
 //!
 //! In `objects/packs/`:
 //! - `NAME.pack`: records, each `id (32 bytes) | len (u32 LE) | len bytes` (the
@@ -18,15 +20,17 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 
 use super::atomic::{fsync_dir, temp_name, write_file};
 use super::id::ObjectId;
 
-/// Objects whose stored (compressed) size is at most this go into packs;
-/// larger ones stay loose files, so gc never copies big objects to drop others.
+/// Objects whose stored (compressed) size is at most this are *small*: read
+/// through the page cache, and always packed. Larger ones (chunks of large
+/// files) were loose files before 2026-12-05 and are packed since; a pack
+/// read of one goes past the page cache ([`PackFile::read_cold`]).
 pub const PACK_OBJECT_MAX: usize = 64 * 1024;
 /// A pack being written is closed at this size and a new one begun.
 pub const PACK_TARGET_SIZE: u64 = 64 << 20;
@@ -85,36 +89,87 @@ pub fn decode_index(bytes: &[u8]) -> io::Result<Vec<PackEntry>> {
         .collect())
 }
 
-/// Read one object's stored bytes from an open pack.
+/// A published pack open for reading, shared by a process's threads: reads
+/// through the page cache, and past it for large objects the cache does not
+/// hold, through a second descriptor opened with `O_DIRECT` on first use
+/// (none where the file system refuses it, or the pack is gone by then).
+pub struct PackFile {
+    file: File,
+    path: PathBuf,
+    direct: OnceLock<Option<File>>,
+}
+
+impl PackFile {
+    pub fn open(path: PathBuf) -> io::Result<PackFile> {
+        Ok(PackFile {
+            file: File::open(&path)?,
+            path,
+            direct: OnceLock::new(),
+        })
+    }
+
+    /// The descriptor through the page cache.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// `n` bytes at `at`, past the page cache unless it holds them
+    /// ([`crate::sys::read_cold_via`]).
+    pub fn read_cold(&self, at: u64, n: usize) -> io::Result<Vec<u8>> {
+        let direct = self.direct.get_or_init(|| {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&self.path)
+                .ok()
+        });
+        match direct {
+            Some(d) => crate::sys::read_cold_via(&self.file, d, at, n),
+            None => {
+                let mut buf = vec![0; n];
+                self.file.read_exact_at(&mut buf, at)?;
+                Ok(buf)
+            }
+        }
+    }
+
+    /// One object's stored bytes, through the page cache for a small one
+    /// ([`PACK_OBJECT_MAX`]) and past it for a large one.
+    pub fn read_entry(&self, offset: u64, len: u32) -> io::Result<Vec<u8>> {
+        if len as usize > PACK_OBJECT_MAX {
+            return self.read_cold(offset, len as usize);
+        }
+        let mut buf = vec![0; len as usize];
+        self.file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+
+    /// One object's stored bytes, checking first that the record's header
+    /// names `id` and `len`; `None` when it does not (the caller's index is
+    /// wrong). The header is read with the bytes, in one read.
+    pub fn read_record(&self, id: &ObjectId, offset: u64, len: u32) -> io::Result<Option<Vec<u8>>> {
+        let Some(start) = offset.checked_sub(RECORD_HEADER) else {
+            return Ok(None);
+        };
+        let mut buf = match self.read_entry(start, RECORD_HEADER as u32 + len) {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if buf[..32] != id.0 || buf[32..36] != len.to_le_bytes() {
+            return Ok(None);
+        }
+        buf.drain(..RECORD_HEADER as usize);
+        Ok(Some(buf))
+    }
+}
+
+/// Read one object's stored bytes from a pack being written (its own
+/// descriptor: through the page cache, where the record was just written).
 pub fn read_entry(file: &File, offset: u64, len: u32) -> io::Result<Vec<u8>> {
     let mut buf = vec![0; len as usize];
     file.read_exact_at(&mut buf, offset)?;
     Ok(buf)
-}
-
-/// Read one object's stored bytes from an open pack, checking first that the
-/// record's header there names `id` and `len`; `None` when it does not (the
-/// caller's index is wrong).
-pub fn read_record(
-    file: &File,
-    id: &ObjectId,
-    offset: u64,
-    len: u32,
-) -> io::Result<Option<Vec<u8>>> {
-    let Some(start) = offset.checked_sub(RECORD_HEADER) else {
-        return Ok(None);
-    };
-    let mut buf = vec![0; RECORD_HEADER as usize + len as usize];
-    match file.read_exact_at(&mut buf, start) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    if buf[..32] != id.0 || buf[32..36] != len.to_le_bytes() {
-        return Ok(None);
-    }
-    buf.drain(..RECORD_HEADER as usize);
-    Ok(Some(buf))
 }
 
 /// A pack being written: a temp file in the packs directory that objects are

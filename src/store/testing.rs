@@ -11,6 +11,19 @@ use super::{ObjectId, Store};
 const SKIPPABLE_MAGIC: u32 = 0x184D_2A50;
 
 impl Store {
+    /// Store `stored` (an object's compressed bytes) as a loose file
+    /// `objects/ab/cdef…`, as a storefs before 2026-12-05 stored large
+    /// objects (and one before packs every object), so tests can check that
+    /// stores written that way still read.
+    pub fn write_loose_object(&self, id: &ObjectId, stored: &[u8]) -> io::Result<()> {
+        let hex = id.to_hex();
+        let fan = self.root().join("objects").join(&hex[..2]);
+        fs::create_dir_all(&fan)?;
+        let path = fan.join(&hex[2..]);
+        fs::write(&path, stored)?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o444))
+    }
+
     /// Replace the stored (compressed) bytes of a published object with
     /// `bytes`, in place, wherever it is stored. A loose object takes any
     /// length; a packed one is padded with a zstd skippable frame (decoders

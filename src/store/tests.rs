@@ -86,31 +86,40 @@ fn names_in(dir: &std::path::Path) -> Vec<String> {
 }
 
 #[test]
-fn large_objects_stay_loose_small_ones_are_packed() {
+fn large_and_small_objects_are_packed_and_loose_ones_of_older_stores_still_read() {
     let (_d, s) = new_store();
-    // Incompressible, so its stored size is over the pack limit.
-    let mut big = Vec::new();
-    let mut x = 1u64;
-    while big.len() < 200_000 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        big.extend_from_slice(&x.to_le_bytes());
-    }
+    // Incompressible, so its stored size is over the small-object limit.
+    let big = random_bytes(200_000);
     let (big_id, _) = s.put_object(&big).unwrap();
     let (small_id, _) = s.put_object(b"small").unwrap();
     s.sync_objects().unwrap();
-    let hex = big_id.to_hex();
-    assert!(
-        s.root()
-            .join("objects")
-            .join(&hex[..2])
-            .join(&hex[2..])
-            .is_file()
-    );
-    let (where_small, offset, _) = s.backend().locate(&small_id).unwrap().unwrap();
-    assert!(where_small.extension().is_some_and(|e| e == "pack") && offset > 0);
+    for id in [&big_id, &small_id] {
+        let (path, offset, _) = s.backend().locate(id).unwrap().unwrap();
+        assert!(path.extension().is_some_and(|e| e == "pack") && offset > 0);
+    }
+    // No fan-out directory: nothing was written loose.
+    let dirs: Vec<_> = fs::read_dir(s.root().join("objects"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(dirs, ["packs"]);
     assert_eq!(s.backend().list().unwrap().len(), 2);
+    // A store where a storefs before 2026-12-05 wrote the large object
+    // loose: read whole and in part from its file, found by a writer (not
+    // written again) and listed.
+    let (_d2, old) = new_store();
+    old.write_loose_object(&big_id, &stored(&s, &big_id))
+        .unwrap();
+    assert_eq!(old.get_object(&big_id, "t").unwrap(), big);
+    let part = old
+        .read_range(&big_id, Some(big.len() as u64), 70_000..75_000)
+        .unwrap();
+    assert_eq!(part.as_deref(), Some(&big[70_000..75_000]));
+    let _lease = old.write_lease().unwrap();
+    assert_eq!(old.put_object(&big).unwrap().1, 0, "found loose");
+    assert_eq!(old.backend().list().unwrap(), [big_id]);
+    let (path, offset, _) = old.backend().locate(&big_id).unwrap().unwrap();
+    assert!(path.starts_with(old.root().join("objects")) && offset == 0);
 }
 
 #[test]
@@ -188,15 +197,16 @@ fn a_writer_looks_up_small_objects_in_its_view_and_large_ones_on_disk() {
     other.put_object(&small).unwrap();
     other.put_object(&large).unwrap();
     other.sync_objects().unwrap();
-    // A large object may be loose: always looked for on disk.
+    // A small one published since the lease is not in the view: a second copy.
+    let (id, written) = writer.put_object(&small).unwrap();
+    assert!(written > 0, "written again");
+    // A large object may be loose (an older store): looked for on disk,
+    // where the packs directory changed, so it is found in the new pack.
     assert_eq!(
         writer.put_object(&large).unwrap().1,
         0,
         "found, not rewritten"
     );
-    // A small one published since the lease is not in the view: a second copy.
-    let (id, written) = writer.put_object(&small).unwrap();
-    assert!(written > 0, "written again");
     writer.sync_objects().unwrap();
     assert_eq!(writer.get_object(&id, "t").unwrap(), small);
     // A new lease refreshes the view: found.
@@ -206,6 +216,44 @@ fn a_writer_looks_up_small_objects_in_its_view_and_large_ones_on_disk() {
     // Readers still look on disk for what the view does not hold.
     let reader = Store::open(writer.root()).unwrap();
     assert!(reader.has_object(&id).unwrap());
+}
+
+#[test]
+fn a_sweep_rewrites_a_pack_of_large_objects_only_once_enough_of_it_is_unreachable() {
+    let (_d, s) = new_store();
+    // Twelve incompressible objects of 512 KiB: one pack of about 6 MiB.
+    let data: Vec<Vec<u8>> = (0..12).map(|_| random_bytes(512 << 10)).collect();
+    let ids: Vec<ObjectId> = data.iter().map(|d| s.put_object(d).unwrap().0).collect();
+    s.sync_objects().unwrap();
+    let packs = s.root().join("objects/packs");
+    let pack = pack_of(&packs, &ids[0]);
+    // One of twelve (8%): dropping it would copy 5.5 MiB to free 0.5; kept.
+    assert_eq!(s.backend().sweep(&ids[..1]).unwrap(), [false]);
+    assert_eq!(pack_of(&packs, &ids[0]), pack, "not rewritten");
+    assert_eq!(s.get_object(&ids[0], "t").unwrap(), data[0]);
+    // Two (17%): rewritten without them.
+    assert_eq!(s.backend().sweep(&ids[..2]).unwrap(), [true, true]);
+    assert_ne!(pack_of(&packs, &ids[2]), pack);
+    for (i, id) in ids.iter().enumerate() {
+        match s.get_object(id, "t") {
+            Ok(b) => assert!(i >= 2 && b == data[i]),
+            Err(Error::Missing { .. }) => assert!(i < 2),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // What quarantine and the other callers of remove_many drop always goes.
+    assert_eq!(s.backend().remove_many(&ids[2..3]).unwrap(), [true]);
+    assert!(!s.has_object(&ids[2]).unwrap());
+    assert_eq!(s.backend().list().unwrap().len(), 9);
+    // Whatever the share, a rewrite that keeps at most 4 MiB is done: one of
+    // 40 objects of 100 KiB (2.5%).
+    let (_d, s) = new_store();
+    let ids: Vec<ObjectId> = (0..40)
+        .map(|_| s.put_object(&random_bytes(100 << 10)).unwrap().0)
+        .collect();
+    s.sync_objects().unwrap();
+    assert_eq!(s.backend().sweep(&ids[..1]).unwrap(), [true]);
+    assert!(!s.has_object(&ids[0]).unwrap() && s.has_object(&ids[1]).unwrap());
 }
 
 #[test]
@@ -681,9 +729,9 @@ fn single_frame_objects_of_the_old_layout_still_decode() {
 #[test]
 fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
     let (_d, s) = new_store();
-    // Incompressible (stored loose, read from its file) and compressible
-    // (stored in a pack, read whole and decoded in part), before and after
-    // they are published.
+    // Incompressible (its frames read from the pack past the page cache) and
+    // compressible (its table and frames read from the pack), before
+    // (pending: read whole, decoded in part) and after they are published.
     let mut random = vec![0u8; 700_001];
     rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).unwrap();
     let compressible: Vec<u8> = (0..400_000u32)
@@ -722,10 +770,10 @@ fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
         }
         s.sync_objects().unwrap();
     }
-    let (_, offset, _) = s.backend().locate(&ids[0].0).unwrap().unwrap();
-    assert_eq!(offset, 0, "the random one is loose");
-    let (_, offset, _) = s.backend().locate(&ids[1].0).unwrap().unwrap();
-    assert!(offset > 0, "the compressible one is packed");
+    for (id, _) in &ids {
+        let (_, offset, _) = s.backend().locate(id).unwrap().unwrap();
+        assert!(offset > 0, "packed");
+    }
     // An object that is not stored: declined (a whole read says it is missing).
     assert_eq!(
         s.read_range(&ObjectId::of(b"absent"), Some(1 << 20), 0..10)
@@ -849,47 +897,70 @@ fn content_that_does_not_compress_is_cut_into_small_frames_and_found_without_its
 
 #[test]
 fn a_corrupt_frame_table_or_frame_is_an_error_not_wrong_bytes() {
-    let (_d, s) = new_store();
-    let mut data = vec![0u8; 300_000];
-    rustix::rand::getrandom(&mut data, rustix::rand::GetRandomFlags::empty()).unwrap();
-    let (id, _) = s.put_object(&data).unwrap();
-    s.sync_objects().unwrap();
-    let good = stored(&s, &id);
-    assert!(raw_table(&good).is_some(), "framed");
-    let len = data.len() as u64;
-    let table_at = good.len() - framed::table_len_from_footer(&good).unwrap().unwrap();
-    // Each byte of the table, then bytes in the middle of frames.
-    let mut spots: Vec<usize> = (table_at..good.len()).collect();
-    spots.extend([10, 70_000, 150_000, table_at - 1]);
-    for at in spots {
-        for flip in [0x01u8, 0x80] {
-            let mut bad = good.clone();
-            bad[at] ^= flip;
-            s.replace_stored_object(&id, &bad).unwrap();
-            let whole = s.get_object(&id, "t");
-            assert!(
-                matches!(whole, Err(Error::Corrupt { .. })),
-                "byte {at} ^ {flip:#x}: {:?}",
-                whole.map(|v| v.len())
-            );
-            for r in ranges_of(len) {
-                // A partial read gives the right bytes (the damage is
-                // elsewhere) or declines; never other bytes.
-                for known in [Some(len), None] {
-                    if let Some(got) = s.read_range(&id, known, r.clone()).unwrap() {
-                        assert_eq!(got, data[r.start as usize..r.end as usize], "byte {at}");
+    let data = random_bytes(300_000);
+    // Packed (as every object is written), and loose (as a store before
+    // 2026-12-05 holds a large one).
+    for loose in [false, true] {
+        let (_d, s) = new_store();
+        let id = ObjectId::of(&data);
+        if loose {
+            let (_d2, packed) = new_store();
+            packed.put_object(&data).unwrap();
+            packed.sync_objects().unwrap();
+            s.write_loose_object(&id, &stored(&packed, &id)).unwrap();
+        } else {
+            s.put_object(&data).unwrap();
+            s.sync_objects().unwrap();
+        }
+        let (_, offset, _) = s.backend().locate(&id).unwrap().unwrap();
+        assert_eq!(offset == 0, loose);
+        let good = stored(&s, &id);
+        assert!(raw_table(&good).is_some(), "framed");
+        let len = data.len() as u64;
+        let table_at = good.len() - framed::table_len_from_footer(&good).unwrap().unwrap();
+        // Each byte of the table, then bytes in the middle of frames.
+        let mut spots: Vec<usize> = (table_at..good.len()).collect();
+        spots.extend([10, 70_000, 150_000, table_at - 1]);
+        for at in spots {
+            for flip in [0x01u8, 0x80] {
+                let mut bad = good.clone();
+                bad[at] ^= flip;
+                s.replace_stored_object(&id, &bad).unwrap();
+                let whole = s.get_object(&id, "t");
+                assert!(
+                    matches!(whole, Err(Error::Corrupt { .. })),
+                    "byte {at} ^ {flip:#x}: {:?}",
+                    whole.map(|v| v.len())
+                );
+                for r in ranges_of(len) {
+                    // A partial read gives the right bytes (the damage is
+                    // elsewhere) or declines; never other bytes.
+                    for known in [Some(len), None] {
+                        if let Some(got) = s.read_range(&id, known, r.clone()).unwrap() {
+                            assert_eq!(got, data[r.start as usize..r.end as usize], "byte {at}");
+                        }
                     }
                 }
             }
         }
+        // Shortened (a loose file truncated; a pack record's bytes followed
+        // by padding): an error too.
+        let cut = if loose { 3 } else { 16 };
+        s.replace_stored_object(&id, &good[..good.len() - cut])
+            .unwrap();
+        assert!(matches!(s.get_object(&id, "t"), Err(Error::Corrupt { .. })));
+        let part = s.read_range(&id, Some(len), 0..10).unwrap();
+        if loose {
+            // Its length no longer places the frames, and its table is cut.
+            assert_eq!(part, None);
+        } else if let Some(part) = part {
+            // The record keeps its length: the first frame is where it was,
+            // whole, and checked.
+            assert_eq!(part, data[..10]);
+        }
+        s.replace_stored_object(&id, &good).unwrap();
+        assert_eq!(s.get_object(&id, "t").unwrap(), data);
     }
-    // Truncated: an error too.
-    s.replace_stored_object(&id, &good[..good.len() - 3])
-        .unwrap();
-    assert!(matches!(s.get_object(&id, "t"), Err(Error::Corrupt { .. })));
-    assert_eq!(s.read_range(&id, Some(len), 0..10).unwrap(), None);
-    s.replace_stored_object(&id, &good).unwrap();
-    assert_eq!(s.get_object(&id, "t").unwrap(), data);
 }
 
 /// `n` objects each in a pack of its own (one sync each); their ids, and the
