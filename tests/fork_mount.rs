@@ -25,7 +25,7 @@ use storefs::daemon::{serve, unmount};
 use storefs::fs::{MountConfig, mount_fork};
 use storefs::ingest::{self, SnapshotOptions};
 use storefs::journal::{Fork, ROOT_INO};
-use storefs::store::{Checkpoint, ObjectId, Source, Store};
+use storefs::store::{ObjectId, Store};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -139,20 +139,7 @@ fn mount_fixture_of(
     build(&src);
     let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
     let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
-    let base = store
-        .write_checkpoint(&Checkpoint {
-            version: 1,
-            root: snap.root,
-            parents: vec![],
-            origin: Some(src.display().to_string()),
-            time_ns: 1,
-            message: "base".into(),
-            source: Source {
-                kind: "snapshot".into(),
-                ..Default::default()
-            },
-        })
-        .unwrap();
+    let base = common::checkpoint_of_root(&store, snap.root, Some(src.display().to_string()));
     Fork::create(&store, "f1", &base).unwrap();
     let fork = Arc::new(open(store.clone()).unwrap());
     let mnt = tmp.path().join("mnt");
@@ -360,17 +347,7 @@ fn ro_option_is_refused() {
     build_source(&src);
     let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
     let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
-    let base = store
-        .write_checkpoint(&Checkpoint {
-            version: 1,
-            root: snap.root,
-            parents: vec![],
-            origin: None,
-            time_ns: 1,
-            message: "base".into(),
-            source: Source::default(),
-        })
-        .unwrap();
+    let base = common::checkpoint_of_root(&store, snap.root, None);
     Fork::create(&store, "f1", &base).unwrap();
     let fork = Arc::new(Fork::open(store.clone(), "f1").unwrap());
     let mnt = tmp.path().join("mnt");

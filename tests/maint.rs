@@ -619,7 +619,7 @@ fn mount_helper_works_through_mount_8_and_fstab() {
 /// A store whose one pack holds a 6 MiB file of a checkpoint and `junk`
 /// objects of these sizes that nothing reaches, all two days old.
 fn pack_with_junk(env: &Env, junk: &[usize]) -> Vec<ObjectId> {
-    use storefs::store::{Checkpoint, Source, Store};
+    use storefs::store::Store;
     let src = env.path("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("big.bin"), common::pseudo_random(6 << 20, 3)).unwrap();
@@ -636,20 +636,7 @@ fn pack_with_junk(env: &Env, junk: &[usize]) -> Vec<ObjectId> {
         })
         .collect();
     store.sync_objects().unwrap();
-    store
-        .write_checkpoint(&Checkpoint {
-            version: 1,
-            root: snap.root,
-            parents: vec![],
-            origin: None,
-            time_ns: 1,
-            message: String::new(),
-            source: Source {
-                kind: "snapshot".into(),
-                ..Default::default()
-            },
-        })
-        .unwrap();
+    common::checkpoint_of_root(&store, snap.root, None);
     drop(store);
     assert_eq!(packs(&env.store).len(), 1);
     set_mtime(&packs(&env.store)[0], days_ago(2));

@@ -191,7 +191,7 @@ pub trait ObjectBackend: Send + Sync {
 /// then publishes each pack by writing its index, and fsyncs the directory.
 /// So a crash never leaves a partial object in a published pack, while a
 /// snapshot of thousands of files costs one filesystem sync and a few files
-/// (a 1 GiB file: 16 packs, not 4,000 loose files). Until `sync`, this
+/// (a 1 GiB file: 17 packs and their indexes, not 3,400 loose files). Until `sync`, this
 /// process reads pending objects from where they were written. Packs of a
 /// process that died before `sync` are orphans, never served, removed by gc.
 ///

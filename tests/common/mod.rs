@@ -566,6 +566,29 @@ pub fn chunk_of(store: &Path, target: &str, path: &str) -> storefs::store::Objec
     }
 }
 
+/// Write a checkpoint of `root` (a snapshot's root tree, written by the
+/// library rather than the CLI) with no parents, from `origin`; its id.
+pub fn checkpoint_of_root(
+    store: &storefs::store::Store,
+    root: storefs::store::ObjectId,
+    origin: Option<String>,
+) -> storefs::store::ObjectId {
+    store
+        .write_checkpoint(&storefs::store::Checkpoint {
+            version: 1,
+            root,
+            parents: vec![],
+            origin,
+            time_ns: 1,
+            message: "base".into(),
+            source: storefs::store::Source {
+                kind: "snapshot".into(),
+                ..Default::default()
+            },
+        })
+        .unwrap()
+}
+
 /// A command's stderr, as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
