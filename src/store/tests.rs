@@ -219,6 +219,65 @@ fn a_writer_looks_up_small_objects_in_its_view_and_large_ones_on_disk() {
 }
 
 #[test]
+fn threads_reading_one_pack_whole_in_part_and_small_get_the_right_bytes() {
+    // One pack, its descriptors shared: large objects read past the page
+    // cache (a second descriptor with O_DIRECT) and in part, small ones
+    // through the page cache at unaligned offsets, all at once. Flipping
+    // O_DIRECT on the shared descriptor would fail the small reads (EINVAL)
+    // or the large ones.
+    let (_d, s) = new_store();
+    let large: Vec<Vec<u8>> = (0..8).map(|_| random_bytes(300_000)).collect();
+    let small: Vec<Vec<u8>> = (0..64)
+        .map(|i| format!("small object {i} ").repeat(1 + i % 7).into_bytes())
+        .collect();
+    let large_ids: Vec<ObjectId> = large.iter().map(|d| s.put_object(d).unwrap().0).collect();
+    let small_ids: Vec<ObjectId> = small.iter().map(|d| s.put_object(d).unwrap().0).collect();
+    s.sync_objects().unwrap();
+    let packs = s.root().join("objects/packs");
+    assert!(
+        large_ids
+            .iter()
+            .chain(&small_ids)
+            .all(|id| pack_of(&packs, id) == pack_of(&packs, &large_ids[0]))
+    );
+    // A fresh process, the pack out of the page cache: large reads go past
+    // it (direct reads leave nothing there), small ones fill a few pages.
+    let s = Store::open(s.root()).unwrap();
+    let pack =
+        fs::File::open(packs.join(format!("{}.pack", pack_of(&packs, &large_ids[0])))).unwrap();
+    rustix::fs::fadvise(&pack, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+    std::thread::scope(|t| {
+        for k in 0..6usize {
+            let (s, large, small, large_ids, small_ids) =
+                (&s, &large, &small, &large_ids, &small_ids);
+            t.spawn(move || {
+                for round in 0..300usize {
+                    let i = (k * 7 + round) % large.len();
+                    let len = large[i].len() as u64;
+                    match (k + round) % 3 {
+                        0 => assert_eq!(s.get_object(&large_ids[i], "t").unwrap(), large[i]),
+                        1 => {
+                            let at = (round as u64 * 4_099) % (len - 5_000);
+                            let got = s
+                                .read_range(&large_ids[i], Some(len), at..at + 5_000)
+                                .unwrap();
+                            assert_eq!(
+                                got.as_deref(),
+                                Some(&large[i][at as usize..at as usize + 5_000])
+                            );
+                        }
+                        _ => {
+                            let j = (k * 13 + round) % small.len();
+                            assert_eq!(s.get_object(&small_ids[j], "t").unwrap(), small[j]);
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
 fn a_sweep_rewrites_a_pack_of_large_objects_only_once_enough_of_it_is_unreachable() {
     let (_d, s) = new_store();
     // Twelve incompressible objects of 512 KiB: one pack of about 6 MiB.
