@@ -514,7 +514,7 @@ under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run wou
 `PATH SIZE` per file.
 An unreachable object is dropped from its pack by rewriting the pack without it, when more
 than 10% of the pack is unreachable or it keeps at most 4 MiB; otherwise it stays (counted
-on stderr; --dry-run lists it with the rest) until more of its pack is unreachable, so one
+on stderr, by --dry-run too, and not listed) until more of its pack is unreachable, so one
 deleted chunk never costs a copy of a 64 MiB pack.
 Also merges small pack files (one per snapshot or commit) once there are 8 or more.
 

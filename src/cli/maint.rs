@@ -154,7 +154,8 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
     }
     if r.in_packs > 0 {
         eprintln!(
-            "storefs: gc: left {} unreachable object(s) ({}) in packs that would be copied whole to drop them; a later gc drops them once over 10% of their pack is unreachable",
+            "storefs: gc: {} {} unreachable object(s) ({}) in packs that would be copied whole to drop them; a later gc drops them once over 10% of their pack is unreachable",
+            if a.dry_run { "would leave" } else { "left" },
             r.in_packs,
             human(r.in_packs_bytes)
         );

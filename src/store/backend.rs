@@ -157,8 +157,12 @@ pub trait ObjectBackend: Send + Sync {
     /// except that a backend that packs objects may leave an object in a
     /// pack whose rewrite without it would copy many times what it frees
     /// (`false` for it: a later sweep drops it once more of its pack is
-    /// unreachable).
-    fn sweep(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
+    /// unreachable). With `dry_run` nothing is removed: what a sweep would
+    /// remove.
+    fn sweep(&self, ids: &[ObjectId], dry_run: bool) -> io::Result<Vec<bool>> {
+        if dry_run {
+            return Ok(vec![true; ids.len()]);
+        }
         self.remove_many(ids)
     }
     /// Merge many small packs into few (gc only, while no writer publishes).
@@ -1024,10 +1028,23 @@ impl LocalBackend {
     /// With `thrifty` (gc's sweep), a pack is rewritten only where that pays:
     /// more than [`REPACK_UNUSED`] of its bytes go, or it keeps at most
     /// [`REPACK_SMALL`]; the others keep their objects (`false` for them).
-    fn remove_from_packs(&self, ids: &[ObjectId], thrifty: bool) -> io::Result<Vec<bool>> {
+    /// With `dry_run` (gc's only) nothing is removed or rewritten: `true`
+    /// for what would be.
+    fn remove_from_packs(
+        &self,
+        ids: &[ObjectId],
+        thrifty: bool,
+        dry_run: bool,
+    ) -> io::Result<Vec<bool>> {
         let mut out = vec![false; ids.len()];
         for (i, id) in ids.iter().enumerate() {
-            match fs::remove_file(self.path_of(id)) {
+            let path = self.path_of(id);
+            let gone = if dry_run {
+                fs::symlink_metadata(&path).map(|_| ())
+            } else {
+                fs::remove_file(&path)
+            };
+            match gone {
                 Ok(()) => out[i] = true,
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
@@ -1064,7 +1081,9 @@ impl LocalBackend {
             .into_iter()
             .partition(|p| !thrifty || worth_rewriting(p, &doomed));
         for pack in &rewrite {
-            self.rewrite(std::slice::from_ref(pack), &doomed)?;
+            if !dry_run {
+                self.rewrite(std::slice::from_ref(pack), &doomed)?;
+            }
             for (i, id) in ids.iter().enumerate() {
                 if pack.entries.iter().any(|e| e.id == *id) {
                     out[i] = true;
@@ -1079,7 +1098,7 @@ impl LocalBackend {
                 }
             }
         }
-        if !rewrite.is_empty() {
+        if !rewrite.is_empty() && !dry_run {
             self.rebuild_midx_or_warn();
         }
         Ok(out)
@@ -1465,11 +1484,11 @@ impl ObjectBackend for LocalBackend {
     }
 
     fn remove_many(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
-        self.remove_from_packs(ids, false)
+        self.remove_from_packs(ids, false, false)
     }
 
-    fn sweep(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
-        self.remove_from_packs(ids, true)
+    fn sweep(&self, ids: &[ObjectId], dry_run: bool) -> io::Result<Vec<bool>> {
+        self.remove_from_packs(ids, true, dry_run)
     }
 
     fn consolidate(&self, movable: &dyn Fn(&ObjectId) -> bool) -> io::Result<(usize, usize)> {

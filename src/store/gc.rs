@@ -62,7 +62,7 @@ pub struct GcReport {
     /// Unreachable objects left in packs whose rewrite would copy far more
     /// than dropping them frees ([`super::ObjectBackend::sweep`]), and their stored
     /// bytes; a later gc drops them once more of their pack is unreachable.
-    /// None with `dry_run`, which counts every unreachable object as removed.
+    /// With `dry_run`: those a run would leave.
     pub in_packs: usize,
     pub in_packs_bytes: u64,
 }
@@ -167,18 +167,14 @@ impl Store {
             }
             doomed.push((id, size));
         }
-        if opts.dry_run {
-            report.removed = doomed;
-        } else {
-            let ids: Vec<ObjectId> = doomed.iter().map(|(id, _)| *id).collect();
-            let gone = self.backend().sweep(&ids).at(&ctx)?;
-            for (d, gone) in doomed.into_iter().zip(gone) {
-                if gone {
-                    report.removed.push(d);
-                } else {
-                    report.in_packs += 1;
-                    report.in_packs_bytes += d.1;
-                }
+        let ids: Vec<ObjectId> = doomed.iter().map(|(id, _)| *id).collect();
+        let gone = self.backend().sweep(&ids, opts.dry_run).at(&ctx)?;
+        for (d, gone) in doomed.into_iter().zip(gone) {
+            if gone {
+                report.removed.push(d);
+            } else {
+                report.in_packs += 1;
+                report.in_packs_bytes += d.1;
             }
         }
         if !opts.dry_run {

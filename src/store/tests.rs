@@ -286,12 +286,17 @@ fn a_sweep_rewrites_a_pack_of_large_objects_only_once_enough_of_it_is_unreachabl
     s.sync_objects().unwrap();
     let packs = s.root().join("objects/packs");
     let pack = pack_of(&packs, &ids[0]);
+    // A dry run answers as a sweep would, and changes nothing.
+    assert_eq!(s.backend().sweep(&ids[..1], true).unwrap(), [false]);
+    assert_eq!(s.backend().sweep(&ids[..2], true).unwrap(), [true, true]);
+    assert_eq!(pack_of(&packs, &ids[1]), pack);
+    assert_eq!(s.get_object(&ids[1], "t").unwrap(), data[1]);
     // One of twelve (8%): dropping it would copy 5.5 MiB to free 0.5; kept.
-    assert_eq!(s.backend().sweep(&ids[..1]).unwrap(), [false]);
+    assert_eq!(s.backend().sweep(&ids[..1], false).unwrap(), [false]);
     assert_eq!(pack_of(&packs, &ids[0]), pack, "not rewritten");
     assert_eq!(s.get_object(&ids[0], "t").unwrap(), data[0]);
     // Two (17%): rewritten without them.
-    assert_eq!(s.backend().sweep(&ids[..2]).unwrap(), [true, true]);
+    assert_eq!(s.backend().sweep(&ids[..2], false).unwrap(), [true, true]);
     assert_ne!(pack_of(&packs, &ids[2]), pack);
     for (i, id) in ids.iter().enumerate() {
         match s.get_object(id, "t") {
@@ -311,7 +316,7 @@ fn a_sweep_rewrites_a_pack_of_large_objects_only_once_enough_of_it_is_unreachabl
         .map(|_| s.put_object(&random_bytes(100 << 10)).unwrap().0)
         .collect();
     s.sync_objects().unwrap();
-    assert_eq!(s.backend().sweep(&ids[..1]).unwrap(), [true]);
+    assert_eq!(s.backend().sweep(&ids[..1], false).unwrap(), [true]);
     assert!(!s.has_object(&ids[0]).unwrap() && s.has_object(&ids[1]).unwrap());
 }
 
