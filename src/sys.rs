@@ -427,7 +427,9 @@ fn is_cached(file: &File, at: u64, n: usize) -> bool {
     cached_pages(file, start, span as u64).is_none_or(|c| c >= (span / ALIGN) as u64)
 }
 
-fn read_plain(file: &File, at: u64, n: usize) -> io::Result<Vec<u8>> {
+/// `n` bytes of `file` at `at`, through the page cache; fewer there: an
+/// `UnexpectedEof` error.
+pub fn read_plain(file: &File, at: u64, n: usize) -> io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     let mut out = vec![0u8; n];
     file.read_exact_at(&mut out, at)?;

@@ -29,11 +29,9 @@ use super::lock::{LockKind, now_secs};
 use super::ops::{Moved, RecordSource};
 use super::pack::{self, PackBuilder, PackKind};
 use super::{PARALLEL, Remote, Result};
+use crate::store::REPACK_UNUSED;
 use crate::store::progress::SharedProgress;
 use crate::store::{self, ObjectId, Store};
-
-/// A pack is repacked when more than this share of its bytes is unreached.
-pub const REPACK_UNUSED: f64 = 0.10;
 
 /// How a remote gc behaves.
 #[derive(Clone, Debug)]

@@ -403,9 +403,9 @@ const PACKED_ALWAYS: usize = PACK_OBJECT_MAX - PACK_OBJECT_MAX / 256 - 1024;
 const OPEN_PACKS: usize = 64;
 
 /// gc's sweep rewrites a pack to drop unreachable objects when more than
-/// this share of its bytes is unreachable (as `gc --remote` does), or when
-/// what it keeps is at most [`REPACK_SMALL`]: a pack of large chunks is not
-/// copied whole to drop one.
+/// this share of its bytes is unreachable, or when what it keeps is at most
+/// [`REPACK_SMALL`]: a pack of large chunks is not copied whole to drop one.
+/// `gc --remote` repacks a remote's packs by the same share.
 pub const REPACK_UNUSED: f64 = 0.10;
 /// What a rewrite may always copy.
 pub const REPACK_SMALL: u64 = 4 << 20;
@@ -1229,15 +1229,12 @@ impl ObjectBackend for LocalBackend {
     }
 
     fn contains(&self, id: &ObjectId) -> io::Result<bool> {
-        if self.known_in_memory(id) || self.find_published(id)?.is_some() {
-            return Ok(true);
-        }
-        // Loose: written by a storefs from before 2026-12-05 (large) or
-        // before packs (any size).
-        if self.loose_exists(id)? {
-            return Ok(true);
-        }
-        Ok(self.lookup_pack(id, false)?.is_some())
+        // Packs first (the view, then a rescan if the directory changed);
+        // loose only then: written by a storefs from before 2026-12-05
+        // (large) or before packs (any size).
+        Ok(self.known_in_memory(id)
+            || self.lookup_pack(id, false)?.is_some()
+            || self.loose_exists(id)?)
     }
 
     /// Every object is written to a pack, and an object of at most

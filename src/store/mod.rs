@@ -37,7 +37,9 @@ use std::sync::Arc;
 
 pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, write_file};
-pub use backend::{Got, LocalBackend, ObjectBackend, SYNC_OBJECTS, Stored, StoredFile};
+pub use backend::{
+    Got, LocalBackend, ObjectBackend, REPACK_UNUSED, SYNC_OBJECTS, Stored, StoredFile,
+};
 pub use cache::ChunkCache;
 pub use checkpoint::{
     Checkpoint, GitSource, Source, Stats, Submodule, canonical_origin, check_origin, format_time,

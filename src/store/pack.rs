@@ -125,11 +125,7 @@ impl PackFile {
         });
         match direct {
             Some(d) => crate::sys::read_cold_via(&self.file, d, at, n),
-            None => {
-                let mut buf = vec![0; n];
-                self.file.read_exact_at(&mut buf, at)?;
-                Ok(buf)
-            }
+            None => crate::sys::read_plain(&self.file, at, n),
         }
     }
 
@@ -139,9 +135,7 @@ impl PackFile {
         if len as usize > PACK_OBJECT_MAX {
             return self.read_cold(offset, len as usize);
         }
-        let mut buf = vec![0; len as usize];
-        self.file.read_exact_at(&mut buf, offset)?;
-        Ok(buf)
+        read_entry(&self.file, offset, len)
     }
 
     /// One object's stored bytes, checking first that the record's header
@@ -167,9 +161,7 @@ impl PackFile {
 /// Read one object's stored bytes from a pack being written (its own
 /// descriptor: through the page cache, where the record was just written).
 pub fn read_entry(file: &File, offset: u64, len: u32) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0; len as usize];
-    file.read_exact_at(&mut buf, offset)?;
-    Ok(buf)
+    crate::sys::read_plain(file, offset, len as usize)
 }
 
 /// A pack being written: a temp file in the packs directory that objects are
