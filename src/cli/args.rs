@@ -374,6 +374,13 @@ pub struct ExportArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Without MOUNTPOINT, the checkpoint's origin is used only where the origin policy allows it \
+(an origin is data: an archive, a remote or a git import chose it): strictly beneath /srv, \
+/tmp, /var/tmp, /mnt, /media, /opt or a home (/home/USER, /root, $HOME; not its dot-directories \
+nor bin), never / or a system location, and only through directories owned by you or root, \
+not writable by others, with no symlink on the way. Anything else is refused: give a \
+MOUNTPOINT (your choice; not checked) or --allow-origin PREFIX. See docs/security.md.")]
 pub struct MountArgs {
     /// A ref, checkpoint id or unique id prefix (read-only); git:COMMIT, an
     /// imported git commit (`import-git`; a unique prefix of 4+ hex digits),
@@ -392,8 +399,18 @@ pub struct MountArgs {
     /// Internal: the daemon fetches objects it lacks from this remote (lazy mount)
     #[arg(long, hide = true, value_name = "REMOTE", requires = "label")]
     pub remote: Option<String>,
-    /// Where to mount [default: the checkpoint's origin]; created if missing, must be empty
+    /// Where to mount [default: the checkpoint's origin, where the origin
+    /// policy allows it: docs/security.md]; created if missing, must be empty
     pub mountpoint: Option<PathBuf>,
+    /// Also allow origins equal to or beneath PREFIX as default mountpoints
+    /// (may repeat; the environment variable takes PREFIXes separated by ':')
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        env = "STOREFS_ALLOW_ORIGIN",
+        value_delimiter = ':'
+    )]
+    pub allow_origin: Vec<PathBuf>,
     /// Stay attached to the terminal instead of returning once mounted
     #[arg(short, long)]
     pub foreground: bool,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::args::{MountArgs, StatusArgs, UmountArgs};
+use crate::daemon::origin::{self, OriginPolicy};
 use crate::daemon::{self, Mount, ReadyPipe, Request, Settings, What, request};
 use crate::ingest::archive::is_archive_path;
 use crate::journal;
@@ -91,6 +92,7 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         None => store,
     };
     let ck = store.read_checkpoint(&id)?;
+    let mut from_origin = false;
     let mountpoint = match &a.mountpoint {
         Some(p) => absolute(p)?,
         None => {
@@ -111,6 +113,23 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
                     label
                 );
             }
+            // The origin is data: used only where the policy allows it.
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let policy =
+                OriginPolicy::new(&a.allow_origin, home.as_deref()).map_err(|e| anyhow!(e))?;
+            let uid = rustix::process::geteuid().as_raw();
+            if let Err(why) = origin::check_default_mountpoint(&origin, &policy, uid) {
+                let allow = if why.can_be_allowed() {
+                    format!(" or allow it with --allow-origin {origin}")
+                } else {
+                    String::new()
+                };
+                bail!(
+                    "checkpoint {}'s origin {origin} is not an allowed mount place ({why}); give a mountpoint (storefs mount {label} PATH){allow}",
+                    &id.to_hex()[..12],
+                );
+            }
+            from_origin = true;
             PathBuf::from(origin)
         }
     };
@@ -124,6 +143,7 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         what,
         label,
         mountpoint,
+        from_origin,
         settings: settings(&a),
     };
     launch(m, lazy_remote.as_deref(), a.foreground, ready)
@@ -146,6 +166,7 @@ fn mount_browse(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Re
         what: What::Browse,
         label: BROWSE_LABEL.to_string(),
         mountpoint,
+        from_origin: false,
         settings: settings(&a),
     };
     launch(m, None, a.foreground, ready)
@@ -185,7 +206,7 @@ fn launch(
         })?;
         return Ok(());
     }
-    let started = daemon::start(&m.store, &mp, &daemon_args(&m, remote))?;
+    let started = daemon::start(&m.store, &mp, &daemon_args(&m, remote), m.from_origin)?;
     let (id, mode) = match &m.what {
         What::Checkpoint(id) => (id, "read-only"),
         What::Fork { head, .. } => (head, "read-write"),

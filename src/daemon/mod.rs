@@ -13,6 +13,8 @@
 //! - [`control`]: a daemon's control socket and its request protocol (a
 //!   fork's commits, every mount's cache use), the periodic commit, and a
 //!   daemon's memory as `status` reports it ([`mount_status`]);
+//! - [`origin`]: the origin policy, whether a checkpoint's origin may be
+//!   its default mountpoint (docs/security.md);
 //! - `log`: the daemon's log file, `logs/mount-<key>.log` in the store;
 //! - [`doctor`]: what this machine has of what mounts need (`storefs doctor`);
 //! - `unmount`: unmounting from outside ([`unmount()`]: `umount2` as root,
@@ -30,6 +32,7 @@ pub mod control;
 pub mod doctor;
 mod log;
 mod mountpoint;
+pub mod origin;
 mod run;
 mod spawn;
 mod unmount;
@@ -70,6 +73,13 @@ pub enum Error {
     NotEmpty(PathBuf),
     #[error("{} exists and is not a directory; give another mountpoint", .0.display())]
     NotDir(PathBuf),
+    /// The mountpoint taken from a checkpoint's origin failed the origin
+    /// policy's path rules after it was created (something changed on the way).
+    #[error(
+        "the origin {} is not a safe mount place ({why}); give a mountpoint",
+        path.display()
+    )]
+    Origin { path: PathBuf, why: origin::Refusal },
     #[error("cannot create mountpoint {}", path.display())]
     CreateMountpoint {
         path: PathBuf,

@@ -11,25 +11,66 @@ use crate::sys;
 /// Check `mp` and `/dev/fuse`, create `mp` if it is missing, and run `f`;
 /// if `f` fails, remove the mountpoint this created (only an empty
 /// directory is removed), so a mount that never happened leaves no trace.
+///
+/// `from_origin`: `mp` is a checkpoint's origin, which passed the origin
+/// policy ([`super::origin`]); its missing parts are created without
+/// following a symlink, and its path rules are checked again once all of it
+/// exists, so nobody can have swapped a part of it in between.
 pub(super) fn on_mountpoint<T>(
     store_root: &Path,
     mp: &Path,
+    from_origin: bool,
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     check_mountpoint(store_root, mp)?;
     check_dev_fuse()?;
-    let created = !mp.exists();
+    let created = fs::symlink_metadata(mp).is_err();
     if created {
-        fs::create_dir_all(mp).map_err(|source| Error::CreateMountpoint {
+        let made = if from_origin {
+            create_nofollow(mp)
+        } else {
+            fs::create_dir_all(mp)
+        };
+        made.map_err(|source| Error::CreateMountpoint {
             path: mp.to_path_buf(),
             source,
         })?;
+    }
+    if from_origin
+        && let Err(why) = super::origin::check_path(mp, rustix::process::geteuid().as_raw())
+    {
+        if created {
+            let _ = fs::remove_dir(mp);
+        }
+        return Err(Error::Origin {
+            path: mp.to_path_buf(),
+            why,
+        });
     }
     let result = f();
     if result.is_err() && created {
         let _ = fs::remove_dir(mp);
     }
     result
+}
+
+/// Create the missing directories of the absolute path `mp` (mode 0755)
+/// one by one, each relative to a descriptor of its parent opened without
+/// following a symlink: a symlink on the way fails (`ELOOP`, `ENOTDIR`)
+/// instead of being followed.
+fn create_nofollow(mp: &Path) -> std::io::Result<()> {
+    use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir = openat(CWD, "/", flags, Mode::empty())?;
+    for c in mp.components().skip(1) {
+        match mkdirat(&dir, c.as_os_str(), Mode::from_raw_mode(0o755)) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::EXIST => {}
+            Err(e) => return Err(e.into()),
+        }
+        dir = openat(&dir, c.as_os_str(), flags, Mode::empty())?;
+    }
+    Ok(())
 }
 
 /// Refuse mountpoints that would hide the store, are busy, or are not empty.

@@ -58,6 +58,10 @@ pub struct Mount {
     /// What the record, the fsname and the log name as the target.
     pub label: String,
     pub mountpoint: PathBuf,
+    /// The mountpoint is the checkpoint's origin, which passed the origin
+    /// policy ([`super::origin`]): created without following symlinks and
+    /// checked again once it exists.
+    pub from_origin: bool,
     pub settings: Settings,
 }
 
@@ -72,7 +76,8 @@ pub fn run(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     tune_malloc();
     let root = m.store.root().to_path_buf();
     let mp = m.mountpoint.clone();
-    on_mountpoint(&root, &mp, || serve_mount(m, on_serving))
+    let from_origin = m.from_origin;
+    on_mountpoint(&root, &mp, from_origin, || serve_mount(m, on_serving))
 }
 
 fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {

@@ -34,9 +34,13 @@ pub struct Started {
 /// `storefs ARGS` (a command line that runs [`super::run`] for `mp` in
 /// `store` and reports through [`ReadyPipe::from_env`]) in a new session
 /// with its stderr in the log, and wait until it reports that the mount
-/// answers, or why it failed.
-pub fn start(store: &Store, mp: &Path, args: &[OsString]) -> Result<Started> {
-    on_mountpoint(store.root(), mp, || start_daemon(store, mp, args))
+/// answers, or why it failed. `from_origin`: `mp` is a checkpoint's origin
+/// that passed the origin policy ([`super::origin`]), created and checked
+/// again as such.
+pub fn start(store: &Store, mp: &Path, args: &[OsString], from_origin: bool) -> Result<Started> {
+    on_mountpoint(store.root(), mp, from_origin, || {
+        start_daemon(store, mp, args)
+    })
 }
 
 fn start_daemon(store: &Store, mp: &Path, args: &[OsString]) -> Result<Started> {
