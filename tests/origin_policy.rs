@@ -299,22 +299,28 @@ fn evil_remote(env: &Env) -> PathBuf {
 }
 
 #[test]
-fn a_remote_ref_with_an_evil_origin_is_refused_lazily_pulled_and_forked() {
+fn a_lazy_mount_of_a_remote_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
     let a = evil_remote(&env);
     let _g = DaemonGuard(vec![env.store.clone(), a]);
-    let ns = Ns { env: &env };
-    // `mount team:evil`: a lazy mount.
-    if ns
-        .refused(&env.store, &["mount", "team:evil"], "/root/.ssh")
-        .is_none()
-    {
-        return;
-    }
-    // `pull` + `mount`.
+    Ns { env: &env }.refused(&env.store, &["mount", "team:evil"], "/root/.ssh");
+}
+
+#[test]
+fn a_pulled_ref_with_an_evil_origin_is_refused() {
+    let env = Env::new();
+    let a = evil_remote(&env);
+    let _g = DaemonGuard(vec![env.store.clone(), a]);
     env.output_ok_in(&env.store, &["pull", "team", "evil"]);
-    ns.refused(&env.store, &["mount", "evil"], "/root/.ssh");
-    // `fork team:evil` + `mount` of the fork (read-write).
+    Ns { env: &env }.refused(&env.store, &["mount", "evil"], "/root/.ssh");
+}
+
+#[test]
+fn a_fork_of_a_remote_ref_with_an_evil_origin_is_refused() {
+    let env = Env::new();
+    let a = evil_remote(&env);
+    let _g = DaemonGuard(vec![env.store.clone(), a]);
     env.output_ok_in(&env.store, &["fork", "team:evil", "--name", "f"]);
-    ns.refused(&env.store, &["mount", "f"], "/root/.ssh");
+    // The fork mounts read-write: an attacker's tree that root could even write to.
+    Ns { env: &env }.refused(&env.store, &["mount", "f"], "/root/.ssh");
 }

@@ -124,3 +124,53 @@ fn check_dev_fuse() -> Result<()> {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_origin_is_created_without_following_a_symlink() {
+        let t = tempfile::Builder::new()
+            .prefix("storefs-mp-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let target = t.path().join("target");
+        fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(&target, t.path().join("link")).unwrap();
+        let mp = t.path().join("link/a/b");
+        assert!(create_nofollow(&mp).is_err());
+        assert!(
+            fs::read_dir(&target).unwrap().next().is_none(),
+            "nothing created through the symlink"
+        );
+        // The whole step: refused, nothing created, `f` not run.
+        let store = t.path().join("store");
+        let r = on_mountpoint(&store, &mp, true, || -> Result<()> {
+            panic!("mounted through a symlink")
+        });
+        assert!(matches!(r, Err(Error::CreateMountpoint { .. })), "{r:?}");
+        assert!(fs::read_dir(&target).unwrap().next().is_none());
+        // An existing mountpoint reached through a symlink: the path
+        // rules, checked again here, refuse it.
+        fs::create_dir(target.join("x")).unwrap();
+        let r = on_mountpoint(&store, &t.path().join("link/x"), true, || -> Result<()> {
+            panic!("mounted through a symlink")
+        });
+        assert!(matches!(r, Err(Error::Origin { .. })), "{r:?}");
+        // Not from an origin (a mountpoint the caller gave): followed.
+        on_mountpoint(&store, &t.path().join("link/x"), false, || Ok(())).unwrap();
+        // Without a symlink: created, mode 0755.
+        let ok = t.path().join("real/a/b");
+        on_mountpoint(&store, &ok, true, || Ok(())).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            fs::metadata(t.path().join("real/a"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777,
+            0o755
+        );
+    }
+}
