@@ -809,3 +809,200 @@ fn an_import_that_forgets_its_blobs_between_commits_gives_the_same_trees() {
         "{read_again} bytes against {read_once}: no blob was read again"
     );
 }
+
+/// Write `data` as a git object of `kind` without git's checks (`hash-object
+/// --literally`: a tree may hold names git refuses); its id.
+fn put_object(repo: &Path, kind: &str, data: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("git")
+        .current_dir(repo)
+        .args(["hash-object", "-w", "--literally", "--stdin", "-t", kind])
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "git hash-object -t {kind} failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A tree of (mode, name, object id) entries, in the order given.
+fn put_tree(repo: &Path, entries: &[(&str, &[u8], &str)]) -> String {
+    let mut raw = Vec::new();
+    for (mode, name, id) in entries {
+        raw.extend_from_slice(mode.as_bytes());
+        raw.push(b' ');
+        raw.extend_from_slice(name);
+        raw.push(0);
+        for i in (0..id.len()).step_by(2) {
+            raw.push(u8::from_str_radix(&id[i..i + 2], 16).unwrap());
+        }
+    }
+    put_object(repo, "tree", &raw)
+}
+
+/// A repository at `env.path(tag)` whose main branch is an ordinary commit
+/// and, on it, a commit whose root tree `bad` makes (given the repository, a
+/// blob and a tree holding it as `config`); that commit's id.
+fn repo_with_bad_commit(
+    env: &Env,
+    tag: &str,
+    bad: impl FnOnce(&Path, &str, &str) -> String,
+) -> (PathBuf, String) {
+    let r = Repo::new(env.path(tag));
+    let dir = r.dir.clone();
+    let blob = put_object(
+        &dir,
+        "blob",
+        b"[core]\n\tfsmonitor = touch /tmp/storefs-pwned\n",
+    );
+    let sub = put_tree(&dir, &[("100644", b"config", &blob)]);
+    let good = put_tree(&dir, &[("100644", b"a.txt", &blob)]);
+    let first = r
+        .git(&["commit-tree", &good, "-m", "good"])
+        .trim()
+        .to_string();
+    let tree = bad(&dir, &blob, &sub);
+    let second = r
+        .git(&["commit-tree", &tree, "-p", &first, "-m", "bad"])
+        .trim()
+        .to_string();
+    r.git(&["update-ref", "refs/heads/main", &second]);
+    (dir, second)
+}
+
+/// `import-git` of `repo` fails with one line naming `commit`, `path` and
+/// `why`, and publishes nothing (not even the good parent).
+fn assert_refused(env: &Env, repo: &Path, commit: &str, path: &str, why: &str) {
+    let err = env.fails_in(&env.store, &["import-git", repo.to_str().unwrap()]);
+    let want = format!(
+        "commit {} has a path git refuses: '{path}' ({why}",
+        &commit[..12]
+    );
+    assert!(err.contains(&want), "want `{want}…`, got: {err}");
+    assert!(err.contains("nothing was imported"), "{err}");
+    assert_nothing_published(&env.store);
+}
+
+/// Issue 38, High 2: a nested `.git` directory (whose config could run a
+/// command on `git status` in the mount) is refused as git refuses it.
+#[test]
+fn a_nested_dot_git_directory_is_refused_with_nothing_published() {
+    treecmp::require_tools(&["git"]);
+    let env = Env::new();
+    let (repo, c) = repo_with_bad_commit(&env, "dotgit", |dir, blob, sub| {
+        let dotgit = put_tree(dir, &[("40000", b".git", sub)]);
+        put_tree(
+            dir,
+            &[("100644", b"a.txt", blob), ("40000", b"sub", &dotgit)],
+        )
+    });
+    assert_refused(&env, &repo, &c, "sub/.git/config", "a .git directory");
+    // At the root, and as a file.
+    let (repo, c) = repo_with_bad_commit(&env, "dotgit-file", |dir, blob, _| {
+        put_tree(dir, &[("100644", b".git", blob)])
+    });
+    assert_refused(&env, &repo, &c, ".git", "a .git entry");
+}
+
+#[test]
+fn a_dot_git_in_another_case_is_refused() {
+    treecmp::require_tools(&["git"]);
+    let env = Env::new();
+    for (i, name) in [&b".GIT"[..], b".Git", ".g\u{200c}it".as_bytes()]
+        .into_iter()
+        .enumerate()
+    {
+        let (repo, c) = repo_with_bad_commit(&env, &format!("case{i}"), |dir, _, sub| {
+            put_tree(dir, &[("40000", name, sub)])
+        });
+        let path = format!("{}/config", String::from_utf8_lossy(name));
+        assert_refused(&env, &repo, &c, &path, "a spelling of .git");
+    }
+}
+
+#[test]
+fn ntfs_spellings_of_dot_git_are_refused() {
+    treecmp::require_tools(&["git"]);
+    let env = Env::new();
+    for (i, name) in [
+        &b"git~1"[..],
+        b"GIT~1",
+        b".git.",
+        b".git ",
+        b".git::$INDEX_ALLOCATION",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (repo, c) = repo_with_bad_commit(&env, &format!("ntfs{i}"), |dir, _, sub| {
+            let inner = put_tree(dir, &[("40000", name, sub)]);
+            put_tree(dir, &[("40000", b"d", &inner)])
+        });
+        let path = format!("d/{}/config", String::from_utf8_lossy(name));
+        assert_refused(&env, &repo, &c, &path, "a spelling of .git");
+    }
+}
+
+#[test]
+fn dot_dot_dot_and_empty_names_are_refused() {
+    treecmp::require_tools(&["git"]);
+    let env = Env::new();
+    let (repo, c) = repo_with_bad_commit(&env, "dotdot", |dir, blob, sub| {
+        put_tree(dir, &[("40000", b"..", sub), ("100644", b"a.txt", blob)])
+    });
+    assert_refused(&env, &repo, &c, "../config", "a '.' or '..' name");
+    let (repo, c) = repo_with_bad_commit(&env, "dot", |dir, blob, _| {
+        put_tree(dir, &[("100644", b".", blob)])
+    });
+    assert_refused(&env, &repo, &c, ".", "a '.' or '..' name");
+    let (repo, c) = repo_with_bad_commit(&env, "empty", |dir, blob, _| {
+        put_tree(dir, &[("100644", b"", blob)])
+    });
+    assert_refused(&env, &repo, &c, "", "an empty name");
+    let (repo, c) = repo_with_bad_commit(&env, "slash", |dir, blob, _| {
+        put_tree(dir, &[("100644", b"a/b", blob)])
+    });
+    assert_refused(&env, &repo, &c, "a/b", "a name holding '/' or NUL");
+}
+
+#[test]
+fn a_gitmodules_symlink_is_refused() {
+    treecmp::require_tools(&["git"]);
+    let env = Env::new();
+    for (i, name) in [&b".gitmodules"[..], b".GITMODULES", b"gitmod~1"]
+        .into_iter()
+        .enumerate()
+    {
+        let (repo, c) = repo_with_bad_commit(&env, &format!("gm{i}"), |dir, _, _| {
+            let target = put_object(dir, "blob", b"/etc/passwd");
+            let inner = put_tree(dir, &[("120000", name, &target)]);
+            put_tree(dir, &[("40000", b"m", &inner)])
+        });
+        let path = format!("m/{}", String::from_utf8_lossy(name));
+        assert_refused(&env, &repo, &c, &path, "a .gitmodules that is a symlink");
+    }
+}
+
+/// Names that only look like `.git`: imported, as git checks them out.
+#[test]
+fn names_near_dot_git_import() {
+    treecmp::require_tools(&["git"]);
+    let env = Env::new();
+    let mut r = Repo::new(env.path("near"));
+    r.write(".github/workflows/ci.yml", b"on: push\n");
+    r.write(".gitignore", b"target\n");
+    r.write(".gitattributes", b"* text=auto\n");
+    r.write(".gitmodules", b"");
+    r.write("foo.git/HEAD", b"ref: refs/heads/main\n");
+    r.write("git~2/x", b"x\n");
+    r.write("...", b"dots\n");
+    let c = r.commit("near misses");
+    let (out, _) = env.ok_in(&env.store, &["import-git", r.dir.to_str().unwrap()]);
+    assert_eq!(imported(&out).len(), 1, "{out}");
+    let diffs = compare(&r.dir, &env, &c, &env.path("near-scratch"));
+    assert!(diffs.is_empty(), "{diffs:#?}");
+}

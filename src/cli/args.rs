@@ -328,6 +328,9 @@ commit (along first parents) that changed it, so a commit always gives the same 
 and `storefs diff` shows what changed. Parents map to the parents' checkpoints; the
 author time and message are kept; the record's source names the repository and commit. Refs: PREFIX.BRANCH and
 PREFIX.tags.TAG ('/' in a branch name becomes '.'), moved to the imported commits.
+A commit with a path git refuses to check out (.git in any case, 8.3/NTFS or HFS+
+spelling, as any component; '.', '..', empty; a .gitmodules symlink) fails the import
+with one line naming it, and nothing is published.
 `git:COMMIT` (a unique prefix of 4+ hex digits) names a commit's checkpoint in every
 command. A shallow or corrupt repository is refused with nothing imported.")]
 pub struct ImportGitArgs {

@@ -47,13 +47,13 @@
 //! ACL xattrs; keeping mode and ACLs in step and inheriting default ACLs is
 //! [`Fork`]'s, with `store::acl`: this layer passes the umask through and
 //! says whether the caller is in a file's group, for the setgid rule of an
-//! ACL change). Setuid/setgid on a write, truncate or chown: the fork asks
-//! for `FUSE_HANDLE_KILLPRIV_V2` (so the kernel need not ask for
-//! `security.capability` before every write); the kernel then still sends
-//! the mode change as a `setattr` of its own for writes through the page
-//! cache, and leaves truncates, chowns and the writes it flags to
-//! [`View::setattr`] and [`View::write`] here (checked by
-//! `tests/fork_mount.rs`).
+//! ACL change). Setuid/setgid: the fork asks for `FUSE_HANDLE_KILLPRIV_V2`
+//! (so the kernel need not ask for `security.capability` before every
+//! write), which leaves clearing them to the view, as ext4 clears them: on
+//! the writes the kernel flags, on `fallocate`, `copy_file_range` and
+//! truncates by a caller without `CAP_FSETID` ([`Caller::has_fsetid`]: no
+//! flag reaches us there), and on chowns ([`ForkView::kill_priv`], checked
+//! by `tests/fork_killpriv.rs` and `tests/fork_mount.rs`).
 //!
 //! Limits, honestly: a new file in a setgid directory keeps an `S_ISGID`
 //! asked for by a creator who is not in the directory's group (the kernel
@@ -205,6 +205,26 @@ impl ForkView {
             perm &= !libc::S_ISGID;
         }
         Ok((applies && perm != a.perm).then_some(perm))
+    }
+
+    /// Before a change of `ino`'s data by `c` (a write, `copy_file_range`
+    /// into it, `fallocate`, a truncate): clear its setuid, and its setgid
+    /// when group-executable, through the journal (a mode change like a
+    /// chmod's), as ext4 does (the kernel's `should_remove_suid`) for a
+    /// caller without `CAP_FSETID`. `flagged`: the kernel said the caller
+    /// lacks it (`FUSE_WRITE_KILL_SUIDGID`); else the view asks
+    /// [`Caller::has_fsetid`].
+    fn kill_priv(&self, c: &Caller, ino: u64, flagged: bool) -> Result<()> {
+        if let Some(perm) = self.cleared_mode(ino, false)?
+            && (flagged || !c.has_fsetid())
+        {
+            let kill = SetAttr {
+                perm: Some(perm),
+                ..SetAttr::default()
+            };
+            self.fork.setattr(ino, &kill)?;
+        }
+        Ok(())
     }
 
     /// An entry of `ino` as the kernel sees it, counted.
@@ -376,17 +396,15 @@ impl View for ForkView {
     /// Zero-message opens: no handle state (the kernel's lookup count keeps
     /// a file alive, see the module docs). Truncates on `O_TRUNC` (the
     /// kernel normally sends that as a setattr first).
-    fn open(&self, _: &Caller, ino: u64, flags: i32) -> Result<Opened> {
+    fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened> {
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             let attr = self.fork.getattr(ino)?;
             if attr.kind == Kind::File && attr.size != 0 {
-                self.fork.setattr(
-                    ino,
-                    &SetAttr {
-                        size: Some(0),
-                        ..SetAttr::default()
-                    },
-                )?;
+                let truncate = SetAttr {
+                    size: Some(0),
+                    ..SetAttr::default()
+                };
+                self.setattr(c, ino, &truncate)?;
             }
         }
         Ok(Opened::Stateless)
@@ -412,16 +430,13 @@ impl View for ForkView {
     /// Under the writeback cache every write carries its offset (the kernel
     /// owns the size and places appends itself), and writeback keeps the
     /// file's times ([`Fork::write_back`]: the kernel sends its own after).
-    fn write(&self, _: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
+    /// A write the kernel flags (`FUSE_WRITE_KILL_SUIDGID`: buffered,
+    /// `O_DIRECT`, or written through past the writeback cache by a caller
+    /// without `CAP_FSETID`) clears setuid/setgid first ([`Self::kill_priv`]).
+    fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
-        if how.kill_suidgid
-            && let Some(perm) = self.cleared_mode(ino, false)?
-        {
-            let kill = SetAttr {
-                perm: Some(perm),
-                ..SetAttr::default()
-            };
-            self.fork.setattr(ino, &kill)?;
+        if how.kill_suidgid {
+            self.kill_priv(c, ino, true)?;
         }
         if self.writeback && how.writeback {
             self.fork.write_back(ino, how.offset, data)?;
@@ -434,14 +449,19 @@ impl View for ForkView {
     }
 
     /// Committed data is shared, the rest copied inside the daemon (the
-    /// kernel drops the destination's cached pages itself).
+    /// kernel drops the destination's cached pages itself). The destination
+    /// loses setuid/setgid as on a write: the kernel sends no flag here, so
+    /// [`Caller::has_fsetid`] decides.
     fn copy_file_range(
         &self,
-        _: &Caller,
+        c: &Caller,
         from: (u64, u64),
         to: (u64, u64),
         len: u64,
     ) -> Result<u64> {
+        if len != 0 {
+            self.kill_priv(c, to.0, false)?;
+        }
         Ok(self.fork.copy_range(from.0, from.1, to.0, to.1, len)?)
     }
 
@@ -449,7 +469,9 @@ impl View for ForkView {
         Ok(self.fork.sync()?)
     }
 
-    fn fallocate(&self, _: &Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
+    /// Every mode clears setuid/setgid as ext4's `fallocate` does (no flag
+    /// comes with it: [`Caller::has_fsetid`] decides).
+    fn fallocate(&self, c: &Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
         let how = match mode {
             0 => Fallocate::Extend,
             libc::FALLOC_FL_KEEP_SIZE => Fallocate::KeepSize,
@@ -458,22 +480,23 @@ impl View for ForkView {
             }
             _ => return Err(FsError::Unsupported("this fallocate mode")),
         };
+        self.kill_priv(c, ino, false)?;
         Ok(self.fork.fallocate(ino, offset, len, how)?)
     }
 
     // ------------------------------------------------------------ metadata
 
-    /// A truncate by a caller other than root (standing in for
-    /// `CAP_FSETID`), and a chown of anything but a directory by anyone,
-    /// clear setuid/setgid too, in the same step: with
-    /// `FUSE_HANDLE_KILLPRIV_V2` the kernel leaves both to us (fuser does not
-    /// pass its `FATTR_KILL_SUIDGID` flag, which says the same).
+    /// A truncate by a caller without `CAP_FSETID` ([`Caller::has_fsetid`]),
+    /// and a chown of anything but a directory by anyone, clear
+    /// setuid/setgid too, in the same step: with `FUSE_HANDLE_KILLPRIV_V2`
+    /// the kernel leaves both to us (fuser does not pass its
+    /// `FATTR_KILL_SUIDGID` flag, which says the same).
     fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
-        let truncate = attrs.size.is_some() && c.uid != 0;
         let chown = attrs.uid.is_some() || attrs.gid.is_some();
-        if (truncate || chown)
+        if (attrs.size.is_some() || chown)
             && attrs.perm.is_none()
             && let Some(perm) = self.cleared_mode(ino, chown)?
+            && (chown || !c.has_fsetid())
         {
             let attrs = SetAttr {
                 perm: Some(perm),
@@ -927,6 +950,42 @@ mod tests {
         fs.write(USER, file, b"+", flagged).unwrap();
         assert_eq!(fs.getattr(ROOT, file).unwrap().attr.perm, 0o755);
         assert_eq!(fs.read(ROOT, file, 0, 10).unwrap(), b"f+");
+    }
+
+    /// No flag comes with `fallocate` or `copy_file_range`: a caller
+    /// without `CAP_FSETID` (here: not root, no process to read) clears
+    /// setuid (and setgid when group-executable) of the file written; root
+    /// keeps them; a setgid without group x stays.
+    #[test]
+    fn fallocate_and_copy_file_range_clear_setuid_of_the_destination() {
+        let (_tmp, fs) = serve();
+        let file = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
+        let set = |perm| {
+            let a = SetAttr {
+                perm: Some(perm),
+                ..SetAttr::default()
+            };
+            fs.setattr(ROOT, file, &a).unwrap();
+        };
+        let perm = || fs.getattr(ROOT, file).unwrap().attr.perm;
+        let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        for mode in [0, libc::FALLOC_FL_KEEP_SIZE, punch] {
+            set(0o6777);
+            fs.fallocate(ROOT, file, 0, 1, mode).unwrap();
+            assert_eq!(perm(), 0o6777, "root's fallocate {mode} keeps them");
+            fs.fallocate(USER, file, 0, 1, mode).unwrap();
+            assert_eq!(perm(), 0o777, "fallocate {mode}");
+            set(0o2666);
+            fs.fallocate(USER, file, 0, 1, mode).unwrap();
+            assert_eq!(perm(), 0o2666, "setgid without group x stays");
+        }
+        set(0o6777);
+        assert!(fs.fallocate(USER, file, 0, 1, 0x40).is_err());
+        assert_eq!(perm(), 0o6777, "a refused mode changes nothing");
+        fs.copy_file_range(ROOT, (file, 0), (file, 4), 1).unwrap();
+        assert_eq!(perm(), 0o6777, "root's copy keeps them");
+        fs.copy_file_range(USER, (file, 0), (file, 4), 1).unwrap();
+        assert_eq!(perm(), 0o777);
     }
 
     #[test]

@@ -59,6 +59,31 @@ impl Caller {
                 .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
         })
     }
+
+    /// Whether the caller holds `CAP_FSETID`, so its writes keep setuid and
+    /// setgid (the kernel's `capable(CAP_FSETID)`), for the requests that
+    /// carry no flag saying so (`fallocate`, `copy_file_range`, truncate):
+    /// the effective capabilities in `/proc/PID/status` (PID is the
+    /// requesting thread), counted only in the daemon's user namespace (a
+    /// capability in a user namespace of its own is not `capable()`; one
+    /// whose namespace cannot be read counts). A process that cannot be read (gone, or pid 0: not in the daemon's pid
+    /// namespace) holds it when its uid is 0.
+    pub fn has_fsetid(self) -> bool {
+        const CAP_FSETID: u32 = 4;
+        if self.pid != 0
+            && let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            && let Some(caps) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        {
+            let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/user")).ok();
+            let theirs = ns(&self.pid.to_string());
+            let same_ns = theirs.is_none() || theirs == ns("self");
+            return caps & (1 << CAP_FSETID) != 0 && same_ns;
+        }
+        self.uid == 0
+    }
 }
 
 /// An inode's attributes and how long the kernel may cache them (and the
@@ -159,11 +184,12 @@ pub enum Capability {
     CacheSymlinks,
     /// The kernel checks permissions against the ACL xattrs, as ext4 would.
     PosixAcl,
-    /// `FUSE_HANDLE_KILLPRIV_V2`: the view clears setuid/setgid on a truncate
-    /// by a caller without `CAP_FSETID` and on a write the kernel flags
-    /// ([`WriteCtx::kill_suidgid`]); the kernel then marks the superblock
-    /// `SB_NOSEC` and stops asking for `security.capability` before every
-    /// write (it still sends the mode change for other writes and chown).
+    /// `FUSE_HANDLE_KILLPRIV_V2`: the view clears setuid/setgid on a write
+    /// the kernel flags ([`WriteCtx::kill_suidgid`]), on a truncate,
+    /// `fallocate` or `copy_file_range` by a caller without `CAP_FSETID`
+    /// ([`Caller::has_fsetid`]) and on a chown; the kernel then marks the
+    /// superblock `SB_NOSEC` and stops asking for `security.capability`
+    /// before every write.
     KillPrivV2,
     /// [`Capability::PosixAcl`], with the umask handed to the view instead of
     /// applied by the kernel (no umask under a default ACL); both or neither.

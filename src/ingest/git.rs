@@ -22,6 +22,10 @@
 //! - **All or nothing.** Every tree is built first (objects stored before a
 //!   failure are harmless), then the records, index entries and refs are
 //!   published; a shallow or corrupt repository fails before anything is.
+//! - **Paths git refuses.** Every commit's tree is checked first as `git
+//!   checkout` and `git fsck` check it ([`refused`]): a nested `.git` (a
+//!   config there could run commands on `git status` in the mount), its
+//!   other spellings, `..` and a `.gitmodules` symlink fail the import.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -224,6 +228,7 @@ pub fn import_git(store: &Store, req: &GitImportRequest) -> Result<GitImported> 
             progress: &req.progress,
             links: HashMap::new(),
             roots: HashMap::new(),
+            checked: HashSet::new(),
         };
         let mut result = Ok(());
         for (i, c) in order.iter().enumerate() {
@@ -523,6 +528,8 @@ struct TreeBuilder<'a> {
     links: HashMap<gix::ObjectId, Links>,
     /// Commit → (its git tree, the root directory entry it was imported as).
     roots: HashMap<gix::ObjectId, (gix::ObjectId, Entry)>,
+    /// Git trees whose entries, and everything below them, git would check out.
+    checked: HashSet<gix::ObjectId>,
     blob_bytes: u64,
     progress: &'a SharedProgress,
 }
@@ -608,6 +615,7 @@ impl TreeBuilder<'_> {
             .map_err(|e| self.corrupt(format_args!("commit {c}: no tree ({e})")))?
             .detach();
         drop(commit);
+        self.check_paths(c, &tree)?;
         let before = self.counters.objects.load(Ordering::Relaxed);
         let before_bytes = self.counters.bytes.load(Ordering::Relaxed);
         let submodules = self
@@ -656,7 +664,65 @@ impl TreeBuilder<'_> {
         })
     }
 
-    fn entries(&self, tree: &gix::ObjectId, path: &[u8]) -> Result<Vec<GitEntry>> {
+    /// Every path under `tree` (commit `c`'s root) that git would check out,
+    /// or an error naming the commit, the first path git refuses and why
+    /// ([`refused`]). Trees checked before (in this run) are not read again.
+    fn check_paths(&mut self, c: &gix::ObjectId, tree: &gix::ObjectId) -> Result<()> {
+        let mut stack = vec![(*tree, Vec::new())];
+        while let Some((t, path)) = stack.pop() {
+            if self.checked.contains(&t) {
+                continue;
+            }
+            for e in self.decoded(&t, &path)? {
+                let p = join(&path, &e.name);
+                if let Some(why) = refused(&e.name, e.kind) {
+                    let shown = if e.kind == EntryKind::Tree {
+                        self.first_path(&e.id, p)
+                    } else {
+                        p
+                    };
+                    let hex = c.to_string();
+                    return Err(Error::Git(format!(
+                        "commit {} has a path git refuses: '{}' ({why}); nothing was imported",
+                        &hex[..12],
+                        escape(&shown)
+                    )));
+                }
+                if e.kind == EntryKind::Tree {
+                    stack.push((e.id, p));
+                }
+            }
+            // Marked once its entries pass: a subtree left on the stack is
+            // checked before the import goes on (an error ends it).
+            self.checked.insert(t);
+        }
+        Ok(())
+    }
+
+    /// `path` (git tree `tree`) and its first entry, down to a file, as git
+    /// names a refused path (`sub/.git/config`); `path` when it is empty
+    /// or cannot be read.
+    fn first_path(&self, tree: &gix::ObjectId, mut path: Vec<u8>) -> Vec<u8> {
+        let mut t = *tree;
+        for _ in 0..64 {
+            let Some(e) = self
+                .decoded(&t, &path)
+                .ok()
+                .and_then(|es| es.into_iter().next())
+            else {
+                break;
+            };
+            path = join(&path, &e.name);
+            if e.kind != EntryKind::Tree {
+                break;
+            }
+            t = e.id;
+        }
+        path
+    }
+
+    /// A git tree's entries as stored, names unchecked.
+    fn decoded(&self, tree: &gix::ObjectId, path: &[u8]) -> Result<Vec<GitEntry>> {
         let t = self
             .repo
             .find_tree(*tree)
@@ -664,9 +730,23 @@ impl TreeBuilder<'_> {
         let decoded = t
             .decode()
             .map_err(|e| self.corrupt(format_args!("tree {tree} at '{}' ({e})", escape(path))))?;
-        let mut out = Vec::with_capacity(decoded.entries.len());
-        for e in &decoded.entries {
-            let name: &[u8] = e.filename.as_ref();
+        Ok(decoded
+            .entries
+            .iter()
+            .map(|e| GitEntry {
+                name: e.filename.to_vec(),
+                kind: e.mode.kind(),
+                id: e.oid.to_owned(),
+            })
+            .collect())
+    }
+
+    /// A git tree's entries; one with a name no directory can hold is an
+    /// error ([`TreeBuilder::check_paths`] refused every such name before).
+    fn entries(&self, tree: &gix::ObjectId, path: &[u8]) -> Result<Vec<GitEntry>> {
+        let out = self.decoded(tree, path)?;
+        for e in &out {
+            let name: &[u8] = &e.name;
             if name.is_empty()
                 || name == b"."
                 || name == b".."
@@ -682,11 +762,6 @@ impl TreeBuilder<'_> {
                     ),
                 ));
             }
-            out.push(GitEntry {
-                name: name.to_vec(),
-                kind: e.mode.kind(),
-                id: e.oid.to_owned(),
-            });
         }
         Ok(out)
     }
@@ -958,6 +1033,142 @@ fn meta(name: Vec<u8>, kind: Kind, perm: u32, time_ns: i64) -> Entry {
     }
 }
 
+/// Why git refuses a tree entry named `name` of kind `kind`, as
+/// `git checkout` does (read-cache.c `verify_path`, with `core.protectNTFS`,
+/// git's default everywhere, and `core.protectHFS`) and `git fsck` does
+/// (`hasDotgit`, `hasDot`, `hasDotdot`, `emptyName`, `fullPathname`,
+/// `gitmodulesSymlink`): `.git` in any case and in its HFS+ and NTFS
+/// spellings (ignorable Unicode characters, `git~1`, trailing dots and
+/// spaces, `::$INDEX_ALLOCATION`, after a backslash) as any component; `.`,
+/// `..`, empty names and names holding `/` or NUL; a `.gitmodules` (any
+/// such spelling) that is a symlink. `None`: git checks it out.
+fn refused(name: &[u8], kind: EntryKind) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("an empty name");
+    }
+    if name == b"." || name == b".." {
+        return Some("a '.' or '..' name");
+    }
+    if name.contains(&b'/') || name.contains(&0) {
+        return Some("a name holding '/' or NUL");
+    }
+    if name == b".git" {
+        return Some(if kind == EntryKind::Tree {
+            "a .git directory"
+        } else {
+            "a .git entry"
+        });
+    }
+    let link = kind == EntryKind::Link;
+    // NTFS takes a backslash as a separator: each piece after one counts.
+    let starts = std::iter::once(0).chain(
+        name.iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\\')
+            .map(|(i, _)| i + 1),
+    );
+    for at in starts {
+        let rest = &name[at..];
+        if ntfs_dotgit(rest) || (at == 0 && hfs_dot(rest, b"git")) {
+            return Some("a spelling of .git: case, 8.3 name, NTFS or HFS+");
+        }
+        if link
+            && (ntfs_dot(rest, b"gitmodules", b"gi7eba")
+                || (at == 0 && hfs_dot(rest, b"gitmodules")))
+        {
+            return Some("a .gitmodules that is a symlink");
+        }
+    }
+    None
+}
+
+/// `.git` or `git~1`, any case, then only dots and spaces up to the end,
+/// a backslash, `/` or `:` (git's `is_ntfs_dotgit`).
+fn ntfs_dotgit(n: &[u8]) -> bool {
+    let rest = if n.len() >= 4 && n[0] == b'.' && n[1..4].eq_ignore_ascii_case(b"git") {
+        &n[4..]
+    } else if n.len() >= 5 && n[..3].eq_ignore_ascii_case(b"git") && &n[3..5] == b"~1" {
+        &n[5..]
+    } else {
+        return false;
+    };
+    for &c in rest {
+        match c {
+            b'\\' | b'/' | b':' => return true,
+            b'.' | b' ' => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// `.WORD` in any case, its 8.3 names (`WORD[..6]~1`..`~4`, and
+/// `SHORT~N` with git's hashed prefix `short`), then only dots and spaces up
+/// to the end or a `:` (git's `is_ntfs_dot_generic`).
+fn ntfs_dot(n: &[u8], word: &[u8], short: &[u8]) -> bool {
+    let tail = |rest: &[u8]| {
+        for &c in rest {
+            match c {
+                b':' => return true,
+                b'.' | b' ' => {}
+                _ => return false,
+            }
+        }
+        true
+    };
+    if n.len() > word.len() && n[0] == b'.' && n[1..=word.len()].eq_ignore_ascii_case(word) {
+        return tail(&n[word.len() + 1..]);
+    }
+    if n.len() >= 8
+        && n[..6].eq_ignore_ascii_case(&word[..6])
+        && n[6] == b'~'
+        && (b'1'..=b'4').contains(&n[7])
+    {
+        return tail(&n[8..]);
+    }
+    let mut i = 0;
+    let mut tilde = false;
+    while i < 8 {
+        let Some(&c) = n.get(i) else { return false };
+        if tilde {
+            if !c.is_ascii_digit() {
+                return false;
+            }
+        } else if c == b'~' {
+            i += 1;
+            if !n.get(i).is_some_and(|d| (b'1'..=b'9').contains(d)) {
+                return false;
+            }
+            tilde = true;
+        } else if i >= 6 || c & 0x80 != 0 || c.to_ascii_lowercase() != short[i] {
+            return false;
+        }
+        i += 1;
+    }
+    tail(n.get(i..).unwrap_or_default())
+}
+
+/// `.WORD` as HFS+ compares names: ASCII case folded and the code points it
+/// ignores skipped (git's `is_hfs_dotgit`); bad UTF-8 ends the name.
+fn hfs_dot(n: &[u8], word: &[u8]) -> bool {
+    let valid = match std::str::from_utf8(n) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&n[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    let ignored = |c: &char| matches!(*c as u32, 0x200c..=0x200f | 0x202a..=0x202e | 0x206a..=0x206f | 0xfeff);
+    let mut chars = valid.chars().filter(|c| !ignored(c));
+    if chars.next() != Some('.') {
+        return false;
+    }
+    for &w in word {
+        match chars.next() {
+            Some(c) if c.is_ascii() && c.to_ascii_lowercase() as u8 == w => {}
+            _ => return false,
+        }
+    }
+    matches!(chars.next(), None | Some('/'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -976,5 +1187,71 @@ mod tests {
         assert_eq!(ref_name("h", "refs/heads/a+b").as_deref(), Some("h.a_b"));
         assert_eq!(ref_name("h", "HEAD~3"), None);
         assert_eq!(sanitize("my repo"), "my_repo");
+    }
+
+    /// The names git's `verify_path` and `fsck` refuse, and near misses
+    /// they accept (t/t1450-fsck.sh, t/t7415-submodule-names.sh and
+    /// t/t0060-path-utils.sh list the same spellings).
+    #[test]
+    fn names_git_refuses() {
+        let (tree, blob, link) = (EntryKind::Tree, EntryKind::Blob, EntryKind::Link);
+        for (name, kind) in [
+            (&b".git"[..], tree),
+            (b".git", blob),
+            (b".GIT", tree),
+            (b".Git", blob),
+            (b"git~1", tree),
+            (b"GIT~1", tree),
+            (b".git.", tree),
+            (b".git ", tree),
+            (b".git. . ", tree),
+            (b".git::$INDEX_ALLOCATION", tree),
+            (b".git:stream", blob),
+            (b"a\\.git", tree),
+            (b"a\\git~1\\b", blob),
+            (".g\u{200c}it".as_bytes(), tree),
+            ("\u{feff}.GIT".as_bytes(), tree),
+            (".gi\u{206f}t\u{200e}".as_bytes(), blob),
+            (b".", tree),
+            (b"..", tree),
+            (b"", blob),
+            (b"a/b", blob),
+            (b"a\0b", blob),
+            (b".gitmodules", link),
+            (b".GitModules", link),
+            (b".gitmodules.", link),
+            (b".gitmodules :x", link),
+            (b"gitmod~1", link),
+            (b"GI7EBA~1", link),
+            (b"gi7eba~9", link),
+            (b"x\\.gitmodules", link),
+            (".gitmodules\u{200d}".as_bytes(), link),
+        ] {
+            assert!(
+                refused(name, kind).is_some(),
+                "{} should be refused",
+                escape(name)
+            );
+        }
+        for (name, kind) in [
+            (&b".github"[..], tree),
+            (b".gitignore", blob),
+            (b".gitattributes", blob),
+            (b".gitmodules", blob),
+            (b"foo.git", tree),
+            (b"git", tree),
+            (b".gitx", tree),
+            (b"git~2", tree),
+            (b"git~1x", blob),
+            (b"...", blob),
+            (b".gitmodulesx", link),
+            (b"gitmod~5", link),
+            (b"gi7eba~1x", link),
+            (b".gitignore", link),
+            (".gi\u{00e9}t".as_bytes(), tree),
+            (b"a\\b", blob),
+        ] {
+            assert_eq!(refused(name, kind), None, "{} should pass", escape(name));
+        }
     }
 }
