@@ -357,7 +357,9 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
         ..Reply::default()
     };
     let request = match read_request(&stream)? {
-        Ok(line) => serde_json::from_str::<Request>(&line).map_err(|e| format!("{BAD_REQUEST}: {e}")),
+        Ok(line) => {
+            serde_json::from_str::<Request>(&line).map_err(|e| format!("{BAD_REQUEST}: {e}"))
+        }
         Err(refusal) => {
             tracing::warn!(error = %refusal, "control request refused");
             Err(refusal)
@@ -541,7 +543,10 @@ mod tests {
         answer(server, &control).unwrap();
         let mut reply = String::new();
         BufReader::new(client).read_line(&mut reply).unwrap();
-        assert!(reply.contains("no complete request line within 5 s"), "{reply}");
+        assert!(
+            reply.contains("no complete request line within 5 s"),
+            "{reply}"
+        );
     }
 
     #[test]

@@ -828,9 +828,7 @@ impl TreeBuilder<'_> {
                             None => self
                                 .repo
                                 .find_header(e.id)
-                                .map_err(|err| {
-                                    self.corrupt(format_args!("blob {} ({err})", e.id))
-                                })?
+                                .map_err(|err| self.corrupt(format_args!("blob {} ({err})", e.id)))?
                                 .size(),
                         };
                     }

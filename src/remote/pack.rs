@@ -599,7 +599,10 @@ async fn fetch_idx(
     })?;
     let size = pack_size.unwrap_or(0);
     let fits = |e: &PackEntry| {
-        e.offset >= RECORD_HEADER && e.offset.checked_add(u64::from(e.len)).is_some_and(|end| end <= size)
+        e.offset >= RECORD_HEADER
+            && e.offset
+                .checked_add(u64::from(e.len))
+                .is_some_and(|end| end <= size)
     };
     let (mut good, bad): (Vec<PackEntry>, Vec<PackEntry>) = entries.into_iter().partition(fits);
     let bytes = match bad.first() {

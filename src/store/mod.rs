@@ -648,7 +648,13 @@ impl Store {
     /// but not parsed. A missing record is an I/O error here.
     pub fn checkpoint_record_bytes(&self, id: &ObjectId) -> Result<Vec<u8>> {
         let path = self.checkpoint_path(id);
-        let bytes = fs::read(&path).at(&path)?;
+        let file = File::open(&path).at(&path)?;
+        let what = format!("checkpoint record {}", path.display());
+        Self::check_record_size(id, file.metadata().at(&path)?.len(), &what)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_CHECKPOINT_RECORD + 1)
+            .read_to_end(&mut bytes)
+            .at(&path)?;
         if ObjectId::of(&bytes) != *id {
             return Err(Error::Corrupt {
                 id: *id,

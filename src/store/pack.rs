@@ -153,7 +153,11 @@ impl PackFile {
         let Some(start) = offset.checked_sub(RECORD_HEADER) else {
             return Ok(None);
         };
-        let mut buf = match self.read_entry(start, RECORD_HEADER as u32 + len) {
+        // An entry of nearly 4 GiB: no such record (it would wrap).
+        let Some(with_header) = len.checked_add(RECORD_HEADER as u32) else {
+            return Ok(None);
+        };
+        let mut buf = match self.read_entry(start, with_header) {
             Ok(buf) => buf,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
             Err(e) => return Err(e),
@@ -169,7 +173,12 @@ impl PackFile {
 /// Read one object's stored bytes from a pack being written (its own
 /// descriptor: through the page cache, where the record was just written).
 pub fn read_entry(file: &File, offset: u64, len: u32) -> io::Result<Vec<u8>> {
-    within(Path::new("(pack being written)"), file.metadata()?.len(), offset, len as usize)?;
+    within(
+        Path::new("(pack being written)"),
+        file.metadata()?.len(),
+        offset,
+        len as usize,
+    )?;
     crate::sys::read_plain(file, offset, len as usize)
 }
 
@@ -349,6 +358,32 @@ mod tests {
             assert!(decode_index(&bad).is_err(), "flipped byte {i} accepted");
         }
         assert!(decode_index(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn an_entry_past_the_pack_end_is_refused_before_it_is_read() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("packs");
+        let mut w = PackWriter::create(&dir).unwrap();
+        let id = ObjectId::of(b"a");
+        let a = w.append(&id, b"stored a").unwrap();
+        w.flush().unwrap();
+        let name = w.publish().unwrap();
+        let pack = PackFile::open(dir.join(format!("{name}.pack"))).unwrap();
+        assert_eq!(pack.read_entry(a.offset, a.len).unwrap(), b"stored a");
+        // An index entry claiming 4 GiB (or 1 MiB, read past the page
+        // cache) of a 44-byte pack: an error naming it, nothing allocated.
+        for len in [0xFFFF_FFF0, 1 << 20, a.len + 1] {
+            let e = pack.read_entry(a.offset, len).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+            assert!(
+                e.to_string().contains("lies past its end (44 bytes)"),
+                "{e}"
+            );
+            assert_eq!(pack.read_record(&id, a.offset, len).unwrap(), None);
+        }
+        let e = read_entry(pack.file(), u64::MAX - 2, 8).unwrap_err();
+        assert!(e.to_string().contains("lies past its end"), "{e}");
     }
 
     #[test]
