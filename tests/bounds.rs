@@ -27,6 +27,7 @@ const MIB: u64 = 1 << 20;
 /// `storefs --store STORE ARGS` run as a child; its exit status, stdout,
 /// stderr and peak RSS (bytes, from `wait4`'s rusage), killed (and the test
 /// failed) if it runs longer than `limit`.
+#[allow(clippy::zombie_processes)] // reaped by wait4 below
 fn run_measured(
     store: &Path,
     args: &[&OsStr],
