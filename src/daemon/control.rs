@@ -12,6 +12,11 @@
 //! commit is not bounded),
 //! `{"ok":true,"transport":{"name":"io_uring"|"/dev/fuse","ring_requests":N}}` or
 //! `{"ok":false,"error":"…"}`.
+//!
+//! Each connection is served on a thread of its own (at most
+//! [`MAX_CONNECTIONS`] at once); its request line must arrive within
+//! [`REQUEST_TIMEOUT`] and be at most [`MAX_REQUEST_LINE`] bytes, or it is
+//! answered with an error and closed.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -227,8 +232,24 @@ pub(super) fn flush_kernel(writeback_at: Option<&Path>) -> Result<()> {
     })
 }
 
-/// Listen on `sock` (replacing a stale socket file) and answer requests on a
-/// background thread for the life of the process.
+/// How long a client has to send its request line: a client that connects
+/// and sends nothing is answered with an error and hung up on after this.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest request line a daemon reads (64 KiB, far above any commit
+/// message a person writes): a longer one is answered with an error and the
+/// connection closed, having held no more than this much of it.
+pub const MAX_REQUEST_LINE: usize = 64 << 10;
+
+/// Connections served at once, each on its own thread; one more waits in
+/// the socket's backlog until one of them ends (at most
+/// [`REQUEST_TIMEOUT`] for a silent one).
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// Listen on `sock` (replacing a stale socket file) and answer requests on
+/// background threads for the life of the process: each connection on a
+/// thread of its own, at most [`MAX_CONNECTIONS`] at once, so that a client
+/// that sends nothing never holds up another's commit.
 pub(super) fn serve_control(sock: PathBuf, control: Arc<Control>) -> Result<()> {
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(|source| Error::Listen {
@@ -238,24 +259,113 @@ pub(super) fn serve_control(sock: PathBuf, control: Arc<Control>) -> Result<()> 
     std::thread::Builder::new()
         .name("storefs-control".into())
         .spawn(move || {
+            let slots = Arc::new(Slots::default());
             for stream in listener.incoming().flatten() {
-                if let Err(e) = answer(stream, &control) {
-                    tracing::warn!(error = %e, "control request failed");
+                slots.take();
+                let (control, mine) = (control.clone(), slots.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("storefs-control-conn".into())
+                    .spawn(move || {
+                        if let Err(e) = answer(stream, &control) {
+                            tracing::warn!(error = %e, "control request failed");
+                        }
+                        mine.give_back();
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "cannot start a thread for a control request");
+                    slots.give_back();
                 }
             }
         })?;
     Ok(())
 }
 
+/// The count of connections being served, bounded by [`MAX_CONNECTIONS`].
+#[derive(Default)]
+struct Slots {
+    busy: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+impl Slots {
+    /// Wait for a free slot and take it.
+    fn take(&self) {
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        while *busy >= MAX_CONNECTIONS {
+            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+        }
+        *busy += 1;
+    }
+
+    fn give_back(&self) {
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        *busy -= 1;
+        self.freed.notify_one();
+    }
+}
+
+/// The request line a client sends, read within [`REQUEST_TIMEOUT`] and
+/// [`MAX_REQUEST_LINE`]; `Err` with the refusal to answer otherwise. A
+/// client that closes its end without a newline has sent what it sent.
+fn read_request(mut stream: &UnixStream) -> Result<std::result::Result<String, String>> {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(Err(format!(
+                "{BAD_REQUEST}: no complete request line within {} s",
+                REQUEST_TIMEOUT.as_secs()
+            )));
+        }
+        stream.set_read_timeout(Some(left))?;
+        let n = match stream.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let got = &buf[..n];
+        let end = got.iter().position(|&b| b == b'\n');
+        line.extend_from_slice(&got[..end.unwrap_or(n)]);
+        if line.len() > MAX_REQUEST_LINE {
+            return Ok(Err(format!(
+                "{BAD_REQUEST}: the request line is longer than {} KiB",
+                MAX_REQUEST_LINE >> 10
+            )));
+        }
+        if end.is_some() || n == 0 {
+            return Ok(String::from_utf8(line)
+                .map_err(|_| format!("{BAD_REQUEST}: the request line is not UTF-8")));
+        }
+    }
+}
+
 fn answer(stream: UnixStream, control: &Control) -> Result<()> {
-    let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line)?;
     let failed = |error: String| Reply {
         ok: false,
         error: Some(error),
         ..Reply::default()
     };
-    let reply = match (serde_json::from_str::<Request>(&line), &control.fork) {
+    let request = match read_request(&stream)? {
+        Ok(line) => {
+            serde_json::from_str::<Request>(&line).map_err(|e| format!("{BAD_REQUEST}: {e}"))
+        }
+        Err(refusal) => {
+            tracing::warn!(error = %refusal, "control request refused");
+            Err(refusal)
+        }
+    };
+    let reply = match (request, &control.fork) {
         (Ok(Request::Commit { message }), Some(fork)) => {
             match flush_kernel(control.writeback_at.as_deref())
                 .and_then(|()| Ok(fork.commit(&message)?))
@@ -300,10 +410,11 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
             transport: Some(transport_report(control)),
             ..Reply::default()
         },
-        (Err(e), _) => failed(format!("{BAD_REQUEST}: {e}")),
+        (Err(refusal), _) => failed(refusal),
     };
     let mut out = serde_json::to_string(&reply)?;
     out.push('\n');
+    stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
     (&stream).write_all(out.as_bytes())?;
     Ok(())
 }
@@ -406,6 +517,36 @@ mod tests {
         assert!(!control.skip_final_commit.load(Ordering::SeqCst));
         let reply = ask(&control, "{\"op\":\"dance\"}\n");
         assert!(reply.error.unwrap().starts_with("bad request"));
+    }
+
+    #[test]
+    fn an_over_long_line_is_refused_and_a_silent_client_timed_out() {
+        let control = read_only_control();
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let reader = client.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            // The daemon hangs up part way: the rest fails to send.
+            let _ = client.write_all(&vec![b'x'; 10 << 20]);
+        });
+        answer(server, &control).unwrap();
+        let mut reply = String::new();
+        BufReader::new(reader).read_line(&mut reply).unwrap();
+        writer.join().unwrap();
+        let reply: Reply = serde_json::from_str(&reply).unwrap();
+        assert!(!reply.ok);
+        assert_eq!(
+            reply.error.unwrap(),
+            "bad request: the request line is longer than 64 KiB"
+        );
+
+        let (client, server) = UnixStream::pair().unwrap();
+        answer(server, &control).unwrap();
+        let mut reply = String::new();
+        BufReader::new(client).read_line(&mut reply).unwrap();
+        assert!(
+            reply.contains("no complete request line within 5 s"),
+            "{reply}"
+        );
     }
 
     #[test]

@@ -47,13 +47,32 @@ pub fn diff(store: &Store, a: &Checkpoint, b: &Checkpoint) -> Result<Vec<Change>
     Ok(out)
 }
 
-/// Report the differences between the trees `a` and `b` found under `prefix`.
+/// Report the differences between the trees `a` and `b` found under
+/// `prefix`, and between their subtrees, with a worklist instead of
+/// recursion (no depth of nesting can overflow the stack; the caller sorts).
 fn diff_trees(
     store: &Store,
     a: ObjectId,
     b: ObjectId,
     prefix: &[u8],
     out: &mut Vec<Change>,
+) -> Result<()> {
+    let mut todo = vec![(a, b, prefix.to_vec())];
+    while let Some((a, b, prefix)) = todo.pop() {
+        diff_pair(store, a, b, &prefix, out, &mut todo)?;
+    }
+    Ok(())
+}
+
+/// The differences between the entries of trees `a` and `b`; pairs of
+/// subtrees to compare go to `todo`.
+fn diff_pair(
+    store: &Store,
+    a: ObjectId,
+    b: ObjectId,
+    prefix: &[u8],
+    out: &mut Vec<Change>,
+    todo: &mut Vec<(ObjectId, ObjectId, Vec<u8>)>,
 ) -> Result<()> {
     if a == b {
         return Ok(());
@@ -83,7 +102,7 @@ fn diff_trees(
                 let path = join(prefix, &x.name);
                 compare(x, y, &path, out);
                 if let (Some(sa), Some(sb)) = (x.tree_id(), y.tree_id()) {
-                    diff_trees(store, sa, sb, &path, out)?;
+                    todo.push((sa, sb, path));
                 }
                 i += 1;
                 j += 1;

@@ -47,6 +47,10 @@ use crate::store::{
 /// Blobs whose chunks may still be hashing before the oldest half is waited for.
 const MAX_IN_FLIGHT: usize = 4096;
 
+/// The largest blob `import-git` reads (1 GiB, the store's largest object):
+/// gix reads an object whole, so this bounds what one blob costs in memory.
+pub const MAX_GIT_BLOB: u64 = 1 << 30;
+
 /// Blobs stored in the run whose extents are kept between commits (about
 /// 270 bytes each: 70 MiB), so that a blob seen again (a revert, a merge of a
 /// branch imported before) is not read and chunked again; past this many, the
@@ -766,7 +770,25 @@ impl TreeBuilder<'_> {
         Ok(out)
     }
 
+    /// A blob's bytes, whole (gix reads objects whole: a packed one may be
+    /// a delta), so one over [`MAX_GIT_BLOB`] is refused by its header's
+    /// size before anything is read.
     fn read_blob(&self, id: &gix::ObjectId, path: &[u8]) -> Result<Vec<u8>> {
+        let size = self
+            .repo
+            .find_header(*id)
+            .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?
+            .size();
+        if size > MAX_GIT_BLOB {
+            return Err(git_error(
+                self.repo_path,
+                format_args!(
+                    "'{}' is a blob of {size} bytes, over the {} MiB import-git reads (it holds a blob in memory whole); import a checkout of it with `storefs snapshot` instead",
+                    escape(path),
+                    MAX_GIT_BLOB >> 20
+                ),
+            ));
+        }
         let mut blob = self
             .repo
             .find_blob(*id)
@@ -845,62 +867,97 @@ impl TreeBuilder<'_> {
         Ok(self.store.sync_objects_if_many(store::SYNC_OBJECTS)?)
     }
 
-    /// (entries, file bytes) under git tree `tree`, memoized.
-    fn size_of(&mut self, tree: &gix::ObjectId) -> Result<(u64, u64)> {
-        if let Some(s) = self.sizes.get(tree) {
-            return Ok(*s);
-        }
-        let mut n = 0u64;
-        let mut bytes = 0u64;
-        for e in self.entries(tree, b"")? {
-            n += 1;
-            match e.kind {
-                EntryKind::Tree => {
-                    let (k, b) = self.size_of(&e.id)?;
-                    n += k;
-                    bytes += b;
-                }
-                EntryKind::Blob | EntryKind::BlobExecutable => {
-                    bytes += match self.blobs.get(&e.id) {
-                        Some(b) => b.0,
-                        None => self
-                            .repo
-                            .find_header(e.id)
-                            .map_err(|err| self.corrupt(format_args!("blob {} ({err})", e.id)))?
-                            .size(),
-                    };
-                }
-                _ => {}
+    /// (entries, file bytes) under git tree `root`, memoized. Iterative
+    /// (a tree is summed once its subtrees are), so no depth of nesting can
+    /// overflow the stack.
+    fn size_of(&mut self, root: &gix::ObjectId) -> Result<(u64, u64)> {
+        let mut stack: Vec<(gix::ObjectId, Option<Vec<GitEntry>>)> = vec![(*root, None)];
+        while let Some((tree, listed)) = stack.pop() {
+            if self.sizes.contains_key(&tree) {
+                continue;
             }
+            let Some(entries) = listed else {
+                let entries = self.entries(&tree, b"")?;
+                let subs: Vec<gix::ObjectId> = entries
+                    .iter()
+                    .filter(|e| e.kind == EntryKind::Tree && !self.sizes.contains_key(&e.id))
+                    .map(|e| e.id)
+                    .collect();
+                stack.push((tree, Some(entries)));
+                stack.extend(subs.into_iter().map(|t| (t, None)));
+                continue;
+            };
+            let mut n = 0u64;
+            let mut bytes = 0u64;
+            for e in entries {
+                n += 1;
+                match e.kind {
+                    EntryKind::Tree => {
+                        let (k, b) = self.sizes.get(&e.id).copied().unwrap_or_default();
+                        n += k;
+                        bytes += b;
+                    }
+                    EntryKind::Blob | EntryKind::BlobExecutable => {
+                        bytes += match self.blobs.get(&e.id) {
+                            Some(b) => b.0,
+                            None => self
+                                .repo
+                                .find_header(e.id)
+                                .map_err(|err| self.corrupt(format_args!("blob {} ({err})", e.id)))?
+                                .size(),
+                        };
+                    }
+                    _ => {}
+                }
+            }
+            self.sizes.insert(tree, (n, bytes));
         }
-        self.sizes.insert(*tree, (n, bytes));
-        Ok((n, bytes))
+        Ok(self.sizes.get(root).copied().unwrap_or_default())
     }
 
-    /// The gitlinks under `tree` (paths relative to it), memoized.
-    fn gitlinks(&mut self, tree: &gix::ObjectId, path: &[u8]) -> Result<Links> {
-        if let Some(l) = self.links.get(tree) {
-            return Ok(l.clone());
-        }
-        let mut out = Vec::new();
-        for e in self.entries(tree, path)? {
-            match e.kind {
-                EntryKind::Tree => {
-                    for (p, c) in self.gitlinks(&e.id, &join(path, &e.name))?.iter() {
-                        out.push((join(&e.name, p), c.clone()));
-                    }
-                }
-                EntryKind::Commit => out.push((e.name.clone(), e.id.to_string())),
-                _ => {}
+    /// The gitlinks under `root` (paths relative to it), memoized; iterative
+    /// as [`TreeBuilder::size_of`].
+    fn gitlinks(&mut self, root: &gix::ObjectId, path: &[u8]) -> Result<Links> {
+        type Frame = (gix::ObjectId, Vec<u8>, Option<Vec<GitEntry>>);
+        let mut stack: Vec<Frame> = vec![(*root, path.to_vec(), None)];
+        while let Some((tree, path, listed)) = stack.pop() {
+            if self.links.contains_key(&tree) {
+                continue;
             }
+            let Some(entries) = listed else {
+                let entries = self.entries(&tree, &path)?;
+                let subs: Vec<Frame> = entries
+                    .iter()
+                    .filter(|e| e.kind == EntryKind::Tree && !self.links.contains_key(&e.id))
+                    .map(|e| (e.id, join(&path, &e.name), None))
+                    .collect();
+                stack.push((tree, path, Some(entries)));
+                stack.extend(subs);
+                continue;
+            };
+            let mut out = Vec::new();
+            for e in entries {
+                match e.kind {
+                    EntryKind::Tree => {
+                        if let Some(sub) = self.links.get(&e.id) {
+                            for (p, c) in sub.iter() {
+                                out.push((join(&e.name, p), c.clone()));
+                            }
+                        }
+                    }
+                    EntryKind::Commit => out.push((e.name.clone(), e.id.to_string())),
+                    _ => {}
+                }
+            }
+            self.links.insert(tree, std::rc::Rc::new(out));
         }
-        let out = std::rc::Rc::new(out);
-        self.links.insert(*tree, out.clone());
-        Ok(out)
+        Ok(self.links.get(root).cloned().unwrap_or_default())
     }
 
     /// The directory entry for git tree `tree` at `path`, its tree stored;
-    /// `prev` is the first parent's version of the directory.
+    /// `prev` is the first parent's version of the directory. Depth first
+    /// with an explicit stack of directories being built, so no depth of
+    /// nesting can overflow the thread's stack.
     fn tree(
         &mut self,
         tree: &gix::ObjectId,
@@ -908,11 +965,53 @@ impl TreeBuilder<'_> {
         time_ns: i64,
         prev: Prev,
     ) -> Result<Entry> {
+        let mut stack = match self.open_tree(tree, path, prev)? {
+            Opened::Same(e) => return Ok(e),
+            Opened::Dir(d) => vec![d],
+        };
+        loop {
+            let top = stack.last_mut().expect("a directory being built");
+            let Some(e) = top.git.next() else {
+                let done = stack.pop().expect("a directory being built");
+                let dir = self.close_tree(done, time_ns)?;
+                match stack.last_mut() {
+                    Some(parent) => {
+                        parent.entries.push(dir);
+                        parent.subdirs += 1;
+                        continue;
+                    }
+                    None => return Ok(dir),
+                }
+            };
+            let p = join(&top.path, &e.name);
+            let old = top.before.remove(&e.name);
+            if e.kind == EntryKind::Tree {
+                let prev = old
+                    .filter(|(g, o)| g.kind == EntryKind::Tree && o.kind == Kind::Dir)
+                    .map(|(g, o)| (g.id, o));
+                match self.open_tree(&e.id, &p, prev)? {
+                    Opened::Same(entry) => {
+                        top.entries.push(entry);
+                        top.subdirs += 1;
+                    }
+                    Opened::Dir(d) => stack.push(d),
+                }
+                continue;
+            }
+            let (entry, is_dir) = self.leaf(e, old, &p, time_ns)?;
+            top.subdirs += u32::from(is_dir);
+            top.entries.push(entry);
+        }
+    }
+
+    /// Start building the directory for git tree `tree` at `path`, or its
+    /// entry when it is the first parent's (`prev`) unchanged.
+    fn open_tree(&mut self, tree: &gix::ObjectId, path: &[u8], prev: Prev) -> Result<Opened> {
         let name = path.rsplit(|&b| b == b'/').next().unwrap_or(b"").to_vec();
         if let Some((pt, pe)) = &prev
             && pt == tree
         {
-            return Ok(Entry { name, ..pe.clone() });
+            return Ok(Opened::Same(Entry { name, ..pe.clone() }));
         }
         // The first parent's entries here: git's and ours, by name.
         let mut before: HashMap<Vec<u8>, (GitEntry, Entry)> = HashMap::new();
@@ -926,92 +1025,124 @@ impl TreeBuilder<'_> {
                 }
             }
         }
-        let mut entries = Vec::new();
-        let mut subdirs = 0u32;
-        for e in self.entries(tree, path)? {
-            let p = join(path, &e.name);
-            let old = before.remove(&e.name);
-            if e.kind == EntryKind::Tree {
-                let prev = old
-                    .filter(|(g, o)| g.kind == EntryKind::Tree && o.kind == Kind::Dir)
-                    .map(|(g, o)| (g.id, o));
-                entries.push(self.tree(&e.id, &p, time_ns, prev)?);
-                subdirs += 1;
-                continue;
-            }
-            if let Some((g, o)) = old
-                && g.kind == e.kind
-                && g.id == e.id
-            {
-                // Unchanged since the first parent: its entry, times included.
-                subdirs += u32::from(o.kind == Kind::Dir);
-                entries.push(o);
-                continue;
-            }
-            let mut entry = meta(e.name, Kind::File, 0o644, time_ns);
-            match e.kind {
-                EntryKind::Tree => unreachable!("handled above"),
-                EntryKind::Commit => {
-                    let (id, written) = self.store.put_tree(&Tree::default())?;
-                    self.counters.add(written);
-                    entry.kind = Kind::Dir;
-                    entry.perm = 0o755;
-                    entry.nlink = 2;
-                    entry.content = Content::Tree(id);
-                    subdirs += 1;
-                }
-                EntryKind::Link => {
-                    let target = self.read_blob(&e.id, &p)?;
-                    if target.is_empty() || target.contains(&0) || target.len() > 4096 {
-                        return Err(git_error(
-                            self.repo_path,
-                            format_args!(
-                                "symlink '{}' has an empty, over-long or NUL-holding target: the repository is corrupt or hostile",
-                                escape(&p)
-                            ),
-                        ));
-                    }
-                    entry.kind = Kind::Symlink;
-                    entry.perm = 0o777;
-                    entry.size = target.len() as u64;
-                    entry.content = Content::Target(target);
-                }
-                EntryKind::Blob | EntryKind::BlobExecutable => {
-                    let (size, ext) = self.blobs.get(&e.id).cloned().ok_or_else(|| {
-                        self.corrupt(format_args!(
-                            "blob {} of '{}' was not stored",
-                            e.id,
-                            escape(&p)
-                        ))
-                    })?;
-                    if e.kind == EntryKind::BlobExecutable {
-                        entry.perm = 0o755;
-                    }
-                    entry.size = size;
-                    entry.content = Content::Extents(ext);
-                }
-            }
-            entries.push(entry);
+        Ok(Opened::Dir(Building {
+            tree: *tree,
+            name,
+            path: path.to_vec(),
+            git: self.entries(tree, path)?.into_iter(),
+            before,
+            entries: Vec::new(),
+            subdirs: 0,
+        }))
+    }
+
+    /// The entry for git entry `e` (not a tree) at `p`; `old` is the first
+    /// parent's at the same name. Whether it is a directory (a gitlink's).
+    fn leaf(
+        &mut self,
+        e: GitEntry,
+        old: Option<(GitEntry, Entry)>,
+        p: &[u8],
+        time_ns: i64,
+    ) -> Result<(Entry, bool)> {
+        if let Some((g, o)) = old
+            && g.kind == e.kind
+            && g.id == e.id
+        {
+            // Unchanged since the first parent: its entry, times included.
+            let is_dir = o.kind == Kind::Dir;
+            return Ok((o, is_dir));
         }
-        let mut t = Tree { entries };
+        let mut entry = meta(e.name, Kind::File, 0o644, time_ns);
+        let mut is_dir = false;
+        match e.kind {
+            EntryKind::Tree => unreachable!("trees are built by TreeBuilder::tree"),
+            EntryKind::Commit => {
+                let (id, written) = self.store.put_tree(&Tree::default())?;
+                self.counters.add(written);
+                entry.kind = Kind::Dir;
+                entry.perm = 0o755;
+                entry.nlink = 2;
+                entry.content = Content::Tree(id);
+                is_dir = true;
+            }
+            EntryKind::Link => {
+                let target = self.read_blob(&e.id, p)?;
+                if target.is_empty() || target.contains(&0) || target.len() > 4096 {
+                    return Err(git_error(
+                        self.repo_path,
+                        format_args!(
+                            "symlink '{}' has an empty, over-long or NUL-holding target: the repository is corrupt or hostile",
+                            escape(p)
+                        ),
+                    ));
+                }
+                entry.kind = Kind::Symlink;
+                entry.perm = 0o777;
+                entry.size = target.len() as u64;
+                entry.content = Content::Target(target);
+            }
+            EntryKind::Blob | EntryKind::BlobExecutable => {
+                let (size, ext) = self.blobs.get(&e.id).cloned().ok_or_else(|| {
+                    self.corrupt(format_args!(
+                        "blob {} of '{}' was not stored",
+                        e.id,
+                        escape(p)
+                    ))
+                })?;
+                if e.kind == EntryKind::BlobExecutable {
+                    entry.perm = 0o755;
+                }
+                entry.size = size;
+                entry.content = Content::Extents(ext);
+            }
+        }
+        Ok((entry, is_dir))
+    }
+
+    /// Store the directory `b` has built; its entry.
+    fn close_tree(&mut self, b: Building, time_ns: i64) -> Result<Entry> {
+        let mut t = Tree { entries: b.entries };
         t.sort();
         if let Some(w) = t.entries.windows(2).find(|w| w[0].name == w[1].name) {
             return Err(git_error(
                 self.repo_path,
                 format_args!(
-                    "tree {tree} at '{}' names '{}' twice: the repository is corrupt",
-                    escape(path),
+                    "tree {} at '{}' names '{}' twice: the repository is corrupt",
+                    b.tree,
+                    escape(&b.path),
                     escape(&w[0].name)
                 ),
             ));
         }
         let (id, written) = self.store.put_tree(&t)?;
         self.counters.add(written);
-        let mut dir = meta(name, Kind::Dir, 0o755, time_ns);
-        dir.nlink = 2 + subdirs;
+        let mut dir = meta(b.name, Kind::Dir, 0o755, time_ns);
+        dir.nlink = 2 + b.subdirs;
         dir.content = Content::Tree(id);
         Ok(dir)
     }
+}
+
+/// What [`TreeBuilder::open_tree`] found.
+enum Opened {
+    /// The first parent's directory, unchanged: its entry.
+    Same(Entry),
+    /// A directory to build.
+    Dir(Building),
+}
+
+/// A directory of an import being built: its git tree, name and path, the
+/// git entries left to convert, the first parent's entries by name, and the
+/// entries converted so far.
+struct Building {
+    tree: gix::ObjectId,
+    name: Vec<u8>,
+    path: Vec<u8>,
+    git: std::vec::IntoIter<GitEntry>,
+    before: HashMap<Vec<u8>, (GitEntry, Entry)>,
+    entries: Vec<Entry>,
+    subdirs: u32,
 }
 
 /// An entry owned by 0:0 with every time `time_ns`.

@@ -77,7 +77,7 @@ pub fn restore_with(
         root: crate::sys::is_root(),
         progress,
     };
-    r.restore_dir(dest_fd.as_fd(), &root, &[])?;
+    r.restore_tree(dest_fd.as_fd(), &root)?;
     r.set_meta_fd(dest_fd.as_fd(), &root, dest)?;
     r.stats.entries += 1;
     Ok(r.stats)
@@ -130,37 +130,86 @@ impl Restorer<'_> {
         self.dest.join(OsStr::from_bytes(rel))
     }
 
-    /// Restore the contents of directory `entry` into the open directory `dir`.
-    fn restore_dir(&mut self, dir: BorrowedFd<'_>, entry: &Entry, rel: &[u8]) -> Result<()> {
-        let dir_path = self.path_of(rel);
+    /// The entries of directory `entry` (at `dir_path`), checked sorted.
+    fn dir_entries(&self, entry: &Entry, dir_path: &Path) -> Result<Vec<Entry>> {
         let Content::Tree(tree_id) = entry.content else {
-            return Err(bad_entry(&dir_path, "directory without a tree"));
+            return Err(bad_entry(dir_path, "directory without a tree"));
         };
         let tree = self
             .store
             .get_tree(&tree_id, &dir_path.to_string_lossy())
             .map_err(|source| Error::Object {
-                path: dir_path.clone(),
+                path: dir_path.to_path_buf(),
                 source,
             })?;
         let sorted = tree.entries.windows(2).all(|w| w[0].name < w[1].name);
         if !sorted {
             return Err(bad_entry(
-                &dir_path,
+                dir_path,
                 "tree names are duplicated or out of order",
             ));
         }
-        for child in &tree.entries {
-            let name = check_name(&child.name, &dir_path)?;
-            let child_rel = join(rel, &child.name);
-            self.restore_entry(dir, &name, child, &child_rel)?;
-            self.stats.entries += 1;
-            self.progress.entries(self.stats.entries);
+        Ok(tree.entries)
+    }
+
+    /// Restore everything below directory `root` into the open directory
+    /// `dest`, depth first, with an explicit stack of open directories (no
+    /// depth of nesting can overflow the thread's stack; each level holds
+    /// one descriptor). A directory's own metadata is set once its contents
+    /// are written.
+    fn restore_tree(&mut self, dest: BorrowedFd<'_>, root: &Entry) -> Result<()> {
+        struct Frame {
+            /// `None`: `dest` (whose metadata the caller sets).
+            fd: Option<OwnedFd>,
+            entry: Entry,
+            entries: std::vec::IntoIter<Entry>,
+            rel: Vec<u8>,
+            path: PathBuf,
+        }
+        let path = self.path_of(&[]);
+        let mut stack = vec![Frame {
+            fd: None,
+            entries: self.dir_entries(root, &path)?.into_iter(),
+            entry: root.clone(),
+            rel: Vec::new(),
+            path,
+        }];
+        while let Some(top) = stack.last_mut() {
+            let Some(child) = top.entries.next() else {
+                let done = stack.pop().expect("a frame");
+                if let Some(fd) = &done.fd {
+                    self.set_meta_fd(fd.as_fd(), &done.entry, &done.path)?;
+                    self.stats.entries += 1;
+                    self.progress.entries(self.stats.entries);
+                }
+                continue;
+            };
+            let dir = top.fd.as_ref().map_or(dest, |f| f.as_fd());
+            let name = check_name(&child.name, &top.path)?;
+            let rel = join(&top.rel, &child.name);
+            if child.kind == Kind::Dir {
+                let path = self.path_of(&rel);
+                sys::mkdirat(dir, &name, 0o700).at(&path)?;
+                let fd = sys::open_dir_at(dir, &name).at(&path)?;
+                let entries = self.dir_entries(&child, &path)?.into_iter();
+                stack.push(Frame {
+                    fd: Some(fd),
+                    entry: child,
+                    entries,
+                    rel,
+                    path,
+                });
+            } else {
+                self.restore_entry(dir, &name, &child, &rel)?;
+                self.stats.entries += 1;
+                self.progress.entries(self.stats.entries);
+            }
         }
         Ok(())
     }
 
-    /// Create one entry (and, for a directory, everything below it).
+    /// Create one entry other than a directory ([`Restorer::restore_tree`]
+    /// makes those).
     fn restore_entry(
         &mut self,
         dir: BorrowedFd<'_>,
@@ -174,12 +223,6 @@ impl Restorer<'_> {
             return self.link_to(&first.clone(), dir, name, &path);
         }
         match (e.kind, &e.content) {
-            (Kind::Dir, _) => {
-                sys::mkdirat(dir, name, 0o700).at(&path)?;
-                let fd = sys::open_dir_at(dir, name).at(&path)?;
-                self.restore_dir(fd.as_fd(), e, rel)?;
-                self.set_meta_fd(fd.as_fd(), e, &path)?;
-            }
             (Kind::File, Content::Extents(extents)) => {
                 self.restore_file(dir, name, e, extents, &path)?;
             }

@@ -210,28 +210,53 @@ const TREE_STATS_MAX: usize = 1 << 20;
 /// itself) and the bytes of its regular files: an unchanged directory's share
 /// of a commit's `stats`.
 fn subtree_stats(store: &Store, id: &ObjectId) -> Result<(u64, u64)> {
-    if let Some(s) = TREE_STATS.lock().get(id) {
-        return Ok(*s);
-    }
-    let tree = store.get_tree(id, "a directory of the fork's base")?;
-    let (mut entries, mut bytes) = (tree.entries.len() as u64, 0);
-    for e in &tree.entries {
-        match &e.content {
-            Content::Tree(sub) => {
-                let (n, b) = subtree_stats(store, sub)?;
-                entries += n;
-                bytes += b;
-            }
-            _ if e.kind == Kind::File => bytes += e.size,
-            _ => {}
+    // Post-order with an explicit stack (no depth of nesting can overflow
+    // the thread's): a tree is counted once its subtrees are, each read
+    // once; counts found are kept here even after the memo is cleared.
+    let mut known: HashMap<ObjectId, (u64, u64)> = HashMap::new();
+    let mut stack: Vec<(ObjectId, Option<crate::store::Tree>)> = vec![(*id, None)];
+    while let Some((tid, listed)) = stack.pop() {
+        if known.contains_key(&tid) {
+            continue;
         }
+        if let Some(s) = TREE_STATS.lock().get(&tid) {
+            known.insert(tid, *s);
+            continue;
+        }
+        let Some(tree) = listed else {
+            let tree = store.get_tree(&tid, "a directory of the fork's base")?;
+            let subs: Vec<ObjectId> = tree
+                .entries
+                .iter()
+                .filter_map(|e| match &e.content {
+                    Content::Tree(sub) if !known.contains_key(sub) => Some(*sub),
+                    _ => None,
+                })
+                .collect();
+            stack.push((tid, Some(tree)));
+            stack.extend(subs.into_iter().map(|s| (s, None)));
+            continue;
+        };
+        let (mut entries, mut bytes) = (tree.entries.len() as u64, 0);
+        for e in &tree.entries {
+            match &e.content {
+                Content::Tree(sub) => {
+                    let (n, b) = known.get(sub).copied().unwrap_or_default();
+                    entries += n;
+                    bytes += b;
+                }
+                _ if e.kind == Kind::File => bytes += e.size,
+                _ => {}
+            }
+        }
+        known.insert(tid, (entries, bytes));
+        let mut memo = TREE_STATS.lock();
+        if memo.len() >= TREE_STATS_MAX {
+            memo.clear();
+        }
+        memo.insert(tid, (entries, bytes));
     }
-    let mut memo = TREE_STATS.lock();
-    if memo.len() >= TREE_STATS_MAX {
-        memo.clear();
-    }
-    memo.insert(*id, (entries, bytes));
-    Ok((entries, bytes))
+    Ok(known.get(id).copied().unwrap_or_default())
 }
 
 /// The loaded directories whose tree may differ from their cache (see

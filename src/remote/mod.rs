@@ -522,10 +522,23 @@ impl Remote {
             id,
             detail,
         };
-        let bytes = self
-            .get_async(&key)
-            .await?
-            .ok_or_else(|| bad(format!("{key} is missing")))?;
+        let path = ObjPath::from(key.as_str());
+        let got = match self.objects.get(&path).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(bad(format!("{key} is missing")));
+            }
+            Err(e) => return Err(self.backend_err(format!("reading {key}"), e)),
+        };
+        // Refused by its listed size before its bytes are read.
+        if let Some(why) = store::record_too_large(got.meta.size, &key) {
+            return Err(bad(why));
+        }
+        let bytes = got
+            .bytes()
+            .await
+            .map_err(|e| self.backend_err(format!("reading {key}"), e))?
+            .to_vec();
         let ckpt =
             store::Store::verify_record(&id, &bytes, &key).map_err(|e| bad(e.to_string()))?;
         Ok((ckpt, bytes))

@@ -542,7 +542,14 @@ pub async fn refresh(
     let mut attempts = 2;
     loop {
         let mut cached: Vec<(String, PathBuf)> = futures::stream::iter(listing.published.clone())
-            .map(|p| fetch_idx(objects, &dir, p, err))
+            .map(|p| {
+                let size = listing
+                    .keys
+                    .iter()
+                    .find(|k| k.key == pack_key(&p.stem))
+                    .map(|k| k.size);
+                fetch_idx(objects, &dir, p, size, err)
+            })
             .buffer_unordered(PARALLEL_IDX)
             .try_collect()
             .await?;
@@ -560,11 +567,16 @@ pub async fn refresh(
 }
 
 /// The cached copy of published pack `p`'s index, fetched (and checked
-/// against its trailer) when the cache lacks it.
+/// against its trailer) when the cache lacks it. Its entries are checked
+/// against the pack's listed size (`pack_size`): one that lies past the
+/// pack's end is left out of the cached copy, with a warning, so no read
+/// ever asks for (and allocates) bytes the pack does not have; its object
+/// is then not found on the remote (a read of it gets EIO).
 async fn fetch_idx(
     objects: &Arc<dyn ObjectStore>,
     dir: &Path,
     p: Published,
+    pack_size: Option<u64>,
     err: &(dyn Fn(String, object_store::Error) -> Error + Sync),
 ) -> Result<(String, PathBuf)> {
     let name = p.cache_name();
@@ -581,10 +593,33 @@ async fn fetch_idx(
         .bytes()
         .await
         .map_err(|e| err(format!("reading {key}"), e))?;
-    store::decode_index(&bytes).map_err(|e| Error::BadPack {
+    let entries = store::decode_index(&bytes).map_err(|e| Error::BadPack {
         key: key.clone(),
         detail: e.to_string(),
     })?;
+    let size = pack_size.unwrap_or(0);
+    let fits = |e: &PackEntry| {
+        e.offset >= RECORD_HEADER
+            && e.offset
+                .checked_add(u64::from(e.len))
+                .is_some_and(|end| end <= size)
+    };
+    let (mut good, bad): (Vec<PackEntry>, Vec<PackEntry>) = entries.into_iter().partition(fits);
+    let bytes = match bad.first() {
+        None => bytes.to_vec(),
+        Some(first) => {
+            tracing::warn!(
+                index = %key,
+                pack_size = size,
+                entries = bad.len(),
+                first = %first.id,
+                offset = first.offset,
+                len = first.len,
+                "remote pack index has entries past the end of its pack; their objects are left out (reads of them get EIO)"
+            );
+            store::encode_index(&mut good)
+        }
+    };
     store::write_file(&cached, &bytes, 0o644, false).map_err(|source| Error::Io {
         path: cached.clone(),
         source,

@@ -78,20 +78,74 @@ pub(crate) fn hash_chunks(store: &Store, rx: &Mutex<Receiver<ChunkJob>>, counter
 
 /// The chunks of one stream, handed to the hashers; [`Pending::wait`] collects
 /// their ids. Holding a `Pending` costs a few bytes per chunk, so many streams
-/// can be in flight while the hashers work.
+/// can be in flight while the hashers work. Several runs of one file (a
+/// sparse file's data segments) share one ([`Pending::send`]), so a file of
+/// a million 1-byte segments costs a few bytes per segment, not a channel
+/// each.
 pub(crate) struct Pending {
     lens: Vec<u64>,
     rx: Receiver<Reply>,
+    /// Where the hashers reply; dropped by [`Pending::wait`], whose loop
+    /// ends when every sender is gone.
+    tx: Option<Sender<Reply>>,
 }
 
 impl Pending {
+    pub fn new() -> Pending {
+        let (tx, rx) = mpsc::channel();
+        Pending {
+            lens: Vec::new(),
+            rx,
+            tx: Some(tx),
+        }
+    }
+
     /// Bytes the stream delivered.
     pub fn total(&self) -> u64 {
         self.lens.iter().sum()
     }
 
+    /// Chunks sent so far.
+    pub fn chunks(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Cut what `reader` yields (expected: `len` bytes; it may yield fewer)
+    /// into content-defined chunks after those already sent and hand them
+    /// to the hashers; the bytes it delivered. Memory: one [`MAX_CHUNK`]
+    /// buffer plus the chunks waiting in the bounded channel.
+    pub fn send(
+        &mut self,
+        reader: impl Read,
+        len: u64,
+        hashers: &Hashers<'_>,
+        progress: &dyn Progress,
+    ) -> io::Result<u64> {
+        let reply_tx = self
+            .tx
+            .clone()
+            .expect("a pending stream not yet waited for");
+        let single = len <= u64::from(MIN_CHUNK);
+        let lens = &mut self.lens;
+        let mut delivered = 0;
+        let send = |data: Vec<u8>| -> io::Result<()> {
+            progress.advance(data.len() as u64);
+            delivered += data.len() as u64;
+            lens.push(data.len() as u64);
+            let chunk = Chunk {
+                data,
+                seq: lens.len() - 1,
+                reply: reply_tx.clone(),
+            };
+            hashers.chunk(chunk, single)
+        };
+        cut_chunks(reader, len, send)?;
+        Ok(delivered)
+    }
+
     /// Wait for every chunk to be stored; the stream's extents, in order.
-    pub fn wait(self) -> io::Result<Vec<Extent>> {
+    pub fn wait(mut self) -> io::Result<Vec<Extent>> {
+        drop(self.tx.take());
         let mut ids = vec![None; self.lens.len()];
         for (seq, result) in self.rx {
             ids[seq] = Some(result.map_err(io::Error::other)?);
@@ -191,29 +245,16 @@ impl<'a> Hashers<'a> {
 }
 
 /// Cut everything `reader` yields (expected: `len` bytes; it may yield fewer)
-/// into content-defined chunks and send them to the hashers. Memory: one
-/// [`MAX_CHUNK`] buffer plus the chunks waiting in the bounded channel.
+/// into content-defined chunks and send them to the hashers ([`Pending::send`]).
 pub(crate) fn send_chunks(
     reader: impl Read,
     len: u64,
     hashers: &Hashers<'_>,
     progress: &dyn Progress,
 ) -> io::Result<Pending> {
-    let (reply_tx, rx) = mpsc::channel();
-    let mut lens = Vec::new();
-    let single = len <= u64::from(MIN_CHUNK);
-    let send = |data: Vec<u8>| -> io::Result<()> {
-        progress.advance(data.len() as u64);
-        lens.push(data.len() as u64);
-        let chunk = Chunk {
-            data,
-            seq: lens.len() - 1,
-            reply: reply_tx.clone(),
-        };
-        hashers.chunk(chunk, single)
-    };
-    cut_chunks(reader, len, send)?;
-    Ok(Pending { lens, rx })
+    let mut pending = Pending::new();
+    pending.send(reader, len, hashers, progress)?;
+    Ok(pending)
 }
 
 /// Cut everything `reader` yields (expected: `len` bytes; it may yield fewer) into

@@ -28,7 +28,7 @@ mod tree;
 mod verify;
 
 use std::cell::RefCell;
-use std::fs;
+use std::fs::{self, File};
 use std::io::{self, ErrorKind, Read, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -59,6 +59,22 @@ pub const MARKER: &str = "storefs.json";
 /// The largest object the store will decompress (a hostile object cannot make us
 /// allocate more). Chunks are at most 4 MiB; trees of huge directories are larger.
 pub const MAX_OBJECT_SIZE: u64 = 1 << 30;
+/// The largest checkpoint record the store writes, reads or receives (4
+/// MiB: a record is a root id, parents, a message and, for an imported git
+/// commit, its submodule list; tens of thousands of submodules fit). A
+/// larger one is refused before it is read whole, so a hostile record
+/// cannot cost every later `log` its size in memory.
+pub const MAX_CHECKPOINT_RECORD: u64 = 4 << 20;
+/// Why a checkpoint record of `size` bytes (`what` names it) is refused:
+/// it is over [`MAX_CHECKPOINT_RECORD`]; `None` when it is not.
+pub fn record_too_large(size: u64, what: &str) -> Option<String> {
+    (size > MAX_CHECKPOINT_RECORD).then(|| {
+        format!(
+            "{what} is {size} bytes, over the {} MiB a checkpoint record may have; refused unread",
+            MAX_CHECKPOINT_RECORD >> 20
+        )
+    })
+}
 /// zstd level for objects: fast to write, fast to read.
 pub const ZSTD_LEVEL: i32 = 3;
 /// The page size reads are rounded to (a partial read's table read).
@@ -499,8 +515,15 @@ impl Store {
                 o.escape_debug()
             )));
         }
-        self.sync_objects()?;
         let bytes = ckpt.to_bytes();
+        if bytes.len() as u64 > MAX_CHECKPOINT_RECORD {
+            return Err(Error::Invalid(format!(
+                "the checkpoint record would be {} bytes, over the {} MiB a record may have; shorten the message",
+                bytes.len(),
+                MAX_CHECKPOINT_RECORD >> 20
+            )));
+        }
+        self.sync_objects()?;
         let id = ObjectId::of(&bytes);
         self.write_checkpoint_record(&id, &bytes)?;
         Ok(id)
@@ -525,6 +548,7 @@ impl Store {
     /// Check a checkpoint record's bytes against its id (their sha256) and
     /// parse them. `what` names where the bytes came from.
     pub fn verify_record(id: &ObjectId, bytes: &[u8], what: &str) -> Result<Checkpoint> {
+        Self::check_record_size(id, bytes.len() as u64, what)?;
         if ObjectId::of(bytes) != *id {
             return Err(Error::Corrupt {
                 id: *id,
@@ -535,6 +559,14 @@ impl Store {
             id: *id,
             detail: format!("{what}: {e}"),
         })
+    }
+
+    /// Refuse a record of `size` bytes over [`MAX_CHECKPOINT_RECORD`].
+    pub fn check_record_size(id: &ObjectId, size: u64, what: &str) -> Result<()> {
+        match record_too_large(size, what) {
+            None => Ok(()),
+            Some(detail) => Err(Error::Corrupt { id: *id, detail }),
+        }
     }
 
     fn checkpoint_path(&self, id: &ObjectId) -> PathBuf {
@@ -549,14 +581,19 @@ impl Store {
     /// A checkpoint record, checked against its id, with its exact bytes.
     pub fn read_checkpoint_with_bytes(&self, id: &ObjectId) -> Result<(Checkpoint, Vec<u8>)> {
         let path = self.checkpoint_path(id);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
+        let what = format!("checkpoint record {}", path.display());
+        let file = match File::open(&path) {
+            Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(Error::UnknownTarget(id.to_hex()));
             }
             Err(e) => return Err(e).at(&path),
         };
-        let what = format!("checkpoint record {}", path.display());
+        Self::check_record_size(id, file.metadata().at(&path)?.len(), &what)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_CHECKPOINT_RECORD + 1)
+            .read_to_end(&mut bytes)
+            .at(&path)?;
         let ckpt = Self::verify_record(id, &bytes, &what)?;
         Ok((ckpt, bytes))
     }
@@ -611,7 +648,13 @@ impl Store {
     /// but not parsed. A missing record is an I/O error here.
     pub fn checkpoint_record_bytes(&self, id: &ObjectId) -> Result<Vec<u8>> {
         let path = self.checkpoint_path(id);
-        let bytes = fs::read(&path).at(&path)?;
+        let file = File::open(&path).at(&path)?;
+        let what = format!("checkpoint record {}", path.display());
+        Self::check_record_size(id, file.metadata().at(&path)?.len(), &what)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_CHECKPOINT_RECORD + 1)
+            .read_to_end(&mut bytes)
+            .at(&path)?;
         if ObjectId::of(&bytes) != *id {
             return Err(Error::Corrupt {
                 id: *id,

@@ -96,14 +96,20 @@ pub fn decode_index(bytes: &[u8]) -> io::Result<Vec<PackEntry>> {
 pub struct PackFile {
     file: File,
     path: PathBuf,
+    /// Its size when opened (a published pack never changes): every read
+    /// is checked against it before a buffer is allocated.
+    size: u64,
     direct: OnceLock<Option<File>>,
 }
 
 impl PackFile {
     pub fn open(path: PathBuf) -> io::Result<PackFile> {
+        let file = File::open(&path)?;
+        let size = file.metadata()?.len();
         Ok(PackFile {
-            file: File::open(&path)?,
+            file,
             path,
+            size,
             direct: OnceLock::new(),
         })
     }
@@ -116,6 +122,7 @@ impl PackFile {
     /// `n` bytes at `at`, past the page cache unless it holds them
     /// ([`crate::sys::read_cold_via`]).
     pub fn read_cold(&self, at: u64, n: usize) -> io::Result<Vec<u8>> {
+        within(&self.path, self.size, at, n)?;
         let direct = self.direct.get_or_init(|| {
             OpenOptions::new()
                 .read(true)
@@ -135,7 +142,8 @@ impl PackFile {
         if len as usize > PACK_OBJECT_MAX {
             return self.read_cold(offset, len as usize);
         }
-        read_entry(&self.file, offset, len)
+        within(&self.path, self.size, offset, len as usize)?;
+        crate::sys::read_plain(&self.file, offset, len as usize)
     }
 
     /// One object's stored bytes, checking first that the record's header
@@ -145,7 +153,11 @@ impl PackFile {
         let Some(start) = offset.checked_sub(RECORD_HEADER) else {
             return Ok(None);
         };
-        let mut buf = match self.read_entry(start, RECORD_HEADER as u32 + len) {
+        // An entry of nearly 4 GiB: no such record (it would wrap).
+        let Some(with_header) = len.checked_add(RECORD_HEADER as u32) else {
+            return Ok(None);
+        };
+        let mut buf = match self.read_entry(start, with_header) {
             Ok(buf) => buf,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
             Err(e) => return Err(e),
@@ -161,7 +173,29 @@ impl PackFile {
 /// Read one object's stored bytes from a pack being written (its own
 /// descriptor: through the page cache, where the record was just written).
 pub fn read_entry(file: &File, offset: u64, len: u32) -> io::Result<Vec<u8>> {
+    within(
+        Path::new("(pack being written)"),
+        file.metadata()?.len(),
+        offset,
+        len as usize,
+    )?;
     crate::sys::read_plain(file, offset, len as usize)
+}
+
+/// `n` bytes at `at` lie within a pack of `size` bytes; else an
+/// `UnexpectedEof` error, before anything is allocated for them (an index
+/// entry claiming 4 GiB of a small pack is a damaged or hostile entry).
+fn within(path: &Path, size: u64, at: u64, n: usize) -> io::Result<()> {
+    if at.checked_add(n as u64).is_some_and(|end| end <= size) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!(
+            "pack {}: an entry of {n} bytes at offset {at} lies past its end ({size} bytes); its index is damaged",
+            path.display()
+        ),
+    ))
 }
 
 /// A pack being written: a temp file in the packs directory that objects are
@@ -324,6 +358,32 @@ mod tests {
             assert!(decode_index(&bad).is_err(), "flipped byte {i} accepted");
         }
         assert!(decode_index(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn an_entry_past_the_pack_end_is_refused_before_it_is_read() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("packs");
+        let mut w = PackWriter::create(&dir).unwrap();
+        let id = ObjectId::of(b"a");
+        let a = w.append(&id, b"stored a").unwrap();
+        w.flush().unwrap();
+        let name = w.publish().unwrap();
+        let pack = PackFile::open(dir.join(format!("{name}.pack"))).unwrap();
+        assert_eq!(pack.read_entry(a.offset, a.len).unwrap(), b"stored a");
+        // An index entry claiming 4 GiB (or 1 MiB, read past the page
+        // cache) of a 44-byte pack: an error naming it, nothing allocated.
+        for len in [0xFFFF_FFF0, 1 << 20, a.len + 1] {
+            let e = pack.read_entry(a.offset, len).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+            assert!(
+                e.to_string().contains("lies past its end (44 bytes)"),
+                "{e}"
+            );
+            assert_eq!(pack.read_record(&id, a.offset, len).unwrap(), None);
+        }
+        let e = read_entry(pack.file(), u64::MAX - 2, 8).unwrap_err();
+        assert!(e.to_string().contains("lies past its end"), "{e}");
     }
 
     #[test]

@@ -325,46 +325,79 @@ impl Paths<'_> {
             })
     }
 
-    /// Whether the subtree `tid` uses a bad object (memoized).
-    fn is_dirty(&mut self, tid: ObjectId) -> bool {
-        if let Some(d) = self.dirty.get(&tid) {
-            return *d;
-        }
-        let d = match self.tree(&tid) {
-            Err(_) => true,
-            Ok(t) => t.entries.iter().any(|e| match &e.content {
-                Content::Tree(sub) => self.is_dirty(*sub),
+    /// Whether the subtree `root` uses a bad object (memoized). Iterative,
+    /// so no depth of nesting can overflow the stack: a tree is answered
+    /// once its subtrees are.
+    fn is_dirty(&mut self, root: ObjectId) -> bool {
+        let mut stack = vec![(root, false)];
+        while let Some((tid, expanded)) = stack.pop() {
+            if self.dirty.contains_key(&tid) {
+                continue;
+            }
+            let Ok(t) = self.tree(&tid) else {
+                self.dirty.insert(tid, true);
+                continue;
+            };
+            let subs = t.entries.iter().filter_map(|e| match &e.content {
+                Content::Tree(sub) => Some(*sub),
+                _ => None,
+            });
+            if !expanded {
+                stack.push((tid, true));
+                let todo: Vec<ObjectId> = subs.filter(|s| !self.dirty.contains_key(s)).collect();
+                stack.extend(todo.into_iter().map(|s| (s, false)));
+                continue;
+            }
+            let d = t.entries.iter().any(|e| match &e.content {
+                Content::Tree(sub) => self.dirty.get(sub).copied().unwrap_or(true),
                 Content::Extents(ext) => ext
                     .iter()
                     .filter_map(|x| x.id.as_ref())
                     .any(|id| self.bad.contains_key(id)),
                 _ => false,
-            }),
-        };
-        self.dirty.insert(tid, d);
-        d
+            });
+            self.dirty.insert(tid, d);
+        }
+        self.dirty.get(&root).copied().unwrap_or(true)
     }
 
-    /// Collect (path, object, what) for every bad object under tree `tid`,
-    /// whose directory is at `dir` ("" for the root tree, whose one entry is "/").
-    fn walk(&mut self, tid: ObjectId, dir: &[u8], out: &mut Vec<(String, ObjectId, Bad)>) {
-        if !self.is_dirty(tid) {
-            return;
-        }
-        let tree = match self.tree(&tid) {
-            Ok(t) => t,
-            Err(bad) => {
-                let path = if dir.is_empty() {
-                    "/ (root tree)".to_string()
-                } else {
-                    format!("{} (directory listing)", String::from_utf8_lossy(dir))
-                };
-                out.push((path, tid, bad));
+    /// Collect (path, object, what) for every bad object under tree `root`,
+    /// whose directory is at `dir` ("" for the root tree, whose one entry is
+    /// "/"), depth first in entry order, with an explicit stack (no depth of
+    /// nesting can overflow the thread's).
+    fn walk(&mut self, root: ObjectId, dir: &[u8], out: &mut Vec<(String, ObjectId, Bad)>) {
+        // Each open directory: its entries, the next one to visit, its path.
+        let mut stack = Vec::new();
+        type Frame = (Vec<crate::store::Entry>, usize, Vec<u8>);
+        let enter = |me: &mut Self,
+                     tid: ObjectId,
+                     dir: Vec<u8>,
+                     stack: &mut Vec<Frame>,
+                     out: &mut Vec<(String, ObjectId, Bad)>| {
+            if !me.is_dirty(tid) {
                 return;
             }
+            match me.tree(&tid) {
+                Ok(t) => stack.push((t.entries, 0, dir)),
+                Err(bad) => {
+                    let path = if dir.is_empty() {
+                        "/ (root tree)".to_string()
+                    } else {
+                        format!("{} (directory listing)", String::from_utf8_lossy(&dir))
+                    };
+                    out.push((path, tid, bad));
+                }
+            }
         };
-        for e in &tree.entries {
-            let mut path = dir.to_vec();
+        enter(self, root, dir.to_vec(), &mut stack, out);
+        while let Some((entries, next, dir)) = stack.last_mut() {
+            let Some(e) = entries.get(*next).cloned() else {
+                stack.pop();
+                continue;
+            };
+            *next += 1;
+            let dir = dir.clone();
+            let mut path = dir.clone();
             if dir.is_empty() {
                 path.push(b'/');
             } else {
@@ -374,7 +407,7 @@ impl Paths<'_> {
                 path.extend_from_slice(&e.name);
             }
             match &e.content {
-                Content::Tree(sub) => self.walk(*sub, &path, out),
+                Content::Tree(sub) => enter(self, *sub, path, &mut stack, out),
                 Content::Extents(ext) => {
                     let mut seen = HashSet::new();
                     for id in ext.iter().filter_map(|x| x.id) {

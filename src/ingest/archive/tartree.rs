@@ -20,7 +20,7 @@ use std::sync::mpsc::SyncSender;
 use super::super::{Error, Result, escape};
 use super::ImportOptions;
 use super::reader::{Segment, TarKind};
-use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending, send_chunks};
+use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending};
 use crate::store::progress::SharedProgress;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Store, Tree};
 
@@ -45,8 +45,9 @@ struct Node {
     children: BTreeMap<Vec<u8>, usize>,
     /// Hardlink group (index into `groups`), when hardlinked.
     group: Option<usize>,
-    /// Content still being stored: data and holes, in file order.
-    pending: Option<Vec<Piece>>,
+    /// Content still being stored: data and holes, in file order, and the
+    /// data's chunks in flight (one stream for all of the file's segments).
+    pending: Option<(Vec<Piece>, Pending)>,
     /// The directory holding it (the root: 0). Always open.
     parent: usize,
     /// A directory whose tree is stored (`entry.content`) and whose entries
@@ -63,8 +64,8 @@ struct Node {
 enum Piece {
     /// A hole: never materialized, chunked or hashed.
     Hole(u64),
-    /// A data segment's chunks, in flight.
-    Data(Pending),
+    /// A data segment: this many of the file's chunks in flight.
+    Data(usize),
 }
 
 impl Node {
@@ -394,7 +395,7 @@ impl<'a> TreeBuilder<'a> {
         sparse: Option<&[Segment]>,
         link_name: Option<Vec<u8>>,
         meta: Entry,
-        data: &mut dyn Read,
+        data_in: &mut dyn Read,
     ) -> Result<()> {
         self.entries += 1;
         if self.entries > MAX_ENTRIES {
@@ -454,31 +455,34 @@ impl<'a> TreeBuilder<'a> {
                     }];
                     let segments = sparse.unwrap_or(&whole);
                     let mut pieces = Vec::new();
+                    let mut data = Pending::new();
                     let mut pos = 0;
                     for seg in segments {
                         if seg.offset > pos {
                             pieces.push(Piece::Hole(seg.offset - pos));
                         }
-                        let pending = send_chunks(
-                            (&mut *data).take(seg.len),
-                            seg.len,
-                            &self.hashers,
-                            &*self.progress,
-                        )
-                        .map_err(|source| Error::Io {
-                            path: escape(raw_path).into(),
-                            source,
-                        })?;
-                        if pending.total() != seg.len {
+                        let before = data.chunks();
+                        let got = data
+                            .send(
+                                (&mut *data_in).take(seg.len),
+                                seg.len,
+                                &self.hashers,
+                                &*self.progress,
+                            )
+                            .map_err(|source| Error::Io {
+                                path: escape(raw_path).into(),
+                                source,
+                            })?;
+                        if got != seg.len {
                             return Err(Error::Truncated(format!(
                                 "entry '{}' declares {} bytes of data but the archive ends after {}",
                                 escape(raw_path),
                                 pos + seg.len,
-                                pos + pending.total()
+                                pos + got
                             )));
                         }
                         if seg.len > 0 {
-                            pieces.push(Piece::Data(pending));
+                            pieces.push(Piece::Data(data.chunks() - before));
                         }
                         pos = seg.offset + seg.len;
                     }
@@ -487,7 +491,7 @@ impl<'a> TreeBuilder<'a> {
                     }
                     node.entry.size = size;
                     node.entry.content = Content::Extents(Vec::new());
-                    node.pending = Some(pieces);
+                    node.pending = Some((pieces, data));
                     self.bytes += size;
                 }
                 Kind::Symlink => {
@@ -627,19 +631,20 @@ impl<'a> TreeBuilder<'a> {
     }
 
     fn settle(&mut self, idx: usize) -> Result<()> {
-        if let Some(p) = self.nodes.get_mut(idx).and_then(|n| n.pending.take()) {
+        if let Some((pieces, data)) = self.nodes.get_mut(idx).and_then(|n| n.pending.take()) {
             // Its chunks may still sit in the batch: send them before waiting.
             self.hashers
                 .flush()
                 .map_err(|e| Error::Archive(format!("storing data: {e}")))?;
+            let mut chunks = data
+                .wait()
+                .map_err(|e| Error::Archive(format!("storing data: {e}")))?
+                .into_iter();
             let mut extents = Vec::new();
-            for piece in p {
+            for piece in pieces {
                 match piece {
                     Piece::Hole(len) => extents.push(Extent { len, id: None }),
-                    Piece::Data(d) => extents.extend(
-                        d.wait()
-                            .map_err(|e| Error::Archive(format!("storing data: {e}")))?,
-                    ),
+                    Piece::Data(n) => extents.extend(chunks.by_ref().take(n)),
                 }
             }
             self.nodes[idx].entry.content = Content::Extents(extents);
