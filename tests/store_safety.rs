@@ -98,7 +98,7 @@ fn a_symlink_planted_at_published_is_not_followed() {
 }
 
 #[test]
-fn a_symlink_planted_at_a_fork_lock_or_next_segment_is_not_followed() {
+fn a_symlink_planted_at_a_fork_lock_is_not_followed() {
     let env = Env::new();
     snapshot(&env);
     env.ok(["fork", "s1", "--name", "f"]);
@@ -110,21 +110,30 @@ fn a_symlink_planted_at_a_fork_lock_or_next_segment_is_not_followed() {
     let out = env.run(["commit", "f", "-m", "x"]);
     assert!(!lock_target.exists(), "the lock was created through the symlink");
     assert!(!out.status.success(), "{}", stderr(&out));
-    fs::remove_file(fork.join("lock")).unwrap();
+}
 
-    // The next journal segments, each to a root-only file.
-    let journal = fork.join("journal");
-    fs::create_dir_all(&journal).unwrap();
+#[test]
+fn a_symlink_planted_at_the_next_journal_segment_is_not_followed() {
+    let env = Env::new();
+    let origin = snapshot(&env);
+    fs::rename(&origin, env.path("moved")).unwrap();
+    env.ok(["fork", "s1", "--name", "f"]);
+    let mut m = env.mount("f", None);
+    fs::write(m.path().join("new.txt"), b"written in the fork\n").unwrap();
+    // The segments a commit would start next, each a link to a root-only file.
+    let journal = env.store.join("forks/f/journal");
+    let last = fs::read_dir(&journal)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            u64::from_str_radix(name.strip_suffix(".wal")?, 16).ok()
+        })
+        .max()
+        .expect("the mounted fork has a segment");
     let (victim, bytes) = victim(&env, "victim-segment");
-    let mut planted = 0;
-    for seq in 0..16u64 {
-        let name = journal.join(format!("{seq:016x}.wal"));
-        if fs::symlink_metadata(&name).is_err() {
-            symlink(&victim, &name).unwrap();
-            planted += 1;
-        }
+    for seq in last + 1..last + 5 {
+        symlink(&victim, journal.join(format!("{seq:016x}.wal"))).unwrap();
     }
-    assert!(planted > 0);
     let out = env.run(["commit", "f", "-m", "y"]);
     assert_eq!(
         fs::read(&victim).unwrap(),
@@ -132,6 +141,12 @@ fn a_symlink_planted_at_a_fork_lock_or_next_segment_is_not_followed() {
         "journal bytes went through the symlink ({})",
         stderr(&out)
     );
+    assert!(!out.status.success(), "the commit cannot start its segment");
+    let out = env.run(["umount".as_ref(), "--no-commit".as_ref(), m.path().as_os_str()]);
+    if out.status.success() {
+        m.mountpoint = None;
+    }
+    assert_eq!(fs::read(&victim).unwrap(), bytes);
 }
 
 #[test]

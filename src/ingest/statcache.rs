@@ -461,3 +461,37 @@ impl<'a> Cursor<'a> {
 pub fn dir_order(a: &[u8], b: &[u8]) -> Ordering {
     a.split(|&c| c == b'/').cmp(b.split(|&c| c == b'/'))
 }
+
+#[cfg(test)]
+mod safety_tests {
+    use super::*;
+
+    /// The cache's temp file was `.<id>.<pid>.tmp`, written with `O_TRUNC`:
+    /// a symlink planted under that name made the writer truncate and fill
+    /// whatever it pointed to. Now its name is random and it is created
+    /// `O_EXCL|O_NOFOLLOW`, so what is planted under the old name stays as it is.
+    #[test]
+    fn a_symlink_at_the_old_temp_name_is_not_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_create(&tmp.path().join("s")).unwrap();
+        let id = ObjectId::of(b"checkpoint");
+        let victim = tmp.path().join("victim");
+        fs::write(&victim, b"root's secret\n").unwrap();
+        let dir = store.root().join("statcache");
+        fs::create_dir_all(&dir).unwrap();
+        let old = dir.join(format!(".{}.{}.tmp", id.to_hex(), std::process::id()));
+        std::os::unix::fs::symlink(&victim, &old).unwrap();
+        save(&store, &id, &StatCacheData(b"cache bytes".to_vec())).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"root's secret\n");
+        assert_eq!(fs::read(path(&store, &id)).unwrap(), b"cache bytes");
+        // A symlinked statcache directory is not written through either.
+        fs::remove_file(&old).unwrap();
+        fs::remove_file(path(&store, &id)).unwrap();
+        fs::remove_dir(&dir).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        assert!(save(&store, &id, &StatCacheData(b"x".to_vec())).is_err());
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+}
