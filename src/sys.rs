@@ -520,7 +520,12 @@ fn cached_pages(file: &File, at: u64, len: u64) -> Option<u64> {
 pub fn open_nofollow(path: &Path, flags: rustix::fs::OFlags, mode: u32) -> io::Result<File> {
     use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
     let flags = flags | OFlags::CLOEXEC;
-    let mode = Mode::from_raw_mode(mode);
+    // openat2 refuses a mode without O_CREAT (open ignores it).
+    let mode = if flags.contains(OFlags::CREATE) {
+        Mode::from_raw_mode(mode)
+    } else {
+        Mode::empty()
+    };
     let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     match rustix::fs::openat2(CWD, path, flags | OFlags::NOFOLLOW, mode, how) {
         Ok(fd) => Ok(File::from(fd)),
@@ -687,6 +692,36 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nofollow_opens_refuse_a_symlink_anywhere_on_the_path() {
+        use rustix::fs::OFlags;
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        fs::create_dir(&real).unwrap();
+        fs::write(real.join("f"), b"x").unwrap();
+        std::os::unix::fs::symlink(&real, tmp.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(real.join("f"), real.join("flink")).unwrap();
+        // Without O_CREAT a mode is dropped (openat2 refuses one).
+        assert!(open_nofollow(&real.join("f"), OFlags::RDWR, 0o600).is_ok());
+        for p in [tmp.path().join("link/f"), real.join("flink")] {
+            let e = open_nofollow(&p, OFlags::RDONLY, 0).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{}", p.display());
+        }
+        let e = open_nofollow(&tmp.path().join("link/new"), OFlags::WRONLY | OFlags::CREATE, 0o600)
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP));
+        assert!(!real.join("new").exists());
+        assert!(remove_nofollow(&tmp.path().join("link/f")).is_err());
+        assert!(real.join("f").exists());
+        // The link itself is removed, not what it points to.
+        remove_nofollow(&real.join("flink")).unwrap();
+        assert!(real.join("f").exists());
+        let dir = open_dir_nofollow(&real).unwrap();
+        let (_, a) = create_temp_in(&dir, "t", 0o600).unwrap();
+        let (_, b) = create_temp_in(&dir, "t", 0o600).unwrap();
+        assert_ne!(a, b);
+    }
 
     #[test]
     fn unescapes_mountinfo() {
