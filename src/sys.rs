@@ -605,11 +605,8 @@ pub fn create_temp_in(dir: &File, prefix: &str, mode: u32) -> io::Result<(File, 
         let mut r = [0u8; 8];
         random_bytes(&mut r)?;
         let name = format!(".{prefix}.{:016x}.tmp", u64::from_le_bytes(r));
-        let flags = OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(mode)) {
             Ok(fd) => return Ok((File::from(fd), name)),
             Err(Errno::EXIST) => continue,
@@ -633,13 +630,9 @@ pub fn list_dir_nofollow(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, bool
         }
         let is_dir = match ent.file_type() {
             rustix::fs::FileType::Unknown => {
-                let st = rustix::fs::statat(
-                    &f,
-                    ent.file_name(),
-                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                )?;
-                rustix::fs::FileType::from_raw_mode(st.st_mode)
-                    == rustix::fs::FileType::Directory
+                let st =
+                    rustix::fs::statat(&f, ent.file_name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
             }
             t => t == rustix::fs::FileType::Directory,
         };
@@ -708,8 +701,12 @@ mod tests {
             let e = open_nofollow(&p, OFlags::RDONLY, 0).unwrap_err();
             assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{}", p.display());
         }
-        let e = open_nofollow(&tmp.path().join("link/new"), OFlags::WRONLY | OFlags::CREATE, 0o600)
-            .unwrap_err();
+        let e = open_nofollow(
+            &tmp.path().join("link/new"),
+            OFlags::WRONLY | OFlags::CREATE,
+            0o600,
+        )
+        .unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ELOOP));
         assert!(!real.join("new").exists());
         assert!(remove_nofollow(&tmp.path().join("link/f")).is_err());

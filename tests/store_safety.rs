@@ -35,7 +35,12 @@ fn snapshot(env: &Env) -> PathBuf {
     fs::create_dir_all(origin.join("d")).unwrap();
     fs::write(origin.join("d/a.txt"), b"alpha\n").unwrap();
     fs::write(origin.join("b.txt"), vec![7u8; 100_000]).unwrap();
-    env.ok(["snapshot".as_ref(), origin.as_os_str(), "--ref".as_ref(), "s1".as_ref()]);
+    env.ok([
+        "snapshot".as_ref(),
+        origin.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
     origin
 }
 
@@ -73,14 +78,27 @@ fn a_symlink_planted_at_the_mount_log_is_not_followed() {
     snapshot(&env);
     let mp = env.path("mnt");
     let (victim, bytes) = victim(&env, "victim-log");
-    let log = env.store.join("logs").join(format!("mount-{}.log", key_of(&mp)));
+    let log = env
+        .store
+        .join("logs")
+        .join(format!("mount-{}.log", key_of(&mp)));
     symlink(&victim, &log).unwrap();
     let out = env.run(["mount".as_ref(), "s1".as_ref(), mp.as_os_str()]);
     let _guard = env.guard_for("s1");
-    assert_eq!(fs::read(&victim).unwrap(), bytes, "the daemon wrote through the symlink");
-    assert!(!out.status.success(), "mount through a planted log symlink should fail");
+    assert_eq!(
+        fs::read(&victim).unwrap(),
+        bytes,
+        "the daemon wrote through the symlink"
+    );
+    assert!(
+        !out.status.success(),
+        "mount through a planted log symlink should fail"
+    );
     let err = stderr(&out);
-    assert!(err.contains("mount-") && err.trim_end().lines().count() == 1, "{err}");
+    assert!(
+        err.contains("mount-") && err.trim_end().lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -92,7 +110,11 @@ fn a_symlink_planted_at_published_is_not_followed() {
     let (victim, bytes) = victim(&env, "victim-published");
     symlink(&victim, packs.join("published")).unwrap();
     snapshot(&env);
-    assert_eq!(fs::read(&victim).unwrap(), bytes, "publish appended through the symlink");
+    assert_eq!(
+        fs::read(&victim).unwrap(),
+        bytes,
+        "publish appended through the symlink"
+    );
     // The snapshot itself is whole.
     assert_eq!(env.ok(["cat", "s1", "d/a.txt"]), "alpha\n");
 }
@@ -108,7 +130,10 @@ fn a_symlink_planted_at_a_fork_lock_is_not_followed() {
     let _ = fs::remove_file(fork.join("lock"));
     symlink(&lock_target, fork.join("lock")).unwrap();
     let out = env.run(["commit", "f", "-m", "x"]);
-    assert!(!lock_target.exists(), "the lock was created through the symlink");
+    assert!(
+        !lock_target.exists(),
+        "the lock was created through the symlink"
+    );
     assert!(!out.status.success(), "{}", stderr(&out));
 }
 
@@ -142,7 +167,11 @@ fn a_symlink_planted_at_the_next_journal_segment_is_not_followed() {
         stderr(&out)
     );
     assert!(!out.status.success(), "the commit cannot start its segment");
-    let out = env.run(["umount".as_ref(), "--no-commit".as_ref(), m.path().as_os_str()]);
+    let out = env.run([
+        "umount".as_ref(),
+        "--no-commit".as_ref(),
+        m.path().as_os_str(),
+    ]);
     if out.status.success() {
         m.mountpoint = None;
     }
@@ -156,8 +185,14 @@ fn an_empty_directory_of_another_user_is_not_made_a_store() {
     fs::create_dir(&dir).unwrap();
     chown_tree(&dir, STRANGER);
     let err = env.fails_in(&dir, &["init"]);
-    assert!(err.contains("owned by uid") && err.contains(&dir.display().to_string()), "{err}");
-    assert!(fs::read_dir(&dir).unwrap().next().is_none(), "something was written there");
+    assert!(
+        err.contains("owned by uid") && err.contains(&dir.display().to_string()),
+        "{err}"
+    );
+    assert!(
+        fs::read_dir(&dir).unwrap().next().is_none(),
+        "something was written there"
+    );
 }
 
 #[test]
@@ -166,9 +201,14 @@ fn a_store_of_another_user_is_refused_for_writes_unless_trusted() {
     let origin = snapshot(&env);
     chown_tree(&env.store, STRANGER);
     let before = files_under(&env.store);
-    let err = env.fails_in(&env.store, &["snapshot", origin.to_str().unwrap(), "--ref", "s2"]);
+    let err = env.fails_in(
+        &env.store,
+        &["snapshot", origin.to_str().unwrap(), "--ref", "s2"],
+    );
     assert!(
-        err.contains("refusing to write") && err.contains("STOREFS_SAFE_STORES") && err.contains("uid"),
+        err.contains("refusing to write")
+            && err.contains("STOREFS_SAFE_STORES")
+            && err.contains("uid"),
         "{err}"
     );
     let err = env.fails_in(&env.store, &["gc"]);
@@ -197,14 +237,16 @@ fn a_store_others_may_write_is_refused_and_doctor_warns() {
     let out = env.run(["doctor"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        text.lines().any(|l| l.starts_with("warning") && l.contains("store ownership")),
+        text.lines()
+            .any(|l| l.starts_with("warning") && l.contains("store ownership")),
         "{text}"
     );
     fs::set_permissions(&env.store, fs::Permissions::from_mode(0o700)).unwrap();
     let out = env.run(["doctor"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        text.lines().any(|l| l.starts_with("ok") && l.contains("store ownership")),
+        text.lines()
+            .any(|l| l.starts_with("ok") && l.contains("store ownership")),
         "{text}"
     );
 }
@@ -227,10 +269,18 @@ fn gc_with_packs_symlinked_to_another_store_removes_nothing_there() {
     fs::rename(&packs, env.path("own-packs")).unwrap();
     symlink(&their_packs, &packs).unwrap();
     let out = env.run(["gc", "--grace", "0s"]);
-    assert_eq!(files_under(&their_packs), before, "gc deleted in another store: {}", stderr(&out));
+    assert_eq!(
+        files_under(&their_packs),
+        before,
+        "gc deleted in another store: {}",
+        stderr(&out)
+    );
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("objects/packs") && err.trim_end().lines().count() == 1, "{err}");
+    assert!(
+        err.contains("objects/packs") && err.trim_end().lines().count() == 1,
+        "{err}"
+    );
     env.ok_in(&other, &["verify"]);
 }
 
@@ -241,11 +291,21 @@ fn gc_remote_with_packs_symlinked_deletes_nothing_through_it() {
     let private = env.path("private-remote");
     let shared = env.path("shared-remote");
     // The private remote holds a checkpoint the shared one's refs never name.
-    env.ok(["remote", "add", "private", &format!("file://{}", private.display())]);
+    env.ok([
+        "remote",
+        "add",
+        "private",
+        &format!("file://{}", private.display()),
+    ]);
     env.ok(["push", "private", "s1"]);
     let before = files_under(&private.join("packs"));
     assert!(!before.is_empty());
-    env.ok(["remote", "add", "shared", &format!("file://{}", shared.display())]);
+    env.ok([
+        "remote",
+        "add",
+        "shared",
+        &format!("file://{}", shared.display()),
+    ]);
     fs::create_dir_all(&shared).unwrap();
     symlink(private.join("packs"), shared.join("packs")).unwrap();
     let out = env.run(["gc", "--remote", "shared", "--grace", "0s"]);
@@ -272,7 +332,12 @@ fn a_forged_mount_record_unmounts_and_waits_on_nothing() {
     let tree = other.path("t");
     fs::create_dir_all(&tree).unwrap();
     fs::write(tree.join("x"), b"x\n").unwrap();
-    other.ok(["snapshot".as_ref(), tree.as_os_str(), "--ref".as_ref(), "o".as_ref()]);
+    other.ok([
+        "snapshot".as_ref(),
+        tree.as_os_str(),
+        "--ref".as_ref(),
+        "o".as_ref(),
+    ]);
     let theirs = other.mount("o", Some(&other.path("mnt")));
     let mp = theirs.path().to_path_buf();
 
@@ -296,7 +361,11 @@ fn a_forged_mount_record_unmounts_and_waits_on_nothing() {
     }
     for name in ["victim0", "victim1"] {
         let out = env.run(["umount", name]);
-        assert!(!out.status.success(), "umount {name} succeeded: {}", stderr(&out));
+        assert!(
+            !out.status.success(),
+            "umount {name} succeeded: {}",
+            stderr(&out)
+        );
         assert!(
             common::read_all(&mp.join("x")).is_ok(),
             "umount {name} unmounted another store's mount"

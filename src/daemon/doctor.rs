@@ -69,7 +69,7 @@ fn protected_symlinks() -> Check {
             WHAT,
             Verdict::Note,
             "cannot read /proc/sys/fs/protected_symlinks",
-            "",
+            "check it with `sysctl fs.protected_symlinks` (1 keeps links in /tmp from being followed)",
         ),
     }
 }
@@ -101,7 +101,12 @@ fn store_ownership(dir: &Path) -> Option<Check> {
             );
             check(WHAT, Verdict::Warn, problem, &fix)
         }
-        Err(e) => check(WHAT, Verdict::Warn, e.to_string(), "check the store's permissions"),
+        Err(e) => check(
+            WHAT,
+            Verdict::Warn,
+            e.to_string(),
+            "check the store's permissions",
+        ),
     })
 }
 

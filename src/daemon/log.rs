@@ -17,11 +17,10 @@ pub(super) fn log_path(store: &Store, mp: &Path) -> PathBuf {
 pub(super) fn open_log(path: &Path) -> Result<std::fs::File> {
     use rustix::fs::OFlags;
     let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE;
-    crate::sys::open_nofollow(path, flags, 0o644)
-        .map_err(|source| Error::Log {
-            path: path.to_path_buf(),
-            source,
-        })
+    crate::sys::open_nofollow(path, flags, 0o644).map_err(|source| Error::Log {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Send the daemon's tracing to `path` (level `info`, or `STOREFS_LOG`).

@@ -40,16 +40,16 @@ pub fn write_file(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Res
 /// [`write_file`] for a path inside a store: no symlink anywhere on `path` is
 /// followed (`ELOOP` instead).
 pub fn write_store_file(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()> {
-    let dir = path.parent().ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidInput, "a file needs a directory")
-    })?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a file needs a directory"))?;
     write_in(sys::open_dir_nofollow(dir)?, path, data, mode, durable)
 }
 
 fn write_in(dir: File, path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()> {
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidInput, "a file needs a name")
-    })?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a file needs a name"))?;
     let prefix = name.to_str().unwrap_or("file");
     let (mut f, tmp) = sys::create_temp_in(&dir, prefix, mode)?;
     let result = (|| {

@@ -396,7 +396,8 @@ pub fn write_as(
     let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or(MIDX);
     let tmp = dir.join(temp_name(file_name));
     let result = (|| {
-        let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
+        let flags =
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
         let file = crate::sys::open_nofollow(&tmp, flags, 0o444)?;
         let hlen = header_len(flavor, names.len());
         let mut w = BufWriter::with_capacity(1 << 20, &file);

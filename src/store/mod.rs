@@ -813,9 +813,8 @@ pub fn is_trusted(root: &Path) -> bool {
     let Some(list) = std::env::var_os(SAFE_STORES_ENV) else {
         return false;
     };
-    std::env::split_paths(&list).any(|p| {
-        p.as_os_str() == "*" || fs::canonicalize(&p).is_ok_and(|p| p == *root)
-    })
+    std::env::split_paths(&list)
+        .any(|p| p.as_os_str() == "*" || fs::canonicalize(&p).is_ok_and(|p| p == *root))
 }
 
 /// The directories whose owner and mode [`Store::open`] checks: the root,
@@ -856,16 +855,25 @@ pub fn ownership_problem(root: &Path) -> Result<Option<String>> {
     let me = crate::sys::euid();
     let root_mode = fs::metadata(root).at(root)?.mode();
     // Group or others may enter the root (search permission).
-    let reachable = |m: u32| (root_mode & 0o010 != 0 && m & 0o020 != 0) || (root_mode & 0o001 != 0 && m & 0o002 != 0);
+    let reachable = |m: u32| {
+        (root_mode & 0o010 != 0 && m & 0o020 != 0) || (root_mode & 0o001 != 0 && m & 0o002 != 0)
+    };
     for rel in CHECKED {
-        let p = if rel.is_empty() { root.to_path_buf() } else { root.join(rel) };
+        let p = if rel.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(rel)
+        };
         let m = match fs::symlink_metadata(&p) {
             Ok(m) => m,
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             Err(e) => return Err(e).at(&p),
         };
         if m.file_type().is_symlink() {
-            return Ok(Some(format!("{} is a symlink, not a directory", p.display())));
+            return Ok(Some(format!(
+                "{} is a symlink, not a directory",
+                p.display()
+            )));
         }
         if m.uid() != me {
             return Ok(Some(format!(
@@ -874,7 +882,11 @@ pub fn ownership_problem(root: &Path) -> Result<Option<String>> {
                 m.uid()
             )));
         }
-        let writable = if rel.is_empty() { m.mode() & 0o022 != 0 } else { reachable(m.mode()) };
+        let writable = if rel.is_empty() {
+            m.mode() & 0o022 != 0
+        } else {
+            reachable(m.mode())
+        };
         if writable {
             return Ok(Some(format!(
                 "{} is writable by its group or others (mode {:04o})",

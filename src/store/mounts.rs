@@ -167,9 +167,7 @@ impl Store {
             };
             let rec: Option<MountRecord> = serde_json::from_slice(&bytes).ok();
             match rec {
-                Some(r) if mounted(Path::new(&r.mountpoint)) && r.daemon_is_alive() => {
-                    live.push(r)
-                }
+                Some(r) if mounted(Path::new(&r.mountpoint)) && r.daemon_is_alive() => live.push(r),
                 Some(r)
                     if r.pid > 1
                         && mounted(Path::new(&r.mountpoint))

@@ -198,7 +198,8 @@ impl PackWriter {
         crate::sys::random_bytes(&mut rnd)?;
         let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
         let tmp = dir.join(temp_name("pack"));
-        let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
+        let flags =
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
         let file = crate::sys::open_nofollow(&tmp, flags, 0o444)?;
         Ok(PackWriter {
             dir: dir.to_path_buf(),
