@@ -13,7 +13,10 @@
 //! - what a daemonized child needs: a new session, and a descriptor kept
 //!   across `exec`;
 //! - device numbers: a `dev_t` from its major and minor, and back;
-//! - random bytes for unique names.
+//! - random bytes for unique names;
+//! - files opened, created, renamed and removed without following a symlink
+//!   anywhere on their path (`openat2`'s `RESOLVE_NO_SYMLINKS`), temp files
+//!   with unguessable names, and a process's identity (start time, name).
 //! - `sync_file_range`, which neither rustix nor nix offers: the one OS call
 //!   written against libc;
 //! - telling systemd a service is ready or stopping (`sd_notify`'s protocol).
@@ -505,6 +508,170 @@ fn cached_pages(file: &File, at: u64, len: u64) -> Option<u64> {
     (r == 0).then_some(stat.nr_cache)
 }
 
+// ------------------------------------------------- files without symlinks
+
+/// Open `path` (absolute, every component a real directory or file) without
+/// following a symlink anywhere on it: `openat2` with `RESOLVE_NO_SYMLINKS`
+/// (and no magic links, no `..` above the start). A store's paths are
+/// absolute under its canonical root, so a symlink planted on one (a file or
+/// a directory swapped for a link) fails with `ELOOP` instead of being
+/// followed. `O_CLOEXEC` is added. Where the kernel has no `openat2`
+/// (before 5.6), the last component is opened `O_NOFOLLOW` only.
+pub fn open_nofollow(path: &Path, flags: rustix::fs::OFlags, mode: u32) -> io::Result<File> {
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
+    let flags = flags | OFlags::CLOEXEC;
+    // openat2 refuses a mode without O_CREAT (open ignores it).
+    let mode = if flags.contains(OFlags::CREATE) {
+        Mode::from_raw_mode(mode)
+    } else {
+        Mode::empty()
+    };
+    let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(CWD, path, flags | OFlags::NOFOLLOW, mode, how) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(Errno::NOSYS) => Ok(File::from(rustix::fs::open(
+            path,
+            flags | OFlags::NOFOLLOW,
+            mode,
+        )?)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The directory `dir`, opened for `*at` calls without following a symlink
+/// anywhere on its path (see [`open_nofollow`]).
+pub fn open_dir_nofollow(dir: &Path) -> io::Result<File> {
+    use rustix::fs::OFlags;
+    open_nofollow(dir, OFlags::RDONLY | OFlags::DIRECTORY, 0)
+}
+
+/// `path`'s parent opened as by [`open_dir_nofollow`], and its last component.
+fn parent_nofollow(path: &Path) -> io::Result<(File, &std::ffi::OsStr)> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: no parent directory", path.display()),
+        ));
+    };
+    Ok((open_dir_nofollow(parent)?, name))
+}
+
+/// Remove the file `path` (a symlink there is removed, not followed), its
+/// directory reached without following a symlink.
+pub fn remove_nofollow(path: &Path) -> io::Result<()> {
+    let (dir, name) = parent_nofollow(path)?;
+    rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty())?;
+    Ok(())
+}
+
+/// Rename `from` to `to`, both directories reached without following a
+/// symlink (what is at `to`, a symlink too, is replaced, not followed).
+pub fn rename_nofollow(from: &Path, to: &Path) -> io::Result<()> {
+    let (from_dir, from_name) = parent_nofollow(from)?;
+    let (to_dir, to_name) = parent_nofollow(to)?;
+    rustix::fs::renameat(&from_dir, from_name, &to_dir, to_name)?;
+    Ok(())
+}
+
+/// Create the directory `path` with `mode` (less the umask), its parent
+/// reached without following a symlink; `AlreadyExists` if a directory is
+/// there, an error if anything else is (a symlink is never followed).
+pub fn create_dir_nofollow(path: &Path, mode: u32) -> io::Result<()> {
+    let (dir, name) = parent_nofollow(path)?;
+    match rustix::fs::mkdirat(&dir, name, rustix::fs::Mode::from_raw_mode(mode)) {
+        Ok(()) => Ok(()),
+        Err(Errno::EXIST) => {
+            let st = rustix::fs::statat(&dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+                Err(io::ErrorKind::AlreadyExists.into())
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a directory", path.display()),
+                ))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Create a new file in the open directory `dir` with a name nobody can
+/// guess (`.PREFIX.RANDOM.tmp`): `O_CREAT|O_EXCL|O_NOFOLLOW`, so a file or
+/// symlink planted under that name is never opened. Returns the file and its
+/// name.
+pub fn create_temp_in(dir: &File, prefix: &str, mode: u32) -> io::Result<(File, String)> {
+    use rustix::fs::{Mode, OFlags};
+    loop {
+        let mut r = [0u8; 8];
+        random_bytes(&mut r)?;
+        let name = format!(".{prefix}.{:016x}.tmp", u64::from_le_bytes(r));
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(mode)) {
+            Ok(fd) => return Ok((File::from(fd), name)),
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The names in directory `dir` (without `.` and `..`), listed through a
+/// descriptor opened as by [`open_dir_nofollow`]; with whether each is a
+/// directory (not following a symlink).
+pub fn list_dir_nofollow(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, bool)>> {
+    use std::os::unix::ffi::OsStringExt;
+    let f = open_dir_nofollow(dir)?;
+    let mut out = Vec::new();
+    for ent in rustix::fs::Dir::read_from(&f)? {
+        let ent = ent?;
+        let name = ent.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let is_dir = match ent.file_type() {
+            rustix::fs::FileType::Unknown => {
+                let st =
+                    rustix::fs::statat(&f, ent.file_name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+            }
+            t => t == rustix::fs::FileType::Directory,
+        };
+        out.push((std::ffi::OsString::from_vec(name.to_vec()), is_dir));
+    }
+    Ok(out)
+}
+
+/// Whether the kernel protects symlinks in sticky world-writable
+/// directories (`fs.protected_symlinks`); `None` when it cannot be read.
+pub fn protected_symlinks() -> Option<bool> {
+    let text = fs::read_to_string("/proc/sys/fs/protected_symlinks").ok()?;
+    Some(text.trim() != "0")
+}
+
+/// The effective uid of this process.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+// ------------------------------------------------------ process identity
+
+/// When process `pid` started, in clock ticks since boot (`/proc/PID/stat`
+/// field 22): with the pid, it names one process, never a later one that
+/// reused the pid. `None` if it is gone.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ppid ...": field 3 is the first after the last ')'.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The name of process `pid`'s executable as the kernel keeps it
+/// (`/proc/PID/comm`, at most 15 bytes). `None` if it is gone.
+pub fn process_name(pid: u32) -> Option<String> {
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end_matches('\n').to_string())
+}
+
 /// Random bytes from the kernel, for names that must be unique across
 /// processes and machines (local packs, remote locks).
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
@@ -518,6 +685,40 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nofollow_opens_refuse_a_symlink_anywhere_on_the_path() {
+        use rustix::fs::OFlags;
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        fs::create_dir(&real).unwrap();
+        fs::write(real.join("f"), b"x").unwrap();
+        std::os::unix::fs::symlink(&real, tmp.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(real.join("f"), real.join("flink")).unwrap();
+        // Without O_CREAT a mode is dropped (openat2 refuses one).
+        assert!(open_nofollow(&real.join("f"), OFlags::RDWR, 0o600).is_ok());
+        for p in [tmp.path().join("link/f"), real.join("flink")] {
+            let e = open_nofollow(&p, OFlags::RDONLY, 0).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{}", p.display());
+        }
+        let e = open_nofollow(
+            &tmp.path().join("link/new"),
+            OFlags::WRONLY | OFlags::CREATE,
+            0o600,
+        )
+        .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP));
+        assert!(!real.join("new").exists());
+        assert!(remove_nofollow(&tmp.path().join("link/f")).is_err());
+        assert!(real.join("f").exists());
+        // The link itself is removed, not what it points to.
+        remove_nofollow(&real.join("flink")).unwrap();
+        assert!(real.join("f").exists());
+        let dir = open_dir_nofollow(&real).unwrap();
+        let (_, a) = create_temp_in(&dir, "t", 0o600).unwrap();
+        let (_, b) = create_temp_in(&dir, "t", 0o600).unwrap();
+        assert_ne!(a, b);
+    }
 
     #[test]
     fn unescapes_mountinfo() {

@@ -180,14 +180,15 @@ fn human(n: u64) -> String {
 }
 
 /// `storefs doctor`: one line per check; an error when something mounts need is missing.
-pub fn doctor() -> Result<()> {
+pub fn doctor(store_dir: &std::path::Path) -> Result<()> {
     use crate::daemon::doctor::{Verdict, checks};
-    let checks = checks();
+    let checks = checks(Some(store_dir));
     for c in &checks {
         let verdict = match c.verdict {
             Verdict::Ok => "ok",
             Verdict::Missing => "missing",
             Verdict::Note => "note",
+            Verdict::Warn => "warning",
         };
         let fix = if c.fix.is_empty() {
             String::new()

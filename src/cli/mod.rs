@@ -87,15 +87,15 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Init => commands::init(&store_dir),
         Command::Snapshot(a) => commands::snapshot(&store_dir, a),
-        Command::Refs(a) => commands::refs(&open(&store_dir)?, a),
-        Command::Log(a) => commands::log(&open(&store_dir)?, a),
-        Command::Ls(a) => commands::ls(&open(&store_dir)?, a),
-        Command::Cat(a) => commands::cat(&open(&store_dir)?, a),
-        Command::Diff(a) => commands::diff(&open(&store_dir)?, a),
-        Command::Restore(a) => commands::restore(&open(&store_dir)?, a),
+        Command::Refs(a) => commands::refs(&open_ro(&store_dir)?, a),
+        Command::Log(a) => commands::log(&open_ro(&store_dir)?, a),
+        Command::Ls(a) => commands::ls(&open_ro(&store_dir)?, a),
+        Command::Cat(a) => commands::cat(&open_ro(&store_dir)?, a),
+        Command::Diff(a) => commands::diff(&open_ro(&store_dir)?, a),
+        Command::Restore(a) => commands::restore(&open_ro(&store_dir)?, a),
         Command::Import(a) => archive::import(&store_dir, a),
         Command::ImportGit(a) => archive::import_git(&store_dir, a),
-        Command::Export(a) => archive::export(&open(&store_dir)?, a),
+        Command::Export(a) => archive::export(&open_ro(&store_dir)?, a),
         Command::Fork(a) => fork::fork(&open(&store_dir)?, a),
         Command::Commit(a) => fork::commit(&store_dir, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
@@ -107,7 +107,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Push(a) => remote::push(&open(&store_dir)?, a),
         Command::Pull(a) => remote::pull(&store_dir, a),
         Command::Generate(a) => generate::generate(a),
-        Command::Doctor => maint::doctor(),
+        Command::Doctor => maint::doctor(&store_dir),
     }
 }
 
@@ -122,9 +122,16 @@ fn store_dir(flag: Option<PathBuf>) -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/share/storefs"))
 }
 
-/// Open an existing store (read commands never create one).
+/// Open an existing store (read commands never create one) to write in it:
+/// refused when another user owns it or others may write it
+/// (`STOREFS_SAFE_STORES` opts in).
 fn open(dir: &std::path::Path) -> Result<Store> {
     Ok(Store::open(dir)?)
+}
+
+/// Open an existing store only to read it (no ownership check).
+fn open_ro(dir: &std::path::Path) -> Result<Store> {
+    Ok(Store::open_read_only(dir)?)
 }
 
 /// Warnings and errors from the layers go to stderr; `STOREFS_LOG` overrides the level.

@@ -14,6 +14,9 @@ pub enum Verdict {
     Missing,
     /// Optional (a feature or a kind of user needs it); mounts work without.
     Note,
+    /// Mounts work, but the machine or the store weakens what storefs
+    /// promises (docs/security.md, "Files inside a store").
+    Warn,
 }
 
 /// One line of the report.
@@ -40,9 +43,74 @@ fn check(what: &'static str, verdict: Verdict, found: impl Into<String>, fix: &s
     }
 }
 
-/// Every check, in the order a user would fix them.
-pub fn checks() -> Vec<Check> {
+/// Every check, in the order a user would fix them; with `store`, the
+/// store's directories too (whose they are, who may write them).
+pub fn checks(store: Option<&Path>) -> Vec<Check> {
     let root = rustix::process::geteuid().is_root();
+    let mut out = machine_checks(root);
+    out.push(protected_symlinks());
+    if let Some(store) = store {
+        out.extend(store_ownership(store));
+    }
+    out
+}
+
+fn protected_symlinks() -> Check {
+    const WHAT: &str = "fs.protected_symlinks";
+    match crate::sys::protected_symlinks() {
+        Some(true) => check(WHAT, Verdict::Ok, "1", ""),
+        Some(false) => check(
+            WHAT,
+            Verdict::Warn,
+            "0: symlinks in world-writable sticky directories (/tmp) are followed for anyone",
+            "sysctl -w fs.protected_symlinks=1 (and set it in /etc/sysctl.d)",
+        ),
+        None => check(
+            WHAT,
+            Verdict::Note,
+            "cannot read /proc/sys/fs/protected_symlinks",
+            "check it with `sysctl fs.protected_symlinks` (1 keeps links in /tmp from being followed)",
+        ),
+    }
+}
+
+/// The store at `dir`, if there is one: owned by the caller, no symlinked
+/// or group/world-writable directory (what `Store::open` refuses to write).
+fn store_ownership(dir: &Path) -> Option<Check> {
+    const WHAT: &str = "store ownership";
+    let root = std::fs::canonicalize(dir).ok()?;
+    if !root.join(crate::store::MARKER).exists() {
+        return None;
+    }
+    Some(match crate::store::ownership_problem(&root) {
+        Ok(None) => check(
+            WHAT,
+            Verdict::Ok,
+            format!("{} is yours and only you can write it", root.display()),
+            "",
+        ),
+        Ok(Some(problem)) => {
+            let trusted = std::env::var_os(crate::store::SAFE_STORES_ENV).is_some();
+            let fix = format!(
+                "chown -R and chmod go-w the store's directories, or use a store of your own{}",
+                if trusted {
+                    format!(" ({} may be trusting it)", crate::store::SAFE_STORES_ENV)
+                } else {
+                    String::new()
+                }
+            );
+            check(WHAT, Verdict::Warn, problem, &fix)
+        }
+        Err(e) => check(
+            WHAT,
+            Verdict::Warn,
+            e.to_string(),
+            "check the store's permissions",
+        ),
+    })
+}
+
+fn machine_checks(root: bool) -> Vec<Check> {
     vec![
         dev_fuse(),
         fusermount(root),

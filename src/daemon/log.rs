@@ -1,7 +1,6 @@
 //! The daemon's log file: `logs/mount-<key>.log` in the store, one per
 //! mountpoint, appended to by every daemon that mounts there.
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 
 use super::{Error, Result};
@@ -13,16 +12,15 @@ pub(super) fn log_path(store: &Store, mp: &Path) -> PathBuf {
     store.logs_dir().join(format!("mount-{}.log", &key[..16]))
 }
 
-/// Open `path` for appending, as the daemon's stderr or its log.
+/// Open `path` (inside the store) for appending, as the daemon's stderr or
+/// its log, never through a symlink (one planted there fails with `ELOOP`).
 pub(super) fn open_log(path: &Path) -> Result<std::fs::File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|source| Error::Log {
-            path: path.to_path_buf(),
-            source,
-        })
+    use rustix::fs::OFlags;
+    let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE;
+    crate::sys::open_nofollow(path, flags, 0o644).map_err(|source| Error::Log {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Send the daemon's tracing to `path` (level `info`, or `STOREFS_LOG`).

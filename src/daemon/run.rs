@@ -166,6 +166,7 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
         mode: mode.into(),
         log: log.to_string_lossy().into_owned(),
         started_ns: now_ns(),
+        pid_start: sys::process_start_time(std::process::id()),
     })?;
     tracing::info!(mountpoint = %mp.display(), checkpoint = ?id, target = %m.label, mode, "mounted");
     on_serving();

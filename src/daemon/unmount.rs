@@ -50,6 +50,11 @@ pub fn unmount(path: &Path) -> io::Result<()> {
 /// so it is given longer. The kernel wakes the wait when the daemon exits
 /// (a pidfd turns readable); where no pidfd can be had, it polls every 20 ms.
 pub fn wait_for_exit(record: &MountRecord) -> bool {
+    // Only for the daemon the record names (never pid 1, never a process
+    // that took its pid since): anything else is not ours to wait for.
+    if !record.daemon_is_alive() {
+        return true;
+    }
     let start = Instant::now();
     let limit = if record.mode == "rw" {
         FORK_EXIT_TIMEOUT
@@ -60,7 +65,7 @@ pub fn wait_for_exit(record: &MountRecord) -> bool {
         .ok()
         .and_then(rustix::process::Pid::from_raw)
         .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
-    while sys::pid_alive(record.pid) {
+    while record.daemon_is_alive() {
         let Some(left) = limit.checked_sub(start.elapsed()) else {
             break;
         };
@@ -80,5 +85,5 @@ pub fn wait_for_exit(record: &MountRecord) -> bool {
             None => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-    !sys::pid_alive(record.pid)
+    !record.daemon_is_alive()
 }

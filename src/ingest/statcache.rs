@@ -162,11 +162,19 @@ impl std::fmt::Debug for StatCacheData {
 pub fn save(store: &Store, id: &ObjectId, data: &StatCacheData) -> io::Result<()> {
     let dest = path(store, id);
     let dir = store.root().join("statcache");
-    fs::create_dir_all(&dir)?;
-    let tmp = dir.join(format!(".{}.{}.tmp", id.to_hex(), std::process::id()));
-    let result = fs::write(&tmp, &data.0).and_then(|()| fs::rename(&tmp, &dest));
+    match crate::sys::create_dir_nofollow(&dir, 0o755) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    // A new file with a name nobody can guess, in the directory reached
+    // without following a symlink; renamed over the cache.
+    let dirf = crate::sys::open_dir_nofollow(&dir)?;
+    let (mut f, tmp) = crate::sys::create_temp_in(&dirf, &id.to_hex(), 0o644)?;
+    let tmp = dir.join(tmp);
+    let result = io::Write::write_all(&mut f, &data.0)
+        .and_then(|()| crate::sys::rename_nofollow(&tmp, &dest));
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = crate::sys::remove_nofollow(&tmp);
     }
     result
 }
@@ -185,7 +193,7 @@ pub fn retire(store: &Store, old: &ObjectId) -> crate::store::Result<bool> {
         return Ok(false);
     }
     let path = path(store, old);
-    match fs::remove_file(&path) {
+    match crate::sys::remove_nofollow(&path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e).at(&path),
@@ -204,6 +212,15 @@ pub fn prune(
     dry_run: bool,
 ) -> crate::store::Result<Vec<(PathBuf, u64)>> {
     let dir = store.root().join("statcache");
+    match fs::symlink_metadata(&dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(crate::store::Error::Invalid(format!(
+                "{} is not a directory (a symlink?); gc deletes only inside its own store",
+                dir.display()
+            )));
+        }
+        _ => {}
+    }
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -231,7 +248,7 @@ pub fn prune(
             continue;
         }
         if !dry_run {
-            match fs::remove_file(&path) {
+            match crate::sys::remove_nofollow(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e).at(&path),
@@ -283,7 +300,7 @@ impl Parent {
             ));
         }
         let p = path(store, id);
-        let file = match fs::File::open(&p) {
+        let file = match crate::sys::open_nofollow(&p, rustix::fs::OFlags::RDONLY, 0) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err("it has no stat cache".into());
@@ -443,4 +460,38 @@ impl<'a> Cursor<'a> {
 /// bytes; i.e. paths compared component by component.
 pub fn dir_order(a: &[u8], b: &[u8]) -> Ordering {
     a.split(|&c| c == b'/').cmp(b.split(|&c| c == b'/'))
+}
+
+#[cfg(test)]
+mod safety_tests {
+    use super::*;
+
+    /// The cache's temp file was `.<id>.<pid>.tmp`, written with `O_TRUNC`:
+    /// a symlink planted under that name made the writer truncate and fill
+    /// whatever it pointed to. Now its name is random and it is created
+    /// `O_EXCL|O_NOFOLLOW`, so what is planted under the old name stays as it is.
+    #[test]
+    fn a_symlink_at_the_old_temp_name_is_not_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open_or_create(&tmp.path().join("s")).unwrap();
+        let id = ObjectId::of(b"checkpoint");
+        let victim = tmp.path().join("victim");
+        fs::write(&victim, b"root's secret\n").unwrap();
+        let dir = store.root().join("statcache");
+        fs::create_dir_all(&dir).unwrap();
+        let old = dir.join(format!(".{}.{}.tmp", id.to_hex(), std::process::id()));
+        std::os::unix::fs::symlink(&victim, &old).unwrap();
+        save(&store, &id, &StatCacheData(b"cache bytes".to_vec())).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"root's secret\n");
+        assert_eq!(fs::read(path(&store, &id)).unwrap(), b"cache bytes");
+        // A symlinked statcache directory is not written through either.
+        fs::remove_file(&old).unwrap();
+        fs::remove_file(path(&store, &id)).unwrap();
+        fs::remove_dir(&dir).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        assert!(save(&store, &id, &StatCacheData(b"x".to_vec())).is_err());
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
 }

@@ -8,10 +8,10 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, ErrorKind, IoSlice};
 use std::num::NonZeroU64;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -203,61 +203,68 @@ fn fits_off_t(offset: u64, len: u64) -> bool {
     i64::try_from(offset).is_ok() && i64::try_from(len).is_ok()
 }
 
+/// Every path is inside a store (`forks/NAME/...`, absolute under its
+/// canonical root): opened, created, renamed and removed without following a
+/// symlink anywhere on it (a symlink planted at the next segment or the lock
+/// fails with `ELOOP` instead of leading the write elsewhere).
 impl JournalIo for RealIo {
     fn create_dir(&self, path: &Path) -> io::Result<()> {
-        fs::create_dir(path)
+        crate::sys::create_dir_nofollow(path, 0o755)
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        fs::create_dir_all(path)
+        match crate::sys::create_dir_nofollow(path, 0o755) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let parent = path.parent().ok_or(e)?;
+                self.create_dir_all(parent)?;
+                match crate::sys::create_dir_nofollow(path, 0o755) {
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+                    r => r,
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn JournalFile>> {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)?;
-        let hints = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)?;
+        use rustix::fs::OFlags;
+        let flags = if create {
+            OFlags::RDWR | OFlags::CREATE
+        } else {
+            OFlags::RDWR
+        };
+        let f = crate::sys::open_nofollow(path, flags, 0o600)?;
+        let hints = crate::sys::open_nofollow(path, OFlags::RDONLY, 0)?;
         Ok(Arc::new(RealFile(f, hints)))
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut out = Vec::new();
-        for e in fs::read_dir(dir)? {
-            if let Some(n) = e?.file_name().to_str() {
+        for (name, _) in crate::sys::list_dir_nofollow(dir)? {
+            if let Some(n) = name.to_str() {
                 out.push(n.to_string());
             }
         }
         Ok(out)
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
-        fs::remove_file(path)
+        crate::sys::remove_nofollow(path)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        crate::store::fsync_dir(dir)
+        crate::sys::open_dir_nofollow(dir)?.sync_all()
     }
     fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        crate::store::write_file(path, data, 0o644, true)
+        crate::store::write_store_file(path, data, 0o644, true)
     }
     fn read_file(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
-        match fs::read(path) {
+        match crate::store::read_store_file(path) {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
     fn try_lock(&self, path: &Path) -> io::Result<Option<Box<dyn Any + Send + Sync>>> {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)?;
+        use rustix::fs::OFlags;
+        let f = crate::sys::open_nofollow(path, OFlags::RDWR | OFlags::CREATE, 0o600)?;
         // Closing the fd (dropping the guard) releases the lock.
         Ok(crate::sys::try_lock(&f, crate::sys::Lock::Exclusive)?
             .then(|| Box::new(f) as Box<dyn Any + Send + Sync>))

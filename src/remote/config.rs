@@ -36,7 +36,7 @@ pub fn add(store: &Store, name: &str, url: &str) -> Result<()> {
     })?;
     let p = path(store, name);
     let body = serde_json::json!({ "url": url });
-    store::write_file(&p, format!("{body}\n").as_bytes(), 0o644, true)
+    store::write_store_file(&p, format!("{body}\n").as_bytes(), 0o644, true)
         .map_err(|source| Error::Io { path: p, source })
 }
 

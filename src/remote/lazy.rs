@@ -83,7 +83,8 @@ pub fn prepare_lazy_mount(store: &Store, remote: &str, name: &str) -> Result<Laz
                 source,
             };
             std::fs::create_dir_all(note.parent().expect("note has a parent")).map_err(io)?;
-            store::write_file(&note, format!("{id}\n").as_bytes(), 0o644, true).map_err(io)?;
+            store::write_store_file(&note, format!("{id}\n").as_bytes(), 0o644, true)
+                .map_err(io)?;
             Ok(LazyTarget {
                 checkpoint: id,
                 offline: None,

@@ -24,7 +24,7 @@ mod ops;
 mod pack;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -628,13 +628,8 @@ impl Remote {
             source,
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
+        let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE;
+        let f = crate::sys::open_nofollow(&path, flags, 0o644).map_err(io)?;
         crate::sys::lock(&f, crate::sys::Lock::Exclusive).map_err(io)?;
         Ok(Some(f))
     }
@@ -655,6 +650,62 @@ fn corrupt_object(remote: &str, id: ObjectId, e: store::Error) -> Error {
         id,
         detail: corrupt_detail(e),
     }
+}
+
+/// A `file://` remote that push, pull and `gc --remote` write in or delete
+/// from (object_store's `LocalFileSystem` follows symlinks): nothing in it
+/// may be a symlink (storefs never makes one there), and unless
+/// `STOREFS_SAFE_STORES` names it, every directory must be the caller's and
+/// writable by nobody else, who could plant one between this check and the
+/// writes. One line naming the remote, the path and the fix.
+fn check_local_remote(name: &str, dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |what: String| {
+        Error::Store(store::Error::Invalid(format!(
+            "refusing to use remote '{name}' ({}): {what}; a storefs remote holds no symlinks and only you should write it (or trust it with {}={})",
+            dir.display(),
+            store::SAFE_STORES_ENV,
+            dir.display()
+        )))
+    };
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    let trusted = store::is_trusted(dir);
+    let me = crate::sys::euid();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let m = std::fs::symlink_metadata(&d).map_err(io(&d))?;
+        if m.file_type().is_symlink() && d != dir {
+            return Err(refuse(format!("{} is a symlink", d.display())));
+        }
+        if !trusted && m.uid() != me {
+            return Err(refuse(format!(
+                "{} is owned by uid {}, not by you (uid {me})",
+                d.display(),
+                m.uid()
+            )));
+        }
+        if !trusted && m.mode() & 0o022 != 0 {
+            return Err(refuse(format!(
+                "{} is writable by its group or others (mode {:04o})",
+                d.display(),
+                m.mode() & 0o7777
+            )));
+        }
+        for ent in std::fs::read_dir(&d).map_err(io(&d))? {
+            let ent = ent.map_err(io(&d))?;
+            let t = ent.file_type().map_err(io(&ent.path()))?;
+            if t.is_symlink() {
+                return Err(refuse(format!("{} is a symlink", ent.path().display())));
+            }
+            if t.is_dir() {
+                dirs.push(ent.path());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The `object_store` for `url`, and for `file://` its directory. For push
@@ -727,6 +778,7 @@ fn object_store_for(
             };
             if !lazy {
                 std::fs::create_dir_all(&dir).map_err(io)?;
+                check_local_remote(name, &dir)?;
             } else if !dir.is_dir() {
                 return Err(io(std::io::Error::new(
                     std::io::ErrorKind::NotFound,

@@ -260,7 +260,7 @@ pub fn load_cached(store_root: &Path, remote: &str) -> PackIndex {
             Ok(index) => return index,
             Err(BadCached(path, err))
                 if wanted.iter().any(|(_, p)| *p == path)
-                    && std::fs::remove_file(&path).is_ok() =>
+                    && crate::sys::remove_nofollow(&path).is_ok() =>
             {
                 tracing::warn!(path = %path.display(), error = %err, "cached remote pack index unreadable; removed");
             }
@@ -535,7 +535,7 @@ pub async fn refresh(
                     .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 3600))
         };
         if (name.ends_with(".idx") && !wanted.contains(name)) || stale_temp() {
-            let _ = std::fs::remove_file(e.path());
+            let _ = crate::sys::remove_nofollow(&e.path());
         }
     }
     // A cached copy found bad is removed and read from the remote again, once.
@@ -559,7 +559,7 @@ pub async fn refresh(
             Ok(index) => return Ok((index, listing)),
             Err(BadCached(path, _)) if attempts > 0 && cached.iter().any(|(_, p)| *p == path) => {
                 tracing::warn!(path = %path.display(), "cached remote pack index unreadable; read again");
-                let _ = std::fs::remove_file(&path);
+                let _ = crate::sys::remove_nofollow(&path);
             }
             Err(BadCached(path, source)) => return Err(Error::Io { path, source }),
         }
@@ -620,7 +620,7 @@ async fn fetch_idx(
             store::encode_index(&mut good)
         }
     };
-    store::write_file(&cached, &bytes, 0o644, false).map_err(|source| Error::Io {
+    store::write_store_file(&cached, &bytes, 0o644, false).map_err(|source| Error::Io {
         path: cached.clone(),
         source,
     })?;

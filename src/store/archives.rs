@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{IoContext, ObjectId, Result, Store, is_hex, write_file};
+use super::{IoContext, ObjectId, Result, Store, is_hex, write_store_file};
 
 /// What `archives/<sha256>.json` holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,7 +61,7 @@ impl Store {
         fs::create_dir_all(&dir).at(&dir)?;
         let mut data = serde_json::to_vec_pretty(rec).expect("record serializes");
         data.push(b'\n');
-        write_file(&path, &data, 0o644, true).at(&path)
+        write_store_file(&path, &data, 0o644, true).at(&path)
     }
 
     /// The archive index as (name, checkpoint), by name and then age: the name is

@@ -2,10 +2,9 @@
 //! (object storage) can implement the same trait without touching the layers above.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, ErrorKind, Write};
 use std::num::NonZeroUsize;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -15,7 +14,7 @@ use lru::LruCache;
 use parking_lot::{Mutex, RwLock};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use super::atomic::{fsync_dir, write_file};
+use super::atomic::{fsync_dir, write_store_file};
 use super::id::ObjectId;
 use super::midx::{self, MIDX, Merge, Midx, MidxEntry};
 use super::pack::{
@@ -758,11 +757,8 @@ impl LocalBackend {
     fn publish(&self, w: &mut PackWriter) -> io::Result<String> {
         let name = w.publish()?;
         let path = self.packs_dir.join(PUBLISHED);
-        let logged = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o644)
-            .open(&path)
+        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE;
+        let logged = crate::sys::open_nofollow(&path, flags, 0o644)
             .and_then(|mut f| f.write_all(format!("{name}\n").as_bytes()));
         if let Err(e) = logged {
             tracing::warn!(path = %path.display(), error = %e, "cannot log a published pack; processes find it by listing the packs directory");
@@ -791,7 +787,7 @@ impl LocalBackend {
             }
         }
         let path = self.packs_dir.join(PUBLISHED);
-        if let Err(e) = write_file(&path, text.as_bytes(), 0o644, false) {
+        if let Err(e) = write_store_file(&path, text.as_bytes(), 0o644, false) {
             tracing::warn!(path = %path.display(), error = %e, "cannot rewrite the log of published packs; it only grows longer");
         }
     }
@@ -899,13 +895,13 @@ impl LocalBackend {
         names.dedup();
         if names.is_empty() {
             // No packs left (gc removed them all): no index either.
-            match fs::remove_file(self.packs_dir.join(MIDX)) {
+            match crate::sys::remove_nofollow(&self.packs_dir.join(MIDX)) {
                 Ok(()) => fsync_dir(&self.packs_dir)?,
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
             // Nor a log of packs published since.
-            match fs::remove_file(self.packs_dir.join(PUBLISHED)) {
+            match crate::sys::remove_nofollow(&self.packs_dir.join(PUBLISHED)) {
                 Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
@@ -1042,7 +1038,7 @@ impl LocalBackend {
             let gone = if dry_run {
                 fs::symlink_metadata(&path).map(|_| ())
             } else {
-                fs::remove_file(&path)
+                crate::sys::remove_nofollow(&path)
             };
             match gone {
                 Ok(()) => out[i] = true,
@@ -1151,9 +1147,9 @@ impl LocalBackend {
             return Err(e);
         }
         for pack in packs {
-            fs::remove_file(self.pack_path(&pack.name, "idx"))?;
+            crate::sys::remove_nofollow(&self.pack_path(&pack.name, "idx"))?;
             self.files.lock().pop(&pack.name);
-            match fs::remove_file(self.pack_path(&pack.name, "pack")) {
+            match crate::sys::remove_nofollow(&self.pack_path(&pack.name, "pack")) {
                 Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
@@ -1438,7 +1434,7 @@ impl ObjectBackend for LocalBackend {
         let qdir = self.dir.with_file_name("quarantine");
         fs::create_dir_all(&qdir)?;
         let dest = qdir.join(id.to_hex());
-        match fs::rename(self.path_of(id), &dest) {
+        match crate::sys::rename_nofollow(&self.path_of(id), &dest) {
             Ok(()) => {
                 fsync_dir(&qdir)?;
                 return Ok(Some(dest));
@@ -1450,7 +1446,7 @@ impl ObjectBackend for LocalBackend {
         let Some(bytes) = self.read_packed(id)? else {
             return Ok(None);
         };
-        write_file(&dest, &bytes, 0o444, true)?;
+        write_store_file(&dest, &bytes, 0o444, true)?;
         self.remove_many(&[*id])?;
         Ok(Some(dest))
     }
@@ -1521,7 +1517,7 @@ impl ObjectBackend for LocalBackend {
                 return Ok(());
             }
             if !dry_run {
-                match fs::remove_file(&path) {
+                match crate::sys::remove_nofollow(&path) {
                     Ok(()) => {}
                     Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
                     Err(e) => return Err(e),

@@ -20,7 +20,7 @@
 //! `STORE/gc.running` (exclusive, non-blocking `flock`) keeps two gcs apart.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -67,14 +67,27 @@ pub struct GcReport {
     pub in_packs_bytes: u64,
 }
 
+/// A lock file inside the store, never through a symlink.
 fn open_lock(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .at(path)
+    use rustix::fs::OFlags;
+    sys::open_nofollow(path, OFlags::RDWR | OFlags::CREATE, 0o644).at(path)
+}
+
+/// The directories gc deletes in, each a real directory (gc refuses a store
+/// where one is a symlink: it would delete where it leads). Its deletions
+/// reach them without following a symlink too, so one swapped in later
+/// fails them.
+fn check_no_symlinks(root: &Path) -> Result<()> {
+    for rel in ["objects", "objects/packs", "checkpoints"] {
+        let p = root.join(rel);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.is_dir()) {
+            return Err(Error::Invalid(format!(
+                "{} is not a directory (a symlink?); gc deletes only inside its own store: make it a directory of this store again",
+                p.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Take `kind` of lock on `f`, calling `on_wait` first if it would block.
@@ -111,6 +124,7 @@ impl Store {
     /// Delete (or with `dry_run` list) objects no checkpoint reaches. `on_wait`
     /// is called if gc must wait for writers to publish.
     pub fn gc(&self, opts: &GcOptions, on_wait: &dyn Fn()) -> Result<GcReport> {
+        check_no_symlinks(self.root())?;
         let running = self.root().join("gc.running");
         let run_lock = open_lock(&running)?;
         match sys::try_lock(&run_lock, Lock::Exclusive) {

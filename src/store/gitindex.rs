@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Error, IoContext, ObjectId, Result, Store, is_hex, write_file};
+use super::{Error, IoContext, ObjectId, Result, Store, is_hex, write_store_file};
 
 /// What `git/<commit>.json` holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ impl Store {
         let path = dir.join(format!("{commit}.json"));
         let mut data = serde_json::to_vec_pretty(rec).expect("record serializes");
         data.push(b'\n');
-        write_file(&path, &data, 0o644, false).at(&path)
+        write_store_file(&path, &data, 0o644, false).at(&path)
     }
 
     /// Make the names of the records written by [`Store::set_git_record`] durable.

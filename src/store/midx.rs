@@ -28,9 +28,9 @@
 //! however old, gives right answers, and it is replaced atomically (temp file,
 //! `fsync`, `rename`, `fsync` of the directory) with no lock.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -396,12 +396,9 @@ pub fn write_as(
     let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or(MIDX);
     let tmp = dir.join(temp_name(file_name));
     let result = (|| {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .open(&tmp)?;
+        let flags =
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
+        let file = crate::sys::open_nofollow(&tmp, flags, 0o444)?;
         let hlen = header_len(flavor, names.len());
         let mut w = BufWriter::with_capacity(1 << 20, &file);
         w.seek(SeekFrom::Start(hlen))?;
@@ -447,11 +444,11 @@ pub fn write_as(
             file.sync_all()?;
         }
         drop(file);
-        fs::rename(&tmp, path)?;
+        crate::sys::rename_nofollow(&tmp, path)?;
         if durable { fsync_dir(dir) } else { Ok(()) }
     })();
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = crate::sys::remove_nofollow(&tmp);
     }
     result
 }

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use archives::ArchiveRecord;
-pub use atomic::{fsync_dir, write_file};
+pub use atomic::{fsync_dir, read_store_file, write_file, write_store_file};
 pub use backend::{
     Got, LocalBackend, ObjectBackend, REPACK_UNUSED, SYNC_OBJECTS, Stored, StoredFile,
 };
@@ -152,15 +152,32 @@ const SUBDIRS: &[&str] = &[
 /// (docs/format.md); `storefs --version` prints it.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// The environment variable naming stores the caller trusts although another
+/// user owns them or others may write them (colon-separated paths, or `*` for
+/// every store), as git's `safe.directory`: see [`Store::open`].
+pub const SAFE_STORES_ENV: &str = "STOREFS_SAFE_STORES";
+
 impl Store {
-    /// Open the store at `root`, creating it if the directory is missing or empty.
+    /// Open the store at `root`, creating it if the directory is missing or
+    /// empty. An empty directory another user owns is never made a store (its
+    /// owner could plant symlinks in it or read what is stored).
     pub fn open_or_create(root: &Path) -> Result<Store> {
         let root = absolute(root)?;
-        if !root.join(MARKER).exists() {
+        if !root.join(MARKER).try_exists().at(&root)? {
             match fs::read_dir(&root) {
                 Ok(mut rd) => {
                     if rd.next().is_some() {
                         return Err(Error::NotAStore(root));
+                    }
+                    let owner = fs::metadata(&root).at(&root)?;
+                    use std::os::unix::fs::MetadataExt;
+                    if owner.uid() != crate::sys::euid() {
+                        return Err(Error::Invalid(format!(
+                            "{} is an empty directory owned by uid {}, not by you (uid {}): storefs makes a store only of a directory of your own; pass another --store",
+                            root.display(),
+                            owner.uid(),
+                            crate::sys::euid()
+                        )));
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -168,29 +185,50 @@ impl Store {
                 }
                 Err(e) => return Err(e).at(&root),
             }
+            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+            fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).at(&root)?;
             for d in SUBDIRS {
                 let p = root.join(d);
-                fs::create_dir_all(&p).at(&p)?;
+                match fs::DirBuilder::new().mode(0o755).create(&p) {
+                    Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(e).at(&p),
+                    _ => {}
+                }
             }
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).at(&root)?;
             let marker = serde_json::json!({"format": "storefs", "version": FORMAT_VERSION});
-            let path = root.join(MARKER);
-            write_file(&path, format!("{marker}\n").as_bytes(), 0o644, true).at(&path)?;
+            let path = fs::canonicalize(&root).at(&root)?.join(MARKER);
+            write_store_file(&path, format!("{marker}\n").as_bytes(), 0o644, true).at(&path)?;
         }
         Self::open(&root)
     }
 
-    /// Open an existing store; a missing one is an error.
+    /// Open an existing store to write in it (or delete from it); a missing
+    /// one is an error. The store's root and top directories must be owned
+    /// by the caller, not symlinks, and not writable by others who can reach
+    /// them, unless [`SAFE_STORES_ENV`] names the store: otherwise another
+    /// user could plant a symlink where the caller (root, say) will write.
+    /// The root is resolved once (its own path may lead through symlinks);
+    /// every file inside it is then opened without following any.
     pub fn open(root: &Path) -> Result<Store> {
+        let store = Self::open_read_only(root)?;
+        if !is_trusted(&store.root) {
+            check_ownership(&store.root)?;
+        }
+        Ok(store)
+    }
+
+    /// Open an existing store only to read it: no ownership check (reading
+    /// a store another user owns is that user's affair; objects are checked
+    /// against their ids whatever the files are).
+    pub fn open_read_only(root: &Path) -> Result<Store> {
         let root = absolute(root)?;
-        if !root.join(MARKER).exists() {
+        if !root.join(MARKER).try_exists().at(&root)? {
             return Err(if root.exists() {
                 Error::NotAStore(root)
             } else {
                 Error::NoStore(root)
             });
         }
+        let root = fs::canonicalize(&root).at(&root)?;
         let backend = Arc::new(LocalBackend::new(root.join("objects")));
         Ok(Store { root, backend })
     }
@@ -540,7 +578,7 @@ impl Store {
     fn write_checkpoint_record(&self, id: &ObjectId, bytes: &[u8]) -> Result<()> {
         let path = self.checkpoint_path(id);
         if !path.exists() {
-            write_file(&path, bytes, 0o444, true).at(&path)?;
+            write_store_file(&path, bytes, 0o444, true).at(&path)?;
         }
         Ok(())
     }
@@ -609,7 +647,7 @@ impl Store {
     /// checkpoint and does not require the rest; pull fetches the rest.
     pub fn mark_partial(&self, id: &ObjectId, note: &str) -> Result<()> {
         let path = self.partial_path(id);
-        write_file(&path, format!("{note}\n").as_bytes(), 0o644, true).at(&path)
+        write_store_file(&path, format!("{note}\n").as_bytes(), 0o644, true).at(&path)
     }
 
     /// Whether checkpoint `id` is partial ([`Store::mark_partial`]).
@@ -621,7 +659,7 @@ impl Store {
     /// durable): drop the partial mark.
     pub fn clear_partial(&self, id: &ObjectId) -> Result<()> {
         let path = self.partial_path(id);
-        match fs::remove_file(&path) {
+        match crate::sys::remove_nofollow(&path) {
             Ok(()) => fsync_dir(&self.root.join("checkpoints")).at(&path),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e).at(&path),
@@ -732,7 +770,7 @@ impl Store {
             )));
         }
         let path = self.root.join("refs").join(name);
-        write_file(&path, format!("{id}\n").as_bytes(), 0o644, true).at(&path)
+        write_store_file(&path, format!("{id}\n").as_bytes(), 0o644, true).at(&path)
     }
 
     pub fn get_ref(&self, name: &str) -> Result<Option<ObjectId>> {
@@ -811,6 +849,98 @@ impl Store {
 }
 
 /// Make a path absolute against the current directory, without resolving symlinks.
+/// Whether [`SAFE_STORES_ENV`] names the store (or `file://` remote) at
+/// `root`, or is `*`.
+pub fn is_trusted(root: &Path) -> bool {
+    let root = fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let Some(list) = std::env::var_os(SAFE_STORES_ENV) else {
+        return false;
+    };
+    std::env::split_paths(&list)
+        .any(|p| p.as_os_str() == "*" || fs::canonicalize(&p).is_ok_and(|p| p == *root))
+}
+
+/// The directories whose owner and mode [`Store::open`] checks: the root,
+/// its top directories and the packs (those that exist).
+const CHECKED: &[&str] = &[
+    "",
+    "objects",
+    "objects/packs",
+    "checkpoints",
+    "refs",
+    "mounts",
+    "logs",
+    "archives",
+    "forks",
+    "remotes",
+];
+
+/// Refuse a store the caller cannot safely write (see [`Store::open`]): one
+/// line naming the directory, its owner or mode, and the opt-in.
+fn check_ownership(root: &Path) -> Result<()> {
+    if let Some(problem) = ownership_problem(root)? {
+        return Err(Error::Invalid(format!(
+            "refusing to write to the store {}: {problem}, so another user could plant symlinks where storefs writes; use a store of your own, or trust this one with {SAFE_STORES_ENV}={}",
+            root.display(),
+            root.display()
+        )));
+    }
+    Ok(())
+}
+
+/// What makes the store at `root` unsafe to write for the caller, if
+/// anything: a checked directory that is a symlink, owned by another uid, or
+/// writable by group or others who can reach it (the root's own mode decides
+/// whether they can reach the directories inside: a 0700 root keeps them out).
+/// `storefs doctor` reports the same.
+pub fn ownership_problem(root: &Path) -> Result<Option<String>> {
+    use std::os::unix::fs::MetadataExt;
+    let me = crate::sys::euid();
+    let root_mode = fs::metadata(root).at(root)?.mode();
+    // Group or others may enter the root (search permission).
+    let reachable = |m: u32| {
+        (root_mode & 0o010 != 0 && m & 0o020 != 0) || (root_mode & 0o001 != 0 && m & 0o002 != 0)
+    };
+    for rel in CHECKED {
+        let p = if rel.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(rel)
+        };
+        let m = match fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).at(&p),
+        };
+        if m.file_type().is_symlink() {
+            return Ok(Some(format!(
+                "{} is a symlink, not a directory",
+                p.display()
+            )));
+        }
+        if m.uid() != me {
+            return Ok(Some(format!(
+                "{} is owned by uid {}, not by you (uid {me})",
+                p.display(),
+                m.uid()
+            )));
+        }
+        let writable = if rel.is_empty() {
+            m.mode() & 0o022 != 0
+        } else {
+            reachable(m.mode())
+        };
+        if writable {
+            return Ok(Some(format!(
+                "{} is writable by its group or others (mode {:04o})",
+                p.display(),
+                m.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(None)
+}
+
 pub fn absolute(p: &Path) -> Result<PathBuf> {
     std::path::absolute(p).at(p)
 }

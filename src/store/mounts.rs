@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{IoContext, ObjectId, Result, Store, write_file};
-use crate::sys::{MountEntry, is_disconnected, mount_table, pid_alive};
+use super::{IoContext, ObjectId, Result, Store, write_store_file};
+use crate::sys::{
+    MountEntry, is_disconnected, mount_table, pid_alive, process_name, process_start_time,
+};
 
 /// One live mount, as `storefs status --json` prints it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +30,26 @@ pub struct MountRecord {
     pub log: String,
     /// Start time, nanoseconds since the epoch.
     pub started_ns: i64,
+    /// The daemon's start time in clock ticks since boot (`/proc/PID/stat`),
+    /// which with `pid` names the daemon and never a later process that
+    /// reused its pid. Absent in records of older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_start: Option<u64>,
+}
+
+impl MountRecord {
+    /// Whether the process the record names is the daemon that wrote it: not
+    /// pid 0 or 1, alive, a `storefs` process, started when the record says
+    /// (when it says). A record that fails this is stale or forged: nothing
+    /// is signalled or waited on because of it.
+    pub fn daemon_is_alive(&self) -> bool {
+        self.pid > 1
+            && pid_alive(self.pid)
+            && process_name(self.pid).is_some_and(|n| n.starts_with("storefs"))
+            && self
+                .pid_start
+                .is_none_or(|t| process_start_time(self.pid) == Some(t))
+    }
 }
 
 /// Remove a mount's control socket that no daemon listens on any more (one
@@ -38,7 +60,7 @@ fn remove_dead_socket(sock: &Path) {
     if let Err(e) = std::os::unix::net::UnixStream::connect(sock)
         && e.kind() == ErrorKind::ConnectionRefused
     {
-        let _ = fs::remove_file(sock);
+        let _ = crate::sys::remove_nofollow(sock);
     }
 }
 
@@ -60,13 +82,13 @@ impl Store {
         let path = self.mount_record_path(Path::new(&rec.mountpoint));
         let mut data = serde_json::to_vec_pretty(rec).expect("record serializes");
         data.push(b'\n');
-        write_file(&path, &data, 0o644, true).at(&path)
+        write_store_file(&path, &data, 0o644, true).at(&path)
     }
 
     pub fn remove_mount(&self, mountpoint: &Path) -> Result<()> {
         let path = self.mount_record_path(mountpoint);
         remove_dead_socket(&path.with_extension("sock"));
-        match fs::remove_file(&path) {
+        match crate::sys::remove_nofollow(&path) {
             Err(e) if e.kind() != ErrorKind::NotFound => Err(e).at(&path),
             _ => Ok(()),
         }
@@ -111,6 +133,7 @@ impl Store {
                     mode: "dead".into(),
                     log: String::new(),
                     started_ns: 0,
+                    pid_start: None,
                 });
             }
         }
@@ -126,19 +149,28 @@ impl Store {
         table: &[MountEntry],
     ) -> Result<(Vec<MountRecord>, Vec<MountRecord>)> {
         let dir = self.root().join("mounts");
-        let mounted = |p: &Path| table.iter().any(|m| m.mountpoint == p);
+        // Only a storefs mount counts: a record naming another kind of mount
+        // (forged, or its mount replaced) is stale.
+        let mounted = |p: &Path| {
+            table
+                .iter()
+                .any(|m| m.mountpoint == p && m.fstype == "fuse.storefs")
+        };
         let (mut live, mut dead) = (Vec::new(), Vec::new());
         for ent in fs::read_dir(&dir).at(&dir)? {
             let path = ent.at(&dir)?.path();
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
-            let Ok(bytes) = fs::read(&path) else { continue };
+            let Ok(bytes) = super::read_store_file(&path) else {
+                continue;
+            };
             let rec: Option<MountRecord> = serde_json::from_slice(&bytes).ok();
             match rec {
-                Some(r) if mounted(Path::new(&r.mountpoint)) && pid_alive(r.pid) => live.push(r),
+                Some(r) if mounted(Path::new(&r.mountpoint)) && r.daemon_is_alive() => live.push(r),
                 Some(r)
-                    if mounted(Path::new(&r.mountpoint))
+                    if r.pid > 1
+                        && mounted(Path::new(&r.mountpoint))
                         && is_disconnected(Path::new(&r.mountpoint)) =>
                 {
                     dead.push(MountRecord {
@@ -148,7 +180,7 @@ impl Store {
                 }
                 _ => {
                     remove_dead_socket(&path.with_extension("sock"));
-                    let _ = fs::remove_file(&path);
+                    let _ = crate::sys::remove_nofollow(&path);
                 }
             }
         }

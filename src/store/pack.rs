@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use super::atomic::{fsync_dir, temp_name, write_file};
+use super::atomic::{fsync_dir, temp_name, write_store_file};
 use super::id::ObjectId;
 
 /// Objects whose stored (compressed) size is at most this are *small*: read
@@ -232,12 +232,9 @@ impl PackWriter {
         crate::sys::random_bytes(&mut rnd)?;
         let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
         let tmp = dir.join(temp_name("pack"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .open(&tmp)?;
+        let flags =
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
+        let file = crate::sys::open_nofollow(&tmp, flags, 0o444)?;
         Ok(PackWriter {
             dir: dir.to_path_buf(),
             name,
@@ -310,12 +307,12 @@ impl PackWriter {
             ));
         }
         if !self.renamed {
-            fs::rename(&self.tmp, self.dir.join(format!("{}.pack", self.name)))?;
+            crate::sys::rename_nofollow(&self.tmp, &self.dir.join(format!("{}.pack", self.name)))?;
             self.renamed = true;
             fsync_dir(&self.dir)?;
         }
         let idx = encode_index(&mut self.entries.clone());
-        write_file(
+        write_store_file(
             &self.dir.join(format!("{}.idx", self.name)),
             &idx,
             0o444,
@@ -331,7 +328,7 @@ impl PackWriter {
         } else {
             self.tmp.clone()
         };
-        let _ = fs::remove_file(path);
+        let _ = crate::sys::remove_nofollow(&path);
     }
 }
 
