@@ -71,6 +71,12 @@ where
     spawned
 }
 
+/// Unblock the stop signals in the calling thread (undoes
+/// [`block_stop_signals`]; threads started meanwhile keep theirs blocked).
+pub fn unblock_stop_signals() -> io::Result<()> {
+    stop_signals().thread_unblock().map_err(io::Error::from)
+}
+
 /// Wait until a stop signal is pending for the calling thread (which must
 /// have it blocked) and take it.
 pub fn wait_for_stop_signal() -> io::Result<Signal> {
@@ -170,6 +176,13 @@ pub fn pid_alive(pid: u32) -> bool {
         Ok(()) | Err(Errno::PERM)
     );
     exists && !(is_zombie(pid) && threads(pid) <= 1)
+}
+
+/// The executable process `pid` runs (`/proc/PID/exe`; a replaced binary
+/// reads `PATH (deleted)`). `NotFound` when the process is gone; another
+/// error (`EACCES`: another user's process) says nothing either way.
+pub fn process_exe(pid: u32) -> io::Result<PathBuf> {
+    fs::read_link(format!("/proc/{pid}/exe"))
 }
 
 /// How many threads process `pid` has, exiting ones included (0 if it is gone).

@@ -371,6 +371,42 @@ fn import_of_an_export_keeps_a_plain_directorys_origin() {
     assert_eq!(checkpoint(&env2, &id3)["origin"], "/srv/other");
 }
 
+/// Issue 43, finding 1: a tree whose STORE.json names another root, snapshotted
+/// where it is, comes back from its export at the origin it was exported with
+/// (the archive's record ranks above STORE.json); an archive without the record
+/// (GNU tar's) still takes STORE.json's root.
+#[test]
+fn import_of_an_export_keeps_its_origin_over_the_store_json_inside() {
+    let env = Env::new();
+    let dir = env.path("srv/b");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("STORE.json"), br#"{"root": "/srv/a"}"#).unwrap();
+    fs::write(dir.join("f"), b"hello").unwrap();
+    let id = snapshot(&env, &dir, "b");
+    assert_eq!(checkpoint(&env, &id)["origin"], dir.to_str().unwrap());
+    let archive = env.path("b.tar.zst");
+    export(&env, "b", &archive);
+
+    let env2 = Env::new();
+    let id2 = env2.ok(["import".as_ref(), archive.as_os_str()]);
+    assert_eq!(
+        checkpoint(&env2, &id2)["origin"],
+        dir.to_str().unwrap(),
+        "the exported origin, not STORE.json's root"
+    );
+
+    // Without the record, STORE.json's root.
+    let plain = env.path("b-gnu.tar");
+    sh_clean(&format!(
+        "tar -C {} -cf {} b",
+        q(&env.path("srv")),
+        q(&plain)
+    ));
+    let env3 = Env::new();
+    let id3 = env3.ok(["import".as_ref(), plain.as_os_str()]);
+    assert_eq!(checkpoint(&env3, &id3)["origin"], "/srv/a");
+}
+
 // ------------------------------------------------------ item 8: sparse files
 
 #[test]

@@ -123,6 +123,8 @@ fn run_import(
     message: Option<String>,
     threads: usize,
 ) -> Result<Published> {
+    // Before any thread starts: Ctrl-C removes our temp files, publishes nothing.
+    let interrupt = super::interrupt::Interruptible::new(store.root(), "import")?;
     let progress = progress_bar();
     let req = ImportRequest {
         paths: paths.to_vec(),
@@ -144,6 +146,7 @@ fn run_import(
     let result = import_archive(store, &req);
     drop(lease);
     progress.finish_and_clear();
+    drop(interrupt);
     let p = result?;
     for w in &p.warnings {
         super::warn(w);

@@ -77,6 +77,8 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         _ => None,
     };
 
+    // Before any thread starts: Ctrl-C removes our temp files, publishes nothing.
+    let _interrupt = super::interrupt::Interruptible::new(store.root(), "snapshot")?;
     // Keeps `storefs gc` from sweeping until the checkpoint and ref are published.
     let _lease = store.write_lease()?;
     let progress = progress_bar();

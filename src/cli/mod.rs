@@ -8,6 +8,7 @@ mod args;
 mod commands;
 mod fork;
 mod generate;
+mod interrupt;
 mod json;
 mod maint;
 mod mount;
@@ -98,6 +99,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Export(a) => archive::export(&open(&store_dir)?, a),
         Command::Fork(a) => fork::fork(&open(&store_dir)?, a),
         Command::Commit(a) => fork::commit(&store_dir, a),
+        Command::Forks(a) => fork::forks(&open(&store_dir)?, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
         Command::Status(a) => mount::status(&store_dir, a),

@@ -38,7 +38,9 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     let mut lazy_remote = a.remote.clone();
     let (id, label, fork, store) = if archive {
         let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
-        (p.id, a.target.clone(), None, Store::open(store_dir)?)
+        // Shown by `status` and named to `umount`: absolute, whatever the cwd.
+        let label = absolute(Path::new(&a.target))?.display().to_string();
+        (p.id, label, None, Store::open(store_dir)?)
     } else if let Some((remote, name)) = a
         .target
         .split_once(':')
@@ -324,28 +326,41 @@ fn looks_like_archive(target: &str) -> bool {
 }
 
 /// What `storefs umount ARG` unmounts: ARG as a path when something is
-/// mounted there; else, when ARG is a plain name, the one live (or dead)
-/// mount made from the ref or fork of that name.
+/// mounted there; else the one live (or dead) mount made from what ARG
+/// names: a ref, fork or checkpoint, or an archive (its path, as `status`
+/// shows it, or relative to the cwd). When nothing is mounted, the error
+/// names ARG as the user typed it.
 fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
     let mp = absolute(arg)?;
     if mount_table().iter().any(|m| m.mountpoint == mp) {
         return Ok(mp);
     }
-    let name = arg.to_str().filter(|n| !n.contains('/'));
-    let (Some(name), Ok(store)) = (name, Store::open(store_dir)) else {
-        return Ok(mp);
+    let typed = arg.to_string_lossy();
+    let not_mounted = || {
+        if typed.contains('/') || arg.exists() {
+            anyhow!("{} is not mounted", mp.display())
+        } else {
+            anyhow!(
+                "{typed} is not mounted (no mount of a ref, fork or archive of that name, nor at {}); `storefs status` lists the mounts",
+                mp.display()
+            )
+        }
+    };
+    let Ok(store) = Store::open(store_dir) else {
+        return Err(not_mounted());
     };
     let (live, dead) = store.mounts()?;
+    let abs = mp.to_string_lossy();
     let found: Vec<_> = live
         .into_iter()
         .chain(dead)
-        .filter(|r| r.target == name)
+        .filter(|r| r.target == typed || r.target == abs)
         .collect();
     match found.as_slice() {
-        [] => Ok(mp),
+        [] => Err(not_mounted()),
         [one] => Ok(PathBuf::from(&one.mountpoint)),
         many => bail!(
-            "'{name}' is mounted at {} places ({}); give the mountpoint",
+            "'{typed}' is mounted at {} places ({}); give the mountpoint",
             many.len(),
             many.iter()
                 .map(|r| r.mountpoint.as_str())

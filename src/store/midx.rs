@@ -28,15 +28,15 @@
 //! however old, gives right answers, and it is replaced atomically (temp file,
 //! `fsync`, `rename`, `fsync` of the directory) with no lock.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use super::atomic::{fsync_dir, temp_name};
+use super::atomic::{create_temp, fsync_dir, temp_name};
 use super::id::ObjectId;
 use super::pack::PackEntry;
 
@@ -396,12 +396,7 @@ pub fn write_as(
     let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or(MIDX);
     let tmp = dir.join(temp_name(file_name));
     let result = (|| {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .open(&tmp)?;
+        let file = create_temp(&tmp, 0o444)?;
         let hlen = header_len(flavor, names.len());
         let mut w = BufWriter::with_capacity(1 << 20, &file);
         w.seek(SeekFrom::Start(hlen))?;

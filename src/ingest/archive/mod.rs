@@ -79,7 +79,8 @@ pub struct Imported {
     pub part_sha256: Vec<String>,
     /// The single top-level directory's name, when the tree is that directory.
     pub top_name: Option<Vec<u8>>,
-    /// `root` from the top directory's STORE.json, when it is an absolute path.
+    /// The archive's `STOREFS.origin` record (what export wrote), else `root`
+    /// from the top directory's STORE.json, when it is an absolute path.
     pub origin_hint: Option<String>,
     pub warnings: Vec<String>,
     /// The most archive entries held in memory at once (see
@@ -140,16 +141,19 @@ fn run(store: &Store, parts: &Parts, expected: &Digests, opts: &ImportOptions) -
         parsed.as_ref().err(),
     )?;
     let mut built = parsed?;
+    // The `STOREFS.origin` record export wrote ranks first: an archive storefs
+    // wrote comes back at the origin it was exported with, whatever the
+    // STORE.json inside says (a tree snapshotted elsewhere than its root).
     let origin_hint = match built
-        .store_json
-        .as_ref()
-        .and_then(|e| origin_from_store_json(store, e))
+        .pax_origin
+        .as_deref()
+        .and_then(|o| origin_from_pax(o, &mut built.warnings))
     {
-        Some(root) => Some(root),
+        Some(o) => Some(o),
         None => built
-            .pax_origin
-            .as_deref()
-            .and_then(|o| origin_from_pax(o, &mut built.warnings)),
+            .store_json
+            .as_ref()
+            .and_then(|e| origin_from_store_json(store, e)),
     };
     Ok(Imported {
         root: built.root,
