@@ -928,3 +928,111 @@ fn ctrl_c_during_snapshot_or_import_removes_its_temp_files_and_publishes_nothing
         "no archive index entry"
     );
 }
+
+// ------------------------------------ issue 43, finding 7: the guide's repair
+
+/// docs/guide.md, "A file gives EIO": verify copies a corrupt packed object
+/// to the quarantine and drops it from its pack; a re-import of the archive
+/// (its index record moved aside) writes it back, and so does copying the
+/// packs a backup of the store has and this store lacks.
+#[test]
+fn the_guides_repairs_of_a_quarantined_packed_object_work() {
+    let env = Env::new();
+    let src = env.path("src");
+    write_small(&src.join("a.txt"), b"alpha\n");
+    write_small(&src.join("b.txt"), b"bravo\n");
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s0".as_ref(),
+    ]);
+    let archive = env.path("s1.tar.zst");
+    env.ok([
+        "export".as_ref(),
+        "s0".as_ref(),
+        "-o".as_ref(),
+        archive.as_os_str(),
+    ]);
+    let manifest = env.path("s1.tar.zst.sha256");
+    env.ok([
+        "import".as_ref(),
+        archive.as_os_str(),
+        "--manifest".as_ref(),
+        manifest.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let backup = env.path("backup");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&env.store)
+        .arg(&backup)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let a = common::chunk_of(&env.store, "s1", "a.txt");
+    let packs_dir = env.store.join("objects/packs");
+
+    let break_it = || {
+        damage(&env.store, &a);
+        let out = env.run(["verify"]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stdout(&out).contains("corrupt"), "{}", stdout(&out));
+        assert!(env.store.join("quarantine").join(a.to_hex()).is_file());
+        let out = env.run(["verify"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stdout(&out).contains("missing (a corrupt copy is in"),
+            "{}",
+            stdout(&out)
+        );
+        assert_eq!(
+            env.ok(["cat", "s1", "b.txt"]),
+            "bravo\n",
+            "the rest is served"
+        );
+    };
+
+    // 1. Re-import, the index record moved aside.
+    break_it();
+    let sha = fs::read_to_string(&manifest).unwrap();
+    let sha = &sha.lines().last().unwrap()[..64];
+    let record = env.store.join("archives").join(format!("{sha}.json"));
+    fs::rename(&record, env.path("record.json")).unwrap();
+    env.ok([
+        "import".as_ref(),
+        archive.as_os_str(),
+        "--manifest".as_ref(),
+        manifest.as_os_str(),
+    ]);
+    let out = env.run(["verify"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(env.ok(["cat", "s1", "a.txt"]), "alpha\n");
+
+    // 2. Copy the packs a backup has and this store lacks.
+    fs::remove_dir_all(env.store.join("quarantine")).unwrap();
+    break_it();
+    let mut copied = 0;
+    for ent in fs::read_dir(backup.join("objects/packs"))
+        .unwrap()
+        .flatten()
+    {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".pack") else {
+            continue;
+        };
+        if packs_dir.join(&name).exists() {
+            continue;
+        }
+        for ext in ["idx", "pack"] {
+            let f = format!("{stem}.{ext}");
+            fs::copy(ent.path().with_file_name(&f), packs_dir.join(&f)).unwrap();
+        }
+        copied += 1;
+    }
+    assert!(copied > 0, "verify rewrote the pack under a new name");
+    let out = env.run(["verify"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(env.ok(["cat", "s1", "a.txt"]), "alpha\n");
+}
