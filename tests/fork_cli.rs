@@ -599,3 +599,54 @@ fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
     );
     m.unmount();
 }
+
+/// Issue 43, finding 8: `storefs ls` shows a directory's size as the mount's
+/// `stat` does, for a directory made in a fork (recorded with size 0) and a
+/// large one alike.
+#[test]
+fn ls_shows_a_directorys_size_as_the_mount_does() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    env.ok(["fork", "s1", "--name", "f"]);
+    let mp = env.path("mnt");
+    let m = env.mount("f", Some(&mp));
+    fs::create_dir(mp.join("made")).unwrap();
+    fs::create_dir(mp.join("big")).unwrap();
+    for i in 0..400 {
+        fs::write(
+            mp.join(format!("big/entry-with-a-longish-name-{i:04}")),
+            b"",
+        )
+        .unwrap();
+    }
+    m.unmount(); // commits
+    let ro = env.path("ro");
+    let m = env.mount("f", Some(&ro));
+    let listing = env.ok(["ls", "f"]);
+    let json: serde_json::Value = serde_json::from_str(&env.ok(["ls", "f", "--json"])).unwrap();
+    for name in ["made", "big", "state"] {
+        let stat = fs::metadata(ro.join(name)).unwrap().size();
+        let line = listing
+            .lines()
+            .find(|l| l.ends_with(&format!(" {name}/")))
+            .unwrap();
+        let shown: u64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+        assert_eq!(shown, stat, "{name}: {line}");
+        let j = json
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap();
+        assert_eq!(j["size"], stat, "{name}: {j}");
+    }
+    assert!(fs::metadata(ro.join("big")).unwrap().size() > 4096);
+    m.unmount();
+}
