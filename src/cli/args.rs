@@ -24,13 +24,9 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (store format 1)"
 )]
 pub struct Cli {
     /// The store directory [default: $STOREFS_STORE, else ~/.local/share/storefs]
-    #[arg(
-        long,
-        global = true,
-        value_name = "DIR",
-        env = "STOREFS_STORE",
-        hide_env = true
-    )]
+    // $STOREFS_STORE is read in `cli::store_dir`, not by clap: a value clap
+    // took from the environment shows in usage lines as if it were typed.
+    #[arg(long, global = true, value_name = "DIR")]
     pub store: Option<PathBuf>,
 
     #[command(subcommand)]
@@ -303,7 +299,8 @@ pub struct ImportArgs {
     pub archive: Vec<PathBuf>,
     #[command(flatten)]
     pub digests: DigestArgs,
-    /// The absolute path to record as the origin (default mountpoint)
+    /// The origin to record: the absolute path `storefs mount` mounts the checkpoint at when
+    /// given no mountpoint [default: the archive's STOREFS.origin, else its STORE.json root]
     #[arg(long, value_name = "PATH")]
     pub origin: Option<PathBuf>,
     /// Point this ref at the checkpoint
@@ -427,14 +424,10 @@ pub struct MountArgs {
     /// io_uring (kernel 6.14+ with /sys/module/fuse/parameters/enable_uring
     /// = Y; one queue per CPU, answered on the CPU that asked), `classic`
     /// is /dev/fuse, `auto` takes io_uring when the kernel offers it and the
-    /// daemon runs as root (CAP_SYS_NICE)
-    #[arg(
-        long,
-        value_name = "HOW",
-        default_value = "auto",
-        env = "STOREFS_TRANSPORT"
-    )]
-    pub transport: TransportArg,
+    /// daemon runs as root (CAP_SYS_NICE) [default: $STOREFS_TRANSPORT, else auto]
+    // $STOREFS_TRANSPORT is read in `cli::mount`, not by clap (see `Cli::store`).
+    #[arg(long, value_name = "HOW")]
+    pub transport: Option<TransportArg>,
     /// Mount the whole store read-only at the one path given: checkpoints/<id>/
     /// and <id>.json, refs/ and archives/ (symlinks), forks/<name>/head and history/
     #[arg(long, conflicts_with_all = ["sha256", "manifest", "label"])]

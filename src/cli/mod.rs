@@ -113,9 +113,10 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// `--store`, else `$STOREFS_STORE` (clap reads it), else `~/.local/share/storefs`.
+/// `--store`, else `$STOREFS_STORE`, else `~/.local/share/storefs`.
 fn store_dir(flag: Option<PathBuf>) -> Result<PathBuf> {
-    if let Some(p) = flag.filter(|p| !p.as_os_str().is_empty()) {
+    let env = std::env::var_os("STOREFS_STORE").map(PathBuf::from);
+    if let Some(p) = flag.or(env).filter(|p| !p.as_os_str().is_empty()) {
         return Ok(p);
     }
     let home = std::env::var_os("HOME")

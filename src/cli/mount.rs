@@ -126,7 +126,7 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         what,
         label,
         mountpoint,
-        settings: settings(&a),
+        settings: settings(&a)?,
     };
     launch(m, lazy_remote.as_deref(), a.foreground, ready)
 }
@@ -148,20 +148,30 @@ fn mount_browse(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Re
         what: What::Browse,
         label: BROWSE_LABEL.to_string(),
         mountpoint,
-        settings: settings(&a),
+        settings: settings(&a)?,
     };
     launch(m, None, a.foreground, ready)
 }
 
-fn settings(a: &MountArgs) -> Settings {
-    Settings {
+fn settings(a: &MountArgs) -> Result<Settings> {
+    // --transport, else $STOREFS_TRANSPORT, else auto.
+    let transport = match (a.transport, std::env::var("STOREFS_TRANSPORT")) {
+        (Some(t), _) => t,
+        (None, Ok(v)) if !v.is_empty() => {
+            <super::args::TransportArg as clap::ValueEnum>::from_str(&v, true).map_err(|_| {
+                anyhow!("STOREFS_TRANSPORT={v}: not a transport; use auto, classic or uring")
+            })?
+        }
+        _ => super::args::TransportArg::Auto,
+    };
+    Ok(Settings {
         options: a.options.clone(),
         cache_size: a.cache_size,
         threads: a.threads,
         commit_interval: a.commit_interval,
         writeback_cache: a.writeback_cache,
-        transport: a.transport.into(),
-    }
+        transport: transport.into(),
+    })
 }
 
 /// Serve `m` in this process (`--foreground`; a lazy mount's backend is
