@@ -151,9 +151,15 @@ fn run_import(
     for w in &p.warnings {
         super::warn(w);
     }
-    if !p.verified {
+    if let Some(m) = &p.manifest_beside {
         eprintln!(
-            "storefs: warning: {} was not verified (no --sha256 or --manifest given); its sha256 is {}",
+            "storefs: verified {} against {} (found beside it)",
+            p.name,
+            m.display()
+        );
+    } else if !p.verified {
+        eprintln!(
+            "storefs: warning: {} was not verified (no --sha256 or --manifest given, no ARCHIVE.sha256 beside it); its sha256 is {}",
             p.name, p.sha256
         );
     }

@@ -277,6 +277,8 @@ pub struct DigestArgs {
     pub sha256: Option<String>,
     /// A digest manifest: `sha256sum` lines (per part and/or for the joined
     /// archive, by file name) or JSON {"sha256": HEX, "parts": {NAME: HEX}}
+    /// [default without --sha256: ARCHIVE.sha256 beside the archive (what
+    /// export writes; ARCHIVE without .partNN), when there is one]
     #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
 }
