@@ -407,6 +407,43 @@ fn import_of_an_export_keeps_its_origin_over_the_store_json_inside() {
     assert_eq!(checkpoint(&env3, &id3)["origin"], "/srv/a");
 }
 
+/// Issue 43, finding 12: export prints what the manifest holds (relative
+/// names, and the joined archive's line when split), nothing else.
+#[test]
+fn export_prints_the_manifests_lines() {
+    let env = Env::new();
+    let dir = env.path("srv/m");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("f"), common::pseudo_random(200_000, 12)).unwrap();
+    snapshot(&env, &dir, "m");
+    for split in [None, Some("64K")] {
+        let out = env.path(&format!("m-{}.tar", split.unwrap_or("whole")));
+        let mut args = vec![
+            "export".as_ref(),
+            "m".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ];
+        if let Some(s) = split {
+            args.extend(["--split".as_ref(), OsStr::new(s)]);
+        }
+        let printed = env.ok(&args);
+        let manifest = fs::read_to_string(format!("{}.sha256", out.display())).unwrap();
+        assert_eq!(printed, manifest, "{split:?}");
+        let name = out.file_name().unwrap().to_str().unwrap();
+        assert!(
+            printed
+                .lines()
+                .last()
+                .unwrap()
+                .ends_with(&format!("  {name}"))
+                || split.is_none(),
+            "the joined archive's line: {printed}"
+        );
+        assert!(!printed.contains('/'), "relative names: {printed}");
+    }
+}
+
 // ------------------------------------------------------ item 8: sparse files
 
 #[test]

@@ -218,8 +218,12 @@ pub fn export(store: &Store, a: ExportArgs) -> Result<()> {
     for w in &done.warnings {
         super::warn(w);
     }
-    for (p, h) in &done.parts {
-        super::say(format_args!("{h}  {}", p.display()))?;
+    // stdout: the manifest's lines, as written beside the archive.
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        out.write_all(done.manifest_text.as_bytes())?;
+        out.flush()?;
     }
     eprintln!(
         "storefs: exported {} ({} entries) to {} file(s); sha256 {}; manifest {}",

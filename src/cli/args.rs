@@ -361,7 +361,8 @@ Examples:
 
 Compression follows the name: .zst → zstd, .gz/.tgz → gzip, anything else → plain tar.
 The manifest has one `sha256sum` line per file written and, with --split, one more for the
-joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.")]
+joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.
+Standard output: the manifest's lines, as written (file names relative to its directory).")]
 pub struct ExportArgs {
     /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
