@@ -185,6 +185,51 @@ pub fn process_exe(pid: u32) -> io::Result<PathBuf> {
     fs::read_link(format!("/proc/{pid}/exe"))
 }
 
+/// The processes (pids, sorted) that use something under `mountpoint`: their
+/// cwd or root is there, a descriptor is open on a file there, or a file
+/// there is mapped. What makes an unmount fail with `EBUSY`, as far as
+/// /proc shows it (another user's processes are not visible to a user other
+/// than root). Paths are compared as the kernel names them; nothing is
+/// asked of the mount itself.
+pub fn processes_using(mountpoint: &Path) -> Vec<u32> {
+    let mp = mountpoint.as_os_str().as_bytes();
+    let under = |p: &Path| {
+        let b = p.as_os_str().as_bytes();
+        b.starts_with(mp) && (b.len() == mp.len() || b[mp.len()] == b'/' || mp == b"/")
+    };
+    let mut out = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for ent in procs.flatten() {
+        let Some(pid) = ent.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = ent.path();
+        let linked = |name: &str| fs::read_link(dir.join(name)).is_ok_and(|p| under(&p));
+        let mut uses = linked("cwd") || linked("root");
+        if !uses && let Ok(fds) = fs::read_dir(dir.join("fd")) {
+            uses = fds
+                .flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|p| under(&p)));
+        }
+        if !uses && let Ok(maps) = fs::read_to_string(dir.join("maps")) {
+            // "addr perms offset dev inode      /path": the path is the 6th field on.
+            uses = maps.lines().any(|l| {
+                l.splitn(6, ' ')
+                    .nth(5)
+                    .map(str::trim_start)
+                    .is_some_and(|p| p.starts_with('/') && under(Path::new(p)))
+            });
+        }
+        if uses {
+            out.push(pid);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// How many threads process `pid` has, exiting ones included (0 if it is gone).
 fn threads(pid: u32) -> usize {
     fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())

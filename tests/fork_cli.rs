@@ -650,3 +650,60 @@ fn ls_shows_a_directorys_size_as_the_mount_does() {
     assert!(fs::metadata(ro.join("big")).unwrap().size() > 4096);
     m.unmount();
 }
+
+/// Issue 43, finding 13: `umount` of a busy fork checks busy first (nothing
+/// committed, nothing said about a commit), and says "committed" only for a
+/// commit that made a checkpoint.
+#[test]
+fn umount_of_a_busy_fork_commits_nothing_and_never_claims_a_commit() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    let base = env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    env.ok(["fork", "s1", "--name", "live"]);
+    let mp = env.path("mnt");
+    let mut m = env.mount("live", Some(&mp));
+    fs::write(mp.join("new.txt"), b"new").unwrap();
+    let held = fs::File::open(mp.join("new.txt")).unwrap();
+    let out = env.run(["umount".as_ref(), mp.as_os_str()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("is busy") && err.contains(&std::process::id().to_string()),
+        "{err}"
+    );
+    assert!(!err.contains("storefs: committed"), "{err}");
+    let line = env.ok(["forks"]);
+    assert!(
+        line.starts_with(&format!("live\t{}\t", base.trim())) && line.contains("\tyes\t"),
+        "head unmoved, changes uncommitted: {line}"
+    );
+    drop(held);
+    let out = env.run(["umount".as_ref(), mp.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    m.mountpoint = None;
+    let head = env.ok(["log", "live", "--json"]);
+    let head: serde_json::Value = serde_json::from_str(&head).unwrap();
+    let head = head[0]["id"].as_str().unwrap().to_string();
+    assert_ne!(head, base.trim());
+    assert!(
+        stderr(&out).contains(&format!("committed live as {}", &head[..12])),
+        "{}",
+        stderr(&out)
+    );
+    // Nothing changed since: no commit, and no "committed" line.
+    let m = env.mount("live", Some(&mp));
+    let _ = fs::read(mp.join("new.txt")).unwrap();
+    let out = env.run(["umount".as_ref(), mp.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("committed"), "{}", stderr(&out));
+    let mut m = m;
+    m.mountpoint = None;
+    assert_eq!(env.ok(["forks"]).split('\t').nth(1), Some(head.as_str()));
+}

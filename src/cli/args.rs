@@ -438,6 +438,10 @@ pub struct MountArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+A mount some process uses (its cwd or open files there, as far as /proc shows) is refused
+first, with their pids; nothing is committed then. A fork that changed since its last commit
+is committed before it is unmounted (`committed NAME as ID`).")]
 pub struct UmountArgs {
     /// The mount point, or what a live mount was made from: a ref or fork
     /// name, a checkpoint, or an archive's path (as `storefs status` shows it)

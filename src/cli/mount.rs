@@ -278,19 +278,34 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     if let (Some(r), Some(s)) = (&record, &store)
         && r.mode == "rw"
     {
+        // Busy first: a mount that cannot be unmounted is not committed either.
+        let users = crate::sys::processes_using(&mp);
+        if !users.is_empty() {
+            let pids: Vec<String> = users.iter().map(u32::to_string).collect();
+            bail!(
+                "{} is busy: process(es) {} have files open or their cwd there (see `fuser -vm {}`); close them and retry; nothing was committed or unmounted",
+                mp.display(),
+                pids.join(", "),
+                mp.display()
+            );
+        }
         // Commit first (so an error shows here, with the mount still up), or
         // tell the daemon not to commit on its way out.
         let sock = s.mount_file(&mp, "sock");
         if a.no_commit {
             request(&sock, &Request::NoCommit)?;
         } else {
+            let before = s.fork_head(&r.target).ok().flatten().map(|h| h.to_hex());
             let id = request(&sock, &Request::Commit { message: "unmount".into() })
                 .with_context(|| format!("cannot commit {} before unmounting; nothing was unmounted (--no-commit skips the commit)", r.target))?;
-            eprintln!(
-                "storefs: committed {} as {}",
-                r.target,
-                &id[..12.min(id.len())]
-            );
+            // Nothing changed since the last commit: the head stays, no commit.
+            if before.as_deref() != Some(id.as_str()) {
+                eprintln!(
+                    "storefs: committed {} as {}",
+                    r.target,
+                    &id[..12.min(id.len())]
+                );
+            }
         }
     }
     daemon::unmount(&mp).map_err(|e| {
