@@ -69,10 +69,10 @@ impl Interruptible {
 impl Drop for Interruptible {
     fn drop(&mut self) {
         self.done.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            if sys::send_stop_signal(&t).is_ok() {
-                let _ = t.join();
-            }
+        if let Some(t) = self.thread.take()
+            && sys::send_stop_signal(&t).is_ok()
+        {
+            let _ = t.join();
         }
         let _ = sys::unblock_stop_signals();
     }

@@ -124,8 +124,17 @@ mod tests {
         assert_eq!(temp_owner(".pack.x.0.tmp"), None);
         assert_eq!(temp_owner("pack.1.0.tmp"), None);
         assert_eq!(temp_owner(".pack.1.0"), None);
-        // pid 1 runs init, not storefs: a temp file named after it is garbage.
-        assert!(temp_writer_gone(".pack.1.0.tmp"));
         assert!(!temp_writer_gone("pack.1.0"));
+        // A pid that runs something other than storefs, and one that is gone.
+        let mut other = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let reused = format!(".pack.{}.0.tmp", other.id());
+        let gone = temp_writer_gone(&reused);
+        other.kill().unwrap();
+        other.wait().unwrap();
+        assert!(gone, "a pid running sleep");
+        assert!(temp_writer_gone(&reused), "a pid that is gone");
     }
 }
