@@ -549,6 +549,8 @@ fn forks_lists_heads_fork_points_changes_and_mounts() {
 
     let help = env.ok(["refs", "--help"]);
     assert!(help.contains("storefs forks"), "{help}");
+    let err = env.fails_in(&env.store, &["ls", "no-such-thing"]);
+    assert!(err.contains("`storefs forks` forks"), "{err}");
     let typo = env.run(["forkss"]);
     assert_eq!(typo.status.code(), Some(2));
     assert!(stderr(&typo).contains("'forks'"), "{}", stderr(&typo));

@@ -80,7 +80,7 @@ pub enum Error {
     #[error("object {id} is corrupt ({detail}); run `storefs verify` to quarantine it")]
     Corrupt { id: ObjectId, detail: String },
     #[error(
-        "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs and `storefs log` checkpoints"
+        "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs, `storefs forks` forks and `storefs log` checkpoints"
     )]
     UnknownTarget(String),
     #[error("'{prefix}' is ambiguous: {count} ids start with it ({examples}); give more digits")]
