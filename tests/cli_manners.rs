@@ -225,6 +225,23 @@ fn umount_resolves_names_and_archive_targets_first() {
     env.ok(["umount", archive.as_str()]);
     assert!(!common_mounted(&mp));
     guard.mountpoint = None;
+    // By the target as the status table shows it (shortened with a '…').
+    let o = in_cwd(&["mount", "a.tar", mp.to_str().unwrap()]);
+    let mut guard = env.guard_for(&archive);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = env.ok(["status"]);
+    let shown = table
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .to_string();
+    assert!(shown.contains('…'), "{table}");
+    env.ok(["umount", shown.as_str()]);
+    assert!(!common_mounted(&mp));
+    guard.mountpoint = None;
     // By the relative path it was mounted with, from its cwd.
     let o = in_cwd(&["mount", "a.tar", mp.to_str().unwrap()]);
     let mut guard = env.guard_for(&archive);

@@ -379,7 +379,12 @@ fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
     let found: Vec<_> = live
         .into_iter()
         .chain(dead)
-        .filter(|r| r.target == typed || r.target == abs)
+        // Also as the `status` table shows a long target: shortened with a `…`.
+        .filter(|r| {
+            r.target == typed
+                || r.target == abs
+                || (typed.contains('…') && shorten_middle(&r.target, TARGET_WIDTH) == typed)
+        })
         .collect();
     match found.as_slice() {
         [] => Err(not_mounted()),
@@ -394,6 +399,9 @@ fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
         ),
     }
 }
+
+/// The width of `status`'s TARGET column.
+const TARGET_WIDTH: usize = 20;
 
 /// `s` in at most `max` characters: a longer one keeps its start and its
 /// end around a `…` (an archive's path shows its directory and its name).
@@ -465,7 +473,7 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
             m.mode,
             pid,
             &m.checkpoint[..12.min(m.checkpoint.len())],
-            shorten_middle(&m.target, 20),
+            shorten_middle(&m.target, TARGET_WIDTH),
             rss,
             cache,
             m.mountpoint
