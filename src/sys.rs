@@ -189,13 +189,25 @@ pub fn process_exe(pid: u32) -> io::Result<PathBuf> {
 /// cwd or root is there, a descriptor is open on a file there, or a file
 /// there is mapped. What makes an unmount fail with `EBUSY`, as far as
 /// /proc shows it (another user's processes are not visible to a user other
-/// than root). Paths are compared as the kernel names them; nothing is
-/// asked of the mount itself.
+/// than root). Paths are compared as the kernel names them, and a link whose
+/// path is under the mountpoint is checked to be on the mount's device (a
+/// cwd in the directory the mount covers is not on it); only such paths are
+/// `stat`ed, so no other mount is asked anything.
 pub fn processes_using(mountpoint: &Path) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
     let mp = mountpoint.as_os_str().as_bytes();
-    let under = |p: &Path| {
+    let dev = fs::metadata(mountpoint).ok().map(|m| m.dev());
+    let under_path = |p: &Path| {
         let b = p.as_os_str().as_bytes();
         b.starts_with(mp) && (b.len() == mp.len() || b[mp.len()] == b'/' || mp == b"/")
+    };
+    // `link` (a /proc symlink) names `p`: on the mount when its target is.
+    let under = |link: &Path, p: &Path| {
+        under_path(p)
+            && match (dev, fs::metadata(link)) {
+                (Some(d), Ok(m)) => m.dev() == d,
+                _ => true,
+            }
     };
     let mut out = Vec::new();
     let Ok(procs) = fs::read_dir("/proc") else {
@@ -206,12 +218,10 @@ pub fn processes_using(mountpoint: &Path) -> Vec<u32> {
             continue;
         };
         let dir = ent.path();
-        let linked = |name: &str| fs::read_link(dir.join(name)).is_ok_and(|p| under(&p));
-        let mut uses = linked("cwd") || linked("root");
+        let linked = |link: &Path| fs::read_link(link).is_ok_and(|p| under(link, &p));
+        let mut uses = linked(&dir.join("cwd")) || linked(&dir.join("root"));
         if !uses && let Ok(fds) = fs::read_dir(dir.join("fd")) {
-            uses = fds
-                .flatten()
-                .any(|fd| fs::read_link(fd.path()).is_ok_and(|p| under(&p)));
+            uses = fds.flatten().any(|fd| linked(&fd.path()));
         }
         if !uses && let Ok(maps) = fs::read_to_string(dir.join("maps")) {
             // "addr perms offset dev inode      /path": the path is the 6th field on.
@@ -219,7 +229,7 @@ pub fn processes_using(mountpoint: &Path) -> Vec<u32> {
                 l.splitn(6, ' ')
                     .nth(5)
                     .map(str::trim_start)
-                    .is_some_and(|p| p.starts_with('/') && under(Path::new(p)))
+                    .is_some_and(|p| p.starts_with('/') && under_path(Path::new(p)))
             });
         }
         if uses {
