@@ -74,6 +74,12 @@ where
     spawned
 }
 
+/// Unblock the stop signals in the calling thread (undoes
+/// [`block_stop_signals`]; threads started meanwhile keep theirs blocked).
+pub fn unblock_stop_signals() -> io::Result<()> {
+    stop_signals().thread_unblock().map_err(io::Error::from)
+}
+
 /// Wait until a stop signal is pending for the calling thread (which must
 /// have it blocked) and take it.
 pub fn wait_for_stop_signal() -> io::Result<Signal> {
@@ -173,6 +179,68 @@ pub fn pid_alive(pid: u32) -> bool {
         Ok(()) | Err(Errno::PERM)
     );
     exists && !(is_zombie(pid) && threads(pid) <= 1)
+}
+
+/// The executable process `pid` runs (`/proc/PID/exe`; a replaced binary
+/// reads `PATH (deleted)`). `NotFound` when the process is gone; another
+/// error (`EACCES`: another user's process) says nothing either way.
+pub fn process_exe(pid: u32) -> io::Result<PathBuf> {
+    fs::read_link(format!("/proc/{pid}/exe"))
+}
+
+/// The processes (pids, sorted) that use something under `mountpoint`: their
+/// cwd or root is there, a descriptor is open on a file there, or a file
+/// there is mapped. What makes an unmount fail with `EBUSY`, as far as
+/// /proc shows it (another user's processes are not visible to a user other
+/// than root). Paths are compared as the kernel names them, and a link whose
+/// path is under the mountpoint is checked to be on the mount's device (a
+/// cwd in the directory the mount covers is not on it); only such paths are
+/// `stat`ed, so no other mount is asked anything.
+pub fn processes_using(mountpoint: &Path) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let mp = mountpoint.as_os_str().as_bytes();
+    let dev = fs::metadata(mountpoint).ok().map(|m| m.dev());
+    let under_path = |p: &Path| {
+        let b = p.as_os_str().as_bytes();
+        b.starts_with(mp) && (b.len() == mp.len() || b[mp.len()] == b'/' || mp == b"/")
+    };
+    // `link` (a /proc symlink) names `p`: on the mount when its target is.
+    let under = |link: &Path, p: &Path| {
+        under_path(p)
+            && match (dev, fs::metadata(link)) {
+                (Some(d), Ok(m)) => m.dev() == d,
+                _ => true,
+            }
+    };
+    let mut out = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for ent in procs.flatten() {
+        let Some(pid) = ent.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = ent.path();
+        let linked = |link: &Path| fs::read_link(link).is_ok_and(|p| under(link, &p));
+        let mut uses = linked(&dir.join("cwd")) || linked(&dir.join("root"));
+        if !uses && let Ok(fds) = fs::read_dir(dir.join("fd")) {
+            uses = fds.flatten().any(|fd| linked(&fd.path()));
+        }
+        if !uses && let Ok(maps) = fs::read_to_string(dir.join("maps")) {
+            // "addr perms offset dev inode      /path": the path is the 6th field on.
+            uses = maps.lines().any(|l| {
+                l.splitn(6, ' ')
+                    .nth(5)
+                    .map(str::trim_start)
+                    .is_some_and(|p| p.starts_with('/') && under_path(Path::new(p)))
+            });
+        }
+        if uses {
+            out.push(pid);
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// How many threads process `pid` has, exiting ones included (0 if it is gone).
@@ -595,16 +663,24 @@ pub fn create_dir_nofollow(path: &Path, mode: u32) -> io::Result<()> {
     }
 }
 
+/// A temp-file name nobody can guess that names its writer:
+/// `.PREFIX.PID.RANDOM.tmp`, RANDOM 64 random bits in decimal.
+pub fn temp_file_name(prefix: &str) -> String {
+    let mut r = [0u8; 8];
+    // getrandom does not fail for 8 bytes on Linux >= 3.17; should it, the
+    // name is still unique with O_EXCL (the callers retry on EEXIST or fail).
+    let _ = random_bytes(&mut r);
+    format!(".{prefix}.{}.{}.tmp", std::process::id(), u64::from_le_bytes(r))
+}
+
 /// Create a new file in the open directory `dir` with a name nobody can
-/// guess (`.PREFIX.RANDOM.tmp`): `O_CREAT|O_EXCL|O_NOFOLLOW`, so a file or
+/// guess (`[`temp_file_name`]`): `O_CREAT|O_EXCL|O_NOFOLLOW`, so a file or
 /// symlink planted under that name is never opened. Returns the file and its
 /// name.
 pub fn create_temp_in(dir: &File, prefix: &str, mode: u32) -> io::Result<(File, String)> {
     use rustix::fs::{Mode, OFlags};
     loop {
-        let mut r = [0u8; 8];
-        random_bytes(&mut r)?;
-        let name = format!(".{prefix}.{:016x}.tmp", u64::from_le_bytes(r));
+        let name = temp_file_name(prefix);
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(mode)) {

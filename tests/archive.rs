@@ -1116,7 +1116,8 @@ fn a_storefs_origin_global_header_is_an_origin_hint() {
         b"/srv/from-pax",
         Some(r#"{"root": "/srv/from-json"}"#),
     );
-    assert_eq!(origin_of(&import_path(&env, &p)), "/srv/from-json");
+    // The record export writes ranks above STORE.json (issue 43, finding 1).
+    assert_eq!(origin_of(&import_path(&env, &p)), "/srv/from-pax");
     let p = make("given.tar", b"/srv/from-pax", None);
     let out = env.run([
         "import".as_ref(),
@@ -1329,4 +1330,63 @@ fn xz_bzip2_and_lzip_archives_import_and_export_refuses_their_names() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("not .xz"), "{}", stderr(&out));
     assert!(!env.path("x.tar.xz").exists());
+}
+
+/// Issue 43, finding 11: the manifest export writes beside the archive
+/// (`NAME.sha256`) is used when no digest is given, and import says so; a
+/// part that does not match it is refused with nothing published.
+#[test]
+fn import_uses_the_manifest_beside_the_archive() {
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("data"), common::pseudo_random(300_000, 11)).unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s".as_ref(),
+    ]);
+    let whole = env.path("out/s.tar");
+    let split = env.path("out/p.tar");
+    fs::create_dir_all(env.path("out")).unwrap();
+    env.ok([
+        "export".as_ref(),
+        "s".as_ref(),
+        "-o".as_ref(),
+        whole.as_os_str(),
+    ]);
+    env.ok([
+        "export".as_ref(),
+        "s".as_ref(),
+        "-o".as_ref(),
+        split.as_os_str(),
+        "--split".as_ref(),
+        "100K".as_ref(),
+    ]);
+    let part0 = env.path("out/p.tar.part00");
+    for (archive, manifest) in [
+        (whole.clone(), env.path("out/s.tar.sha256")),
+        (part0.clone(), env.path("out/p.tar.sha256")),
+    ] {
+        let e2 = Env::new();
+        let out = import_path(&e2, &archive);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(!err.contains("not verified"), "{err}");
+        assert!(
+            err.contains(&format!("against {} (found beside it)", manifest.display())),
+            "{err}"
+        );
+    }
+    // A damaged part: refused by the manifest beside it.
+    let part1 = env.path("out/p.tar.part01");
+    let mut b = fs::read(&part1).unwrap();
+    b[700] ^= 0xff;
+    fs::write(&part1, &b).unwrap();
+    let e3 = Env::new();
+    let out = import_path(&e3, &part0);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("p.tar.part01"), "{}", stderr(&out));
+    assert_eq!(checkpoints(&e3), 0);
 }

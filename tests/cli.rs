@@ -266,3 +266,59 @@ fn refs_log_ls_cat_diff_restore() {
         "restore into a non-empty directory is refused"
     );
 }
+
+/// Issue 43, finding 9: with STOREFS_STORE (or STOREFS_TRANSPORT) set, usage
+/// lines do not show `--store <DIR>` (`--transport <HOW>`) as if typed, and
+/// the store is still taken from it; import's --origin says what it is.
+#[test]
+fn usage_lines_do_not_show_what_the_environment_gives() {
+    let env = Env::new();
+    let src = make_tree(&env, "t");
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let run = |args: &[&str], var: &str, value: &OsStr| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_storefs"))
+            .args(args)
+            .env_remove("STOREFS_STORE")
+            .env_remove("STOREFS_TRANSPORT")
+            .env(var, value)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["ls"], "STOREFS_STORE", env.store.as_os_str());
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("Usage: storefs ls <CHECKPOINT> [PATH]"),
+        "{err}"
+    );
+    assert!(!err.contains("--store"), "{err}");
+    let o = run(&["mount"], "STOREFS_TRANSPORT", OsStr::new("classic"));
+    let err = stderr(&o);
+    assert!(err.contains("Usage: storefs mount"), "{err}");
+    assert!(!err.contains("--transport"), "{err}");
+    // Still read.
+    let o = run(&["refs"], "STOREFS_STORE", env.store.as_os_str());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("s1\t"));
+    let store = env.store.to_str().unwrap();
+    let o = run(
+        &["--store", store, "mount", "s1", "/nonexistent-x/y"],
+        "STOREFS_TRANSPORT",
+        OsStr::new("carrier-pigeon"),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("STOREFS_TRANSPORT=carrier-pigeon"),
+        "{}",
+        stderr(&o)
+    );
+
+    let help = env.ok(["import", "--help"]);
+    assert!(!help.contains("(default mountpoint)"), "{help}");
+    assert!(help.contains("storefs mount"), "{help}");
+}

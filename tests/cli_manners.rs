@@ -177,6 +177,81 @@ fn umount_takes_the_name_of_what_is_mounted() {
     assert!(err.contains("is not mounted"), "{err}");
 }
 
+/// Issue 43, finding 3: a name nothing is mounted from is not read as a path
+/// relative to the cwd, and an archive mount is unmounted by the target
+/// `status` shows (its absolute path), also when it was mounted by a
+/// relative one.
+#[test]
+fn umount_resolves_names_and_archive_targets_first() {
+    let env = Env::new();
+    small_store(&env);
+    let cwd = env.path("cwd");
+    fs::create_dir_all(&cwd).unwrap();
+    let in_cwd = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_storefs"))
+            .arg("--store")
+            .arg(&env.store)
+            .args(args)
+            .current_dir(&cwd)
+            .env_remove("STOREFS_STORE")
+            .output()
+            .unwrap()
+    };
+    let o = in_cwd(&["umount", "s1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("storefs: error: s1 is not mounted"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    env.ok([
+        "export".as_ref(),
+        "s1".as_ref(),
+        "-o".as_ref(),
+        cwd.join("a.tar").as_os_str(),
+    ]);
+    let mp = env.path("am");
+    let o = in_cwd(&["mount", "a.tar", mp.to_str().unwrap()]);
+    let archive = cwd.join("a.tar").display().to_string();
+    let mut guard = env.guard_for(&archive);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        guard.mountpoint.is_some(),
+        "status shows the archive's absolute path"
+    );
+    // By the target status shows, from anywhere.
+    env.ok(["umount", archive.as_str()]);
+    assert!(!common_mounted(&mp));
+    guard.mountpoint = None;
+    // By the target as the status table shows it (shortened with a '…').
+    let o = in_cwd(&["mount", "a.tar", mp.to_str().unwrap()]);
+    let mut guard = env.guard_for(&archive);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = env.ok(["status"]);
+    let shown = table
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .to_string();
+    assert!(shown.contains('…'), "{table}");
+    env.ok(["umount", shown.as_str()]);
+    assert!(!common_mounted(&mp));
+    guard.mountpoint = None;
+    // By the relative path it was mounted with, from its cwd.
+    let o = in_cwd(&["mount", "a.tar", mp.to_str().unwrap()]);
+    let mut guard = env.guard_for(&archive);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = in_cwd(&["umount", "a.tar"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!common_mounted(&mp));
+    guard.mountpoint = None;
+}
+
 #[test]
 fn messages_name_what_the_user_typed() {
     let env = Env::new();

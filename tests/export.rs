@@ -371,6 +371,79 @@ fn import_of_an_export_keeps_a_plain_directorys_origin() {
     assert_eq!(checkpoint(&env2, &id3)["origin"], "/srv/other");
 }
 
+/// Issue 43, finding 1: a tree whose STORE.json names another root, snapshotted
+/// where it is, comes back from its export at the origin it was exported with
+/// (the archive's record ranks above STORE.json); an archive without the record
+/// (GNU tar's) still takes STORE.json's root.
+#[test]
+fn import_of_an_export_keeps_its_origin_over_the_store_json_inside() {
+    let env = Env::new();
+    let dir = env.path("srv/b");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("STORE.json"), br#"{"root": "/srv/a"}"#).unwrap();
+    fs::write(dir.join("f"), b"hello").unwrap();
+    let id = snapshot(&env, &dir, "b");
+    assert_eq!(checkpoint(&env, &id)["origin"], dir.to_str().unwrap());
+    let archive = env.path("b.tar.zst");
+    export(&env, "b", &archive);
+
+    let env2 = Env::new();
+    let id2 = env2.ok(["import".as_ref(), archive.as_os_str()]);
+    assert_eq!(
+        checkpoint(&env2, &id2)["origin"],
+        dir.to_str().unwrap(),
+        "the exported origin, not STORE.json's root"
+    );
+
+    // Without the record, STORE.json's root.
+    let plain = env.path("b-gnu.tar");
+    sh_clean(&format!(
+        "tar -C {} -cf {} b",
+        q(&env.path("srv")),
+        q(&plain)
+    ));
+    let env3 = Env::new();
+    let id3 = env3.ok(["import".as_ref(), plain.as_os_str()]);
+    assert_eq!(checkpoint(&env3, &id3)["origin"], "/srv/a");
+}
+
+/// Issue 43, finding 12: export prints what the manifest holds (relative
+/// names, and the joined archive's line when split), nothing else.
+#[test]
+fn export_prints_the_manifests_lines() {
+    let env = Env::new();
+    let dir = env.path("srv/m");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("f"), common::pseudo_random(200_000, 12)).unwrap();
+    snapshot(&env, &dir, "m");
+    for split in [None, Some("64K")] {
+        let out = env.path(&format!("m-{}.tar", split.unwrap_or("whole")));
+        let mut args = vec![
+            "export".as_ref(),
+            "m".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ];
+        if let Some(s) = split {
+            args.extend(["--split".as_ref(), OsStr::new(s)]);
+        }
+        let printed = env.ok(&args);
+        let manifest = fs::read_to_string(format!("{}.sha256", out.display())).unwrap();
+        assert_eq!(printed, manifest, "{split:?}");
+        let name = out.file_name().unwrap().to_str().unwrap();
+        assert!(
+            printed
+                .lines()
+                .last()
+                .unwrap()
+                .ends_with(&format!("  {name}"))
+                || split.is_none(),
+            "the joined archive's line: {printed}"
+        );
+        assert!(!printed.contains('/'), "relative names: {printed}");
+    }
+}
+
 // ------------------------------------------------------ item 8: sparse files
 
 #[test]

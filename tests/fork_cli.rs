@@ -457,3 +457,255 @@ fn the_transport_asked_for_serves_read_only_and_fork_mounts() {
     g2.unmount();
     g1.unmount();
 }
+
+/// Issue 43, finding 4: `commit REF` advises a fork name that works (the
+/// ref's own name is taken by the ref), and following the advice works.
+#[test]
+fn commit_of_a_ref_advises_a_fork_name_that_is_free() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    // s1-work is taken (a ref): the advice moves on to s1-work2.
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1-work".as_ref(),
+    ]);
+    let err = env.fails_in(&env.store, &["commit", "s1"]);
+    assert!(err.contains("'s1' is a ref, not a fork"), "{err}");
+    let advice = "storefs fork s1 --name s1-work2";
+    assert!(err.contains(advice), "{err}");
+    let args: Vec<&str> = advice.split(' ').skip(1).collect();
+    env.ok(&args);
+    let id = env.ok(["commit", "s1-work2"]);
+    assert_eq!(id.trim().len(), 64, "{id}");
+}
+
+/// Issue 43, finding 5: `storefs forks` lists every fork with its head, fork
+/// point, uncommitted changes and where it is mounted; `refs` points to it,
+/// and a typo of it is hinted.
+#[test]
+fn forks_lists_heads_fork_points_changes_and_mounts() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    let base = env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let base = base.trim();
+    env.ok(["fork", "s1", "--name", "a"]);
+    env.ok(["fork", "s1", "--name", "b"]);
+    assert_eq!(
+        env.ok(["forks"]),
+        format!("a\t{base}\t{base}\tno\t-\nb\t{base}\t{base}\tno\t-\n")
+    );
+    let mp = env.path("mnt-a");
+    let m = env.mount("a", Some(&mp));
+    fs::write(mp.join("new.txt"), b"new").unwrap();
+    let line = |name: &str| {
+        env.ok(["forks"])
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}\t")))
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        line("a"),
+        format!("a\t{base}\t{base}\tyes\t{}", mp.display())
+    );
+    let j: serde_json::Value = serde_json::from_str(&env.ok(["forks", "--json"])).unwrap();
+    assert_eq!(j[0]["name"], "a");
+    assert_eq!(j[0]["uncommitted"], true);
+    assert_eq!(j[0]["fork_point"], base);
+    assert_eq!(j[0]["mounted"]["mountpoint"], mp.to_str().unwrap());
+    assert!(j[0]["mounted"]["pid"].as_u64().unwrap() > 0);
+    assert_eq!(j[0]["upstream"], serde_json::Value::Null);
+    assert_eq!(j[1]["mounted"], serde_json::Value::Null);
+    assert_eq!(j[1]["uncommitted"], false);
+
+    let head = env.ok(["commit", "a"]);
+    assert_eq!(
+        line("a"),
+        format!("a\t{}\t{base}\tno\t{}", head.trim(), mp.display())
+    );
+    m.unmount();
+    // Changes journaled by a mount that was not committed (--no-commit).
+    let mut m = env.mount("b", Some(&mp));
+    fs::write(mp.join("other.txt"), b"x").unwrap();
+    let out = env.run(["umount".as_ref(), mp.as_os_str(), "--no-commit".as_ref()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    m.mountpoint = None;
+    assert_eq!(line("b"), format!("b\t{base}\t{base}\tyes\t-"));
+
+    let help = env.ok(["refs", "--help"]);
+    assert!(help.contains("storefs forks"), "{help}");
+    let err = env.fails_in(&env.store, &["ls", "no-such-thing"]);
+    assert!(err.contains("`storefs forks` forks"), "{err}");
+    let typo = env.run(["forkss"]);
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(stderr(&typo).contains("'forks'"), "{}", stderr(&typo));
+}
+
+/// Issue 43, finding 6: `status` shows a fork's chunk cache, as README says:
+/// it fills as the fork's files are read (its inode table apart, in --json).
+#[test]
+fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    fs::write(src.join("data.bin"), common::pseudo_random(1 << 20, 43)).unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    env.ok(["fork", "s1", "--name", "f"]);
+    let mp = env.path("mnt");
+    let m = env.mount("f", Some(&mp));
+    let cache = || {
+        let j: serde_json::Value = serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
+        j.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["target"] == "f")
+            .unwrap()["cache"]
+            .clone()
+    };
+    assert!(cache()["state"].as_u64().is_some(), "{}", cache());
+    assert_eq!(fs::read(mp.join("data.bin")).unwrap().len(), 1 << 20);
+    let c = cache();
+    assert!(c["chunks"].as_u64().unwrap() > 0, "{c}");
+    assert_eq!(c["bytes"], c["chunks"], "{c}");
+    let text = env.ok(["status"]);
+    let row = text
+        .lines()
+        .find(|l| l.contains(" f "))
+        .unwrap()
+        .to_string();
+    assert!(row.contains("M/") && !row.contains(" 0.0M/"), "{row}");
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        !readme.contains("(none for a fork)"),
+        "README says a fork's status shows no cache"
+    );
+    m.unmount();
+}
+
+/// Issue 43, finding 8: `storefs ls` shows a directory's size as the mount's
+/// `stat` does, for a directory made in a fork (recorded with size 0) and a
+/// large one alike.
+#[test]
+fn ls_shows_a_directorys_size_as_the_mount_does() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    env.ok(["fork", "s1", "--name", "f"]);
+    let mp = env.path("mnt");
+    let m = env.mount("f", Some(&mp));
+    fs::create_dir(mp.join("made")).unwrap();
+    fs::create_dir(mp.join("big")).unwrap();
+    for i in 0..400 {
+        fs::write(
+            mp.join(format!("big/entry-with-a-longish-name-{i:04}")),
+            b"",
+        )
+        .unwrap();
+    }
+    m.unmount(); // commits
+    let ro = env.path("ro");
+    let m = env.mount("f", Some(&ro));
+    let listing = env.ok(["ls", "f"]);
+    let json: serde_json::Value = serde_json::from_str(&env.ok(["ls", "f", "--json"])).unwrap();
+    for name in ["made", "big", "state"] {
+        let stat = fs::metadata(ro.join(name)).unwrap().size();
+        let line = listing
+            .lines()
+            .find(|l| l.ends_with(&format!(" {name}/")))
+            .unwrap();
+        let shown: u64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+        assert_eq!(shown, stat, "{name}: {line}");
+        let j = json
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap();
+        assert_eq!(j["size"], stat, "{name}: {j}");
+    }
+    assert!(fs::metadata(ro.join("big")).unwrap().size() > 4096);
+    m.unmount();
+}
+
+/// Issue 43, finding 13: `umount` of a busy fork checks busy first (nothing
+/// committed, nothing said about a commit), and says "committed" only for a
+/// commit that made a checkpoint.
+#[test]
+fn umount_of_a_busy_fork_commits_nothing_and_never_claims_a_commit() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    let base = env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    env.ok(["fork", "s1", "--name", "live"]);
+    let mp = env.path("mnt");
+    let mut m = env.mount("live", Some(&mp));
+    fs::write(mp.join("new.txt"), b"new").unwrap();
+    let held = fs::File::open(mp.join("new.txt")).unwrap();
+    let out = env.run(["umount".as_ref(), mp.as_os_str()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("is busy") && err.contains(&std::process::id().to_string()),
+        "{err}"
+    );
+    assert!(!err.contains("storefs: committed"), "{err}");
+    let line = env.ok(["forks"]);
+    assert!(
+        line.starts_with(&format!("live\t{}\t", base.trim())) && line.contains("\tyes\t"),
+        "head unmoved, changes uncommitted: {line}"
+    );
+    drop(held);
+    let out = env.run(["umount".as_ref(), mp.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    m.mountpoint = None;
+    let head = env.ok(["log", "live", "--json"]);
+    let head: serde_json::Value = serde_json::from_str(&head).unwrap();
+    let head = head[0]["id"].as_str().unwrap().to_string();
+    assert_ne!(head, base.trim());
+    assert!(
+        stderr(&out).contains(&format!("committed live as {}", &head[..12])),
+        "{}",
+        stderr(&out)
+    );
+    // Nothing changed since: no commit, and no "committed" line.
+    let m = env.mount("live", Some(&mp));
+    let _ = fs::read(mp.join("new.txt")).unwrap();
+    let out = env.run(["umount".as_ref(), mp.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("committed"), "{}", stderr(&out));
+    let mut m = m;
+    m.mountpoint = None;
+    assert_eq!(env.ok(["forks"]).split('\t').nth(1), Some(head.as_str()));
+}

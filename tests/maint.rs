@@ -690,3 +690,349 @@ fn gc_leaves_unreachable_chunks_in_a_large_pack_until_over_a_tenth_of_it_is() {
     assert!(!left.contains(&junk[0]) && !left.contains(&junk[1]));
     assert_ne!(packs(&env.store), pack, "rewritten");
 }
+
+// ------------------------------------------- issue 43, finding 2: temp files
+
+/// The temp files (`.NAME.PID.N.tmp`) anywhere in the store's objects.
+fn temp_files(store: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in fs::read_dir(store.join("objects")).unwrap().flatten() {
+        if !dir.path().is_dir() {
+            continue;
+        }
+        for f in fs::read_dir(dir.path()).unwrap().flatten() {
+            let name = f.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                out.push(f.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A pid that ran and is gone (a reaped child's).
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// Kills (and reaps) a process of ours when dropped, on failure too.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn temp_files_of_gone_writers_are_garbage_whatever_their_age() {
+    let env = Env::new();
+    let src = env.path("src");
+    junk_dir(&src, "kept", 2);
+    env.ok(["snapshot".as_ref(), src.as_os_str()]);
+    let packs_dir = env.store.join("objects/packs");
+
+    // A writer that is gone; a pid that runs something other than storefs;
+    // and a live storefs (a copy of sleep named like it): young all three.
+    let other = KillOnDrop(Command::new("sleep").arg("600").spawn().unwrap());
+    let fake = env.path("storefs-sleeper");
+    fs::copy("/bin/sleep", &fake).unwrap();
+    let live = KillOnDrop(Command::new(&fake).arg("600").spawn().unwrap());
+    let gone = packs_dir.join(format!(".pack.{}.0.tmp", dead_pid()));
+    let reused = packs_dir.join(format!(".pack.{}.3.tmp", other.0.id()));
+    let alive = packs_dir.join(format!(".pack.{}.0.tmp", live.0.id()));
+    fs::write(&gone, vec![7u8; 5000]).unwrap();
+    fs::write(&reused, vec![7u8; 3000]).unwrap();
+    fs::write(&alive, vec![7u8; 1000]).unwrap();
+
+    let dry = env.run(["gc", "--dry-run"]);
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    let listed = stdout(&dry);
+    assert!(
+        listed.contains(&format!("{} 5000", gone.display())),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(&format!("{} 3000", reused.display())),
+        "{listed}"
+    );
+    assert!(!listed.contains(&alive.display().to_string()), "{listed}");
+    assert!(stderr(&dry).contains("2 temp file(s)"), "{}", stderr(&dry));
+    assert_eq!(temp_files(&env.store).len(), 3, "--dry-run removed nothing");
+
+    let v = env.run(["verify"]);
+    assert!(v.status.success(), "{}{}", stdout(&v), stderr(&v));
+    assert!(
+        stderr(&v).contains("2 temp file(s) of interrupted writes")
+            && stderr(&v).contains("storefs gc"),
+        "{}",
+        stderr(&v)
+    );
+    let j = env.ok(["verify", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&j).unwrap();
+    let mut paths: Vec<String> = j["temps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["path"].as_str().unwrap().to_string())
+        .collect();
+    paths.sort();
+    let mut want = vec![gone.display().to_string(), reused.display().to_string()];
+    want.sort();
+    assert_eq!(paths, want);
+
+    let out = env.run(["gc"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        temp_files(&env.store),
+        vec![alive.clone()],
+        "the live writer's stays"
+    );
+    let v = env.run(["verify"]);
+    assert!(!stderr(&v).contains("temp file"), "{}", stderr(&v));
+    drop(live);
+    drop(other);
+}
+
+/// `n` MiB of incompressible, distinct data in files under `dir`.
+fn big_dir(dir: &Path, mib: usize) {
+    fs::create_dir_all(dir).unwrap();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for f in 0..mib / 16 {
+        let mut data = Vec::with_capacity(16 << 20);
+        while data.len() < 16 << 20 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            data.extend_from_slice(&x.to_le_bytes());
+        }
+        fs::write(dir.join(format!("f{f}.bin")), data).unwrap();
+    }
+}
+
+/// Run `args` with storefs in the background; once a temp file of its own
+/// appears in the store, stop it (so it is surely still working), send
+/// SIGINT, let it go on, and return its output. `None` when it finished
+/// before a temp file appeared (then the test cannot check anything).
+fn interrupt_when_writing(env: &Env, args: &[&std::ffi::OsStr]) -> Option<std::process::Output> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let child = Command::new(env!("CARGO_BIN_EXE_storefs"))
+        .arg("--store")
+        .arg(&env.store)
+        .args(args)
+        .env_remove("STOREFS_STORE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let pid = Pid::from_raw(child.0.id() as i32);
+    let mine = format!(".{}.", child.0.id());
+    loop {
+        if child.0.try_wait().unwrap().is_some() {
+            return None;
+        }
+        let writing = env.store.join("objects").is_dir()
+            && temp_files(&env.store)
+                .iter()
+                .any(|p| p.file_name().unwrap().to_string_lossy().contains(&mine));
+        if writing {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    kill(pid, Signal::SIGSTOP).unwrap();
+    kill(pid, Signal::SIGINT).unwrap();
+    kill(pid, Signal::SIGCONT).unwrap();
+    let child = std::mem::replace(&mut child.0, Command::new("true").spawn().unwrap());
+    Some(child.wait_with_output().unwrap())
+}
+
+fn assert_interrupted(env: &Env, what: &str, out: &std::process::Output) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(130), "{what}: {err}");
+    assert_eq!(err.lines().count(), 1, "{what}: one line: {err}");
+    assert!(
+        err.contains(&format!("{what} interrupted")) && err.contains("nothing was published"),
+        "{what}: {err}"
+    );
+    assert_eq!(stdout(out), "", "{what}: no id printed");
+    assert_eq!(
+        temp_files(&env.store),
+        Vec::<PathBuf>::new(),
+        "{what}: temp files left"
+    );
+    let checkpoints = fs::read_dir(env.store.join("checkpoints"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(checkpoints, 0, "{what}: a checkpoint was published");
+    let refs = fs::read_dir(env.store.join("refs"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(refs, 0, "{what}: a ref was set");
+}
+
+#[test]
+fn ctrl_c_during_snapshot_or_import_removes_its_temp_files_and_publishes_nothing() {
+    let env = Env::new();
+    let src = env.path("big");
+    big_dir(&src, 256);
+    let Some(out) = interrupt_when_writing(
+        &env,
+        &[
+            "snapshot".as_ref(),
+            src.as_os_str(),
+            "--ref".as_ref(),
+            "s".as_ref(),
+        ],
+    ) else {
+        eprintln!("SKIPPED: the snapshot finished before it wrote a temp file");
+        return;
+    };
+    assert_interrupted(&env, "snapshot", &out);
+
+    let archive = env.path("big.tar");
+    let tar = Command::new("tar")
+        .arg("-C")
+        .arg(env.path(""))
+        .arg("-cf")
+        .arg(&archive)
+        .arg("big")
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    fs::remove_dir_all(&src).unwrap();
+    let env2 = Env::new();
+    let Some(out) = interrupt_when_writing(
+        &env2,
+        &[
+            "import".as_ref(),
+            archive.as_os_str(),
+            "--ref".as_ref(),
+            "s".as_ref(),
+        ],
+    ) else {
+        eprintln!("SKIPPED: the import finished before it wrote a temp file");
+        return;
+    };
+    assert_interrupted(&env2, "import", &out);
+    assert!(
+        !env2.store.join("archives").is_dir()
+            || fs::read_dir(env2.store.join("archives")).unwrap().count() == 0,
+        "no archive index entry"
+    );
+}
+
+// ------------------------------------ issue 43, finding 7: the guide's repair
+
+/// docs/guide.md, "A file gives EIO": verify copies a corrupt packed object
+/// to the quarantine and drops it from its pack; a re-import of the archive
+/// (its index record moved aside) writes it back, and so does copying the
+/// packs a backup of the store has and this store lacks.
+#[test]
+fn the_guides_repairs_of_a_quarantined_packed_object_work() {
+    let env = Env::new();
+    let src = env.path("src");
+    write_small(&src.join("a.txt"), b"alpha\n");
+    write_small(&src.join("b.txt"), b"bravo\n");
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s0".as_ref(),
+    ]);
+    let archive = env.path("s1.tar.zst");
+    env.ok([
+        "export".as_ref(),
+        "s0".as_ref(),
+        "-o".as_ref(),
+        archive.as_os_str(),
+    ]);
+    let manifest = env.path("s1.tar.zst.sha256");
+    env.ok([
+        "import".as_ref(),
+        archive.as_os_str(),
+        "--manifest".as_ref(),
+        manifest.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let backup = env.path("backup");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&env.store)
+        .arg(&backup)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let a = common::chunk_of(&env.store, "s1", "a.txt");
+    let packs_dir = env.store.join("objects/packs");
+
+    let break_it = || {
+        damage(&env.store, &a);
+        let out = env.run(["verify"]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stdout(&out).contains("corrupt"), "{}", stdout(&out));
+        assert!(env.store.join("quarantine").join(a.to_hex()).is_file());
+        let out = env.run(["verify"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stdout(&out).contains("missing (a corrupt copy is in"),
+            "{}",
+            stdout(&out)
+        );
+        assert_eq!(
+            env.ok(["cat", "s1", "b.txt"]),
+            "bravo\n",
+            "the rest is served"
+        );
+    };
+
+    // 1. Re-import, the index record moved aside.
+    break_it();
+    let sha = fs::read_to_string(&manifest).unwrap();
+    let sha = &sha.lines().last().unwrap()[..64];
+    let record = env.store.join("archives").join(format!("{sha}.json"));
+    fs::rename(&record, env.path("record.json")).unwrap();
+    env.ok([
+        "import".as_ref(),
+        archive.as_os_str(),
+        "--manifest".as_ref(),
+        manifest.as_os_str(),
+    ]);
+    let out = env.run(["verify"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(env.ok(["cat", "s1", "a.txt"]), "alpha\n");
+
+    // 2. Copy the packs a backup has and this store lacks.
+    fs::remove_dir_all(env.store.join("quarantine")).unwrap();
+    break_it();
+    let mut copied = 0;
+    for ent in fs::read_dir(backup.join("objects/packs"))
+        .unwrap()
+        .flatten()
+    {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".pack") else {
+            continue;
+        };
+        if packs_dir.join(&name).exists() {
+            continue;
+        }
+        for ext in ["idx", "pack"] {
+            let f = format!("{stem}.{ext}");
+            fs::copy(ent.path().with_file_name(&f), packs_dir.join(&f)).unwrap();
+        }
+        copied += 1;
+    }
+    assert!(copied > 0, "verify rewrote the pack under a new name");
+    let out = env.run(["verify"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(env.ok(["cat", "s1", "a.txt"]), "alpha\n");
+}

@@ -123,6 +123,8 @@ fn run_import(
     message: Option<String>,
     threads: usize,
 ) -> Result<Published> {
+    // Before any thread starts: Ctrl-C removes our temp files, publishes nothing.
+    let interrupt = super::interrupt::Interruptible::new(store.root(), "import")?;
     let progress = progress_bar();
     let req = ImportRequest {
         paths: paths.to_vec(),
@@ -144,13 +146,20 @@ fn run_import(
     let result = import_archive(store, &req);
     drop(lease);
     progress.finish_and_clear();
+    drop(interrupt);
     let p = result?;
     for w in &p.warnings {
         super::warn(w);
     }
-    if !p.verified {
+    if let Some(m) = &p.manifest_beside {
         eprintln!(
-            "storefs: warning: {} was not verified (no --sha256 or --manifest given); its sha256 is {}",
+            "storefs: verified {} against {} (found beside it)",
+            p.name,
+            m.display()
+        );
+    } else if !p.verified {
+        eprintln!(
+            "storefs: warning: {} was not verified (no --sha256 or --manifest given, no ARCHIVE.sha256 beside it); its sha256 is {}",
             p.name, p.sha256
         );
     }
@@ -209,8 +218,12 @@ pub fn export(store: &Store, a: ExportArgs) -> Result<()> {
     for w in &done.warnings {
         super::warn(w);
     }
-    for (p, h) in &done.parts {
-        super::say(format_args!("{h}  {}", p.display()))?;
+    // stdout: the manifest's lines, as written beside the archive.
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        out.write_all(done.manifest_text.as_bytes())?;
+        out.flush()?;
     }
     eprintln!(
         "storefs: exported {} ({} entries) to {} file(s); sha256 {}; manifest {}",

@@ -24,13 +24,9 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (store format 1)"
 )]
 pub struct Cli {
     /// The store directory [default: $STOREFS_STORE, else ~/.local/share/storefs]
-    #[arg(
-        long,
-        global = true,
-        value_name = "DIR",
-        env = "STOREFS_STORE",
-        hide_env = true
-    )]
+    // $STOREFS_STORE is read in `cli::store_dir`, not by clap: a value clap
+    // took from the environment shows in usage lines as if it were typed.
+    #[arg(long, global = true, value_name = "DIR")]
     pub store: Option<PathBuf>,
 
     #[command(subcommand)]
@@ -43,7 +39,7 @@ pub enum Command {
     Init,
     /// Record a directory tree as a new checkpoint; prints its id on stdout
     Snapshot(SnapshotArgs),
-    /// List refs (named pointers to checkpoints)
+    /// List refs (named pointers to checkpoints); `storefs forks` lists forks
     Refs(RefsArgs),
     /// Show checkpoints: the history of a ref, or every checkpoint in the store
     Log(LogArgs),
@@ -66,6 +62,8 @@ pub enum Command {
     Fork(ForkArgs),
     /// Fold a fork's journal into a new checkpoint and move the fork's head to it
     Commit(CommitArgs),
+    /// List forks: name, head, fork point, uncommitted changes, where mounted
+    Forks(ForksArgs),
     /// Mount a checkpoint or archive read-only, or a fork read-write; by default at its origin
     Mount(MountArgs),
     /// Unmount a storefs mount and wait for its daemon to exit
@@ -281,6 +279,8 @@ pub struct DigestArgs {
     pub sha256: Option<String>,
     /// A digest manifest: `sha256sum` lines (per part and/or for the joined
     /// archive, by file name) or JSON {"sha256": HEX, "parts": {NAME: HEX}}
+    /// [default without --sha256: ARCHIVE.sha256 beside the archive (what
+    /// export writes; ARCHIVE without .partNN), when there is one]
     #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
 }
@@ -293,15 +293,18 @@ Examples:
   storefs import s1.tar.gz --origin /srv/_lead_sessions/s1
 
 The format is found from the magic bytes (tar, zstd, gzip, xz, bzip2, lzip). When the archive holds one
-top-level directory, the checkpoint is that directory; its STORE.json `root` becomes the
-origin unless --origin is given. An archive imported before (same sha256) is not read again.")]
+top-level directory, the checkpoint is that directory. The origin: --origin, else the
+archive's STOREFS.origin record (export writes it), else the directory's STORE.json `root`.
+An archive imported before (same sha256) is not read again. Ctrl-C (or SIGTERM) before the
+checkpoint is published removes the temp files it wrote and exits 130 (143): nothing is published.")]
 pub struct ImportArgs {
     /// The archive: one file, all of its parts, or its first part (NAME.part00 / NAME.partaa)
     #[arg(required = true, value_name = "ARCHIVE")]
     pub archive: Vec<PathBuf>,
     #[command(flatten)]
     pub digests: DigestArgs,
-    /// The absolute path to record as the origin (default mountpoint)
+    /// The origin to record: the absolute path `storefs mount` mounts the checkpoint at when
+    /// given no mountpoint [default: the archive's STOREFS.origin, else its STORE.json root]
     #[arg(long, value_name = "PATH")]
     pub origin: Option<PathBuf>,
     /// Point this ref at the checkpoint
@@ -363,7 +366,8 @@ Examples:
 
 Compression follows the name: .zst → zstd, .gz/.tgz → gzip, anything else → plain tar.
 The manifest has one `sha256sum` line per file written and, with --split, one more for the
-joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.")]
+joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.
+Standard output: the manifest's lines, as written (file names relative to its directory).")]
 pub struct ExportArgs {
     /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
     pub checkpoint: String,
@@ -445,14 +449,10 @@ pub struct MountArgs {
     /// io_uring (kernel 6.14+ with /sys/module/fuse/parameters/enable_uring
     /// = Y; one queue per CPU, answered on the CPU that asked), `classic`
     /// is /dev/fuse, `auto` takes io_uring when the kernel offers it and the
-    /// daemon runs as root (CAP_SYS_NICE)
-    #[arg(
-        long,
-        value_name = "HOW",
-        default_value = "auto",
-        env = "STOREFS_TRANSPORT"
-    )]
-    pub transport: TransportArg,
+    /// daemon runs as root (CAP_SYS_NICE) [default: $STOREFS_TRANSPORT, else auto]
+    // $STOREFS_TRANSPORT is read in `cli::mount`, not by clap (see `Cli::store`).
+    #[arg(long, value_name = "HOW")]
+    pub transport: Option<TransportArg>,
     /// Mount the whole store read-only at the one path given: checkpoints/<id>/
     /// and <id>.json, refs/ and archives/ (symlinks), forks/<name>/head and history/
     #[arg(long, conflicts_with_all = ["sha256", "manifest", "label"])]
@@ -460,8 +460,13 @@ pub struct MountArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+A mount some process uses (its cwd or open files there, as far as /proc shows) is refused
+first, with their pids; nothing is committed then. A fork that changed since its last commit
+is committed before it is unmounted (`committed NAME as ID`).")]
 pub struct UmountArgs {
-    /// The mount point, or the ref or fork name a live mount was made from
+    /// The mount point, or what a live mount was made from: a ref or fork
+    /// name, a checkpoint, or an archive's path (as `storefs status` shows it)
     pub mountpoint: PathBuf,
     /// For a fork: keep the journal as it is instead of committing first
     /// (the next mount replays it)
@@ -484,6 +489,19 @@ pub struct ForkArgs {
     /// The fork's name: letters, digits, '.', '_' and '-'; not a ref's or fork's name
     #[arg(long, value_name = "NAME")]
     pub name: String,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+One line per fork: NAME<TAB>HEAD<TAB>FORK-POINT<TAB>UNCOMMITTED<TAB>MOUNTED. HEAD is the
+checkpoint its last commit made (the fork point before any), UNCOMMITTED is yes when its
+journal holds changes no commit has taken yet (of a mounted fork: what its daemon has
+journaled), MOUNTED the mountpoint of its live mount or -.")]
+pub struct ForksArgs {
+    /// Print a JSON array of {name, head, fork_point, uncommitted, upstream: {remote, ref}
+    /// or null, mounted: {mountpoint, pid} or null}
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -511,7 +529,8 @@ against its sha256. One line per problem on stdout: the checkpoint, the path ins
 object and what is wrong. Nothing is deleted: a corrupt object is moved to STORE/quarantine/
 (no longer served: reads of it fail with EIO as before, and `storefs gc` never touches the
 quarantine). Without CKPT, every checkpoint, and refs and fork heads naming a missing
-checkpoint. Exit 1 when anything is wrong.")]
+checkpoint. Exit 1 when anything is wrong. Temp files of interrupted writes (their writer is
+gone) are noted on stderr (`temps` in --json), not counted as problems: `storefs gc` removes them.")]
 pub struct VerifyArgs {
     /// Checkpoints to verify (refs, forks, ids, prefixes) [default: all]
     #[arg(value_name = "CKPT")]
@@ -530,7 +549,8 @@ Kept: every checkpoint record and every object reachable from one (refs, forks, 
 index entries and live mounts all name checkpoints). Removed: objects nothing reaches (an
 interrupted or failed snapshot or import, data of files a fork had open after unlinking
 them), temp files of interrupted writes, and the stat caches of checkpoints no ref is at
-(a snapshot compares with its ref's head), once older than --grace. Safe while snapshots,
+(a snapshot compares with its ref's head), once older than --grace; a temp file whose
+writer is gone (its pid no longer runs, or runs something other than storefs) whatever its age. Safe while snapshots,
 imports and commits run: they hold STORE/gc.lock shared until they publish, and gc sweeps
 under it exclusively. Prints `ID SIZE` per object removed (or that --dry-run would remove),
 `PATH SIZE` per file.

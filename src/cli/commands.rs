@@ -77,6 +77,8 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         _ => None,
     };
 
+    // Before any thread starts: Ctrl-C removes our temp files, publishes nothing.
+    let _interrupt = super::interrupt::Interruptible::new(store.root(), "snapshot")?;
     // Keeps `storefs gc` from sweeping until the checkpoint and ref are published.
     let _lease = store.write_lease()?;
     let progress = progress_bar();
@@ -304,6 +306,13 @@ pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
         Some(tid) => store.get_tree(&tid, &a.path)?.entries,
         None => vec![entry],
     };
+    // A directory's size is the one its mounts show (ext4's for its names).
+    let mut entries = entries;
+    for e in entries.iter_mut().filter(|e| e.kind == Kind::Dir) {
+        if let Some(tid) = e.tree_id() {
+            e.size = crate::fs::dir_size(store, &tid).0;
+        }
+    }
     if a.json {
         drop(out);
         return json::print(&Value::Array(entries.iter().map(entry_json).collect()));

@@ -1,12 +1,13 @@
 //! `fork` and `commit`. A mounted fork is committed by its daemon, through
 //! its control socket ([`crate::daemon::request`]).
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
-use super::args::{CommitArgs, ForkArgs};
+use super::args::{CommitArgs, ForkArgs, ForksArgs};
 use crate::daemon::{Request, request};
 use crate::journal::{self, Fork, Upstream};
 use crate::remote::{self, PullOptions, Remote};
@@ -62,11 +63,67 @@ pub fn fork(store: &Store, a: ForkArgs) -> Result<()> {
     Ok(())
 }
 
+/// `storefs forks`: every fork, its head and fork point, whether its journal
+/// holds uncommitted changes, and its live mount.
+pub fn forks(store: &Store, a: ForksArgs) -> Result<()> {
+    let live = store.live_mounts()?;
+    let mut list = Vec::new();
+    for (name, head) in store.list_forks()? {
+        let Some(info) = journal::read_fork_info(store, &name)? else {
+            continue;
+        };
+        let uncommitted = journal::has_uncommitted_changes(store, &name)?;
+        let mounted = live.iter().find(|m| m.mode == "rw" && m.target == name);
+        list.push(serde_json::json!({
+            "name": name,
+            "head": head.to_hex(),
+            "fork_point": info.base.to_hex(),
+            "uncommitted": uncommitted,
+            "upstream": info.upstream.as_ref().map(|u| serde_json::json!({"remote": u.remote, "ref": u.r#ref})),
+            "mounted": mounted.map(|m| serde_json::json!({"mountpoint": m.mountpoint, "pid": m.pid})),
+        }));
+    }
+    if a.json {
+        return super::json::print(&serde_json::Value::Array(list));
+    }
+    let mut out = std::io::stdout().lock();
+    for f in &list {
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}",
+            f["name"].as_str().unwrap_or_default(),
+            f["head"].as_str().unwrap_or_default(),
+            f["fork_point"].as_str().unwrap_or_default(),
+            if f["uncommitted"] == true {
+                "yes"
+            } else {
+                "no"
+            },
+            f["mounted"]["mountpoint"].as_str().unwrap_or("-"),
+        )?;
+    }
+    Ok(())
+}
+
 pub fn commit(store_dir: &Path, a: CommitArgs) -> Result<()> {
     let store = Store::open(store_dir)?;
     if journal::read_fork_info(&store, &a.fork)?.is_none() {
+        // A ref or checkpoint is not committed to: a fork of it is.
+        if store.resolve(&a.fork).is_ok() {
+            let what = if store.get_ref(&a.fork)?.is_some() {
+                "a ref"
+            } else {
+                "a checkpoint"
+            };
+            let name = free_fork_name(&store, &a.fork)?;
+            bail!(
+                "'{}' is {what}, not a fork: only a fork takes commits; make one with `storefs fork {} --name {name}`, mount it, write, then `storefs commit {name}` (`storefs forks` lists forks)",
+                a.fork,
+                a.fork
+            );
+        }
         bail!(
-            "no fork named '{}'; make one with `storefs fork CHECKPOINT --name {}`",
+            "no fork named '{}'; make one with `storefs fork CHECKPOINT --name {}` (`storefs forks` lists forks)",
             a.fork,
             a.fork
         );
@@ -89,4 +146,29 @@ pub fn commit(store_dir: &Path, a: CommitArgs) -> Result<()> {
     };
     super::say(id)?;
     Ok(())
+}
+
+/// A name for a new fork of `base` that no ref or fork has: `BASE-work`,
+/// else `BASE-work2`, `BASE-work3`, … (a checkpoint id is shortened to 12,
+/// `git:COMMIT` becomes `fork`).
+fn free_fork_name(store: &Store, base: &str) -> Result<String> {
+    let mut stem: String = if store.get_ref(base)?.is_some() {
+        base.to_string()
+    } else {
+        base.chars().take(12).collect()
+    };
+    if Store::check_name(&format!("{stem}-work")).is_err() {
+        stem = "fork".into(); // `git:…` is no name
+    }
+    let mut n = 1;
+    loop {
+        let name = match n {
+            1 => format!("{stem}-work"),
+            n => format!("{stem}-work{n}"),
+        };
+        if store.get_ref(&name)?.is_none() && !journal::fork_dir(store, &name).exists() {
+            return Ok(name);
+        }
+        n += 1;
+    }
 }

@@ -24,6 +24,7 @@ pub fn verify(store: &Store, a: VerifyArgs) -> Result<()> {
     let r = store.verify(&targets, threads, &*progress);
     progress.finish_and_clear();
     let r = r?;
+    let temps = store.leftover_temps()?;
     let names = names_of(store)?;
     if a.json {
         let problems: Vec<serde_json::Value> = r
@@ -45,6 +46,7 @@ pub fn verify(store: &Store, a: VerifyArgs) -> Result<()> {
             "corrupt": r.corrupt,
             "missing": r.missing,
             "problems": problems,
+            "temps": temps.iter().map(|(path, size)| serde_json::json!({"path": path.display().to_string(), "size": size})).collect::<Vec<_>>(),
         }))?;
     }
     let mut out = std::io::stdout().lock();
@@ -67,6 +69,14 @@ pub fn verify(store: &Store, a: VerifyArgs) -> Result<()> {
         r.objects,
         human(r.bytes)
     );
+    if !temps.is_empty() {
+        eprintln!(
+            "storefs: note: {} temp file(s) of interrupted writes ({}), e.g. {}; `storefs gc` removes them",
+            temps.len(),
+            human(temps.iter().map(|t| t.1).sum()),
+            temps[0].0.display()
+        );
+    }
     if !r.is_clean() {
         bail!(
             "{} problem(s): {} corrupt object(s) (moved to {}), {} missing; nothing was deleted. \
@@ -164,7 +174,7 @@ pub fn gc(store: &Store, a: GcArgs) -> Result<()> {
 }
 
 /// `1.5 MiB`-style sizes.
-fn human(n: u64) -> String {
+pub(super) fn human(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;

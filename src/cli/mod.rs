@@ -8,6 +8,7 @@ mod args;
 mod commands;
 mod fork;
 mod generate;
+mod interrupt;
 mod json;
 mod maint;
 mod mount;
@@ -98,6 +99,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Export(a) => archive::export(&open_ro(&store_dir)?, a),
         Command::Fork(a) => fork::fork(&open(&store_dir)?, a),
         Command::Commit(a) => fork::commit(&store_dir, a),
+        Command::Forks(a) => fork::forks(&open(&store_dir)?, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
         Command::Status(a) => mount::status(&store_dir, a),
@@ -111,9 +113,10 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// `--store`, else `$STOREFS_STORE` (clap reads it), else `~/.local/share/storefs`.
+/// `--store`, else `$STOREFS_STORE`, else `~/.local/share/storefs`.
 fn store_dir(flag: Option<PathBuf>) -> Result<PathBuf> {
-    if let Some(p) = flag.filter(|p| !p.as_os_str().is_empty()) {
+    let env = std::env::var_os("STOREFS_STORE").map(PathBuf::from);
+    if let Some(p) = flag.or(env).filter(|p| !p.as_os_str().is_empty()) {
         return Ok(p);
     }
     let home = std::env::var_os("HOME")

@@ -39,7 +39,9 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     let mut lazy_remote = a.remote.clone();
     let (id, label, fork, store) = if archive {
         let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
-        (p.id, a.target.clone(), None, Store::open(store_dir)?)
+        // Shown by `status` and named to `umount`: absolute, whatever the cwd.
+        let label = absolute(Path::new(&a.target))?.display().to_string();
+        (p.id, label, None, Store::open(store_dir)?)
     } else if let Some((remote, name)) = a
         .target
         .split_once(':')
@@ -144,7 +146,7 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         label,
         mountpoint,
         from_origin,
-        settings: settings(&a),
+        settings: settings(&a)?,
     };
     launch(m, lazy_remote.as_deref(), a.foreground, ready)
 }
@@ -167,20 +169,30 @@ fn mount_browse(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Re
         label: BROWSE_LABEL.to_string(),
         mountpoint,
         from_origin: false,
-        settings: settings(&a),
+        settings: settings(&a)?,
     };
     launch(m, None, a.foreground, ready)
 }
 
-fn settings(a: &MountArgs) -> Settings {
-    Settings {
+fn settings(a: &MountArgs) -> Result<Settings> {
+    // --transport, else $STOREFS_TRANSPORT, else auto.
+    let transport = match (a.transport, std::env::var("STOREFS_TRANSPORT")) {
+        (Some(t), _) => t,
+        (None, Ok(v)) if !v.is_empty() => {
+            <super::args::TransportArg as clap::ValueEnum>::from_str(&v, true).map_err(|_| {
+                anyhow!("STOREFS_TRANSPORT={v}: not a transport; use auto, classic or uring")
+            })?
+        }
+        _ => super::args::TransportArg::Auto,
+    };
+    Ok(Settings {
         options: a.options.clone(),
         cache_size: a.cache_size,
         threads: a.threads,
         commit_interval: a.commit_interval,
         writeback_cache: a.writeback_cache,
-        transport: a.transport.into(),
-    }
+        transport: transport.into(),
+    })
 }
 
 /// Serve `m` in this process (`--foreground`; a lazy mount's backend is
@@ -287,19 +299,34 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     if let (Some(r), Some(s)) = (&record, &store)
         && r.mode == "rw"
     {
+        // Busy first: a mount that cannot be unmounted is not committed either.
+        let users = crate::sys::processes_using(&mp);
+        if !users.is_empty() {
+            let pids: Vec<String> = users.iter().map(u32::to_string).collect();
+            bail!(
+                "{} is busy: process(es) {} have files open or their cwd there (see `fuser -vm {}`); close them and retry; nothing was committed or unmounted",
+                mp.display(),
+                pids.join(", "),
+                mp.display()
+            );
+        }
         // Commit first (so an error shows here, with the mount still up), or
         // tell the daemon not to commit on its way out.
         let sock = s.mount_file(&mp, "sock");
         if a.no_commit {
             request(&sock, &Request::NoCommit)?;
         } else {
+            let before = s.fork_head(&r.target).ok().flatten().map(|h| h.to_hex());
             let id = request(&sock, &Request::Commit { message: "unmount".into() })
                 .with_context(|| format!("cannot commit {} before unmounting; nothing was unmounted (--no-commit skips the commit)", r.target))?;
-            eprintln!(
-                "storefs: committed {} as {}",
-                r.target,
-                &id[..12.min(id.len())]
-            );
+            // Nothing changed since the last commit: the head stays, no commit.
+            if before.as_deref() != Some(id.as_str()) {
+                eprintln!(
+                    "storefs: committed {} as {}",
+                    r.target,
+                    &id[..12.min(id.len())]
+                );
+            }
         }
     }
     daemon::unmount(&mp).map_err(|e| {
@@ -345,28 +372,46 @@ fn looks_like_archive(target: &str) -> bool {
 }
 
 /// What `storefs umount ARG` unmounts: ARG as a path when something is
-/// mounted there; else, when ARG is a plain name, the one live (or dead)
-/// mount made from the ref or fork of that name.
+/// mounted there; else the one live (or dead) mount made from what ARG
+/// names: a ref, fork or checkpoint, or an archive (its path, as `status`
+/// shows it, or relative to the cwd). When nothing is mounted, the error
+/// names ARG as the user typed it.
 fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
     let mp = absolute(arg)?;
     if mount_table().iter().any(|m| m.mountpoint == mp) {
         return Ok(mp);
     }
-    let name = arg.to_str().filter(|n| !n.contains('/'));
-    let (Some(name), Ok(store)) = (name, Store::open(store_dir)) else {
-        return Ok(mp);
+    let typed = arg.to_string_lossy();
+    let not_mounted = || {
+        if typed.contains('/') || arg.exists() {
+            anyhow!("{} is not mounted", mp.display())
+        } else {
+            anyhow!(
+                "{typed} is not mounted (no mount of a ref, fork or archive of that name, nor at {}); `storefs status` lists the mounts",
+                mp.display()
+            )
+        }
+    };
+    let Ok(store) = Store::open(store_dir) else {
+        return Err(not_mounted());
     };
     let (live, dead) = store.mounts()?;
+    let abs = mp.to_string_lossy();
     let found: Vec<_> = live
         .into_iter()
         .chain(dead)
-        .filter(|r| r.target == name)
+        // Also as the `status` table shows a long target: shortened with a `…`.
+        .filter(|r| {
+            r.target == typed
+                || r.target == abs
+                || (typed.contains('…') && shorten_middle(&r.target, TARGET_WIDTH) == typed)
+        })
         .collect();
     match found.as_slice() {
-        [] => Ok(mp),
+        [] => Err(not_mounted()),
         [one] => Ok(PathBuf::from(&one.mountpoint)),
         many => bail!(
-            "'{name}' is mounted at {} places ({}); give the mountpoint",
+            "'{typed}' is mounted at {} places ({}); give the mountpoint",
             many.len(),
             many.iter()
                 .map(|r| r.mountpoint.as_str())
@@ -375,6 +420,9 @@ fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
         ),
     }
 }
+
+/// The width of `status`'s TARGET column.
+const TARGET_WIDTH: usize = 20;
 
 /// `s` in at most `max` characters: a longer one keeps its start and its
 /// end around a `…` (an archive's path shows its directory and its name).
@@ -446,7 +494,7 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
             m.mode,
             pid,
             &m.checkpoint[..12.min(m.checkpoint.len())],
-            shorten_middle(&m.target, 20),
+            shorten_middle(&m.target, TARGET_WIDTH),
             rss,
             cache,
             m.mountpoint

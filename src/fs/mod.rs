@@ -398,6 +398,17 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
 /// it from the daemon's main thread before starting other threads (a thread that
 /// does not block them would die of a process-directed SIGTERM). The mask is
 /// left in place even when mounting fails.
+/// A directory's `(st_size, st_blocks)` as every mount shows it: what ext4
+/// would give its entries' names ([`journal::ext4::dir_size`]), whatever size
+/// the tree recorded; one block when tree `tree` cannot be read. `storefs ls`
+/// shows the same.
+pub fn dir_size(store: &Store, tree: &ObjectId) -> (u64, u64) {
+    match store.get_tree(tree, "directory") {
+        Ok(t) => journal::ext4::dir_size(t.entries.iter().map(|e| e.name.len())),
+        Err(_) => journal::ext4::dir_size([]),
+    }
+}
+
 pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) -> Result<Mounted> {
     let record = store.read_checkpoint(&ckpt)?;
     let root = store.root_entry(&record)?;

@@ -77,6 +77,9 @@ pub struct Exported {
     pub sha256: String,
     /// The `sha256sum`-format manifest.
     pub manifest: PathBuf,
+    /// What it holds: a line per file written and, when split, one for the
+    /// joined archive (file names relative to the manifest's directory).
+    pub manifest_text: String,
     pub entries: u64,
     pub warnings: Vec<String>,
 }
@@ -131,6 +134,7 @@ pub fn export(
             parts,
             sha256: whole,
             manifest: manifest.clone(),
+            manifest_text: text,
             entries,
             warnings,
         })

@@ -186,6 +186,22 @@ pub fn read_fork_info(store: &Store, name: &str) -> Result<Option<ForkInfo>> {
     read_json(&RealIo, &dir.join("fork.json"))
 }
 
+/// Whether fork `name`'s journal holds changes no commit has taken yet
+/// (records that change the tree: directory loads and inode maps do not
+/// count, as when the fork is opened). Reads the journal only, so it also
+/// answers for a mounted fork: what its daemon has journaled (with
+/// `--writeback-cache`, writes the kernel still holds are not there yet).
+pub fn has_uncommitted_changes(store: &Store, name: &str) -> Result<bool> {
+    let head = store
+        .read_fork_head(name)?
+        .ok_or_else(|| Error::NoFork(name.into()))?;
+    let dir = fork_dir(store, name).join("journal");
+    super::wal::any_record(&dir, head.journal_from, |r| {
+        !matches!(r, Record::InodeMap(_) | Record::LoadDir { .. })
+    })
+    .map_err(io_at(&dir))
+}
+
 /// The fork's history: its head, then parents (first parent only), down to
 /// and including the fork point.
 pub fn fork_log(store: &Store, name: &str) -> Result<Vec<(ObjectId, Checkpoint)>> {

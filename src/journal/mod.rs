@@ -36,7 +36,8 @@ use std::io as stdio;
 use std::path::PathBuf;
 
 pub use fork::{
-    Fork, ForkInfo, ForkMemory, NewNode, StatFs, Upstream, fork_dir, fork_log, read_fork_info,
+    Fork, ForkInfo, ForkMemory, NewNode, StatFs, Upstream, fork_dir, fork_log,
+    has_uncommitted_changes, read_fork_info,
 };
 pub use io::{FaultyIo, JournalFile, JournalIo, Prealloc, RealIo};
 pub use state::{MAX_FILE_SIZE, NAME_MAX, ROOT_INO, XATTR_SIZE_MAX};

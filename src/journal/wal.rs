@@ -571,6 +571,73 @@ impl Wal {
     }
 }
 
+/// Whether the journal in `dir`, from segment `from` on, holds a record
+/// `wanted` picks. Reads only (nothing is cut, created or locked), so it may
+/// run while a daemon appends or commits: a segment that is gone is skipped,
+/// and a damaged or unfinished tail ends that segment's scan.
+pub fn any_record(
+    dir: &Path,
+    from: u64,
+    mut wanted: impl FnMut(&Record) -> bool,
+) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let names = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut seqs = Vec::new();
+    for ent in names {
+        let name = ent?.file_name();
+        if let Some(seq) = name.to_str().and_then(parse_segment_name)
+            && seq >= from
+        {
+            seqs.push(seq);
+        }
+    }
+    seqs.sort_unstable();
+    for seq in seqs {
+        let file = match std::fs::File::open(dir.join(segment_name(seq))) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let len = file.metadata()?.len();
+        let mut h = [0u8; SEGMENT_HEADER as usize];
+        if len < SEGMENT_HEADER
+            || file.read_exact_at(&mut h, 0).is_err()
+            || h[..4] != SEGMENT_MAGIC[..]
+        {
+            continue;
+        }
+        let mut pos = SEGMENT_HEADER;
+        while pos + FRAME_HEADER as u64 <= len {
+            let mut fh = [0u8; FRAME_HEADER];
+            file.read_exact_at(&mut fh, pos)?;
+            if fh.iter().all(|&b| b == 0) {
+                break; // preallocated space
+            }
+            let Some((plen, crc)) = record::frame_header(&fh) else {
+                break;
+            };
+            let start = pos + FRAME_HEADER as u64;
+            if len - start < u64::from(plen) {
+                break;
+            }
+            let mut payload = vec![0u8; plen as usize];
+            file.read_exact_at(&mut payload, start)?;
+            if crc32fast::hash(&payload) != crc {
+                break;
+            }
+            if Record::decode(&payload).is_some_and(|r| wanted(&r)) {
+                return Ok(true);
+            }
+            pos = start + u64::from(plen);
+        }
+    }
+    Ok(false)
+}
+
 /// Replay one segment; returns the end of its valid records. A damaged tail
 /// of the last segment is cut off (with a warning); elsewhere it is corrupt.
 fn replay_segment(

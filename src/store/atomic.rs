@@ -11,16 +11,75 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::RwLock;
 
 use crate::sys;
 
-/// A temp-file name nobody can guess: `.PREFIX.RANDOM.tmp`.
+/// A temp-file name nobody can guess, that names its writer:
+/// `.PREFIX.PID.RANDOM.tmp` (RANDOM: 64 random bits in decimal). gc and
+/// verify read the pid back ([`temp_owner`]) to tell a dead writer's file.
 pub fn temp_name(prefix: &str) -> String {
-    let mut r = [0u8; 8];
-    // getrandom does not fail for 8 bytes on Linux >= 3.17; a failure would
-    // still leave the name unique within this process with O_EXCL.
-    let _ = sys::random_bytes(&mut r);
-    format!(".{prefix}.{:016x}.tmp", u64::from_le_bytes(r))
+    sys::temp_file_name(prefix)
+}
+
+/// Held (shared) while a temp file is created; taken for good by
+/// [`stop_creating_temps`].
+static CREATING: RwLock<()> = RwLock::new(());
+
+/// Create the temp file `tmp` (readable and writable, `mode`; it must not
+/// exist). Waits forever once [`stop_creating_temps`] was called.
+pub fn create_temp(tmp: &Path, mode: u32) -> io::Result<File> {
+    let _creating = CREATING.read().unwrap_or_else(|p| p.into_inner());
+    let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
+    sys::open_nofollow(tmp, flags, mode)
+}
+
+/// From now on, no thread of this process creates a temp file (those that
+/// try wait until the process exits): for a process about to exit that
+/// removes its temp files first.
+pub fn stop_creating_temps() {
+    std::mem::forget(CREATING.write().unwrap_or_else(|p| p.into_inner()));
+}
+
+/// The pid in a [`temp_name`] (`.PREFIX.PID.N.tmp`), if `name` is one.
+pub fn temp_owner(name: &str) -> Option<u32> {
+    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let mut fields = inner.rsplitn(3, '.');
+    let n = fields.next()?;
+    let pid = fields.next()?;
+    fields.next()?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// Whether the process that wrote the temp file `name` is gone: its pid no
+/// longer runs, or runs a program that is not storefs (the pid was reused).
+/// A temp file of such a writer is garbage at once. False when `name` is not
+/// a temp name, and when unsure (another user's process we may not inspect).
+pub fn temp_writer_gone(name: &str) -> bool {
+    let Some(pid) = temp_owner(name) else {
+        return false;
+    };
+    if pid == std::process::id() {
+        return false;
+    }
+    if !crate::sys::pid_alive(pid) {
+        return true;
+    }
+    match crate::sys::process_exe(pid) {
+        Ok(exe) => !is_storefs_exe(&exe),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
+/// A storefs binary (whatever its directory, also after it was replaced on
+/// disk), or the program we run (the test binaries of this crate).
+fn is_storefs_exe(exe: &Path) -> bool {
+    let named = exe
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("storefs"));
+    named || std::env::current_exe().is_ok_and(|me| me == exe)
 }
 
 /// Write `data` to `path` atomically: readers see the old file or the whole new one.
@@ -51,7 +110,9 @@ fn write_in(dir: File, path: &Path, data: &[u8], mode: u32, durable: bool) -> io
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a file needs a name"))?;
     let prefix = name.to_str().unwrap_or("file");
+    let creating = CREATING.read().unwrap_or_else(|p| p.into_inner());
     let (mut f, tmp) = sys::create_temp_in(&dir, prefix, mode)?;
+    drop(creating);
     let result = (|| {
         f.write_all(data)?;
         f.sync_all()?;
@@ -80,4 +141,33 @@ pub fn read_store_file(path: &Path) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
     f.read_to_end(&mut out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_name_their_writer() {
+        let name = temp_name("pack");
+        assert_eq!(temp_owner(&name), Some(std::process::id()));
+        assert!(!temp_writer_gone(&name), "ours");
+        assert_eq!(temp_owner(".index.midx.999.0.tmp"), Some(999));
+        assert_eq!(temp_owner(".1f.json.42.7.tmp"), Some(42));
+        assert_eq!(temp_owner(".pack.x.0.tmp"), None);
+        assert_eq!(temp_owner("pack.1.0.tmp"), None);
+        assert_eq!(temp_owner(".pack.1.0"), None);
+        assert!(!temp_writer_gone("pack.1.0"));
+        // A pid that runs something other than storefs, and one that is gone.
+        let mut other = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let reused = format!(".pack.{}.0.tmp", other.id());
+        let gone = temp_writer_gone(&reused);
+        other.kill().unwrap();
+        other.wait().unwrap();
+        assert!(gone, "a pid running sleep");
+        assert!(temp_writer_gone(&reused), "a pid that is gone");
+    }
 }

@@ -172,7 +172,8 @@ pub trait ObjectBackend: Send + Sync {
         Ok((0, 0))
     }
     /// Temp files of writes that never finished (a crash), last modified before
-    /// `cutoff`: their paths and sizes. Removed unless `dry_run`.
+    /// `cutoff` or written by a process that is gone (whatever their age):
+    /// their paths and sizes. Removed unless `dry_run`.
     fn remove_stale_temps(
         &self,
         _cutoff: SystemTime,
@@ -1507,13 +1508,13 @@ impl ObjectBackend for LocalBackend {
         dry_run: bool,
     ) -> io::Result<Vec<(PathBuf, u64)>> {
         let mut out = Vec::new();
-        let mut stale = |path: PathBuf| -> io::Result<()> {
+        let mut stale = |path: PathBuf, writer_gone: bool| -> io::Result<()> {
             let m = match fs::symlink_metadata(&path) {
                 Ok(m) => m,
                 Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
                 Err(e) => return Err(e),
             };
-            if m.modified()? >= cutoff {
+            if !writer_gone && m.modified()? >= cutoff {
                 return Ok(());
             }
             if !dry_run {
@@ -1542,7 +1543,9 @@ impl ObjectBackend for LocalBackend {
                         .strip_suffix(".pack")
                         .is_some_and(|n| !self.pack_path(n, "idx").exists());
                 if (temp && (packs || name.starts_with(".obj."))) || orphan {
-                    stale(fan.path().join(name))?;
+                    // A temp file whose writer is gone is garbage whatever its age.
+                    let gone = temp && super::atomic::temp_writer_gone(name);
+                    stale(fan.path().join(name), gone)?;
                 }
             }
         }

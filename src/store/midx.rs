@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use super::atomic::{fsync_dir, temp_name};
+use super::atomic::{create_temp, fsync_dir, temp_name};
 use super::id::ObjectId;
 use super::pack::PackEntry;
 
@@ -396,9 +396,7 @@ pub fn write_as(
     let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or(MIDX);
     let tmp = dir.join(temp_name(file_name));
     let result = (|| {
-        let flags =
-            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
-        let file = crate::sys::open_nofollow(&tmp, flags, 0o444)?;
+        let file = create_temp(&tmp, 0o444)?;
         let hlen = header_len(flavor, names.len());
         let mut w = BufWriter::with_capacity(1 << 20, &file);
         w.seek(SeekFrom::Start(hlen))?;

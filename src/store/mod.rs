@@ -96,7 +96,7 @@ pub enum Error {
     #[error("object {id} is corrupt ({detail}); run `storefs verify` to quarantine it")]
     Corrupt { id: ObjectId, detail: String },
     #[error(
-        "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs and `storefs log` checkpoints"
+        "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs, `storefs forks` forks and `storefs log` checkpoints"
     )]
     UnknownTarget(String),
     #[error("'{prefix}' is ambiguous: {count} ids start with it ({examples}); give more digits")]
@@ -545,6 +545,8 @@ impl Store {
     /// Publish a checkpoint: objects made durable first, then the record.
     /// Its origin, if any, must be a canonical absolute path ([`check_origin`]).
     pub fn write_checkpoint(&self, ckpt: &Checkpoint) -> Result<ObjectId> {
+        // Held while publishing: an interrupt waits for it (see [`publish_gate`]).
+        let mut published = publish_gate();
         if let Some(o) = &ckpt.origin
             && let Some(why) = check_origin(o)
         {
@@ -564,7 +566,17 @@ impl Store {
         self.sync_objects()?;
         let id = ObjectId::of(&bytes);
         self.write_checkpoint_record(&id, &bytes)?;
+        *published = true;
         Ok(id)
+    }
+
+    /// Temp files of writers that are gone (an interrupted snapshot or
+    /// import, a crash), whatever their age: paths and sizes. `storefs gc`
+    /// removes them.
+    pub fn leftover_temps(&self) -> Result<Vec<(PathBuf, u64)>> {
+        self.backend()
+            .remove_stale_temps(std::time::UNIX_EPOCH, true)
+            .at(&self.root().join("objects"))
     }
 
     /// Publish a checkpoint record as it was received (from a remote): its
@@ -943,6 +955,65 @@ pub fn ownership_problem(root: &Path) -> Result<Option<String>> {
 
 pub fn absolute(p: &Path) -> Result<PathBuf> {
     std::path::absolute(p).at(p)
+}
+
+/// Whether this process published a checkpoint, behind the lock
+/// [`Store::write_checkpoint`] holds while it publishes one. A command that
+/// is interrupted takes it (waiting for a publication under way) and keeps it
+/// until it exits: then either its checkpoint was published (true) or none
+/// will be.
+pub fn publish_gate() -> std::sync::MutexGuard<'static, bool> {
+    static GATE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    GATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Remove the temp files this process was writing in the store at `root`
+/// (objects, packs, records; [`atomic::temp_name`] names them after our pid):
+/// what an interrupted snapshot or import leaves. For a process about to
+/// exit: no thread of it creates a temp file afterwards. Returns how many
+/// and their bytes; errors are skipped (gc finds what is left).
+pub fn remove_own_temps(root: &Path) -> (usize, u64) {
+    // No thread of ours makes a new one behind the sweep.
+    atomic::stop_creating_temps();
+    let me = std::process::id();
+    let mut removed = (0, 0);
+    let mut sweep = |dir: &Path| {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for ent in rd.flatten() {
+            let name = ent.file_name();
+            if name.to_str().and_then(atomic::temp_owner) != Some(me) {
+                continue;
+            }
+            let size = ent.metadata().map_or(0, |m| m.len());
+            if fs::remove_file(ent.path()).is_ok() {
+                removed.0 += 1;
+                removed.1 += size;
+            }
+        }
+    };
+    let Ok(top) = fs::read_dir(root) else {
+        return removed;
+    };
+    let dirs: Vec<PathBuf> = top
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    for dir in dirs {
+        sweep(&dir);
+        if dir.file_name().is_some_and(|n| n == "objects") {
+            let Ok(sub) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in sub.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    sweep(&e.path());
+                }
+            }
+        }
+    }
+    sweep(root);
+    removed
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use super::atomic::{fsync_dir, temp_name, write_store_file};
+use super::atomic::{create_temp, fsync_dir, temp_name, write_store_file};
 use super::id::ObjectId;
 
 /// Objects whose stored (compressed) size is at most this are *small*: read
@@ -232,9 +232,7 @@ impl PackWriter {
         crate::sys::random_bytes(&mut rnd)?;
         let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
         let tmp = dir.join(temp_name("pack"));
-        let flags =
-            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
-        let file = crate::sys::open_nofollow(&tmp, flags, 0o444)?;
+        let file = create_temp(&tmp, 0o444)?;
         Ok(PackWriter {
             dir: dir.to_path_buf(),
             name,

@@ -79,7 +79,8 @@ pub struct Imported {
     pub part_sha256: Vec<String>,
     /// The single top-level directory's name, when the tree is that directory.
     pub top_name: Option<Vec<u8>>,
-    /// `root` from the top directory's STORE.json, when it is an absolute path.
+    /// The archive's `STOREFS.origin` record (what export wrote), else `root`
+    /// from the top directory's STORE.json, when it is an absolute path.
     pub origin_hint: Option<String>,
     pub warnings: Vec<String>,
     /// The most archive entries held in memory at once (see
@@ -140,16 +141,19 @@ fn run(store: &Store, parts: &Parts, expected: &Digests, opts: &ImportOptions) -
         parsed.as_ref().err(),
     )?;
     let mut built = parsed?;
+    // The `STOREFS.origin` record export wrote ranks first: an archive storefs
+    // wrote comes back at the origin it was exported with, whatever the
+    // STORE.json inside says (a tree snapshotted elsewhere than its root).
     let origin_hint = match built
-        .store_json
-        .as_ref()
-        .and_then(|e| origin_from_store_json(store, e))
+        .pax_origin
+        .as_deref()
+        .and_then(|o| origin_from_pax(o, &mut built.warnings))
     {
-        Some(root) => Some(root),
+        Some(o) => Some(o),
         None => built
-            .pax_origin
-            .as_deref()
-            .and_then(|o| origin_from_pax(o, &mut built.warnings)),
+            .store_json
+            .as_ref()
+            .and_then(|e| origin_from_store_json(store, e)),
     };
     Ok(Imported {
         root: built.root,
@@ -631,6 +635,9 @@ pub struct Published {
     /// The archive, for messages (`NAME (3 parts, …)`).
     pub name: String,
     pub warnings: Vec<String>,
+    /// The digests came from this manifest found beside the archive (no
+    /// --sha256 or --manifest given).
+    pub manifest_beside: Option<PathBuf>,
 }
 
 /// Import an archive once, keyed by its sha256 in `archives/`, and publish
@@ -639,7 +646,14 @@ pub struct Published {
 /// parts are hashed (no decompression) and looked up first.
 pub fn import_archive(store: &Store, req: &ImportRequest) -> Result<Published> {
     let parts = discover(&req.paths)?;
-    let expected = expected_digests(req.sha256.as_deref(), req.manifest.as_deref(), &parts)?;
+    // Without a digest given, the manifest export writes beside the archive
+    // (NAME.sha256) is used when there is one.
+    let beside = match (&req.sha256, &req.manifest) {
+        (None, None) => manifest_beside(&parts),
+        _ => None,
+    };
+    let manifest = req.manifest.as_deref().or(beside.as_deref());
+    let expected = expected_digests(req.sha256.as_deref(), manifest, &parts)?;
     let verified = !expected.is_empty();
     let mut expected_now = expected.clone();
     if expected.whole.is_none() {
@@ -649,7 +663,9 @@ pub fn import_archive(store: &Store, req: &ImportRequest) -> Result<Published> {
     }
     let whole = expected_now.whole.clone().expect("set above");
     if let Some(rec) = store.archive_record(&whole)? {
-        return reuse(store, req, rec, whole, verified, parts.describe());
+        let mut p = reuse(store, req, rec, whole, verified, parts.describe())?;
+        p.manifest_beside = beside;
+        return Ok(p);
     }
 
     let imported = import(store, &parts, &expected_now, &req.options)?;
@@ -700,7 +716,18 @@ pub fn import_archive(store: &Store, req: &ImportRequest) -> Result<Published> {
         sha256: imported.sha256,
         name: parts.describe(),
         warnings: imported.warnings,
+        manifest_beside: beside,
     })
+}
+
+/// `NAME.sha256` beside the archive's first part (NAME: the archive's name
+/// without `.partNN`), as `export` writes it, when it is a regular file.
+fn manifest_beside(parts: &Parts) -> Option<PathBuf> {
+    let first = &parts.parts.first()?.path;
+    let m = first.with_file_name(format!("{}.sha256", parts.name));
+    std::fs::metadata(&m)
+        .is_ok_and(|md| md.is_file())
+        .then_some(m)
 }
 
 /// The archive was imported before: use that checkpoint (a new record with
@@ -739,6 +766,7 @@ fn reuse(
         sha256,
         name,
         warnings: Vec::new(),
+        manifest_beside: None,
     })
 }
 
