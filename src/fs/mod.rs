@@ -240,6 +240,9 @@ fn journal_errno(e: &journal::Error) -> Errno {
         J::TooManyLinks => Errno::EMLINK,
         J::Busy(_) | J::Uncommitted(_) => Errno::EBUSY,
         J::NotAncestor { .. } => Errno::EINVAL,
+        // The journal's file system is full: the writer is told, the fork
+        // goes on (reads, deletes, and writes once space is freed).
+        J::NoSpace { .. } => Errno::ENOSPC,
         // Failures of the fork itself: the operation fails, the mount stays.
         J::NoFork(_)
         | J::BadName(_)
