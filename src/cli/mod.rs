@@ -168,6 +168,12 @@ fn one_line(e: &anyhow::Error) -> String {
         if out.contains(&s) {
             continue;
         }
+        // A cause that repeats the outer message ("cannot mount at X" then
+        // "cannot mount at X: why") says it all.
+        if !out.is_empty() && s.starts_with(&out) {
+            out = s;
+            continue;
+        }
         if !out.is_empty() {
             out.push_str(": ");
         }
