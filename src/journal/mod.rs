@@ -123,7 +123,7 @@ pub enum Error {
     /// file system is full. Nothing of the record remains and the journal
     /// keeps working: the operation may be retried once space is freed.
     #[error(
-        "{path}: no space left for the fork's journal; free space on its file system (or delete files in the fork), then retry"
+        "{path}: no space left for the fork's journal; free space on its file system, then retry"
     )]
     NoSpace { path: PathBuf },
     /// The store failed (missing or corrupt object, I/O).
