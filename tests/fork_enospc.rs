@@ -111,9 +111,14 @@ fn a_full_disk_under_a_mounted_fork_gives_enospc_and_the_fork_goes_on() {
         Ok(()) => true,
         Err(e) => {
             assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "delete: {e}");
+            eprintln!("the delete met a full journal too (ENOSPC); retried after freeing space");
             false
         }
     };
+
+    if deleted {
+        eprintln!("the delete was taken while the disk was full");
+    }
 
     // Space freed: the same mount takes deletes, writes and a commit.
     fs::remove_file(small.join("ballast")).unwrap();

@@ -1037,7 +1037,7 @@ impl<'p> Walk<'p> {
     /// Put read contents into their entries (metadata refreshed from the
     /// fstat the content was read under) and mark them read; leave out the
     /// files that vanished before they could be opened.
-    fn apply_read(&mut self, contents: Vec<Vec<(usize, Option<FileContent>)>>) {
+    fn apply_read(&mut self, contents: Vec<ReadFiles>) {
         for (idx, c) in contents.into_iter().flatten() {
             let Some(c) = c else {
                 let path = node_path(&self.nodes, &self.root, idx);
@@ -1116,6 +1116,9 @@ fn lookahead_threads(threads: usize) -> usize {
         .unwrap_or(threads)
 }
 
+/// What one reader read: (node, its content, or `None` when it vanished).
+type ReadFiles = Vec<(usize, Option<FileContent>)>;
+
 /// What a reader thread shares with the others.
 struct Readers<'a> {
     store: &'a Store,
@@ -1138,7 +1141,7 @@ fn read_contents(
     threads: usize,
     counters: &Counters,
     progress: &dyn Progress,
-) -> Result<Vec<Vec<(usize, Option<FileContent>)>>> {
+) -> Result<Vec<ReadFiles>> {
     let shared = Readers {
         store,
         counters,
@@ -1182,10 +1185,7 @@ fn read_contents(
 }
 
 /// Reader thread: take files until none are left or another reader failed.
-fn read_files(
-    shared: &Readers<'_>,
-    tx: SyncSender<ChunkJob>,
-) -> Result<Vec<(usize, Option<FileContent>)>> {
+fn read_files(shared: &Readers<'_>, tx: SyncSender<ChunkJob>) -> Result<ReadFiles> {
     let hashers = Hashers::inline(&tx, shared.store, shared.counters);
     let mut out = Vec::new();
     // The directory of the last file read, held open: the files of one
