@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup-debian.sh --demo   # fuse3, attr, python3, psmisc; no test tools
 if [ ! -x target/release/storefs ]; then
-    echo "demo: building storefs (release; about 4-5 minutes on 2 cores the first time)" >&2
+    echo "demo: building storefs (release, the first time: about 650 CPU-seconds, so 6 minutes or more on 2 idle cores; longer on a busy machine)" >&2
 fi
 start=$(date +%s)
 cargo build --release --locked

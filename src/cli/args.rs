@@ -198,6 +198,12 @@ pub struct PullArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+A path that vanishes while the snapshot runs (a temp file renamed or deleted between \
+the listing of its directory and its read) is left out: the checkpoint is still written \
+and its id printed, each such path is named on stderr (the first 20, then a count), and \
+the exit status is 3. A file that changes while it is read is read again (3 tries), then \
+fails the snapshot.")]
 pub struct SnapshotArgs {
     /// The directory to record; its absolute path becomes the checkpoint's origin
     pub dir: PathBuf,

@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -146,7 +146,37 @@ pub fn snapshot(store_dir: &Path, a: SnapshotArgs) -> Result<()> {
         }
     }
     super::say(id)?;
+    if !result.vanished.is_empty() {
+        for line in vanished_lines(&result.vanished, MAX_VANISHED_LINES) {
+            super::warn(&line);
+        }
+        return Err(super::PartialExit.into());
+    }
     Ok(())
+}
+
+/// Warning lines for paths a snapshot left out; after this many, a count.
+const MAX_VANISHED_LINES: usize = 20;
+
+/// One line per vanished path, at most `max`, then one that counts the rest.
+fn vanished_lines(paths: &[PathBuf], max: usize) -> Vec<String> {
+    let mut lines: Vec<String> = paths
+        .iter()
+        .take(max)
+        .map(|p| {
+            format!(
+                "{}: vanished while the snapshot ran; not in it",
+                p.display()
+            )
+        })
+        .collect();
+    if paths.len() > max {
+        lines.push(format!(
+            "and {} more paths vanished while the snapshot ran; not in it",
+            paths.len() - max
+        ));
+    }
+    lines
 }
 
 pub fn refs(store: &Store, a: RefsArgs) -> Result<()> {
@@ -526,4 +556,19 @@ pub(super) fn now_ns() -> i64 {
 pub(super) fn hostname() -> Option<String> {
     let uname = rustix::system::uname();
     uname.nodename().to_str().ok().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vanished_paths_are_named_up_to_the_limit_then_counted() {
+        let paths: Vec<PathBuf> = (0..5).map(|i| PathBuf::from(format!("/t/f{i}"))).collect();
+        let lines = vanished_lines(&paths, 3);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(lines[0].starts_with("/t/f0: vanished"), "{lines:?}");
+        assert!(lines[3].starts_with("and 2 more paths"), "{lines:?}");
+        assert_eq!(vanished_lines(&paths[..3], 3).len(), 3);
+    }
 }

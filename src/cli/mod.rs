@@ -1,7 +1,8 @@
 //! Layer 6: the command line. Each verb parses its arguments and calls the layers
 //! below; the logic lives there. Errors print as one line on stderr:
-//! exit 0 ok, 1 error, 2 usage; a closed standard output ends the process
-//! by SIGPIPE, silently, as coreutils do.
+//! exit 0 ok, 1 error, 2 usage, 3 a snapshot made without the paths that
+//! vanished while it ran ([`PartialExit`]); a closed standard output ends the
+//! process by SIGPIPE, silently, as coreutils do.
 
 mod archive;
 mod args;
@@ -38,12 +39,31 @@ pub fn main() -> i32 {
     match run(cli) {
         Ok(()) => 0,
         Err(e) if stdout_closed(&e) => die_of_sigpipe(),
+        Err(e) if e.downcast_ref::<PartialExit>().is_some() => PARTIAL_EXIT,
         Err(e) => {
             eprintln!("storefs: error: {}", one_line(&e));
             1
         }
     }
 }
+
+/// The exit status of a snapshot that was made without some paths because
+/// they vanished while it ran (as restic's 3: "snapshot created, some files
+/// unreadable").
+pub const PARTIAL_EXIT: i32 = 3;
+
+/// Returned by a command that did its work but ends with [`PARTIAL_EXIT`];
+/// what it left out is already on stderr.
+#[derive(Debug)]
+pub(crate) struct PartialExit;
+
+impl std::fmt::Display for PartialExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "done, with paths left out")
+    }
+}
+
+impl std::error::Error for PartialExit {}
 
 /// Whether `e` is a write to a standard output whose reader has gone
 /// (`storefs log | head`): then there is nobody to tell.
@@ -156,6 +176,12 @@ fn one_line(e: &anyhow::Error) -> String {
     for cause in e.chain() {
         let s = cause.to_string();
         if out.contains(&s) {
+            continue;
+        }
+        // A cause that repeats the outer message ("cannot mount at X" then
+        // "cannot mount at X: why") says it all.
+        if !out.is_empty() && s.starts_with(&out) {
+            out = s;
             continue;
         }
         if !out.is_empty() {

@@ -90,10 +90,9 @@ pub enum Error {
         "/dev/fuse is missing: load the module (`modprobe fuse`) or, in a container, pass the device (--device /dev/fuse)"
     )]
     NoDevFuse,
-    #[error(
-        "not permitted to open /dev/fuse: run as root, or give your user access to it (the fuse group)"
-    )]
-    DevFuseDenied,
+    /// `is`: its mode, owner and group; `fix`: the fix that fits them.
+    #[error("not permitted to open /dev/fuse ({is}): {fix}")]
+    DevFuseDenied { is: String, fix: String },
     /// A file the daemon needs (the mountpoint, `/dev/fuse`) cannot be read.
     #[error("{}", path.display())]
     Access {

@@ -117,12 +117,43 @@ fn check_dev_fuse() -> Result<()> {
     match OpenOptions::new().read(true).write(true).open("/dev/fuse") {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::NoDevFuse),
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(Error::DevFuseDenied),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            let (is, fix) = dev_fuse_fix();
+            Err(Error::DevFuseDenied { is, fix })
+        }
         Err(source) => Err(Error::Access {
             path: "/dev/fuse".into(),
             source,
         }),
     }
+}
+
+/// For a user who may not open `/dev/fuse`: its mode, owner and group, and
+/// the fix that fits them. Debian and most distributions ship it mode 0666
+/// (no group to join); some give it mode 0660 and a group of its own.
+fn dev_fuse_fix() -> (String, String) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = fs::metadata("/dev/fuse") else {
+        return ("cannot stat it".into(), "mount as root".into());
+    };
+    let mode = m.mode() & 0o7777;
+    let owner = nix::unistd::User::from_uid(m.uid().into())
+        .ok()
+        .flatten()
+        .map_or_else(|| m.uid().to_string(), |u| u.name);
+    let group = nix::unistd::Group::from_gid(m.gid().into())
+        .ok()
+        .flatten()
+        .map_or_else(|| m.gid().to_string(), |g| g.name);
+    let is = format!("mode {mode:04o}, owner {owner}, group {group}");
+    let fix = if m.gid() != 0 && mode & 0o060 == 0o060 {
+        format!(
+            "add your user to group {group} (`sudo usermod -aG {group} $USER`, then log in again), or mount as root"
+        )
+    } else {
+        "give it the mode distributions ship (`sudo chmod 0666 /dev/fuse`; in a container, pass the device with that mode), or mount as root".to_string()
+    };
+    (is, fix)
 }
 
 #[cfg(test)]

@@ -240,6 +240,9 @@ fn journal_errno(e: &journal::Error) -> Errno {
         J::TooManyLinks => Errno::EMLINK,
         J::Busy(_) | J::Uncommitted(_) => Errno::EBUSY,
         J::NotAncestor { .. } => Errno::EINVAL,
+        // The journal's file system is full: the writer is told, the fork
+        // goes on (reads, deletes, and writes once space is freed).
+        J::NoSpace { .. } => Errno::ENOSPC,
         // Failures of the fork itself: the operation fails, the mount stays.
         J::NoFork(_)
         | J::BadName(_)
@@ -322,8 +325,35 @@ fn check_mountpoint(cfg: &MountConfig) -> Result<()> {
 fn mount_error(cfg: &MountConfig, source: io::Error) -> FsError {
     FsError::Mount {
         path: cfg.mountpoint.clone(),
-        source,
+        source: fusermount_error(source),
     }
+}
+
+/// A user's mount goes through fusermount3, whose refusal fuser passes on
+/// as its stderr: "fusermount3: WHY\n". One line, without its name, and for
+/// `allow_other` the fix.
+fn fusermount_error(e: io::Error) -> io::Error {
+    let text = e.to_string();
+    if e.raw_os_error().is_some() || !text.starts_with("fusermount") {
+        return e;
+    }
+    if text.contains("user_allow_other") {
+        return io::Error::new(
+            e.kind(),
+            "-o allow_other is for root only unless /etc/fuse.conf has the line user_allow_other; add that line (as root) or mount without allow_other",
+        );
+    }
+    let why = text
+        .lines()
+        .map(|l| {
+            l.trim()
+                .trim_start_matches("fusermount3: ")
+                .trim_start_matches("fusermount: ")
+        })
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    io::Error::new(e.kind(), format!("fusermount3 refused: {why}"))
 }
 
 /// Block the stop signals in the calling thread (see [`mount_checkpoint`]),

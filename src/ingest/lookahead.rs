@@ -39,6 +39,7 @@ pub(super) struct Listing {
 /// List `dir` (not following a symlink in its place) and `lstat` each entry
 /// relative to it.
 pub(super) fn list(dir: &Path) -> io::Result<Listing> {
+    super::testing_vanish(dir);
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::open(dir, flags, Mode::empty())?;
     let mut listing = rustix::fs::Dir::new(fd)?;

@@ -170,3 +170,20 @@ impl<T> IoAt<T> for io::Result<T> {
 
 #[cfg(test)]
 mod tests;
+
+/// Debug builds only, for the tests of a path that vanishes while a snapshot
+/// runs: when `STOREFS_TEST_VANISH` names `path`, it is removed just before
+/// the snapshot opens it (a file, to read it) or lists it (a directory).
+/// Release builds compile this to nothing.
+fn testing_vanish(path: &Path) {
+    #[cfg(debug_assertions)]
+    {
+        static VANISH: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+        let target = VANISH.get_or_init(|| std::env::var_os("STOREFS_TEST_VANISH").map(Into::into));
+        if target.as_deref() == Some(path) {
+            let _ = std::fs::remove_dir_all(path).or_else(|_| std::fs::remove_file(path));
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = path;
+}

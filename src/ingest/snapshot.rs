@@ -29,9 +29,12 @@
 //! Every file's content is read between two `fstat`s of the open fd which must
 //! agree with each other and with the metadata recorded for the entry; a file
 //! that keeps changing fails the snapshot (see [`MAX_READ_ATTEMPTS`]).
-//! Directories, symlinks and special files are recorded as the walk saw them
-//! (an entry that vanishes between `readdir` and `lstat` is left out, with a
-//! warning).
+//! Directories, symlinks and special files are recorded as the walk saw them.
+//! A path that vanishes while the snapshot runs (`ENOENT` after its directory's
+//! listing named it: on `lstat`, on listing a directory, on reading a symlink
+//! or xattrs, on opening a file to read it) is left out and named in
+//! [`SnapshotResult::vanished`]; the snapshot is still made (tar and restic
+//! do the same). A file with other hard links that vanishes still fails it.
 
 use std::collections::HashMap;
 use std::fs::{self, File, Metadata, OpenOptions};
@@ -106,8 +109,11 @@ pub struct SnapshotResult {
     /// Entries seen (root included), file bytes, and what was newly stored.
     pub stats: store::Stats,
     /// Things the caller should tell the user (mount points skipped, sockets
-    /// kept as metadata only, files that vanished during the walk).
+    /// kept as metadata only).
     pub warnings: Vec<String>,
+    /// Paths that vanished while the snapshot ran and are not in it (in the
+    /// order they were found gone).
+    pub vanished: Vec<PathBuf>,
     /// Regular files (inodes) whose content was read.
     pub files_read: u64,
     /// Regular files (inodes) taken unchanged from the parent.
@@ -175,6 +181,7 @@ fn run(store: &Store, dir: &Path, opts: &SnapshotOptions) -> Result<SnapshotResu
             new_bytes_compressed: counters.bytes.load(Ordering::Relaxed),
         },
         warnings: walk.warnings,
+        vanished: walk.vanished,
         files_read: walk.files_read,
         files_reused: walk.files_reused,
         stat_cache,
@@ -306,6 +313,9 @@ struct Node {
     linked: bool,
     /// A directory whose tree is stored (`entry.content` names it, no children).
     done: bool,
+    /// Gone from disk before it could be read (a file) or listed (a
+    /// directory): left out of its directory's tree.
+    vanished: bool,
     /// For a hardlink that is not the first path of its inode: the first one.
     primary: Option<usize>,
     /// A listed directory's group in the stat cache.
@@ -315,7 +325,11 @@ struct Node {
 impl Node {
     /// Regular files whose content this node must read (one path per inode).
     fn needs_content(&self) -> bool {
-        self.entry.kind == Kind::File && self.primary.is_none() && !self.reused && !self.read
+        self.entry.kind == Kind::File
+            && self.primary.is_none()
+            && !self.reused
+            && !self.read
+            && !self.vanished
     }
 
     /// A directory whose tree is not stored yet (listed or not).
@@ -408,6 +422,7 @@ struct Walk<'p> {
     /// directory still pending (and what is below it).
     nodes: Vec<Node>,
     warnings: Vec<String>,
+    vanished: Vec<PathBuf>,
     progress: &'p dyn Progress,
     store: &'p Store,
     counters: &'p Counters,
@@ -460,6 +475,7 @@ impl<'p> Walk<'p> {
         Walk {
             nodes: Vec::new(),
             warnings: Vec::new(),
+            vanished: Vec::new(),
             progress: &*opts.progress,
             store,
             counters,
@@ -489,7 +505,9 @@ impl<'p> Walk<'p> {
     /// while it is walked.
     fn run(&mut self, root: &Path, root_meta: &Meta) -> Result<()> {
         self.root = root.to_path_buf();
-        let node = self.make_node(Some(root), 0, Vec::new(), Kind::Dir, root_meta)?;
+        let node = self
+            .make_node(Some(root), 0, Vec::new(), Kind::Dir, root_meta)?
+            .ok_or_else(|| Error::NotFound(root.to_path_buf()))?;
         self.nodes.push(node);
         self.entries = 1;
         if let Some((parent, _)) = &self.parent {
@@ -603,10 +621,14 @@ impl<'p> Walk<'p> {
     /// (its parent then waits for the walk's end too).
     fn finish_dir(&mut self, frame: Frame) -> Result<bool> {
         let idx = frame.idx;
+        if self.nodes[idx].vanished {
+            // Listed as gone: nothing below it, no tree.
+            return Ok(false);
+        }
         let subdirs = frame
             .children
             .clone()
-            .filter(|&c| self.nodes[c].entry.kind == Kind::Dir)
+            .filter(|&c| self.nodes[c].entry.kind == Kind::Dir && !self.nodes[c].vanished)
             .count();
         self.nodes[idx].entry.nlink = 2 + subdirs as u32;
         self.nodes[idx].linked = frame.linked;
@@ -639,8 +661,15 @@ impl<'p> Walk<'p> {
         parent: Option<&(ObjectId, Tree, Option<statcache::Group<'p>>)>,
     ) -> Result<std::ops::Range<usize>> {
         let dir = node_path(&self.nodes, &self.root, idx);
-        let listing = self.lookahead.take(&dir).at(&dir)?;
         let first = self.nodes.len();
+        let listing = match self.lookahead.take(&dir) {
+            Ok(l) => l,
+            Err(e) if idx != 0 && e.kind() == io::ErrorKind::NotFound => {
+                self.vanish(idx, dir);
+                return Ok(first..first);
+            }
+            Err(e) => return Err(Error::io(&dir, e)),
+        };
         let parent_entries = parent.map(|(_, tree, _)| tree);
         let parent_snapshot = self.parent.as_ref().map(|(p, _)| *p);
         for (name, stat) in listing.names.into_iter().zip(listing.stats) {
@@ -648,10 +677,7 @@ impl<'p> Walk<'p> {
             let meta = match stat {
                 Ok(s) => Meta::of_stat(&s),
                 Err(rustix::io::Errno::NOENT) => {
-                    self.warn(format!(
-                        "{}: vanished during the snapshot; not included",
-                        child_path().display()
-                    ));
+                    self.vanished.push(child_path());
                     continue;
                 }
                 Err(e) => return Err(Error::io(&child_path(), e.into())),
@@ -679,7 +705,11 @@ impl<'p> Walk<'p> {
             let path = (kind != Kind::File).then(child_path);
             let name = name.into_bytes();
             let before = parent_entries.and_then(|t| t.get(&name));
-            let mut node = self.make_node(path.as_deref(), idx, name, kind, &meta)?;
+            let Some(mut node) = self.make_node(path.as_deref(), idx, name, kind, &meta)? else {
+                // Only a path read by name vanishes here: not a regular file's.
+                self.vanished.extend(path);
+                continue;
+            };
             node.descend &= meta.dev == dev;
             if let (Some((_, _, files)), Some(before), Some(p)) = (parent, before, parent_snapshot)
             {
@@ -735,7 +765,8 @@ impl<'p> Walk<'p> {
 
     /// A node for an entry seen by lstat as `meta`. `path` is needed for
     /// anything but a regular file (symlink target, xattrs: a regular file's
-    /// are read through the open fd with its content).
+    /// are read through the open fd with its content). `None` when the path
+    /// vanished meanwhile (ENOENT).
     fn make_node(
         &self,
         path: Option<&Path>,
@@ -743,17 +774,26 @@ impl<'p> Walk<'p> {
         name: Vec<u8>,
         kind: Kind,
         meta: &Meta,
-    ) -> Result<Node> {
+    ) -> Result<Option<Node>> {
+        let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
         let mut entry = entry_from(name, kind, meta);
         if let Some(path) = path.filter(|_| kind != Kind::File) {
             if kind == Kind::Symlink {
-                let target = fs::read_link(path).at(path)?;
+                let target = match fs::read_link(path) {
+                    Ok(t) => t,
+                    Err(e) if gone(&e) => return Ok(None),
+                    Err(e) => return Err(Error::io(path, e)),
+                };
                 entry.content = Content::Target(target.into_os_string().into_encoded_bytes());
             }
             let cpath = sys::cstring(path.as_os_str().as_bytes()).at(path)?;
-            entry.xattrs = sys::read_xattrs(XattrTarget::Path(&cpath)).at(path)?;
+            entry.xattrs = match sys::read_xattrs(XattrTarget::Path(&cpath)) {
+                Ok(x) => x,
+                Err(e) if gone(&e) => return Ok(None),
+                Err(e) => return Err(Error::io(path, e)),
+            };
         }
-        Ok(Node {
+        Ok(Some(Node {
             entry,
             parent,
             children: (0, 0),
@@ -765,14 +805,28 @@ impl<'p> Walk<'p> {
             read: false,
             linked: false,
             done: false,
+            vanished: false,
             primary: None,
             slot: None,
-        })
+        }))
     }
 
     /// Returned to the caller, which decides how to show it (not logged here).
     fn warn(&mut self, msg: String) {
         self.warnings.push(msg);
+    }
+
+    /// Node `idx` (at `path`) is gone from disk: leave it out of its
+    /// directory's tree, and out of the counts.
+    fn vanish(&mut self, idx: usize, path: PathBuf) {
+        let node = &mut self.nodes[idx];
+        node.vanished = true;
+        node.done = true;
+        self.entries -= 1;
+        if node.entry.kind == Kind::File {
+            self.file_bytes -= node.entry.size;
+        }
+        self.vanished.push(path);
     }
 
     /// Give hardlinked paths their `nlink` (paths of the inode inside the
@@ -875,13 +929,17 @@ impl<'p> Walk<'p> {
             let files = self.nodes[idx]
                 .children()
                 .map(|c| &self.nodes[c])
-                .filter(|n| n.entry.kind == Kind::File)
+                .filter(|n| n.entry.kind == Kind::File && !n.vanished)
                 .map(|n| (n.entry.name.as_slice(), n.ino));
             self.cache.fill(slot, &rel_path(&self.nodes, idx), files);
         }
+        let present: Vec<usize> = self.nodes[idx]
+            .children()
+            .filter(|&c| !self.nodes[c].vanished)
+            .collect();
         let mut tree = Tree {
-            entries: self.nodes[idx]
-                .children()
+            entries: present
+                .into_iter()
                 .map(|c| std::mem::replace(&mut self.nodes[c].entry, moved()))
                 .collect(),
         };
@@ -977,9 +1035,16 @@ impl<'p> Walk<'p> {
     }
 
     /// Put read contents into their entries (metadata refreshed from the
-    /// fstat the content was read under) and mark them read.
-    fn apply_read(&mut self, contents: Vec<Vec<(usize, FileContent)>>) {
+    /// fstat the content was read under) and mark them read; leave out the
+    /// files that vanished before they could be opened.
+    fn apply_read(&mut self, contents: Vec<ReadFiles>) {
         for (idx, c) in contents.into_iter().flatten() {
+            let Some(c) = c else {
+                let path = node_path(&self.nodes, &self.root, idx);
+                self.vanish(idx, path);
+                self.files_read -= 1;
+                continue;
+            };
             self.nodes[idx].read = true;
             let e = &mut self.nodes[idx].entry;
             e.perm = c.stat.perm;
@@ -1051,6 +1116,9 @@ fn lookahead_threads(threads: usize) -> usize {
         .unwrap_or(threads)
 }
 
+/// What one reader read: (node, its content, or `None` when it vanished).
+type ReadFiles = Vec<(usize, Option<FileContent>)>;
+
 /// What a reader thread shares with the others.
 struct Readers<'a> {
     store: &'a Store,
@@ -1073,7 +1141,7 @@ fn read_contents(
     threads: usize,
     counters: &Counters,
     progress: &dyn Progress,
-) -> Result<Vec<Vec<(usize, FileContent)>>> {
+) -> Result<Vec<ReadFiles>> {
     let shared = Readers {
         store,
         counters,
@@ -1117,7 +1185,7 @@ fn read_contents(
 }
 
 /// Reader thread: take files until none are left or another reader failed.
-fn read_files(shared: &Readers<'_>, tx: SyncSender<ChunkJob>) -> Result<Vec<(usize, FileContent)>> {
+fn read_files(shared: &Readers<'_>, tx: SyncSender<ChunkJob>) -> Result<ReadFiles> {
     let hashers = Hashers::inline(&tx, shared.store, shared.counters);
     let mut out = Vec::new();
     // The directory of the last file read, held open: the files of one
@@ -1147,6 +1215,12 @@ fn read_files(shared: &Readers<'_>, tx: SyncSender<ChunkJob>) -> Result<Vec<(usi
             name: &node.entry.name,
         });
         match read_file(node, &path, at, &hashers, shared.progress) {
+            // A hard link's other paths copy this one's entry: when it is
+            // gone they have nothing to copy (rare: temp files have one link).
+            Ok(None) if node.hardlinked => {
+                shared.failed.store(true, Ordering::Relaxed);
+                return Err(Error::io(&path, io::ErrorKind::NotFound.into()));
+            }
             Ok(c) => out.push((idx, c)),
             Err(e) => {
                 shared.failed.store(true, Ordering::Relaxed);
@@ -1162,21 +1236,25 @@ enum Attempt {
     Stable(FileContent),
     /// The file changed; this is what it looks like now.
     Changed(Stamp),
+    /// The file is gone (ENOENT on open).
+    Vanished,
 }
 
-/// Read a file's content, retrying while it changes under us.
+/// Read a file's content, retrying while it changes under us; `None` when
+/// it vanished before it could be opened.
 fn read_file(
     node: &Node,
     path: &Path,
     at: Option<At<'_>>,
     hashers: &Hashers<'_>,
     progress: &dyn Progress,
-) -> Result<FileContent> {
+) -> Result<Option<FileContent>> {
     let mut expected = node.stamp();
     for _ in 0..MAX_READ_ATTEMPTS {
         match read_once(path, at, expected, hashers, progress)? {
-            Attempt::Stable(c) => return Ok(c),
+            Attempt::Stable(c) => return Ok(Some(c)),
             Attempt::Changed(now) => expected = now,
+            Attempt::Vanished => return Ok(None),
         }
     }
     Err(Error::Changing {
@@ -1196,9 +1274,10 @@ struct At<'a> {
 /// without following symlinks and without updating atime when allowed
 /// (O_NOATIME needs ownership or CAP_FOWNER). O_NONBLOCK keeps a fifo
 /// swapped in for the file from blocking the open.
-fn open_for_read(path: &Path, at: Option<At<'_>>) -> Result<File> {
+fn open_for_read(path: &Path, at: Option<At<'_>>) -> io::Result<File> {
     #[cfg(test)]
     test_hook::opened(path);
+    super::testing_vanish(path);
     let open = |extra: i32| match at {
         Some(at) => {
             use rustix::fs::{Mode, OFlags};
@@ -1220,7 +1299,6 @@ fn open_for_read(path: &Path, at: Option<At<'_>>) -> Result<File> {
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(0),
         r => r,
     }
-    .at(path)
 }
 
 /// One attempt: fstat, read xattrs and content, fstat again.
@@ -1231,7 +1309,11 @@ fn read_once(
     hashers: &Hashers<'_>,
     progress: &dyn Progress,
 ) -> Result<Attempt> {
-    let file = open_for_read(path, at)?;
+    let file = match open_for_read(path, at) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Attempt::Vanished),
+        Err(e) => return Err(Error::io(path, e)),
+    };
     let before = file.metadata().at(path)?;
     if Stamp::of(&before) != expected || !before.is_file() {
         return Ok(Attempt::Changed(Stamp::of(&before)));

@@ -301,6 +301,8 @@ struct Faulty {
     fail_after: Option<u64>,
     /// How many bytes of the failing write land (a torn write).
     torn_prefix: usize,
+    /// The errno of the failing write (0: EIO).
+    fail_errno: i32,
     writes: u64,
     /// `start_writeback` calls so far: (offset, len). No effect on the images.
     writebacks: Vec<(u64, u64)>,
@@ -361,9 +363,15 @@ impl FaultyIo {
     /// The `n`-th write from now (0 = the next one) fails with EIO after
     /// writing `torn_prefix` bytes of it; later writes succeed again.
     pub fn fail_write_after(&self, n: u64, torn_prefix: usize) {
+        self.fail_write_with(n, torn_prefix, libc::EIO);
+    }
+
+    /// [`FaultyIo::fail_write_after`] with another errno (ENOSPC: a full disk).
+    pub fn fail_write_with(&self, n: u64, torn_prefix: usize, errno: i32) {
         let mut g = self.inner.lock();
         g.fail_after = Some(n);
         g.torn_prefix = torn_prefix;
+        g.fail_errno = errno;
     }
 
     /// Writes (write_at calls) so far.
@@ -423,7 +431,7 @@ impl FaultyIo {
 impl JournalFile for FaultyFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut n = buf.len();
-        let mut fail = false;
+        let mut fail = 0;
         if let Some(io) = self.io.upgrade() {
             let mut g = io.lock();
             g.writes += 1;
@@ -431,7 +439,7 @@ impl JournalFile for FaultyFile {
                 if left == 0 {
                     g.fail_after = None;
                     n = g.torn_prefix.min(buf.len());
-                    fail = true;
+                    fail = g.fail_errno;
                 } else {
                     g.fail_after = Some(left - 1);
                 }
@@ -443,10 +451,9 @@ impl JournalFile for FaultyFile {
             d.volatile.resize(end, 0);
         }
         d.volatile[offset as usize..end].copy_from_slice(&buf[..n]);
-        if fail {
-            Err(io::Error::from_raw_os_error(libc::EIO))
-        } else {
-            Ok(())
+        match fail {
+            0 => Ok(()),
+            errno => Err(io::Error::from_raw_os_error(errno)),
         }
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -120,6 +120,13 @@ pub enum Error {
     /// I/O on a fork file failed (EIO through a mount).
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: stdio::Error },
+    /// ENOSPC (or EDQUOT): the journal could not take a record because its
+    /// file system is full. Nothing of the record remains and the journal
+    /// keeps working: the operation may be retried once space is freed.
+    #[error(
+        "{path}: no space left for the fork's journal; free space on its file system, then retry"
+    )]
+    NoSpace { path: PathBuf },
     /// The store failed (missing or corrupt object, I/O).
     #[error(transparent)]
     Store(#[from] store::Error),

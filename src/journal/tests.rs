@@ -1250,6 +1250,44 @@ fn power_loss_at_every_write_keeps_synced_changes_and_whole_records() {
 }
 
 #[test]
+fn a_full_disk_refuses_the_record_and_the_journal_goes_on() {
+    let env = env();
+    let f = env.fork();
+    write_path(&f, "hello.txt", 0, b"HELLO");
+    f.sync().unwrap();
+    let before = dump(&f);
+    // The next write lands 100 bytes of its frame, then the disk is full.
+    env.io.fail_write_with(0, 100, libc::ENOSPC);
+    let err = f.write(ino(&f, "dir/a.txt"), 0, &[7u8; 4000]).unwrap_err();
+    assert!(matches!(err, Error::NoSpace { .. }), "{err:?}");
+    assert_eq!(dump(&f), before, "the refused write changed nothing");
+    // Reads, deletes and (space freed) writes go on, and are durable.
+    assert_eq!(cat(&f, "hello.txt"), b"HELLO\n");
+    f.unlink(ROOT_INO, b"link1").unwrap();
+    write_path(&f, "dir/a.txt", 0, b"after");
+    f.sync().unwrap();
+    let live = dump(&f);
+    // A commit whose new segment meets a full disk: refused, the journal goes on.
+    env.io.fail_write_with(0, 5, libc::ENOSPC);
+    let err = f.commit("full").unwrap_err();
+    assert!(matches!(err, Error::NoSpace { .. }), "{err:?}");
+    write_path(&f, "hello.txt", 0, b"J");
+    f.sync().unwrap();
+    let live2 = dump(&f);
+    assert_ne!(live, live2);
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert_eq!(
+        dump(&f),
+        live2,
+        "replay: the synced changes, no torn record"
+    );
+    f.commit("space freed").unwrap();
+    assert_eq!(dump(&f), live2);
+}
+
+#[test]
 fn power_loss_without_sync_loses_only_unsynced_changes() {
     for stop in 0..=STEPS {
         let env = env();

@@ -9,7 +9,11 @@
 //! commit) and never under the append lock. After a failed write or sync the
 //! log is *poisoned*: every later append or sync fails (after a failed fsync
 //! the kernel may have dropped dirty pages; retrying could lie). Reopening the
-//! fork recovers from what is on disk.
+//! fork recovers from what is on disk. A full file system is the exception:
+//! an append or a rotation refused with ENOSPC (or EDQUOT) is undone (the
+//! segment cut back to its records, the new segment removed) and reported as
+//! [`Error::NoSpace`], and the log goes on; nothing of it was acknowledged.
+//! An fdatasync that fails, with ENOSPC too, still poisons it.
 //!
 //! Preallocation: the current segment's size runs ahead of its records in
 //! steps of [`PREALLOCATE`], so an append followed by an fdatasync changes
@@ -358,6 +362,15 @@ impl Wal {
             }
         }
         if let Err(source) = c.file.write_parts_at(&[&frame_head, head, data], at) {
+            // A full file system: cut what landed of the frame (it would lie
+            // after the next record's end) and go on without it.
+            if no_space(&source) && c.file.set_len(at).is_ok() {
+                c.alloc = at;
+                c.no_alloc = true;
+                return Err(Error::NoSpace {
+                    path: self.path_of(c.seq),
+                });
+            }
             c.poisoned = Some(source.to_string());
             self.sync.lock().poisoned = Some(source.to_string());
             return Err(Error::Io {
@@ -503,6 +516,13 @@ impl Wal {
         let seq = c.seq + 1;
         let (file, end) = match Self::create_segment(&*self.io, &self.dir, seq, Some(first)) {
             Ok(x) => x,
+            // A full file system: without the new segment (its name removed
+            // for good), appends go on in this one.
+            Err(Error::Io { source, .. }) if no_space(&source) && self.remove_segment(seq) => {
+                return Err(Error::NoSpace {
+                    path: self.path_of(seq),
+                });
+            }
             Err(e) => return Err(fail(&mut c, e)),
         };
         c.segs.insert(seq, file.clone());
@@ -518,6 +538,16 @@ impl Wal {
             offset: end,
         });
         Ok(seq)
+    }
+
+    /// Remove segment `seq`, which was being created, and sync the directory:
+    /// whether it is gone for good.
+    fn remove_segment(&self, seq: u64) -> bool {
+        let removed = match self.io.remove(&self.path_of(seq)) {
+            Ok(()) => true,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        };
+        removed && self.io.sync_dir(&self.dir).is_ok()
     }
 
     /// Delete the segments before `seq` (their records are in a committed
@@ -636,6 +666,11 @@ pub fn any_record(
         }
     }
     Ok(false)
+}
+
+/// Whether a write failed because the file system is full (or the quota).
+fn no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 /// Replay one segment; returns the end of its valid records. A damaged tail

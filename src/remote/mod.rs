@@ -708,6 +708,18 @@ fn check_local_remote(name: &str, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The crypto provider of the cloud backends' TLS (reqwest's rustls, built
+/// without one of its own): ring, as object_store's request signing, instead
+/// of aws-lc-rs, whose C library a cold build compiled with cmake. Installed
+/// once per process before the first client is built (reqwest panics without
+/// one); a provider installed already stays.
+pub fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The `object_store` for `url`, and for `file://` its directory. For push
 /// and pull (`lazy` false) a missing `file://` directory is created and cloud
 /// requests are retried as `object_store` does by default (up to minutes).
@@ -739,7 +751,11 @@ fn object_store_for(
             Arc::new(object_store::prefix::PrefixStore::new(store, prefix))
         }
     };
-    Ok(match Location::parse(url)? {
+    let location = Location::parse(url)?;
+    if !matches!(location, Location::File(_)) {
+        install_tls_provider();
+    }
+    Ok(match location {
         Location::S3 { bucket, prefix } => {
             let mut builder =
                 object_store::aws::AmazonS3Builder::from_env().with_url(format!("s3://{bucket}"));
