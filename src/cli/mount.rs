@@ -263,6 +263,13 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     // The record (if the store is known) tells which daemon to wait for.
     let store = Store::open(store_dir).ok();
     let record = store.as_ref().and_then(|s| s.mount_at(&mp).ok().flatten());
+    // A dead daemon's record: which directories it created, to remove here.
+    let dead = match (&record, &store) {
+        (None, Some(s)) => s
+            .mount_record(&mp)
+            .filter(|r| !crate::sys::pid_alive(r.pid)),
+        _ => None,
+    };
     if let (Some(r), Some(s)) = (&record, &store)
         && r.mode == "rw"
     {
@@ -292,6 +299,10 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             anyhow!(e).context(format!("cannot unmount {}", mp.display()))
         }
     })?;
+    if let (Some(r), Some(s)) = (dead, &store) {
+        daemon::remove_created(&r.created);
+        s.remove_mount(&mp)?;
+    }
     if let Some(r) = record
         && !daemon::wait_for_exit(&r)
     {
@@ -384,6 +395,7 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
         Err(crate::store::Error::NoStore(_)) => (Vec::new(), Vec::new()),
         Err(e) => return Err(e.into()),
     };
+    let shown = super::term::Shown::stdout();
     let mut out = std::io::stdout().lock();
     let ndead = dead.len();
     live.extend(dead);
@@ -425,10 +437,10 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
             m.mode,
             pid,
             &m.checkpoint[..12.min(m.checkpoint.len())],
-            shorten_middle(&m.target, 20),
+            shorten_middle(&shown.line(&m.target), 20),
             rss,
             cache,
-            m.mountpoint
+            shown.line(&m.mountpoint)
         )?;
     }
     if ndead > 0 {

@@ -1,39 +1,89 @@
 //! The checks before mounting (`store_root` is the store's directory), and
-//! the mountpoint's creation.
+//! the mountpoint's creation and, once the mount is gone, its removal.
 
 use std::fs::{self, OpenOptions};
 use std::io::ErrorKind;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::{Error, Result};
+use crate::store::mounts::CreatedDir;
 use crate::sys;
 
-/// Check `mp` and `/dev/fuse`, create `mp` if it is missing, and run `f`;
-/// if `f` fails, remove the mountpoint this created (only an empty
-/// directory is removed), so a mount that never happened leaves no trace.
+/// Check `mp` and `/dev/fuse`, create `mp` (and its missing parents) if it
+/// is missing, and run `f` with what was created; then remove what this
+/// created, deepest first, as far as each is still the directory made here
+/// and empty: a mount that never happened, or that has ended, leaves no
+/// trace, and a directory that was there before is never removed.
 pub(super) fn on_mountpoint<T>(
     store_root: &Path,
     mp: &Path,
-    f: impl FnOnce() -> Result<T>,
+    f: impl FnOnce(&[CreatedDir]) -> Result<T>,
 ) -> Result<T> {
     check_mountpoint(store_root, mp)?;
-    check_dev_fuse()?;
-    let created = !mp.exists();
-    if created {
-        fs::create_dir_all(mp).map_err(|source| Error::CreateMountpoint {
-            path: mp.to_path_buf(),
-            source,
-        })?;
-    }
-    let result = f();
-    if result.is_err() && created {
-        let _ = fs::remove_dir(mp);
-    }
+    let mut created = Vec::new();
+    let made = create_missing(mp, &mut created);
+    let result = made.and_then(|()| f(&created));
+    remove_created(&created);
     result
 }
 
+/// Create `mp` and the parents it lacks, one `mkdir` each from the top, and
+/// add each directory made here to `created` (one another process makes
+/// meanwhile is not this mount's).
+fn create_missing(mp: &Path, created: &mut Vec<CreatedDir>) -> Result<()> {
+    let missing: Vec<&Path> = mp
+        .ancestors()
+        .take_while(
+            |p| matches!(fs::symlink_metadata(p), Err(e) if e.kind() == ErrorKind::NotFound),
+        )
+        .collect();
+    for dir in missing.into_iter().rev() {
+        let fail = |source| Error::CreateMountpoint {
+            path: mp.to_path_buf(),
+            source,
+        };
+        match fs::create_dir(dir) {
+            Ok(()) => {
+                let m = fs::symlink_metadata(dir).map_err(fail)?;
+                created.push(CreatedDir {
+                    path: dir.to_string_lossy().into_owned(),
+                    dev: m.dev(),
+                    ino: m.ino(),
+                });
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && dir.is_dir() => {}
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Remove the directories a mount created (as [`on_mountpoint`] lists
+/// them, parents first), deepest first: each only while it is still the
+/// same directory (device and inode) and empty, stopping at the first that
+/// is not. Used by the daemon as it exits and by `umount` after a daemon
+/// that died.
+pub fn remove_created(created: &[CreatedDir]) {
+    for d in created.iter().rev() {
+        let path = Path::new(&d.path);
+        let same = fs::symlink_metadata(path)
+            .is_ok_and(|m| m.is_dir() && m.dev() == d.dev && m.ino() == d.ino);
+        if !same || fs::remove_dir(path).is_err() {
+            return;
+        }
+    }
+}
+
+/// Refuse mountpoints that would hide the store, are busy, or are not
+/// empty, and a `/dev/fuse` that cannot be opened.
+pub(super) fn check_mountpoint(root: &Path, mp: &Path) -> Result<()> {
+    check_place(root, mp)?;
+    check_dev_fuse()
+}
+
 /// Refuse mountpoints that would hide the store, are busy, or are not empty.
-fn check_mountpoint(root: &Path, mp: &Path) -> Result<()> {
+fn check_place(root: &Path, mp: &Path) -> Result<()> {
     if mp.starts_with(root) || root.starts_with(mp) {
         return Err(Error::OverlapsStore {
             mountpoint: mp.to_path_buf(),

@@ -14,7 +14,7 @@ use super::{Error, Result};
 use crate::fs::{self as sfs, MountConfig, Mounted, Transport};
 use crate::journal::Fork;
 use crate::remote::LazyBackend;
-use crate::store::mounts::MountRecord;
+use crate::store::mounts::{CreatedDir, MountRecord};
 use crate::store::{ObjectId, Store};
 use crate::sys;
 
@@ -72,10 +72,10 @@ pub fn run(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     tune_malloc();
     let root = m.store.root().to_path_buf();
     let mp = m.mountpoint.clone();
-    on_mountpoint(&root, &mp, || serve_mount(m, on_serving))
+    on_mountpoint(&root, &mp, |created| serve_mount(m, created, on_serving))
 }
 
-fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
+fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> Result<()> {
     let mp = m.mountpoint.as_path();
     let log = log_path(&m.store, mp);
     init_file_logging(&log)?;
@@ -161,6 +161,7 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
         mode: mode.into(),
         log: log.to_string_lossy().into_owned(),
         started_ns: now_ns(),
+        created: created.to_vec(),
     })?;
     tracing::info!(mountpoint = %mp.display(), checkpoint = ?id, target = %m.label, mode, "mounted");
     on_serving();
