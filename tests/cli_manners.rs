@@ -385,3 +385,272 @@ fn doctor_reports_one_line_per_check_with_fixes() {
         "{text}"
     );
 }
+
+/// `storefs --store STORE ARGS` run with its stdout and stderr on a
+/// terminal: under `script` (util-linux), which gives it a pty; what the
+/// terminal got. `None` (and a note) when `script` is not installed.
+fn on_a_terminal(env: &Env, args: &[&[u8]], vars: &[(&str, &str)]) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    // The command line for script's shell, each word in single quotes.
+    let quote = |w: &[u8]| {
+        let mut q = b"'".to_vec();
+        for &b in w {
+            if b == b'\'' {
+                q.extend_from_slice(b"'\\''");
+            } else {
+                q.push(b);
+            }
+        }
+        q.push(b'\'');
+        q
+    };
+    let mut line = quote(env!("CARGO_BIN_EXE_storefs").as_bytes());
+    for w in [&b"--store"[..], env.store.as_os_str().as_bytes()]
+        .into_iter()
+        .chain(args.iter().copied())
+    {
+        line.push(b' ');
+        line.extend(quote(w));
+    }
+    let mut cmd = Command::new("script");
+    cmd.args(["-q", "-e", "-c"])
+        .arg(std::ffi::OsStr::from_bytes(&line))
+        .arg("/dev/null")
+        .env_remove("NO_COLOR")
+        .env_remove("STOREFS_STORE");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    match cmd.output() {
+        Ok(out) => {
+            assert!(out.status.success(), "under script: {}", stderr(&out));
+            Some(out.stdout)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipped: `script` (util-linux) is not installed, so no terminal to test on");
+            None
+        }
+        Err(e) => panic!("script: {e}"),
+    }
+}
+
+/// Issue 38: names with control bytes (ESC sequences, a newline, a C1 byte,
+/// a bidirectional override) are shown escaped by `ls`, `diff` and `log`
+/// on a terminal, and written as they are to a pipe, so `diff A B | cut`
+/// loses nothing.
+#[test]
+fn names_with_control_bytes_are_escaped_on_a_terminal_and_raw_in_a_pipe() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("plain"), "p").unwrap();
+    let snap = |r: &str, msg: &str| {
+        env.ok([
+            "snapshot".as_ref(),
+            src.as_os_str(),
+            "--ref".as_ref(),
+            r.as_ref(),
+            "-m".as_ref(),
+            msg.as_ref(),
+        ])
+    };
+    snap("s1", "first");
+    let names: [&[u8]; 4] = [
+        b"a\x1b[31mb",
+        b"c\nd",
+        b"e\x9bf",
+        "rl\u{202e}txt".as_bytes(),
+    ];
+    for n in names {
+        fs::write(src.join(std::ffi::OsStr::from_bytes(n)), "x").unwrap();
+    }
+    std::os::unix::fs::symlink("to\x1b]0;title\x07", src.join("link")).unwrap();
+    snap("s2", "second\n\x1b]0;pwned\x07 line");
+
+    let hostile = |out: &[u8]| {
+        out.contains(&0x1b)
+            || out.contains(&0x9b)
+            || out.contains(&0x07)
+            || out.windows(3).any(|w| w == "\u{202e}".as_bytes())
+    };
+    let Some(ls) = on_a_terminal(&env, &[b"ls", b"s2"], &[]) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&ls);
+    assert!(!hostile(&ls), "ls on a terminal: {text:?}");
+    for shown in [
+        "a\\x1b[31mb",
+        "c\\nd",
+        "e\\x9bf",
+        "rl\\u{202e}txt",
+        "link -> to\\x1b]0;title\\x07",
+    ] {
+        assert!(text.contains(shown), "{shown} not in {text:?}");
+    }
+    let diff = on_a_terminal(&env, &[b"diff", b"s1", b"s2"], &[]).unwrap();
+    let text = String::from_utf8_lossy(&diff);
+    assert!(!hostile(&diff), "diff on a terminal: {text:?}");
+    assert!(
+        text.contains("A a\\x1b[31mb") && text.contains("A c\\nd"),
+        "{text:?}"
+    );
+    let log = on_a_terminal(&env, &[b"log", b"s2"], &[]).unwrap();
+    let text = String::from_utf8_lossy(&log);
+    assert!(!hostile(&log), "log on a terminal: {text:?}");
+    assert!(text.contains("\\x1b]0;pwned\\x07 line"), "{text:?}");
+
+    // Through a pipe, the bytes are the names.
+    let out = env.run(["diff", "s1", "s2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for n in names {
+        let mut line = b"A ".to_vec();
+        line.extend_from_slice(n);
+        line.push(b'\n');
+        assert!(
+            out.stdout.windows(line.len()).any(|w| w == line),
+            "{:?} not raw in {:?}",
+            String::from_utf8_lossy(n),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let out = env.run(["ls", "s2"]);
+    assert!(out.stdout.windows(8).any(|w| w == b"a\x1b[31mb\n"));
+}
+
+/// Issue 38: colour codes only go to a terminal. A warning from the layers
+/// below (a damaged multi-pack index) and an error, with stderr to a pipe,
+/// carry no ESC byte; on a terminal the warning is coloured unless
+/// `NO_COLOR` is set.
+#[test]
+fn no_colour_codes_on_a_redirected_stderr() {
+    let env = Env::new();
+    small_store(&env);
+    let midx = env.store.join("objects/packs/index.midx");
+    assert!(
+        midx.parent().unwrap().is_dir(),
+        "packs at {}",
+        midx.display()
+    );
+    fs::write(&midx, b"not a multi-pack index").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_storefs"))
+        .arg("--store")
+        .arg(&env.store)
+        .args(["cat", "s1", "f"])
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("multi-pack index"), "no warning: {err:?}");
+    assert!(!err.contains('\x1b'), "colour codes in a pipe: {err:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_storefs"))
+        .arg("--store")
+        .arg(&env.store)
+        .args(["ls", "no-such-ref"])
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains('\x1b'), "colour codes in a pipe: {err:?}");
+
+    fs::write(&midx, b"not a multi-pack index").unwrap();
+    let Some(tty) = on_a_terminal(&env, &[b"cat", b"s1", b"f"], &[]) else {
+        return;
+    };
+    assert!(
+        tty.contains(&0x1b),
+        "a terminal gets colour: {:?}",
+        String::from_utf8_lossy(&tty)
+    );
+    fs::write(&midx, b"not a multi-pack index").unwrap();
+    let tty = on_a_terminal(&env, &[b"cat", b"s1", b"f"], &[("NO_COLOR", "1")]).unwrap();
+    let text = String::from_utf8_lossy(&tty);
+    assert!(text.contains("multi-pack index"), "{text:?}");
+    assert!(!tty.contains(&0x1b), "NO_COLOR: {text:?}");
+}
+
+/// A user made for one test (`useradd`), removed with its home
+/// (`userdel -r`) when dropped.
+struct TestUser {
+    name: String,
+    uid: u32,
+    gid: u32,
+}
+
+impl TestUser {
+    /// `None` (and a note) when this is not root or `useradd` is missing.
+    fn create(tag: &str) -> Option<TestUser> {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipped: not root, so no test user can be made");
+            return None;
+        }
+        let name = format!("sfs-{tag}-{}", std::process::id());
+        let made = Command::new("useradd")
+            .args(["-m", "-U", "-s", "/bin/sh", &name])
+            .output();
+        match made {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => panic!("useradd {name}: {}", stderr(&o)),
+            Err(e) => {
+                eprintln!("skipped: cannot run useradd ({e})");
+                return None;
+            }
+        }
+        let mut user = TestUser {
+            name,
+            uid: 0,
+            gid: 0,
+        };
+        let u = nix::unistd::User::from_name(&user.name)
+            .unwrap()
+            .expect("the user just made");
+        (user.uid, user.gid) = (u.uid.as_raw(), u.gid.as_raw());
+        Some(user)
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").args(["-r", &self.name]).output();
+    }
+}
+
+/// Issue 38: a store the user may not read (root's, mode 0700) is
+/// "permission denied", naming the store and what to do, not "not a
+/// storefs store".
+#[test]
+fn a_store_the_user_cannot_read_is_permission_denied() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    small_store(&env);
+    let Some(user) = TestUser::create("perm") else {
+        return;
+    };
+    fs::set_permissions(env.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&env.store, fs::Permissions::from_mode(0o700)).unwrap();
+    for args in [&["ls", "s1"][..], &["refs"], &["snapshot", "/tmp"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_storefs"))
+            .arg("--store")
+            .arg(&env.store)
+            .args(args)
+            .env("HOME", "/nonexistent")
+            .env_remove("STOREFS_STORE")
+            .uid(user.uid)
+            .gid(user.gid)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("permission denied")
+                && err.contains(&env.store.display().to_string())
+                && err.contains("--store"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("not a storefs store"), "{args:?}: {err}");
+    }
+}

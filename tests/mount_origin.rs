@@ -115,8 +115,8 @@ fn snapshot_move_away_mount_at_origin_and_resume() {
 
     m.unmount();
     assert!(
-        fs::read_dir(&origin).unwrap().next().is_none(),
-        "the mountpoint is empty again"
+        !origin.exists() && env.path("srv/_lead_sessions").is_dir(),
+        "the mountpoint the mount created is gone again, its parent that was there stays"
     );
     let status: Vec<serde_json::Value> =
         serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
@@ -273,4 +273,70 @@ fn a_tree_larger_than_the_inode_budget_keeps_its_inode_numbers() {
         }
     }
     guard.unmount();
+}
+
+/// Issue 38: the directories a mount created for a missing origin (the
+/// mountpoint and its missing parents) are removed again when it is
+/// unmounted, by `umount` and after a daemon that was killed alike; a
+/// directory that was there before, or that someone else filled meanwhile,
+/// stays.
+#[test]
+fn the_directories_a_mount_created_go_with_it() {
+    let env = Env::new();
+    let origin = env.path("pre/a/b/origin");
+    fs::create_dir_all(&origin).unwrap();
+    fs::write(origin.join("f"), b"data\n").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        origin.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    fs::rename(env.path("pre/a"), env.path("moved")).unwrap();
+    let pre = env.path("pre");
+    let entries = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+
+    // Created, then removed by `storefs umount`; `pre`, there before, stays.
+    let m = env.mount("s1", None);
+    assert_eq!(m.path(), origin);
+    assert_eq!(fs::read(origin.join("f")).unwrap(), b"data\n");
+    m.unmount();
+    assert!(pre.is_dir(), "a directory that was there stays");
+    assert!(
+        entries(&pre).is_empty(),
+        "pre/a and below are gone: {:?}",
+        entries(&pre)
+    );
+
+    // Someone puts a file beside the mountpoint meanwhile: what holds it stays.
+    let m = env.mount("s1", None);
+    fs::write(env.path("pre/a/other"), b"x").unwrap();
+    m.unmount();
+    assert_eq!(entries(&env.path("pre/a")), ["other"]);
+    fs::remove_dir_all(env.path("pre/a")).unwrap();
+
+    // A daemon killed: `storefs umount` clears the dead mount and removes
+    // what it created.
+    let m = env.mount("s1", None);
+    common::kill_the_daemon(&env);
+    m.unmount();
+    assert!(
+        entries(&pre).is_empty(),
+        "after a killed daemon: {:?}",
+        entries(&pre)
+    );
+
+    // A mountpoint that was there, empty, stays, and so do its parents.
+    fs::create_dir_all(&origin).unwrap();
+    let m = env.mount("s1", None);
+    m.unmount();
+    assert!(origin.is_dir(), "a pre-existing mountpoint stays");
+    assert!(entries(&origin).is_empty());
 }

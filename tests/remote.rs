@@ -823,3 +823,53 @@ fn cloud_urls_are_accepted_and_bad_ones_name_every_scheme() {
         assert!(help.contains(s), "{s} not in --help: {help}");
     }
 }
+
+/// Issue 38: one bad file under a `file://` remote's `refs/` (a name no ref
+/// has, a name that is not UTF-8, a name object_store cannot take, content
+/// that is no checkpoint id) does not make `remote refs` fail: the good ref
+/// is listed and each bad file gets one warning line naming it.
+#[test]
+fn remote_refs_lists_the_good_refs_and_warns_once_per_bad_file() {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(t) = setup(RemoteKind::File) else {
+        return;
+    };
+    let src = t.env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), "f").unwrap();
+    let id = t.snapshot("a", &src);
+    t.add_remote("a");
+    t.ok("a", &["push", "team", "s1"]);
+    let refs = Path::new(t.url.strip_prefix("file://").unwrap()).join("refs");
+    fs::write(refs.join("bad name"), format!("{id}\n")).unwrap();
+    fs::write(
+        refs.join(std::ffi::OsStr::from_bytes(b"latin\xe9")),
+        format!("{id}\n"),
+    )
+    .unwrap();
+    fs::write(refs.join("pct%zz"), format!("{id}\n")).unwrap();
+    fs::write(refs.join("garbage"), "not an id \x1b[31m\n").unwrap();
+
+    let (out, err) = t.ok("a", &["remote", "refs", "team"]);
+    assert_eq!(out, format!("s1\t{id}\n"), "stderr: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "one warning per bad file: {err}");
+    for (bad, line) in [
+        ("bad name", "'bad name'"),
+        ("latin", "latin"),
+        ("pct%zz", "pct%zz"),
+        ("garbage", "team/garbage"),
+    ] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("storefs: warning: skipping") && l.contains(line)),
+            "no warning naming {bad}: {err}"
+        );
+    }
+    assert!(!err.contains('\x1b'), "content is shown escaped: {err}");
+    let (json, _) = t.ok("a", &["remote", "refs", "team", "--json"]);
+    let list: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["name"], "s1");
+}

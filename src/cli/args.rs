@@ -44,10 +44,18 @@ pub enum Command {
     /// Show checkpoints: the history of a ref, or every checkpoint in the store
     Log(LogArgs),
     /// List a directory inside a checkpoint
+    ///
+    /// On a terminal, control characters, bidirectional overrides and bytes
+    /// that are not UTF-8 in names are shown escaped (`\x1b`, `\n`, `\\`); to a
+    /// pipe or a file names go as they are, as with GNU ls (--json for scripts).
     Ls(LsArgs),
     /// Write a file from a checkpoint to stdout
     Cat(CatArgs),
     /// Show paths added (A), removed (D) and changed (M) between two checkpoints
+    ///
+    /// On a terminal, control characters and bytes that are not UTF-8 in
+    /// paths are shown escaped, as `storefs ls` does; to a pipe or a file
+    /// paths go as they are.
     Diff(DiffArgs),
     /// Recreate a checkpoint's tree in a new or empty directory, byte- and metadata-exact
     Restore(RestoreArgs),
@@ -67,6 +75,10 @@ pub enum Command {
     /// Mount a checkpoint or archive read-only, or a fork read-write; by default at its origin
     Mount(MountArgs),
     /// Unmount a storefs mount and wait for its daemon to exit
+    ///
+    /// The directories `mount` created for the mountpoint (it and its missing
+    /// parents) are removed again while they are empty; one that was there
+    /// before stays.
     #[command(alias = "unmount")]
     Umount(UmountArgs),
     /// List live mounts of this store
@@ -125,6 +137,9 @@ compare-and-swap on every backend (a conditional put; file:// a lock file).")]
         name: String,
     },
     /// List the remote's refs: `name<TAB>checkpoint`
+    ///
+    /// A file under the remote's refs/ that is no ref (a bad name, content
+    /// that is no checkpoint id) is skipped with one warning naming it.
     Refs {
         /// The remote's name
         name: String,
@@ -411,6 +426,11 @@ pub struct MountArgs {
     /// Internal: the daemon's TARGET is a checkpoint id; this is what to show for it
     #[arg(long, hide = true, value_name = "NAME")]
     pub label: Option<String>,
+    /// Internal: MOUNTPOINT is the checkpoint's origin, which passed the
+    /// origin policy: the daemon creates it without following a symlink and
+    /// checks its path rules again
+    #[arg(long, hide = true, requires = "label")]
+    pub from_origin: bool,
     /// Internal: the daemon fetches objects it lacks from this remote (lazy mount)
     #[arg(long, hide = true, value_name = "REMOTE", requires = "label")]
     pub remote: Option<String>,

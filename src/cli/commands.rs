@@ -257,6 +257,7 @@ pub fn log(store: &Store, a: LogArgs) -> Result<()> {
             .collect();
         return json::print(&Value::Array(list));
     }
+    let shown = super::term::Shown::stdout();
     let mut out = std::io::stdout().lock();
     for (i, (id, ck)) in list.iter().enumerate() {
         if i > 0 {
@@ -270,14 +271,15 @@ pub fn log(store: &Store, a: LogArgs) -> Result<()> {
         }
         writeln!(out, "date:    {}", format_time(ck.time_ns))?;
         if let Some(o) = &ck.origin {
-            writeln!(out, "origin:  {o}")?;
+            writeln!(out, "origin:  {}", shown.line(o))?;
         }
-        writeln!(out, "source:  {}", describe_source(&ck.source))?;
+        writeln!(out, "source:  {}", shown.line(&describe_source(&ck.source)))?;
         for p in &ck.parents {
             writeln!(out, "parent:  {p}")?;
         }
         if !ck.message.is_empty() {
-            writeln!(out, "\n    {}", ck.message.replace('\n', "\n    "))?;
+            let message = shown.text(&ck.message);
+            writeln!(out, "\n    {}", message.replace('\n', "\n    "))?;
         }
     }
     Ok(())
@@ -331,6 +333,7 @@ fn entry_at(store: &Store, target: &str, path: &str) -> Result<Entry> {
 
 pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
     let entry = entry_at(store, &a.checkpoint, &a.path)?;
+    let shown = super::term::Shown::stdout();
     let mut out = std::io::stdout().lock();
     let entries = match entry.tree_id() {
         Some(tid) => store.get_tree(&tid, &a.path)?.entries,
@@ -365,11 +368,11 @@ pub fn ls(store: &Store, a: LsArgs) -> Result<()> {
             size,
             &format_time(e.mtime_ns)[..16]
         )?;
-        out.write_all(&e.name)?;
+        out.write_all(&shown.name(&e.name))?;
         match &e.content {
             Content::Target(t) => {
                 out.write_all(b" -> ")?;
-                out.write_all(t)?;
+                out.write_all(&shown.name(t))?;
             }
             Content::Tree(_) => out.write_all(b"/")?,
             _ => {}
@@ -479,6 +482,7 @@ pub fn diff(store: &Store, a: DiffArgs) -> Result<()> {
             .collect();
         return json::print(&Value::Array(list));
     }
+    let shown = super::term::Shown::stdout();
     let mut out = std::io::stdout().lock();
     for change in changes {
         let tag = match &change.kind {
@@ -487,7 +491,7 @@ pub fn diff(store: &Store, a: DiffArgs) -> Result<()> {
             ChangeKind::Changed(_) => "M",
         };
         write!(out, "{tag} ")?;
-        out.write_all(&change.path)?;
+        out.write_all(&shown.name(&change.path))?;
         if let ChangeKind::Changed(what) = &change.kind {
             write!(out, " ({what})")?;
         }

@@ -14,6 +14,7 @@ mod json;
 mod maint;
 mod mount;
 mod remote;
+mod term;
 
 use std::path::PathBuf;
 
@@ -164,6 +165,7 @@ fn init_stderr_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(term::stderr_colour())
         .with_target(false)
         .without_time()
         .try_init();

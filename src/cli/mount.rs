@@ -94,7 +94,7 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         None => store,
     };
     let ck = store.read_checkpoint(&id)?;
-    let mut from_origin = false;
+    let mut from_origin = a.from_origin;
     let mountpoint = match &a.mountpoint {
         Some(p) => absolute(p)?,
         None => {
@@ -218,7 +218,7 @@ fn launch(
         })?;
         return Ok(());
     }
-    let started = daemon::start(&m.store, &mp, &daemon_args(&m, remote), m.from_origin)?;
+    let started = daemon::start(&m.store, &mp, &daemon_args(&m, remote))?;
     let (id, mode) = match &m.what {
         What::Checkpoint(id) => (id, "read-only"),
         What::Fork { head, .. } => (head, "read-write"),
@@ -256,6 +256,9 @@ fn daemon_args(m: &Mount, remote: Option<&str>) -> Vec<OsString> {
     }
     if !matches!(m.what, What::Browse) {
         args.extend(["--label".into(), m.label.as_str().into()]);
+    }
+    if m.from_origin {
+        args.push("--from-origin".into());
     }
     if let Some(r) = remote {
         args.extend(["--remote".into(), r.into()]);
@@ -296,6 +299,13 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     // The record (if the store is known) tells which daemon to wait for.
     let store = Store::open(store_dir).ok();
     let record = store.as_ref().and_then(|s| s.mount_at(&mp).ok().flatten());
+    // A dead daemon's record: which directories it created, to remove here.
+    let dead = match (&record, &store) {
+        (None, Some(s)) => s
+            .mount_record(&mp)
+            .filter(|r| !crate::sys::pid_alive(r.pid)),
+        _ => None,
+    };
     if let (Some(r), Some(s)) = (&record, &store)
         && r.mode == "rw"
     {
@@ -340,6 +350,10 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             anyhow!(e).context(format!("cannot unmount {}", mp.display()))
         }
     })?;
+    if let (Some(r), Some(s)) = (dead, &store) {
+        daemon::remove_created(&r.created);
+        s.remove_mount(&mp)?;
+    }
     if let Some(r) = record
         && !daemon::wait_for_exit(&r)
     {
@@ -453,6 +467,7 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
         Err(crate::store::Error::NoStore(_)) => (Vec::new(), Vec::new()),
         Err(e) => return Err(e.into()),
     };
+    let shown = super::term::Shown::stdout();
     let mut out = std::io::stdout().lock();
     let ndead = dead.len();
     live.extend(dead);
@@ -494,10 +509,10 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
             m.mode,
             pid,
             &m.checkpoint[..12.min(m.checkpoint.len())],
-            shorten_middle(&m.target, TARGET_WIDTH),
+            shorten_middle(&shown.line(&m.target), TARGET_WIDTH),
             rss,
             cache,
-            m.mountpoint
+            shown.line(&m.mountpoint)
         )?;
     }
     if ndead > 0 {

@@ -26,8 +26,9 @@ pub fn remote(store_dir: &Path, c: RemoteCommand) -> Result<()> {
                     .collect();
                 return super::json::print(&serde_json::Value::Array(list));
             }
+            let shown = super::term::Shown::stdout();
             for (name, url) in remote::list(&store)? {
-                super::say(format_args!("{name}\t{url}"))?;
+                super::say(format_args!("{name}\t{}", shown.line(&url)))?;
             }
         }
         RemoteCommand::Remove { name } => {
@@ -36,7 +37,11 @@ pub fn remote(store_dir: &Path, c: RemoteCommand) -> Result<()> {
         }
         RemoteCommand::Refs { name, json } => {
             let store = Store::open(store_dir)?;
-            let refs = Remote::open(&store, &name)?.list_refs()?;
+            let listing = Remote::open(&store, &name)?.list_refs()?;
+            for why in &listing.skipped {
+                super::warn(why);
+            }
+            let refs = listing.refs;
             if json {
                 let list: Vec<serde_json::Value> = refs
                     .into_iter()

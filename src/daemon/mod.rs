@@ -41,6 +41,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use control::{CacheReport, MountStatus, Request, mount_status, request};
+pub use mountpoint::remove_created;
 pub use run::{Mount, Settings, What, run, serve};
 pub use spawn::{ReadyPipe, Started, start};
 pub use unmount::{unmount, wait_for_exit};

@@ -14,7 +14,7 @@ use super::{Error, Result};
 use crate::fs::{self as sfs, MountConfig, Mounted, Transport};
 use crate::journal::Fork;
 use crate::remote::LazyBackend;
-use crate::store::mounts::MountRecord;
+use crate::store::mounts::{CreatedDir, MountRecord};
 use crate::store::{ObjectId, Store};
 use crate::sys;
 
@@ -77,10 +77,12 @@ pub fn run(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     let root = m.store.root().to_path_buf();
     let mp = m.mountpoint.clone();
     let from_origin = m.from_origin;
-    on_mountpoint(&root, &mp, from_origin, || serve_mount(m, on_serving))
+    on_mountpoint(&root, &mp, from_origin, |created| {
+        serve_mount(m, created, on_serving)
+    })
 }
 
-fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
+fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> Result<()> {
     let mp = m.mountpoint.as_path();
     let log = log_path(&m.store, mp);
     init_file_logging(&log)?;
@@ -167,6 +169,7 @@ fn serve_mount(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
         log: log.to_string_lossy().into_owned(),
         started_ns: now_ns(),
         pid_start: sys::process_start_time(std::process::id()),
+        created: created.to_vec(),
     })?;
     tracing::info!(mountpoint = %mp.display(), checkpoint = ?id, target = %m.label, mode, "mounted");
     on_serving();

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::log::{log_path, open_log};
-use super::mountpoint::on_mountpoint;
+use super::mountpoint::check_mountpoint;
 use super::{Error, Result};
 use crate::store::Store;
 use crate::sys;
@@ -30,17 +30,15 @@ pub struct Started {
     pub log: PathBuf,
 }
 
-/// Check and create the mountpoint `mp` as [`super::run`] does, then start
+/// Check the mountpoint `mp` as [`super::run`] does, then start
 /// `storefs ARGS` (a command line that runs [`super::run`] for `mp` in
 /// `store` and reports through [`ReadyPipe::from_env`]) in a new session
 /// with its stderr in the log, and wait until it reports that the mount
-/// answers, or why it failed. `from_origin`: `mp` is a checkpoint's origin
-/// that passed the origin policy ([`super::origin`]), created and checked
-/// again as such.
-pub fn start(store: &Store, mp: &Path, args: &[OsString], from_origin: bool) -> Result<Started> {
-    on_mountpoint(store.root(), mp, from_origin, || {
-        start_daemon(store, mp, args)
-    })
+/// answers, or why it failed. The daemon creates a missing mountpoint (and
+/// removes it again when it exits).
+pub fn start(store: &Store, mp: &Path, args: &[OsString]) -> Result<Started> {
+    check_mountpoint(store.root(), mp)?;
+    start_daemon(store, mp, args)
 }
 
 fn start_daemon(store: &Store, mp: &Path, args: &[OsString]) -> Result<Started> {

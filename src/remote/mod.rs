@@ -218,6 +218,15 @@ impl Location {
     }
 }
 
+/// What [`Remote::list_refs`] found.
+#[derive(Debug, Default)]
+pub struct RefListing {
+    /// Each ref's name and the checkpoint id it holds, by name.
+    pub refs: Vec<(String, String)>,
+    /// One line for each file under `refs/` that is not a ref.
+    pub skipped: Vec<String>,
+}
+
 /// An open remote: its object store and the runtime that drives it.
 pub struct Remote {
     name: String,
@@ -416,21 +425,86 @@ impl Remote {
             .map_err(|e| self.backend_err(format!("listing {dir}/"), e))
     }
 
-    /// The remote's refs and what each holds, by name.
-    pub fn list_refs(&self) -> Result<Vec<(String, String)>> {
+    /// The remote's refs and the checkpoint each names, by name; and one
+    /// line for each file under `refs/` that is not a ref (a name storefs
+    /// would not give a ref, content that is not a checkpoint id, a file
+    /// that cannot be read), so one bad file does not hide the others.
+    pub fn list_refs(&self) -> Result<RefListing> {
         self.rt.block_on(async {
-            let mut out = Vec::new();
-            for m in self.list_metas("refs").await? {
-                let Some(name) = m.location.filename() else {
+            let mut listing = RefListing::default();
+            for name in self.ref_names(&mut listing.skipped).await? {
+                if let Err(e) = store::Store::check_name(&name) {
+                    listing.skipped.push(format!(
+                        "skipping remote ref file {}/refs/{}: {e}",
+                        self.name,
+                        name.escape_debug()
+                    ));
                     continue;
-                };
-                if let Some(r) = self.read_ref(name).await? {
-                    out.push((name.to_string(), r.content));
+                }
+                match self.read_ref_id_if_any(&name).await {
+                    Ok(Some(id)) => listing.refs.push((name, id.to_hex())),
+                    // Deleted since the listing.
+                    Ok(None) => {}
+                    Err(Error::BadRemoteRef { content, .. }) => {
+                        let mut shown: String = content.chars().take(40).collect();
+                        if shown.len() < content.len() {
+                            shown.push('…');
+                        }
+                        listing.skipped.push(format!(
+                            "skipping remote ref {}/{name}: it holds '{shown}', not a checkpoint id (`storefs push --force` overwrites it, `storefs remote delete-ref` removes it)",
+                            self.name
+                        ));
+                    }
+                    Err(e) => listing.skipped.push(format!("skipping remote ref {}/{name}: {e}", self.name)),
                 }
             }
-            out.sort();
-            Ok(out)
+            listing.refs.sort();
+            Ok(listing)
         })
+    }
+
+    /// The names of the files under `refs/`. A `file://` remote's directory
+    /// is read here, so that a name object_store cannot take (not UTF-8,
+    /// a stray `%`) is reported in `skipped` rather than ending the listing.
+    async fn ref_names(&self, skipped: &mut Vec<String>) -> Result<Vec<String>> {
+        let Some(root) = &self.local_root else {
+            let metas = self.list_metas("refs").await?;
+            return Ok(metas
+                .iter()
+                .filter(|m| m.location.parts().count() == 2)
+                .filter_map(|m| m.location.filename().map(str::to_string))
+                .collect());
+        };
+        let dir = root.join("refs");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(Error::Io { path: dir, source }),
+        };
+        let mut names = Vec::new();
+        for ent in entries {
+            let ent = ent.map_err(|source| Error::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            let name = ent.file_name();
+            match name.to_str() {
+                // object_store's file of a put under way (`NAME#1`).
+                Some(n)
+                    if n.split_once('#').is_some_and(|(_, k)| {
+                        !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit())
+                    }) => {}
+                Some(n) if ent.file_type().is_ok_and(|t| t.is_file()) => names.push(n.to_string()),
+                // object_store's own files (`x#1` while a put is under way) and directories.
+                Some(_) => {}
+                None => skipped.push(format!(
+                    "skipping remote ref file {}/refs/{}: the name is not UTF-8",
+                    self.name,
+                    name.to_string_lossy().escape_debug()
+                )),
+            }
+        }
+        Ok(names)
     }
 
     /// Delete remote ref `name`; what it held. Under the ref lock on

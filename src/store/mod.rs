@@ -91,6 +91,10 @@ pub enum Error {
     NotAStore(PathBuf),
     #[error("no store at {0}; create it with `storefs init --store {0}` or snapshot into it")]
     NoStore(PathBuf),
+    #[error(
+        "cannot read the store {0}: permission denied (another user's store, or its mode keeps you out); run as the user who owns it, or pass a store of your own with --store DIR"
+    )]
+    NoAccess(PathBuf),
     #[error("object {id} is missing from the store ({context}); run `storefs verify`")]
     Missing { id: ObjectId, context: String },
     #[error("object {id} is corrupt ({detail}); run `storefs verify` to quarantine it")]
@@ -139,6 +143,15 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Whether `root` holds the store's marker file; a store this user may
+/// not look into is [`Error::NoAccess`], not "not a store".
+fn has_marker(root: &Path) -> Result<bool> {
+    match root.join(MARKER).try_exists() {
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(Error::NoAccess(root.into())),
+        r => Ok(r.unwrap_or(false)),
+    }
+}
+
 const SUBDIRS: &[&str] = &[
     "objects",
     "checkpoints",
@@ -163,7 +176,7 @@ impl Store {
     /// owner could plant symlinks in it or read what is stored).
     pub fn open_or_create(root: &Path) -> Result<Store> {
         let root = absolute(root)?;
-        if !root.join(MARKER).try_exists().at(&root)? {
+        if !has_marker(&root)? {
             match fs::read_dir(&root) {
                 Ok(mut rd) => {
                     if rd.next().is_some() {
@@ -182,6 +195,9 @@ impl Store {
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound => {
                     fs::create_dir_all(&root).at(&root)?;
+                }
+                Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                    return Err(Error::NoAccess(root));
                 }
                 Err(e) => return Err(e).at(&root),
             }
@@ -221,7 +237,7 @@ impl Store {
     /// against their ids whatever the files are).
     pub fn open_read_only(root: &Path) -> Result<Store> {
         let root = absolute(root)?;
-        if !root.join(MARKER).try_exists().at(&root)? {
+        if !has_marker(&root)? {
             return Err(if root.exists() {
                 Error::NotAStore(root)
             } else {

@@ -35,6 +35,20 @@ pub struct MountRecord {
     /// reused its pid. Absent in records of older daemons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_start: Option<u64>,
+    /// The directories the daemon created for the mountpoint (it and the
+    /// parents that were missing), parents first; removed again, while
+    /// empty, when the mount ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created: Vec<CreatedDir>,
+}
+
+/// A directory made for a mountpoint, and which one it is (so that a
+/// directory made again by someone else at that path is not removed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedDir {
+    pub path: String,
+    pub dev: u64,
+    pub ino: u64,
 }
 
 impl MountRecord {
@@ -134,6 +148,7 @@ impl Store {
                     log: String::new(),
                     started_ns: 0,
                     pid_start: None,
+                    created: Vec::new(),
                 });
             }
         }
@@ -187,6 +202,12 @@ impl Store {
         live.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
         dead.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
         Ok((live, dead))
+    }
+
+    /// The record for `mountpoint` as the daemon wrote it, live or not.
+    pub fn mount_record(&self, mountpoint: &Path) -> Option<MountRecord> {
+        let bytes = fs::read(self.mount_record_path(mountpoint)).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// The live record for `mountpoint`, if any.
