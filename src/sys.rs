@@ -670,7 +670,11 @@ pub fn temp_file_name(prefix: &str) -> String {
     // getrandom does not fail for 8 bytes on Linux >= 3.17; should it, the
     // name is still unique with O_EXCL (the callers retry on EEXIST or fail).
     let _ = random_bytes(&mut r);
-    format!(".{prefix}.{}.{}.tmp", std::process::id(), u64::from_le_bytes(r))
+    format!(
+        ".{prefix}.{}.{}.tmp",
+        std::process::id(),
+        u64::from_le_bytes(r)
+    )
 }
 
 /// Create a new file in the open directory `dir` with a name nobody can
