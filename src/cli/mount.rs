@@ -303,7 +303,9 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
     let dead = match (&record, &store) {
         (None, Some(s)) => s
             .mount_record(&mp)
-            .filter(|r| !crate::sys::pid_alive(r.pid)),
+            // As `status` judges it (a killed daemon whose io_uring workers
+            // still wind down is a zombie with threads: pid_alive says yes).
+            .filter(|r| !r.daemon_is_alive()),
         _ => None,
     };
     if let (Some(r), Some(s)) = (&record, &store)
