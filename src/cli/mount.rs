@@ -356,15 +356,20 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         daemon::remove_created(&r.created);
         s.remove_mount(&mp)?;
     }
-    if let Some(r) = record
-        && !daemon::wait_for_exit(&r)
-    {
-        bail!(
-            "{} is unmounted but its daemon (pid {}) has not exited; see {}",
-            mp.display(),
-            r.pid,
-            r.log
-        );
+    if let Some(r) = record {
+        if !daemon::wait_for_exit(&r) {
+            bail!(
+                "{} is unmounted but its daemon (pid {}) has not exited; see {}",
+                mp.display(),
+                r.pid,
+                r.log
+            );
+        }
+        // The daemon removes what its mount created as it exits; one killed
+        // while `status` still saw it alive (over io_uring its workers wind
+        // down a while) could not. Gone now: what is left, and still the
+        // same empty directory, goes.
+        daemon::remove_created(&r.created);
     }
     Ok(())
 }

@@ -193,6 +193,15 @@ impl Store {
                         ..r
                     })
                 }
+                // Its daemon, killed, still winding down (over io_uring its
+                // workers keep the zombie a while) and the mount not yet
+                // disconnected: neither live nor dead yet, and the record
+                // (what the mount created, to remove) stays for `umount`.
+                Some(r)
+                    if r.pid > 1
+                        && mounted(Path::new(&r.mountpoint))
+                        && r.pid_start.is_some()
+                        && crate::sys::process_start_time(r.pid) == r.pid_start => {}
                 _ => {
                     remove_dead_socket(&path.with_extension("sock"));
                     let _ = crate::sys::remove_nofollow(&path);
