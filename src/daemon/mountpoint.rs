@@ -240,13 +240,20 @@ mod tests {
         });
         assert!(matches!(r, Err(Error::CreateMountpoint { .. })), "{r:?}");
         assert!(fs::read_dir(&target).unwrap().next().is_none());
-        // An existing mountpoint reached through a symlink: the path
-        // rules, checked again here, refuse it.
+        // An existing mountpoint reached through a symlink: the walk that
+        // opens each part without following one refuses it (ENOTDIR)
+        // before the path rules are checked again.
         fs::create_dir(target.join("x")).unwrap();
         let r = on_mountpoint(&store, &t.path().join("link/x"), true, |_| -> Result<()> {
             panic!("mounted through a symlink")
         });
-        assert!(matches!(r, Err(Error::Origin { .. })), "{r:?}");
+        assert!(
+            matches!(&r, Err(Error::CreateMountpoint { source, .. })
+                if source.raw_os_error() == Some(libc::ENOTDIR)),
+            "{r:?}"
+        );
+        // The path rules alone refuse it too.
+        assert!(super::super::origin::check_path(&t.path().join("link/x"), 0).is_err());
         // Not from an origin (a mountpoint the caller gave): followed.
         on_mountpoint(&store, &t.path().join("link/x"), false, |_| Ok(())).unwrap();
         // Without a symlink: created, mode 0755.
