@@ -572,7 +572,17 @@ fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
     ]);
     env.ok(["fork", "s1", "--name", "f"]);
     let mp = env.path("mnt");
-    let m = env.mount("f", Some(&mp));
+    // Its own cache size: STOREFS_TEST_CACHE_SIZE=0 (scripts/test.sh's second
+    // pass) would leave no cache to fill.
+    let out = env.run([
+        "mount".as_ref(),
+        "f".as_ref(),
+        mp.as_os_str(),
+        "--cache-size".as_ref(),
+        "64M".as_ref(),
+    ]);
+    let m = env.guard_for("f");
+    assert!(out.status.success(), "{}", stderr(&out));
     let cache = || {
         let j: serde_json::Value = serde_json::from_str(&env.ok(["status", "--json"])).unwrap();
         j.as_array()
