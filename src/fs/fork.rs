@@ -38,6 +38,13 @@
 //! - directory listings: a snapshot per open directory, taken at `opendir` and
 //!   on a rewind (offset 0), so entries that do not change are listed exactly
 //!   once even while the directory changes;
+//! - directories removed while the kernel holds them (an `rmdir`, or a
+//!   rename over them): the fork drops a removed directory at once, but a
+//!   process may still have it open, and `fstat` on it must answer (nlink 0,
+//!   size 0, as ext4; xfstests generic/035). The view keeps the last
+//!   attributes of each such directory until the kernel forgets it (it
+//!   forgets an inode all at once, when it evicts it; fork inode numbers are
+//!   never reused, so a late forget cannot hit another directory);
 //! - xattr names outside the kernel's namespaces (`EOPNOTSUPP`, as ext4);
 //! - xattr buffers: size-0 probes and `ERANGE`; flag and mode translation
 //!   (rename, setxattr, fallocate, mknod).
@@ -129,6 +136,9 @@ pub struct ForkView {
     next_fh: AtomicU64,
     /// Served with the kernel's writeback cache ([`ForkView::with_writeback_cache`]).
     writeback: bool,
+    /// Removed directories the kernel may still hold, by inode: what
+    /// `getattr` answers for them until they are forgotten (module docs).
+    removed_dirs: Mutex<HashMap<u64, journal::Attr>>,
 }
 
 fn check_name(name: &[u8]) -> Result<()> {
@@ -150,6 +160,7 @@ impl ForkView {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             writeback: false,
+            removed_dirs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -227,6 +238,29 @@ impl ForkView {
         Ok(())
     }
 
+    /// The directory `name` in `parent` if there is one (about to be
+    /// removed by an rmdir or a rename over it).
+    fn dir_at(&self, parent: u64, name: &[u8]) -> Option<journal::Attr> {
+        self.fork
+            .lookup(parent, name)
+            .ok()
+            .filter(|a| a.kind == Kind::Dir)
+    }
+
+    /// Directory `dir` was removed: keep what `getattr` answers for it
+    /// while the kernel holds it, as ext4 leaves a removed directory (no
+    /// link, empty, changed now).
+    fn removed_dir(&self, mut dir: journal::Attr) {
+        dir.nlink = 0;
+        dir.size = 0;
+        dir.blocks = 0;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        dir.ctime_ns = now.map_or(dir.ctime_ns, |d| {
+            i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+        });
+        self.removed_dirs.lock().insert(dir.ino, dir);
+    }
+
     /// An entry of `ino` as the kernel sees it, counted.
     fn entry_of(&self, attr: journal::Attr) -> Result<Entry> {
         self.referenced(&attr, false)?;
@@ -282,11 +316,20 @@ impl View for ForkView {
     /// The kernel dropped `nlookup` references to `ino`: the last one lets an
     /// unlinked file go.
     fn forget(&self, ino: u64, nlookup: u64) {
+        self.removed_dirs.lock().remove(&ino);
         self.fork.release_many(ino, nlookup);
     }
 
+    /// A directory removed while the kernel held it answers what it was
+    /// left as (module docs).
     fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry> {
-        Ok(entry(self.fork.getattr(ino)?))
+        match self.fork.getattr(ino) {
+            Err(journal::Error::NotFound) => match self.removed_dirs.lock().get(&ino) {
+                Some(a) => Ok(entry(a.clone())),
+                None => Err(journal::Error::NotFound.into()),
+            },
+            r => Ok(entry(r?)),
+        }
     }
 
     fn readlink(&self, _: &Caller, ino: u64) -> Result<Vec<u8>> {
@@ -586,7 +629,12 @@ impl View for ForkView {
 
     fn rmdir(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         check_name(name)?;
-        Ok(self.fork.rmdir(parent, name)?)
+        let dir = self.dir_at(parent, name);
+        self.fork.rmdir(parent, name)?;
+        if let Some(d) = dir {
+            self.removed_dir(d);
+        }
+        Ok(())
     }
 
     /// None, `RENAME_NOREPLACE` or `RENAME_EXCHANGE`; anything else
@@ -608,7 +656,19 @@ impl View for ForkView {
             libc::RENAME_EXCHANGE => RenameMode::Exchange,
             _ => return Err(FsError::Invalid("rename flags")),
         };
-        Ok(self.fork.rename(parent, name, new_parent, new_name, mode)?)
+        // A directory renamed over goes (not when exchanged, nor when it is
+        // the one renamed).
+        let over = match mode {
+            RenameMode::Exchange => None,
+            _ => self.dir_at(new_parent, new_name),
+        };
+        self.fork.rename(parent, name, new_parent, new_name, mode)?;
+        if let Some(d) = over
+            && self.fork.getattr(d.ino).is_err()
+        {
+            self.removed_dir(d);
+        }
+        Ok(())
     }
 }
 

@@ -32,11 +32,12 @@ use serde::{Deserialize, Serialize};
 
 use super::fold::{fold, snapshot};
 use super::io::{JournalIo, RealIo};
+use super::prealloc::{self, Prealloc};
 use super::record::Record;
-use super::state::{Budget, Ctx, ForkState, INODE_BYTES, ReadPlan, Src, check_name, now_ns};
+use super::state::{Budget, Ctx, ForkState, INODE_BYTES, Src, check_name, now_ns};
 use super::wal::{Wal, segment_name};
 use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
-use crate::store::readahead::{DROP_BEHIND, ReadAhead};
+use crate::store::readahead::{AHEAD_CHUNKS, DROP_BEHIND, ReadAhead};
 use crate::store::{Checkpoint, ChunkCache, ForkHead, Kind, ObjectId, Source, Store, acl};
 
 /// A new inode as its creator asks for it ([`Fork::make`]).
@@ -242,6 +243,8 @@ pub struct Fork {
     /// Records replayed at open that change the tree (not directory loads
     /// or inode maps): uncommitted changes.
     replayed_changes: usize,
+    /// What `fallocate` reserved, for `st_blocks` and `statfs` (not journaled).
+    prealloc: Prealloc,
     _lock: Box<dyn Any + Send + Sync>,
 }
 
@@ -435,6 +438,7 @@ impl Fork {
             readahead: ReadAhead::new(cache_bytes - state_bytes),
             cache_bytes,
             replayed_changes: changes,
+            prealloc: Prealloc::default(),
             _lock: lock,
         })
     }
@@ -541,6 +545,13 @@ impl Fork {
     fn attr_of(&self, st: &ForkState, ino: u64) -> Result<Attr> {
         let n = st.inode(ino)?;
         let mut attr = n.attr(ino);
+        if let super::state::Data::File(f) = &n.data
+            && let Some(held) = self.prealloc.of(ino)
+        {
+            let end = held.last().map_or(0, |r| r.1).max(f.size);
+            let ranges = prealloc::with_reserved(super::state::data_ranges(f, 0), &held);
+            attr.blocks = super::ext4::file_blocks(end, ranges);
+        }
         if let super::state::Data::Dir(super::state::Dir::Unloaded(id)) = &n.data
             && let Ok(tree) = self.store.get_tree(id, &format!("directory inode {ino}"))
         {
@@ -605,8 +616,9 @@ impl Fork {
             if !sequential {
                 return Ok((plan, Vec::new(), Vec::new()));
             }
-            let ahead = st.plan_read(ino, end, self.readahead.ahead_bytes())?;
-            Ok((plan, base_chunks(&ahead), passed_chunks(st, ino, offset)?))
+            let ahead =
+                st.ahead_chunks(ino, end, self.readahead.ahead_bytes(), AHEAD_CHUNKS * 4)?;
+            Ok((plan, ahead, passed_chunks(st, ino, offset)?))
         })?;
         if sequential {
             self.readahead
@@ -686,7 +698,10 @@ impl Fork {
     }
 
     pub fn statfs(&self) -> Result<StatFs> {
-        let files = self.with(|st, _| Ok(st.inodes.len() as u64 + st.parked))?;
+        let (files, reserved) = self.with(|st, _| {
+            let reserved = self.prealloc.reserved(|ino| !st.linked(ino));
+            Ok((st.inodes.len() as u64 + st.parked, reserved))
+        })?;
         let root = self.store.root();
         if root.as_os_str().as_encoded_bytes().contains(&0) {
             return Err(Error::Invalid("store path holds NUL"));
@@ -695,10 +710,12 @@ impl Fork {
             path: root.to_path_buf(),
             source: e.into(),
         })?;
+        // Reserved space shows as used (`prealloc.rs`).
+        let held = reserved.div_ceil(4096);
         Ok(StatFs {
             blocks: s.f_blocks * s.f_frsize / 4096,
-            blocks_free: s.f_bfree * s.f_frsize / 4096,
-            blocks_avail: s.f_bavail * s.f_frsize / 4096,
+            blocks_free: (s.f_bfree * s.f_frsize / 4096).saturating_sub(held),
+            blocks_avail: (s.f_bavail * s.f_frsize / 4096).saturating_sub(held),
             block_size: 4096,
             files,
             files_free: u64::from(u32::MAX),
@@ -879,6 +896,7 @@ impl Fork {
     /// A write past the end leaves a hole.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.with_change(ino, |st, ctx| st.write(ctx, ino, Some(offset), data))?;
+        self.written(ino, offset, data.len() as u64);
         self.wal.write_behind();
         Ok(data.len() as u32)
     }
@@ -892,6 +910,7 @@ impl Fork {
             let t = st.inode(ino)?.mtime;
             st.write_at_time(ctx, ino, Some(offset), data, t)
         })?;
+        self.written(ino, offset, data.len() as u64);
         self.wal.write_behind();
         Ok(data.len() as u32)
     }
@@ -912,6 +931,7 @@ impl Fork {
             st.ensure_changeable(ctx.store, dst)?;
             st.copy_range(ctx, src, src_off, dst, dst_off, len)
         })?;
+        self.written(dst, dst_off, n);
         self.wal.write_behind();
         Ok(n)
     }
@@ -920,6 +940,7 @@ impl Fork {
     /// writers; returns the offset the data landed at.
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
         let at = self.with_change(ino, |st, ctx| st.write(ctx, ino, None, data))?;
+        self.written(ino, at, data.len() as u64);
         self.wal.write_behind();
         Ok(at)
     }
@@ -928,12 +949,53 @@ impl Fork {
     pub fn setattr(&self, ino: u64, attrs: &SetAttr) -> Result<Attr> {
         self.with_change(ino, |st, ctx| {
             st.setattr(ctx, ino, attrs)?;
+            if let Some(size) = attrs.size {
+                self.prealloc.truncate(ino, size);
+            }
             self.attr_of(st, ino)
         })
     }
 
+    /// `fallocate`. Mode 0 and `KeepSize` reserve the range's blocks
+    /// (`prealloc.rs`): more than the free space left fails with
+    /// [`Error::NoSpace`], as on ext4, before anything changes.
     pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: Fallocate) -> Result<()> {
-        self.with_change(ino, |st, ctx| st.fallocate(ctx, ino, offset, len, mode))
+        let end = offset.checked_add(len).ok_or(Error::FileTooLarge)?;
+        let block = super::ext4::BLOCK;
+        let (start, stop) = (offset - offset % block, end.saturating_add(block - 1));
+        let stop = stop - stop % block;
+        self.with_change(ino, |st, ctx| {
+            if mode == Fallocate::PunchHole {
+                st.fallocate(ctx, ino, offset, len, mode)?;
+                self.prealloc.release(ino, offset, end);
+                return Ok(());
+            }
+            if len != 0 && end <= super::state::MAX_FILE_SIZE {
+                let need = self.prealloc.unreserved(ino, start, stop);
+                let reserved = self.prealloc.reserved(|i| !st.linked(i));
+                let root = self.store.root();
+                let s = rustix::fs::statvfs(root).map_err(|e| Error::Io {
+                    path: root.to_path_buf(),
+                    source: e.into(),
+                })?;
+                let avail = (s.f_bavail * s.f_frsize).saturating_sub(reserved);
+                if need > avail {
+                    return Err(Error::NoSpace {
+                        path: root.to_path_buf(),
+                    });
+                }
+            }
+            st.fallocate(ctx, ino, offset, len, mode)?;
+            self.prealloc.add(ino, start, stop);
+            Ok(())
+        })
+    }
+
+    /// `len` bytes at `offset` of `ino` were written: data now, no longer
+    /// reserved.
+    fn written(&self, ino: u64, offset: u64, len: u64) {
+        self.prealloc
+            .release(ino, offset, offset.saturating_add(len));
     }
 
     /// setxattr by a caller who may keep a setgid bit (see [`Fork::setxattr_as`]).
@@ -1196,7 +1258,8 @@ impl Fork {
 
 /// The stored chunks `plan` reads, in file order, each once per run of
 /// pieces, with the bytes of the file it covers there.
-fn base_chunks(plan: &ReadPlan) -> Vec<(ObjectId, u64)> {
+#[cfg(test)]
+fn base_chunks(plan: &super::state::ReadPlan) -> Vec<(ObjectId, u64)> {
     let mut out: Vec<(ObjectId, u64)> = Vec::new();
     for (len, src) in plan {
         if let Some(Src::Base { id, .. }) = src {
@@ -1217,22 +1280,7 @@ fn passed_chunks(st: &ForkState, ino: u64, offset: u64) -> Result<Vec<ObjectId>>
     let Some(behind) = offset.checked_sub(DROP_BEHIND) else {
         return Ok(Vec::new());
     };
-    let from = behind.saturating_sub(DROP_WINDOW);
-    let mut at = from;
-    let (mut passed, mut recent) = (Vec::new(), Vec::new());
-    for (len, src) in st.plan_read(ino, from, offset - from)? {
-        if let Some(Src::Base { id, .. }) = src {
-            if at + len <= behind {
-                passed.push(id);
-            } else {
-                recent.push(id);
-            }
-        }
-        at += len;
-    }
-    passed.retain(|id| !recent.contains(id));
-    passed.dedup();
-    Ok(passed)
+    st.passed_chunks(ino, behind.saturating_sub(DROP_WINDOW), behind, offset)
 }
 
 /// A read of at most this much of a base chunk that is not cached, and not

@@ -27,6 +27,7 @@ pub mod ext4;
 mod fold;
 mod fork;
 pub mod io;
+mod prealloc;
 mod rechunk;
 pub mod record;
 mod state;
@@ -219,8 +220,9 @@ pub enum XattrMode {
 pub enum Fallocate {
     /// Mode 0: extend the size to cover the range (the new part reads as zeros).
     Extend,
-    /// FALLOC_FL_KEEP_SIZE alone: nothing visible changes (no preallocation
-    /// is done: data lives in the journal).
+    /// FALLOC_FL_KEEP_SIZE alone: the size stays; the blocks are counted as
+    /// reserved for the life of the open fork (`prealloc.rs`: data lives in
+    /// the journal, so nothing is reserved on disk).
     KeepSize,
     /// FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the range becomes a hole.
     PunchHole,

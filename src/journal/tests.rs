@@ -1470,6 +1470,68 @@ fn sequential_reads_of_a_base_file_read_ahead_and_drop_the_chunks_passed() {
     assert_eq!(f.read(i, 10, 4096).unwrap(), want[10..4106]);
 }
 
+/// A file of many tiny `O_APPEND` writes (a piece each, as xfstests
+/// generic/069 makes them), and a base file with such a tail, read
+/// sequentially as the kernel reads: every byte right, and the read-ahead
+/// still finds the base chunks ahead (its look is bounded in pieces, not
+/// in bytes, since a sequential read once walked the whole rest of the file
+/// at every read).
+#[test]
+fn sequential_reads_of_a_file_of_tiny_appends() {
+    let env = env();
+    let f = env.fork();
+    let n = 20_000u32;
+    let new = f.create_open(ROOT_INO, b"log", 0o644, 0, 0).unwrap().ino;
+    let big = ino(&f, "big.bin");
+    for i in 0..n {
+        f.append(new, &i.to_le_bytes()).unwrap();
+        f.append(big, &i.to_le_bytes()).unwrap();
+    }
+    let base = fs::read(env._tmp.path().join("src/big.bin")).unwrap();
+    for (file, head) in [(new, &[][..]), (big, &base[..])] {
+        let mut got = Vec::new();
+        loop {
+            let part = f.read(file, got.len() as u64, 131_072).unwrap();
+            if part.is_empty() {
+                break;
+            }
+            got.extend(part);
+        }
+        assert_eq!(got.len(), head.len() + 4 * n as usize);
+        assert!(got[..head.len()] == *head, "the base part");
+        for (i, w) in got[head.len()..].chunks(4).enumerate() {
+            assert_eq!(w, (i as u32).to_le_bytes(), "append {i}");
+        }
+    }
+}
+
+/// How long a first sequential read of a file of `n` 4-byte appends takes
+/// (`cargo test --release --lib -- --ignored tiny_appends_read_time
+/// --nocapture`): a measurement for generic/069, not a test of a time.
+#[test]
+#[ignore]
+fn tiny_appends_read_time() {
+    for n in [100_000u32, 300_000, 600_000, 1_200_000] {
+        let env = env();
+        let f = env.fork();
+        let file = f.create_open(ROOT_INO, b"log", 0o644, 0, 0).unwrap().ino;
+        for i in 0..n {
+            f.append(file, &i.to_le_bytes()).unwrap();
+        }
+        let t = std::time::Instant::now();
+        let mut at = 0u64;
+        loop {
+            let part = f.read(file, at, 131_072).unwrap();
+            if part.is_empty() {
+                break;
+            }
+            at += part.len() as u64;
+        }
+        assert_eq!(at, 4 * u64::from(n));
+        eprintln!("{n} appends: first read {:.2?}", t.elapsed());
+    }
+}
+
 #[test]
 fn a_small_random_read_of_a_base_file_decodes_only_its_part() {
     let env = env();

@@ -7,7 +7,7 @@
 
 use super::super::record::{FRAME_HEADER, MAX_WRITE_DATA, Record, write_head};
 use super::super::{Error, Fallocate, Result};
-use super::extents::{Piece, ReadPlan, Src, plan, punch};
+use super::extents::{Piece, ReadPlan, Src, base_ahead, base_passed, plan, punch};
 use crate::store::ObjectId;
 
 /// The most journal data one [`ForkState::copy_range`] moves (it reads it
@@ -26,6 +26,37 @@ impl ForkState {
         }
         let end = offset.saturating_add(size).min(f.size);
         Ok(plan(&f.pieces, offset, end))
+    }
+
+    /// The stored objects a sequential reader of file `ino` reads after
+    /// `end`, up to `bytes` on and `max_runs` runs ([`base_ahead`]: a
+    /// bounded look, whatever the file's pieces).
+    pub fn ahead_chunks(
+        &self,
+        ino: u64,
+        end: u64,
+        bytes: u64,
+        max_runs: usize,
+    ) -> Result<Vec<(ObjectId, u64)>> {
+        let f = self.inode(ino)?.file()?;
+        let stop = end.saturating_add(bytes).min(f.size);
+        if end >= stop {
+            return Ok(Vec::new());
+        }
+        Ok(base_ahead(&f.pieces, end, stop, max_runs))
+    }
+
+    /// The stored objects a sequential reader at `offset` of file `ino` has
+    /// passed: read in `[from, behind)` and not since ([`base_passed`]).
+    pub fn passed_chunks(
+        &self,
+        ino: u64,
+        from: u64,
+        behind: u64,
+        offset: u64,
+    ) -> Result<Vec<ObjectId>> {
+        let f = self.inode(ino)?.file()?;
+        Ok(base_passed(&f.pieces, from, behind, offset.min(f.size)))
     }
 
     /// Write `data` at `offset` (or at the end of the file when `offset` is

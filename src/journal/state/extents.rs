@@ -174,6 +174,79 @@ pub fn plan(pieces: &PieceMap, start: u64, end: u64) -> ReadPlan {
     out
 }
 
+/// The most pieces a read-ahead hint looks at ([`base_ahead`],
+/// [`base_passed`]): a file of many small journal writes (a log grown by
+/// tiny `O_APPEND` writes has a piece per write) is not walked whole for a
+/// hint at every read, which made a sequential read of it quadratic.
+pub const HINT_PIECES: usize = 1024;
+
+/// The stored objects `[start, end)` of a piece map reads, in file order,
+/// with the bytes of the file each covers (adjacent runs of one object
+/// merged), from at most [`HINT_PIECES`] pieces and `max_runs` runs: what a
+/// sequential reader reads next, for the read-ahead.
+pub fn base_ahead(
+    pieces: &PieceMap,
+    start: u64,
+    end: u64,
+    max_runs: usize,
+) -> Vec<(ObjectId, u64)> {
+    let mut out: Vec<(ObjectId, u64)> = Vec::new();
+    for (len, src) in plan_capped(pieces, start, end, HINT_PIECES) {
+        if let Some(Src::Base { id, .. }) = src {
+            let full = out.len() == max_runs;
+            match out.last_mut() {
+                Some((last, n)) if *last == id => *n += len,
+                _ if full => break,
+                _ => out.push((id, len)),
+            }
+        }
+    }
+    out
+}
+
+/// The stored objects whose bytes in `[from, offset)` all end before
+/// `behind` (an object also read in `[behind, offset)` is left out), from
+/// the [`HINT_PIECES`] pieces nearest `offset` at most: what a sequential
+/// reader at `offset` has passed.
+pub fn base_passed(pieces: &PieceMap, from: u64, behind: u64, offset: u64) -> Vec<ObjectId> {
+    let (mut passed, mut recent): (Vec<ObjectId>, Vec<ObjectId>) = (Vec::new(), Vec::new());
+    let near = pieces
+        .range(..offset)
+        .rev()
+        .take_while(|(s, p)| s.saturating_add(p.len) > from)
+        .take(HINT_PIECES);
+    for (&s, p) in near {
+        if let Src::Base { id, .. } = p.src {
+            if s.saturating_add(p.len).min(offset) <= behind {
+                if passed.last() != Some(&id) {
+                    passed.push(id);
+                }
+            } else {
+                recent.push(id);
+            }
+        }
+    }
+    passed.reverse();
+    passed.retain(|id| !recent.contains(id));
+    passed.dedup();
+    passed
+}
+
+/// [`plan`] of at most `max_pieces` pieces: it may stop short of `end`.
+fn plan_capped(pieces: &PieceMap, start: u64, end: u64, max_pieces: usize) -> ReadPlan {
+    let first = pieces
+        .range(..=start)
+        .next_back()
+        .filter(|(s, p)| **s + p.len > start)
+        .map(|(s, _)| *s)
+        .unwrap_or(start);
+    let stop = pieces
+        .range(first..end)
+        .nth(max_pieces)
+        .map_or(end, |(s, _)| *s);
+    plan(pieces, start, stop)
+}
+
 impl FileData {
     /// After a commit that folded this file into `ext`, having read it as
     /// `read` (its pieces in the fold's copy): every run of a piece that

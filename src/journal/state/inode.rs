@@ -304,6 +304,15 @@ impl ForkState {
         Ok(())
     }
 
+    /// Whether inode `ino` exists with a name, resident or parked (an
+    /// unlinked file kept open does not count).
+    pub fn linked(&mut self, ino: u64) -> bool {
+        match self.inodes.get(&ino) {
+            Some(n) => n.nlink > 0,
+            None => self.parked_open(ino).is_some(),
+        }
+    }
+
     /// `count` handles on `ino` were closed; the last one of an unlinked
     /// file drops it.
     pub fn release(&mut self, ino: u64, count: u64) {

@@ -45,8 +45,10 @@ mod replay;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 #[cfg(test)]
+pub use extents::ReadPlan;
+#[cfg(test)]
 pub use extents::punch;
-pub use extents::{FileData, Piece, ReadPlan, Src, data_ranges, plan};
+pub use extents::{FileData, Piece, Src, data_ranges, plan};
 pub use inode::{Data, Dir, Inode, Parked, TreeCache};
 pub use namespace::check_name;
 pub use park::{Budget, INODE_BYTES};
