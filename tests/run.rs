@@ -191,7 +191,7 @@ fn four_forks_run_at_one_origin_at_once_and_each_commit_holds_its_own_writes() {
             .collect();
         assert_eq!(
             changed,
-            ["history.jsonl", "state/lead.json"],
+            ["history.jsonl", "state", "state/lead.json"],
             "{name}: {diff}"
         );
         let log = env.ok(["log", name]);
@@ -203,7 +203,11 @@ fn four_forks_run_at_one_origin_at_once_and_each_commit_holds_its_own_writes() {
         .lines()
         .map(|l| l.split(' ').nth(1).unwrap_or(""))
         .collect();
-    assert_eq!(changed, ["history.jsonl", "state/lead.json"], "{d}");
+    assert_eq!(
+        changed,
+        ["history.jsonl", "state", "state/lead.json"],
+        "{d}"
+    );
     // The host: nothing created, nothing mounted, no run left.
     assert!(!env.path("srv/_lead_sessions").exists());
     assert_eq!(mounts_under(env.tmp.path()), Vec::<String>::new());
