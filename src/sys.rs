@@ -275,6 +275,18 @@ pub fn in_new_session_keeping(cmd: &mut Command, keep: RawFd) {
     }
 }
 
+/// Have the kernel send `sig` to the child `cmd` spawns when the thread
+/// that spawned it exits (`PR_SET_PDEATHSIG`).
+pub fn die_with_parent(cmd: &mut Command, sig: rustix::process::Signal) {
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(sig))?;
+            Ok(())
+        });
+    }
+}
+
 /// Take ownership of descriptor `fd` inherited from the parent (see
 /// [`in_new_session_keeping`]), closing it on `exec` from now on. `None` if
 /// no such descriptor is open.

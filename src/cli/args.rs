@@ -81,8 +81,13 @@ pub enum Command {
     /// before stays.
     #[command(alias = "unmount")]
     Umount(UmountArgs),
-    /// List live mounts of this store
+    /// List live mounts and runs of this store
     Status(StatusArgs),
+    /// Run a command with forks (and checkpoints) mounted at their origins, seen by it alone
+    Run(RunArgs),
+    /// Internal: the init of a run's PID namespace (runs CMD, forwards signals)
+    #[command(name = "__run-init", hide = true)]
+    RunInit(RunInitArgs),
     /// Read every object reachable from checkpoints and report corrupt or missing ones
     Verify(VerifyArgs),
     /// Delete objects that no checkpoint reaches (every checkpoint is kept)
@@ -431,6 +436,10 @@ pub struct MountArgs {
     /// checks its path rules again
     #[arg(long, hide = true, requires = "label")]
     pub from_origin: bool,
+    /// Internal: a daemon of `storefs run`: its control socket (its log beside
+    /// it); it writes no mount record
+    #[arg(long, hide = true, value_name = "PATH", requires = "label")]
+    pub run_socket: Option<PathBuf>,
     /// Internal: the daemon fetches objects it lacks from this remote (lazy mount)
     #[arg(long, hide = true, value_name = "REMOTE", requires = "label")]
     pub remote: Option<String>,
@@ -483,6 +492,68 @@ pub struct MountArgs {
     /// and <id>.json, refs/ and archives/ (symlinks), forks/<name>/head and history/
     #[arg(long, conflicts_with_all = ["sha256", "manifest", "label"])]
     pub browse: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+CMD runs in a private mount namespace (for a user other than root, inside a user namespace
+mapping only that user's uid and gid) where TARGET, and each --with TARGET, is mounted at its
+origin by a daemon of its own. No other process sees these mounts, and nothing is created or
+mounted on the host: missing parents of an origin are made inside the namespace on a tmpfs that
+still shows the host's entries beside them. Many runs may use one origin at once, each with its
+own fork.
+
+CMD's cwd (looked up again inside, so a cwd under an origin is in the mount), environment and
+standard streams pass through; SIGINT, SIGTERM and SIGHUP sent to `storefs run` reach CMD. When
+CMD exits, whatever it left running is killed, each fork is committed (message -m, else the
+command line; nothing is committed when nothing changed) unless --no-commit, and the daemons
+stop. The exit status is CMD's (128+N when signal N killed it); 1 when a daemon died while CMD
+ran (its fork's journal is replayed by the next run or mount of it).
+
+A fork held by another run or a mount is refused, naming the holder. `storefs status` lists
+runs, `storefs commit FORK` commits a fork inside a run.
+
+Examples:
+  storefs run lead --fork b1 -- claude --resume        # fork lead as b1, resume in it
+  storefs run b1 --with room -m 'fix slice 3' -- make  # b1 read-write, room read-only")]
+pub struct RunArgs {
+    /// A fork (mounted read-write); or a ref, checkpoint id, git:COMMIT,
+    /// archive or REMOTE:REF (read-only; with --fork, the fork's base)
+    pub target: String,
+    /// Make fork NAME of TARGET first and run in it, read-write
+    #[arg(long, value_name = "NAME")]
+    pub fork: Option<String>,
+    /// Another target, mounted at its origin too (read-write when it is a
+    /// fork, else read-only); may repeat
+    #[arg(long = "with", value_name = "TARGET")]
+    pub with: Vec<String>,
+    /// The message of the forks' commits when CMD exits [default: the command line]
+    #[arg(short, long, value_name = "MSG")]
+    pub message: Option<String>,
+    /// Keep the forks' journals instead of committing when CMD exits (the
+    /// next run or mount replays them)
+    #[arg(long)]
+    pub no_commit: bool,
+    /// Also allow origins equal to or beneath PREFIX (may repeat; see `storefs mount`)
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        env = "STOREFS_ALLOW_ORIGIN",
+        value_delimiter = ':'
+    )]
+    pub allow_origin: Vec<PathBuf>,
+    /// Bound on the memory each daemon's caches hold (see `storefs mount`)
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub cache_size: usize,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunInitArgs {
+    #[arg(last = true, required = true)]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]

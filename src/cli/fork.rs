@@ -132,14 +132,20 @@ pub fn commit(store_dir: &Path, a: CommitArgs) -> Result<()> {
         .live_mounts()?
         .into_iter()
         .find(|m| m.mode == "rw" && m.target == a.fork);
-    let id = match mounted {
-        Some(m) => {
+    let in_run = crate::daemon::runs::run_of_fork(&store, &a.fork);
+    let id = match (mounted, in_run) {
+        (_, Some((r, t))) => request(
+            Path::new(&t.socket),
+            &Request::Commit { message: a.message },
+        )
+        .with_context(|| format!("commit of fork '{}' inside run pid {}", a.fork, r.pid))?,
+        (Some(m), None) => {
             let sock = store.mount_file(Path::new(&m.mountpoint), "sock");
             request(&sock, &Request::Commit { message: a.message }).with_context(|| {
                 format!("commit of fork '{}' mounted at {}", a.fork, m.mountpoint)
             })?
         }
-        None => {
+        (None, None) => {
             let fork = Fork::open(Arc::new(store), &a.fork)?;
             fork.commit(&a.message)?.to_hex()
         }

@@ -14,6 +14,7 @@ mod json;
 mod maint;
 mod mount;
 mod remote;
+mod run;
 mod term;
 
 use std::path::PathBuf;
@@ -41,6 +42,9 @@ pub fn main() -> i32 {
         Ok(()) => 0,
         Err(e) if stdout_closed(&e) => die_of_sigpipe(),
         Err(e) if e.downcast_ref::<PartialExit>().is_some() => PARTIAL_EXIT,
+        Err(e) if e.downcast_ref::<ExitWith>().is_some() => {
+            e.downcast_ref::<ExitWith>().map_or(1, |x| x.0)
+        }
         Err(e) => {
             eprintln!("storefs: error: {}", one_line(&e));
             1
@@ -65,6 +69,19 @@ impl std::fmt::Display for PartialExit {
 }
 
 impl std::error::Error for PartialExit {}
+
+/// Returned by a command whose exit status is another program's (`run`:
+/// CMD's); what there was to say is already on stderr.
+#[derive(Debug)]
+pub(crate) struct ExitWith(pub i32);
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}", self.0)
+    }
+}
+
+impl std::error::Error for ExitWith {}
 
 /// Whether `e` is a write to a standard output whose reader has gone
 /// (`storefs log | head`): then there is nobody to tell.
@@ -124,6 +141,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
         Command::Status(a) => mount::status(&store_dir, a),
+        Command::Run(a) => run::run(&store_dir, a),
+        Command::RunInit(a) => run::init(a),
         Command::Verify(a) => maint::verify(&open(&store_dir)?, a),
         Command::Gc(a) => maint::gc(&open(&store_dir)?, a),
         Command::Remote(c) => remote::remote(&store_dir, c),

@@ -32,6 +32,14 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     if a.browse {
         return mount_browse(store_dir, a, ready);
     }
+    let (m, lazy_remote) = resolve(store_dir, &a)?;
+    launch(m, lazy_remote.as_deref(), a.foreground, ready)
+}
+
+/// What `a` names, resolved into the mount to serve (at its origin when
+/// no mountpoint is given, where the origin policy allows it) and, for a
+/// lazy mount, its remote. Used by `mount` and by `run`.
+pub(super) fn resolve(store_dir: &Path, a: &MountArgs) -> Result<(Mount, Option<String>)> {
     // An existing file (or first part) is an archive: imported here, in the
     // parent, so errors reach the user; the daemon gets the checkpoint id.
     let archive = a.label.is_none() && is_archive_path(Path::new(&a.target));
@@ -135,6 +143,17 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
             PathBuf::from(origin)
         }
     };
+    if let Some(name) = &fork
+        && a.run_socket.is_none()
+        && let Some((r, t)) = daemon::runs::run_of_fork(&store, name)
+    {
+        bail!(
+            "fork '{name}' is in use by run pid {} ({}) at {}; wait for it to end, or make another fork",
+            r.pid,
+            r.command_line(),
+            t.origin
+        );
+    }
     let what = match fork {
         Some(name) => What::Fork { name, head: id },
         None => What::Checkpoint(id),
@@ -146,9 +165,10 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
         label,
         mountpoint,
         from_origin,
-        settings: settings(&a)?,
+        settings: settings(a)?,
+        run_socket: a.run_socket.clone(),
     };
-    launch(m, lazy_remote.as_deref(), a.foreground, ready)
+    Ok((m, lazy_remote))
 }
 
 /// `mount --browse MOUNTPOINT`: the whole store, read-only (TARGET is the mountpoint).
@@ -170,6 +190,7 @@ fn mount_browse(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Re
         mountpoint,
         from_origin: false,
         settings: settings(&a)?,
+        run_socket: None,
     };
     launch(m, None, a.foreground, ready)
 }
@@ -246,7 +267,7 @@ fn launch(
 /// The command line of a daemon that serves `m`: `mount --foreground` with
 /// the checkpoint id (a fork by name) and the label, so that it resolves
 /// nothing again, and `--remote` for a lazy mount.
-fn daemon_args(m: &Mount, remote: Option<&str>) -> Vec<OsString> {
+pub(super) fn daemon_args(m: &Mount, remote: Option<&str>) -> Vec<OsString> {
     let mp = m.mountpoint.as_os_str();
     let mut args: Vec<OsString> = vec!["--store".into(), m.store.root().into(), "mount".into()];
     match &m.what {
@@ -280,6 +301,9 @@ fn daemon_args(m: &Mount, remote: Option<&str>) -> Vec<OsString> {
     args.extend(["--transport".into(), s.transport.name().into()]);
     for o in &s.options {
         args.extend(["-o".into(), o.into()]);
+    }
+    if let Some(sock) = &m.run_socket {
+        args.extend(["--run-socket".into(), sock.into()]);
     }
     args
 }
@@ -403,6 +427,24 @@ fn umount_target(store_dir: &Path, arg: &Path) -> Result<PathBuf> {
         return Ok(mp);
     }
     let typed = arg.to_string_lossy();
+    // A run's mount is in the run's namespace: only the run ends it.
+    if let Ok(store) = Store::open(store_dir) {
+        for r in daemon::runs::list(&store) {
+            if let Some(t) = r
+                .targets
+                .iter()
+                .find(|t| t.target == typed || Path::new(&t.origin) == mp)
+            {
+                bail!(
+                    "{} is mounted inside run pid {} ({}), which alone sees it; it is unmounted (and a fork committed) when that command exits (`kill {}` ends it sooner)",
+                    t.target,
+                    r.pid,
+                    r.command_line(),
+                    r.pid
+                );
+            }
+        }
+    }
     let not_mounted = || {
         if typed.contains('/') || arg.exists() {
             anyhow!("{} is not mounted", mp.display())
@@ -482,6 +524,7 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
         Ok(s) => live
             .into_iter()
             .map(|r| daemon::mount_status(&s, r))
+            .chain(daemon::run_statuses(&s))
             .collect(),
         Err(_) => Vec::new(),
     };
@@ -519,7 +562,15 @@ pub fn status(store_dir: &Path, a: StatusArgs) -> Result<()> {
             shorten_middle(&shown.line(&m.target), TARGET_WIDTH),
             rss,
             cache,
-            shown.line(&m.mountpoint)
+            match &st.run {
+                Some(r) => format!(
+                    "{} (inside run {}: {})",
+                    shown.line(&m.mountpoint),
+                    r.pid,
+                    shown.line(&r.command)
+                ),
+                None => shown.line(&m.mountpoint).to_string(),
+            }
         )?;
     }
     if ndead > 0 {

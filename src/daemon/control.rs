@@ -161,11 +161,63 @@ pub struct MountStatus {
     pub cache: Option<CacheReport>,
     /// How its requests arrive; `None` as for `cache`.
     pub transport: Option<TransportReport>,
+    /// The `storefs run` whose namespace the mount is in (absent for a
+    /// mount everyone sees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunOf>,
+}
+
+/// The run a mount belongs to, as `status --json` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunOf {
+    /// The `storefs run` process.
+    pub pid: u32,
+    /// Its command line.
+    pub command: String,
 }
 
 /// `record` with its daemon's memory: RSS from `/proc/<pid>/status`, cache
 /// use from its control socket.
 pub fn mount_status(store: &Store, record: MountRecord) -> MountStatus {
+    let sock = store.mount_file(Path::new(&record.mountpoint), "sock");
+    status_at(record, &sock, None)
+}
+
+/// Each target of each live run as a mount (its mountpoint the origin,
+/// its pid the daemon's), with the run it belongs to.
+pub fn run_statuses(store: &Store) -> Vec<MountStatus> {
+    let mut out = Vec::new();
+    for r in super::runs::list(store) {
+        for t in &r.targets {
+            let record = MountRecord {
+                mountpoint: t.origin.clone(),
+                target: t.target.clone(),
+                checkpoint: match t.mode.as_str() {
+                    "rw" => store
+                        .fork_head(&t.target)
+                        .ok()
+                        .flatten()
+                        .map_or_else(|| t.checkpoint.clone(), |h| h.to_hex()),
+                    _ => t.checkpoint.clone(),
+                },
+                pid: t.daemon_pid,
+                mode: t.mode.clone(),
+                log: t.log.clone(),
+                started_ns: r.started_ns,
+                pid_start: None,
+                created: Vec::new(),
+            };
+            let run = RunOf {
+                pid: r.pid,
+                command: r.command_line(),
+            };
+            out.push(status_at(record, Path::new(&t.socket), Some(run)));
+        }
+    }
+    out
+}
+
+fn status_at(record: MountRecord, sock: &Path, run: Option<RunOf>) -> MountStatus {
     // A dead mount's pid may belong to another process by now.
     let alive = record.mode != "dead" && record.pid != 0;
     let proc_kib = |field: &str| -> Option<u64> {
@@ -183,10 +235,9 @@ pub fn mount_status(store: &Store, record: MountRecord) -> MountStatus {
         Some(kib * 1024)
     };
     let (rss_bytes, peak_rss_bytes) = (proc_kib("VmRSS:"), proc_kib("VmHWM:"));
-    let sock = store.mount_file(Path::new(&record.mountpoint), "sock");
     let second = Duration::from_secs(1);
     let (cache, transport) = if alive {
-        daemon_use(&sock, second).unwrap_or_default()
+        daemon_use(sock, second).unwrap_or_default()
     } else {
         (None, None)
     };
@@ -196,6 +247,7 @@ pub fn mount_status(store: &Store, record: MountRecord) -> MountStatus {
         peak_rss_bytes,
         cache,
         transport,
+        run,
     }
 }
 

@@ -121,7 +121,31 @@ fn machine_checks(root: bool) -> Vec<Check> {
             "reads and writes that bypass the daemon; not used by storefs yet",
         ),
         fuse_uring(),
+        user_namespaces(root),
     ]
+}
+
+/// `storefs run` as a user other than root makes a user namespace.
+fn user_namespaces(root: bool) -> Check {
+    const WHAT: &str = "user namespaces";
+    match super::ns::userns_blocker() {
+        None => check(
+            WHAT,
+            Verdict::Ok,
+            "ordinary users may make them (`storefs run` works for any user)",
+            "",
+        ),
+        Some(b) => check(
+            WHAT,
+            Verdict::Note,
+            if root {
+                "forbidden to ordinary users (root's `storefs run` needs none)"
+            } else {
+                "forbidden: `storefs run` works only as root"
+            },
+            &b,
+        ),
+    }
 }
 
 fn dev_fuse() -> Check {

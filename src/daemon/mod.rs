@@ -17,6 +17,11 @@
 //!   its default mountpoint (docs/security.md);
 //! - `log`: the daemon's log file, `logs/mount-<key>.log` in the store;
 //! - [`doctor`]: what this machine has of what mounts need (`storefs doctor`);
+//! - [`ns`]: the namespaces of `storefs run` (a private mount namespace,
+//!   for an ordinary user inside a user namespace), an origin's missing
+//!   directories made inside it, and the run's init;
+//! - [`runs`]: `storefs run` itself: its record in `runs/`, its daemons
+//!   (one per target, in the run's namespace), CMD, the commit at the end;
 //! - `unmount`: unmounting from outside ([`unmount()`]: `umount2` as root,
 //!   else `fusermount3 -u`) and waiting for a daemon to exit.
 //!
@@ -32,18 +37,20 @@ pub mod control;
 pub mod doctor;
 mod log;
 mod mountpoint;
+pub mod ns;
 pub mod origin;
 mod run;
+pub mod runs;
 mod spawn;
 mod unmount;
 
 use std::io;
 use std::path::PathBuf;
 
-pub use control::{CacheReport, MountStatus, Request, mount_status, request};
+pub use control::{CacheReport, MountStatus, Request, RunOf, mount_status, request, run_statuses};
 pub use mountpoint::remove_created;
 pub use run::{Mount, Settings, What, run, serve};
-pub use spawn::{ReadyPipe, Started, start};
+pub use spawn::{ReadyPipe, Started, start, start_in_run};
 pub use unmount::{unmount, wait_for_exit};
 
 /// Everything that can go wrong in starting, running or talking to a daemon.
@@ -107,6 +114,12 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A namespace of `storefs run` could not be made (the whole line).
+    #[error("{0}")]
+    Namespace(String),
+    /// A fork another run or a mount holds (the whole line).
+    #[error("{0}")]
+    Held(String),
     #[error("pipe")]
     Pipe(#[source] io::Error),
     #[error("cannot find the storefs executable")]

@@ -63,6 +63,10 @@ pub struct Mount {
     /// checked again once it exists.
     pub from_origin: bool,
     pub settings: Settings,
+    /// A daemon of `storefs run`: its control socket is here (its log
+    /// beside it, `.log`), and it writes no mount record (its mount is in
+    /// the run's namespace; the run's record names it: [`super::runs`]).
+    pub run_socket: Option<PathBuf>,
 }
 
 /// Be the daemon: check and create the mountpoint, mount, register the
@@ -84,7 +88,10 @@ pub fn run(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
 
 fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> Result<()> {
     let mp = m.mountpoint.as_path();
-    let log = log_path(&m.store, mp);
+    let log = match &m.run_socket {
+        Some(sock) => sock.with_extension("log"),
+        None => log_path(&m.store, mp),
+    };
     init_file_logging(&log)?;
     let store = Arc::new(m.store);
     let cfg = MountConfig {
@@ -129,7 +136,10 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
         source,
     })?;
     // Threads start after the mount, which blocked the stop signals: they inherit the mask.
-    let socket = store.mount_file(mp, "sock");
+    let socket = m
+        .run_socket
+        .clone()
+        .unwrap_or_else(|| store.mount_file(mp, "sock"));
     let writeback_at = (fork.is_some() && m.settings.writeback_cache).then(|| mp.to_path_buf());
     let control = Arc::new(Control {
         fork: fork.clone(),
@@ -160,7 +170,7 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
         What::Fork { head, .. } => ("rw", Some(*head)),
         What::Browse => ("browse", None),
     };
-    store.add_mount(&MountRecord {
+    let record = MountRecord {
         mountpoint: mp.to_string_lossy().into_owned(),
         target: m.label.clone(),
         checkpoint: id.map(|id| id.to_hex()).unwrap_or_default(),
@@ -170,7 +180,10 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
         started_ns: now_ns(),
         pid_start: sys::process_start_time(std::process::id()),
         created: created.to_vec(),
-    })?;
+    };
+    if m.run_socket.is_none() {
+        store.add_mount(&record)?;
+    }
     tracing::info!(mountpoint = %mp.display(), checkpoint = ?id, target = %m.label, mode, "mounted");
     on_serving();
     // Under systemd's Type=notify (storefs@.service), `systemctl start`
@@ -201,7 +214,9 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
             }
         }
     }
-    store.remove_mount(mp)?;
+    if m.run_socket.is_none() {
+        store.remove_mount(mp)?;
+    }
     result.map_err(|source| Error::Serve {
         mountpoint: mp.to_path_buf(),
         source,

@@ -38,11 +38,23 @@ pub struct Started {
 /// removes it again when it exits).
 pub fn start(store: &Store, mp: &Path, args: &[OsString]) -> Result<Started> {
     check_mountpoint(store.root(), mp)?;
-    start_daemon(store, mp, args)
+    start_daemon(log_path(store, mp), mp, args, false)
 }
 
-fn start_daemon(store: &Store, mp: &Path, args: &[OsString]) -> Result<Started> {
-    let log = log_path(store, mp);
+/// [`start`] for a daemon of `storefs run` (its mount is in the run's
+/// namespace, which the caller entered): it logs to `log`, and the kernel
+/// sends it SIGTERM (it unmounts, commits a fork, exits) if the run dies.
+pub fn start_in_run(store: &Store, mp: &Path, args: &[OsString], log: PathBuf) -> Result<Started> {
+    check_mountpoint(store.root(), mp)?;
+    start_daemon(log, mp, args, true)
+}
+
+fn start_daemon(
+    log: PathBuf,
+    mp: &Path,
+    args: &[OsString],
+    die_with_parent: bool,
+) -> Result<Started> {
     let stderr = open_log(&log)?;
     let (mut reader, writer) = std::io::pipe().map_err(Error::Pipe)?;
     let exe = std::env::current_exe().map_err(Error::NoExecutable)?;
@@ -53,6 +65,9 @@ fn start_daemon(store: &Store, mp: &Path, args: &[OsString]) -> Result<Started> 
         .stdout(Stdio::null())
         .stderr(stderr);
     sys::in_new_session_keeping(&mut cmd, writer.as_raw_fd());
+    if die_with_parent {
+        sys::die_with_parent(&mut cmd, rustix::process::Signal::TERM);
+    }
     let mut child = cmd.spawn().map_err(Error::Spawn)?;
     drop(writer);
 

@@ -1,0 +1,492 @@
+//! `storefs run`: CMD in a private mount namespace ([`super::ns`]) where
+//! each target is mounted at its origin by a daemon of its own, started in
+//! that namespace; the fork committed and the daemons stopped when CMD
+//! exits.
+//!
+//! The process tree: `storefs run` (in the run's mount namespace, and for
+//! an ordinary user its user namespace) starts one daemon per target
+//! (`PR_SET_PDEATHSIG` SIGTERM: if the run dies, each unmounts, commits and
+//! exits), then the run's init ([`super::ns::init`], pid 1 of a new PID
+//! namespace, `PR_SET_PDEATHSIG` SIGKILL), which runs CMD. When CMD exits,
+//! init exits with its status and the kernel kills whatever CMD left
+//! running, so nothing keeps the mounts busy; the run then commits each
+//! fork through its daemon's control socket and stops the daemons.
+//!
+//! A run is recorded in `runs/<pid>.json` in the store ([`RunRecord`]),
+//! which names its command, targets, origins, daemons and their control
+//! sockets (`runs/<pid>-<n>.sock`, the daemon's log beside it, `.log`): what
+//! `status`, `commit` and `umount` look at. A record whose process is gone
+//! (pid and start time, as mount records) is stale and removed on listing.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::control::{Request, request};
+use super::{Error, Mount, Result, What, ns};
+use crate::store::Store;
+use crate::sys;
+
+/// A run as `runs/<pid>.json` records it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The `storefs run` process.
+    pub pid: u32,
+    /// Its start time (`/proc/PID/stat`), so that a later process with the
+    /// same pid is not taken for it.
+    pub pid_start: Option<u64>,
+    /// CMD and its arguments.
+    pub command: Vec<String>,
+    pub started_ns: i64,
+    pub targets: Vec<RunTarget>,
+}
+
+/// One target of a run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunTarget {
+    /// What the user named (a fork's name for a fork).
+    pub target: String,
+    /// `rw` (a fork) or `ro`.
+    pub mode: String,
+    /// The checkpoint mounted (a fork's head when the run started).
+    pub checkpoint: String,
+    /// Where it is mounted inside the run.
+    pub origin: String,
+    /// Its daemon (0 until started).
+    pub daemon_pid: u32,
+    /// The daemon's control socket.
+    pub socket: String,
+    /// The daemon's log.
+    pub log: String,
+}
+
+impl RunRecord {
+    /// CMD as one line.
+    pub fn command_line(&self) -> String {
+        self.command.join(" ")
+    }
+
+    /// Whether the `storefs run` process the record names still runs.
+    pub fn is_alive(&self) -> bool {
+        self.pid > 1
+            && sys::pid_alive(self.pid)
+            && sys::process_name(self.pid).is_some_and(|n| n.starts_with("storefs"))
+            && self
+                .pid_start
+                .is_none_or(|t| sys::process_start_time(self.pid) == Some(t))
+    }
+}
+
+fn runs_dir(store: &Store) -> PathBuf {
+    store.root().join("runs")
+}
+
+fn record_path(store: &Store, pid: u32) -> PathBuf {
+    runs_dir(store).join(format!("{pid}.json"))
+}
+
+/// Target `n`'s control socket in this process's run.
+pub fn socket_path(store: &Store, n: usize) -> PathBuf {
+    runs_dir(store).join(format!("{}-{n}.sock", std::process::id()))
+}
+
+fn write_record(store: &Store, rec: &RunRecord) -> Result<()> {
+    let dir = runs_dir(store);
+    std::fs::create_dir_all(&dir)?;
+    let path = record_path(store, rec.pid);
+    let tmp = dir.join(format!(".{}.tmp", rec.pid));
+    let mut data = serde_json::to_vec_pretty(rec)?;
+    data.push(b'\n');
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(())
+}
+
+fn remove_record(store: &Store, rec: &RunRecord) {
+    for t in &rec.targets {
+        let _ = std::fs::remove_file(&t.socket);
+    }
+    let _ = std::fs::remove_file(record_path(store, rec.pid));
+}
+
+/// The runs going on now, oldest first; stale records (their process is
+/// gone) are removed with their sockets.
+pub fn list(store: &Store) -> Vec<RunRecord> {
+    let Ok(rd) = std::fs::read_dir(runs_dir(store)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for ent in rd.flatten() {
+        let path = ent.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        match serde_json::from_slice::<RunRecord>(&bytes) {
+            Ok(r) if r.is_alive() => out.push(r),
+            Ok(r) => remove_record(store, &r),
+            Err(_) => {}
+        }
+    }
+    out.sort_by_key(|r| r.started_ns);
+    out
+}
+
+/// The live run that holds fork `name`, and its target.
+pub fn run_of_fork(store: &Store, name: &str) -> Option<(RunRecord, RunTarget)> {
+    list(store).into_iter().find_map(|r| {
+        let t = r
+            .targets
+            .iter()
+            .find(|t| t.mode == "rw" && t.target == name)
+            .cloned();
+        t.map(|t| (r, t))
+    })
+}
+
+/// One line naming who holds fork `name` (another run, or a mount), or
+/// `None` when nobody does.
+pub fn holder(store: &Store, name: &str) -> Option<String> {
+    if let Some((r, t)) = run_of_fork(store, name)
+        && r.pid != std::process::id()
+    {
+        return Some(format!(
+            "fork '{name}' is in use by run pid {} ({}) at {}; wait for it to end, or run a fork of its own (`storefs run {name} --fork NEW -- …`)",
+            r.pid,
+            r.command_line(),
+            t.origin
+        ));
+    }
+    let m = store
+        .live_mounts()
+        .ok()?
+        .into_iter()
+        .find(|m| m.mode == "rw" && m.target == name)?;
+    Some(format!(
+        "fork '{name}' is mounted at {} (daemon pid {}, `storefs mount`); unmount it first (`storefs umount {}`)",
+        m.mountpoint, m.pid, m.mountpoint
+    ))
+}
+
+/// One target to mount: the mount (its `run_socket` set from
+/// [`socket_path`]) and the daemon's command line.
+pub struct Target {
+    pub mount: Mount,
+    pub daemon_args: Vec<OsString>,
+}
+
+/// How to run.
+pub struct Options {
+    /// CMD and its arguments.
+    pub command: Vec<OsString>,
+    /// The commit message (default: the command line).
+    pub message: Option<String>,
+    pub no_commit: bool,
+    /// The directory CMD starts in (re-resolved inside the namespace);
+    /// `None`: inherited.
+    pub cwd: Option<PathBuf>,
+}
+
+/// How a run ended.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// CMD's exit code (128+N when killed by signal N).
+    pub code: i32,
+    /// Each fork: its new head, or `None` when nothing changed (or
+    /// `--no-commit`).
+    pub commits: Vec<(String, Option<String>)>,
+    /// Targets whose daemon died while CMD ran (target, pid).
+    pub died: Vec<(String, u32)>,
+    /// Commits that failed (one line each).
+    pub failed: Vec<String>,
+}
+
+/// Run: mount each target at its origin in the run's namespace (which the
+/// caller entered with [`ns::enter`], and whose stop signals it blocked),
+/// run CMD in a PID namespace of its own, wait, commit, stop the daemons.
+pub fn run(store: &Store, targets: Vec<Target>, opts: Options) -> Result<Outcome> {
+    for t in &targets {
+        if let What::Fork { name, .. } = &t.mount.what
+            && let Some(h) = holder(store, name)
+        {
+            return Err(Error::Held(h));
+        }
+    }
+    let mut rec = RunRecord {
+        pid: std::process::id(),
+        pid_start: sys::process_start_time(std::process::id()),
+        command: opts
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        started_ns: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i64)
+            .unwrap_or(0),
+        targets: targets
+            .iter()
+            .map(|t| {
+                let (mode, id) = match &t.mount.what {
+                    What::Fork { head, .. } => ("rw", head.to_hex()),
+                    What::Checkpoint(id) => ("ro", id.to_hex()),
+                    What::Browse => ("browse", String::new()),
+                };
+                let socket = t.mount.run_socket.clone().unwrap_or_default();
+                RunTarget {
+                    target: match &t.mount.what {
+                        What::Fork { name, .. } => name.clone(),
+                        _ => t.mount.label.clone(),
+                    },
+                    mode: mode.into(),
+                    checkpoint: id,
+                    origin: t.mount.mountpoint.to_string_lossy().into_owned(),
+                    daemon_pid: 0,
+                    log: socket.with_extension("log").to_string_lossy().into_owned(),
+                    socket: socket.to_string_lossy().into_owned(),
+                }
+            })
+            .collect(),
+    };
+    write_record(store, &rec)?;
+    let result = run_recorded(store, &targets, &opts, &mut rec);
+    remove_record(store, &rec);
+    result
+}
+
+fn run_recorded(
+    store: &Store,
+    targets: &[Target],
+    opts: &Options,
+    rec: &mut RunRecord,
+) -> Result<Outcome> {
+    let mut made = ns::Made::default();
+    let mut daemons: Vec<u32> = Vec::new();
+    let started = (|| -> Result<()> {
+        for (n, t) in targets.iter().enumerate() {
+            let mp = &t.mount.mountpoint;
+            hide_mounts_at(mp)?;
+            ns::make_dir(mp, &mut made)?;
+            let log = PathBuf::from(&rec.targets[n].log);
+            let s =
+                super::spawn::start_in_run(store, mp, &t.daemon_args, log).map_err(|e| {
+                    match (&t.mount.what, &e) {
+                        (What::Fork { name, .. }, Error::DaemonFailed(why))
+                            if why.contains("is in use") =>
+                        {
+                            holder(store, name).map_or(e, Error::Held)
+                        }
+                        _ => e,
+                    }
+                })?;
+            daemons.push(s.pid);
+            rec.targets[n].daemon_pid = s.pid;
+        }
+        write_record(store, rec)
+    })();
+    if let Err(e) = started {
+        stop_daemons(&daemons);
+        return Err(e);
+    }
+    let heads: Vec<Option<String>> = targets
+        .iter()
+        .map(|t| match &t.mount.what {
+            What::Fork { name, .. } => store.fork_head(name).ok().flatten().map(|h| h.to_hex()),
+            _ => None,
+        })
+        .collect();
+
+    // CMD, under the run's init, in a PID namespace of its own.
+    let init = ns::new_pid_namespace().and_then(|()| {
+        let exe = std::env::current_exe().map_err(Error::NoExecutable)?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("--store")
+            .arg(store.root())
+            .arg("__run-init")
+            .arg("--")
+            .args(&opts.command);
+        if let Some(cwd) = &opts.cwd {
+            cmd.current_dir(cwd);
+        }
+        sys::die_with_parent(&mut cmd, rustix::process::Signal::KILL);
+        Ok(cmd.spawn().map_err(Error::Spawn)?.id())
+    });
+    let init = match init {
+        Ok(pid) => pid,
+        Err(e) => {
+            stop_daemons(&daemons);
+            return Err(e);
+        }
+    };
+    forward_signals(init);
+    let mut out = Outcome::default();
+    let mut alive: Vec<bool> = vec![true; daemons.len()];
+    loop {
+        match nix::sys::wait::waitpid(None, None) {
+            Ok(st) => {
+                let Some(pid) = st.pid().map(|p| p.as_raw() as u32) else {
+                    continue;
+                };
+                let code = match st {
+                    nix::sys::wait::WaitStatus::Exited(_, c) => Some(c),
+                    nix::sys::wait::WaitStatus::Signaled(_, s, _) => Some(128 + s as i32),
+                    _ => None,
+                };
+                let Some(code) = code else { continue };
+                if pid == init {
+                    out.code = code;
+                    break;
+                }
+                if let Some(i) = daemons.iter().position(|&d| d == pid) {
+                    alive[i] = false;
+                    out.died.push((rec.targets[i].target.clone(), pid));
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(Error::Io(e.into())),
+        }
+    }
+    // CMD and everything it left are gone (init's exit ended its PID
+    // namespace): commit, then stop the daemons.
+    let message = opts.message.clone().unwrap_or_else(|| rec.command_line());
+    for (i, t) in targets.iter().enumerate() {
+        let What::Fork { name, .. } = &t.mount.what else {
+            continue;
+        };
+        if !alive[i] {
+            continue;
+        }
+        let sock = Path::new(&rec.targets[i].socket);
+        if opts.no_commit {
+            if let Err(e) = request(sock, &Request::NoCommit) {
+                out.failed.push(format!(
+                    "cannot tell the daemon of '{name}' not to commit: {e}"
+                ));
+            }
+            out.commits.push((name.clone(), None));
+            continue;
+        }
+        match request(
+            sock,
+            &Request::Commit {
+                message: message.clone(),
+            },
+        ) {
+            Ok(id) if heads[i].as_deref() == Some(id.as_str()) => {
+                out.commits.push((name.clone(), None))
+            }
+            Ok(id) => out.commits.push((name.clone(), Some(id))),
+            Err(e) => out.failed.push(format!(
+                "commit of fork '{name}' failed: {e}; its journal is kept and the next `storefs run` or `storefs mount` of it replays it"
+            )),
+        }
+    }
+    let live: Vec<u32> = daemons
+        .iter()
+        .zip(&alive)
+        .filter(|(_, a)| **a)
+        .map(|(d, _)| *d)
+        .collect();
+    stop_daemons(&live);
+    Ok(out)
+}
+
+/// Inside the run only: detach whatever is mounted at `mp` or beneath it
+/// (a `storefs mount` of another fork at the same origin, copied into the
+/// run's namespace when it was made), so the run mounts its own there.
+fn hide_mounts_at(mp: &Path) -> Result<()> {
+    let mut below: Vec<PathBuf> = sys::mount_table()
+        .into_iter()
+        .map(|m| m.mountpoint)
+        .filter(|p| p.starts_with(mp))
+        .collect();
+    below.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in below {
+        sys::detach(&p).map_err(|e| {
+            Error::Namespace(format!(
+                "{} is a mount point on the host and the run cannot hide it in its namespace ({e}); unmount it first (`storefs umount {}`)",
+                p.display(),
+                p.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// SIGTERM each daemon (it unmounts, commits what a fork still holds, and
+/// exits) and reap it; one that has not exited within
+/// [`STOP_TIMEOUT`] is killed (its journal keeps what it had).
+fn stop_daemons(pids: &[u32]) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    use nix::unistd::Pid;
+    for &p in pids {
+        let _ = kill(Pid::from_raw(p as i32), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    for &p in pids {
+        let pid = Pid::from_raw(p as i32);
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(nix::sys::wait::WaitStatus::StillAlive) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Ok(nix::sys::wait::WaitStatus::StillAlive) => {
+                    let _ = kill(pid, Signal::SIGKILL);
+                    let _ = waitpid(pid, None);
+                    break;
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                _ => break,
+            }
+        }
+    }
+}
+
+/// How long a daemon has to exit once told to.
+const STOP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Pass SIGINT, SIGTERM and SIGHUP sent to this process by another process
+/// on to `init` (which passes them to CMD); the terminal's reach CMD
+/// directly (it is in this process group) and are not passed twice. The
+/// caller blocked them ([`sys::block_stop_signals`]) before starting any
+/// thread.
+fn forward_signals(init: u32) {
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGINT);
+    mask.add(Signal::SIGTERM);
+    mask.add(Signal::SIGHUP);
+    let Ok(sfd) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC) else {
+        tracing::warn!("no signalfd: signals will not reach the command");
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("storefs-run-signals".into())
+        .spawn(move || {
+            loop {
+                match sfd.read_signal() {
+                    Ok(Some(info)) => {
+                        if info.ssi_code > 0 {
+                            continue; // SI_KERNEL: the terminal's
+                        }
+                        if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
+                            let _ = nix::sys::signal::kill(
+                                nix::unistd::Pid::from_raw(init as i32),
+                                sig,
+                            );
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(_) => return,
+                }
+            }
+        });
+}
