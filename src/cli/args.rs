@@ -72,6 +72,8 @@ pub enum Command {
     Commit(CommitArgs),
     /// List forks: name, head, fork point, uncommitted changes, where mounted
     Forks(ForksArgs),
+    /// Three-way merge of two checkpoints or forks into a new checkpoint with both as parents
+    Merge(MergeArgs),
     /// Mount a checkpoint or archive read-only, or a fork read-write; by default at its origin
     Mount(MountArgs),
     /// Unmount a storefs mount and wait for its daemon to exit
@@ -599,6 +601,71 @@ pub struct ForksArgs {
     /// or null, mounted: {mountpoint, pid} or null}
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Merges B into A against their merge base (the common ancestor found through the checkpoints' \
+parents; --base overrides) and publishes a new checkpoint whose parents are A and B. A fork name \
+means its head; a fork with uncommitted changes is refused (commit it first).
+
+Per path: changed on one side only, that side's version (bytes, type, mode, owner, xattrs, \
+mtime); the same change on both, once. A regular file changed on both: if both only appended to \
+the base's bytes (logs, JSONL, ledgers), the base, then A's appended bytes, then B's; else if all \
+three are text, a line merge deciding clean and conflicting hunks as `git merge-file` does; else \
+a conflict. Conflicts (same lines, edit against delete, file against directory, symlink targets, \
+modes, owners, xattrs, binary files) are listed one per line, KIND<TAB>PATH<TAB>DETAIL, nothing \
+is published and the exit status is 1, unless --conflicts resolves them (then they are listed on \
+stderr with how).
+
+With --ref NAME the result is published as ref NAME (a ref that already exists must point at a \
+checkpoint the result includes). With --into FORK it becomes the head of FORK, which must not be \
+mounted, must have no uncommitted changes, and whose head must be an ancestor of the result \
+(usually A or B). When B is already in A nothing new is written (up to date); when A is the \
+merge base, the result is B itself (fast-forward). Prints the result's checkpoint id.
+
+Examples:
+  storefs merge coder-1 coder-2 --into coder-1 -m 'both coders'
+  storefs merge s1 s1-experiment --ref s1 --conflicts both")]
+pub struct MergeArgs {
+    /// The checkpoint to merge into (ref, fork name, id or prefix, git:COMMIT): \"ours\"
+    pub a: String,
+    /// The checkpoint to merge (ref, fork name, id or prefix, git:COMMIT): \"theirs\"
+    pub b: String,
+    /// Publish the result as this ref
+    #[arg(
+        long = "ref",
+        value_name = "NAME",
+        required_unless_present = "into",
+        conflicts_with = "into"
+    )]
+    pub r#ref: Option<String>,
+    /// Make the result the head of this fork (not mounted, nothing uncommitted)
+    #[arg(long, value_name = "FORK")]
+    pub into: Option<String>,
+    /// Merge against this checkpoint instead of the merge base found from parents
+    #[arg(long, value_name = "CKPT")]
+    pub base: Option<String>,
+    /// A message stored with the new checkpoint
+    #[arg(short, long, value_name = "MSG", default_value = "")]
+    pub message: String,
+    /// Resolve every conflict: `ours` (A's side; in a text file, of each
+    /// conflicting hunk), `theirs` (B's), or `both` (git-style conflict
+    /// markers in text files; otherwise A's version at the path and B's
+    /// beside it as PATH.merge-B)
+    #[arg(long, value_name = "HOW")]
+    pub conflicts: Option<ConflictsArg>,
+    /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--conflicts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConflictsArg {
+    Ours,
+    Theirs,
+    Both,
 }
 
 #[derive(Debug, Args)]

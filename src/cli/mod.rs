@@ -12,6 +12,7 @@ mod generate;
 mod interrupt;
 mod json;
 mod maint;
+mod merge;
 mod mount;
 mod remote;
 mod run;
@@ -138,6 +139,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Fork(a) => fork::fork(&open(&store_dir)?, a),
         Command::Commit(a) => fork::commit(&store_dir, a),
         Command::Forks(a) => fork::forks(&open(&store_dir)?, a),
+        Command::Merge(a) => merge::merge(&open(&store_dir)?, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
         Command::Status(a) => mount::status(&store_dir, a),
