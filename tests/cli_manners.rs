@@ -354,8 +354,13 @@ fn doctor_reports_one_line_per_check_with_fixes() {
     let env = Env::new();
     let out = env.ok(["doctor"]);
     let lines: Vec<&str> = out.lines().collect();
-    // Five about mounting, one about fs.protected_symlinks (no store here).
-    assert_eq!(lines.len(), 6, "{out}");
+    // Five about mounting, one about user namespaces (`storefs run`), one
+    // about fs.protected_symlinks (no store here).
+    assert_eq!(lines.len(), 7, "{out}");
+    assert!(
+        lines.iter().any(|l| l.contains("user namespaces:")),
+        "{out}"
+    );
     for l in &lines {
         assert!(
             l.starts_with("ok ")
@@ -571,52 +576,6 @@ fn no_colour_codes_on_a_redirected_stderr() {
     assert!(!tty.contains(&0x1b), "NO_COLOR: {text:?}");
 }
 
-/// A user made for one test (`useradd`), removed with its home
-/// (`userdel -r`) when dropped.
-struct TestUser {
-    name: String,
-    uid: u32,
-    gid: u32,
-}
-
-impl TestUser {
-    /// `None` (and a note) when this is not root or `useradd` is missing.
-    fn create(tag: &str) -> Option<TestUser> {
-        if !nix::unistd::Uid::effective().is_root() {
-            eprintln!("skipped: not root, so no test user can be made");
-            return None;
-        }
-        let name = format!("sfs-{tag}-{}", std::process::id());
-        let made = Command::new("useradd")
-            .args(["-m", "-U", "-s", "/bin/sh", &name])
-            .output();
-        match made {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => panic!("useradd {name}: {}", stderr(&o)),
-            Err(e) => {
-                eprintln!("skipped: cannot run useradd ({e})");
-                return None;
-            }
-        }
-        let mut user = TestUser {
-            name,
-            uid: 0,
-            gid: 0,
-        };
-        let u = nix::unistd::User::from_name(&user.name)
-            .unwrap()
-            .expect("the user just made");
-        (user.uid, user.gid) = (u.uid.as_raw(), u.gid.as_raw());
-        Some(user)
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").args(["-r", &self.name]).output();
-    }
-}
-
 /// Issue 38: a store the user may not read (root's, mode 0700) is
 /// "permission denied", naming the store and what to do, not "not a
 /// storefs store".
@@ -626,7 +585,7 @@ fn a_store_the_user_cannot_read_is_permission_denied() {
     use std::os::unix::process::CommandExt;
     let env = Env::new();
     small_store(&env);
-    let Some(user) = TestUser::create("perm") else {
+    let Some(user) = common::TestUser::create("perm") else {
         return;
     };
     fs::set_permissions(env.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();

@@ -281,6 +281,35 @@ pub fn new_pid_namespace() -> Result<()> {
     })
 }
 
+/// The signals the run's [`init`] passes on to CMD. The run starts init
+/// with them blocked ([`block_on_exec`]).
+pub const INIT_SIGNALS: [nix::sys::signal::Signal; 6] = {
+    use nix::sys::signal::Signal;
+    [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ]
+};
+
+/// Have the process `cmd` starts begin with [`INIT_SIGNALS`] blocked (the
+/// mask survives exec), so none sent before [`init`] can pass it on is lost.
+pub fn block_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let mut set = nix::sys::signal::SigSet::empty();
+    for sig in INIT_SIGNALS {
+        set.add(sig);
+    }
+    // SAFETY: pthread_sigmask is async-signal-safe; std runs this after it
+    // reset the child's mask.
+    unsafe {
+        cmd.pre_exec(move || set.thread_block().map_err(std::io::Error::from));
+    }
+}
+
 /// CMD's pid, for the signal handler of [`init`].
 static CMD_PID: AtomicI32 = AtomicI32::new(0);
 
@@ -296,25 +325,31 @@ pub fn init(cmd: &[OsString]) -> i32 {
         eprintln!("storefs: error: no command to run");
         return 2;
     };
-    // A pid 1 gets only the signals it has a handler for.
+    // A pid 1 gets only the signals it has a handler for. They stay blocked
+    // (the run started this process with them blocked, [`INIT_SIGNALS`])
+    // until CMD's pid is known: one that came earlier would find no handler,
+    // or no pid to pass it to, and be lost.
+    let mut set = SigSet::empty();
+    for sig in INIT_SIGNALS {
+        set.add(sig);
+    }
+    let _ = set.thread_block();
     let action = SigAction::new(
         SigHandler::SigAction(forward),
         SaFlags::SA_RESTART | SaFlags::SA_SIGINFO,
         SigSet::empty(),
     );
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
-    ] {
+    for sig in INIT_SIGNALS {
         // SAFETY: the handler only loads an atomic and calls kill(2).
         let _ = unsafe { sigaction(sig, &action) };
     }
-    let _ = crate::sys::unblock_stop_signals();
-    let child = match std::process::Command::new(prog).args(args).spawn() {
+    // CMD starts with an empty signal mask (std::process::Command sets it).
+    let spawned = std::process::Command::new(prog).args(args).spawn();
+    if let Ok(c) = &spawned {
+        CMD_PID.store(c.id() as i32, Ordering::SeqCst);
+    }
+    let _ = set.thread_unblock();
+    let child = match spawned {
         Ok(c) => c,
         Err(e) => {
             eprintln!("storefs: error: cannot run {}: {e}", prog.to_string_lossy());
@@ -326,7 +361,6 @@ pub fn init(cmd: &[OsString]) -> i32 {
         }
     };
     let pid = child.id() as i32;
-    CMD_PID.store(pid, Ordering::SeqCst);
     loop {
         match nix::sys::wait::waitpid(None, None) {
             Ok(nix::sys::wait::WaitStatus::Exited(p, code)) if p.as_raw() == pid => return code,

@@ -314,6 +314,7 @@ fn run_recorded(
             cmd.current_dir(cwd);
         }
         sys::die_with_parent(&mut cmd, rustix::process::Signal::KILL);
+        ns::block_on_exec(&mut cmd);
         Ok(cmd.spawn().map_err(Error::Spawn)?.id())
     });
     let init = match init {

@@ -761,3 +761,69 @@ pub fn test_cache_size() -> Option<usize> {
             .expect("STOREFS_TEST_CACHE_SIZE is a number of bytes"),
     )
 }
+
+/// A user made for one test (`useradd`), removed with its home
+/// (`userdel -r`) when dropped.
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl TestUser {
+    /// `None` (and a note) when this is not root or `useradd` is missing.
+    pub fn create(tag: &str) -> Option<TestUser> {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipped: not root, so no test user can be made");
+            return None;
+        }
+        let name = format!("sfs-{tag}-{}", std::process::id());
+        let made = Command::new("useradd")
+            .args(["-m", "-U", "-s", "/bin/sh", &name])
+            .output();
+        match made {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => panic!("useradd {name}: {}", String::from_utf8_lossy(&o.stderr)),
+            Err(e) => {
+                eprintln!("skipped: cannot run useradd ({e})");
+                return None;
+            }
+        }
+        let mut user = TestUser {
+            name,
+            uid: 0,
+            gid: 0,
+        };
+        let u = nix::unistd::User::from_name(&user.name)
+            .unwrap()
+            .expect("the user just made");
+        (user.uid, user.gid) = (u.uid.as_raw(), u.gid.as_raw());
+        Some(user)
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").args(["-r", &self.name]).output();
+    }
+}
+
+/// `/dev/fuse` opened to every user (mode 0666, as Debian's udev rule makes
+/// it) while this lives; its mode before is put back when dropped.
+pub struct DevFuseOpen(u32);
+
+impl DevFuseOpen {
+    pub fn new() -> DevFuseOpen {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mode = std::fs::metadata("/dev/fuse").expect("/dev/fuse").mode() & 0o7777;
+        std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666)).unwrap();
+        DevFuseOpen(mode)
+    }
+}
+
+impl Drop for DevFuseOpen {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(self.0));
+    }
+}
