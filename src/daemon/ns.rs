@@ -320,7 +320,7 @@ static CMD_PID: AtomicI32 = AtomicI32::new(0);
 /// code (128+N when a signal N killed it) once CMD exits. Its own exit
 /// then ends everything CMD left running.
 pub fn init(cmd: &[OsString]) -> i32 {
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, sigaction};
     let Some((prog, args)) = cmd.split_first() else {
         eprintln!("storefs: error: no command to run");
         return 2;

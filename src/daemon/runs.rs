@@ -324,32 +324,38 @@ fn run_recorded(
             return Err(e);
         }
     };
-    forward_signals(init);
+    let signals = stop_signal_fd();
     let mut out = Outcome::default();
     let mut alive: Vec<bool> = vec![true; daemons.len()];
     loop {
-        match nix::sys::wait::waitpid(None, None) {
-            Ok(st) => {
-                let Some(pid) = st.pid().map(|p| p.as_raw() as u32) else {
-                    continue;
-                };
-                let code = match st {
-                    nix::sys::wait::WaitStatus::Exited(_, c) => Some(c),
-                    nix::sys::wait::WaitStatus::Signaled(_, s, _) => Some(128 + s as i32),
-                    _ => None,
-                };
-                let Some(code) = code else { continue };
-                if pid == init {
-                    out.code = code;
-                    break;
-                }
-                if let Some(i) = daemons.iter().position(|&d| d == pid) {
-                    alive[i] = false;
-                    out.died.push((rec.targets[i].target.clone(), pid));
-                }
+        use nix::sys::wait::{WaitPidFlag, WaitStatus};
+        let st = match nix::sys::wait::waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {
+                // Nothing exited: pass on the signals that came, or wait
+                // a little for one.
+                forward_signals(signals.as_ref(), init);
+                continue;
             }
-            Err(nix::errno::Errno::EINTR) => {}
+            Ok(st) => st,
+            Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(Error::Io(e.into())),
+        };
+        let Some(pid) = st.pid().map(|p| p.as_raw() as u32) else {
+            continue;
+        };
+        let code = match st {
+            WaitStatus::Exited(_, c) => Some(c),
+            WaitStatus::Signaled(_, s, _) => Some(128 + s as i32),
+            _ => None,
+        };
+        let Some(code) = code else { continue };
+        if pid == init {
+            out.code = code;
+            break;
+        }
+        if let Some(i) = daemons.iter().position(|&d| d == pid) {
+            alive[i] = false;
+            out.died.push((rec.targets[i].target.clone(), pid));
         }
     }
     // CMD and everything it left are gone (init's exit ended its PID
@@ -452,42 +458,53 @@ fn stop_daemons(pids: &[u32]) {
 /// How long a daemon has to exit once told to.
 const STOP_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Pass SIGINT, SIGTERM and SIGHUP sent to this process by another process
-/// on to `init` (which passes them to CMD); the terminal's reach CMD
-/// directly (it is in this process group) and are not passed twice. The
-/// caller blocked them ([`sys::block_stop_signals`]) before starting any
-/// thread.
-fn forward_signals(init: u32) {
+/// A descriptor that reads SIGINT, SIGTERM and SIGHUP sent to this process
+/// (the caller blocked them, [`sys::block_stop_signals`], before starting
+/// any thread); `None`, with a warning, when the kernel gives none.
+fn stop_signal_fd() -> Option<nix::sys::signalfd::SignalFd> {
     use nix::sys::signal::{SigSet, Signal};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGINT);
     mask.add(Signal::SIGTERM);
     mask.add(Signal::SIGHUP);
-    let Ok(sfd) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC) else {
-        tracing::warn!("no signalfd: signals will not reach the command");
+    match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            tracing::warn!("no signalfd ({e}): signals will not reach the command");
+            None
+        }
+    }
+}
+
+/// Wait up to 50 ms for a signal on `sfd` and pass each that came from
+/// another process on to `init` (which passes it to CMD); the terminal's
+/// (SI_KERNEL) reached CMD directly, in this process group, and are not
+/// passed twice. Called from the run's wait loop, so no thread is needed.
+fn forward_signals(sfd: Option<&nix::sys::signalfd::SignalFd>, init: u32) {
+    use std::os::fd::AsFd;
+    let Some(sfd) = sfd else {
+        std::thread::sleep(Duration::from_millis(50));
         return;
     };
-    let _ = std::thread::Builder::new()
-        .name("storefs-run-signals".into())
-        .spawn(move || {
-            loop {
-                match sfd.read_signal() {
-                    Ok(Some(info)) => {
-                        if info.ssi_code > 0 {
-                            continue; // SI_KERNEL: the terminal's
-                        }
-                        if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
-                            let _ = nix::sys::signal::kill(
-                                nix::unistd::Pid::from_raw(init as i32),
-                                sig,
-                            );
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(nix::errno::Errno::EINTR) => {}
-                    Err(_) => return,
-                }
-            }
-        });
+    let fd = sfd.as_fd();
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    let timeout = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 50_000_000,
+    };
+    if !matches!(rustix::event::poll(&mut fds, Some(&timeout)), Ok(n) if n > 0) {
+        return;
+    }
+    while let Ok(Some(info)) = sfd.read_signal() {
+        if info.ssi_code > 0 {
+            continue; // SI_KERNEL: the terminal's
+        }
+        if let Ok(sig) = nix::sys::signal::Signal::try_from(info.ssi_signo as i32) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init as i32), sig);
+        }
+    }
 }
