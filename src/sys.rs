@@ -287,6 +287,32 @@ pub fn die_with_parent(cmd: &mut Command, sig: rustix::process::Signal) {
     }
 }
 
+/// Have the process `cmd` starts keep CAP_SYS_ADMIN across its `exec`
+/// (inheritable and ambient), when this process has it and is not uid 0:
+/// an ordinary user's run holds it in the user namespace it made, and an
+/// `exec` as a uid other than 0 would drop it, leaving its daemons unable
+/// to mount there. Nothing when this process lacks it.
+pub fn keep_mount_capability_across_exec(cmd: &mut Command) {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    if rustix::process::geteuid().is_root() {
+        return;
+    }
+    let Ok(caps) = capabilities(None) else { return };
+    if !caps.permitted.contains(CapabilitySet::SYS_ADMIN) {
+        return;
+    }
+    // SAFETY: capset and prctl are plain system calls, safe after fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut c = caps;
+            c.inheritable |= CapabilitySet::SYS_ADMIN;
+            set_capabilities(None, c)?;
+            rustix::thread::configure_capability_in_ambient_set(CapabilitySet::SYS_ADMIN, true)?;
+            Ok(())
+        });
+    }
+}
+
 /// Take ownership of descriptor `fd` inherited from the parent (see
 /// [`in_new_session_keeping`]), closing it on `exec` from now on. `None` if
 /// no such descriptor is open.

@@ -219,7 +219,14 @@ pub fn check_place(origin: &str, policy: &OriginPolicy) -> Result<(), Refusal> {
 /// others without the sticky bit (a POSIX ACL granting write shows in the
 /// group bits). The walk stops at the first missing part: storefs creates
 /// the rest as the caller (and checks again after creating).
+///
+/// Inside an ordinary user's `storefs run` (a user namespace mapping the
+/// caller alone), root's directories, and every other user's, show as the
+/// kernel's overflow uid: that uid is taken as root's there. The owner rule
+/// is then weaker (another user's directory on the way passes), and what it
+/// guards is the run's own view: no other process sees its mounts.
 pub fn check_path(path: &Path, caller_uid: u32) -> Result<(), Refusal> {
+    let unmapped_uid = overflow_uid_in_user_namespace();
     let mut p = PathBuf::from("/");
     let parts: Vec<_> = path.components().skip(1).collect();
     let mut i = 0;
@@ -236,7 +243,7 @@ pub fn check_path(path: &Path, caller_uid: u32) -> Result<(), Refusal> {
         if !ft.is_dir() {
             return Err(Refusal::NotDir(p));
         }
-        if m.uid() != 0 && m.uid() != caller_uid {
+        if m.uid() != 0 && m.uid() != caller_uid && Some(m.uid()) != unmapped_uid {
             return Err(Refusal::ForeignOwner(p, m.uid()));
         }
         if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
@@ -248,6 +255,21 @@ pub fn check_path(path: &Path, caller_uid: u32) -> Result<(), Refusal> {
         p.push(c);
         i += 1;
     }
+}
+
+/// The kernel's overflow uid when this process is in a user namespace other
+/// than the initial one (whose map is `0 0 4294967295`), else `None`.
+fn overflow_uid_in_user_namespace() -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let initial = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+    if initial {
+        return None;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Whether `origin` may be the default mountpoint for a caller with

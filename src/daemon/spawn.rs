@@ -66,7 +66,9 @@ fn start_daemon(
         .stderr(stderr);
     sys::in_new_session_keeping(&mut cmd, writer.as_raw_fd());
     if die_with_parent {
+        // A run's daemon: it mounts inside the run's namespaces.
         sys::die_with_parent(&mut cmd, rustix::process::Signal::TERM);
+        sys::keep_mount_capability_across_exec(&mut cmd);
     }
     let mut child = cmd.spawn().map_err(Error::Spawn)?;
     drop(writer);
