@@ -356,7 +356,8 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
         .tempdir()
         .unwrap();
     fs::set_permissions(top.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let chown = |p: &Path| nix::unistd::chown(p, Some(user.uid.into()), Some(user.gid.into())).unwrap();
+    let chown =
+        |p: &Path| nix::unistd::chown(p, Some(user.uid.into()), Some(user.gid.into())).unwrap();
     let home = top.path().join("u");
     fs::create_dir(&home).unwrap();
     chown(&home);
@@ -384,7 +385,6 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
             .current_dir(&home)
             .uid(user.uid)
             .gid(user.gid)
-            .groups(&[])
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -407,7 +407,6 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
             .current_dir(&home)
             .uid(user.uid)
             .gid(user.gid)
-            .groups(&[])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -418,7 +417,12 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
     let runs = [spawn("u1"), spawn("u2")];
     for (name, r) in ["u1", "u2"].into_iter().zip(runs) {
         let out = r.wait();
-        assert!(out.status.success(), "{name}: {:?} {}", out.status, text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{name}: {:?} {}",
+            out.status,
+            text(&out.stderr)
+        );
         assert_eq!(
             as_user(&["cat", name, "history.jsonl"]),
             format!("{{\"turn\":0}}\n{{\"turn\":1,\"branch\":\"{name}\"}}\n")
@@ -448,7 +452,10 @@ fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
         origin.display(),
         ready.display()
     );
-    let r = start(&env.store, &["base", "--fork", "k1", "--", "sh", "-c", &script]);
+    let r = start(
+        &env.store,
+        &["base", "--fork", "k1", "--", "sh", "-c", &script],
+    );
     wait_for(&ready);
     let rec: serde_json::Value = serde_json::from_str(
         &fs::read_to_string(env.store.join(format!("runs/{}.json", r.pid()))).unwrap(),
@@ -461,14 +468,20 @@ fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
     let t = Instant::now();
     // SAFETY: kill(2) with signal 0 only asks whether the pid exists.
     while unsafe { libc::kill(daemon, 0) } == 0 {
-        assert!(t.elapsed() < Duration::from_secs(60), "daemon {daemon} still runs");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "daemon {daemon} still runs"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(env.ok(["status", "--json"]).trim(), "[]");
     assert_eq!(env.ok(["cat", "k1", "w"]), "written\n");
     assert!(!env.path("srv/_lead_sessions").exists());
     assert_eq!(mounts_under(env.tmp.path()), Vec::<String>::new());
-    let out = run(&env.store, &["k1", "--", "cat", &format!("{}/w", origin.display())]);
+    let out = run(
+        &env.store,
+        &["k1", "--", "cat", &format!("{}/w", origin.display())],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "written\n");
 }
