@@ -305,6 +305,12 @@ fn a_held_fork_is_refused_naming_its_run_and_status_commit_umount_know_the_run()
     assert_eq!(row["run"]["pid"].to_string(), pid);
     let table = env.ok(["status"]);
     assert!(table.contains(&format!("run {pid}")), "{table}");
+    // forks names the run.
+    let forks = env.ok(["forks"]);
+    assert!(
+        forks.contains(&format!("{} (run {pid})", origin.display())),
+        "{forks}"
+    );
     // commit works inside the run.
     let id = env.ok(["commit", "h1", "-m", "from outside"]);
     assert_eq!(env.ok(["cat", id.trim(), "w"]), "one\n");

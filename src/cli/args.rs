@@ -598,7 +598,7 @@ journal holds changes no commit has taken yet (of a mounted fork: what its daemo
 journaled), MOUNTED the mountpoint of its live mount or -.")]
 pub struct ForksArgs {
     /// Print a JSON array of {name, head, fork_point, uncommitted, upstream: {remote, ref}
-    /// or null, mounted: {mountpoint, pid} or null}
+    /// or null, mounted: {mountpoint, pid} or null, run: {pid, command, origin} or null}
     #[arg(long)]
     pub json: bool,
 }

@@ -74,6 +74,7 @@ pub fn forks(store: &Store, a: ForksArgs) -> Result<()> {
         };
         let uncommitted = journal::has_uncommitted_changes(store, &name)?;
         let mounted = live.iter().find(|m| m.mode == "rw" && m.target == name);
+        let run = crate::daemon::runs::run_of_fork(store, &name);
         list.push(serde_json::json!({
             "name": name,
             "head": head.to_hex(),
@@ -81,6 +82,7 @@ pub fn forks(store: &Store, a: ForksArgs) -> Result<()> {
             "uncommitted": uncommitted,
             "upstream": info.upstream.as_ref().map(|u| serde_json::json!({"remote": u.remote, "ref": u.r#ref})),
             "mounted": mounted.map(|m| serde_json::json!({"mountpoint": m.mountpoint, "pid": m.pid})),
+            "run": run.map(|(r, t)| serde_json::json!({"pid": r.pid, "command": r.command_line(), "origin": t.origin})),
         }));
     }
     if a.json {
@@ -99,7 +101,14 @@ pub fn forks(store: &Store, a: ForksArgs) -> Result<()> {
             } else {
                 "no"
             },
-            f["mounted"]["mountpoint"].as_str().unwrap_or("-"),
+            match (
+                f["mounted"]["mountpoint"].as_str(),
+                f["run"]["origin"].as_str()
+            ) {
+                (Some(mp), _) => mp.to_string(),
+                (None, Some(origin)) => format!("{origin} (run {})", f["run"]["pid"]),
+                (None, None) => "-".into(),
+            },
         )?;
     }
     Ok(())
