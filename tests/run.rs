@@ -379,6 +379,11 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
         }
     }
     let gone = Gone(srv.clone());
+    // A host entry beside the origin's missing part, which `ls /srv` inside
+    // the run must still show.
+    let beside = PathBuf::from(format!("/srv/sfs-run-{}-host", std::process::id()));
+    fs::create_dir(&beside).unwrap();
+    let _beside = Gone(beside.clone());
     fs::create_dir_all(&origin).unwrap();
     fs::write(origin.join("history.jsonl"), "{\"turn\":0}\n").unwrap();
     for p in [&origin, &origin.join("history.jsonl")] {
@@ -404,8 +409,9 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
     let o = origin.display().to_string();
     let spawn = |name: &str| {
         let script = format!(
-            "set -e; [ \"$(id -u)\" = {} ]; cd {o}; echo '{{\"turn\":1,\"branch\":\"{name}\"}}' >> history.jsonl; ls -ld /srv/* > /dev/null",
-            user.uid
+            "set -e; [ \"$(id -u)\" = {} ]; cd {o}; echo '{{\"turn\":1,\"branch\":\"{name}\"}}' >> history.jsonl; ls /srv | grep -qx {}",
+            user.uid,
+            beside.file_name().unwrap().to_str().unwrap()
         );
         storefs(&store)
             .args(["run", "base", "--fork", name, "--", "sh", "-c", &script])
@@ -490,4 +496,75 @@ fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "written\n");
+}
+
+/// kill -9 of CMD: the run ends as on a normal exit (status 137), and the
+/// fork is committed with what CMD wrote.
+#[test]
+fn a_killed_command_is_committed_as_on_a_normal_exit() {
+    if !can_mount() {
+        return;
+    }
+    let env = Env::new();
+    let origin = lead_store(&env);
+    let script = format!(
+        "echo before-kill > {}/w; sync {}/w; kill -9 $$",
+        origin.display(),
+        origin.display()
+    );
+    let out = run(
+        &env.store,
+        &["base", "--fork", "c1", "--", "sh", "-c", &script],
+    );
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("committed c1 as "),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(env.ok(["cat", "c1", "w"]), "before-kill\n");
+    assert_eq!(mounts_under(env.tmp.path()), Vec::<String>::new());
+}
+
+/// kill -9 of a run's daemon: CMD sees errors on the mount, `run` exits
+/// non-zero with one line saying the daemon died and that the next run
+/// replays the journal, and it does: what CMD had fsynced is there.
+#[test]
+fn a_killed_daemon_is_reported_and_the_next_run_replays_its_journal() {
+    if !can_mount() {
+        return;
+    }
+    let env = Env::new();
+    let origin = lead_store(&env);
+    let (ready, go) = (env.path("ready"), env.path("go"));
+    let o = origin.display();
+    let script = format!(
+        "echo synced > {o}/w; sync {o}/w; touch {}; while [ ! -e {} ]; do sleep 0.05; done; cat {o}/w && exit 0; exit 4",
+        ready.display(),
+        go.display()
+    );
+    let r = start(
+        &env.store,
+        &["base", "--fork", "d1", "--", "sh", "-c", &script],
+    );
+    wait_for(&ready);
+    let rec: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(env.store.join(format!("runs/{}.json", r.pid()))).unwrap(),
+    )
+    .unwrap();
+    let daemon = rec["targets"][0]["daemon_pid"].as_u64().unwrap() as u32;
+    kill(daemon, libc::SIGKILL);
+    fs::write(&go, "").unwrap();
+    let out = r.wait();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "CMD saw the mount fail: {err}");
+    assert!(
+        err.contains(&format!("the daemon serving d1 (pid {daemon}) died"))
+            && err.contains("replays its journal"),
+        "{err}"
+    );
+    assert_eq!(mounts_under(env.tmp.path()), Vec::<String>::new());
+    let out = run(&env.store, &["d1", "--", "cat", &format!("{o}/w")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "synced\n");
 }
