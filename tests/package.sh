@@ -102,11 +102,15 @@ export STOREFS_STORE="$work/store"
 mkdir -p "$work/src/state" "$mp"
 printf '{"turn": 7}\n' >"$work/src/state/lead.json"
 /usr/bin/storefs snapshot "$work/src" --ref pkgtest >/dev/null
-mount -t fuse.storefs pkgtest "$mp" -o "store=$work/store"
+said=$(mount -t fuse.storefs pkgtest "$mp" -o "store=$work/store,relatime,nodiratime,noacl,x-test" 2>&1)
+[ -z "$said" ] || fail "mount -t fuse.storefs printed on success: $said"
 [ "$(cat "$mp/state/lead.json")" = '{"turn": 7}' ] || fail "mount -t fuse.storefs: wrong content"
 grep -q " $mp fuse.storefs .*nosuid,nodev" /proc/mounts || fail "not mounted nosuid,nodev: $(grep " $mp " /proc/mounts)"
 /usr/bin/storefs umount "$mp"
-ok "mount -t fuse.storefs"
+ok "mount -t fuse.storefs (relatime, nodiratime, noacl accepted; silent on success)"
+said=$(mount -t fuse.storefs no-such-ref "$mp" -o "store=$work/store" 2>&1) && fail "a mount of a missing ref succeeded"
+case $said in *no-such-ref*) ;; *) fail "a failed mount said: $said" ;; esac
+ok "mount -t fuse.storefs of a missing ref fails naming it"
 printf 'pkgtest %s fuse.storefs store=%s,noauto,nofail 0 0\n' "$mp" "$work/store" >>/etc/fstab
 mount "$mp"
 [ "$(cat "$mp/state/lead.json")" = '{"turn": 7}' ] || fail "fstab mount: wrong content"

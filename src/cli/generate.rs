@@ -86,8 +86,12 @@ As \fB\-\-cache\-size\fR, \fB\-\-commit\-interval\fR, \fB\-\-threads\fR, \fB\-\-
 Dropped: mount(8) and fstab bookkeeping. storefs always mounts \fBnosuid,nodev\fR, read\-only,
 or read\-write for a fork.
 .TP
+\fBrelatime\fR, \fBstrictatime\fR, \fBnodiratime\fR, \fBlazytime\fR, \fBnoacl\fR, \fBiversion\fR, \fBsilent\fR, ...
+Accepted and ignored (their no\- forms too): the kernel refuses them in a FUSE mount; relatime is its
+default there, and POSIX ACLs are always served.
+.TP
 anything else
-Passed to storefs as FUSE options, e.g. \fBallow_other\fR.
+Passed to storefs as FUSE options, e.g. \fBallow_other\fR, \fBnoatime\fR, \fBnoexec\fR.
 .PP
 \fBstorefs umount\fR \fIMOUNTPOINT\fR unmounts (committing a fork first);
 \fBstorefs\-umount\-all\fR unmounts every storefs mount. The systemd unit
