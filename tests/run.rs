@@ -323,6 +323,18 @@ fn a_held_fork_is_refused_naming_its_run_and_status_commit_umount_know_the_run()
     assert_eq!(mounts_under(env.tmp.path()), Vec::<String>::new());
 }
 
+/// The pid of the daemon serving run `r`'s first target, from its record
+/// in `STORE/runs/`.
+fn daemon_of(env: &Env, r: &Running) -> u32 {
+    let rec: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(env.store.join(format!("runs/{}.json", r.pid()))).unwrap(),
+    )
+    .unwrap();
+    let daemon = rec["targets"][0]["daemon_pid"].as_u64().unwrap() as u32;
+    assert!(daemon > 1, "{rec}");
+    daemon
+}
+
 fn kill(pid: u32, sig: i32) {
     // SAFETY: a plain kill(2) of a process this test started.
     unsafe { libc::kill(pid as i32, sig) };
@@ -469,12 +481,7 @@ fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
         &["base", "--fork", "k1", "--", "sh", "-c", &script],
     );
     wait_for(&ready);
-    let rec: serde_json::Value = serde_json::from_str(
-        &fs::read_to_string(env.store.join(format!("runs/{}.json", r.pid()))).unwrap(),
-    )
-    .unwrap();
-    let daemon = rec["targets"][0]["daemon_pid"].as_u64().unwrap() as i32;
-    assert!(daemon > 1, "{rec}");
+    let daemon = daemon_of(&env, &r) as i32;
     kill(r.pid(), libc::SIGKILL);
     let _ = r.wait();
     let t = Instant::now();
@@ -548,11 +555,7 @@ fn a_killed_daemon_is_reported_and_the_next_run_replays_its_journal() {
         &["base", "--fork", "d1", "--", "sh", "-c", &script],
     );
     wait_for(&ready);
-    let rec: serde_json::Value = serde_json::from_str(
-        &fs::read_to_string(env.store.join(format!("runs/{}.json", r.pid()))).unwrap(),
-    )
-    .unwrap();
-    let daemon = rec["targets"][0]["daemon_pid"].as_u64().unwrap() as u32;
+    let daemon = daemon_of(&env, &r);
     kill(daemon, libc::SIGKILL);
     fs::write(&go, "").unwrap();
     let out = r.wait();
