@@ -44,7 +44,8 @@ use rustix::io::Errno;
 /// thread of a daemon blocks them; one thread waits for them.
 const STOP_SIGNALS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
 
-fn stop_signals() -> SigSet {
+/// [`STOP_SIGNALS`] as a set (for a `signalfd` of them, too).
+pub fn stop_signals() -> SigSet {
     let mut set = SigSet::empty();
     for sig in STOP_SIGNALS {
         set.add(sig);

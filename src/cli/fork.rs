@@ -137,10 +137,7 @@ pub fn commit(store_dir: &Path, a: CommitArgs) -> Result<()> {
             a.fork
         );
     }
-    let mounted = store
-        .live_mounts()?
-        .into_iter()
-        .find(|m| m.mode == "rw" && m.target == a.fork);
+    let mounted = store.live_mount_of_fork(&a.fork)?;
     let in_run = crate::daemon::runs::run_of_fork(&store, &a.fork);
     let id = match (mounted, in_run) {
         (_, Some((r, t))) => request(

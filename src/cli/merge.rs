@@ -131,17 +131,13 @@ fn side(store: &Store, spec: &str) -> Result<ObjectId> {
         && journal::read_fork_info(store, spec)?.is_some()
         && journal::has_uncommitted_changes(store, spec)?
     {
-        {
-            let mounted = store
-                .live_mounts()?
-                .into_iter()
-                .find(|m| m.mode == "rw" && m.target == spec)
-                .map(|m| format!(" (mounted at {})", m.mountpoint))
-                .unwrap_or_default();
-            bail!(
-                "fork '{spec}'{mounted} has uncommitted changes, which the merge would leave out; commit them first (`storefs commit {spec}`), then merge"
-            );
-        }
+        let mounted = store
+            .live_mount_of_fork(spec)?
+            .map(|m| format!(" (mounted at {})", m.mountpoint))
+            .unwrap_or_default();
+        bail!(
+            "fork '{spec}'{mounted} has uncommitted changes, which the merge would leave out; commit them first (`storefs commit {spec}`), then merge"
+        );
     }
     Ok(store.resolve(spec)?)
 }
@@ -154,11 +150,7 @@ fn open_into(store: &Store, name: &str) -> Result<Fork> {
             "no fork named '{name}' for --into; `storefs forks` lists forks (use --ref to publish a ref)"
         );
     }
-    if let Some(m) = store
-        .live_mounts()?
-        .into_iter()
-        .find(|m| m.mode == "rw" && m.target == name)
-    {
+    if let Some(m) = store.live_mount_of_fork(name)? {
         bail!(
             "fork '{name}' is mounted at {}; --into needs it unmounted: `storefs umount {}`, then merge again (or publish with --ref NAME)",
             m.mountpoint,

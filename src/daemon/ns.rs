@@ -295,14 +295,20 @@ pub const INIT_SIGNALS: [nix::sys::signal::Signal; 6] = {
     ]
 };
 
-/// Have the process `cmd` starts begin with [`INIT_SIGNALS`] blocked (the
-/// mask survives exec), so none sent before [`init`] can pass it on is lost.
-pub fn block_on_exec(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
+/// [`INIT_SIGNALS`] as a set.
+fn init_signal_set() -> nix::sys::signal::SigSet {
     let mut set = nix::sys::signal::SigSet::empty();
     for sig in INIT_SIGNALS {
         set.add(sig);
     }
+    set
+}
+
+/// Have the process `cmd` starts begin with [`INIT_SIGNALS`] blocked (the
+/// mask survives exec), so none sent before [`init`] can pass it on is lost.
+pub fn block_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let set = init_signal_set();
     // SAFETY: pthread_sigmask is async-signal-safe; std runs this after it
     // reset the child's mask.
     unsafe {
@@ -329,10 +335,7 @@ pub fn init(cmd: &[OsString]) -> i32 {
     // (the run started this process with them blocked, [`INIT_SIGNALS`])
     // until CMD's pid is known: one that came earlier would find no handler,
     // or no pid to pass it to, and be lost.
-    let mut set = SigSet::empty();
-    for sig in INIT_SIGNALS {
-        set.add(sig);
-    }
+    let set = init_signal_set();
     let _ = set.thread_block();
     let action = SigAction::new(
         SigHandler::SigAction(forward),

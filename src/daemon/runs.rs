@@ -162,11 +162,7 @@ pub fn holder(store: &Store, name: &str) -> Option<String> {
             t.origin
         ));
     }
-    let m = store
-        .live_mounts()
-        .ok()?
-        .into_iter()
-        .find(|m| m.mode == "rw" && m.target == name)?;
+    let m = store.live_mount_of_fork(name).ok()??;
     Some(format!(
         "fork '{name}' is mounted at {} (daemon pid {}, `storefs mount`); unmount it first (`storefs umount {}`)",
         m.mountpoint, m.pid, m.mountpoint
@@ -462,12 +458,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(600);
 /// (the caller blocked them, [`sys::block_stop_signals`], before starting
 /// any thread); `None`, with a warning, when the kernel gives none.
 fn stop_signal_fd() -> Option<nix::sys::signalfd::SignalFd> {
-    use nix::sys::signal::{SigSet, Signal};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGINT);
-    mask.add(Signal::SIGTERM);
-    mask.add(Signal::SIGHUP);
+    let mask = sys::stop_signals();
     match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
         Ok(fd) => Some(fd),
         Err(e) => {

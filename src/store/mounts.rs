@@ -115,6 +115,15 @@ impl Store {
         Ok(self.recorded_mounts(&mount_table())?.0)
     }
 
+    /// The live read-write mount of fork `name` (a `storefs mount` of it),
+    /// if there is one.
+    pub fn live_mount_of_fork(&self, name: &str) -> Result<Option<MountRecord>> {
+        Ok(self
+            .live_mounts()?
+            .into_iter()
+            .find(|m| m.mode == "rw" && m.target == name))
+    }
+
     /// Live mounts, and dead ones: storefs mounts the kernel still lists
     /// whose daemon is gone (every access fails with "Transport endpoint is
     /// not connected" until `storefs umount`). A dead mount this store made
