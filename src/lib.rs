@@ -10,8 +10,9 @@
 //! - [`ingest`], [`remote`], [`journal`], side by side on [`store`]: snapshot,
 //!   restore, archives and export; remotes (push, pull, lazy fetch); forks
 //!   (write-ahead journal, fork state, fold, commit).
-//! - [`fs`]: what a mount serves (three views behind one trait) and the one
-//!   fuser adapter; the only place that speaks errno.
+//! - [`fs`]: what a mount serves (the views behind one trait: a checkpoint,
+//!   a fork, the browse tree) and its two transports (fuser on `/dev/fuse`,
+//!   and FUSE over io_uring); the only place that speaks errno.
 //! - [`daemon`]: a running mount: spawn, handshake, serve, signals, control
 //!   socket, unmount.
 //! - [`cli`]: clap verbs that parse, resolve, call and print.

@@ -17,8 +17,9 @@
 //! - files opened, created, renamed and removed without following a symlink
 //!   anywhere on their path (`openat2`'s `RESOLVE_NO_SYMLINKS`), temp files
 //!   with unguessable names, and a process's identity (start time, name).
-//! - `sync_file_range`, which neither rustix nor nix offers: the one OS call
-//!   written against libc;
+//! - `sync_file_range` and `cachestat`, which neither rustix nor nix offers,
+//!   written against libc (with `mallopt` in `daemon::run` and the ring
+//!   threads' scheduling calls in `fs::uring`, the only libc calls);
 //! - telling systemd a service is ready or stopping (`sd_notify`'s protocol).
 //!
 //! It holds no policy: which thread waits for the signals, what a lock
@@ -462,7 +463,7 @@ pub enum SyncRange {
 
 /// `sync_file_range(2)` of `len` bytes of `f` from `offset` (`len` 0: to the
 /// end of the file). A range past `i64::MAX` is EINVAL. Neither rustix nor
-/// nix offer this call, so it is the one written against libc.
+/// nix offer this call, so it is written against libc.
 pub fn sync_file_range(f: impl AsFd, offset: u64, len: u64, how: SyncRange) -> io::Result<()> {
     let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
         return Err(Errno::INVAL.into());

@@ -62,11 +62,12 @@
 //! flag reaches us there), and on chowns ([`ForkView::kill_priv`], checked
 //! by `tests/fork_killpriv.rs` and `tests/fork_mount.rs`).
 //!
-//! Limits, honestly: a new file in a setgid directory keeps an `S_ISGID`
-//! asked for by a creator who is not in the directory's group (the kernel
-//! would drop it; we do not know the requester's supplementary groups; the
-//! mount is `nosuid`, so the bit grants nothing here). The setgid check reads
-//! the parent's attributes just before the create, not atomically with it.
+//! A new group-executable file asked for setgid in a setgid directory by a
+//! creator outside the directory's group loses `S_ISGID`, as the kernel's
+//! `mode_strip_sgid` drops it (the groups are read from `/proc/PID/status`,
+//! [`Caller::in_group`]; a request without a pid counts as outside).
+//! Limits, honestly: the setgid check reads the parent's attributes just
+//! before the create, not atomically with it.
 //! Device nodes are recorded (type and `rdev`) but cannot be opened: the
 //! mount is `nodev`, so the kernel refuses with `EACCES`. `lseek`
 //! `SEEK_DATA`/`SEEK_HOLE` is answered from the fork's extent map, as ext4
@@ -283,6 +284,12 @@ impl ForkView {
         } else {
             if kind == Kind::Dir {
                 perm |= sgid;
+            } else if perm & (sgid | libc::S_IXGRP) == sgid | libc::S_IXGRP && !c.in_group(dir.gid)
+            {
+                // The kernel's `mode_strip_sgid`: a group-executable file
+                // made setgid in a setgid directory by a creator outside
+                // its group (and without CAP_FSETID) loses the bit.
+                perm &= !sgid;
             }
             dir.gid
         };
@@ -785,6 +792,42 @@ mod tests {
             crate::fs::fuse::look_up(&fs, ROOT, ROOT_INO, b"absent"),
             Ok(crate::fs::fuse::Looked::Absent(_))
         ));
+    }
+
+    /// In a setgid directory (group 2000) a new group-executable setgid
+    /// file keeps `S_ISGID` only for a creator in the group or root, as the
+    /// kernel's `mode_strip_sgid` decides; a directory always inherits it.
+    #[test]
+    fn setgid_directory_strips_sgid_from_a_creator_outside_its_group() {
+        let (_tmp, fs) = serve();
+        let dir = fs.mkdir(ROOT, ROOT_INO, b"shared", 0o777).unwrap().attr.ino;
+        let set = SetAttr {
+            perm: Some(0o2777),
+            gid: Some(2000),
+            ..SetAttr::default()
+        };
+        fs.setattr(ROOT, dir, &set).unwrap();
+        let make = |c: &Caller, name: &[u8], mode| {
+            fs.create(c, dir, name, mode, libc::O_RDWR).unwrap().0.attr
+        };
+        let outsider = make(USER, b"out", 0o2755);
+        assert_eq!(
+            (outsider.perm, outsider.gid),
+            (0o755, 2000),
+            "S_ISGID dropped"
+        );
+        let not_exec = make(USER, b"noexec", 0o2644);
+        assert_eq!(not_exec.perm, 0o2644, "kept: not group-executable");
+        let root = make(ROOT, b"root", 0o2755);
+        assert_eq!(root.perm, 0o2755, "kept: root");
+        let member = Caller { gid: 2000, ..*USER };
+        assert_eq!(
+            make(&member, b"member", 0o2755).perm,
+            0o2755,
+            "kept: in the group"
+        );
+        let sub = fs.mkdir(USER, dir, b"sub", 0o755).unwrap().attr;
+        assert_eq!(sub.perm, 0o2755, "a new directory inherits S_ISGID");
     }
 
     #[test]
