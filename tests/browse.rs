@@ -81,6 +81,10 @@ fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> Option<i32> {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn browse_shows_checkpoints_refs_forks_and_archives_and_follows_the_store() {
     let env = Env::new();
     let src = env.path("srv/s1");
@@ -318,6 +322,10 @@ fn browse_shows_checkpoints_refs_forks_and_archives_and_follows_the_store() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn browse_corrupt_objects_fail_only_their_file() {
     let env = Env::new();
     let src = env.path("src");

@@ -84,6 +84,10 @@ fn a_closed_pipe_ends_quietly_like_coreutils() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_commit_record_counts_its_entries() {
     let env = Env::new();
     let src = env.path("src");
@@ -126,6 +130,10 @@ fn a_commit_record_counts_its_entries() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
     let env = Env::new();
     small_store(&env);
@@ -158,6 +166,10 @@ fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn umount_takes_the_name_of_what_is_mounted() {
     let env = Env::new();
     small_store(&env);
@@ -182,6 +194,10 @@ fn umount_takes_the_name_of_what_is_mounted() {
 /// `status` shows (its absolute path), also when it was mounted by a
 /// relative one.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn umount_resolves_names_and_archive_targets_first() {
     let env = Env::new();
     small_store(&env);
@@ -350,6 +366,10 @@ fn generate_writes_a_man_page_per_verb_and_completions() {
 /// what mounts need; here (root, /dev/fuse) nothing is missing. Without
 /// fusermount3 on PATH, root is told it does not need it.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn doctor_reports_one_line_per_check_with_fixes() {
     let env = Env::new();
     let out = env.ok(["doctor"]);
@@ -528,6 +548,10 @@ fn names_with_control_bytes_are_escaped_on_a_terminal_and_raw_in_a_pipe() {
 /// carry no ESC byte; on a terminal the warning is coloured unless
 /// `NO_COLOR` is set.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn no_colour_codes_on_a_redirected_stderr() {
     let env = Env::new();
     small_store(&env);

@@ -72,6 +72,10 @@ fn assert_turn_one_kept(root: &Path) {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn fork_mount_rw_commit_unmount_and_the_base_stays() {
     let env = Env::new();
     let origin = env.path("srv/s1");
@@ -158,6 +162,10 @@ fn fork_mount_rw_commit_unmount_and_the_base_stays() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn fsynced_writes_survive_a_killed_daemon_and_no_commit_keeps_the_journal() {
     let env = Env::new();
     let src = env.path("src");
@@ -269,6 +277,10 @@ fn fork_of_tree(env: &Env) {
 /// commit asked for through the CLI, and in a periodic commit: the daemon
 /// has the kernel write them back first.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn writes_the_kernel_still_holds_are_in_cli_and_periodic_commits() {
     let env = Env::new();
     fork_of_tree(&env);
@@ -315,6 +327,10 @@ fn writes_the_kernel_still_holds_are_in_cli_and_periodic_commits() {
 /// the daemon (fsync writes the kernel's dirty pages back, then syncs the
 /// journal), for an agent's turn and a large file written in pieces.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn fsynced_writes_survive_a_killed_daemon_under_writeback() {
     let env = Env::new();
     fork_of_tree(&env);
@@ -343,6 +359,10 @@ fn fsynced_writes_survive_a_killed_daemon_under_writeback() {
 /// the commit (its times are sent after its data, whichever the daemon
 /// serves first). The size too.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn mtime_after_write_and_close_is_what_stat_said_before_the_commit() {
     let env = Env::new();
     fork_of_tree(&env);
@@ -388,6 +408,10 @@ fn mtime_after_write_and_close_is_what_stat_said_before_the_commit() {
 /// still holds (the fork's extent map does not have it yet): the kernel
 /// answers them from its own size.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn seek_data_sees_what_the_kernel_holds_under_writeback() {
     use std::os::fd::AsRawFd;
     let env = Env::new();
@@ -414,6 +438,10 @@ fn seek_data_sees_what_the_kernel_holds_under_writeback() {
 /// io_uring), and `status --json` says which, with the requests the rings
 /// answered.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn the_transport_asked_for_serves_read_only_and_fork_mounts() {
     let env = Env::new();
     let origin = env.path("srv/t");
@@ -492,6 +520,10 @@ fn commit_of_a_ref_advises_a_fork_name_that_is_free() {
 /// point, uncommitted changes and where it is mounted; `refs` points to it,
 /// and a typo of it is hinted.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn forks_lists_heads_fork_points_changes_and_mounts() {
     let env = Env::new();
     let src = env.path("src");
@@ -559,6 +591,10 @@ fn forks_lists_heads_fork_points_changes_and_mounts() {
 /// Issue 43, finding 6: `status` shows a fork's chunk cache, as README says:
 /// it fills as the fork's files are read (its inode table apart, in --json).
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
     let env = Env::new();
     let src = env.path("src");
@@ -616,6 +652,10 @@ fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
 /// `stat` does, for a directory made in a fork (recorded with size 0) and a
 /// large one alike.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn ls_shows_a_directorys_size_as_the_mount_does() {
     let env = Env::new();
     let src = env.path("src");
@@ -667,6 +707,10 @@ fn ls_shows_a_directorys_size_as_the_mount_does() {
 /// committed, nothing said about a commit), and says "committed" only for a
 /// commit that made a checkpoint.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn umount_of_a_busy_fork_commits_nothing_and_never_claims_a_commit() {
     let env = Env::new();
     let src = env.path("src");

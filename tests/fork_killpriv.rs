@@ -279,11 +279,19 @@ fn kill_priv_on_every_write_path(writeback: bool) {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn setuid_and_setgid_are_cleared_on_every_write_path_as_ext4_does() {
     kill_priv_on_every_write_path(false);
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn setuid_and_setgid_are_cleared_on_every_write_path_with_the_writeback_cache() {
     kill_priv_on_every_write_path(true);
 }

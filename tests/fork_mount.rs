@@ -323,6 +323,10 @@ fn fork_read(fork: &Fork, path: &str) -> Vec<u8> {
 // ------------------------------------------------------------------- tests
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn mount_is_rw_with_the_usual_options() {
     let fx = mount_fixture();
     let mounts = fs::read_to_string("/proc/mounts").unwrap();
@@ -369,6 +373,10 @@ fn ro_option_is_refused() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn create_write_read_at_any_offset() {
     let fx = mount_fixture();
     let p = fx.path("new.bin");
@@ -406,6 +414,10 @@ fn create_write_read_at_any_offset() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn appends_from_two_processes_never_overwrite() {
     let fx = mount_fixture();
     let script = r#"for i in $(seq 500); do echo "$1 $i" >> file; done"#;
@@ -459,6 +471,10 @@ fn appends_from_two_processes_never_overwrite() {
 /// (A fork has no direct-I/O handles: every write goes through the page
 /// cache, which the kernel keeps across its zero-message opens.)
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn kernel_caches_never_show_stale_bytes_or_names() {
     let fx = mount_fixture();
     let p = fx.path("hello.txt");
@@ -541,6 +557,10 @@ fn journal_bytes(fx: &Fixture) -> u64 {
 /// by a record, not by the file), data written on the fork is copied, and
 /// both read back and commit as the source.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn cp_shares_committed_data_through_copy_file_range() {
     let fx = mount_fixture();
     let big = fs::read(fx.path("big.bin")).unwrap();
@@ -607,6 +627,10 @@ fn cp_shares_committed_data_through_copy_file_range() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn truncate_ftruncate_and_fallocate() {
     let fx = mount_fixture();
     let p = fx.path("big.bin");
@@ -647,6 +671,10 @@ fn truncate_ftruncate_and_fallocate() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn sparse_write_stays_sparse() {
     let fx = mount_fixture();
     let p = fx.path("sparse");
@@ -668,6 +696,10 @@ fn sparse_write_stays_sparse() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn unlinked_open_file_stays_readable() {
     let fx = mount_fixture();
     let p = fx.path("doomed");
@@ -693,6 +725,10 @@ fn unlinked_open_file_stays_readable() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn directories_and_renames() {
     let fx = mount_fixture();
     fs::create_dir(fx.path("d")).unwrap();
@@ -752,6 +788,10 @@ fn directories_and_renames() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn mkdir_as_a_lock_has_one_winner() {
     let fx = mount_fixture();
     for round in 0..5 {
@@ -779,6 +819,10 @@ fn mkdir_as_a_lock_has_one_winner() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn symlinks_links_and_metadata() {
     let fx = mount_fixture();
     std::os::unix::fs::symlink("/some/abs/target", fx.path("ln")).unwrap();
@@ -880,6 +924,10 @@ fn symlinks_links_and_metadata() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn new_entries_take_umask_owner_and_setgid_group() {
     let fx = mount_fixture();
     // umask applies (the shell's, not this process's).
@@ -916,6 +964,10 @@ fn new_entries_take_umask_owner_and_setgid_group() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn setuid_is_cleared_by_a_write_of_another_user() {
     // allow_other, and a path the other user can walk.
     let fx = mount_fixture_with(|c| c.extra_options = vec!["allow_other".into()]);
@@ -955,6 +1007,10 @@ fn setuid_is_cleared_by_a_write_of_another_user() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn xattrs() {
     let fx = mount_fixture();
     let p = fx.path("hello.txt");
@@ -983,6 +1039,10 @@ fn xattrs() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn fsync_fdatasync_fsyncdir() {
     let fx = mount_fixture();
     let mut f = File::create(fx.path("durable")).unwrap();
@@ -998,6 +1058,10 @@ fn fsync_fdatasync_fsyncdir() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn shared_mmap_writes_reach_the_fork() {
     let fx = mount_fixture();
     let p = fx.path("mapped");
@@ -1039,6 +1103,10 @@ fn shared_mmap_writes_reach_the_fork() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn statfs_reports_the_store_file_system() {
     let fx = mount_fixture();
     let c = cstr(&fx.mounted.mnt);
@@ -1053,6 +1121,10 @@ fn statfs_reports_the_store_file_system() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn hostile_inputs_fail_cleanly() {
     let fx = mount_fixture();
     let long = "n".repeat(256);
@@ -1118,6 +1190,10 @@ fn hostile_inputs_fail_cleanly() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn commit_while_mounted_then_reopen() {
     let mut fx = mount_fixture();
     fs::write(fx.path("hello.txt"), b"changed in the fork\n").unwrap();
@@ -1218,6 +1294,10 @@ fn dev_stat(p: &Path) -> (bool, bool, u64, u32, u32, u32, u64) {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn device_nodes_are_recorded_with_type_and_rdev() {
     use std::os::unix::fs::FileTypeExt;
     let mut fx = mount_fixture();
@@ -1376,6 +1456,10 @@ impl Drop for CliMount {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn device_nodes_survive_a_killed_daemon_commit_and_restore() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
@@ -1543,6 +1627,10 @@ fn drop_kernel_caches() {
 /// run on a native copy; so do git (init, add, commit, fsck, status,
 /// ls-files), rsync and tar over the whole tree after the commit.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_tree_larger_than_the_inode_budget_matches_native() {
     let fx = mount_fixture_of(
         build_wide_source,

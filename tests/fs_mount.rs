@@ -386,6 +386,10 @@ fn raw_listing(p: &Path) -> Vec<Vec<u8>> {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn file_bytes_at_any_offset() {
     let fx = mount_fixture();
     let expected = multi_bytes();
@@ -440,6 +444,10 @@ fn file_bytes_at_any_offset() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn metadata_matches_the_checkpoint() {
     let fx = mount_fixture();
     let m = fs::metadata(fx.path("multi.bin")).unwrap();
@@ -547,6 +555,10 @@ fn metadata_matches_the_checkpoint() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn writes_fail_with_erofs() {
     let fx = mount_fixture();
     let file = fx.path("multi.bin");
@@ -595,6 +607,10 @@ fn writes_fail_with_erofs() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn corrupt_chunk_fails_only_that_file() {
     let fx = mount_fixture();
     // Replace bad.txt's chunk with valid zstd of other bytes, before any read.
@@ -655,6 +671,10 @@ fn corrupt_chunk_fails_only_that_file() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn second_read_is_served_from_the_kernel_page_cache() {
     // No chunk cache in the daemon: only the kernel can serve a second read.
     let fx = mount_fixture_with(|cfg| cfg.cache_bytes = 0);
@@ -665,6 +685,10 @@ fn second_read_is_served_from_the_kernel_page_cache() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn mount_options_show_and_unmount_ends_serve() {
     let mut fx = mount_fixture();
     let line = mount_line(&fx.mounted.mnt).expect("mounted");
@@ -686,6 +710,10 @@ fn mount_options_show_and_unmount_ends_serve() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn stop_signal_unmounts_cleanly() {
     let mut fx = mount_fixture();
     assert_eq!(fs::read(fx.path("hard_b")).unwrap(), b"hardlinked\n");

@@ -198,6 +198,10 @@ fn evil_tar(
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn an_archive_whose_pax_origin_is_root_ssh_is_not_mounted_there() {
     let env = Env::new();
     let _g = DaemonGuard(vec![env.store.clone()]);
@@ -238,6 +242,10 @@ fn an_archive_whose_pax_origin_is_root_ssh_is_not_mounted_there() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_tree_whose_store_json_root_is_usr_local_sbin_is_not_mounted_there() {
     let env = Env::new();
     let _g = DaemonGuard(vec![env.store.clone()]);
@@ -279,7 +287,7 @@ fn a_tree_whose_store_json_root_is_usr_local_sbin_is_not_mounted_there() {
 /// remote `team` that the test's store (B) knows.
 fn evil_remote(env: &Env) -> PathBuf {
     let a = env.path("a");
-    let url = remote_url(RemoteKind::File, env.tmp.path(), "evil").unwrap();
+    let url = remote_url(RemoteKind::File, env.tmp.path(), "evil");
     let tar = evil_tar(env, "evil.tar", None, None);
     let run_a = |args: &[&str]| env.output_ok_in(&a, args);
     run_a(&["init"]);
@@ -299,6 +307,10 @@ fn evil_remote(env: &Env) -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_lazy_mount_of_a_remote_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
     let a = evil_remote(&env);
@@ -307,6 +319,10 @@ fn a_lazy_mount_of_a_remote_ref_with_an_evil_origin_is_refused() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_pulled_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
     let a = evil_remote(&env);
@@ -316,6 +332,10 @@ fn a_pulled_ref_with_an_evil_origin_is_refused() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_fork_of_a_remote_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
     let a = evil_remote(&env);

@@ -30,12 +30,13 @@ struct Setup {
 }
 
 /// A fresh env and an empty remote of `kind`; `None` for S3 when no server was given.
-fn setup(kind: Kind) -> Option<Setup> {
-    let (env, url, remote) = env_with_remote(kind, "t")?;
-    Some(Setup { env, url, remote })
+fn setup(kind: Kind) -> Setup {
+    let (env, url, remote) = env_with_remote(kind, "t");
+    Setup { env, url, remote }
 }
 
 both_remotes!(
+    root:
     push_pull_round_trip,
     conflicting_push_refused_unless_forced,
     interrupted_push_resumes,
@@ -54,9 +55,7 @@ both_remotes!(
 /// with the whole checkpoint, verified.
 #[test]
 fn a_pull_of_many_objects_publishes_as_it_goes() {
-    let Some(t) = setup(RemoteKind::File) else {
-        return;
-    };
+    let t = setup(RemoteKind::File);
     // Imported from a tar made in memory: 20,000 files written out would
     // take seconds of this test's time.
     let mut b = tar::Builder::new(Vec::new());
@@ -170,7 +169,7 @@ fn root_of(store: &Path, target: &str) -> ObjectId {
 }
 
 fn push_pull_round_trip(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let src = t.make_tree();
     let id = t.snapshot("a", &src);
     t.add_remote("a");
@@ -260,7 +259,7 @@ fn push_pull_round_trip(kind: Kind) {
 }
 
 fn conflicting_push_refused_unless_forced(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let src = t.make_tree();
     t.snapshot("a", &src);
     t.add_remote("a");
@@ -312,7 +311,7 @@ fn conflicting_push_refused_unless_forced(kind: Kind) {
 }
 
 fn interrupted_push_resumes(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let src = t.make_tree();
     let id = t.snapshot("a", &src);
     t.add_remote("a");
@@ -368,7 +367,7 @@ fn assert_nothing_published(t: &Setup) {
 }
 
 fn tampered_object_fails_pull(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let src = t.pushed_from_a();
 
     // A well-formed zstd frame of other bytes under the chunk's name.
@@ -414,7 +413,7 @@ fn tampered_object_fails_pull(kind: Kind) {
 }
 
 fn missing_object_fails_pull(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     t.pushed_from_a();
     let victim = chunk_of(&t.store("a"), "s1", "big.bin");
     let (stem, entries) = pack_of(&t.remote, &victim);
@@ -448,7 +447,7 @@ fn missing_object_fails_pull(kind: Kind) {
 /// A remote written before packs (every object loose under `objects/`)
 /// still pulls, and a push to it sends only what it lacks.
 fn remote_without_packs_still_works(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let src = t.pushed_from_a();
     unpack_remote(&t.remote);
     assert!(t.remote.list_packs().unwrap().is_empty());
@@ -472,7 +471,7 @@ fn remote_without_packs_still_works(kind: Kind) {
 /// the generation; on file:// the
 /// check runs under the ref lock).
 fn ref_update_is_conditional(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     assert_eq!(t.remote.has_conditional_put(), !matches!(kind, Kind::File));
     let a = "a".repeat(64);
     let b = "b".repeat(64);
@@ -522,7 +521,7 @@ fn json(text: &str) -> serde_json::Value {
 /// two refs deleted; gc --remote deletes what only those reached, repacks
 /// a pack that became mostly garbage, and every remaining ref pulls intact.
 fn remote_gc_reclaims_what_deleted_refs_reached(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let base = t.make_tree();
     t.add_remote("a");
     let mut trees = Vec::new();
@@ -620,7 +619,7 @@ fn remote_gc_reclaims_what_deleted_refs_reached(kind: Kind) {
 /// The grace period spares what is young; a lock held by a push (or by a
 /// gc) stops the other; a lock left unrefreshed for 30 minutes is ignored.
 fn remote_gc_spares_the_young_and_the_locked(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     t.pushed_from_a();
     // A killed push's pack (no index) and a deleted ref's objects, all young.
     let junk = format!("packs/d-{}.pack", "5".repeat(64));
@@ -692,7 +691,7 @@ fn remote_gc_spares_the_young_and_the_locked(kind: Kind) {
 /// push refused as busy is retried, a gc refused as busy runs again later):
 /// every push that succeeded left a ref whose objects are all there.
 fn remote_gc_and_pushes_race_and_lose_nothing(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let src = t.make_tree();
     t.snapshot("a", &src);
     t.add_remote("a");
@@ -763,7 +762,7 @@ fn remote_gc_and_pushes_race_and_lose_nothing(kind: Kind) {
 /// come from one listing, fetched at once; records of another ref on the
 /// remote are fetched too but not published here.
 fn a_long_history_pulls_whole_and_only_its_own(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let src = t.make_tree();
     t.add_remote("a");
     let mut ids = Vec::new();
@@ -831,9 +830,7 @@ fn cloud_urls_are_accepted_and_bad_ones_name_every_scheme() {
 #[test]
 fn remote_refs_lists_the_good_refs_and_warns_once_per_bad_file() {
     use std::os::unix::ffi::OsStrExt;
-    let Some(t) = setup(RemoteKind::File) else {
-        return;
-    };
+    let t = setup(RemoteKind::File);
     let src = t.env.path("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("f"), "f").unwrap();

@@ -28,17 +28,17 @@ struct Setup {
     remote: Remote,
 }
 
-fn setup(kind: Kind) -> Option<Setup> {
-    let (a, url, remote) = env_with_remote(kind, "f")?;
-    Some(Setup {
+fn setup(kind: Kind) -> Setup {
+    let (a, url, remote) = env_with_remote(kind, "f");
+    Setup {
         a,
         b: Env::new(),
         url,
         remote,
-    })
+    }
 }
 
-both_remotes!(fork_travels_between_machines);
+both_remotes!(root: fork_travels_between_machines);
 
 fn ok(env: &Env, args: &[&str]) -> (String, String) {
     env.ok_in(&env.store, args)
@@ -79,7 +79,7 @@ fn remote_ref(t: &Setup, name: &str) -> Option<String> {
 }
 
 fn fork_travels_between_machines(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let (a, b) = (&t.a, &t.b);
 
     // A: a tree, snapshotted and pushed as s1.

@@ -33,8 +33,8 @@ struct Setup {
 /// A tree (the agent-store fixture, a 3 MiB file of random bytes, 300 small
 /// files) snapshotted in A as `s1`, pushed to `team`, moved away from its
 /// origin; B has the remote configured and nothing else.
-fn setup(kind: Kind) -> Option<Setup> {
-    let (env, url, remote) = env_with_remote(kind, "m")?;
+fn setup(kind: Kind) -> Setup {
+    let (env, url, remote) = env_with_remote(kind, "m");
 
     let origin = env.path("srv/sessions/agent-1");
     make_store(&origin);
@@ -62,10 +62,11 @@ fn setup(kind: Kind) -> Option<Setup> {
     t.ok_a(&["push", "team", "s1"]);
     fs::rename(&t.origin, &t.moved).unwrap();
     t.ok_b(&["remote", "add", "team", &t.url]);
-    Some(t)
+    t
 }
 
 both_remotes!(
+    root:
     lazy_mount_reads_exactly_and_fetches_only_what_is_read,
     offline_after_first_read,
     tampered_remote_object_is_eio,
@@ -150,7 +151,7 @@ fn is_eio(r: std::io::Result<Vec<u8>>) -> bool {
 }
 
 fn lazy_mount_reads_exactly_and_fetches_only_what_is_read(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let (total_objects, total_bytes) = t.total_stored();
 
     // Read one small file: only it (and the trees on its path) travel.
@@ -273,7 +274,7 @@ fn lazy_mount_reads_exactly_and_fetches_only_what_is_read(kind: Kind) {
 }
 
 fn offline_after_first_read(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let read_before = ["many/f0001.json", "workspace/room/out/_journal.jsonl"];
     let m = t.mount();
     for p in read_before {
@@ -344,7 +345,7 @@ fn offline_after_first_read(kind: Kind) {
 }
 
 fn tampered_remote_object_is_eio(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let victim_path = "many/f0042.json";
     let victim = chunk_of(&t.a(), "s1", victim_path);
     // A well-formed zstd frame of other bytes in the object's place in its pack.
@@ -375,7 +376,7 @@ fn tampered_remote_object_is_eio(kind: Kind) {
 /// because a copy of its objects sorts first, which gc keeps): the mount
 /// reads the index again and finds them there.
 fn a_pack_gone_under_a_lazy_mount_is_found_again(kind: Kind) {
-    let Some(t) = setup(kind) else { return };
+    let t = setup(kind);
     let victim = chunk_of(&t.a(), "s1", "many/f0100.json");
     let (stem, _) = pack_of(&t.remote, &victim);
     let m = t.mount();

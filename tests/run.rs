@@ -125,6 +125,10 @@ fn branch_script(origin: &Path, bar: &Path, name: &str, n: usize) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn four_forks_run_at_one_origin_at_once_and_each_commit_holds_its_own_writes() {
     if !can_mount() {
         return;
@@ -215,6 +219,10 @@ fn four_forks_run_at_one_origin_at_once_and_each_commit_holds_its_own_writes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn exit_codes_and_signals_pass_through_and_nothing_changed_commits_nothing() {
     if !can_mount() {
         return;
@@ -266,6 +274,10 @@ fn exit_codes_and_signals_pass_through_and_nothing_changed_commits_nothing() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_held_fork_is_refused_naming_its_run_and_status_commit_umount_know_the_run() {
     if !can_mount() {
         return;
@@ -358,6 +370,10 @@ fn wait_for(p: &Path) {
 /// namespace; /dev/fuse is opened to all users (mode 0666, as Debian's udev
 /// rule has it) for the test's duration.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
@@ -463,6 +479,10 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
 /// commits what the fork holds, and exits; nothing is left on the host, and
 /// the fork runs again.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
     if !can_mount() {
         return;
@@ -508,6 +528,10 @@ fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
 /// kill -9 of CMD: the run ends as on a normal exit (status 137), and the
 /// fork is committed with what CMD wrote.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_killed_command_is_committed_as_on_a_normal_exit() {
     if !can_mount() {
         return;
@@ -537,6 +561,10 @@ fn a_killed_command_is_committed_as_on_a_normal_exit() {
 /// non-zero with one line saying the daemon died and that the next run
 /// replays the journal, and it does: what CMD had fsynced is there.
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_killed_daemon_is_reported_and_the_next_run_replays_its_journal() {
     if !can_mount() {
         return;

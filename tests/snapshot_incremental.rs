@@ -71,6 +71,10 @@ fn fixture(env: &Env) -> std::path::PathBuf {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_second_snapshot_reads_only_changed_files_and_equals_a_full_one() {
     let env = Env::new();
     let src = fixture(&env);
@@ -124,6 +128,10 @@ fn a_second_snapshot_reads_only_changed_files_and_equals_a_full_one() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn a_file_stamped_at_the_parents_start_is_read_again() {
     let env = Env::new();
     let src = fixture(&env);
@@ -142,6 +150,10 @@ fn a_file_stamped_at_the_parents_start_is_read_again() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn only_the_heads_of_refs_keep_a_stat_cache() {
     let env = Env::new();
     let src = fixture(&env);
@@ -190,6 +202,10 @@ fn only_the_heads_of_refs_keep_a_stat_cache() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
 fn without_a_usable_parent_every_file_is_read() {
     let env = Env::new();
     let src = fixture(&env);

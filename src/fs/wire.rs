@@ -46,8 +46,6 @@
 //! on a ring its size does not matter anyway, since the name and value are
 //! in the payload, apart from `op_in`.
 
-// Used by the ring transport (uring.rs), which lands separately.
-
 use std::time::Duration;
 
 use fuser::{IoctlFlags, WriteFlags};
@@ -2279,6 +2277,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(storefs_root_tests),
+        ignore = "needs root (scripts/test.sh runs it)"
+    )]
     fn a_checkpoint_view_served_from_ring_requests() {
         use crate::fs::view::ROOT_INO;
         let (_tmp, view) = checkpoint_view();

@@ -458,8 +458,11 @@ pub fn assert_same_tree(orig: &Path, mounted: &Path, ctime: bool) {
 
 // ---- remotes (tests/remote*.rs) ----
 //
-// The S3 variants run when these are set (scripts/test.sh sets them; without
-// STOREFS_TEST_S3_ENDPOINT they return at once with a note on stderr):
+// Each remote test body runs once per kind of remote ([`both_remotes!`]):
+// over `file://` always, and over S3, Azure and GCS only when the build
+// named that kind in STOREFS_TEST_REMOTES (build.rs; scripts/test.sh builds
+// with `s3,azure`); otherwise those variants are ignored, with the reason.
+// A variant built to run fails when its server is not given:
 //   STOREFS_TEST_S3_ENDPOINT  the server, e.g. http://127.0.0.1:PORT; scripts/test.sh runs
 //                             s3s-fs for every binary and moto again for remote,
 //                             remote_mount and remote_forks. An unreachable server fails.
@@ -468,6 +471,8 @@ pub fn assert_same_tree(orig: &Path, mounted: &Path, ctime: bool) {
 //                             uses its own fresh prefix in it
 //   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP=true
 //                             as the server wants them (dummy keys on loopback)
+//   STOREFS_TEST_AZURE_CONTAINER, AZURITE_BLOB_STORAGE_URL   azurite (scripts/azurite.sh)
+//   STOREFS_TEST_GCS_BUCKET, GOOGLE_BASE_URL                  a GCS emulator (none in CI)
 
 /// Where a remote test's remote lives: every remote test body runs for each
 /// (see [`both_remotes!`]); all but `File` only when their server is given.
@@ -498,10 +503,10 @@ impl RemoteKind {
 static REMOTE_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A fresh, empty remote URL: `file://DIR/remote`, or for S3, Azure and GCS
-/// a unique prefix (starting `tag`) in the test bucket or container. `None`,
-/// with a note on stderr, when that kind's variable is not set
-/// (scripts/test.sh sets them).
-pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> Option<String> {
+/// a unique prefix (starting `tag`) in the test bucket or container. Panics
+/// when that kind's variable is not set: its variant was built to run
+/// (STOREFS_TEST_REMOTES), so a missing server is a failure, not a pass.
+pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> String {
     let n = REMOTE_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -509,19 +514,16 @@ pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> Option<String> {
         .as_nanos();
     let unique = format!("{tag}-{}-{nanos}-{n}", std::process::id());
     let given = |var: &str| {
-        let v = std::env::var(var).ok();
-        if v.is_none() {
-            eprintln!("{kind:?} variant not run: {var} is not set");
-        }
-        v
+        std::env::var(var).unwrap_or_else(|_| {
+            panic!(
+                "the {kind:?} variant was built to run (STOREFS_TEST_REMOTES), but {var} is not set: start its server (scripts/test.sh does), or build without it"
+            )
+        })
     };
-    Some(match kind {
+    match kind {
         RemoteKind::File => format!("file://{}", dir.join("remote").display()),
         RemoteKind::S3 => {
-            let Ok(endpoint) = std::env::var("STOREFS_TEST_S3_ENDPOINT") else {
-                eprintln!("S3 variant not run: STOREFS_TEST_S3_ENDPOINT is not set");
-                return None;
-            };
+            let endpoint = given("STOREFS_TEST_S3_ENDPOINT");
             assert_eq!(
                 std::env::var("AWS_ENDPOINT_URL").ok().as_deref(),
                 Some(endpoint.as_str()),
@@ -532,14 +534,14 @@ pub fn remote_url(kind: RemoteKind, dir: &Path, tag: &str) -> Option<String> {
             format!("s3://{bucket}/{unique}")
         }
         RemoteKind::Azure => {
-            let container = given("STOREFS_TEST_AZURE_CONTAINER")?;
+            let container = given("STOREFS_TEST_AZURE_CONTAINER");
             format!("az://{container}/{unique}")
         }
         RemoteKind::Gcs => {
-            let bucket = given("STOREFS_TEST_GCS_BUCKET")?;
+            let bucket = given("STOREFS_TEST_GCS_BUCKET");
             format!("gs://{bucket}/{unique}")
         }
-    })
+    }
 }
 
 /// `len` deterministic pseudo-random (incompressible) bytes for `seed`.
@@ -595,15 +597,12 @@ pub fn stderr(o: &Output) -> String {
 }
 
 /// A fresh env and an empty remote of `kind` (its URL tagged `tag`), opened
-/// and probed; `None` for S3 when no server was given.
-pub fn env_with_remote(
-    kind: RemoteKind,
-    tag: &str,
-) -> Option<(Env, String, storefs::remote::Remote)> {
+/// and probed.
+pub fn env_with_remote(kind: RemoteKind, tag: &str) -> (Env, String, storefs::remote::Remote) {
     let env = Env::new();
-    let url = remote_url(kind, env.tmp.path(), tag)?;
+    let url = remote_url(kind, env.tmp.path(), tag);
     let remote = open_probed_remote(&url);
-    Some((env, url, remote))
+    (env, url, remote)
 }
 
 /// Open remote `team` at `url` and check the server answers: a probe written,
@@ -622,22 +621,52 @@ pub fn open_probed_remote(url: &str) -> storefs::remote::Remote {
 }
 
 /// `both_remotes!(a, b)`: tests `file::a`, `s3::a`, `azure::a`, `gcs::a`, …
-/// calling `a(RemoteKind::File)` etc.
+/// calling `a(RemoteKind::File)` etc. The S3, Azure and GCS variants are
+/// ignored unless the build named them in STOREFS_TEST_REMOTES (build.rs).
+/// `both_remotes!(root: a, b)`: the same for tests that need root (they
+/// mount), every variant ignored in a build without `storefs_root_tests`.
 #[allow(unused_macros)]
 macro_rules! both_remotes {
-    ($($name:ident),* $(,)?) => {
+    (root: $($name:ident),* $(,)?) => {
+        both_remotes!(@variants storefs_root_tests; $($name),*);
+    };
+    // `$root`: the cfg without which every variant is ignored as needing
+    // root (`all()`: none).
+    (@variants $root:meta; $($name:ident),*) => {
         mod file {
-            $( #[test] fn $name() { super::$name(super::RemoteKind::File) } )*
+            $(
+                #[test]
+                #[cfg_attr(not($root), ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)")]
+                fn $name() { super::$name(super::RemoteKind::File) }
+            )*
         }
         mod s3 {
-            $( #[test] fn $name() { super::$name(super::RemoteKind::S3) } )*
+            $(
+                #[test]
+                #[cfg_attr(not($root), ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)")]
+                #[cfg_attr(all($root, not(storefs_test_s3)), ignore = "S3 variant: not built to run (STOREFS_TEST_REMOTES=s3 and a server: scripts/test.sh)")]
+                fn $name() { super::$name(super::RemoteKind::S3) }
+            )*
         }
         mod azure {
-            $( #[test] fn $name() { super::$name(super::RemoteKind::Azure) } )*
+            $(
+                #[test]
+                #[cfg_attr(not($root), ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)")]
+                #[cfg_attr(all($root, not(storefs_test_azure)), ignore = "Azure variant: not built to run (STOREFS_TEST_REMOTES=azure and azurite: scripts/test.sh)")]
+                fn $name() { super::$name(super::RemoteKind::Azure) }
+            )*
         }
         mod gcs {
-            $( #[test] fn $name() { super::$name(super::RemoteKind::Gcs) } )*
+            $(
+                #[test]
+                #[cfg_attr(not($root), ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)")]
+                #[cfg_attr(all($root, not(storefs_test_gcs)), ignore = "GCS variant: not built to run (STOREFS_TEST_REMOTES=gcs and a GCS emulator, which scripts/test.sh does not start)")]
+                fn $name() { super::$name(super::RemoteKind::Gcs) }
+            )*
         }
+    };
+    ($($name:ident),* $(,)?) => {
+        both_remotes!(@variants all(); $($name),*);
     };
 }
 
