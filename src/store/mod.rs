@@ -100,6 +100,13 @@ pub enum Error {
     Missing { id: ObjectId, context: String },
     #[error("object {id} is corrupt ({detail}); run `storefs verify` to quarantine it")]
     Corrupt { id: ObjectId, detail: String },
+    /// A checkpoint record over [`MAX_CHECKPOINT_RECORD`]: not storefs's
+    /// (its records stay far below), and not an object `verify` can
+    /// quarantine.
+    #[error(
+        "checkpoint {id}: {detail}; storefs never writes a record that large, so it came from elsewhere: remove STORE/checkpoints/{id}.json and the ref or fork that names it"
+    )]
+    RecordTooLarge { id: ObjectId, detail: String },
     #[error(
         "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs, `storefs forks` forks and `storefs log` checkpoints"
     )]
@@ -632,7 +639,7 @@ impl Store {
     pub fn check_record_size(id: &ObjectId, size: u64, what: &str) -> Result<()> {
         match record_too_large(size, what) {
             None => Ok(()),
-            Some(detail) => Err(Error::Corrupt { id: *id, detail }),
+            Some(detail) => Err(Error::RecordTooLarge { id: *id, detail }),
         }
     }
 
