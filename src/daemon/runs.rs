@@ -112,6 +112,42 @@ fn remove_record(store: &Store, rec: &RunRecord) {
     let _ = std::fs::remove_file(record_path(store, rec.pid));
 }
 
+/// How many daemon logs of finished runs `runs/` keeps (the newest).
+const KEPT_RUN_LOGS: usize = 32;
+
+/// Remove all but the `keep` newest daemon logs (`*.log`, `*.log.1`) in
+/// `runs/` that no live run writes to: each run leaves one per target, and
+/// they would otherwise pile up run after run.
+fn prune_logs(store: &Store, keep: usize) {
+    let live: Vec<PathBuf> = list(store)
+        .iter()
+        .flat_map(|r| r.targets.iter().map(|t| PathBuf::from(&t.log)))
+        .collect();
+    let Ok(rd) = std::fs::read_dir(runs_dir(store)) else {
+        return;
+    };
+    let mut logs: Vec<(SystemTime, PathBuf)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_owned();
+            let is_log = name.ends_with(".log") || name.ends_with(".log.1");
+            let base = name.strip_suffix(".1").unwrap_or(&name);
+            let live = live
+                .iter()
+                .any(|l| l.file_name().and_then(|n| n.to_str()) == Some(base));
+            let meta = e.metadata().ok()?;
+            if !is_log || live || !meta.is_file() {
+                return None;
+            }
+            Some((meta.modified().ok()?, e.path()))
+        })
+        .collect();
+    logs.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, path) in logs.into_iter().skip(keep) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// The runs going on now, oldest first; stale records (their process is
 /// gone) are removed with their sockets.
 pub fn list(store: &Store) -> Vec<RunRecord> {
@@ -250,6 +286,7 @@ pub fn run(store: &Store, targets: Vec<Target>, opts: Options) -> Result<Outcome
             .collect(),
     };
     write_record(store, &rec)?;
+    prune_logs(store, KEPT_RUN_LOGS);
     let result = run_recorded(store, &targets, &opts, &mut rec);
     remove_record(store, &rec);
     result
@@ -498,5 +535,41 @@ fn forward_signals(sfd: Option<&nix::sys::signalfd::SignalFd>, init: u32) {
         if let Ok(sig) = nix::sys::signal::Signal::try_from(info.ssi_signo as i32) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init as i32), sig);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Of 40 logs of finished runs (and a `.1` of the oldest), the 32
+    /// newest stay; a run's record and anything not a log are left alone.
+    #[test]
+    fn finished_runs_leave_only_the_newest_logs() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::open_or_create(&t.path().join("store")).unwrap();
+        let dir = runs_dir(&store);
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut names = vec!["1-0.log.1".to_string()];
+        names.extend((1..=40).map(|i| format!("{i}-0.log")));
+        for (age, name) in names.iter().enumerate() {
+            let f = std::fs::File::create(dir.join(name)).unwrap();
+            f.set_modified(base + Duration::from_secs(age as u64))
+                .unwrap();
+        }
+        std::fs::write(dir.join("notes.txt"), "kept").unwrap();
+        prune_logs(&store, 32);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), 33, "{left:?}");
+        assert!(left.contains(&"notes.txt".to_string()));
+        assert!(left.contains(&"40-0.log".to_string()));
+        assert!(left.contains(&"9-0.log".to_string()));
+        assert!(!left.contains(&"8-0.log".to_string()));
+        assert!(!left.contains(&"1-0.log.1".to_string()));
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::log::{log_path, open_log};
+use super::log::{log_path, open_log_for_stderr};
 use super::mountpoint::check_mountpoint;
 use super::{Error, Result};
 use crate::store::Store;
@@ -55,7 +55,7 @@ fn start_daemon(
     args: &[OsString],
     die_with_parent: bool,
 ) -> Result<Started> {
-    let stderr = open_log(&log)?;
+    let stderr = open_log_for_stderr(&log)?;
     let (mut reader, writer) = std::io::pipe().map_err(Error::Pipe)?;
     let exe = std::env::current_exe().map_err(Error::NoExecutable)?;
     let mut cmd = Command::new(exe);
