@@ -142,7 +142,7 @@ fn prune_logs(store: &Store, keep: usize) {
             Some((meta.modified().ok()?, e.path()))
         })
         .collect();
-    logs.sort_by(|a, b| b.0.cmp(&a.0));
+    logs.sort_by_key(|l| std::cmp::Reverse(l.0));
     for (_, path) in logs.into_iter().skip(keep) {
         let _ = std::fs::remove_file(path);
     }
