@@ -599,3 +599,61 @@ fn a_killed_daemon_is_reported_and_the_next_run_replays_its_journal() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "synced\n");
 }
+
+/// `--with`: a fork of the lead read-write at its origin and a room (a
+/// checkpoint of another tree) read-only at its own, both missing on the
+/// host. CMD reads the room and writes the lead; a write to the room is
+/// refused (EROFS); only the fork is committed, and the host has no mount.
+#[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
+fn with_mounts_a_second_target_read_only_at_its_own_origin() {
+    let env = Env::new();
+    let lead = lead_store(&env);
+    let room = env.path("srv/rooms/room-7");
+    fs::create_dir_all(&room).unwrap();
+    fs::write(room.join("plan.md"), "slice 3: parser\n").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        room.as_os_str(),
+        "--ref".as_ref(),
+        "room".as_ref(),
+    ]);
+    fs::rename(env.path("srv/rooms"), env.path("moved-rooms")).unwrap();
+    let script = format!(
+        "set -e; cat {r}/plan.md >> {l}/notes.md; \
+         if (echo x > {r}/plan.md) 2>{l}/room-write.err; then exit 3; fi",
+        r = room.display(),
+        l = lead.display()
+    );
+    let out = run(
+        &env.store,
+        &[
+            "base",
+            "--fork",
+            "w1",
+            "--with",
+            "room",
+            "-m",
+            "read the room",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        env.ok(["cat", "w1", "notes.md"]),
+        "the lead's notes\nslice 3: parser\n"
+    );
+    let err = env.ok(["cat", "w1", "room-write.err"]);
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert_eq!(env.ok(["cat", "room", "plan.md"]), "slice 3: parser\n");
+    let log = env.ok(["log", "w1"]);
+    assert!(log.contains("read the room"), "{log}");
+    assert!(!env.path("srv/rooms").exists(), "nothing made on the host");
+    assert_eq!(mounts_under(env.tmp.path()), Vec::<String>::new());
+}
