@@ -228,19 +228,38 @@ fn a_directory_and_files_into_a_mounted_fork_are_seen_at_once() {
             os("workspace"),
             big.as_os_str(),
             run.as_os_str(),
+            // Inside one given before, and the other name of its inode.
+            os("state/lead.json"),
+            os("native/lead-hardlink.json"),
             os("--into"),
             os("f2"),
         ],
     );
     assert_eq!(
         out,
-        "restored\tstate\nrestored\tworkspace\nrestored\tnative/lead/big.log\nrestored\trun.sh\n"
+        "restored\tstate\nrestored\tworkspace\nrestored\tnative/lead/big.log\nrestored\trun.sh\n\
+         restored\tstate/lead.json\nrestored\tnative/lead-hardlink.json\n"
     );
-    // Through the same mount, at once.
-    for rel in ["state", "workspace", "native/lead/big.log", "run.sh"] {
+    // Through the same mount, at once (state's own mtime is now: the
+    // second path changed its entries).
+    for rel in [
+        "state/lead.json",
+        "state/runtime.json",
+        "state/sparse.db",
+        "workspace",
+        "native/lead/big.log",
+        "run.sh",
+        "native/lead-hardlink.json",
+    ] {
         assert_same(&origin, &mp, rel);
     }
     assert!(!mp.join("workspace/room/extra").exists());
+    // A hardlink among the checked-out entries is one inode again.
+    let (a, b) = (
+        fs::metadata(mp.join("state/lead.json")).unwrap(),
+        fs::metadata(mp.join("native/lead-hardlink.json")).unwrap(),
+    );
+    assert_eq!((a.ino(), a.nlink()), (b.ino(), 2));
 
     // The fork's own head as the target: undo what is not committed.
     env.ok(["commit", "f2"]);

@@ -551,6 +551,8 @@ fn checkout_here(
     })?;
     flush_kernel(control.writeback_at.as_deref())?;
     let done = fork.checkout(&id, paths)?;
+    // Durable before the answer, as a commit's is.
+    fork.sync()?;
     tracing::info!(target = %id, paths = paths.len(), created = done.created, removed = done.removed, "checked out");
     if let Some(inv) = &control.invalidator
         && let Err(e) = inv.invalidate(&done.names, &done.dirs)

@@ -328,9 +328,12 @@ impl Put<'_, '_> {
 
     /// Create `e` in `dir`, a directory whole, with all its metadata.
     fn put(&mut self, dir: u64, e: &Entry) -> Result<()> {
+        // (An inode made for an earlier path that a later, overlapping one
+        // removed is not linked to: the entry is made afresh.)
         if e.kind != Kind::Dir
             && e.link_id != 0
             && let Some(&ino) = self.links.get(&e.link_id)
+            && self.st.linked(ino)
         {
             self.st.link(self.ctx, ino, dir, &e.name)?;
             self.out.created += 1;
