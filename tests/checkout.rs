@@ -447,6 +447,21 @@ fn unsafe_paths_and_forks_in_use_are_refused_with_the_fix() {
     let err = refused(&["s1", "state", "--into", "f4"]);
     assert!(err.contains("fork 'f4' is in use"), "{err}");
     drop(lock);
-    let (out, _) = checkout(&env, &[os("s1"), os("state"), os("--into"), os("f4")]);
-    assert_eq!(out, "restored\tstate\n");
+    let (out, _) = checkout(
+        &env,
+        &[
+            os("s1"),
+            os("state"),
+            os("gone"),
+            os("--into"),
+            os("f4"),
+            os("--json"),
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fork"], "f4");
+    assert_eq!(v["paths"][0]["path"], "state");
+    assert_eq!(v["paths"][0]["done"], "restored");
+    assert_eq!(v["paths"][1]["done"], "absent");
+    assert!(v["created"].as_u64().unwrap() >= 4, "{v}");
 }

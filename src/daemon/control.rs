@@ -550,13 +550,18 @@ fn checkout_here(
         ))
     })?;
     flush_kernel(control.writeback_at.as_deref())?;
-    let done = fork.checkout(&id, paths)?;
+    let mut done = crate::journal::Checkout::default();
+    let result = fork.checkout_into(&id, paths, &mut done);
+    // Even after a failure part way, the kernel forgets what did change.
+    let told = match &control.invalidator {
+        Some(inv) => inv.invalidate(&done.names, &done.dirs),
+        None => Ok(()),
+    };
+    result?;
     // Durable before the answer, as a commit's is.
     fork.sync()?;
     tracing::info!(target = %id, paths = paths.len(), created = done.created, removed = done.removed, "checked out");
-    if let Some(inv) = &control.invalidator
-        && let Err(e) = inv.invalidate(&done.names, &done.dirs)
-    {
+    if let Err(e) = told {
         return Err(Error::Refused(format!(
             "the paths were checked out, but the kernel could not be told to forget what it cached of them ({e}); unmount the fork and mount it again to see them"
         )));

@@ -153,6 +153,24 @@ impl Fork {
     /// journal holds at those paths). Missing directories above a path are
     /// made as the checkpoint has them.
     pub fn checkout(&self, target: &ObjectId, paths: &[Vec<u8>]) -> Result<Checkout> {
+        let mut out = Checkout::default();
+        self.checkout_into(target, paths, &mut out)?;
+        out.names.sort();
+        out.names.dedup();
+        out.dirs.sort_unstable();
+        out.dirs.dedup();
+        Ok(out)
+    }
+
+    /// [`Fork::checkout`], telling `out` as it goes: after a failure part
+    /// way, `out` holds the names and directories changed so far (what a
+    /// mount's kernel must still forget).
+    pub fn checkout_into(
+        &self,
+        target: &ObjectId,
+        paths: &[Vec<u8>],
+        out: &mut Checkout,
+    ) -> Result<()> {
         let store = self.store().clone();
         let record = store.read_checkpoint(target)?;
         let root = store.root_entry(&record)?;
@@ -187,7 +205,6 @@ impl Fork {
         for (p, l) in paths.iter().zip(&lines) {
             self.with(|st, ctx| check_above(st, ctx, p, l))?;
         }
-        let mut out = Checkout::default();
         let mut links = HashMap::new();
         for (p, l) in paths.iter().zip(&lines) {
             let done = self.with(|st, ctx| {
@@ -195,17 +212,13 @@ impl Fork {
                     st,
                     ctx,
                     links: &mut links,
-                    out: &mut out,
+                    out: &mut *out,
                 };
                 put.path(l)
             })?;
             out.paths.push((p.clone(), done));
         }
-        out.names.sort();
-        out.names.dedup();
-        out.dirs.sort_unstable();
-        out.dirs.dedup();
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -273,10 +286,10 @@ impl Put<'_, '_> {
                 Ok(_) | Err(Error::NotFound) if target.is_none() => return Ok(Done::Absent),
                 Err(Error::NotFound) => {
                     let e = &l.entries[i];
-                    let ino = self.make(dir, e, false)?;
-                    self.set_times(ino, e)?;
                     self.out.names.push((dir, c.clone()));
                     self.out.dirs.push(dir);
+                    let ino = self.make(dir, e, false)?;
+                    self.set_times(ino, e)?;
                     dir = ino;
                 }
                 // check_above refused this before anything changed.
@@ -291,24 +304,26 @@ impl Put<'_, '_> {
         }
         let name = &l.components[last];
         let had = match self.st.lookup(self.ctx, dir, name) {
-            Ok(_) => {
-                self.remove(dir, name)?;
-                true
-            }
+            Ok(_) => true,
             Err(Error::NotFound) => false,
             Err(e) => return Err(e),
         };
-        let done = match (target, had) {
-            (Some(e), _) => {
-                self.put(dir, e)?;
-                Done::Restored
-            }
-            (None, true) => Done::Removed,
-            (None, false) => return Ok(Done::Absent),
-        };
+        if target.is_none() && !had {
+            return Ok(Done::Absent);
+        }
+        // Told before the change, so that a failure part way still tells it.
         self.out.names.push((dir, name.clone()));
         self.out.dirs.push(dir);
-        Ok(done)
+        if had {
+            self.remove(dir, name)?;
+        }
+        match target {
+            Some(e) => {
+                self.put(dir, e)?;
+                Ok(Done::Restored)
+            }
+            None => Ok(Done::Removed),
+        }
     }
 
     /// Remove `name` from `dir`, a directory with everything in it.
