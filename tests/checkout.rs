@@ -465,3 +465,44 @@ fn unsafe_paths_and_forks_in_use_are_refused_with_the_fix() {
     assert_eq!(v["paths"][1]["done"], "absent");
     assert!(v["created"].as_u64().unwrap() >= 4, "{v}");
 }
+
+/// Under the writeback cache the kernel owns a file's size and times: a
+/// checkout still shows the target's at once (new inodes, the names and
+/// their directory forgotten).
+#[test]
+fn into_a_fork_mounted_with_the_writeback_cache() {
+    can_mount();
+    let env = Env::new();
+    let origin = store_with_s1(&env);
+    env.ok(["fork", "s1", "--name", "f5"]);
+    let mp = env.path("mnt");
+    fs::create_dir(&mp).unwrap();
+    let out = env.run([
+        "mount".as_ref(),
+        "f5".as_ref(),
+        mp.as_os_str(),
+        "--writeback-cache".as_ref(),
+    ]);
+    let m = env.guard_for("f5");
+    assert!(out.status.success(), "mount: {}", common::stderr(&out));
+    fs::write(mp.join("state/runtime.json"), "a longer body than before\n").unwrap();
+    let _ = fs::metadata(mp.join("state/runtime.json")).unwrap();
+    fs::write(mp.join("native/lead/big.log"), "short\n").unwrap();
+    let (out, _) = checkout(
+        &env,
+        &[
+            os("s1"),
+            os("state/runtime.json"),
+            os("native/lead/big.log"),
+            os("--into"),
+            os("f5"),
+        ],
+    );
+    assert_eq!(
+        out,
+        "restored\tstate/runtime.json\nrestored\tnative/lead/big.log\n"
+    );
+    assert_same(&origin, &mp, "state/runtime.json");
+    assert_same(&origin, &mp, "native/lead/big.log");
+    m.unmount();
+}
