@@ -25,7 +25,10 @@
 //!   a path (they take the checkpoint's other metadata).
 //!
 //! Not atomic, as a copy is not: the changes of each path are journaled one
-//! by one, and a crash part way keeps a prefix of them. Before changing
+//! by one, and a crash part way keeps a prefix of them. The state lock is
+//! held for each path in turn (a mount's other requests wait meanwhile), and
+//! nothing is compared: an entry the fork already has as the checkpoint has
+//! it is put in again. Before changing
 //! anything every path is checked, so that a refusal (an unsafe path, the
 //! root, a fork file where the checkpoint has a directory above a path)
 //! leaves the fork as it was.
