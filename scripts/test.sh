@@ -83,7 +83,7 @@ export STOREFS_TEST_S3_ENDPOINT="$S3S_ENDPOINT" AWS_ENDPOINT_URL="$S3S_ENDPOINT"
 cargo test --locked --all-targets -- --test-threads=2
 # The real-mount fork tests again, every fork parking all it can after each
 # operation (README, "Testing").
-STOREFS_TEST_CACHE_SIZE=0 cargo test --locked --test fork_mount --test fork_cli --test fork_acl -- --test-threads=2
+STOREFS_TEST_CACHE_SIZE=0 cargo test --locked --test fork_mount --test fork_cli --test fork_acl --test checkout -- --test-threads=2
 # ... the two that mount (lazy remote mounts) again over io_uring, on s3s-fs
 # (tests/uring.sh ran every other mounting binary over the rings before the
 # servers were up) ...

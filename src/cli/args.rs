@@ -74,6 +74,8 @@ pub enum Command {
     Forks(ForksArgs),
     /// Three-way merge of two checkpoints or forks into a new checkpoint with both as parents
     Merge(MergeArgs),
+    /// Put paths into a fork exactly as they are in a checkpoint (undo one path), mounted or not
+    Checkout(CheckoutArgs),
     /// Mount a checkpoint or archive read-only, or a fork read-write; by default at its origin
     Mount(MountArgs),
     /// Unmount a storefs mount and wait for its daemon to exit
@@ -666,6 +668,49 @@ pub enum ConflictsArg {
     Ours,
     Theirs,
     Both,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Puts each PATH into FORK exactly as it is in TARGET, as ordinary changes in the fork's journal \
+(uncommitted: `storefs commit FORK` makes them a checkpoint; a mounted fork commits them at \
+unmount too). Whatever the fork has at PATH is removed first, a directory with all it holds; \
+then TARGET's entry is put in its place, a directory whole; a PATH that TARGET does not have is \
+removed. Directories above a PATH that the fork lacks are made as TARGET has them.
+
+TARGET is a checkpoint: a ref, a fork name (its head: a fork other than FORK must have no \
+uncommitted changes), an id or prefix, or git:COMMIT. FORK itself as TARGET undoes what its \
+journal holds at PATH since its last commit. A PATH is relative to the checkpoint's root \
+(`state/ledger.json`), or absolute under FORK's origin or the directory it is mounted at; \
+`..` is refused.
+
+Exact: type, mode (setuid, setgid, sticky), owner, group, mtime, size and holes (data is \
+shared with TARGET's stored chunks, not copied), xattrs and ACLs, symlink targets, device \
+numbers, hardlinks among the checked-out entries. Not exact: ctime (now), inode numbers (new, \
+even for unchanged files), hardlinks to entries outside the checked-out paths (each becomes a \
+file of its own), and the mtime of the directories holding each PATH (now: their entries \
+changed). Not atomic: a crash part way keeps the paths done so far.
+
+A mounted fork (or one held by `storefs run`) is changed through its daemon, which makes the \
+kernel forget what it cached of those paths. Prints one line per PATH: restored, removed or \
+absent (in neither), then the path.
+
+Examples:
+  storefs checkout s1 state/ledger.json --into coder-1
+  storefs checkout coder-1 notes --into coder-1      # undo uncommitted changes under notes/
+  storefs checkout git:4f2a91c src/ --into fix-build")]
+pub struct CheckoutArgs {
+    /// The checkpoint to take the paths from (ref, fork name, id or prefix, git:COMMIT)
+    pub target: String,
+    /// Paths to put into the fork: relative to the root, or absolute under its origin or mountpoint
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<std::ffi::OsString>,
+    /// The fork to change (mounted, held by a run, or neither)
+    #[arg(long, value_name = "FORK", required = true)]
+    pub into: String,
+    /// Print JSON instead: {"target", "fork", "paths": [{"path", "done"}], "created", "removed"}
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -13,8 +13,8 @@ use crate::store::merge::{self, How, Options, Resolve};
 use crate::store::{ObjectId, Store};
 
 pub fn merge(store: &Store, a: MergeArgs) -> Result<()> {
-    let ours = side(store, &a.a)?;
-    let theirs = side(store, &a.b)?;
+    let ours = side(store, &a.a, "the merge")?;
+    let theirs = side(store, &a.b, "the merge")?;
     let base = a.base.as_deref().map(|b| store.resolve(b)).transpose()?;
     // The fork to move: opened (its lock held: not mounted) before the merge.
     let into = match &a.into {
@@ -126,7 +126,7 @@ fn how_name(h: How) -> &'static str {
 
 /// The checkpoint `spec` names; a fork's head, refused when its journal
 /// holds changes no commit has taken (they would be left out).
-fn side(store: &Store, spec: &str) -> Result<ObjectId> {
+pub(super) fn side(store: &Store, spec: &str, what: &str) -> Result<ObjectId> {
     if store.get_ref(spec)?.is_none()
         && journal::read_fork_info(store, spec)?.is_some()
         && journal::has_uncommitted_changes(store, spec)?
@@ -136,7 +136,7 @@ fn side(store: &Store, spec: &str) -> Result<ObjectId> {
             .map(|m| format!(" (mounted at {})", m.mountpoint))
             .unwrap_or_default();
         bail!(
-            "fork '{spec}'{mounted} has uncommitted changes, which the merge would leave out; commit them first (`storefs commit {spec}`), then merge"
+            "fork '{spec}'{mounted} has uncommitted changes, which {what} would leave out; commit them first (`storefs commit {spec}`), then retry"
         );
     }
     Ok(store.resolve(spec)?)

@@ -6,6 +6,7 @@
 
 mod archive;
 mod args;
+mod checkout;
 mod commands;
 mod fork;
 mod generate;
@@ -140,6 +141,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Commit(a) => fork::commit(&store_dir, a),
         Command::Forks(a) => fork::forks(&open(&store_dir)?, a),
         Command::Merge(a) => merge::merge(&open(&store_dir)?, a),
+        Command::Checkout(a) => checkout::checkout(&open(&store_dir)?, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
         Command::Status(a) => mount::status(&store_dir, a),

@@ -13,6 +13,12 @@
 //! `{"ok":true,"transport":{"name":"io_uring"|"/dev/fuse","ring_requests":N}}` or
 //! `{"ok":false,"error":"…"}`.
 //!
+//! A fork's daemon also takes `{"op":"checkout","target":"<id>","paths":[[bytes…],…]}`
+//! (`storefs checkout … --into FORK` of a mounted fork: each path a byte
+//! array, relative to the root) and answers
+//! `{"ok":true,"checkout":{"paths":[[[bytes…],"restored"|"removed"|"absent"],…],"created":N,"removed":N}}`,
+//! after making the kernel forget the names and directories it changed.
+//!
 //! Each connection is served on a thread of its own (at most
 //! [`MAX_CONNECTIONS`] at once); its request line must arrive within
 //! [`REQUEST_TIMEOUT`] and be at most [`MAX_REQUEST_LINE`] bytes, or it is
@@ -28,10 +34,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Error, Result};
-use crate::fs::{Caches, TransportUse};
+use crate::fs::{Caches, Invalidator, TransportUse};
 use crate::journal::Fork;
-use crate::store::Store;
 use crate::store::mounts::MountRecord;
+use crate::store::{ObjectId, Store};
 
 /// What a client asks a fork's daemon.
 #[derive(Debug, Serialize, Deserialize)]
@@ -47,6 +53,33 @@ pub enum Request {
     Transport,
     /// `memory` and `transport` in one answer (what `storefs status` asks).
     Status,
+    /// Put `paths` (relative to the root) into the fork as checkpoint
+    /// `target` (hex id) has them ([`Fork::checkout`]).
+    Checkout { target: String, paths: Vec<Vec<u8>> },
+}
+
+/// What a daemon's checkout did ([`crate::journal::Checkout`], without the
+/// inode numbers).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckoutReport {
+    /// Each path, with `restored`, `removed` or `absent`.
+    pub paths: Vec<(Vec<u8>, String)>,
+    pub created: u64,
+    pub removed: u64,
+}
+
+impl CheckoutReport {
+    pub fn of(c: &crate::journal::Checkout) -> CheckoutReport {
+        CheckoutReport {
+            paths: c
+                .paths
+                .iter()
+                .map(|(p, d)| (p.clone(), d.name().to_string()))
+                .collect(),
+            created: c.created,
+            removed: c.removed,
+        }
+    }
 }
 
 /// How a daemon's requests arrive (see [`crate::fs::Transport`]).
@@ -89,12 +122,25 @@ struct Reply {
     /// The answer to `transport`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     transport: Option<TransportReport>,
+    /// The answer to `checkout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checkout: Option<CheckoutReport>,
 }
 
 /// Send one request to a daemon's control socket; returns the checkpoint id
 /// it answered with (empty for requests that return none).
 pub fn request(sock: &Path, req: &Request) -> Result<String> {
     Ok(exchange(sock, req, None)?.checkpoint.unwrap_or_default())
+}
+
+/// Have a fork's daemon check `paths` out of checkpoint `target` into its
+/// fork (see [`Request::Checkout`]).
+pub fn checkout(sock: &Path, target: &ObjectId, paths: &[Vec<u8>]) -> Result<CheckoutReport> {
+    let req = Request::Checkout {
+        target: target.to_hex(),
+        paths: paths.to_vec(),
+    };
+    Ok(exchange(sock, &req, None)?.checkout.unwrap_or_default())
 }
 
 /// Ask a daemon what its caches hold (`None` from a daemon without caches)
@@ -264,6 +310,8 @@ pub(super) struct Control {
     /// A fork served with the writeback cache, at this mountpoint: a commit
     /// first has the kernel write back what it holds ([`flush_kernel`]).
     pub writeback_at: Option<PathBuf>,
+    /// A fork mount's way to make its kernel forget what a checkout changed.
+    pub invalidator: Option<Invalidator>,
 }
 
 /// Under the writeback cache, written data may still sit in the kernel's
@@ -443,8 +491,24 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
                 ..Reply::default()
             }
         }
+        (Ok(Request::Checkout { target, paths }), Some(fork)) => {
+            match checkout_here(control, fork, &target, &paths) {
+                Ok(report) => Reply {
+                    ok: true,
+                    checkout: Some(report),
+                    ..Reply::default()
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "checkout failed");
+                    failed(e.to_string())
+                }
+            }
+        }
         (Ok(Request::Commit { .. } | Request::NoCommit), None) => {
             failed("this mount is read-only: only a fork's daemon commits".into())
+        }
+        (Ok(Request::Checkout { .. }), None) => {
+            failed("this mount is read-only: only a fork's daemon takes a checkout".into())
         }
         (Ok(Request::Memory), _) => Reply {
             ok: true,
@@ -469,6 +533,40 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
     stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
     (&stream).write_all(out.as_bytes())?;
     Ok(())
+}
+
+/// A checkout into the fork this daemon serves: what the kernel caches is
+/// written back first (under the writeback cache), then the paths change,
+/// then the kernel is told to forget the names and directories that did.
+fn checkout_here(
+    control: &Control,
+    fork: &Fork,
+    target: &str,
+    paths: &[Vec<u8>],
+) -> Result<CheckoutReport> {
+    let id = ObjectId::from_hex(target).ok_or_else(|| {
+        Error::Refused(format!(
+            "{BAD_REQUEST}: target '{target}' is not a checkpoint id"
+        ))
+    })?;
+    flush_kernel(control.writeback_at.as_deref())?;
+    let mut done = crate::journal::Checkout::default();
+    let result = fork.checkout_into(&id, paths, &mut done);
+    // Even after a failure part way, the kernel forgets what did change.
+    let told = match &control.invalidator {
+        Some(inv) => inv.invalidate(&done.names, &done.dirs),
+        None => Ok(()),
+    };
+    result?;
+    // Durable before the answer, as a commit's is.
+    fork.sync()?;
+    tracing::info!(target = %id, paths = paths.len(), created = done.created, removed = done.removed, "checked out");
+    if let Err(e) = told {
+        return Err(Error::Refused(format!(
+            "the paths were checked out, but the kernel could not be told to forget what it cached of them ({e}); unmount the fork and mount it again to see them"
+        )));
+    }
+    Ok(CheckoutReport::of(&done))
 }
 
 fn transport_report(control: &Control) -> TransportReport {
@@ -553,6 +651,7 @@ mod tests {
             transport: TransportUse::default(),
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
+            invalidator: None,
         };
         let reply = ask(&control, "{\"op\":\"memory\"}\n");
         assert!(reply.ok);
@@ -609,6 +708,7 @@ mod tests {
             transport: TransportUse::default(),
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
+            invalidator: None,
         };
         let reply = ask_raw(&control, "{\"op\":\"memory\"}\n");
         assert_eq!(reply, "{\"ok\":true,\"cache\":null}\n");
@@ -653,6 +753,7 @@ mod tests {
             transport: TransportUse::default(),
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
+            invalidator: None,
         }
     }
 

@@ -147,6 +147,7 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
         transport: mounted.transport(),
         skip_final_commit: AtomicBool::new(false),
         writeback_at: writeback_at.clone(),
+        invalidator: fork.is_some().then(|| mounted.invalidator()),
     });
     match control::serve_control(socket.clone(), control.clone()) {
         Ok(()) => {}

@@ -96,8 +96,11 @@ use crate::store::Kind;
 /// replies with fresh attributes or makes the kernel drop what it cached (a
 /// write drops the size and times, an unlink the link count, a create the
 /// negative entry), and the daemon changes nothing behind the kernel's back
-/// (a commit moves no name and changes no attribute). So nothing the kernel
-/// caches goes stale, and it keeps it as long as a checkpoint's.
+/// (a commit moves no name and changes no attribute) but for `storefs
+/// checkout` into the mounted fork, after which the daemon tells the kernel
+/// to forget the names and directories it changed ([`super::Invalidator`]).
+/// So nothing the kernel caches goes stale, and it keeps it as long as a
+/// checkpoint's.
 const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// What a fork asks of the kernel: readdirplus fills the attribute cache

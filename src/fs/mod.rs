@@ -239,7 +239,7 @@ fn journal_errno(e: &journal::Error) -> Errno {
         J::FileTooLarge => Errno::EFBIG,
         J::TooManyLinks => Errno::EMLINK,
         J::Busy(_) | J::Uncommitted(_) => Errno::EBUSY,
-        J::NotAncestor { .. } => Errno::EINVAL,
+        J::NotAncestor { .. } | J::Refused(_) => Errno::EINVAL,
         // The journal's file system is full: the writer is told, the fork
         // goes on (reads, deletes, and writes once space is freed).
         J::NoSpace { .. } => Errno::ENOSPC,
@@ -530,11 +530,43 @@ impl Mounted {
         result
     }
 
+    /// What tells its kernel to forget what changed behind its back.
+    pub fn invalidator(&self) -> Invalidator {
+        Invalidator(self.session.notifier())
+    }
+
     /// Which transport serves it, and how many requests came over io_uring.
     pub fn transport(&self) -> TransportUse {
         TransportUse {
             uring: self.rings.as_ref().map(|r| r.served()),
         }
+    }
+}
+
+/// Tells a mount's kernel to forget names and directories the daemon
+/// changed behind its back ([`Mounted::invalidator`]): a fork mount lets the
+/// kernel cache entries, absences and attributes for a day (see [`fork`]),
+/// so a change that did not come through the mount (`storefs checkout` into
+/// a mounted fork) must be followed by this, or the kernel keeps showing
+/// what was there before. Call it from a thread that does not serve
+/// requests (the kernel may wait for one while it drops a name).
+#[derive(Clone)]
+pub struct Invalidator(fuser::Notifier);
+
+impl Invalidator {
+    /// Forget `names` (directory inode, name: the entry, or the absence, the
+    /// kernel may cache) and the attributes and listings of `dirs`. An
+    /// inode or name the kernel does not hold is no error.
+    pub fn invalidate(&self, names: &[(u64, Vec<u8>)], dirs: &[u64]) -> io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        for (dir, name) in names {
+            self.0
+                .inval_entry(fuser::INodeNo(*dir), std::ffi::OsStr::from_bytes(name))?;
+        }
+        for dir in dirs {
+            self.0.inval_inode(fuser::INodeNo(*dir), 0, 0)?;
+        }
+        Ok(())
     }
 }
 

@@ -486,7 +486,10 @@ impl Fork {
 
     /// Run `f` under the state lock; then park directories if the inode
     /// table is over its budget (`state/park.rs`).
-    fn with<T>(&self, f: impl FnOnce(&mut ForkState, &Ctx<'_>) -> Result<T>) -> Result<T> {
+    pub(super) fn with<T>(
+        &self,
+        f: impl FnOnce(&mut ForkState, &Ctx<'_>) -> Result<T>,
+    ) -> Result<T> {
         let ctx = Ctx {
             store: &self.store,
             wal: &self.wal,

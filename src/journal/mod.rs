@@ -23,6 +23,7 @@
 //! only what changed); the fork's own lock is not checked against a
 //! concurrent `Fork::create` of a ref of the same name.
 
+mod checkout;
 pub mod ext4;
 mod fold;
 mod fork;
@@ -36,6 +37,7 @@ pub mod wal;
 use std::io as stdio;
 use std::path::PathBuf;
 
+pub use checkout::{Checkout, Done, relative_path};
 pub use fork::{
     Fork, ForkInfo, ForkMemory, NewNode, StatFs, Upstream, fork_dir, fork_log,
     has_uncommitted_changes, read_fork_info,
@@ -118,6 +120,10 @@ pub enum Error {
         head: ObjectId,
         new: ObjectId,
     },
+    /// A request refused before anything changed (`storefs checkout` of an
+    /// unsafe path, ...), with what to do instead.
+    #[error("{0}")]
+    Refused(String),
     /// I/O on a fork file failed (EIO through a mount).
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: stdio::Error },

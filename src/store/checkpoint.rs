@@ -21,7 +21,7 @@ impl<'de> Deserialize<'de> for ObjectId {
 /// How a checkpoint was made.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Source {
-    /// `snapshot`, `import`, `commit` or `git`.
+    /// `snapshot`, `import`, `commit`, `git` or `merge`.
     pub kind: String,
     /// The directory snapshotted, when `kind` is `snapshot`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -193,6 +193,31 @@ impl ForkState {
         Ok(at - dst_off)
     }
 
+    /// `len` bytes of stored object `id` from `obj_off`, at `offset` of file
+    /// `ino`: one `Share` record, the bytes named, not copied (what
+    /// `storefs checkout` puts a checkpoint's file in with).
+    pub fn share(
+        &mut self,
+        ctx: &Ctx<'_>,
+        ino: u64,
+        offset: u64,
+        id: ObjectId,
+        obj_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.log(
+            ctx,
+            Record::Share {
+                ino,
+                offset,
+                id,
+                obj_off,
+                len,
+                time_ns: now_ns(),
+            },
+        )
+    }
+
     pub fn fallocate(
         &mut self,
         ctx: &Ctx<'_>,
