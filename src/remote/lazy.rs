@@ -767,6 +767,14 @@ impl ObjectBackend for LazyBackend {
         }
     }
 
+    /// An object already here (local, or fetched before) is read in part
+    /// where it is stored, as on a local store; one not here yet gives
+    /// `None`, so the caller reads it whole ([`ObjectBackend::read`]),
+    /// which fetches it.
+    fn open_stored(&self, id: &ObjectId) -> io::Result<Option<store::Stored>> {
+        self.shared.local.open_stored(id)
+    }
+
     fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
         self.shared.local.write(id, bytes)
     }
@@ -819,5 +827,31 @@ impl ObjectBackend for LazyBackend {
         dry_run: bool,
     ) -> io::Result<Vec<(PathBuf, u64)>> {
         self.shared.local.remove_stale_temps(cutoff, dry_run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A partial read of an object already in the local store is served
+    /// from where it is stored, not by reading (or fetching) it whole; an
+    /// object not here yet is left to a whole read.
+    #[test]
+    fn an_object_already_here_is_read_in_part() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::open_or_create(&t.path().join("store")).unwrap();
+        let url = format!("file://{}", t.path().join("remote").display());
+        crate::remote::config::add(&store, "team", &url).unwrap();
+        let data: Vec<u8> = (0..1_000_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let (id, _) = store.put_object(&data).unwrap();
+        store.sync_objects().unwrap();
+        let lazy = LazyBackend::open(&store, "team").unwrap();
+        assert!(
+            lazy.open_stored(&id).unwrap().is_some(),
+            "here: read in part"
+        );
+        let absent = ObjectId::of(b"not stored anywhere");
+        assert!(lazy.open_stored(&absent).unwrap().is_none());
     }
 }
