@@ -180,29 +180,52 @@ fn mount_without_dev_fuse_names_the_device_and_the_fix() {
 fn ambiguous_prefix_is_refused_and_unique_prefix_works() {
     let env = Env::new();
     let tree = make_tree(&env, "t");
-    let mut ids = Vec::new();
-    // Enough checkpoints that some two share a first hex digit (pigeonhole: 17 > 16).
-    for i in 0..17 {
-        let o = env.ok([
-            "snapshot".as_ref(),
-            tree.as_os_str(),
-            "-m".as_ref(),
-            format!("n{i}").as_ref(),
-        ]);
-        ids.push(o.trim().to_string());
+    let first = env.ok(["snapshot".as_ref(), tree.as_os_str()]);
+    let first = first.trim().to_string();
+    // Checkpoints of the same tree written by the library (one per time),
+    // until two ids share their first 4 hex digits (birthday bound: a few
+    // hundred).
+    let store = storefs::store::Store::open(&env.store).unwrap();
+    let root = store
+        .read_checkpoint(&store.resolve(&first).unwrap())
+        .unwrap()
+        .root;
+    let mut seen = std::collections::HashMap::new();
+    let mut shared = None;
+    for t in 0..100_000i64 {
+        let id = store
+            .write_checkpoint(&storefs::store::Checkpoint {
+                version: 1,
+                root,
+                parents: vec![],
+                origin: None,
+                time_ns: t,
+                message: "n".into(),
+                source: storefs::store::Source {
+                    kind: "snapshot".into(),
+                    ..Default::default()
+                },
+            })
+            .unwrap()
+            .to_hex();
+        if seen.insert(id[..4].to_string(), id.clone()).is_some() {
+            shared = Some(id[..4].to_string());
+            break;
+        }
     }
-    let shared = ids
-        .iter()
-        .find_map(|a| {
-            ids.iter()
-                .find(|b| *b != a && b[..1] == a[..1])
-                .map(|_| a[..1].to_string())
-        })
-        .unwrap();
+    let shared = shared.expect("two ids share 4 hex digits");
     let o = env.run(["ls", &shared]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("ambiguous"), "{}", stderr(&o));
-    let unique = &ids[0][..20];
+    // Fewer than 4 digits never match an id: `ls f` is no checkpoint.
+    let o = env.run(["ls", &first[..3]]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("at least 4 hex digits"),
+        "{}",
+        stderr(&o)
+    );
+    let unique = &first[..20];
     assert!(env.ok(["ls", unique]).contains("a.txt"));
 }
 

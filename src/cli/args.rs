@@ -180,7 +180,7 @@ it pushes to NAME, not REF) unless --as says otherwise."
 pub struct PushArgs {
     /// The remote's name (`storefs remote list`)
     pub remote: String,
-    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
+    /// A ref, fork name (its head), checkpoint id or unique id prefix (4+ hex digits), or git:COMMIT
     pub target: String,
     /// The remote ref to move [default: TARGET when it is a ref or fork name]
     #[arg(long = "as", value_name = "NAME")]
@@ -254,7 +254,7 @@ pub struct SnapshotArgs {
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT; without it, every checkpoint, newest first
+    /// A ref, fork name (its head), checkpoint id or unique id prefix (4+ hex digits), or git:COMMIT; without it, every checkpoint, newest first
     pub target: Option<String>,
     /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
     #[arg(long)]
@@ -263,7 +263,7 @@ pub struct LogArgs {
 
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
+    /// A ref, fork name (its head), checkpoint id or unique id prefix (4+ hex digits), or git:COMMIT
     pub checkpoint: String,
     /// A path inside the checkpoint [default: its root]
     #[arg(default_value = "/", hide_default_value = true)]
@@ -275,7 +275,7 @@ pub struct LsArgs {
 
 #[derive(Debug, Args)]
 pub struct CatArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
+    /// A ref, fork name (its head), checkpoint id or unique id prefix (4+ hex digits), or git:COMMIT
     pub checkpoint: String,
     /// A regular file's path inside the checkpoint
     pub path: String,
@@ -294,7 +294,7 @@ pub struct DiffArgs {
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
+    /// A ref, fork name (its head), checkpoint id or unique id prefix (4+ hex digits), or git:COMMIT
     pub checkpoint: String,
     /// Where to recreate the tree: a new or empty directory
     pub dir: PathBuf,
@@ -399,7 +399,7 @@ The manifest has one `sha256sum` line per file written and, with --split, one mo
 joined archive (named FILE): `sha256sum -c --ignore-missing FILE.sha256` checks the parts.
 Standard output: the manifest's lines, as written (file names relative to its directory).")]
 pub struct ExportArgs {
-    /// A ref, fork name (its head), checkpoint id or unique id prefix, or git:COMMIT
+    /// A ref, fork name (its head), checkpoint id or unique id prefix (4+ hex digits), or git:COMMIT
     pub checkpoint: String,
     /// The archive to write (never overwritten)
     #[arg(short, long, value_name = "FILE")]

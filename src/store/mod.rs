@@ -76,6 +76,9 @@ pub fn record_too_large(size: u64, what: &str) -> Option<String> {
         )
     })
 }
+/// The fewest hex digits a checkpoint id prefix may have (as git's
+/// abbreviations): a shorter one would match ids by accident.
+pub const MIN_ID_PREFIX: usize = 4;
 /// zstd level for objects: fast to write, fast to read.
 pub const ZSTD_LEVEL: i32 = 3;
 /// The page size reads are rounded to (a partial read's table read).
@@ -111,6 +114,10 @@ pub enum Error {
         "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs, `storefs forks` forks and `storefs log` checkpoints"
     )]
     UnknownTarget(String),
+    #[error(
+        "no ref or fork named '{0}', and it is too short for a checkpoint id prefix (give at least 4 hex digits); `storefs refs`, `storefs forks` and `storefs log` list them"
+    )]
+    PrefixTooShort(String),
     #[error("'{prefix}' is ambiguous: {count} ids start with it ({examples}); give more digits")]
     Ambiguous {
         prefix: String,
@@ -844,7 +851,8 @@ impl Store {
     }
 
     /// Resolve what the user typed: a ref name, a fork name (its head), a
-    /// full id, or a unique id prefix — in that order; `git:COMMIT` (a git
+    /// full id, or a unique id prefix of at least [`MIN_ID_PREFIX`] hex
+    /// digits — in that order; `git:COMMIT` (a git
     /// commit id or unique prefix) through the git index.
     pub fn resolve(&self, spec: &str) -> Result<ObjectId> {
         if let Some(commit) = spec.strip_prefix("git:") {
@@ -857,6 +865,11 @@ impl Store {
             return Ok(id);
         }
         let lower = spec.to_ascii_lowercase();
+        if is_hex(&lower) && lower.len() < MIN_ID_PREFIX {
+            // `mount f` with no fork `f` must not mount whichever
+            // checkpoint's id starts with f.
+            return Err(Error::PrefixTooShort(spec.to_string()));
+        }
         if is_hex(&lower) && lower.len() <= 64 {
             let matches: Vec<ObjectId> = self
                 .list_checkpoints()?
