@@ -531,6 +531,10 @@ impl View for ForkView {
             m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
                 Fallocate::PunchHole
             }
+            libc::FALLOC_FL_ZERO_RANGE => Fallocate::ZeroRange { keep_size: false },
+            m if m == libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE => {
+                Fallocate::ZeroRange { keep_size: true }
+            }
             _ => return Err(FsError::Unsupported("this fallocate mode")),
         };
         self.kill_priv(c, ino, false)?;

@@ -232,6 +232,11 @@ pub enum Fallocate {
     KeepSize,
     /// FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the range becomes a hole.
     PunchHole,
+    /// FALLOC_FL_ZERO_RANGE (`keep_size`: with FALLOC_FL_KEEP_SIZE): the
+    /// range reads as zeros (its part inside the file becomes a hole), its
+    /// blocks are counted as reserved, as `KeepSize`'s, and without
+    /// `keep_size` the size grows to cover it, as `Extend`'s.
+    ZeroRange { keep_size: bool },
 }
 
 #[cfg(test)]

@@ -505,6 +505,15 @@ impl Model {
                             d[*off as usize..end].fill(0);
                         }
                     }
+                    Fallocate::ZeroRange { keep_size } => {
+                        let inside = end.min(d.len());
+                        if (*off as usize) < inside {
+                            d[*off as usize..inside].fill(0);
+                        }
+                        if !keep_size && end > d.len() {
+                            d.resize(end, 0);
+                        }
+                    }
                     Fallocate::Extend if end > d.len() => d.resize(end, 0),
                     Fallocate::Extend | Fallocate::KeepSize => {}
                 }
@@ -748,7 +757,9 @@ impl<const PARK: bool> ReferenceStateMachine for ForkModel<PARK> {
         let fmode = prop_oneof![
             Just(Fallocate::PunchHole),
             Just(Fallocate::Extend),
-            Just(Fallocate::KeepSize)
+            Just(Fallocate::KeepSize),
+            Just(Fallocate::ZeroRange { keep_size: false }),
+            Just(Fallocate::ZeroRange { keep_size: true })
         ];
         let h = any::<usize>();
         prop_oneof![

@@ -760,6 +760,17 @@ fn posix_semantics() {
     assert_eq!(f.getattr(a.ino).unwrap().size, 20);
     f.fallocate(a.ino, 0, 40, Fallocate::KeepSize).unwrap();
     assert_eq!(f.getattr(a.ino).unwrap().size, 20);
+    // Zero range: zeros inside, the size kept or grown to cover it.
+    f.fallocate(a.ino, 1, 2, Fallocate::ZeroRange { keep_size: false })
+        .unwrap();
+    assert_eq!(&read_all(&f, a.ino)[..8], b"1\0\0\0\0678");
+    f.fallocate(a.ino, 6, 30, Fallocate::ZeroRange { keep_size: true })
+        .unwrap();
+    assert_eq!(f.getattr(a.ino).unwrap().size, 20);
+    assert_eq!(&read_all(&f, a.ino)[..8], b"1\0\0\0\06\0\0");
+    f.fallocate(a.ino, 18, 10, Fallocate::ZeroRange { keep_size: false })
+        .unwrap();
+    assert_eq!(f.getattr(a.ino).unwrap().size, 28);
     // Base file edited in the middle.
     let h = ino(&f, "hello.txt");
     f.write(h, 1, b"E").unwrap();

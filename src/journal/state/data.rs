@@ -243,6 +243,31 @@ impl ForkState {
                 },
             ),
             Fallocate::KeepSize => Ok(()),
+            Fallocate::ZeroRange { keep_size } => {
+                let inside = end.min(size);
+                if offset < inside {
+                    self.log(
+                        ctx,
+                        Record::PunchHole {
+                            ino,
+                            offset,
+                            len: inside - offset,
+                            time_ns: t,
+                        },
+                    )?;
+                }
+                if !keep_size && end > size {
+                    self.log(
+                        ctx,
+                        Record::Truncate {
+                            ino,
+                            size: end,
+                            time_ns: t,
+                        },
+                    )?;
+                }
+                Ok(())
+            }
             Fallocate::Extend if end > size => self.log(
                 ctx,
                 Record::Truncate {
