@@ -763,11 +763,11 @@ fn posix_semantics() {
     // Zero range: zeros inside, the size kept or grown to cover it.
     f.fallocate(a.ino, 1, 2, Fallocate::ZeroRange { keep_size: false })
         .unwrap();
-    assert_eq!(&read_all(&f, a.ino)[..8], b"1\0\0\0\0678");
+    assert_eq!(&read_all(&f, a.ino)[..8], b"1\x00\x00\x00\x00678");
     f.fallocate(a.ino, 6, 30, Fallocate::ZeroRange { keep_size: true })
         .unwrap();
     assert_eq!(f.getattr(a.ino).unwrap().size, 20);
-    assert_eq!(&read_all(&f, a.ino)[..8], b"1\0\0\0\06\0\0");
+    assert_eq!(&read_all(&f, a.ino)[..8], b"1\x00\x00\x00\x006\x00\x00");
     f.fallocate(a.ino, 18, 10, Fallocate::ZeroRange { keep_size: false })
         .unwrap();
     assert_eq!(f.getattr(a.ino).unwrap().size, 28);
