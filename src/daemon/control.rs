@@ -3,9 +3,11 @@
 //! the periodic commit; and a daemon's memory as `status` shows it.
 //!
 //! Protocol: the client connects to `STORE/mounts/<key>.sock`, writes one JSON
-//! line `{"op":"commit","message":"…"}` or `{"op":"no-commit"}` (forks only),
-//! or `{"op":"memory"}` or `{"op":"transport"}`, and reads one JSON line back:
-//! `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
+//! line `{"op":"commit","message":"…"}`, `{"op":"no-commit"}` or `{"op":"ops"}`
+//! (forks only), or `{"op":"memory"}` or `{"op":"transport"}`, and reads one
+//! JSON line back: `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
+//! `{"ok":true,"ops":[…]}` (the operations not yet committed, oldest first,
+//! each as a line of an operation log: docs/format.md),
 //! `{"ok":true,"cache":{"limit":N,"bytes":N,"chunks":N,"dirs":N}}` (bytes; a
 //! fork's daemon adds `"state":N`, its inode table, apart: its unchanged
 //! entries are parked within a quarter of the limit, what changed since the last
@@ -30,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::{Error, Result};
 use crate::fs::{Caches, TransportUse};
 use crate::journal::Fork;
+use crate::journal::ops::OpLine;
 use crate::store::Store;
 use crate::store::mounts::MountRecord;
 
@@ -47,6 +50,8 @@ pub enum Request {
     Transport,
     /// `memory` and `transport` in one answer (what `storefs status` asks).
     Status,
+    /// The fork's operations not yet committed (what `storefs ops` asks).
+    Ops,
 }
 
 /// How a daemon's requests arrive (see [`crate::fs::Transport`]).
@@ -89,12 +94,21 @@ struct Reply {
     /// The answer to `transport`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     transport: Option<TransportReport>,
+    /// The answer to `ops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ops: Option<Vec<OpLine>>,
 }
 
 /// Send one request to a daemon's control socket; returns the checkpoint id
 /// it answered with (empty for requests that return none).
 pub fn request(sock: &Path, req: &Request) -> Result<String> {
     Ok(exchange(sock, req, None)?.checkpoint.unwrap_or_default())
+}
+
+/// Ask a fork's daemon for the operations it has not committed yet, oldest
+/// first (under `--writeback-cache`, after the kernel wrote back what it held).
+pub fn uncommitted_ops(sock: &Path) -> Result<Vec<OpLine>> {
+    Ok(exchange(sock, &Request::Ops, None)?.ops.unwrap_or_default())
 }
 
 /// Ask a daemon what its caches hold (`None` from a daemon without caches)
@@ -443,6 +457,21 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
                 ..Reply::default()
             }
         }
+        (Ok(Request::Ops), Some(fork)) => {
+            // What the kernel holds is not in the journal yet: a failed
+            // write-back leaves it out (and says so in the log).
+            if let Err(e) = flush_kernel(control.writeback_at.as_deref()) {
+                tracing::warn!(error = %e, "ops: answering without what the kernel holds");
+            }
+            Reply {
+                ok: true,
+                ops: Some(fork.uncommitted_ops()),
+                ..Reply::default()
+            }
+        }
+        (Ok(Request::Ops), None) => failed(
+            "this mount is read-only: only a fork's daemon has uncommitted operations".into(),
+        ),
         (Ok(Request::Commit { .. } | Request::NoCommit), None) => {
             failed("this mount is read-only: only a fork's daemon commits".into())
         }
