@@ -72,6 +72,8 @@ pub enum Command {
     Commit(CommitArgs),
     /// List forks: name, head, fork point, uncommitted changes, where mounted
     Forks(ForksArgs),
+    /// Show the operations that made a checkpoint or fork: who changed what, when
+    Ops(OpsArgs),
     /// Three-way merge of two checkpoints or forks into a new checkpoint with both as parents
     Merge(MergeArgs),
     /// Mount a checkpoint or archive read-only, or a fork read-write; by default at its origin
@@ -666,6 +668,45 @@ pub enum ConflictsArg {
     Ours,
     Theirs,
     Both,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+One line per operation, oldest first: time (UTC), operation, path (a rename's new path after \
+'->'), pid, command (/proc/PID/comm), uid, the run (inside `storefs run`) and bytes. Paths are \
+relative to the fork's root, as they were when the change was made. A process's consecutive \
+writes to one file are one line (their count, bytes and range). Operations: create, mkdir, \
+mknod, symlink, link, write, copy_file_range, truncate (also fallocate past the end), \
+punch_hole, rename, exchange, unlink, rmdir, chmod, chown, utimes, setxattr, removexattr.
+
+For a checkpoint: what its commit folded (checkpoints that are not commits, and commits made \
+before storefs recorded operations, have no operation log). For a fork: each commit since the \
+fork point, then what is not committed yet (asked of its daemon when it is mounted).
+
+Writes the kernel sends without a requester (writeback under --writeback-cache) are \
+attributed to the last process that created, truncated or wrote the file through the mount.
+
+Examples:
+  storefs ops coder-2                          # every change of the fork, commits and uncommitted
+  storefs ops coder-2 --command python3 --path ledger/
+  storefs ops s1-after --json | jq -r .path | sort -u")]
+pub struct OpsArgs {
+    /// A fork (its commits since the fork point, then what is not committed), or a
+    /// checkpoint (ref, id or prefix): what its commit folded
+    pub target: String,
+    /// Only operations of this process id
+    #[arg(long, value_name = "N")]
+    pub pid: Option<u32>,
+    /// Only operations of processes with this command name (as /proc/PID/comm: 15 bytes at most)
+    #[arg(long, value_name = "NAME")]
+    pub command: Option<String>,
+    /// Only operations on this path or below it (either path of a rename)
+    #[arg(long, value_name = "PREFIX")]
+    pub path: Option<String>,
+    /// One JSON object per line instead (docs/format.md, "Operation logs"), with
+    /// "checkpoint": the commit it belongs to (null: not committed yet)
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ mod json;
 mod maint;
 mod merge;
 mod mount;
+mod ops;
 mod remote;
 mod run;
 mod term;
@@ -139,6 +140,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Fork(a) => fork::fork(&open(&store_dir)?, a),
         Command::Commit(a) => fork::commit(&store_dir, a),
         Command::Forks(a) => fork::forks(&open(&store_dir)?, a),
+        Command::Ops(a) => ops::ops(&store_dir, a),
         Command::Merge(a) => merge::merge(&open(&store_dir)?, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),
