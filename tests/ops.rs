@@ -111,7 +111,7 @@ fn ops_names_each_changes_process_before_and_after_commit_and_on_the_browse_moun
     assert!(mv.success());
     let (a, b) = (u64::from(a), u64::from(b));
     let s = String::from;
-    let want = vec![
+    let want = [
         (s("create"), s("a.txt"), s(""), s("alpha-agent"), a),
         (s("write"), s("a.txt"), s(""), s("alpha-agent"), a),
         // Two appends of one process to one file: one entry.
