@@ -122,6 +122,11 @@ fn one() -> u64 {
     1
 }
 
+/// What an entry takes in memory, about.
+fn cost(e: &Op) -> usize {
+    std::mem::size_of::<Op>() + e.path.capacity() + e.new_path.as_ref().map_or(0, Vec::capacity)
+}
+
 /// Lines as a commit stores them: one JSON object per line.
 pub fn to_jsonl(ops: &[OpLine]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -141,11 +146,19 @@ pub fn from_jsonl(bytes: &[u8]) -> Option<Vec<OpLine>> {
         .collect()
 }
 
+/// Bytes of uncommitted operations (estimated) above which repeated ones
+/// are merged ([`OpsLog::push`]).
+pub const COMPACT_BYTES: usize = 32 << 20;
+
 /// The operations of a fork's state since its last commit, and who the
 /// journal's later records belong to.
 #[derive(Clone, Debug)]
 pub struct OpsLog {
     pub entries: Vec<Op>,
+    /// What `entries` holds, about (bytes), and the size that makes the
+    /// next [`OpsLog::push`] merge repeated operations.
+    bytes: usize,
+    compact_at: usize,
     /// Entries before this are being folded by a commit: none of them is
     /// extended any more.
     pub sealed: usize,
@@ -161,6 +174,8 @@ impl Default for OpsLog {
     fn default() -> OpsLog {
         OpsLog {
             entries: Vec::new(),
+            bytes: 0,
+            compact_at: COMPACT_BYTES,
             sealed: 0,
             current: unknown(),
             names: HashMap::new(),
@@ -180,21 +195,130 @@ impl OpsLog {
     /// The commit that sealed the first `n` entries moved the head: they
     /// are committed.
     pub fn committed(&mut self, n: usize) {
-        self.entries.drain(..n.min(self.entries.len()));
+        let gone: usize = self
+            .entries
+            .drain(..n.min(self.entries.len()))
+            .map(|e| cost(&e))
+            .sum();
+        self.bytes = self.bytes.saturating_sub(gone);
+        self.compact_at = COMPACT_BYTES.max(self.bytes * 2);
         self.sealed = self.sealed.saturating_sub(n);
+    }
+
+    /// Add an entry. Past [`COMPACT_BYTES`] of entries (and then each time
+    /// what is left doubles) the entries not sealed are compacted: those of
+    /// one requester, operation and path(s) become one, at the place of the
+    /// first, with their counts and bytes summed and their ranges joined.
+    /// The log stays small for a workload that repeats itself (a database's
+    /// transactions: its journal created, written, removed, the database
+    /// written), at the cost of the order between repeated operations. A
+    /// replay compacts at the same points.
+    pub fn push(&mut self, op: Op) {
+        self.bytes += cost(&op);
+        self.entries.push(op);
+        if self.bytes <= self.compact_at {
+            return;
+        }
+        type Key = (Arc<Who>, &'static str, Vec<u8>, Option<Vec<u8>>);
+        let mut first: HashMap<Key, usize> = HashMap::new();
+        let mut kept: Vec<Op> = Vec::new();
+        for e in self.entries.drain(self.sealed..) {
+            let key = (e.who.clone(), e.op, e.path.clone(), e.new_path.clone());
+            match first.get(&key) {
+                Some(&i) => {
+                    let k = &mut kept[i];
+                    k.count += e.count;
+                    k.bytes += e.bytes;
+                    k.size = e.size.or(k.size);
+                    k.range = match (k.range, e.range) {
+                        (Some([a, b]), Some([c, d])) => Some([a.min(c), b.max(d)]),
+                        (r, s) => r.or(s),
+                    };
+                }
+                None => {
+                    first.insert(key, kept.len());
+                    kept.push(e);
+                }
+            }
+        }
+        self.entries.extend(kept);
+        self.bytes = self.entries.iter().map(cost).sum();
+        self.compact_at = COMPACT_BYTES.max(self.bytes * 2);
     }
 
     /// Bytes it holds, about (for `status`).
     pub fn memory_estimate(&self) -> usize {
-        let entry = std::mem::size_of::<Op>();
-        self.entries
-            .iter()
-            .map(|e| entry + e.path.capacity() + e.new_path.as_ref().map_or(0, Vec::capacity))
-            .sum::<usize>()
+        self.bytes
             + self
                 .names
                 .values()
                 .map(|(_, n)| 48 + n.capacity())
                 .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(who: &Arc<Who>, op: &'static str, path: &str) -> Op {
+        Op {
+            time_ns: 1,
+            op,
+            path: path.as_bytes().to_vec(),
+            new_path: None,
+            who: who.clone(),
+            bytes: 10,
+            count: 1,
+            range: Some([0, 10]),
+            size: None,
+            ino: 2,
+        }
+    }
+
+    #[test]
+    fn a_repeating_workload_is_compacted_and_keeps_its_counts() {
+        let a = Arc::new(Who {
+            pid: 1,
+            command: b"db".to_vec(),
+            ..Who::default()
+        });
+        // Equal by value, another allocation (as a replay makes them).
+        let a2 = Arc::new(Who::clone(&a));
+        let mut log = OpsLog::default();
+        log.push(op(&a, "mkdir", "first"));
+        log.seal();
+        let n = COMPACT_BYTES / std::mem::size_of::<Op>() + 10;
+        for i in 0..n {
+            let who = if i % 2 == 0 { &a } else { &a2 };
+            log.push(op(who, "write", "db"));
+            log.push(op(who, "create", "db-journal"));
+            log.push(op(who, "unlink", "db-journal"));
+        }
+        assert!(
+            log.memory_estimate() < COMPACT_BYTES,
+            "{}",
+            log.memory_estimate()
+        );
+        // The sealed entry stays as it was; the rest was merged into one
+        // entry a kind, in the order they first came, and what came after the
+        // merge waits for the next one: every change is counted once.
+        let n = n as u64;
+        let e = &log.entries;
+        let head: Vec<(&str, u64)> = e[..4].iter().map(|e| (e.op, e.count)).collect();
+        assert_eq!(head[0], ("mkdir", 1));
+        assert_eq!(
+            [head[1].0, head[2].0, head[3].0],
+            ["write", "create", "unlink"]
+        );
+        for kind in ["write", "create", "unlink"] {
+            let of = e.iter().filter(|x| x.op == kind);
+            let (count, bytes) = of.fold((0, 0), |(c, b), x| (c + x.count, b + x.bytes));
+            assert_eq!((count, bytes), (n, 10 * n), "{kind}");
+        }
+        assert!((e.len() as u64) < n / 4, "{} entries", e.len());
+        let len = e.len();
+        log.committed(1);
+        assert_eq!(log.entries.len(), len - 1);
     }
 }

@@ -24,7 +24,8 @@ use crate::store::Kind;
 pub(super) enum Note {
     /// Nothing (bookkeeping records).
     None,
-    /// A new entry, and a name to remember for an inode: (ino, dir, name).
+    /// A new entry, and names to remember for inodes: (ino, dir, name); an
+    /// empty name forgets the inode's name if it is in `dir`.
     New(Op, Vec<(u64, u64, Vec<u8>)>),
     /// More of the last entry: one more write of `bytes` over `range`.
     More { bytes: u64, range: [u64; 2] },
@@ -86,7 +87,9 @@ impl ForkState {
                     .is_some_and(|n| n.kind == Kind::Dir);
                 let op = if dir { "rmdir" } else { "unlink" };
                 let path = self.child_path(*parent, name);
-                (op, child.unwrap_or(0), path, None, *time_ns)
+                let op = self.op(op, child.unwrap_or(0), path, None, *time_ns);
+                // The name goes (the last one: the inode's entry is dropped).
+                return Note::New(op, vec![(child.unwrap_or(0), *parent, Vec::new())]);
             }
             Record::Rename {
                 parent,
@@ -199,9 +202,13 @@ impl ForkState {
             Note::None => {}
             Note::New(op, naming) => {
                 for (ino, dir, name) in naming {
-                    self.ops.names.insert(ino, (dir, name));
+                    if !name.is_empty() {
+                        self.ops.names.insert(ino, (dir, name));
+                    } else if self.ops.names.get(&ino).is_some_and(|(d, _)| *d == dir) {
+                        self.ops.names.remove(&ino);
+                    }
                 }
-                self.ops.entries.push(op);
+                self.ops.push(op);
             }
             Note::More { bytes, range } => {
                 let last = self.ops.entries.last_mut().expect("checked by note_write");
