@@ -36,19 +36,20 @@ pub fn ops(store_dir: &Path, a: OpsArgs) -> Result<()> {
     let sections = if journal::read_fork_info(&store, &a.target)?.is_some() {
         fork_sections(store, &a.target)?
     } else {
-        let id = store.resolve(&a.target).with_context(|| {
-            format!(
-                "no fork or checkpoint '{}' (`storefs forks` lists forks, `storefs log --all` checkpoints)",
-                a.target
-            )
-        })?;
+        let id = store.resolve(&a.target)?;
         let ck = store.read_checkpoint(&id)?;
         vec![committed(&store, id, &ck)]
     };
     let path = a.path.as_deref().map(|p| p.trim_matches('/'));
+    // The kernel keeps 15 bytes of a command name: a longer one given
+    // matches what it became.
+    let command = a
+        .command
+        .as_deref()
+        .map(|c| &c.as_bytes()[..c.len().min(15)]);
     let keep = |op: &OpLine| {
         a.pid.is_none_or(|p| op.pid == p)
-            && a.command.as_deref().is_none_or(|c| op.command == c)
+            && command.is_none_or(|c| op.command.as_bytes() == c)
             && path.is_none_or(|p| {
                 under(&op.path, p) || op.new_path.as_deref().is_some_and(|n| under(n, p))
             })
