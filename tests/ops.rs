@@ -179,6 +179,9 @@ fn ops_names_each_changes_process_before_and_after_commit_and_on_the_browse_moun
         .unwrap()
         .to_string();
     assert_ne!(c2, c1);
+    // gc keeps the logs (no grace period: only reachability keeps them).
+    env.ok(["gc", "--grace", "0s"]);
+    assert_eq!(ops_json(&env, &["f"]), all);
 
     // The browse mount shows each commit's log, line for line.
     let bmp = env.path("browse");
