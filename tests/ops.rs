@@ -240,3 +240,40 @@ fn writeback_without_a_requester_goes_to_the_files_last_writer() {
     }
     m.unmount();
 }
+
+#[test]
+fn revert_dry_run_lists_their_paths_and_a_later_change_by_another_as_a_conflict() {
+    let env = Env::new();
+    setup(&env);
+    let (alpha, beta) = (
+        shell_named(&env, "alpha-agent"),
+        shell_named(&env, "beta-agent"),
+    );
+    let mp = env.path("mnt");
+    fs::create_dir(&mp).unwrap();
+    let m = env.mount("f", Some(&mp));
+    run_in(&alpha, &mp, "echo new > a.txt; echo a >> shared.txt");
+    env.ok(["commit", "f"]);
+    run_in(&alpha, &mp, "echo changed > keep.txt");
+    let b = run_in(&beta, &mp, "echo b >> shared.txt");
+    // Alpha's paths, across a commit and what is not committed, through the
+    // daemon: a.txt was not in the fork point, keep.txt was; beta appended to
+    // shared.txt after alpha did.
+    let out = env.run(["revert", "f", "--command", "alpha-agent", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout.clone()).unwrap(),
+        format!(
+            "remove\ta.txt\nconflict\tshared.txt\twrite shared.txt by pid {b} (beta-agent)\nrestore\tkeep.txt\n"
+        )
+    );
+    assert!(stderr(&out).contains("1 path(s)"), "{}", stderr(&out));
+    // Beta's one change came after alpha's: nothing to conflict with.
+    let out = env.ok(["revert", "f", "--pid", &b.to_string(), "--dry-run"]);
+    assert_eq!(out, "restore\tshared.txt\n");
+    // Applying is not built: refused, nothing changed.
+    let err = env.fails_in(&env.store, &["revert", "f", "--command", "alpha-agent"]);
+    assert!(err.contains("--dry-run"), "{err}");
+    assert_eq!(fs::read(mp.join("keep.txt")).unwrap(), b"changed\n");
+    m.unmount();
+}

@@ -74,6 +74,8 @@ pub enum Command {
     Forks(ForksArgs),
     /// Show the operations that made a checkpoint or fork: who changed what, when
     Ops(OpsArgs),
+    /// Plan undoing what some processes changed in a fork (only --dry-run is built yet)
+    Revert(RevertArgs),
     /// Three-way merge of two checkpoints or forks into a new checkpoint with both as parents
     Merge(MergeArgs),
     /// Mount a checkpoint or archive read-only, or a fork read-write; by default at its origin
@@ -707,6 +709,39 @@ pub struct OpsArgs {
     /// "checkpoint": the commit it belongs to (null: not committed yet)
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("who").required(true).args(["pid", "command", "run"])))]
+#[command(after_help = "\
+Partial (issue 42): only --dry-run is built. It lists, from the operation logs of the fork's \
+commits since CKPT and what is not committed yet (`storefs ops`), each path the selected \
+processes changed, in the order they first changed it: 'restore PATH' (it goes back to what it \
+was at CKPT) or 'remove PATH' (it did not exist at CKPT), or 'conflict PATH' when a later \
+operation of another process touched it (the path, a path below it, or a rename or removal of \
+a directory above it), with that operation; a conflict would be left as it is. Exit 1 when \
+there is a conflict. Putting the paths back is not built yet.
+
+Example:
+  storefs revert coder-2 --command python3 --dry-run")]
+pub struct RevertArgs {
+    /// The fork (mounted or not)
+    pub fork: String,
+    /// Undo what this process id changed
+    #[arg(long, value_name = "N")]
+    pub pid: Option<u32>,
+    /// Undo what processes with this command name (/proc/PID/comm) changed
+    #[arg(long, value_name = "NAME")]
+    pub command: Option<String>,
+    /// Undo what the processes of this `storefs run` changed (its id: the pid `storefs status` shows)
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    /// Undo what they changed since this checkpoint of the fork's history [default: the fork point]
+    #[arg(long, value_name = "CKPT")]
+    pub since: Option<String>,
+    /// List what would be done and change nothing (required for now)
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -141,6 +141,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Commit(a) => fork::commit(&store_dir, a),
         Command::Forks(a) => fork::forks(&open(&store_dir)?, a),
         Command::Ops(a) => ops::ops(&store_dir, a),
+        Command::Revert(a) => ops::revert(&store_dir, a),
         Command::Merge(a) => merge::merge(&open(&store_dir)?, a),
         Command::Mount(a) => mount::mount(&store_dir, a),
         Command::Umount(a) => mount::umount(&store_dir, a),

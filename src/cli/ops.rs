@@ -9,10 +9,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use super::args::OpsArgs;
+use super::args::{OpsArgs, RevertArgs};
 use super::term::Shown;
 use crate::daemon::control;
-use crate::journal::ops::{self, OpLine};
+use crate::journal::ops::{self, OpLine, Select, Step};
 use crate::journal::{self, Fork};
 use crate::store::{Checkpoint, ObjectId, Store};
 
@@ -32,9 +32,9 @@ struct JsonLine<'a> {
 }
 
 pub fn ops(store_dir: &Path, a: OpsArgs) -> Result<()> {
-    let store = Store::open(store_dir)?;
+    let store = Arc::new(Store::open(store_dir)?);
     let sections = if journal::read_fork_info(&store, &a.target)?.is_some() {
-        fork_sections(store, &a.target)?
+        fork_sections(&store, &a.target, None)?
     } else {
         let id = store.resolve(&a.target)?;
         let ck = store.read_checkpoint(&id)?;
@@ -153,19 +153,27 @@ fn committed(store: &Store, id: ObjectId, ck: &Checkpoint) -> Section {
     }
 }
 
-/// A fork's commits since its fork point, oldest first, then what it has
-/// not committed: asked of its daemon when mounted (or in a run), else
-/// replayed from its journal.
-fn fork_sections(store: Store, name: &str) -> Result<Vec<Section>> {
-    let mut log = journal::fork_log(&store, name)?;
+/// A fork's commits since `since` (default: its fork point), oldest first,
+/// then what it has not committed: asked of its daemon when mounted (or in
+/// a run), else replayed from its journal.
+fn fork_sections(store: &Arc<Store>, name: &str, since: Option<ObjectId>) -> Result<Vec<Section>> {
+    let mut log = journal::fork_log(store, name)?;
     log.reverse();
-    // The first is the fork point: it was not made by this fork.
+    // The fork point (first) was not made by this fork.
+    let from = match since {
+        None => 0,
+        Some(c) => log.iter().position(|(id, _)| *id == c).with_context(|| {
+            format!(
+                "checkpoint {c} is not in fork '{name}''s history since its fork point; pick one `storefs log {name}` lists"
+            )
+        })?,
+    };
     let mut out: Vec<Section> = log
         .iter()
-        .skip(1)
-        .map(|(id, ck)| committed(&store, *id, ck))
+        .skip(from + 1)
+        .map(|(id, ck)| committed(store, *id, ck))
         .collect();
-    let socket = match crate::daemon::runs::run_of_fork(&store, name) {
+    let socket = match crate::daemon::runs::run_of_fork(store, name) {
         Some((_, t)) => Some(t.socket.into()),
         None => store
             .live_mount_of_fork(name)?
@@ -175,7 +183,7 @@ fn fork_sections(store: Store, name: &str) -> Result<Vec<Section>> {
         Some(sock) => control::uncommitted_ops(&sock).with_context(|| {
             format!("asking the daemon of fork '{name}' for its uncommitted operations")
         })?,
-        None => match Fork::open(Arc::new(store), name) {
+        None => match Fork::open(store.clone(), name) {
             Ok(f) => f.uncommitted_ops(),
             Err(journal::Error::Busy(_)) => bail!(
                 "fork '{name}' is busy (a commit is running, or a mount is starting); retry in a moment"
@@ -188,4 +196,82 @@ fn fork_sections(store: Store, name: &str) -> Result<Vec<Section>> {
         ops: Ok(pending),
     });
     Ok(out)
+}
+
+/// `storefs revert --dry-run`: what undoing the selected processes' changes
+/// since CKPT would do ([`ops::revert_plan`]); exit 1 on a conflict.
+pub fn revert(store_dir: &Path, a: RevertArgs) -> Result<()> {
+    if !a.dry_run {
+        bail!(
+            "storefs revert only plans yet (issue 42, partial): add --dry-run to list the paths it would put back and the conflicts; nothing was changed"
+        );
+    }
+    let store = Arc::new(Store::open(store_dir)?);
+    if journal::read_fork_info(&store, &a.fork)?.is_none() {
+        bail!("no fork named '{}' (`storefs forks` lists forks)", a.fork);
+    }
+    let since = match &a.since {
+        Some(s) => store.resolve(s)?,
+        None => journal::read_fork_info(&store, &a.fork)?
+            .map(|f| f.base)
+            .context("fork vanished")?,
+    };
+    let select = match (a.pid, &a.command, &a.run) {
+        (Some(p), _, _) => Select::Pid(p),
+        (_, Some(c), _) => Select::Command(c.clone()),
+        (_, _, Some(r)) => Select::Run(r.clone()),
+        _ => bail!("say whose changes to undo: --pid, --command or --run"),
+    };
+    let at = store.read_checkpoint(&since)?;
+    let sections = fork_sections(&store, &a.fork, Some(since))?;
+    let mut lines = Vec::new();
+    for s in sections {
+        match s.ops {
+            Ok(list) => lines.extend(list),
+            Err(why) => bail!(
+                "commit {} of fork '{}': {why}: revert cannot tell who changed what before it; use --since {} or a later checkpoint",
+                s.checkpoint.map(|c| c.to_hex()).unwrap_or_default(),
+                a.fork,
+                s.checkpoint.map(|c| c.to_hex()).unwrap_or_default()
+            ),
+        }
+    }
+    let plan = ops::revert_plan(&lines, &select);
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let shown = Shown::stdout();
+    let mut conflicts = 0;
+    for step in &plan {
+        match step {
+            Step::Restore(p) => {
+                let there = store.lookup_path(&at, p.as_bytes())?.is_some();
+                let what = if there { "restore" } else { "remove" };
+                writeln!(out, "{what}\t{}", shown.line(p))?;
+            }
+            Step::Conflict(p, by) => {
+                conflicts += 1;
+                let who = if by.command.is_empty() {
+                    "unknown"
+                } else {
+                    by.command.as_str()
+                };
+                writeln!(
+                    out,
+                    "conflict\t{}\t{} {} by pid {} ({})",
+                    shown.line(p),
+                    by.op,
+                    shown.line(&by.path),
+                    by.pid,
+                    shown.line(who)
+                )?;
+            }
+        }
+    }
+    out.flush()?;
+    if conflicts > 0 {
+        bail!(
+            "{conflicts} path(s) changed later by other processes would be left as they are (listed as conflict)"
+        );
+    }
+    Ok(())
 }

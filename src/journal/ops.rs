@@ -257,6 +257,83 @@ impl OpsLog {
     }
 }
 
+/// Whose operations a revert undoes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Select {
+    Pid(u32),
+    /// A command name (as `/proc/PID/comm` kept it: 15 bytes at most).
+    Command(String),
+    /// A `storefs run` (its id).
+    Run(String),
+}
+
+impl Select {
+    pub fn matches(&self, op: &OpLine) -> bool {
+        match self {
+            Select::Pid(p) => op.pid == *p,
+            Select::Command(c) => op.command.as_bytes() == &c.as_bytes()[..c.len().min(15)],
+            Select::Run(r) => op.run == *r,
+        }
+    }
+}
+
+/// What a revert does to one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Put the path back as it was (it may not have existed: then it goes).
+    Restore(String),
+    /// Leave it: a later change by another process touched it (the first
+    /// such operation).
+    Conflict(String, OpLine),
+}
+
+/// The paths the selected processes changed in `ops` (oldest first), in the
+/// order they first changed them, each to restore or, when an operation of
+/// another process after their first change touched it, a conflict. Touched:
+/// the same path, a path below it, or a rename, exchange, unlink or rmdir of
+/// a directory above it. Paths of files that had no name (`<unlinked inode
+/// N>`) are left out.
+pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
+    let touched = |op: &OpLine| {
+        let mut v = vec![op.path.clone()];
+        v.extend(op.new_path.clone());
+        v
+    };
+    let mut first: Vec<(String, usize)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, op) in ops.iter().enumerate() {
+        if select.matches(op) {
+            for p in touched(op) {
+                if !p.starts_with("<unlinked") && seen.insert(p.clone()) {
+                    first.push((p, i));
+                }
+            }
+        }
+    }
+    let below = |p: &str, dir: &str| {
+        dir.is_empty() || p.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
+    };
+    first
+        .into_iter()
+        .map(|(p, at)| {
+            let later = ops[at + 1..]
+                .iter()
+                .filter(|op| !select.matches(op))
+                .find(|op| {
+                    let moves =
+                        matches!(op.op.as_str(), "rename" | "exchange" | "unlink" | "rmdir");
+                    touched(op)
+                        .iter()
+                        .any(|q| *q == p || below(q, &p) || (moves && below(&p, q)))
+                });
+            match later {
+                Some(op) => Step::Conflict(p, op.clone()),
+                None => Step::Restore(p),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,5 +397,83 @@ mod tests {
         let len = e.len();
         log.committed(1);
         assert_eq!(log.entries.len(), len - 1);
+    }
+}
+
+#[cfg(test)]
+mod revert_tests {
+    use super::*;
+
+    fn line(op: &str, path: &str, new_path: Option<&str>, pid: u32) -> OpLine {
+        OpLine {
+            time_ns: 0,
+            op: op.into(),
+            path: path.into(),
+            new_path: new_path.map(Into::into),
+            pid,
+            command: if pid == 1 {
+                "alpha".into()
+            } else {
+                "beta".into()
+            },
+            uid: 0,
+            run: String::new(),
+            bytes: 0,
+            count: 1,
+            range: None,
+            size: None,
+        }
+    }
+
+    #[test]
+    fn a_revert_plan_restores_what_only_they_changed_and_names_later_changes_by_others() {
+        let ops = [
+            line("write", "a.txt", None, 1),
+            line("mkdir", "d", None, 1),
+            line("create", "d/x", None, 1),
+            line("write", "shared", None, 1),
+            line("write", "shared", None, 2), // later, by beta: conflict
+            line("create", "d/y", None, 2),   // below alpha's d: conflict
+            line("rename", "tmp", Some("state.json"), 1),
+            line("write", "b.txt", None, 2), // beta's alone: untouched
+            line("write", "<unlinked inode 9>", None, 1),
+        ];
+        let plan = revert_plan(&ops, &Select::Command("alpha".into()));
+        let shown: Vec<String> = plan
+            .iter()
+            .map(|s| match s {
+                Step::Restore(p) => format!("restore {p}"),
+                Step::Conflict(p, by) => format!("conflict {p} {} {}", by.op, by.path),
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "restore a.txt",
+                "conflict d create d/y",
+                "restore d/x",
+                "conflict shared write shared",
+                "restore tmp",
+                "restore state.json",
+            ]
+        );
+        // By pid, and a change before theirs is no conflict.
+        let plan = revert_plan(&ops[4..8], &Select::Pid(1));
+        assert_eq!(
+            plan,
+            [
+                Step::Restore("tmp".into()),
+                Step::Restore("state.json".into())
+            ]
+        );
+        // A directory above a path renamed later by another: a conflict.
+        let ops = [
+            line("write", "d/f", None, 1),
+            line("rename", "d", Some("e"), 2),
+        ];
+        assert!(matches!(
+            &revert_plan(&ops, &Select::Pid(1))[..],
+            [Step::Conflict(p, _)] if p == "d/f"
+        ));
     }
 }
