@@ -143,16 +143,32 @@ fn browse_shows_checkpoints_refs_forks_and_archives_and_follows_the_store() {
             .into()
     );
 
-    // checkpoints/: a directory and a record per checkpoint.
+    // checkpoints/: a directory and a record per checkpoint, and the
+    // operation log of each commit that has one.
     let ids = store_checkpoints(&env);
     assert_eq!(ids.len(), 4);
     for id in [&c1, &c2, &c3, &c4] {
         assert!(ids.contains(id), "{id}");
     }
+    let has_ops = |id: &str| {
+        let rec = fs::read(env.store.join("checkpoints").join(format!("{id}.json"))).unwrap();
+        let rec: serde_json::Value = serde_json::from_slice(&rec).unwrap();
+        rec["source"]["ops"].is_string()
+    };
     let expected: BTreeSet<String> = ids
         .iter()
         .flat_map(|id| [id.clone(), format!("{id}.json")])
+        .chain(
+            ids.iter()
+                .filter(|id| has_ops(id))
+                .map(|id| format!("{id}.ops.jsonl")),
+        )
         .collect();
+    assert_eq!(
+        expected.len(),
+        2 * ids.len() + 1,
+        "the fork's one commit has an operation log"
+    );
     assert_eq!(names(&mp.join("checkpoints")), expected);
     for id in &ids {
         let rec = mp.join("checkpoints").join(format!("{id}.json"));

@@ -72,6 +72,10 @@ pub enum Command {
     Commit(CommitArgs),
     /// List forks: name, head, fork point, uncommitted changes, where mounted
     Forks(ForksArgs),
+    /// Show the operations that made a checkpoint or fork: who changed what, when
+    Ops(OpsArgs),
+    /// Plan undoing what some processes changed in a fork (only --dry-run is built yet)
+    Revert(RevertArgs),
     /// Three-way merge of two checkpoints or forks into a new checkpoint with both as parents
     Merge(MergeArgs),
     /// Put paths into a fork exactly as they are in a checkpoint (undo one path), mounted or not
@@ -711,6 +715,78 @@ pub struct CheckoutArgs {
     /// Print JSON instead: {"target", "fork", "paths": [{"path", "done"}], "created", "removed"}
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+One line per operation, oldest first: time (UTC), operation, path (a rename's new path after \
+'->'), pid, command (/proc/PID/comm), uid, the run (inside `storefs run`) and bytes. Paths are \
+relative to the fork's root, as they were when the change was made. A process's consecutive \
+writes to one file are one line (their count, bytes and range). Operations: create, mkdir, \
+mknod, symlink, link, write, copy_file_range, truncate (also fallocate past the end), \
+punch_hole, rename, exchange, unlink, rmdir, chmod, chown, utimes, setxattr, removexattr.
+
+For a checkpoint: what its commit folded (checkpoints that are not commits, and commits made \
+before storefs recorded operations, have no operation log). For a fork: each commit since the \
+fork point, then what is not committed yet (asked of its daemon when it is mounted).
+
+Writes the kernel sends without a requester (writeback under --writeback-cache) are \
+attributed to the last process that created, truncated or wrote the file through the mount.
+
+Examples:
+  storefs ops coder-2                          # every change of the fork, commits and uncommitted
+  storefs ops coder-2 --command python3 --path ledger/
+  storefs ops s1-after --json | jq -r .path | sort -u")]
+pub struct OpsArgs {
+    /// A fork (its commits since the fork point, then what is not committed), or a
+    /// checkpoint (ref, id or prefix): what its commit folded
+    pub target: String,
+    /// Only operations of this process id
+    #[arg(long, value_name = "N")]
+    pub pid: Option<u32>,
+    /// Only operations of processes with this command name (as /proc/PID/comm: 15 bytes at most)
+    #[arg(long, value_name = "NAME")]
+    pub command: Option<String>,
+    /// Only operations on this path or below it (either path of a rename)
+    #[arg(long, value_name = "PREFIX")]
+    pub path: Option<String>,
+    /// One JSON object per line instead (docs/format.md, "Operation logs"), with
+    /// "checkpoint": the commit it belongs to (null: not committed yet)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("who").required(true).args(["pid", "command", "run"])))]
+#[command(after_help = "\
+Partial (issue 42): only --dry-run is built. It lists, from the operation logs of the fork's \
+commits since CKPT and what is not committed yet (`storefs ops`), each path the selected \
+processes changed, in the order they first changed it: 'restore PATH' (it goes back to what it \
+was at CKPT) or 'remove PATH' (it did not exist at CKPT), or 'conflict PATH' when a later \
+operation of another process touched it (the path, a path below it, or a rename or removal of \
+a directory above it), with that operation; a conflict would be left as it is. Exit 1 when \
+there is a conflict. Putting the paths back is not built yet.
+
+Example:
+  storefs revert coder-2 --command python3 --dry-run")]
+pub struct RevertArgs {
+    /// The fork (mounted or not)
+    pub fork: String,
+    /// Undo what this process id changed
+    #[arg(long, value_name = "N")]
+    pub pid: Option<u32>,
+    /// Undo what processes with this command name (/proc/PID/comm) changed
+    #[arg(long, value_name = "NAME")]
+    pub command: Option<String>,
+    /// Undo what the processes of this `storefs run` changed (its id: the pid `storefs status` shows)
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    /// Undo what they changed since this checkpoint of the fork's history [default: the fork point]
+    #[arg(long, value_name = "CKPT")]
+    pub since: Option<String>,
+    /// List what would be done and change nothing (required for now)
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

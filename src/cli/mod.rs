@@ -15,6 +15,7 @@ mod json;
 mod maint;
 mod merge;
 mod mount;
+mod ops;
 mod remote;
 mod run;
 mod term;
@@ -140,6 +141,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Fork(a) => fork::fork(&open(&store_dir)?, a),
         Command::Commit(a) => fork::commit(&store_dir, a),
         Command::Forks(a) => fork::forks(&open(&store_dir)?, a),
+        Command::Ops(a) => ops::ops(&store_dir, a),
+        Command::Revert(a) => ops::revert(&store_dir, a),
         Command::Merge(a) => merge::merge(&open(&store_dir)?, a),
         Command::Checkout(a) => checkout::checkout(&open(&store_dir)?, a),
         Command::Mount(a) => mount::mount(&store_dir, a),

@@ -3,9 +3,11 @@
 //! the periodic commit; and a daemon's memory as `status` shows it.
 //!
 //! Protocol: the client connects to `STORE/mounts/<key>.sock`, writes one JSON
-//! line `{"op":"commit","message":"…"}` or `{"op":"no-commit"}` (forks only),
-//! or `{"op":"memory"}` or `{"op":"transport"}`, and reads one JSON line back:
-//! `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
+//! line `{"op":"commit","message":"…"}`, `{"op":"no-commit"}` or `{"op":"ops"}`
+//! (forks only), or `{"op":"memory"}` or `{"op":"transport"}`, and reads one
+//! JSON line back: `{"ok":true,"checkpoint":"<id>"}`, `{"ok":true}`,
+//! `{"ok":true,"ops":[…]}` (the operations not yet committed, oldest first,
+//! each as a line of an operation log: docs/format.md),
 //! `{"ok":true,"cache":{"limit":N,"bytes":N,"chunks":N,"dirs":N}}` (bytes; a
 //! fork's daemon adds `"state":N`, its inode table, apart: its unchanged
 //! entries are parked within a quarter of the limit, what changed since the last
@@ -36,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use super::{Error, Result};
 use crate::fs::{Caches, Invalidator, TransportUse};
 use crate::journal::Fork;
+use crate::journal::ops::OpLine;
 use crate::store::mounts::MountRecord;
 use crate::store::{ObjectId, Store};
 
@@ -56,6 +59,8 @@ pub enum Request {
     /// Put `paths` (relative to the root) into the fork as checkpoint
     /// `target` (hex id) has them ([`Fork::checkout`]).
     Checkout { target: String, paths: Vec<Vec<u8>> },
+    /// The fork's operations not yet committed (what `storefs ops` asks).
+    Ops,
 }
 
 /// What a daemon's checkout did ([`crate::journal::Checkout`], without the
@@ -125,6 +130,9 @@ struct Reply {
     /// The answer to `checkout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     checkout: Option<CheckoutReport>,
+    /// The answer to `ops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ops: Option<Vec<OpLine>>,
 }
 
 /// Send one request to a daemon's control socket; returns the checkpoint id
@@ -141,6 +149,12 @@ pub fn checkout(sock: &Path, target: &ObjectId, paths: &[Vec<u8>]) -> Result<Che
         paths: paths.to_vec(),
     };
     Ok(exchange(sock, &req, None)?.checkout.unwrap_or_default())
+}
+
+/// Ask a fork's daemon for the operations it has not committed yet, oldest
+/// first (under `--writeback-cache`, after the kernel wrote back what it held).
+pub fn uncommitted_ops(sock: &Path) -> Result<Vec<OpLine>> {
+    Ok(exchange(sock, &Request::Ops, None)?.ops.unwrap_or_default())
 }
 
 /// Ask a daemon what its caches hold (`None` from a daemon without caches)
@@ -504,6 +518,21 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
                 }
             }
         }
+        (Ok(Request::Ops), Some(fork)) => {
+            // What the kernel holds is not in the journal yet: a failed
+            // write-back leaves it out (and says so in the log).
+            if let Err(e) = flush_kernel(control.writeback_at.as_deref()) {
+                tracing::warn!(error = %e, "ops: answering without what the kernel holds");
+            }
+            Reply {
+                ok: true,
+                ops: Some(fork.uncommitted_ops()),
+                ..Reply::default()
+            }
+        }
+        (Ok(Request::Ops), None) => failed(
+            "this mount is read-only: only a fork's daemon has uncommitted operations".into(),
+        ),
         (Ok(Request::Commit { .. } | Request::NoCommit), None) => {
             failed("this mount is read-only: only a fork's daemon commits".into())
         }

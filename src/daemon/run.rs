@@ -86,6 +86,13 @@ pub fn run(m: Mount, on_serving: impl FnOnce()) -> Result<()> {
     })
 }
 
+/// The run id in a run daemon's socket path `runs/<pid>-<n>.sock`.
+fn run_of_socket(sock: &Path) -> Option<String> {
+    let stem = sock.file_stem()?.to_str()?;
+    let (pid, _) = stem.split_once('-')?;
+    pid.parse::<u32>().ok().map(|p| p.to_string())
+}
+
 fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> Result<()> {
     let mp = m.mountpoint.as_path();
     let log = match &m.run_socket {
@@ -126,6 +133,11 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
         )?)),
         _ => None,
     };
+    // Inside `storefs run`, every change records the run: its id is the
+    // run's pid, the first part of its sockets' names (`runs/<pid>-<n>.sock`).
+    if let (Some(f), Some(run)) = (&fork, m.run_socket.as_deref().and_then(run_of_socket)) {
+        f.set_run(&run);
+    }
     let mounted = match (&fork, &m.what) {
         (Some(f), _) => sfs::mount_fork(f.clone(), &cfg),
         (None, What::Checkpoint(id)) => sfs::mount_checkpoint(store.clone(), *id, &cfg),

@@ -6,6 +6,8 @@
 //!   checkpoints/               one directory per checkpoint id, and <id>.json
 //!     <id>/                    the checkpoint's tree (a CheckpointView of its own)
 //!     <id>.json                the checkpoint record, byte for byte
+//!     <id>.ops.jsonl           a commit's operation log (when it has one:
+//!                              `storefs ops`, docs/format.md "Operation logs")
 //!   refs/<name>                symlink -> ../checkpoints/<id>
 //!   forks/<name>/head          symlink -> ../../checkpoints/<head id>
 //!   forks/<name>/history/<n>-<id>   symlinks, n = 0 at the fork point up to the head
@@ -104,6 +106,8 @@ pub enum Node {
     Git,
     /// `checkpoints/<id>.json`
     Record(ObjectId),
+    /// `checkpoints/<id>.ops.jsonl`: the operation log checkpoint `id` names.
+    OpsLog(ObjectId),
     /// `refs/<name>` -> `../checkpoints/<id>`
     Ref {
         name: String,
@@ -156,7 +160,7 @@ impl Node {
             | Node::Forks
             | Node::Archives
             | Node::Git => Node::Root,
-            Node::Record(_) => Node::Checkpoints,
+            Node::Record(_) | Node::OpsLog(_) => Node::Checkpoints,
             Node::Ref { .. } => Node::Refs,
             Node::Fork(_) => Node::Forks,
             Node::ForkHead { fork, .. } | Node::History(fork) => Node::Fork(fork.clone()),
@@ -176,7 +180,7 @@ impl Node {
             | Node::Git
             | Node::Fork(_)
             | Node::History(_) => Kind::Dir,
-            Node::Record(_) => Kind::File,
+            Node::Record(_) | Node::OpsLog(_) => Kind::File,
             Node::Ref { .. }
             | Node::ForkHead { .. }
             | Node::HistoryLink { .. }
@@ -234,6 +238,8 @@ pub struct BrowseView {
     table: RwLock<Table>,
     /// Verified checkpoint records (they never change).
     records: RwLock<HashMap<ObjectId, Arc<Vec<u8>>>>,
+    /// The operation log read last (by its object id).
+    last_ops: Mutex<Option<(ObjectId, Arc<Vec<u8>>)>>,
     listings: Mutex<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
     /// Owner and times of the store's own nodes: the mount's owner, its start.
@@ -258,6 +264,7 @@ impl BrowseView {
             mountpoint,
             table: RwLock::new(table),
             records: RwLock::new(HashMap::new()),
+            last_ops: Mutex::new(None),
             listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uid: rustix::process::geteuid().as_raw(),
@@ -416,8 +423,8 @@ impl View for BrowseView {
     fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.read(c, local, offset, size),
-            Resolved::Node(Node::Record(id)) => {
-                let bytes = self.record(&id)?;
+            Resolved::Node(node @ (Node::Record(_) | Node::OpsLog(_))) => {
+                let bytes = self.file_bytes(&node)?;
                 let start = usize::try_from(offset)
                     .unwrap_or(usize::MAX)
                     .min(bytes.len());
@@ -433,8 +440,8 @@ impl View for BrowseView {
     fn seek(&self, c: &Caller, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.seek(c, local, offset, whence),
-            Resolved::Node(Node::Record(id)) => {
-                let size = self.record(&id)?.len() as u64;
+            Resolved::Node(node @ (Node::Record(_) | Node::OpsLog(_))) => {
+                let size = self.file_bytes(&node)?.len() as u64;
                 Ok(ext4::seek(size, [(0, size)], offset, whence))
             }
             Resolved::Node(node) if node.kind() == Kind::Dir => Err(FsError::IsDir),
@@ -645,12 +652,17 @@ impl BrowseView {
     fn node_attr(&self, node: &Node, ino: u64) -> Attr {
         let mut attr = self.base_attr(ino, node.kind());
         match node {
-            Node::Record(id) => {
-                // The record file's size and time; a record that went away
-                // still stats (reading it fails).
+            Node::Record(id) | Node::OpsLog(id) => {
+                // The record file's size and time (an operation log's size,
+                // the record's time); a record that went away still stats
+                // (reading it fails).
                 if let Ok(Some(meta)) = self.store.checkpoint_record_metadata(id) {
-                    attr.size = meta.len();
-                    attr.blocks = ext4::file_blocks(meta.len(), [(0, meta.len())]);
+                    let len = match node {
+                        Node::OpsLog(_) => self.file_bytes(node).map_or(0, |b| b.len() as u64),
+                        _ => meta.len(),
+                    };
+                    attr.size = len;
+                    attr.blocks = ext4::file_blocks(len, [(0, len)]);
                     attr.mtime_ns = meta
                         .mtime()
                         .saturating_mul(1_000_000_000)
@@ -684,16 +696,17 @@ impl BrowseView {
                 .cloned()
                 .map(Child::Node),
             Node::Checkpoints => {
-                let (hex, json) = match name.strip_suffix(".json") {
-                    Some(hex) => (hex, true),
-                    None => (name, false),
-                };
+                // `<id>`, `<id>.json` or `<id>.ops.jsonl`.
+                let (hex, suffix) = [".ops.jsonl", ".json"]
+                    .into_iter()
+                    .find_map(|s| Some((name.strip_suffix(s)?, s)))
+                    .unwrap_or((name, ""));
                 match ObjectId::from_hex(hex).filter(|id| id.to_hex() == hex) {
-                    Some(id) if self.record_exists(&id)? => Some(if json {
-                        Child::Node(Node::Record(id))
-                    } else {
-                        Child::Checkpoint(id)
-                    }),
+                    Some(id) if self.record_exists(&id)? => match suffix {
+                        ".json" => Some(Child::Node(Node::Record(id))),
+                        "" => Some(Child::Checkpoint(id)),
+                        _ => self.ops_of(&id).map(|_| Child::Node(Node::OpsLog(id))),
+                    },
                     _ => None,
                 }
             }
@@ -742,6 +755,9 @@ impl BrowseView {
                 for id in self.store.list_checkpoints()? {
                     out.push((id.to_hex().into_bytes(), Child::Checkpoint(id)));
                     out.push(named(format!("{id}.json"), Node::Record(id)));
+                    if self.ops_of(&id).is_some() {
+                        out.push(named(format!("{id}.ops.jsonl"), Node::OpsLog(id)));
+                    }
                 }
                 out
             }
@@ -837,6 +853,35 @@ impl BrowseView {
     fn record_exists(&self, id: &ObjectId) -> Result<bool> {
         let meta = self.store.checkpoint_record_metadata(id);
         Ok(meta.map_err(store_err)?.is_some())
+    }
+
+    /// The operation log checkpoint `id` names, if it names one (and its
+    /// record can be read).
+    fn ops_of(&self, id: &ObjectId) -> Option<ObjectId> {
+        let bytes = self.record(id).ok()?;
+        let ck: crate::store::Checkpoint = serde_json::from_slice(&bytes).ok()?;
+        ck.source.ops
+    }
+
+    /// The bytes of a record or operation log file. The last operation log
+    /// read is kept (the kernel reads a file in pieces).
+    fn file_bytes(&self, node: &Node) -> Result<Arc<Vec<u8>>> {
+        let id = match node {
+            Node::Record(id) => return self.record(id),
+            Node::OpsLog(id) => id,
+            _ => return Err(FsError::Invalid("not a regular file")),
+        };
+        let obj = self.ops_of(id).ok_or(FsError::NotFound)?;
+        let mut last = self.last_ops.lock();
+        if let Some((at, bytes)) = &*last
+            && *at == obj
+        {
+            return Ok(bytes.clone());
+        }
+        let context = format!("operation log of checkpoint {id}");
+        let bytes = Arc::new(self.store.get_object(&obj, &context).map_err(store_err)?);
+        *last = Some((obj, bytes.clone()));
+        Ok(bytes)
     }
 
     /// A checkpoint record's bytes, checked against its id.

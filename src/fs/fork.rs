@@ -45,6 +45,13 @@
 //!   attributes of each such directory until the kernel forgets it (it
 //!   forgets an inode all at once, when it evicts it; fork inode numbers are
 //!   never reused, so a late forget cannot hit another directory);
+//! - provenance (`journal::ops`): every change is made on behalf of its
+//!   requester ([`Requesters`]: pid, uid, `/proc/PID/comm`, the run). A
+//!   request without one (pid 0: writeback under `--writeback-cache`) is
+//!   attributed to the last process that created, truncated or wrote the
+//!   file through this mount (opens never reach the daemon, so "the last
+//!   one that opened it for writing" is known only when it did one of
+//!   those);
 //! - xattr names outside the kernel's namespaces (`EOPNOTSUPP`, as ext4);
 //! - xattr buffers: size-0 probes and `ERANGE`; flag and mode translation
 //!   (rename, setxattr, fallocate, mknod).
@@ -77,6 +84,8 @@
 //! metadata operation.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -88,6 +97,7 @@ use super::view::{
     View, WriteCtx, XattrReply,
 };
 use super::{FsError, Result};
+use crate::journal::ops::{Who, on_behalf_of};
 use crate::journal::{self, DirEntry, Fallocate, Fork, NewNode, RenameMode, XattrMode, ext4};
 use crate::store::Kind;
 
@@ -143,6 +153,82 @@ pub struct ForkView {
     /// Removed directories the kernel may still hold, by inode: what
     /// `getattr` answers for them until they are forgotten (module docs).
     removed_dirs: Mutex<HashMap<u64, journal::Attr>>,
+    /// Who makes each change.
+    requesters: Requesters,
+}
+
+/// The requesters of changes, as the journal records them.
+#[derive(Default)]
+struct Requesters {
+    /// By pid: its `/proc/PID/comm`, kept open (a read gives the command as
+    /// it is now, after an exec too, and fails once the process is gone, so
+    /// a reused pid is opened anew), and the last requester made of it.
+    procs: Mutex<HashMap<u32, (File, Arc<Who>)>>,
+    /// By inode: the last requester that created, truncated or wrote the
+    /// file (who a write without a requester is attributed to).
+    writers: Mutex<HashMap<u64, Arc<Who>>>,
+}
+
+/// Bounds of [`Requesters`]' tables (they are emptied when full).
+const MAX_PROCS: usize = 256;
+const MAX_WRITERS: usize = 1 << 16;
+
+impl Requesters {
+    /// The requester of a change by `c` (to file `data_of`'s data, if
+    /// given): a request without a process (pid 0) is the file's last
+    /// writer's, or unknown.
+    fn who(&self, c: &Caller, run: &str, data_of: Option<u64>) -> Arc<Who> {
+        if c.pid == 0 {
+            let writers = self.writers.lock();
+            return data_of
+                .and_then(|ino| writers.get(&ino).cloned())
+                .unwrap_or_default();
+        }
+        let who = self.of_process(c, run);
+        if let Some(ino) = data_of {
+            let mut writers = self.writers.lock();
+            if writers.len() >= MAX_WRITERS {
+                writers.clear();
+            }
+            writers.insert(ino, who.clone());
+        }
+        who
+    }
+
+    /// Process `c.pid` as it is now. Never fails: a command that cannot be
+    /// read is empty.
+    fn of_process(&self, c: &Caller, run: &str) -> Arc<Who> {
+        let mut procs = self.procs.lock();
+        let mut buf = [0u8; 64];
+        let read = |f: &File, buf: &mut [u8]| f.read_at(buf, 0).ok().filter(|&n| n > 0);
+        let mut n = procs.get(&c.pid).and_then(|(f, _)| read(f, &mut buf));
+        if n.is_none() {
+            procs.remove(&c.pid);
+            if let Ok(f) = File::open(format!("/proc/{}/comm", c.pid)) {
+                n = read(&f, &mut buf);
+                if procs.len() >= MAX_PROCS {
+                    procs.clear();
+                }
+                procs.insert(c.pid, (f, Arc::default()));
+            }
+        }
+        let command = n.map_or(&[][..], |n| buf[..n].trim_ascii_end());
+        let fresh = || Who {
+            pid: c.pid,
+            uid: c.uid,
+            command: command.to_vec(),
+            run: run.as_bytes().to_vec(),
+        };
+        match procs.get_mut(&c.pid) {
+            Some((_, last)) => {
+                if last.uid != c.uid || last.pid != c.pid || last.command != command {
+                    *last = Arc::new(fresh());
+                }
+                last.clone()
+            }
+            None => Arc::new(fresh()),
+        }
+    }
 }
 
 fn check_name(name: &[u8]) -> Result<()> {
@@ -165,7 +251,15 @@ impl ForkView {
             next_fh: AtomicU64::new(1),
             writeback: false,
             removed_dirs: Mutex::new(HashMap::new()),
+            requesters: Requesters::default(),
         }
+    }
+
+    /// Run `f` (changes) on behalf of `c`; `data_of`: the file whose data
+    /// it changes.
+    fn on_behalf<T>(&self, c: &Caller, data_of: Option<u64>, f: impl FnOnce() -> T) -> T {
+        let who = self.requesters.who(c, self.fork.run(), data_of);
+        on_behalf_of(who, f)
     }
 
     /// A view that asks for the kernel's writeback cache: writes wait in the
@@ -300,6 +394,25 @@ impl ForkView {
             umask: c.umask,
             ..NewNode::new(kind, perm, c.uid, gid)
         })
+    }
+}
+
+impl ForkView {
+    /// [`View::setattr`] (setuid/setgid cleared as it says).
+    fn set_attr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
+        let chown = attrs.uid.is_some() || attrs.gid.is_some();
+        if (attrs.size.is_some() || chown)
+            && attrs.perm.is_none()
+            && let Some(perm) = self.cleared_mode(ino, chown)?
+            && (chown || !c.has_fsetid())
+        {
+            let attrs = SetAttr {
+                perm: Some(perm),
+                ..attrs.clone()
+            };
+            return Ok(entry(self.fork.setattr(ino, &attrs)?));
+        }
+        Ok(entry(self.fork.setattr(ino, attrs)?))
     }
 }
 
@@ -473,7 +586,9 @@ impl View for ForkView {
     ) -> Result<(Entry, Opened)> {
         check_name(name)?;
         let node = self.new_node(parent, Kind::File, mode, c)?;
-        let attr = self.fork.make(parent, name, &node, true)?;
+        let attr = self.on_behalf(c, None, || self.fork.make(parent, name, &node, true))?;
+        // Its writer, for writeback without a requester.
+        self.requesters.who(c, self.fork.run(), Some(attr.ino));
         self.referenced(&attr, true)?;
         Ok((entry(attr), Opened::Stateless))
     }
@@ -488,17 +603,19 @@ impl View for ForkView {
     /// without `CAP_FSETID`) clears setuid/setgid first ([`Self::kill_priv`]).
     fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
         let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
-        if how.kill_suidgid {
-            self.kill_priv(c, ino, true)?;
-        }
-        if self.writeback && how.writeback {
-            self.fork.write_back(ino, how.offset, data)?;
-        } else if how.flags & libc::O_APPEND != 0 && !how.writeback && !self.writeback {
-            self.fork.append(ino, data)?;
-        } else {
-            self.fork.write(ino, how.offset, data)?;
-        }
-        Ok(len)
+        self.on_behalf(c, Some(ino), || {
+            if how.kill_suidgid {
+                self.kill_priv(c, ino, true)?;
+            }
+            if self.writeback && how.writeback {
+                self.fork.write_back(ino, how.offset, data)?;
+            } else if how.flags & libc::O_APPEND != 0 && !how.writeback && !self.writeback {
+                self.fork.append(ino, data)?;
+            } else {
+                self.fork.write(ino, how.offset, data)?;
+            }
+            Ok(len)
+        })
     }
 
     /// Committed data is shared, the rest copied inside the daemon (the
@@ -512,10 +629,12 @@ impl View for ForkView {
         to: (u64, u64),
         len: u64,
     ) -> Result<u64> {
-        if len != 0 {
-            self.kill_priv(c, to.0, false)?;
-        }
-        Ok(self.fork.copy_range(from.0, from.1, to.0, to.1, len)?)
+        self.on_behalf(c, Some(to.0), || {
+            if len != 0 {
+                self.kill_priv(c, to.0, false)?;
+            }
+            Ok(self.fork.copy_range(from.0, from.1, to.0, to.1, len)?)
+        })
     }
 
     fn sync(&self, _: &Caller) -> Result<()> {
@@ -537,8 +656,10 @@ impl View for ForkView {
             }
             _ => return Err(FsError::Unsupported("this fallocate mode")),
         };
-        self.kill_priv(c, ino, false)?;
-        Ok(self.fork.fallocate(ino, offset, len, how)?)
+        self.on_behalf(c, Some(ino), || {
+            self.kill_priv(c, ino, false)?;
+            Ok(self.fork.fallocate(ino, offset, len, how)?)
+        })
     }
 
     // ------------------------------------------------------------ metadata
@@ -549,19 +670,10 @@ impl View for ForkView {
     /// the kernel leaves both to us (fuser does not pass its
     /// `FATTR_KILL_SUIDGID` flag, which says the same).
     fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
-        let chown = attrs.uid.is_some() || attrs.gid.is_some();
-        if (attrs.size.is_some() || chown)
-            && attrs.perm.is_none()
-            && let Some(perm) = self.cleared_mode(ino, chown)?
-            && (chown || !c.has_fsetid())
-        {
-            let attrs = SetAttr {
-                perm: Some(perm),
-                ..attrs.clone()
-            };
-            return Ok(entry(self.fork.setattr(ino, &attrs)?));
-        }
-        Ok(entry(self.fork.setattr(ino, attrs)?))
+        // A truncate changes the data; the kernel's times after writeback
+        // (no requester) are the file's last writer's.
+        let data = (attrs.size.is_some() || c.pid == 0).then_some(ino);
+        self.on_behalf(c, data, || self.set_attr(c, ino, attrs))
     }
 
     /// An access ACL also sets the mode ([`Fork::setxattr_as`]); whether the
@@ -575,12 +687,14 @@ impl View for ForkView {
             _ => return Err(FsError::Invalid("setxattr flags")),
         };
         let in_group = |gid| c.in_group(gid);
-        Ok(self.fork.setxattr_as(ino, name, value, mode, &in_group)?)
+        self.on_behalf(c, None, || {
+            Ok(self.fork.setxattr_as(ino, name, value, mode, &in_group)?)
+        })
     }
 
-    fn removexattr(&self, _: &Caller, ino: u64, name: &[u8]) -> Result<()> {
+    fn removexattr(&self, c: &Caller, ino: u64, name: &[u8]) -> Result<()> {
         view::check_xattr_name(name)?;
-        Ok(self.fork.removexattr(ino, name)?)
+        self.on_behalf(c, None, || Ok(self.fork.removexattr(ino, name)?))
     }
 
     // ------------------------------------------------------------ names
@@ -609,7 +723,7 @@ impl View for ForkView {
             ..self.new_node(parent, kind, mode, c)?
         };
         let file = kind == Kind::File;
-        let attr = self.fork.make(parent, name, &node, file)?;
+        let attr = self.on_behalf(c, None, || self.fork.make(parent, name, &node, file))?;
         self.referenced(&attr, file)?;
         Ok(entry(attr))
     }
@@ -617,7 +731,8 @@ impl View for ForkView {
     fn mkdir(&self, c: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Entry> {
         check_name(name)?;
         let node = self.new_node(parent, Kind::Dir, mode, c)?;
-        Ok(entry(self.fork.make(parent, name, &node, false)?))
+        let attr = self.on_behalf(c, None, || self.fork.make(parent, name, &node, false))?;
+        Ok(entry(attr))
     }
 
     /// Mode 0777 whatever the umask, as on Linux.
@@ -628,23 +743,25 @@ impl View for ForkView {
             target: Some(target),
             ..self.new_node(parent, Kind::Symlink, 0o777, &c)?
         };
-        Ok(entry(self.fork.make(parent, name, &node, false)?))
+        let attr = self.on_behalf(&c, None, || self.fork.make(parent, name, &node, false))?;
+        Ok(entry(attr))
     }
 
-    fn link(&self, _: &Caller, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Entry> {
+    fn link(&self, c: &Caller, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Entry> {
         check_name(new_name)?;
-        self.entry_of(self.fork.link(ino, new_parent, new_name)?)
+        let attr = self.on_behalf(c, None, || self.fork.link(ino, new_parent, new_name))?;
+        self.entry_of(attr)
     }
 
-    fn unlink(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<()> {
+    fn unlink(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         check_name(name)?;
-        Ok(self.fork.unlink(parent, name)?)
+        Ok(self.on_behalf(c, None, || self.fork.unlink(parent, name))?)
     }
 
-    fn rmdir(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<()> {
+    fn rmdir(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<()> {
         check_name(name)?;
         let dir = self.dir_at(parent, name);
-        self.fork.rmdir(parent, name)?;
+        self.on_behalf(c, None, || self.fork.rmdir(parent, name))?;
         if let Some(d) = dir {
             self.removed_dir(d);
         }
@@ -655,7 +772,7 @@ impl View for ForkView {
     /// (`RENAME_WHITEOUT`, combinations) is `EINVAL`.
     fn rename(
         &self,
-        _: &Caller,
+        c: &Caller,
         parent: u64,
         name: &[u8],
         new_parent: u64,
@@ -676,7 +793,9 @@ impl View for ForkView {
             RenameMode::Exchange => None,
             _ => self.dir_at(new_parent, new_name),
         };
-        self.fork.rename(parent, name, new_parent, new_name, mode)?;
+        self.on_behalf(c, None, || {
+            self.fork.rename(parent, name, new_parent, new_name, mode)
+        })?;
         if let Some(d) = over
             && self.fork.getattr(d.ino).is_err()
         {

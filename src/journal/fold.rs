@@ -126,6 +126,7 @@ pub fn snapshot(state: &ForkState) -> ForkState {
         parked: state.parked,
         unparked: 0,
         budget: super::state::Budget::unbounded(),
+        ops: Default::default(),
     }
 }
 

@@ -198,7 +198,10 @@ pub fn has_uncommitted_changes(store: &Store, name: &str) -> Result<bool> {
         .ok_or_else(|| Error::NoFork(name.into()))?;
     let dir = fork_dir(store, name).join("journal");
     super::wal::any_record(&dir, head.journal_from, |r| {
-        !matches!(r, Record::InodeMap(_) | Record::LoadDir { .. })
+        !matches!(
+            r,
+            Record::InodeMap(_) | Record::LoadDir { .. } | Record::Who(_)
+        )
     })
     .map_err(io_at(&dir))
 }
@@ -245,6 +248,8 @@ pub struct Fork {
     replayed_changes: usize,
     /// What `fallocate` reserved, for `st_blocks` and `statfs` (not journaled).
     prealloc: Prealloc,
+    /// The `storefs run` serving it, if one does ([`Fork::set_run`]).
+    run: std::sync::OnceLock<String>,
     _lock: Box<dyn Any + Send + Sync>,
 }
 
@@ -402,7 +407,10 @@ impl Fork {
                 });
             }
             first = false;
-            if !matches!(rec, Record::InodeMap(_) | Record::LoadDir { .. }) {
+            if !matches!(
+                rec,
+                Record::InodeMap(_) | Record::LoadDir { .. } | Record::Who(_)
+            ) {
                 changes += 1;
             }
             state.apply(&store, &rec, pos, plen).map_err(|e| match e {
@@ -439,6 +447,7 @@ impl Fork {
             cache_bytes,
             replayed_changes: changes,
             prealloc: Prealloc::default(),
+            run: std::sync::OnceLock::new(),
             _lock: lock,
         })
     }
@@ -484,6 +493,24 @@ impl Fork {
         &self.store
     }
 
+    /// The fork is served inside `storefs run` `run` (its id, the pid
+    /// `runs/<pid>.json` names): the mount records it with every change.
+    pub fn set_run(&self, run: &str) {
+        let _ = self.run.set(run.to_string());
+    }
+
+    /// The run serving the fork ("" outside `storefs run`).
+    pub fn run(&self) -> &str {
+        self.run.get().map_or("", String::as_str)
+    }
+
+    /// The operations since the last commit, oldest first (what `storefs
+    /// ops` shows of a fork after its commits).
+    pub fn uncommitted_ops(&self) -> Vec<super::ops::OpLine> {
+        let st = self.state.lock();
+        st.ops.entries.iter().map(super::ops::Op::line).collect()
+    }
+
     /// Run `f` under the state lock; then park directories if the inode
     /// table is over its budget (`state/park.rs`).
     pub(super) fn with<T>(
@@ -493,6 +520,7 @@ impl Fork {
         let ctx = Ctx {
             store: &self.store,
             wal: &self.wal,
+            who: super::ops::requester(),
         };
         let mut st = self.state.lock();
         let out = f(&mut st, &ctx);
@@ -1104,14 +1132,14 @@ impl Fork {
         let head = *self.head.lock();
         // (1) Rotate and snapshot under the state lock; nothing to fold:
         // HEAD is the commit (no new segment, no new checkpoint).
-        let (seg, mut snap, folding) = {
-            let st = self.state.lock();
+        let (seg, mut snap, folding, ops) = {
+            let mut st = self.state.lock();
             if st.changes == 0 {
                 return Ok(head.checkpoint);
             }
             let map = st.inode_map_record(&self.store)?;
             let seg = self.wal.rotate(&map)?;
-            (seg, snapshot(&st), st.changes)
+            (seg, snapshot(&st), st.changes, st.ops.seal())
         };
         step(CommitStep::Rotated)?;
         // (2) Fold without it.
@@ -1123,6 +1151,11 @@ impl Fork {
             head.checkpoint
         } else {
             let stats = folded.stats.clone();
+            // The log of what this commit folds, as one object the record names.
+            let ops_id = match ops.is_empty() {
+                true => None,
+                false => Some(self.store.put_object(&super::ops::to_jsonl(&ops))?.0),
+            };
             let ckpt = Checkpoint {
                 version: 1,
                 root: folded.root,
@@ -1143,6 +1176,7 @@ impl Fork {
                     sha256: None,
                     stats: Some(stats),
                     git: None,
+                    ops: ops_id,
                 },
             };
             // Syncs objects before publishing the record.
@@ -1170,6 +1204,7 @@ impl Fork {
                 folded.full.then_some(folded.at),
             );
             st.changes -= folding;
+            st.ops.committed(ops.len());
         }
         step(CommitStep::Rebased)?;
         // (5) Trim.

@@ -28,6 +28,7 @@ pub mod ext4;
 mod fold;
 mod fork;
 pub mod io;
+pub mod ops;
 mod prealloc;
 mod rechunk;
 pub mod record;

@@ -137,6 +137,25 @@ pub enum Record {
     /// First record of a segment started by a commit: how the live inode
     /// numbers map onto the committed tree (see `ForkState::inode_map`).
     InodeMap(InodeMap),
+
+    // Provenance (`state/provenance.rs`).
+    /// Every later change record of this segment (until the next `Who`) was
+    /// made by this requester. Written only when the requester changes.
+    Who(Who),
+}
+
+/// Who asked for a change: the requesting process as the mount saw it
+/// (`pid` 0 and an empty command: unknown, e.g. a change not made through a
+/// mount, or a journal written before provenance was recorded).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Who {
+    pub pid: u32,
+    pub uid: u32,
+    /// `/proc/PID/comm` when the change was made (at most 15 bytes).
+    pub command: Vec<u8>,
+    /// The `storefs run` the mount belongs to (its pid, as `runs/<pid>.json`
+    /// names it), or empty.
+    pub run: Vec<u8>,
 }
 
 /// A directory's children: (name, ino) in name order.
@@ -174,6 +193,8 @@ const T_RMXATTR: u8 = 11;
 // Bookkeeping.
 const T_LOADDIR: u8 = 1;
 const T_INODEMAP: u8 = 12;
+// Provenance.
+const T_WHO: u8 = 14;
 
 /// `SetAttr`'s mask: one bit per optional field, in this order.
 const SETATTR_PERM: u8 = 1;
@@ -299,6 +320,14 @@ impl Record {
             // Bookkeeping.
             Record::LoadDir { dir, first_ino } => put(&mut o, T_LOADDIR, &[dir, first_ino]),
             Record::InodeMap(map) => put(&mut o, T_INODEMAP, &[map]),
+
+            // Provenance.
+            Record::Who(Who {
+                pid,
+                uid,
+                command,
+                run,
+            }) => put(&mut o, T_WHO, &[pid, uid, command, run]),
         }
         o
     }
@@ -412,6 +441,14 @@ impl Record {
                 first_ino: get(r)?,
             },
             T_INODEMAP => Record::InodeMap(get(r)?),
+
+            // Provenance.
+            T_WHO => Record::Who(Who {
+                pid: get(r)?,
+                uid: get(r)?,
+                command: get(r)?,
+                run: get(r)?,
+            }),
 
             _ => return Err(Malformed("unknown record tag")),
         })
@@ -794,6 +831,12 @@ mod tests {
                 links: vec![(7, 8)],
                 orphans: vec![9, 10],
             }),
+            Record::Who(Who {
+                pid: 4242,
+                uid: 1000,
+                command: b"python3".to_vec(),
+                run: b"77".to_vec(),
+            }),
         ];
         let pinned = [
             "02010161ac0201a403e8070700fbffffffffffffff00",
@@ -811,6 +854,7 @@ mod tests {
             "0b0906757365722e611200000000000000",
             "010464",
             "0c63020102016102016203020001070802090a",
+            "0e9221e80707707974686f6e33023737",
         ];
         assert_eq!(recs.len(), pinned.len());
         for (r, hex) in recs.iter().zip(pinned) {

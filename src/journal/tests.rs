@@ -2094,3 +2094,143 @@ fn copy_range_during_a_commit_survives_its_rebase() {
         .unwrap();
     assert_eq!(out, want, "in the checkpoint");
 }
+
+// ------------------------------------------------------------ provenance
+
+/// Requester `pid` named `command` (uid 1000).
+fn who(pid: u32, command: &str) -> Arc<ops::Who> {
+    Arc::new(ops::Who {
+        pid,
+        uid: 1000,
+        command: command.as_bytes().to_vec(),
+        run: Vec::new(),
+    })
+}
+
+/// (op, path, new path, pid, command, count, bytes) of each line.
+type Row = (String, String, Option<String>, u32, String, u64, u64);
+
+fn rows(lines: &[ops::OpLine]) -> Vec<Row> {
+    lines
+        .iter()
+        .map(|l| {
+            let l = l.clone();
+            (l.op, l.path, l.new_path, l.pid, l.command, l.count, l.bytes)
+        })
+        .collect()
+}
+
+fn row(
+    op: &str,
+    path: &str,
+    new: Option<&str>,
+    pid: u32,
+    cmd: &str,
+    count: u64,
+    bytes: u64,
+) -> Row {
+    (
+        op.into(),
+        path.into(),
+        new.map(Into::into),
+        pid,
+        cmd.into(),
+        count,
+        bytes,
+    )
+}
+
+#[test]
+fn every_change_names_its_requester_across_replay_and_commit() {
+    let e = env();
+    e.create("p");
+    let f = e.open("p");
+    let hello = f.lookup(ROOT_INO, b"hello.txt").unwrap().ino;
+    let dir = f.lookup(ROOT_INO, b"dir").unwrap().ino;
+    let (alpha, beta) = (who(10, "alpha"), who(20, "beta"));
+    ops::on_behalf_of(alpha.clone(), || {
+        // Three writes of one process to one file: one entry.
+        f.write(hello, 0, b"HE").unwrap();
+        f.append(hello, b"more").unwrap();
+        f.write(hello, 100, b"x").unwrap();
+        let new = f.create_open(dir, b"new.txt", 0o644, 0, 0).unwrap().ino;
+        f.write(new, 0, b"abc").unwrap();
+    });
+    ops::on_behalf_of(beta.clone(), || {
+        f.rename(dir, b"new.txt", ROOT_INO, b"moved.txt", RenameMode::Replace)
+            .unwrap();
+        f.unlink(dir, b"a.txt").unwrap();
+        f.mkdir(ROOT_INO, b"d2", 0o755, 0, 0).unwrap();
+        let set = SetAttr {
+            perm: Some(0o600),
+            ..SetAttr::default()
+        };
+        f.setattr(hello, &set).unwrap();
+    });
+    // Not on anyone's behalf: unknown.
+    f.write(hello, 0, b"?").unwrap();
+    let want = vec![
+        row("write", "hello.txt", None, 10, "alpha", 3, 7),
+        row("create", "dir/new.txt", None, 10, "alpha", 1, 0),
+        row("write", "dir/new.txt", None, 10, "alpha", 1, 3),
+        row("rename", "dir/new.txt", Some("moved.txt"), 20, "beta", 1, 0),
+        row("unlink", "dir/a.txt", None, 20, "beta", 1, 0),
+        row("mkdir", "d2", None, 20, "beta", 1, 0),
+        row("chmod", "hello.txt", None, 20, "beta", 1, 0),
+        row("write", "hello.txt", None, 0, "", 1, 1),
+    ];
+    assert_eq!(rows(&f.uncommitted_ops()), want);
+    assert_eq!(f.uncommitted_ops()[0].range, Some([0, 101]));
+    // The journal says the same after a reopen.
+    drop(f);
+    let f = e.open("p");
+    assert_eq!(rows(&f.uncommitted_ops()), want);
+    // A commit keeps it as an object its record names, and starts afresh.
+    let c = f.commit("c1").unwrap();
+    let ck = e.store.read_checkpoint(&c).unwrap();
+    let id = ck.source.ops.expect("a commit names its operation log");
+    let stored = e.store.get_object(&id, "ops").unwrap();
+    assert_eq!(rows(&ops::from_jsonl(&stored).unwrap()), want);
+    assert!(f.uncommitted_ops().is_empty());
+    // The next segment names its requester again.
+    ops::on_behalf_of(alpha, || f.write(hello, 0, b"again").unwrap());
+    drop(f);
+    let f = e.open("p");
+    assert_eq!(
+        rows(&f.uncommitted_ops()),
+        vec![row("write", "hello.txt", None, 10, "alpha", 1, 5)]
+    );
+}
+
+#[test]
+fn a_requester_is_journaled_once_until_it_changes() {
+    let e = env();
+    // On disk (the journal's bytes are measured).
+    Fork::create(&e.store, "q", &e.base).unwrap();
+    let f = Fork::open(e.store.clone(), "q").unwrap();
+    let hello = f.lookup(ROOT_INO, b"hello.txt").unwrap().ino;
+    let journal = e.store.root().join("forks/q/journal");
+    let size = || -> u64 {
+        fs::read_dir(&journal)
+            .unwrap()
+            .map(|d| {
+                let p = d.unwrap().path();
+                // Records end where the preallocated zeros start.
+                let b = fs::read(&p).unwrap();
+                b.iter().rposition(|&x| x != 0).map_or(0, |i| i as u64 + 1)
+            })
+            .sum()
+    };
+    let alpha = who(10, "alpha");
+    ops::on_behalf_of(alpha.clone(), || f.append(hello, b"0123456789").unwrap());
+    let one = size();
+    ops::on_behalf_of(alpha.clone(), || f.append(hello, b"0123456789").unwrap());
+    let two = size();
+    ops::on_behalf_of(who(11, "beta"), || f.append(hello, b"0123456789").unwrap());
+    let three = size();
+    // The second append costs what an append costs without provenance; the
+    // third one a `Who` record more.
+    let append = two - one;
+    assert!(three - two > append, "{one} {two} {three}");
+    assert!(three - two < append + 40, "{one} {two} {three}");
+}

@@ -41,6 +41,11 @@ pub struct Source {
     /// The git commit, when `kind` is `git` (`storefs import-git`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitSource>,
+    /// A commit's operation log (`kind` "commit"): an object of JSON lines,
+    /// one per operation it folded (`journal::ops`). Absent in commits made
+    /// before operation logs existed, and when the commit folded nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<ObjectId>,
 }
 
 /// Where an imported git commit came from.

@@ -226,6 +226,10 @@ impl Store {
             // keep what it has, do not require the rest.
             self.mark_reachable_inner(&c.root, marked, "gc", self.is_partial(&ck))
                 .map_err(|(tid, e)| refuse(format!("checkpoint {ck}: tree {tid}"), e))?;
+            // A commit's operation log (not a tree: marked, not walked).
+            if let Some(ops) = c.source.ops {
+                marked.insert(ops);
+            }
         }
         Ok(())
     }

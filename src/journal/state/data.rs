@@ -89,6 +89,7 @@ impl ForkState {
         {
             return Err(Error::FileTooLarge);
         }
+        self.claim(ctx)?;
         let mut at = offset;
         for part in data.chunks(MAX_WRITE_DATA) {
             // A `Record::Write` appended from the caller's buffer, without
@@ -99,7 +100,9 @@ impl ForkState {
                 head: &head,
                 data: part,
             };
+            let note = self.note_write(ino, at, part.len() as u64, t);
             self.record_write(ino, at, t, part.len() as u64, log)?;
+            self.noted(note);
             self.counted(true);
             at += part.len() as u64;
         }

@@ -40,9 +40,11 @@ mod inode;
 mod namespace;
 mod park;
 mod piecemap;
+mod provenance;
 mod replay;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 #[cfg(test)]
 pub use extents::ReadPlan;
@@ -54,6 +56,7 @@ pub use namespace::check_name;
 pub use park::{Budget, INODE_BYTES};
 pub use piecemap::PieceMap;
 
+use super::ops::{OpsLog, Who};
 use super::record::Record;
 use super::wal::{Pos, Wal};
 use super::{Error, Result};
@@ -101,12 +104,17 @@ pub struct ForkState {
     pub parked: u64,
     pub unparked: u64,
     pub budget: park::Budget,
+    /// The operations since the last commit, and who the journal's next
+    /// change records belong to (`provenance.rs`).
+    pub ops: OpsLog,
 }
 
 /// What live operations need besides the state.
 pub struct Ctx<'a> {
     pub store: &'a Store,
     pub wal: &'a Wal,
+    /// Who asked for the change (`journal::ops::on_behalf_of`).
+    pub who: Arc<Who>,
 }
 
 /// Where a checked record goes before it takes effect.
@@ -179,6 +187,7 @@ impl ForkState {
             parked: 0,
             unparked: 0,
             budget: park::Budget::unbounded(),
+            ops: OpsLog::default(),
         }
     }
 
@@ -197,7 +206,8 @@ impl ForkState {
             + self.by_link.capacity() * slot(8)
             + self.base_trees.capacity() * slot(32)
             + self.park_queue.capacity() * 8
-            + self.parked_runs.len() * (24 + BTREE_ENTRY);
+            + self.parked_runs.len() * (24 + BTREE_ENTRY)
+            + self.ops.memory_estimate();
         for inode in self.inodes.values() {
             bytes += inode
                 .tree
@@ -229,6 +239,9 @@ impl ForkState {
 
     /// A live operation's change: check `rec`, append it to the journal, apply it.
     fn log(&mut self, ctx: &Ctx<'_>, rec: Record) -> Result<()> {
+        if !matches!(rec, Record::LoadDir { .. }) {
+            self.claim(ctx)?;
+        }
         let log = Log::Append {
             wal: ctx.wal,
             rec: &rec,
@@ -239,6 +252,7 @@ impl ForkState {
     /// Check, log and apply one record: the `record_*` function of its kind.
     /// (An `InodeMap` changes no inode: [`ForkState::apply`] binds or checks it.)
     fn run(&mut self, store: &Store, rec: &Record, log: Log<'_>) -> Result<()> {
+        let note = self.note(rec);
         match rec {
             Record::LoadDir { dir, first_ino } => {
                 self.record_load_dir(store, *dir, *first_ino, log)?
@@ -337,8 +351,11 @@ impl ForkState {
             Record::RemoveXattr { ino, name, time_ns } => {
                 self.record_remove_xattr(*ino, name, *time_ns, log)?
             }
-            Record::InodeMap(_) => unreachable!("an inode map is bound or checked by apply()"),
+            Record::InodeMap(_) | Record::Who(_) => {
+                unreachable!("an inode map or a requester is taken by apply()")
+            }
         }
+        self.noted(note);
         self.counted(!matches!(rec, Record::LoadDir { .. }));
         Ok(())
     }

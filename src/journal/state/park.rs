@@ -369,7 +369,7 @@ impl ForkState {
     pub(super) fn unpark_for(&mut self, store: &Store, rec: &Record) -> Result<()> {
         match rec {
             // `record_load_dir` brings back the parent itself.
-            Record::LoadDir { .. } | Record::InodeMap(_) => Ok(()),
+            Record::LoadDir { .. } | Record::InodeMap(_) | Record::Who(_) => Ok(()),
             Record::Create { parent, .. } => self.unpark_dir(store, *parent),
             Record::Link { ino, parent, .. } => {
                 self.ensure_changeable(store, *ino)?;

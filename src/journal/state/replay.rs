@@ -16,7 +16,13 @@ impl ForkState {
     /// Replay one record read from the journal, whose frame is at `pos` with
     /// a payload of `plen` bytes.
     pub fn apply(&mut self, store: &Store, rec: &Record, pos: Pos, plen: u64) -> Result<()> {
+        if let Record::Who(w) = rec {
+            self.replay_who(w);
+            return Ok(());
+        }
         if let Record::InodeMap(m) = rec {
+            // A segment's changes start with an unknown requester.
+            self.ops.current = super::super::ops::unknown();
             let fresh = std::mem::replace(&mut self.fresh, false);
             return if fresh {
                 self.bind_inode_map(store, m)

@@ -1,0 +1,479 @@
+//! Provenance: who made each change of a fork, and the operation log a
+//! commit keeps (issue 42).
+//!
+//! The journal records the requester of its changes with `Who` records
+//! (`record.rs`), written only when the requester differs from the one
+//! before: every later change record of the segment belongs to it. Replay
+//! and live changes alike keep an [`OpsLog`] in the fork's state
+//! (`state/provenance.rs`): one [`Op`] per change, with the path resolved
+//! from the state when the change was made; consecutive writes of one
+//! requester to one file collapse into one entry (count, bytes, range). A
+//! commit stores what it folded as one object of JSON lines ([`OpLine`]) and
+//! names it in the checkpoint's `source.ops`.
+//!
+//! The requester of a change comes from the caller: the mount sets it for
+//! the request it serves ([`on_behalf_of`]); a change made otherwise (an
+//! offline tool, a test) is made by [`Who::default`], "unknown".
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use serde::{Deserialize, Serialize};
+
+pub use super::record::Who;
+
+thread_local! {
+    /// The requester of the changes this thread makes now ([`on_behalf_of`]).
+    static REQUESTER: RefCell<Option<Arc<Who>>> = const { RefCell::new(None) };
+}
+
+static UNKNOWN: LazyLock<Arc<Who>> = LazyLock::new(|| Arc::new(Who::default()));
+
+/// Run `f` (changes to a fork) as requested by `who`: the journal attributes
+/// every change `f` makes on this thread to it.
+pub fn on_behalf_of<T>(who: Arc<Who>, f: impl FnOnce() -> T) -> T {
+    let before = REQUESTER.with(|r| r.replace(Some(who)));
+    let out = f();
+    REQUESTER.with(|r| *r.borrow_mut() = before);
+    out
+}
+
+/// The requester of the changes this thread makes now (unknown outside
+/// [`on_behalf_of`]).
+pub(crate) fn requester() -> Arc<Who> {
+    REQUESTER.with(|r| r.borrow().clone().unwrap_or_else(unknown))
+}
+
+/// The unknown requester.
+pub(crate) fn unknown() -> Arc<Who> {
+    UNKNOWN.clone()
+}
+
+/// One entry of the operation log, in memory.
+#[derive(Clone, Debug)]
+pub struct Op {
+    /// The first change's time (ns since the epoch).
+    pub time_ns: i64,
+    pub op: &'static str,
+    pub path: Vec<u8>,
+    /// A rename's new path.
+    pub new_path: Option<Vec<u8>>,
+    pub who: Arc<Who>,
+    /// Bytes written or copied (data changes), else 0.
+    pub bytes: u64,
+    /// Changes collapsed into this entry.
+    pub count: u64,
+    /// `[start, end)` of the bytes changed (writes, copies, punched holes).
+    pub range: Option<[u64; 2]>,
+    /// A truncate's new size.
+    pub size: Option<u64>,
+    /// The inode changed (not shown: it only decides what collapses).
+    pub ino: u64,
+}
+
+impl Op {
+    /// What `storefs ops --json`, the commit's object and the browse mount show.
+    pub fn line(&self) -> OpLine {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        OpLine {
+            time_ns: self.time_ns,
+            op: self.op.to_string(),
+            path: text(&self.path),
+            new_path: self.new_path.as_deref().map(text),
+            pid: self.who.pid,
+            command: text(&self.who.command),
+            uid: self.who.uid,
+            run: text(&self.who.run),
+            bytes: self.bytes,
+            count: self.count,
+            range: self.range,
+            size: self.size,
+        }
+    }
+}
+
+/// One operation as JSON: a line of a commit's operation log object
+/// (docs/format.md, "Operation logs").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpLine {
+    pub time_ns: i64,
+    pub op: String,
+    /// Relative to the fork's root ("" is the root itself).
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_path: Option<String>,
+    pub pid: u32,
+    pub command: String,
+    pub uid: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run: String,
+    #[serde(default)]
+    pub bytes: u64,
+    #[serde(default = "one")]
+    pub count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<[u64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// What an entry takes in memory, about.
+fn cost(e: &Op) -> usize {
+    std::mem::size_of::<Op>() + e.path.capacity() + e.new_path.as_ref().map_or(0, Vec::capacity)
+}
+
+/// Lines as a commit stores them: one JSON object per line.
+pub fn to_jsonl(ops: &[OpLine]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for op in ops {
+        serde_json::to_writer(&mut out, op).expect("an op serializes");
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The lines of a stored operation log; `None` when one does not parse.
+pub fn from_jsonl(bytes: &[u8]) -> Option<Vec<OpLine>> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).ok())
+        .collect()
+}
+
+/// Bytes of uncommitted operations (estimated) above which repeated ones
+/// are merged ([`OpsLog::push`]).
+pub const COMPACT_BYTES: usize = 32 << 20;
+
+/// The operations of a fork's state since its last commit, and who the
+/// journal's later records belong to.
+#[derive(Clone, Debug)]
+pub struct OpsLog {
+    pub entries: Vec<Op>,
+    /// What `entries` holds, about (bytes), and the size that makes the
+    /// next [`OpsLog::push`] merge repeated operations.
+    bytes: usize,
+    compact_at: usize,
+    /// Entries before this are being folded by a commit: none of them is
+    /// extended any more.
+    pub sealed: usize,
+    /// The requester of the journal's next change records (the last `Who`
+    /// of the segment; unknown at a segment's start).
+    pub current: Arc<Who>,
+    /// Where inodes were last seen named: (directory, name). Checked
+    /// against the directory before use, found again when stale.
+    pub names: HashMap<u64, (u64, Vec<u8>)>,
+}
+
+impl Default for OpsLog {
+    fn default() -> OpsLog {
+        OpsLog {
+            entries: Vec::new(),
+            bytes: 0,
+            compact_at: COMPACT_BYTES,
+            sealed: 0,
+            current: unknown(),
+            names: HashMap::new(),
+        }
+    }
+}
+
+impl OpsLog {
+    /// A commit starts folding: what is logged so far is its log. The new
+    /// segment starts with an unknown requester.
+    pub fn seal(&mut self) -> Vec<OpLine> {
+        self.sealed = self.entries.len();
+        self.current = unknown();
+        self.entries.iter().map(Op::line).collect()
+    }
+
+    /// The commit that sealed the first `n` entries moved the head: they
+    /// are committed.
+    pub fn committed(&mut self, n: usize) {
+        let gone: usize = self
+            .entries
+            .drain(..n.min(self.entries.len()))
+            .map(|e| cost(&e))
+            .sum();
+        self.bytes = self.bytes.saturating_sub(gone);
+        self.compact_at = COMPACT_BYTES.max(self.bytes * 2);
+        self.sealed = self.sealed.saturating_sub(n);
+    }
+
+    /// Add an entry. Past [`COMPACT_BYTES`] of entries (and then each time
+    /// what is left doubles) the entries not sealed are compacted: those of
+    /// one requester, operation and path(s) become one, at the place of the
+    /// first, with their counts and bytes summed and their ranges joined.
+    /// The log stays small for a workload that repeats itself (a database's
+    /// transactions: its journal created, written, removed, the database
+    /// written), at the cost of the order between repeated operations. A
+    /// replay compacts at the same points.
+    pub fn push(&mut self, op: Op) {
+        self.bytes += cost(&op);
+        self.entries.push(op);
+        if self.bytes <= self.compact_at {
+            return;
+        }
+        type Key = (Arc<Who>, &'static str, Vec<u8>, Option<Vec<u8>>);
+        let mut first: HashMap<Key, usize> = HashMap::new();
+        let mut kept: Vec<Op> = Vec::new();
+        for e in self.entries.drain(self.sealed..) {
+            let key = (e.who.clone(), e.op, e.path.clone(), e.new_path.clone());
+            match first.get(&key) {
+                Some(&i) => {
+                    let k = &mut kept[i];
+                    k.count += e.count;
+                    k.bytes += e.bytes;
+                    k.size = e.size.or(k.size);
+                    k.range = match (k.range, e.range) {
+                        (Some([a, b]), Some([c, d])) => Some([a.min(c), b.max(d)]),
+                        (r, s) => r.or(s),
+                    };
+                }
+                None => {
+                    first.insert(key, kept.len());
+                    kept.push(e);
+                }
+            }
+        }
+        self.entries.extend(kept);
+        self.bytes = self.entries.iter().map(cost).sum();
+        self.compact_at = COMPACT_BYTES.max(self.bytes * 2);
+    }
+
+    /// Bytes it holds, about (for `status`).
+    pub fn memory_estimate(&self) -> usize {
+        self.bytes
+            + self
+                .names
+                .values()
+                .map(|(_, n)| 48 + n.capacity())
+                .sum::<usize>()
+    }
+}
+
+/// Whose operations a revert undoes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Select {
+    Pid(u32),
+    /// A command name (as `/proc/PID/comm` kept it: 15 bytes at most).
+    Command(String),
+    /// A `storefs run` (its id).
+    Run(String),
+}
+
+impl Select {
+    pub fn matches(&self, op: &OpLine) -> bool {
+        match self {
+            Select::Pid(p) => op.pid == *p,
+            Select::Command(c) => op.command.as_bytes() == &c.as_bytes()[..c.len().min(15)],
+            Select::Run(r) => op.run == *r,
+        }
+    }
+}
+
+/// What a revert does to one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Put the path back as it was (it may not have existed: then it goes).
+    Restore(String),
+    /// Leave it: a later change by another process touched it (the first
+    /// such operation).
+    Conflict(String, OpLine),
+}
+
+/// The paths the selected processes changed in `ops` (oldest first), in the
+/// order they first changed them, each to restore or, when an operation of
+/// another process after their first change touched it, a conflict. Touched:
+/// the same path, a path below it, or a rename, exchange, unlink or rmdir of
+/// a directory above it. Paths of files that had no name (`<unlinked inode
+/// N>`) are left out.
+pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
+    let touched = |op: &OpLine| {
+        let mut v = vec![op.path.clone()];
+        v.extend(op.new_path.clone());
+        v
+    };
+    let mut first: Vec<(String, usize)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, op) in ops.iter().enumerate() {
+        if select.matches(op) {
+            for p in touched(op) {
+                if !p.starts_with("<unlinked") && seen.insert(p.clone()) {
+                    first.push((p, i));
+                }
+            }
+        }
+    }
+    let below = |p: &str, dir: &str| {
+        dir.is_empty() || p.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
+    };
+    first
+        .into_iter()
+        .map(|(p, at)| {
+            let later = ops[at + 1..]
+                .iter()
+                .filter(|op| !select.matches(op))
+                .find(|op| {
+                    let moves =
+                        matches!(op.op.as_str(), "rename" | "exchange" | "unlink" | "rmdir");
+                    touched(op)
+                        .iter()
+                        .any(|q| *q == p || below(q, &p) || (moves && below(&p, q)))
+                });
+            match later {
+                Some(op) => Step::Conflict(p, op.clone()),
+                None => Step::Restore(p),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(who: &Arc<Who>, op: &'static str, path: &str) -> Op {
+        Op {
+            time_ns: 1,
+            op,
+            path: path.as_bytes().to_vec(),
+            new_path: None,
+            who: who.clone(),
+            bytes: 10,
+            count: 1,
+            range: Some([0, 10]),
+            size: None,
+            ino: 2,
+        }
+    }
+
+    #[test]
+    fn a_repeating_workload_is_compacted_and_keeps_its_counts() {
+        let a = Arc::new(Who {
+            pid: 1,
+            command: b"db".to_vec(),
+            ..Who::default()
+        });
+        // Equal by value, another allocation (as a replay makes them).
+        let a2 = Arc::new(Who::clone(&a));
+        let mut log = OpsLog::default();
+        log.push(op(&a, "mkdir", "first"));
+        log.seal();
+        let n = COMPACT_BYTES / std::mem::size_of::<Op>() + 10;
+        for i in 0..n {
+            let who = if i % 2 == 0 { &a } else { &a2 };
+            log.push(op(who, "write", "db"));
+            log.push(op(who, "create", "db-journal"));
+            log.push(op(who, "unlink", "db-journal"));
+        }
+        assert!(
+            log.memory_estimate() < COMPACT_BYTES,
+            "{}",
+            log.memory_estimate()
+        );
+        // The sealed entry stays as it was; the rest was merged into one
+        // entry a kind, in the order they first came, and what came after the
+        // merge waits for the next one: every change is counted once.
+        let n = n as u64;
+        let e = &log.entries;
+        let head: Vec<(&str, u64)> = e[..4].iter().map(|e| (e.op, e.count)).collect();
+        assert_eq!(head[0], ("mkdir", 1));
+        assert_eq!(
+            [head[1].0, head[2].0, head[3].0],
+            ["write", "create", "unlink"]
+        );
+        for kind in ["write", "create", "unlink"] {
+            let of = e.iter().filter(|x| x.op == kind);
+            let (count, bytes) = of.fold((0, 0), |(c, b), x| (c + x.count, b + x.bytes));
+            assert_eq!((count, bytes), (n, 10 * n), "{kind}");
+        }
+        assert!((e.len() as u64) < n / 4, "{} entries", e.len());
+        let len = e.len();
+        log.committed(1);
+        assert_eq!(log.entries.len(), len - 1);
+    }
+}
+
+#[cfg(test)]
+mod revert_tests {
+    use super::*;
+
+    fn line(op: &str, path: &str, new_path: Option<&str>, pid: u32) -> OpLine {
+        OpLine {
+            time_ns: 0,
+            op: op.into(),
+            path: path.into(),
+            new_path: new_path.map(Into::into),
+            pid,
+            command: if pid == 1 {
+                "alpha".into()
+            } else {
+                "beta".into()
+            },
+            uid: 0,
+            run: String::new(),
+            bytes: 0,
+            count: 1,
+            range: None,
+            size: None,
+        }
+    }
+
+    #[test]
+    fn a_revert_plan_restores_what_only_they_changed_and_names_later_changes_by_others() {
+        let ops = [
+            line("write", "a.txt", None, 1),
+            line("mkdir", "d", None, 1),
+            line("create", "d/x", None, 1),
+            line("write", "shared", None, 1),
+            line("write", "shared", None, 2), // later, by beta: conflict
+            line("create", "d/y", None, 2),   // below alpha's d: conflict
+            line("rename", "tmp", Some("state.json"), 1),
+            line("write", "b.txt", None, 2), // beta's alone: untouched
+            line("write", "<unlinked inode 9>", None, 1),
+        ];
+        let plan = revert_plan(&ops, &Select::Command("alpha".into()));
+        let shown: Vec<String> = plan
+            .iter()
+            .map(|s| match s {
+                Step::Restore(p) => format!("restore {p}"),
+                Step::Conflict(p, by) => format!("conflict {p} {} {}", by.op, by.path),
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "restore a.txt",
+                "conflict d create d/y",
+                "restore d/x",
+                "conflict shared write shared",
+                "restore tmp",
+                "restore state.json",
+            ]
+        );
+        // By pid, and a change before theirs is no conflict.
+        let plan = revert_plan(&ops[4..8], &Select::Pid(1));
+        assert_eq!(
+            plan,
+            [
+                Step::Restore("tmp".into()),
+                Step::Restore("state.json".into())
+            ]
+        );
+        // A directory above a path renamed later by another: a conflict.
+        let ops = [
+            line("write", "d/f", None, 1),
+            line("rename", "d", Some("e"), 2),
+        ];
+        assert!(matches!(
+            &revert_plan(&ops, &Select::Pid(1))[..],
+            [Step::Conflict(p, _)] if p == "d/f"
+        ));
+    }
+}

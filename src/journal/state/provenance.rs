@@ -1,0 +1,317 @@
+//! Provenance of changes (`journal/ops.rs`): the `Who` record, and the
+//! operation log every change record adds to, live and on replay alike
+//! (both go through [`ForkState::run`], writes through `write_at_time`).
+//!
+//! Paths are resolved from the state just before the change applies, so a
+//! log entry names the path the change was made at (a file renamed later
+//! keeps its old path in earlier entries). A file's name is found through
+//! [`OpsLog::names`] (set by creates and renames, checked against the
+//! directory before use) or, for a base file, in the directory it was loaded
+//! into; a file that has no name any more (unlinked while open) shows as
+//! `<unlinked inode N>`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::super::ops::{Op, Who};
+use super::super::record::{RENAME_EXCHANGE, Record};
+use super::inode::{Data, Dir, Inode};
+use super::{Ctx, ForkState, ROOT_INO};
+use crate::journal::Result;
+use crate::store::Kind;
+
+/// What a change will add to the log, found before it applies.
+pub(super) enum Note {
+    /// Nothing (bookkeeping records).
+    None,
+    /// A new entry, and names to remember for inodes: (ino, dir, name); an
+    /// empty name forgets the inode's name if it is in `dir`.
+    New(Op, Vec<(u64, u64, Vec<u8>)>),
+    /// More of the last entry: one more write of `bytes` over `range`.
+    More { bytes: u64, range: [u64; 2] },
+}
+
+impl ForkState {
+    /// Before a live change record is appended: the journal names its
+    /// requester (`ctx.who`) unless the last `Who` of the segment does.
+    pub(super) fn claim(&mut self, ctx: &Ctx<'_>) -> Result<()> {
+        let who = &ctx.who;
+        if Arc::ptr_eq(who, &self.ops.current) || **who == *self.ops.current {
+            return Ok(());
+        }
+        ctx.wal.append(&Record::Who(Who::clone(who)).encode())?;
+        self.ops.current = who.clone();
+        Ok(())
+    }
+
+    /// Replay of a `Who` record: the changes after it are its requester's.
+    pub(super) fn replay_who(&mut self, who: &Who) {
+        self.ops.current = Arc::new(who.clone());
+    }
+
+    /// What `rec` adds to the log, looked up before it applies.
+    pub(super) fn note(&mut self, rec: &Record) -> Note {
+        let (op, ino, path, new_path, t) = match rec {
+            Record::Create {
+                parent,
+                name,
+                ino,
+                kind,
+                time_ns,
+                ..
+            } => {
+                let op = match kind {
+                    Kind::File => "create",
+                    Kind::Dir => "mkdir",
+                    Kind::Symlink => "symlink",
+                    _ => "mknod",
+                };
+                let path = self.child_path(*parent, name);
+                let naming = vec![(*ino, *parent, name.clone())];
+                return Note::New(self.op(op, *ino, path, None, *time_ns), naming);
+            }
+            Record::Link {
+                ino,
+                parent,
+                name,
+                time_ns,
+            } => ("link", *ino, self.child_path(*parent, name), None, *time_ns),
+            Record::Unlink {
+                parent,
+                name,
+                time_ns,
+            } => {
+                let child = self.child(*parent, name);
+                let dir = child
+                    .and_then(|c| self.inodes.get(&c))
+                    .is_some_and(|n| n.kind == Kind::Dir);
+                let op = if dir { "rmdir" } else { "unlink" };
+                let path = self.child_path(*parent, name);
+                let op = self.op(op, child.unwrap_or(0), path, None, *time_ns);
+                // The name goes (the last one: the inode's entry is dropped).
+                return Note::New(op, vec![(child.unwrap_or(0), *parent, Vec::new())]);
+            }
+            Record::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+                time_ns,
+            } => {
+                let src = self.child(*parent, name).unwrap_or(0);
+                let mut naming = vec![(src, *new_parent, new_name.clone())];
+                let op = if flags & RENAME_EXCHANGE != 0 {
+                    if let Some(dst) = self.child(*new_parent, new_name) {
+                        naming.push((dst, *parent, name.clone()));
+                    }
+                    "exchange"
+                } else {
+                    "rename"
+                };
+                let path = self.child_path(*parent, name);
+                let to = self.child_path(*new_parent, new_name);
+                return Note::New(self.op(op, src, path, Some(to), *time_ns), naming);
+            }
+            Record::Write {
+                ino,
+                offset,
+                time_ns,
+                data,
+            } => return self.note_write(*ino, *offset, data.len() as u64, *time_ns),
+            Record::Share {
+                ino,
+                offset,
+                len,
+                time_ns,
+                ..
+            } => {
+                let mut op = self.op_of("copy_file_range", *ino, *time_ns);
+                op.bytes = *len;
+                op.range = Some([*offset, offset.saturating_add(*len)]);
+                return Note::New(op, Vec::new());
+            }
+            Record::Truncate { ino, size, time_ns } => {
+                let mut op = self.op_of("truncate", *ino, *time_ns);
+                op.size = Some(*size);
+                return Note::New(op, Vec::new());
+            }
+            Record::PunchHole {
+                ino,
+                offset,
+                len,
+                time_ns,
+            } => {
+                let mut op = self.op_of("punch_hole", *ino, *time_ns);
+                op.range = Some([*offset, offset.saturating_add(*len)]);
+                return Note::New(op, Vec::new());
+            }
+            Record::SetAttr {
+                ino,
+                perm,
+                uid,
+                gid,
+                ctime,
+                ..
+            } => {
+                let op = if uid.is_some() || gid.is_some() {
+                    "chown"
+                } else if perm.is_some() {
+                    "chmod"
+                } else {
+                    "utimes"
+                };
+                (op, *ino, self.path(*ino), None, *ctime)
+            }
+            Record::SetXattr { ino, time_ns, .. } => {
+                ("setxattr", *ino, self.path(*ino), None, *time_ns)
+            }
+            Record::RemoveXattr { ino, time_ns, .. } => {
+                ("removexattr", *ino, self.path(*ino), None, *time_ns)
+            }
+            Record::LoadDir { .. } | Record::InodeMap(_) | Record::Who(_) => return Note::None,
+        };
+        Note::New(self.op(op, ino, path, new_path, t), Vec::new())
+    }
+
+    /// What a write of `len` bytes at `offset` of `ino` adds: more of the
+    /// last entry when that is this requester's write to the same file.
+    pub(super) fn note_write(&mut self, ino: u64, offset: u64, len: u64, t: i64) -> Note {
+        let end = offset.saturating_add(len);
+        let ops = &self.ops;
+        if ops.entries.len() > ops.sealed
+            && let Some(last) = ops.entries.last()
+            && last.op == "write"
+            && last.ino == ino
+            && Arc::ptr_eq(&last.who, &ops.current)
+        {
+            return Note::More {
+                bytes: len,
+                range: [offset, end],
+            };
+        }
+        let mut op = self.op_of("write", ino, t);
+        op.bytes = len;
+        op.range = Some([offset, end]);
+        Note::New(op, Vec::new())
+    }
+
+    /// The change `note` was found for took effect: log it.
+    pub(super) fn noted(&mut self, note: Note) {
+        match note {
+            Note::None => {}
+            Note::New(op, naming) => {
+                for (ino, dir, name) in naming {
+                    if !name.is_empty() {
+                        self.ops.names.insert(ino, (dir, name));
+                    } else if self.ops.names.get(&ino).is_some_and(|(d, _)| *d == dir) {
+                        self.ops.names.remove(&ino);
+                    }
+                }
+                self.ops.push(op);
+            }
+            Note::More { bytes, range } => {
+                let last = self.ops.entries.last_mut().expect("checked by note_write");
+                last.count += 1;
+                last.bytes += bytes;
+                last.range = Some(match last.range {
+                    Some([a, b]) => [a.min(range[0]), b.max(range[1])],
+                    None => range,
+                });
+            }
+        }
+    }
+
+    /// A new entry for a change of inode `ino` at time `t`.
+    fn op_of(&mut self, op: &'static str, ino: u64, t: i64) -> Op {
+        let path = self.path(ino);
+        self.op(op, ino, path, None, t)
+    }
+
+    fn op(
+        &self,
+        op: &'static str,
+        ino: u64,
+        path: Vec<u8>,
+        new_path: Option<Vec<u8>>,
+        t: i64,
+    ) -> Op {
+        Op {
+            time_ns: t,
+            op,
+            path,
+            new_path,
+            who: self.ops.current.clone(),
+            bytes: 0,
+            count: 1,
+            range: None,
+            size: None,
+            ino,
+        }
+    }
+
+    /// The inode named `name` in loaded directory `dir`.
+    fn child(&self, dir: u64, name: &[u8]) -> Option<u64> {
+        entries(&self.inodes, dir)?.get(name).copied()
+    }
+
+    /// The path of `name` in directory `dir`.
+    fn child_path(&mut self, dir: u64, name: &[u8]) -> Vec<u8> {
+        let mut p = self.path(dir);
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name);
+        p
+    }
+
+    /// The path of inode `ino` from the root ("" for the root).
+    fn path(&mut self, ino: u64) -> Vec<u8> {
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        let mut at = ino;
+        while at != ROOT_INO {
+            // A directory cannot be its own ancestor; a bound all the same.
+            let found = (parts.len() < 4096)
+                .then(|| name_of(&self.inodes, &mut self.ops.names, at))
+                .flatten();
+            let Some((dir, name)) = found else {
+                return format!("<unlinked inode {ino}>").into_bytes();
+            };
+            parts.push(name);
+            at = dir;
+        }
+        parts.reverse();
+        parts.join(&b'/')
+    }
+}
+
+/// A loaded directory's entries.
+fn entries(
+    inodes: &HashMap<u64, Box<Inode>>,
+    dir: u64,
+) -> Option<&std::collections::BTreeMap<Vec<u8>, u64>> {
+    match &inodes.get(&dir)?.data {
+        Data::Dir(Dir::Loaded(k)) => Some(k),
+        _ => None,
+    }
+}
+
+/// Where `ino` is named: the name remembered if its directory still has
+/// it, else found in the directory it was loaded into (a directory's
+/// parent, or a base file's), and remembered.
+fn name_of(
+    inodes: &HashMap<u64, Box<Inode>>,
+    names: &mut HashMap<u64, (u64, Vec<u8>)>,
+    ino: u64,
+) -> Option<(u64, Vec<u8>)> {
+    if let Some((dir, name)) = names.get(&ino)
+        && entries(inodes, *dir).and_then(|k| k.get(name)) == Some(&ino)
+    {
+        return Some((*dir, name.clone()));
+    }
+    let dir = inodes.get(&ino)?.parent;
+    let (name, _) = entries(inodes, dir)?.iter().find(|(_, i)| **i == ino)?;
+    let found = (dir, name.clone());
+    names.insert(ino, found.clone());
+    Some(found)
+}

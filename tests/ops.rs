@@ -1,0 +1,291 @@
+//! Provenance end to end (issue 42): processes with different command names
+//! change a mounted fork; `storefs ops` names each change's process before
+//! and after commit, through the daemon and offline, and the browse mount
+//! shows the same log as `checkpoints/<id>.ops.jsonl`.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Env, MountGuard, stderr};
+use serde_json::Value;
+
+/// A copy of /bin/sh named `name`: its shell builtins (`echo`, `>`, `>>`)
+/// change files as a process whose command (`/proc/PID/comm`) is `name`.
+fn shell_named(env: &Env, name: &str) -> PathBuf {
+    let dir = env.path("bin");
+    fs::create_dir_all(&dir).unwrap();
+    let to = dir.join(name);
+    fs::copy(fs::canonicalize("/bin/sh").unwrap(), &to).unwrap();
+    to
+}
+
+/// Run `script` with shell `sh` in `dir`; its pid.
+fn run_in(sh: &Path, dir: &Path, script: &str) -> u32 {
+    let mut child = Command::new(sh)
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert!(child.wait().unwrap().success(), "{script}");
+    pid
+}
+
+/// A fork `f` of a checkpoint of {shared.txt, keep.txt, sub/}.
+fn setup(env: &Env) {
+    let src = env.path("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("shared.txt"), b"base\n").unwrap();
+    fs::write(src.join("keep.txt"), b"keep\n").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "base".as_ref(),
+    ]);
+    env.ok(["fork", "base", "--name", "f"]);
+}
+
+/// `storefs ops ARGS --json`: each line parsed.
+fn ops_json(env: &Env, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["ops"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    env.ok(&all)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// (op, path, new path, command, pid) of each line.
+fn rows(lines: &[Value]) -> Vec<(String, String, String, String, u64)> {
+    lines
+        .iter()
+        .map(|l| {
+            let s = |k: &str| l[k].as_str().unwrap_or("").to_string();
+            (
+                s("op"),
+                s("path"),
+                s("new_path"),
+                s("command"),
+                l["pid"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn mount_browse(env: &Env, mp: &Path) -> MountGuard {
+    let out = env.run(["mount".as_ref(), "--browse".as_ref(), mp.as_os_str()]);
+    let guard = env.guard_for("(browse)");
+    assert!(out.status.success(), "mount --browse: {}", stderr(&out));
+    guard
+}
+
+#[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
+fn ops_names_each_changes_process_before_and_after_commit_and_on_the_browse_mount() {
+    let env = Env::new();
+    setup(&env);
+    let (alpha, beta) = (
+        shell_named(&env, "alpha-agent"),
+        shell_named(&env, "beta-agent"),
+    );
+    let mp = env.path("mnt");
+    fs::create_dir(&mp).unwrap();
+    let m = env.mount("f", Some(&mp));
+    let a = run_in(
+        &alpha,
+        &mp,
+        "echo one > a.txt; echo a >> shared.txt; echo a2 >> shared.txt",
+    );
+    let b = run_in(&beta, &mp, "echo b >> shared.txt; echo two > sub/b.txt");
+    // A process of another name renames alpha's file.
+    let mv = Command::new("mv")
+        .args(["a.txt", "sub/moved.txt"])
+        .current_dir(&mp)
+        .status()
+        .unwrap();
+    assert!(mv.success());
+    let (a, b) = (u64::from(a), u64::from(b));
+    let s = String::from;
+    let want = [
+        (s("create"), s("a.txt"), s(""), s("alpha-agent"), a),
+        (s("write"), s("a.txt"), s(""), s("alpha-agent"), a),
+        // Two appends of one process to one file: one entry.
+        (s("write"), s("shared.txt"), s(""), s("alpha-agent"), a),
+        (s("write"), s("shared.txt"), s(""), s("beta-agent"), b),
+        (s("create"), s("sub/b.txt"), s(""), s("beta-agent"), b),
+        (s("write"), s("sub/b.txt"), s(""), s("beta-agent"), b),
+    ];
+    // Mounted, not committed: asked of the daemon.
+    let pending = ops_json(&env, &["f"]);
+    let got = rows(&pending);
+    assert_eq!(got[..6], want[..], "{got:#?}");
+    assert_eq!(
+        (
+            got[6].0.as_str(),
+            got[6].1.as_str(),
+            got[6].2.as_str(),
+            got[6].3.as_str()
+        ),
+        ("rename", "a.txt", "sub/moved.txt", "mv")
+    );
+    assert_eq!(got.len(), 7, "{got:#?}");
+    assert!(pending.iter().all(|l| l["checkpoint"].is_null()));
+    assert_eq!(
+        (pending[2]["count"].as_u64(), pending[2]["bytes"].as_u64()),
+        (Some(2), Some(5))
+    );
+    // Filters.
+    let by_beta = rows(&ops_json(&env, &["f", "--command", "beta-agent"]));
+    assert_eq!(by_beta, want[3..6].to_vec());
+    let by_pid = rows(&ops_json(&env, &["f", "--pid", &a.to_string()]));
+    assert_eq!(by_pid, want[..3].to_vec());
+    let under_sub = rows(&ops_json(&env, &["f", "--path", "sub"]));
+    assert_eq!(under_sub.len(), 3, "{under_sub:#?}"); // b.txt twice, the rename into sub/
+    // The human form names the processes too.
+    let human = env.ok(["ops", "f"]);
+    assert!(human.contains(&format!("pid {a} alpha-agent")), "{human}");
+    assert!(human.contains("a.txt -> sub/moved.txt"), "{human}");
+
+    // Committed while mounted: the same operations, now the commit's.
+    let c1 = env.ok(["commit", "f"]).trim().to_string();
+    let committed = ops_json(&env, &["f"]);
+    assert_eq!(rows(&committed), got);
+    assert!(committed.iter().all(|l| l["checkpoint"] == c1.as_str()));
+    assert_eq!(rows(&ops_json(&env, &[&c1])), got);
+    // A change after the commit is not committed, and its process is named.
+    run_in(&beta, &mp, "echo again >> keep.txt");
+    let after = ops_json(&env, &["f"]);
+    let last = after.last().unwrap();
+    assert_eq!(
+        (last["op"].as_str(), last["path"].as_str()),
+        (Some("write"), Some("keep.txt"))
+    );
+    assert_eq!(
+        (last["command"].as_str(), last["checkpoint"].as_null()),
+        (Some("beta-agent"), Some(()))
+    );
+    m.unmount(); // commits the rest
+
+    // Unmounted: the head's commit has it.
+    let all = ops_json(&env, &["f"]);
+    assert_eq!(all.len(), got.len() + 1);
+    let c2 = all.last().unwrap()["checkpoint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(c2, c1);
+    // gc keeps the logs (no grace period: only reachability keeps them).
+    env.ok(["gc", "--grace", "0s"]);
+    assert_eq!(ops_json(&env, &["f"]), all);
+
+    // The browse mount shows each commit's log, line for line.
+    let bmp = env.path("browse");
+    let b = mount_browse(&env, &bmp);
+    let file = bmp.join(format!("checkpoints/{c1}.ops.jsonl"));
+    let shown: Vec<Value> = fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows(&shown), got);
+    let listed: Vec<String> = fs::read_dir(bmp.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".ops.jsonl"))
+        .collect();
+    assert_eq!(
+        listed.len(),
+        2,
+        "only the two commits have a log: {listed:?}"
+    );
+    b.unmount();
+
+    // A snapshot has no operation log, and says so.
+    let base = env.ok(["ops", "base"]);
+    assert!(base.contains("no operation log"), "{base}");
+    assert!(env.ok(["ops", "base", "--json"]).is_empty());
+}
+
+#[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
+fn writeback_without_a_requester_goes_to_the_files_last_writer() {
+    let env = Env::new();
+    setup(&env);
+    let alpha = shell_named(&env, "alpha-agent");
+    let mp = env.path("mnt");
+    fs::create_dir(&mp).unwrap();
+    let out = env.run([
+        "mount".as_ref(),
+        "f".as_ref(),
+        mp.as_os_str(),
+        "--writeback-cache".as_ref(),
+    ]);
+    let m = env.guard_for("f");
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The data reaches the daemon as writeback (on close), without a requester.
+    let a = u64::from(run_in(&alpha, &mp, "echo one > a.txt; echo more >> a.txt"));
+    let got = ops_json(&env, &["f", "--path", "a.txt"]);
+    let writes: Vec<&Value> = got.iter().filter(|l| l["op"] == "write").collect();
+    assert!(!writes.is_empty(), "{got:#?}");
+    for w in &writes {
+        assert_eq!(
+            (w["command"].as_str(), w["pid"].as_u64()),
+            (Some("alpha-agent"), Some(a)),
+            "{got:#?}"
+        );
+    }
+    m.unmount();
+}
+
+#[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
+fn revert_dry_run_lists_their_paths_and_a_later_change_by_another_as_a_conflict() {
+    let env = Env::new();
+    setup(&env);
+    let (alpha, beta) = (
+        shell_named(&env, "alpha-agent"),
+        shell_named(&env, "beta-agent"),
+    );
+    let mp = env.path("mnt");
+    fs::create_dir(&mp).unwrap();
+    let m = env.mount("f", Some(&mp));
+    run_in(&alpha, &mp, "echo new > a.txt; echo a >> shared.txt");
+    env.ok(["commit", "f"]);
+    run_in(&alpha, &mp, "echo changed > keep.txt");
+    let b = run_in(&beta, &mp, "echo b >> shared.txt");
+    // Alpha's paths, across a commit and what is not committed, through the
+    // daemon: a.txt was not in the fork point, keep.txt was; beta appended to
+    // shared.txt after alpha did.
+    let out = env.run(["revert", "f", "--command", "alpha-agent", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout.clone()).unwrap(),
+        format!(
+            "remove\ta.txt\nconflict\tshared.txt\twrite shared.txt by pid {b} (beta-agent)\nrestore\tkeep.txt\n"
+        )
+    );
+    assert!(stderr(&out).contains("1 path(s)"), "{}", stderr(&out));
+    // Beta's one change came after alpha's: nothing to conflict with.
+    let out = env.ok(["revert", "f", "--pid", &b.to_string(), "--dry-run"]);
+    assert_eq!(out, "restore\tshared.txt\n");
+    // Applying is not built: refused, nothing changed.
+    let err = env.fails_in(&env.store, &["revert", "f", "--command", "alpha-agent"]);
+    assert!(err.contains("--dry-run"), "{err}");
+    assert_eq!(fs::read(mp.join("keep.txt")).unwrap(), b"changed\n");
+    m.unmount();
+}
