@@ -114,7 +114,7 @@ fn mount_archive(env: &Env, args: &[&str]) -> (common::MountGuard, String) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn mount_a_split_archive_at_its_origin() {
     let env = Env::new();
@@ -183,7 +183,7 @@ fn mount_a_split_archive_at_its_origin() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn corrupt_missing_and_reordered_parts() {
     let env = Env::new();
@@ -278,7 +278,7 @@ fn corrupt_missing_and_reordered_parts() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn export_round_trips_through_gnu_tar_and_import() {
     let env = Env::new();
@@ -448,7 +448,7 @@ fn import_bytes(env: &Env, name: &str, bytes: &[u8]) -> std::process::Output {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn hostile_archives_are_refused_or_contained() {
     use tar::EntryType::{Char, Directory, Fifo, Link, Regular, Symlink};
@@ -852,7 +852,7 @@ fn pax_entry(out: &mut Vec<u8>, typeflag: u8, recs: &[(&str, &[u8])]) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn old_and_odd_headers_are_read_as_gnu_tar_and_bsdtar_do() {
     let env = Env::new();
@@ -1315,7 +1315,7 @@ fn acls_as_text_records_are_not_dropped_silently() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn xz_bzip2_and_lzip_archives_import_and_export_refuses_their_names() {
     let env = Env::new();

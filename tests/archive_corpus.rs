@@ -387,7 +387,7 @@ fn corpus_archives() -> Vec<(String, PathBuf)> {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn corpus_archives_match_gnu_tar() {
     require_root();
@@ -601,7 +601,7 @@ fn corpus_archives_import_the_same_closing_directories_early() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn generated_archives_match_gnu_tar() {
     require_root();

@@ -141,7 +141,7 @@ fn snapshot(env: &Env, dir: &Path, name: &str) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn the_control_socket_serves_past_a_silent_client_and_refuses_an_endless_line() {
     let env = Env::new();
@@ -228,7 +228,7 @@ fn the_control_socket_serves_past_a_silent_client_and_refuses_an_endless_line() 
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_remote_index_entry_past_its_pack_is_eio_without_the_allocation() {
     let (env, url, remote) = env_with_remote(RemoteKind::File, "bounds");
@@ -418,7 +418,7 @@ fn sparse_tar(segments: u64) -> Vec<u8> {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_sparse_map_of_many_tiny_segments_imports_in_bounded_memory() {
     let env = Env::new();
@@ -540,7 +540,7 @@ const DEPTH: usize = 6000;
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_tree_six_thousand_deep_survives_every_walk() {
     let env = Env::new();

@@ -119,7 +119,7 @@ fn os(s: &str) -> &OsStr {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn files_and_a_directory_into_an_unmounted_fork() {
     can_mount();
@@ -203,7 +203,7 @@ fn files_and_a_directory_into_an_unmounted_fork() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_directory_and_files_into_a_mounted_fork_are_seen_at_once() {
     can_mount();
@@ -338,7 +338,7 @@ fn wait_for(p: &Path, run: &mut Running) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_fork_held_by_a_run_is_changed_through_its_daemon_or_refused() {
     can_mount();
@@ -400,7 +400,7 @@ fn a_fork_held_by_a_run_is_changed_through_its_daemon_or_refused() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn unsafe_paths_and_forks_in_use_are_refused_with_the_fix() {
     can_mount();
@@ -488,7 +488,7 @@ fn unsafe_paths_and_forks_in_use_are_refused_with_the_fix() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn into_a_fork_mounted_with_the_writeback_cache() {
     can_mount();

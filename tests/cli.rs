@@ -142,7 +142,7 @@ fn bad_input_is_one_clear_line_and_changes_nothing() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn mount_without_dev_fuse_names_the_device_and_the_fix() {
     let env = Env::new();

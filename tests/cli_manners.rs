@@ -86,7 +86,7 @@ fn a_closed_pipe_ends_quietly_like_coreutils() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_commit_record_counts_its_entries() {
     let env = Env::new();
@@ -132,7 +132,7 @@ fn a_commit_record_counts_its_entries() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
     let env = Env::new();
@@ -168,7 +168,7 @@ fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn umount_takes_the_name_of_what_is_mounted() {
     let env = Env::new();
@@ -196,7 +196,7 @@ fn umount_takes_the_name_of_what_is_mounted() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn umount_resolves_names_and_archive_targets_first() {
     let env = Env::new();
@@ -368,7 +368,7 @@ fn generate_writes_a_man_page_per_verb_and_completions() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn doctor_reports_one_line_per_check_with_fixes() {
     let env = Env::new();
@@ -550,7 +550,7 @@ fn names_with_control_bytes_are_escaped_on_a_terminal_and_raw_in_a_pipe() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn no_colour_codes_on_a_redirected_stderr() {
     let env = Env::new();

@@ -598,7 +598,7 @@ fn an_export_with_holes_reimports_to_the_same_tree() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn every_node_type_extracts_with_gnu_tar_as_it_was() {
     let env = Env::new();

@@ -74,7 +74,7 @@ fn assert_turn_one_kept(root: &Path) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn fork_mount_rw_commit_unmount_and_the_base_stays() {
     let env = Env::new();
@@ -164,7 +164,7 @@ fn fork_mount_rw_commit_unmount_and_the_base_stays() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn fsynced_writes_survive_a_killed_daemon_and_no_commit_keeps_the_journal() {
     let env = Env::new();
@@ -279,7 +279,7 @@ fn fork_of_tree(env: &Env) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn writes_the_kernel_still_holds_are_in_cli_and_periodic_commits() {
     let env = Env::new();
@@ -329,7 +329,7 @@ fn writes_the_kernel_still_holds_are_in_cli_and_periodic_commits() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn fsynced_writes_survive_a_killed_daemon_under_writeback() {
     let env = Env::new();
@@ -361,7 +361,7 @@ fn fsynced_writes_survive_a_killed_daemon_under_writeback() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn mtime_after_write_and_close_is_what_stat_said_before_the_commit() {
     let env = Env::new();
@@ -410,7 +410,7 @@ fn mtime_after_write_and_close_is_what_stat_said_before_the_commit() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn seek_data_sees_what_the_kernel_holds_under_writeback() {
     use std::os::fd::AsRawFd;
@@ -440,7 +440,7 @@ fn seek_data_sees_what_the_kernel_holds_under_writeback() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn the_transport_asked_for_serves_read_only_and_fork_mounts() {
     let env = Env::new();
@@ -522,7 +522,7 @@ fn commit_of_a_ref_advises_a_fork_name_that_is_free() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn forks_lists_heads_fork_points_changes_and_mounts() {
     let env = Env::new();
@@ -593,7 +593,7 @@ fn forks_lists_heads_fork_points_changes_and_mounts() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
     let env = Env::new();
@@ -654,7 +654,7 @@ fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn ls_shows_a_directorys_size_as_the_mount_does() {
     let env = Env::new();
@@ -709,7 +709,7 @@ fn ls_shows_a_directorys_size_as_the_mount_does() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn umount_of_a_busy_fork_commits_nothing_and_never_claims_a_commit() {
     let env = Env::new();

@@ -325,7 +325,7 @@ fn fork_read(fork: &Fork, path: &str) -> Vec<u8> {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn mount_is_rw_with_the_usual_options() {
     let fx = mount_fixture();
@@ -375,7 +375,7 @@ fn ro_option_is_refused() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn create_write_read_at_any_offset() {
     let fx = mount_fixture();
@@ -416,7 +416,7 @@ fn create_write_read_at_any_offset() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn appends_from_two_processes_never_overwrite() {
     let fx = mount_fixture();
@@ -473,7 +473,7 @@ fn appends_from_two_processes_never_overwrite() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn kernel_caches_never_show_stale_bytes_or_names() {
     let fx = mount_fixture();
@@ -559,7 +559,7 @@ fn journal_bytes(fx: &Fixture) -> u64 {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn cp_shares_committed_data_through_copy_file_range() {
     let fx = mount_fixture();
@@ -629,7 +629,7 @@ fn cp_shares_committed_data_through_copy_file_range() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn truncate_ftruncate_and_fallocate() {
     let fx = mount_fixture();
@@ -673,7 +673,7 @@ fn truncate_ftruncate_and_fallocate() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn sparse_write_stays_sparse() {
     let fx = mount_fixture();
@@ -698,7 +698,7 @@ fn sparse_write_stays_sparse() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn unlinked_open_file_stays_readable() {
     let fx = mount_fixture();
@@ -727,7 +727,7 @@ fn unlinked_open_file_stays_readable() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn directories_and_renames() {
     let fx = mount_fixture();
@@ -790,7 +790,7 @@ fn directories_and_renames() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn mkdir_as_a_lock_has_one_winner() {
     let fx = mount_fixture();
@@ -821,7 +821,7 @@ fn mkdir_as_a_lock_has_one_winner() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn symlinks_links_and_metadata() {
     let fx = mount_fixture();
@@ -926,7 +926,7 @@ fn symlinks_links_and_metadata() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn new_entries_take_umask_owner_and_setgid_group() {
     let fx = mount_fixture();
@@ -966,7 +966,7 @@ fn new_entries_take_umask_owner_and_setgid_group() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn setuid_is_cleared_by_a_write_of_another_user() {
     // allow_other, and a path the other user can walk.
@@ -1009,7 +1009,7 @@ fn setuid_is_cleared_by_a_write_of_another_user() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn xattrs() {
     let fx = mount_fixture();
@@ -1041,7 +1041,7 @@ fn xattrs() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn fsync_fdatasync_fsyncdir() {
     let fx = mount_fixture();
@@ -1060,7 +1060,7 @@ fn fsync_fdatasync_fsyncdir() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn shared_mmap_writes_reach_the_fork() {
     let fx = mount_fixture();
@@ -1105,7 +1105,7 @@ fn shared_mmap_writes_reach_the_fork() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn statfs_reports_the_store_file_system() {
     let fx = mount_fixture();
@@ -1123,7 +1123,7 @@ fn statfs_reports_the_store_file_system() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn hostile_inputs_fail_cleanly() {
     let fx = mount_fixture();
@@ -1192,7 +1192,7 @@ fn hostile_inputs_fail_cleanly() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn commit_while_mounted_then_reopen() {
     let mut fx = mount_fixture();
@@ -1296,7 +1296,7 @@ fn dev_stat(p: &Path) -> (bool, bool, u64, u32, u32, u32, u64) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn device_nodes_are_recorded_with_type_and_rdev() {
     use std::os::unix::fs::FileTypeExt;
@@ -1458,7 +1458,7 @@ impl Drop for CliMount {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn device_nodes_survive_a_killed_daemon_commit_and_restore() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -1629,7 +1629,7 @@ fn drop_kernel_caches() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_tree_larger_than_the_inode_budget_matches_native() {
     let fx = mount_fixture_of(

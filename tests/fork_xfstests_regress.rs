@@ -48,7 +48,7 @@ fn fstat(f: &fs::File) -> std::io::Result<fs::Metadata> {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn fstat_of_an_open_directory_replaced_or_removed_answers_with_nlink_0() {
     let env = Env::new();
@@ -98,7 +98,7 @@ fn fstat_of_an_open_directory_replaced_or_removed_answers_with_nlink_0() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn files_of_many_tiny_o_append_writes_read_back_whole() {
     let env = Env::new();
@@ -160,7 +160,7 @@ fn avail(p: &Path) -> u64 {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn fallocate_of_more_than_the_free_space_fails_with_enospc() {
     let env = Env::new();
@@ -201,7 +201,7 @@ fn fallocate_of_more_than_the_free_space_fails_with_enospc() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn fallocate_counts_blocks_and_a_write_in_the_range_adds_none() {
     let env = Env::new();

@@ -388,7 +388,7 @@ fn raw_listing(p: &Path) -> Vec<Vec<u8>> {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn file_bytes_at_any_offset() {
     let fx = mount_fixture();
@@ -446,7 +446,7 @@ fn file_bytes_at_any_offset() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn metadata_matches_the_checkpoint() {
     let fx = mount_fixture();
@@ -557,7 +557,7 @@ fn metadata_matches_the_checkpoint() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn writes_fail_with_erofs() {
     let fx = mount_fixture();
@@ -609,7 +609,7 @@ fn writes_fail_with_erofs() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn corrupt_chunk_fails_only_that_file() {
     let fx = mount_fixture();
@@ -673,7 +673,7 @@ fn corrupt_chunk_fails_only_that_file() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn second_read_is_served_from_the_kernel_page_cache() {
     // No chunk cache in the daemon: only the kernel can serve a second read.
@@ -687,7 +687,7 @@ fn second_read_is_served_from_the_kernel_page_cache() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn mount_options_show_and_unmount_ends_serve() {
     let mut fx = mount_fixture();
@@ -712,7 +712,7 @@ fn mount_options_show_and_unmount_ends_serve() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn stop_signal_unmounts_cleanly() {
     let mut fx = mount_fixture();

@@ -217,7 +217,7 @@ fn open_raw(path: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn names_with_slash_nul_dotdot_and_too_long() {
     let fx = mount_fork();
@@ -322,7 +322,7 @@ fn names_with_slash_nul_dotdot_and_too_long() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn offsets_and_sizes_past_every_limit() {
     let mut fx = mount_fork();
@@ -453,7 +453,7 @@ fn offsets_and_sizes_past_every_limit() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn xattr_names_and_values_over_limits() {
     let fx = mount_fork();
@@ -528,7 +528,7 @@ fn xattr_names_and_values_over_limits() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn deep_nesting_and_symlink_loops() {
     let mut fx = mount_fork();

@@ -66,7 +66,7 @@ fn open_random(path: &std::path::Path) -> File {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_large_file_reads_back_exactly_sequentially_and_at_random() {
     let (env, data) = setup();
@@ -107,7 +107,7 @@ fn a_large_file_reads_back_exactly_sequentially_and_at_random() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_large_base_file_reads_back_exactly_through_a_fork() {
     let (env, mut data) = setup();
@@ -153,7 +153,7 @@ fn a_large_base_file_reads_back_exactly_through_a_fork() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_damaged_frame_fails_only_the_reads_that_need_it() {
     let (env, data) = setup();

@@ -218,7 +218,7 @@ fn finish(failures: &[String]) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn lossless_tree_through_mount_fork_and_restore() {
     let (work, nv) = native_tree();
@@ -294,7 +294,7 @@ fn lossless_tree_through_mount_fork_and_restore() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn tree_built_in_a_fork_is_lossless() {
     let (work, nv) = native_tree();

@@ -533,7 +533,7 @@ fn mounted_at(mp: &Path) -> bool {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn mount_helper_works_through_mount_8_and_fstab() {
     let env = Env::new();

@@ -289,7 +289,7 @@ fn copy_tree(from: &Path, to: &Path) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn one_sided_changes_both_appends_and_separate_line_edits_merge_cleanly() {
     let s = Sides::new(
@@ -346,7 +346,7 @@ fn one_sided_changes_both_appends_and_separate_line_edits_merge_cleanly() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn conflicts_are_listed_one_per_line_and_nothing_is_published() {
     let s = Sides::new(

@@ -14,7 +14,7 @@ use common::{Env, assert_same_tree, make_store, read_all, walk};
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn snapshot_move_away_mount_at_origin_and_resume() {
     let env = Env::new();
@@ -130,7 +130,7 @@ fn snapshot_move_away_mount_at_origin_and_resume() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_corrupt_object_fails_only_its_file_with_eio() {
     let env = Env::new();
@@ -192,7 +192,7 @@ fn a_corrupt_object_fails_only_its_file_with_eio() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_killed_daemon_is_reported_and_cleared_by_umount() {
     let env = Env::new();
@@ -229,7 +229,7 @@ fn a_killed_daemon_is_reported_and_cleared_by_umount() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_tree_larger_than_the_inode_budget_keeps_its_inode_numbers() {
     let env = Env::new();
@@ -299,7 +299,7 @@ fn a_tree_larger_than_the_inode_budget_keeps_its_inode_numbers() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn the_directories_a_mount_created_go_with_it() {
     let env = Env::new();

@@ -251,7 +251,7 @@ fn mount_views(env: &Env, id: &str) -> Vec<(&'static str, MountGuard, PathBuf)> 
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn seek_data_and_hole_answer_as_ext4_on_every_view() {
     let env = Env::new();
@@ -326,7 +326,7 @@ fn seek_data_and_hole_answer_as_ext4_on_every_view() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn blocks_and_du_match_the_tree_restored_on_ext4() {
     let env = Env::new();
@@ -386,7 +386,7 @@ fn blocks_and_du_match_the_tree_restored_on_ext4() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn symlinks_are_rwxrwxrwx_on_every_view() {
     let env = Env::new();
@@ -447,7 +447,7 @@ fn daemon_logs(store: &Path) -> String {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn daemon_log_stays_quiet_over_many_opens_and_a_clean_umount() {
     let env = Env::new();

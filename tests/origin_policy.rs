@@ -200,7 +200,7 @@ fn evil_tar(
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn an_archive_whose_pax_origin_is_root_ssh_is_not_mounted_there() {
     let env = Env::new();
@@ -244,7 +244,7 @@ fn an_archive_whose_pax_origin_is_root_ssh_is_not_mounted_there() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_tree_whose_store_json_root_is_usr_local_sbin_is_not_mounted_there() {
     let env = Env::new();
@@ -309,7 +309,7 @@ fn evil_remote(env: &Env) -> PathBuf {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_lazy_mount_of_a_remote_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
@@ -321,7 +321,7 @@ fn a_lazy_mount_of_a_remote_ref_with_an_evil_origin_is_refused() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_pulled_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
@@ -334,7 +334,7 @@ fn a_pulled_ref_with_an_evil_origin_is_refused() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_fork_of_a_remote_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();

@@ -127,7 +127,7 @@ fn branch_script(origin: &Path, bar: &Path, name: &str, n: usize) -> String {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn four_forks_run_at_one_origin_at_once_and_each_commit_holds_its_own_writes() {
     if !can_mount() {
@@ -221,7 +221,7 @@ fn four_forks_run_at_one_origin_at_once_and_each_commit_holds_its_own_writes() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn exit_codes_and_signals_pass_through_and_nothing_changed_commits_nothing() {
     if !can_mount() {
@@ -276,7 +276,7 @@ fn exit_codes_and_signals_pass_through_and_nothing_changed_commits_nothing() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_held_fork_is_refused_naming_its_run_and_status_commit_umount_know_the_run() {
     if !can_mount() {
@@ -372,7 +372,7 @@ fn wait_for(p: &Path) {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
     use std::os::unix::fs::PermissionsExt;
@@ -481,7 +481,7 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
     if !can_mount() {
@@ -530,7 +530,7 @@ fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_killed_command_is_committed_as_on_a_normal_exit() {
     if !can_mount() {
@@ -563,7 +563,7 @@ fn a_killed_command_is_committed_as_on_a_normal_exit() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_killed_daemon_is_reported_and_the_next_run_replays_its_journal() {
     if !can_mount() {
@@ -607,7 +607,7 @@ fn a_killed_daemon_is_reported_and_the_next_run_replays_its_journal() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn with_mounts_a_second_target_read_only_at_its_own_origin() {
     let env = Env::new();

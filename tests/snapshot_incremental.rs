@@ -73,7 +73,7 @@ fn fixture(env: &Env) -> std::path::PathBuf {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_second_snapshot_reads_only_changed_files_and_equals_a_full_one() {
     let env = Env::new();
@@ -130,7 +130,7 @@ fn a_second_snapshot_reads_only_changed_files_and_equals_a_full_one() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn a_file_stamped_at_the_parents_start_is_read_again() {
     let env = Env::new();
@@ -152,7 +152,7 @@ fn a_file_stamped_at_the_parents_start_is_read_again() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn only_the_heads_of_refs_keep_a_stat_cache() {
     let env = Env::new();
@@ -204,7 +204,7 @@ fn only_the_heads_of_refs_keep_a_stat_cache() {
 #[test]
 #[cfg_attr(
     not(storefs_root_tests),
-    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+    ignore = "needs root; scripts/test.sh runs it"
 )]
 fn without_a_usable_parent_every_file_is_read() {
     let env = Env::new();

@@ -221,7 +221,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(storefs_root_tests),
-        ignore = "needs root (scripts/test.sh runs it)"
+        ignore = "needs root; scripts/test.sh runs it"
     )]
     fn an_origin_is_created_without_following_a_symlink() {
         let t = tempfile::Builder::new()

@@ -2279,7 +2279,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(storefs_root_tests),
-        ignore = "needs root (scripts/test.sh runs it)"
+        ignore = "needs root; scripts/test.sh runs it"
     )]
     fn a_checkpoint_view_served_from_ring_requests() {
         use crate::fs::view::ROOT_INO;

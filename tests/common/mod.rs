@@ -636,14 +636,14 @@ macro_rules! both_remotes {
         mod file {
             $(
                 #[test]
-                #[cfg_attr(not($root), ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)")]
+                #[cfg_attr(not($root), ignore = "needs root; scripts/test.sh runs it")]
                 fn $name() { super::$name(super::RemoteKind::File) }
             )*
         }
         mod s3 {
             $(
                 #[test]
-                #[cfg_attr(not($root), ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)")]
+                #[cfg_attr(not($root), ignore = "needs root; scripts/test.sh runs it")]
                 #[cfg_attr(all($root, not(storefs_test_s3)), ignore = "S3 variant: not built to run (STOREFS_TEST_REMOTES=s3 and a server: scripts/test.sh)")]
                 fn $name() { super::$name(super::RemoteKind::S3) }
             )*
@@ -651,7 +651,7 @@ macro_rules! both_remotes {
         mod azure {
             $(
                 #[test]
-                #[cfg_attr(not($root), ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)")]
+                #[cfg_attr(not($root), ignore = "needs root; scripts/test.sh runs it")]
                 #[cfg_attr(all($root, not(storefs_test_azure)), ignore = "Azure variant: not built to run (STOREFS_TEST_REMOTES=azure and azurite: scripts/test.sh)")]
                 fn $name() { super::$name(super::RemoteKind::Azure) }
             )*
@@ -659,7 +659,7 @@ macro_rules! both_remotes {
         mod gcs {
             $(
                 #[test]
-                #[cfg_attr(not($root), ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)")]
+                #[cfg_attr(not($root), ignore = "needs root; scripts/test.sh runs it")]
                 #[cfg_attr(all($root, not(storefs_test_gcs)), ignore = "GCS variant: not built to run (STOREFS_TEST_REMOTES=gcs and a GCS emulator, which scripts/test.sh does not start)")]
                 fn $name() { super::$name(super::RemoteKind::Gcs) }
             )*
