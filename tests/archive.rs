@@ -112,10 +112,7 @@ fn mount_archive(env: &Env, args: &[&str]) -> (common::MountGuard, String) {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn mount_a_split_archive_at_its_origin() {
     let env = Env::new();
     let origin = env.path("srv/_lead_sessions/s1-gpt56-calibration-v1");
@@ -181,10 +178,7 @@ fn mount_a_split_archive_at_its_origin() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn corrupt_missing_and_reordered_parts() {
     let env = Env::new();
     let origin = env.path("srv/s2");
@@ -276,10 +270,7 @@ fn corrupt_missing_and_reordered_parts() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn export_round_trips_through_gnu_tar_and_import() {
     let env = Env::new();
     let origin = env.path("srv/s3-store");
@@ -446,10 +437,7 @@ fn import_bytes(env: &Env, name: &str, bytes: &[u8]) -> std::process::Output {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn hostile_archives_are_refused_or_contained() {
     use tar::EntryType::{Char, Directory, Fifo, Link, Regular, Symlink};
     let env = Env::new();
@@ -850,10 +838,7 @@ fn pax_entry(out: &mut Vec<u8>, typeflag: u8, recs: &[(&str, &[u8])]) {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn old_and_odd_headers_are_read_as_gnu_tar_and_bsdtar_do() {
     let env = Env::new();
     let mut ar = Vec::new();
@@ -1313,10 +1298,7 @@ fn acls_as_text_records_are_not_dropped_silently() {
 /// external programs); export, which writes only zstd and gzip, refuses those
 /// names rather than write a plain tar under them.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn xz_bzip2_and_lzip_archives_import_and_export_refuses_their_names() {
     let env = Env::new();
     let root = env.path("lead");

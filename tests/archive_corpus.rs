@@ -385,10 +385,7 @@ fn corpus_archives() -> Vec<(String, PathBuf)> {
 
 /// The archives of tests/data/archives (libarchive, tar-rs).
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn corpus_archives_match_gnu_tar() {
     require_root();
     let mut archives = corpus_archives();
@@ -599,10 +596,7 @@ fn corpus_archives_import_the_same_closing_directories_early() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn generated_archives_match_gnu_tar() {
     require_root();
     let work = workdir("gen");

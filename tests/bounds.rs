@@ -139,10 +139,7 @@ fn snapshot(env: &Env, dir: &Path, name: &str) {
 /// 10 MiB line is refused with one error line, and the daemon does not
 /// grow by it.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn the_control_socket_serves_past_a_silent_client_and_refuses_an_endless_line() {
     let env = Env::new();
     let src = env.path("src");
@@ -226,10 +223,7 @@ fn the_control_socket_serves_past_a_silent_client_and_refuses_an_endless_line() 
 /// mount's read of that file gets EIO (the entry is left out, with a
 /// warning) and the daemon never allocates the claimed length.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_remote_index_entry_past_its_pack_is_eio_without_the_allocation() {
     let (env, url, remote) = env_with_remote(RemoteKind::File, "bounds");
     let a = env.path("a");
@@ -416,10 +410,7 @@ fn sparse_tar(segments: u64) -> Vec<u8> {
 /// A sparse map of 50,000 1-byte segments imports in bounded memory (it
 /// took kilobytes per segment: a reply channel each) and restores exactly.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_sparse_map_of_many_tiny_segments_imports_in_bounded_memory() {
     let env = Env::new();
     env.ok(["init"]);
@@ -538,10 +529,7 @@ const DEPTH: usize = 6000;
 /// snapshot of such a tree on disk reads directories by path: refused
 /// past PATH_MAX with one line, not a crash.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_tree_six_thousand_deep_survives_every_walk() {
     let env = Env::new();
     let native = env.path("native");

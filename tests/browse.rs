@@ -81,10 +81,7 @@ fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> Option<i32> {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn browse_shows_checkpoints_refs_forks_and_archives_and_follows_the_store() {
     let env = Env::new();
     let src = env.path("srv/s1");
@@ -338,10 +335,7 @@ fn browse_shows_checkpoints_refs_forks_and_archives_and_follows_the_store() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn browse_corrupt_objects_fail_only_their_file() {
     let env = Env::new();
     let src = env.path("src");

@@ -117,10 +117,7 @@ fn os(s: &str) -> &OsStr {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn files_and_a_directory_into_an_unmounted_fork() {
     can_mount();
     let env = Env::new();
@@ -201,10 +198,7 @@ fn files_and_a_directory_into_an_unmounted_fork() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_directory_and_files_into_a_mounted_fork_are_seen_at_once() {
     can_mount();
     let env = Env::new();
@@ -336,10 +330,7 @@ fn wait_for(p: &Path, run: &mut Running) {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_fork_held_by_a_run_is_changed_through_its_daemon_or_refused() {
     can_mount();
     let env = Env::new();
@@ -398,10 +389,7 @@ fn a_fork_held_by_a_run_is_changed_through_its_daemon_or_refused() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn unsafe_paths_and_forks_in_use_are_refused_with_the_fix() {
     can_mount();
     let env = Env::new();
@@ -486,10 +474,7 @@ fn unsafe_paths_and_forks_in_use_are_refused_with_the_fix() {
 /// checkout still shows the target's at once (new inodes, the names and
 /// their directory forgotten).
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn into_a_fork_mounted_with_the_writeback_cache() {
     can_mount();
     let env = Env::new();

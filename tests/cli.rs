@@ -140,10 +140,7 @@ fn bad_input_is_one_clear_line_and_changes_nothing() {
 /// `mount` says what is missing and how to get it, in one line, and leaves no
 /// mountpoint behind.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn mount_without_dev_fuse_names_the_device_and_the_fix() {
     let env = Env::new();
     let tree = make_tree(&env, "t");

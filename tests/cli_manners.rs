@@ -84,10 +84,7 @@ fn a_closed_pipe_ends_quietly_like_coreutils() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_commit_record_counts_its_entries() {
     let env = Env::new();
     let src = env.path("src");
@@ -130,10 +127,7 @@ fn a_commit_record_counts_its_entries() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
     let env = Env::new();
     small_store(&env);
@@ -166,10 +160,7 @@ fn status_lists_a_dead_mount_and_umount_by_name_clears_it() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn umount_takes_the_name_of_what_is_mounted() {
     let env = Env::new();
     small_store(&env);
@@ -194,10 +185,7 @@ fn umount_takes_the_name_of_what_is_mounted() {
 /// `status` shows (its absolute path), also when it was mounted by a
 /// relative one.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn umount_resolves_names_and_archive_targets_first() {
     let env = Env::new();
     small_store(&env);
@@ -366,10 +354,7 @@ fn generate_writes_a_man_page_per_verb_and_completions() {
 /// what mounts need; here (root, /dev/fuse) nothing is missing. Without
 /// fusermount3 on PATH, root is told it does not need it.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn doctor_reports_one_line_per_check_with_fixes() {
     let env = Env::new();
     let out = env.ok(["doctor"]);
@@ -548,10 +533,7 @@ fn names_with_control_bytes_are_escaped_on_a_terminal_and_raw_in_a_pipe() {
 /// carry no ESC byte; on a terminal the warning is coloured unless
 /// `NO_COLOR` is set.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn no_colour_codes_on_a_redirected_stderr() {
     let env = Env::new();
     small_store(&env);

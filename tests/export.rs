@@ -596,10 +596,7 @@ fn an_export_with_holes_reimports_to_the_same_tree() {
 // ------------------------------------------------ every node type, GNU tar
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn every_node_type_extracts_with_gnu_tar_as_it_was() {
     let env = Env::new();
     let dir = env.path("srv/kinds");

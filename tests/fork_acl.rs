@@ -204,10 +204,7 @@ fn mount_as(env: &Env, target: &str, mnt: &Path) -> common::MountGuard {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn acls_on_a_fork_mount_behave_as_on_ext4() {
     let env = Env::new();
     let (native, mnt) = setup(&env);
@@ -240,10 +237,7 @@ fn acls_on_a_fork_mount_behave_as_on_ext4() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn acls_survive_replay_commit_and_restore_and_bind_a_read_only_mount() {
     let env = Env::new();
     let (native, mnt) = setup(&env);

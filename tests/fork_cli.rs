@@ -72,10 +72,7 @@ fn assert_turn_one_kept(root: &Path) {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn fork_mount_rw_commit_unmount_and_the_base_stays() {
     let env = Env::new();
     let origin = env.path("srv/s1");
@@ -162,10 +159,7 @@ fn fork_mount_rw_commit_unmount_and_the_base_stays() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn fsynced_writes_survive_a_killed_daemon_and_no_commit_keeps_the_journal() {
     let env = Env::new();
     let src = env.path("src");
@@ -277,10 +271,7 @@ fn fork_of_tree(env: &Env) {
 /// commit asked for through the CLI, and in a periodic commit: the daemon
 /// has the kernel write them back first.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn writes_the_kernel_still_holds_are_in_cli_and_periodic_commits() {
     let env = Env::new();
     fork_of_tree(&env);
@@ -327,10 +318,7 @@ fn writes_the_kernel_still_holds_are_in_cli_and_periodic_commits() {
 /// the daemon (fsync writes the kernel's dirty pages back, then syncs the
 /// journal), for an agent's turn and a large file written in pieces.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn fsynced_writes_survive_a_killed_daemon_under_writeback() {
     let env = Env::new();
     fork_of_tree(&env);
@@ -359,10 +347,7 @@ fn fsynced_writes_survive_a_killed_daemon_under_writeback() {
 /// the commit (its times are sent after its data, whichever the daemon
 /// serves first). The size too.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn mtime_after_write_and_close_is_what_stat_said_before_the_commit() {
     let env = Env::new();
     fork_of_tree(&env);
@@ -408,10 +393,7 @@ fn mtime_after_write_and_close_is_what_stat_said_before_the_commit() {
 /// still holds (the fork's extent map does not have it yet): the kernel
 /// answers them from its own size.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn seek_data_sees_what_the_kernel_holds_under_writeback() {
     use std::os::fd::AsRawFd;
     let env = Env::new();
@@ -438,10 +420,7 @@ fn seek_data_sees_what_the_kernel_holds_under_writeback() {
 /// io_uring), and `status --json` says which, with the requests the rings
 /// answered.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn the_transport_asked_for_serves_read_only_and_fork_mounts() {
     let env = Env::new();
     let origin = env.path("srv/t");
@@ -520,10 +499,7 @@ fn commit_of_a_ref_advises_a_fork_name_that_is_free() {
 /// point, uncommitted changes and where it is mounted; `refs` points to it,
 /// and a typo of it is hinted.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn forks_lists_heads_fork_points_changes_and_mounts() {
     let env = Env::new();
     let src = env.path("src");
@@ -591,10 +567,7 @@ fn forks_lists_heads_fork_points_changes_and_mounts() {
 /// Issue 43, finding 6: `status` shows a fork's chunk cache, as README says:
 /// it fills as the fork's files are read (its inode table apart, in --json).
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
     let env = Env::new();
     let src = env.path("src");
@@ -652,10 +625,7 @@ fn status_shows_a_forks_chunk_cache_filling_as_it_is_read() {
 /// `stat` does, for a directory made in a fork (recorded with size 0) and a
 /// large one alike.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn ls_shows_a_directorys_size_as_the_mount_does() {
     let env = Env::new();
     let src = env.path("src");
@@ -707,10 +677,7 @@ fn ls_shows_a_directorys_size_as_the_mount_does() {
 /// committed, nothing said about a commit), and says "committed" only for a
 /// commit that made a checkpoint.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn umount_of_a_busy_fork_commits_nothing_and_never_claims_a_commit() {
     let env = Env::new();
     let src = env.path("src");

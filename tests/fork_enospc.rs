@@ -52,10 +52,7 @@ impl Drop for Tmpfs {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_full_disk_under_a_mounted_fork_gives_enospc_and_the_fork_goes_on() {
     let mut env = Env::new();
     let small = env.path("small-fs");

@@ -279,19 +279,13 @@ fn kill_priv_on_every_write_path(writeback: bool) {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn setuid_and_setgid_are_cleared_on_every_write_path_as_ext4_does() {
     kill_priv_on_every_write_path(false);
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn setuid_and_setgid_are_cleared_on_every_write_path_with_the_writeback_cache() {
     kill_priv_on_every_write_path(true);
 }

@@ -323,10 +323,7 @@ fn fork_read(fork: &Fork, path: &str) -> Vec<u8> {
 // ------------------------------------------------------------------- tests
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn mount_is_rw_with_the_usual_options() {
     let fx = mount_fixture();
     let mounts = fs::read_to_string("/proc/mounts").unwrap();
@@ -373,10 +370,7 @@ fn ro_option_is_refused() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn create_write_read_at_any_offset() {
     let fx = mount_fixture();
     let p = fx.path("new.bin");
@@ -414,10 +408,7 @@ fn create_write_read_at_any_offset() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn appends_from_two_processes_never_overwrite() {
     let fx = mount_fixture();
     let script = r#"for i in $(seq 500); do echo "$1 $i" >> file; done"#;
@@ -471,10 +462,7 @@ fn appends_from_two_processes_never_overwrite() {
 /// (A fork has no direct-I/O handles: every write goes through the page
 /// cache, which the kernel keeps across its zero-message opens.)
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn kernel_caches_never_show_stale_bytes_or_names() {
     let fx = mount_fixture();
     let p = fx.path("hello.txt");
@@ -557,10 +545,7 @@ fn journal_bytes(fx: &Fixture) -> u64 {
 /// by a record, not by the file), data written on the fork is copied, and
 /// both read back and commit as the source.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn cp_shares_committed_data_through_copy_file_range() {
     let fx = mount_fixture();
     let big = fs::read(fx.path("big.bin")).unwrap();
@@ -627,10 +612,7 @@ fn cp_shares_committed_data_through_copy_file_range() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn truncate_ftruncate_and_fallocate() {
     let fx = mount_fixture();
     let p = fx.path("big.bin");
@@ -671,10 +653,7 @@ fn truncate_ftruncate_and_fallocate() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn sparse_write_stays_sparse() {
     let fx = mount_fixture();
     let p = fx.path("sparse");
@@ -696,10 +675,7 @@ fn sparse_write_stays_sparse() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn unlinked_open_file_stays_readable() {
     let fx = mount_fixture();
     let p = fx.path("doomed");
@@ -725,10 +701,7 @@ fn unlinked_open_file_stays_readable() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn directories_and_renames() {
     let fx = mount_fixture();
     fs::create_dir(fx.path("d")).unwrap();
@@ -788,10 +761,7 @@ fn directories_and_renames() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn mkdir_as_a_lock_has_one_winner() {
     let fx = mount_fixture();
     for round in 0..5 {
@@ -819,10 +789,7 @@ fn mkdir_as_a_lock_has_one_winner() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn symlinks_links_and_metadata() {
     let fx = mount_fixture();
     std::os::unix::fs::symlink("/some/abs/target", fx.path("ln")).unwrap();
@@ -924,10 +891,7 @@ fn symlinks_links_and_metadata() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn new_entries_take_umask_owner_and_setgid_group() {
     let fx = mount_fixture();
     // umask applies (the shell's, not this process's).
@@ -964,10 +928,7 @@ fn new_entries_take_umask_owner_and_setgid_group() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn setuid_is_cleared_by_a_write_of_another_user() {
     // allow_other, and a path the other user can walk.
     let fx = mount_fixture_with(|c| c.extra_options = vec!["allow_other".into()]);
@@ -1007,10 +968,7 @@ fn setuid_is_cleared_by_a_write_of_another_user() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn xattrs() {
     let fx = mount_fixture();
     let p = fx.path("hello.txt");
@@ -1039,10 +997,7 @@ fn xattrs() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn fsync_fdatasync_fsyncdir() {
     let fx = mount_fixture();
     let mut f = File::create(fx.path("durable")).unwrap();
@@ -1058,10 +1013,7 @@ fn fsync_fdatasync_fsyncdir() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn shared_mmap_writes_reach_the_fork() {
     let fx = mount_fixture();
     let p = fx.path("mapped");
@@ -1103,10 +1055,7 @@ fn shared_mmap_writes_reach_the_fork() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn statfs_reports_the_store_file_system() {
     let fx = mount_fixture();
     let c = cstr(&fx.mounted.mnt);
@@ -1121,10 +1070,7 @@ fn statfs_reports_the_store_file_system() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn hostile_inputs_fail_cleanly() {
     let fx = mount_fixture();
     let long = "n".repeat(256);
@@ -1190,10 +1136,7 @@ fn hostile_inputs_fail_cleanly() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn commit_while_mounted_then_reopen() {
     let mut fx = mount_fixture();
     fs::write(fx.path("hello.txt"), b"changed in the fork\n").unwrap();
@@ -1294,10 +1237,7 @@ fn dev_stat(p: &Path) -> (bool, bool, u64, u32, u32, u32, u64) {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn device_nodes_are_recorded_with_type_and_rdev() {
     use std::os::unix::fs::FileTypeExt;
     let mut fx = mount_fixture();
@@ -1456,10 +1396,7 @@ impl Drop for CliMount {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn device_nodes_survive_a_killed_daemon_commit_and_restore() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
@@ -1627,10 +1564,7 @@ fn drop_kernel_caches() {
 /// run on a native copy; so do git (init, add, commit, fsck, status,
 /// ls-files), rsync and tar over the whole tree after the commit.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_tree_larger_than_the_inode_budget_matches_native() {
     let fx = mount_fixture_of(
         build_wide_source,

@@ -46,10 +46,7 @@ fn fstat(f: &fs::File) -> std::io::Result<fs::Metadata> {
 /// rename replaced it or an rmdir removed it; a file replaced by a rename
 /// too. Was ESTALE/ENOENT for directories.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn fstat_of_an_open_directory_replaced_or_removed_answers_with_nlink_0() {
     let env = Env::new();
     let m = mount_fork(&env);
@@ -96,10 +93,7 @@ fn fstat_of_an_open_directory_replaced_or_removed_answers_with_nlink_0() {
 /// million appends took a minute; the time is measured, not asserted:
 /// `journal::tests::tiny_appends_read_time`).
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn files_of_many_tiny_o_append_writes_read_back_whole() {
     let env = Env::new();
     let m = mount_fork(&env);
@@ -158,10 +152,7 @@ fn avail(p: &Path) -> u64 {
 /// succeeded); one of less than it succeeds, shows as used in `statfs`
 /// while the file lives, and its space comes back with the file.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn fallocate_of_more_than_the_free_space_fails_with_enospc() {
     let env = Env::new();
     let m = mount_fork(&env);
@@ -199,10 +190,7 @@ fn fallocate_of_more_than_the_free_space_fails_with_enospc() {
 /// (it left 0), and a write into the range does not add any; past the end
 /// with `KEEP_SIZE` too; a hole punched or a truncate gives them back.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn fallocate_counts_blocks_and_a_write_in_the_range_adds_none() {
     let env = Env::new();
     let m = mount_fork(&env);

@@ -386,10 +386,7 @@ fn raw_listing(p: &Path) -> Vec<Vec<u8>> {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn file_bytes_at_any_offset() {
     let fx = mount_fixture();
     let expected = multi_bytes();
@@ -444,10 +441,7 @@ fn file_bytes_at_any_offset() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn metadata_matches_the_checkpoint() {
     let fx = mount_fixture();
     let m = fs::metadata(fx.path("multi.bin")).unwrap();
@@ -555,10 +549,7 @@ fn metadata_matches_the_checkpoint() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn writes_fail_with_erofs() {
     let fx = mount_fixture();
     let file = fx.path("multi.bin");
@@ -607,10 +598,7 @@ fn writes_fail_with_erofs() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn corrupt_chunk_fails_only_that_file() {
     let fx = mount_fixture();
     // Replace bad.txt's chunk with valid zstd of other bytes, before any read.
@@ -671,10 +659,7 @@ fn corrupt_chunk_fails_only_that_file() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn second_read_is_served_from_the_kernel_page_cache() {
     // No chunk cache in the daemon: only the kernel can serve a second read.
     let fx = mount_fixture_with(|cfg| cfg.cache_bytes = 0);
@@ -685,10 +670,7 @@ fn second_read_is_served_from_the_kernel_page_cache() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn mount_options_show_and_unmount_ends_serve() {
     let mut fx = mount_fixture();
     let line = mount_line(&fx.mounted.mnt).expect("mounted");
@@ -710,10 +692,7 @@ fn mount_options_show_and_unmount_ends_serve() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn stop_signal_unmounts_cleanly() {
     let mut fx = mount_fixture();
     assert_eq!(fs::read(fx.path("hard_b")).unwrap(), b"hardlinked\n");

@@ -215,10 +215,7 @@ fn open_raw(path: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn names_with_slash_nul_dotdot_and_too_long() {
     let fx = mount_fork();
     // A "/" in a name is a path separator; the daemon never sees one.
@@ -320,10 +317,7 @@ fn names_with_slash_nul_dotdot_and_too_long() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn offsets_and_sizes_past_every_limit() {
     let mut fx = mount_fork();
     let f = OpenOptions::new()
@@ -451,10 +445,7 @@ fn offsets_and_sizes_past_every_limit() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn xattr_names_and_values_over_limits() {
     let fx = mount_fork();
     let file = |r: &Path| r.join("hello.txt");
@@ -526,10 +517,7 @@ fn xattr_names_and_values_over_limits() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn deep_nesting_and_symlink_loops() {
     let mut fx = mount_fork();
     // 1000 directories deep, by openat/mkdirat (the path is far over PATH_MAX).

@@ -312,10 +312,7 @@ fn imported(stdout: &str) -> Vec<(String, String)> {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn import_200_commits_restore_each_then_incremental_and_mount() {
     treecmp::require_tools(&["git", "tar"]);
     let env = Env::new();
@@ -544,10 +541,7 @@ fn a_commit_of_more_files_than_are_kept_in_flight_imports_whole() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn log_diff_fork_and_browse_work_on_imported_commits() {
     treecmp::require_tools(&["git"]);
     let env = Env::new();

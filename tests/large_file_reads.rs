@@ -64,10 +64,7 @@ fn open_random(path: &std::path::Path) -> File {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_large_file_reads_back_exactly_sequentially_and_at_random() {
     let (env, data) = setup();
     let mp = env.path("mnt");
@@ -105,10 +102,7 @@ fn a_large_file_reads_back_exactly_sequentially_and_at_random() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_large_base_file_reads_back_exactly_through_a_fork() {
     let (env, mut data) = setup();
     env.ok(["fork", "big", "--name", "f"]);
@@ -151,10 +145,7 @@ fn a_large_base_file_reads_back_exactly_through_a_fork() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_damaged_frame_fails_only_the_reads_that_need_it() {
     let (env, data) = setup();
     // The largest chunk of the file, where it starts, and its frame table.

@@ -216,10 +216,7 @@ fn finish(failures: &[String]) {
 
 /// The snapshot of the tree: restored, mounted read-only, and mounted as a fork.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn lossless_tree_through_mount_fork_and_restore() {
     let (work, nv) = native_tree();
     let w = work.path();
@@ -292,10 +289,7 @@ fn lossless_tree_through_mount_fork_and_restore() {
 /// The same tree made inside a fork of an empty checkpoint (mknod of devices, setfacl,
 /// sparse writes on the fork): mounted, then restored from the fork's commit.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn tree_built_in_a_fork_is_lossless() {
     let (work, nv) = native_tree();
     let w = work.path();

@@ -531,10 +531,7 @@ fn mounted_at(mp: &Path) -> bool {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn mount_helper_works_through_mount_8_and_fstab() {
     let env = Env::new();
     let src = env.path("src");

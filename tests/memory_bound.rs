@@ -87,10 +87,7 @@ fn mount_with_cache(env: &Env, args: &[&str], target: &str) -> MountGuard {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_read_only_mount_keeps_its_caches_within_the_flag_and_reports_them() {
     let env = Env::new();
     let tree = env.path("tree");
@@ -122,10 +119,7 @@ fn a_read_only_mount_keeps_its_caches_within_the_flag_and_reports_them() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_browse_mount_shares_one_bound_between_its_checkpoints() {
     let env = Env::new();
     for k in 0..4 {
@@ -165,10 +159,7 @@ fn a_browse_mount_shares_one_bound_between_its_checkpoints() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_fork_bounds_its_caches_by_the_flag_and_reports_its_state_apart() {
     let env = Env::new();
     let tree = env.path("tree");

@@ -287,10 +287,7 @@ fn copy_tree(from: &Path, to: &Path) {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn one_sided_changes_both_appends_and_separate_line_edits_merge_cleanly() {
     let s = Sides::new(
         |d| {
@@ -344,10 +341,7 @@ fn one_sided_changes_both_appends_and_separate_line_edits_merge_cleanly() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn conflicts_are_listed_one_per_line_and_nothing_is_published() {
     let s = Sides::new(
         |d| {

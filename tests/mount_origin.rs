@@ -12,10 +12,7 @@ use std::path::Path;
 use common::{Env, assert_same_tree, make_store, read_all, walk};
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn snapshot_move_away_mount_at_origin_and_resume() {
     let env = Env::new();
     let origin = env.path("srv/_lead_sessions/s1-gpt56-calibration-v1");
@@ -128,10 +125,7 @@ fn snapshot_move_away_mount_at_origin_and_resume() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_corrupt_object_fails_only_its_file_with_eio() {
     let env = Env::new();
     let origin = env.path("src-tree");
@@ -190,10 +184,7 @@ fn a_corrupt_object_fails_only_its_file_with_eio() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_killed_daemon_is_reported_and_cleared_by_umount() {
     let env = Env::new();
     let origin = env.path("tree");
@@ -227,10 +218,7 @@ fn a_killed_daemon_is_reported_and_cleared_by_umount() {
 /// between (so the second one asks the daemon again) see the same numbers,
 /// hardlinks included, and the same bytes.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_tree_larger_than_the_inode_budget_keeps_its_inode_numbers() {
     let env = Env::new();
     let src = env.path("big");
@@ -297,10 +285,7 @@ fn a_tree_larger_than_the_inode_budget_keeps_its_inode_numbers() {
 /// directory that was there before, or that someone else filled meanwhile,
 /// stays.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn the_directories_a_mount_created_go_with_it() {
     let env = Env::new();
     let origin = env.path("pre/a/b/origin");

@@ -249,10 +249,7 @@ fn mount_views(env: &Env, id: &str) -> Vec<(&'static str, MountGuard, PathBuf)> 
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn seek_data_and_hole_answer_as_ext4_on_every_view() {
     let env = Env::new();
     let (id, tree) = setup(&env);
@@ -324,10 +321,7 @@ fn seek_data_and_hole_answer_as_ext4_on_every_view() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn blocks_and_du_match_the_tree_restored_on_ext4() {
     let env = Env::new();
     let (id, _tree) = setup(&env);
@@ -384,10 +378,7 @@ fn blocks_and_du_match_the_tree_restored_on_ext4() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn symlinks_are_rwxrwxrwx_on_every_view() {
     let env = Env::new();
     let tar = env.path("links.tar");
@@ -445,10 +436,7 @@ fn daemon_logs(store: &Path) -> String {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn daemon_log_stays_quiet_over_many_opens_and_a_clean_umount() {
     let env = Env::new();
     let (id, _tree) = setup(&env);

@@ -97,10 +97,7 @@ fn one_line(o: &Output) -> String {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_user_without_dev_fuse_or_user_allow_other_is_told_the_real_fix() {
     if !Path::new("/dev/fuse").exists() {
         eprintln!("SKIP: no /dev/fuse");

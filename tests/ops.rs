@@ -86,10 +86,7 @@ fn mount_browse(env: &Env, mp: &Path) -> MountGuard {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn ops_names_each_changes_process_before_and_after_commit_and_on_the_browse_mount() {
     let env = Env::new();
     setup(&env);
@@ -216,10 +213,7 @@ fn ops_names_each_changes_process_before_and_after_commit_and_on_the_browse_moun
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn writeback_without_a_requester_goes_to_the_files_last_writer() {
     let env = Env::new();
     setup(&env);
@@ -250,10 +244,7 @@ fn writeback_without_a_requester_goes_to_the_files_last_writer() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn revert_dry_run_lists_their_paths_and_a_later_change_by_another_as_a_conflict() {
     let env = Env::new();
     setup(&env);

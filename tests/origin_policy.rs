@@ -198,10 +198,7 @@ fn evil_tar(
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn an_archive_whose_pax_origin_is_root_ssh_is_not_mounted_there() {
     let env = Env::new();
     let _g = DaemonGuard(vec![env.store.clone()]);
@@ -242,10 +239,7 @@ fn an_archive_whose_pax_origin_is_root_ssh_is_not_mounted_there() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_tree_whose_store_json_root_is_usr_local_sbin_is_not_mounted_there() {
     let env = Env::new();
     let _g = DaemonGuard(vec![env.store.clone()]);
@@ -307,10 +301,7 @@ fn evil_remote(env: &Env) -> PathBuf {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_lazy_mount_of_a_remote_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
     let a = evil_remote(&env);
@@ -319,10 +310,7 @@ fn a_lazy_mount_of_a_remote_ref_with_an_evil_origin_is_refused() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_pulled_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
     let a = evil_remote(&env);
@@ -332,10 +320,7 @@ fn a_pulled_ref_with_an_evil_origin_is_refused() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_fork_of_a_remote_ref_with_an_evil_origin_is_refused() {
     let env = Env::new();
     let a = evil_remote(&env);

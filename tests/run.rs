@@ -2,8 +2,7 @@
 //! at the same time, each in a private mount namespace; the host sees no
 //! mount and no directory. Real FUSE mounts: needs root (the ordinary-user
 //! test adds a user and opens /dev/fuse to it for its duration, both undone
-//! in guards). Without root or /dev/fuse the tests fail, as every binary
-//! that mounts does.
+//! in guards). A build that is not root's ignores them (build.rs).
 
 mod common;
 
@@ -13,18 +12,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Env;
-
-/// Root and /dev/fuse, or fail.
-fn can_mount() -> bool {
-    // Like every binary that mounts, these need root and /dev/fuse: they
-    // fail without them rather than pass having tested nothing.
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "storefs run tests need root (real FUSE mounts); run them through scripts/test.sh"
-    );
-    assert!(Path::new("/dev/fuse").exists(), "no /dev/fuse");
-    true
-}
 
 /// A `storefs run` started in the background; SIGKILLed and reaped when
 /// dropped if it still runs (its daemons then unmount and exit: they die
@@ -125,14 +112,8 @@ fn branch_script(origin: &Path, bar: &Path, name: &str, n: usize) -> String {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn four_forks_run_at_one_origin_at_once_and_each_commit_holds_its_own_writes() {
-    if !can_mount() {
-        return;
-    }
     let env = Env::new();
     let origin = lead_store(&env);
     let bar = env.path("barrier");
@@ -219,14 +200,8 @@ fn four_forks_run_at_one_origin_at_once_and_each_commit_holds_its_own_writes() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn exit_codes_and_signals_pass_through_and_nothing_changed_commits_nothing() {
-    if !can_mount() {
-        return;
-    }
     let env = Env::new();
     let origin = lead_store(&env);
     let o = origin.display().to_string();
@@ -274,14 +249,8 @@ fn exit_codes_and_signals_pass_through_and_nothing_changed_commits_nothing() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_held_fork_is_refused_naming_its_run_and_status_commit_umount_know_the_run() {
-    if !can_mount() {
-        return;
-    }
     let env = Env::new();
     let origin = lead_store(&env);
     let ready = env.path("ready");
@@ -370,16 +339,10 @@ fn wait_for(p: &Path) {
 /// namespace; /dev/fuse is opened to all users (mode 0666, as Debian's udev
 /// rule has it) for the test's duration.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    if !can_mount() {
-        return;
-    }
     if let Some(why) = storefs::daemon::ns::userns_blocker() {
         panic!("this machine forbids user namespaces to ordinary users: {why}");
     }
@@ -479,14 +442,8 @@ fn an_ordinary_user_runs_two_forks_at_an_origin_under_a_root_owned_directory() {
 /// commits what the fork holds, and exits; nothing is left on the host, and
 /// the fork runs again.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
-    if !can_mount() {
-        return;
-    }
     let env = Env::new();
     let origin = lead_store(&env);
     let ready = env.path("ready");
@@ -528,14 +485,8 @@ fn a_killed_run_leaves_no_daemon_or_mount_and_its_fork_keeps_the_writes() {
 /// kill -9 of CMD: the run ends as on a normal exit (status 137), and the
 /// fork is committed with what CMD wrote.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_killed_command_is_committed_as_on_a_normal_exit() {
-    if !can_mount() {
-        return;
-    }
     let env = Env::new();
     let origin = lead_store(&env);
     let script = format!(
@@ -561,14 +512,8 @@ fn a_killed_command_is_committed_as_on_a_normal_exit() {
 /// non-zero with one line saying the daemon died and that the next run
 /// replays the journal, and it does: what CMD had fsynced is there.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_killed_daemon_is_reported_and_the_next_run_replays_its_journal() {
-    if !can_mount() {
-        return;
-    }
     let env = Env::new();
     let origin = lead_store(&env);
     let (ready, go) = (env.path("ready"), env.path("go"));
@@ -605,10 +550,7 @@ fn a_killed_daemon_is_reported_and_the_next_run_replays_its_journal() {
 /// host. CMD reads the room and writes the lead; a write to the room is
 /// refused (EROFS); only the fork is committed, and the host has no mount.
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn with_mounts_a_second_target_read_only_at_its_own_origin() {
     let env = Env::new();
     let lead = lead_store(&env);

@@ -71,10 +71,7 @@ fn fixture(env: &Env) -> std::path::PathBuf {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_second_snapshot_reads_only_changed_files_and_equals_a_full_one() {
     let env = Env::new();
     let src = fixture(&env);
@@ -128,10 +125,7 @@ fn a_second_snapshot_reads_only_changed_files_and_equals_a_full_one() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_file_stamped_at_the_parents_start_is_read_again() {
     let env = Env::new();
     let src = fixture(&env);
@@ -150,10 +144,7 @@ fn a_file_stamped_at_the_parents_start_is_read_again() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn only_the_heads_of_refs_keep_a_stat_cache() {
     let env = Env::new();
     let src = fixture(&env);
@@ -202,10 +193,7 @@ fn only_the_heads_of_refs_keep_a_stat_cache() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn without_a_usable_parent_every_file_is_read() {
     let env = Env::new();
     let src = fixture(&env);

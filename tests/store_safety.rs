@@ -73,10 +73,7 @@ fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_symlink_planted_at_the_mount_log_is_not_followed() {
     let env = Env::new();
     snapshot(&env);
@@ -142,10 +139,7 @@ fn a_symlink_planted_at_a_fork_lock_is_not_followed() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_symlink_planted_at_the_next_journal_segment_is_not_followed() {
     let env = Env::new();
     let origin = snapshot(&env);
@@ -187,10 +181,7 @@ fn a_symlink_planted_at_the_next_journal_segment_is_not_followed() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn an_empty_directory_of_another_user_is_not_made_a_store() {
     let env = Env::new();
     let dir = env.path("theirs");
@@ -208,10 +199,7 @@ fn an_empty_directory_of_another_user_is_not_made_a_store() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_store_of_another_user_is_refused_for_writes_unless_trusted() {
     let env = Env::new();
     let origin = snapshot(&env);
@@ -340,10 +328,7 @@ fn gc_remote_with_packs_symlinked_deletes_nothing_through_it() {
 }
 
 #[test]
-#[cfg_attr(
-    not(storefs_root_tests),
-    ignore = "needs root; scripts/test.sh runs it"
-)]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_forged_mount_record_unmounts_and_waits_on_nothing() {
     let env = Env::new();
     snapshot(&env);

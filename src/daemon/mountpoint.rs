@@ -219,10 +219,7 @@ mod tests {
     use super::*;
 
     #[test]
-    #[cfg_attr(
-        not(storefs_root_tests),
-        ignore = "needs root; scripts/test.sh runs it"
-    )]
+    #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
     fn an_origin_is_created_without_following_a_symlink() {
         let t = tempfile::Builder::new()
             .prefix("storefs-mp-")

@@ -420,10 +420,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        not(storefs_root_tests),
-        ignore = "needs root; scripts/test.sh runs it"
-    )]
+    #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
     fn a_queue_is_idle_class_only_while_it_commits() {
         let policy = || unsafe { libc::sched_getscheduler(0) };
         std::thread::spawn(move || {

@@ -2277,10 +2277,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        not(storefs_root_tests),
-        ignore = "needs root; scripts/test.sh runs it"
-    )]
+    #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
     fn a_checkpoint_view_served_from_ring_requests() {
         use crate::fs::view::ROOT_INO;
         let (_tmp, view) = checkpoint_view();
