@@ -645,10 +645,28 @@ fn truncate_ftruncate_and_fallocate() {
     want.resize(8192, 0);
     want[10..30].fill(0);
     assert_eq!(read_all(&p), want);
+    // Zero range: zeros inside the file; past its end it grows the file,
+    // or not with KEEP_SIZE.
+    fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 0, 10).unwrap();
+    want[..10].fill(0);
+    assert_eq!(read_all(&p), want);
+    fallocate(
+        &f,
+        libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+        8000,
+        400,
+    )
+    .unwrap();
+    assert_eq!(read_all(&p), want);
+    fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 8100, 200).unwrap();
+    want.resize(8300, 0);
+    assert_eq!(read_all(&p), want);
+    // Modes a fork does not serve are refused, changing nothing.
     assert_eq!(
-        os_error(fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 0, 10)),
+        os_error(fallocate(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096)),
         libc::EOPNOTSUPP
     );
+    assert_eq!(read_all(&p), want);
     fx.assert_base_untouched();
 }
 
