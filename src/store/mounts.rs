@@ -150,7 +150,11 @@ impl Store {
             if fstype == "fuse.storefs" && !known && is_disconnected(&mp) {
                 dead.push(MountRecord {
                     mountpoint: mp.to_string_lossy().into_owned(),
-                    target: source.strip_prefix("storefs:").unwrap_or("?").to_string(),
+                    // The source is the target (`storefs:TARGET` from older daemons).
+                    target: source
+                        .strip_prefix("storefs:")
+                        .unwrap_or(&source)
+                        .to_string(),
                     checkpoint: String::new(),
                     pid: 0,
                     mode: "dead".into(),
