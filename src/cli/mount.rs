@@ -13,8 +13,9 @@ use crate::daemon::origin::{self, OriginPolicy};
 use crate::daemon::{self, Mount, ReadyPipe, Request, Settings, What, request};
 use crate::ingest::archive::is_archive_path;
 use crate::journal;
+use crate::store::mounts::MountRecord;
 use crate::store::{Store, absolute};
-use crate::sys::mount_table;
+use crate::sys::{MountEntry, mount_table};
 
 /// What a browse mount's record and fsname show as its target.
 const BROWSE_LABEL: &str = "(browse)";
@@ -171,6 +172,27 @@ pub(super) fn resolve(store_dir: &Path, a: &MountArgs) -> Result<(Mount, Option<
     Ok((m, lazy_remote))
 }
 
+/// The store and the live record of the storefs mount `entry`: in the
+/// store given when it holds the record, else in the store of the daemon
+/// serving it, found by [`daemon::daemons_serving`] (umount(8) and
+/// `mount -o remount` do not say which store).
+fn store_and_record(store_dir: &Path, entry: &MountEntry) -> (Option<Store>, Option<MountRecord>) {
+    let mp = &entry.mountpoint;
+    let store = Store::open(store_dir).ok();
+    if let Some(r) = store.as_ref().and_then(|s| s.mount_at(mp).ok().flatten()) {
+        return (store, Some(r));
+    }
+    for (pid, root) in daemon::daemons_serving(mp, entry.fuse_owner()) {
+        if let Ok(s) = Store::open(&root)
+            && let Ok(Some(r)) = s.mount_at(mp)
+            && r.pid == pid
+        {
+            return (Some(s), Some(r));
+        }
+    }
+    (store, None)
+}
+
 /// `mount --browse MOUNTPOINT`: the whole store, read-only (TARGET is the mountpoint).
 fn mount_browse(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Result<()> {
     if let Some(extra) = &a.mountpoint {
@@ -320,9 +342,10 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             entry.fstype
         );
     }
-    // The record (if the store is known) tells which daemon to wait for.
-    let store = Store::open(store_dir).ok();
-    let record = store.as_ref().and_then(|s| s.mount_at(&mp).ok().flatten());
+    // The record tells which daemon to wait for: in the store given, or
+    // that of the daemon serving the mount (umount.fuse.storefs, run by
+    // umount(8), does not know the store).
+    let (store, record) = store_and_record(store_dir, &entry);
     // A dead daemon's record: which directories it created, to remove here.
     let dead = match (&record, &store) {
         (None, Some(s)) => s

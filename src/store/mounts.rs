@@ -141,6 +141,7 @@ impl Store {
             mountpoint: mp,
             fstype,
             source,
+            ..
         } in table
         {
             let known = live
