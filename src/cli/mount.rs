@@ -144,6 +144,7 @@ pub(super) fn resolve(store_dir: &Path, a: &MountArgs) -> Result<(Mount, Option<
             PathBuf::from(origin)
         }
     };
+    wait_for_previous_daemon(&store, fork.as_deref(), &mountpoint)?;
     if let Some(name) = &fork
         && a.run_socket.is_none()
         && let Some((r, t)) = daemon::runs::run_of_fork(&store, name)
@@ -170,6 +171,37 @@ pub(super) fn resolve(store_dir: &Path, a: &MountArgs) -> Result<(Mount, Option<
         run_socket: a.run_socket.clone(),
     };
     Ok((m, lazy_remote))
+}
+
+/// Wait (bounded) for the daemon of an earlier mount of fork `fork`, or at
+/// `mountpoint`, that was unmounted but has not exited yet: a fork's commits
+/// on its way out, and holds the fork until then (umount(8) without
+/// umount.fuse.storefs returns as soon as the kernel mount is gone).
+fn wait_for_previous_daemon(store: &Store, fork: Option<&str>, mountpoint: &Path) -> Result<()> {
+    for r in store.winding_down()? {
+        let of_fork = fork.is_some_and(|f| r.mode == "rw" && r.target == f);
+        if !of_fork && Path::new(&r.mountpoint) != mountpoint {
+            continue;
+        }
+        let what = if of_fork {
+            format!("fork '{}'", r.target)
+        } else {
+            r.mountpoint.clone()
+        };
+        eprintln!(
+            "storefs: waiting for the daemon of the last mount of {what} (pid {}) to finish{} and exit",
+            r.pid,
+            if r.mode == "rw" { " committing" } else { "" }
+        );
+        if !daemon::wait_for_exit(&r) {
+            bail!(
+                "the daemon of the last mount of {what} (pid {}) is still running (unmounted, but detached while in use, or its commit is slow); see {}, and retry once it exits",
+                r.pid,
+                r.log
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The store and the live record of the storefs mount `entry`: in the

@@ -219,7 +219,7 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
         }
     }
     if m.run_socket.is_none() {
-        store.remove_mount(mp)?;
+        store.remove_own_mount(mp, std::process::id())?;
     }
     result.map_err(|source| Error::Serve {
         mountpoint: mp.to_path_buf(),
