@@ -442,6 +442,14 @@ pub fn unmount(path: &Path) -> io::Result<()> {
     rustix::mount::unmount(path, rustix::mount::UnmountFlags::empty()).map_err(io::Error::from)
 }
 
+/// `mount(2)` with `MS_REMOUNT` and `flags` on `path` (root only): the
+/// kernel changes the mount's flags (`ro`, `nosuid`, the atime ones, …) and
+/// its file system's (`ro`, `sync`, `dirsync`); FUSE takes no options of
+/// its own on a remount, so none are given.
+pub fn remount(path: &Path, flags: rustix::mount::MountFlags) -> io::Result<()> {
+    rustix::mount::mount_remount(path, flags, c"").map_err(io::Error::from)
+}
+
 /// `umount2(path, MNT_DETACH)`: the mount disappears now and ends once its
 /// last user leaves (root only).
 pub fn detach(path: &Path) -> io::Result<()> {

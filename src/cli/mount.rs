@@ -33,6 +33,9 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     if a.browse {
         return mount_browse(store_dir, a, ready);
     }
+    if a.remount {
+        return remount(store_dir, &a);
+    }
     let (m, lazy_remote) = resolve(store_dir, &a)?;
     launch(m, lazy_remote.as_deref(), a.foreground, ready)
 }
@@ -223,6 +226,53 @@ fn store_and_record(store_dir: &Path, entry: &MountEntry) -> (Option<Store>, Opt
         }
     }
     (store, None)
+}
+
+/// `mount --remount MOUNTPOINT -o OPTS` (mount(8)'s `-o remount`): the
+/// flags the kernel can change, applied to the mount (see
+/// [`daemon::remount`]); what is ignored is named on stderr.
+fn remount(store_dir: &Path, a: &MountArgs) -> Result<()> {
+    let mp = absolute(Path::new(&a.target))?;
+    let Some(entry) = mount_table().into_iter().rev().find(|m| m.mountpoint == mp) else {
+        bail!(
+            "cannot remount {}: it is not a mount point (mount it first: mount -t fuse.storefs TARGET {})",
+            mp.display(),
+            mp.display()
+        );
+    };
+    if entry.fstype != "fuse.storefs" {
+        bail!(
+            "cannot remount {}: it is a {} mount, not storefs (mount.fuse.storefs remounts storefs mounts only)",
+            mp.display(),
+            entry.fstype
+        );
+    }
+    if crate::sys::is_disconnected(&mp) {
+        return Err(daemon::Error::DeadMount(mp).into());
+    }
+    // A checkpoint or browse mount stays read-only; a mount whose daemon is
+    // not found (another mount namespace's store?) keeps the mode it has.
+    let (_, record) = store_and_record(store_dir, &entry);
+    let read_only = match &record {
+        Some(r) => r.mode != "rw",
+        None => entry.super_options.split(',').next() == Some("ro"),
+    };
+    let plan = daemon::remount::plan(&entry, read_only, &a.options);
+    daemon::remount::apply(&mp, &plan)
+        .with_context(|| format!("cannot remount {} (as root only)", mp.display()))?;
+    if !plan.ignored.is_empty() {
+        let list: Vec<String> = plan
+            .ignored
+            .iter()
+            .map(|(o, why)| format!("{o} ({why})"))
+            .collect();
+        eprintln!(
+            "storefs: remounted {}; ignored: {}",
+            mp.display(),
+            list.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// `mount --browse MOUNTPOINT`: the whole store, read-only (TARGET is the mountpoint).
