@@ -258,8 +258,15 @@ fn remount(store_dir: &Path, a: &MountArgs) -> Result<()> {
         None => entry.super_options.split(',').next() == Some("ro"),
     };
     let plan = daemon::remount::plan(&entry, read_only, &a.options);
-    daemon::remount::apply(&mp, &plan)
-        .with_context(|| format!("cannot remount {} (as root only)", mp.display()))?;
+    daemon::remount::apply(&mp, &plan).map_err(|e| {
+        let hint = match e.kind() {
+            ErrorKind::PermissionDenied => "; only root can remount",
+            // The kernel's answer to `ro` while a file is open for writing.
+            ErrorKind::ResourceBusy => "; is a file open for writing there? (`fuser -vm`)",
+            _ => "",
+        };
+        anyhow!("cannot remount {}: {e}{hint}", mp.display())
+    })?;
     if !plan.ignored.is_empty() {
         let list: Vec<String> = plan
             .ignored

@@ -87,7 +87,7 @@ pub fn plan(entry: &MountEntry, read_only: bool, options: &[String]) -> Remount 
             o if has(o) => {}
             o => ignored.push((
                 o.to_string(),
-                "set only when mounting (unmount and mount again to change it)",
+                "set only when mounting: unmount and mount again to change it",
             )),
         }
     }
