@@ -316,11 +316,26 @@ fn mount_8(env: &Env) {
         "umount returned before the daemon exited"
     );
     assert_ne!(head(env, &name), before, "not committed");
-    let out = run("mount", &["-t", "fuse.storefs", &name, mps, "-o", &opts]);
+    // Mounted again at once, without userspace options (no utab entry):
+    // `umount /ABSOLUTE/MOUNTPOINT` then takes the type from statfs
+    // ("fuse"), runs no helper and returns as soon as the kernel mount is
+    // gone; the next mount of the fork waits for the daemon still committing.
+    let plain = format!("store={}", env.store.display());
+    let out = run("mount", &["-t", "fuse.storefs", &name, mps, "-o", &plain]);
     assert!(out.status.success(), "mount again: {}", stderr(&out));
     assert_eq!(fs::read(mp.join("other.txt")).unwrap(), b"after remount\n");
+    fs::write(mp.join("big"), pseudo_random(8 << 20, 7)).unwrap();
     ok("umount", &[mps]);
     assert!(mount_line(&mp).is_none(), "umount MOUNTPOINT left it");
+    let out = run("mount", &["-t", "fuse.storefs", &name, mps, "-o", &plain]);
+    assert!(
+        out.status.success(),
+        "mount right after umount MOUNTPOINT: {}",
+        stderr(&out)
+    );
+    assert_eq!(fs::read(mp.join("big")).unwrap(), pseudo_random(8 << 20, 7));
+    ok("umount", &[&name]);
+    assert!(mount_line(&mp).is_none(), "umount {name} left it");
 }
 
 #[test]

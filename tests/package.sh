@@ -121,18 +121,26 @@ findmnt -n -o OPTIONS "$mp" | grep -qw noexec || fail "remount did not apply noe
 umount pkgtest || fail "umount pkgtest (by the source)"
 grep -qs " $mp " /proc/mounts && fail "umount pkgtest left the mount"
 ok "the source is the one given (findmnt -S, umount SOURCE); -o remount in place"
-# A fork: umount(8) returns once it is committed and its daemon has exited,
-# so the next mount of it at once finds it free.
+# A fork: umount SOURCE (umount(8) reads the mount table, finds the type
+# fuse.storefs and runs umount.fuse.storefs) returns once it is committed and
+# its daemon has exited, so the next mount of it at once finds it free.
 /usr/bin/storefs fork pkgtest --name pkgfork 2>/dev/null
 mount -t fuse.storefs pkgfork "$mp" -o "store=$work/store" || fail "mount of the fork"
 echo written >"$mp/new.txt"
 pid=$(daemons)
-umount "$mp" || fail "umount of the fork"
+umount pkgfork || fail "umount of the fork"
 state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1 || true)
 case $state in ''|Z|X) ;; *) fail "umount(8) returned before the fork's daemon (pid $pid) exited" ;; esac
 mount -t fuse.storefs pkgfork "$mp" -o "store=$work/store" || fail "mount of the fork right after umount(8)"
 [ "$(cat "$mp/new.txt")" = written ] || fail "the fork's write was not committed"
-umount "$mp"
+# umount /ABSOLUTE/MOUNTPOINT of a mount without userspace options: util-linux
+# takes the type from statfs ("fuse") and runs no helper; the mount right
+# after waits for the daemon still committing.
+echo again >"$mp/new.txt"
+umount "$mp" || fail "umount $mp"
+mount -t fuse.storefs pkgfork "$mp" -o "store=$work/store" || fail "mount of the fork right after umount $mp"
+[ "$(cat "$mp/new.txt")" = again ] || fail "the fork's second write was not committed"
+umount pkgfork
 ok "umount(8) of a fork commits and waits; a mount right after succeeds"
 said=$(mount -t fuse.storefs no-such-ref "$mp" -o "store=$work/store" 2>&1) && fail "a mount of a missing ref succeeded"
 case $said in *no-such-ref*) ;; *) fail "a failed mount said: $said" ;; esac

@@ -100,10 +100,13 @@ no second daemon): \fBro\fR, \fBrw\fR (a fork's), \fBnoexec\fR, the atime option
 stderr as ignored. A path that is not a storefs mount is an error naming it.
 .PP
 The source in \fI/proc/mounts\fR is the one given to mount(8) (or \fBstorefs mount\fR), so
-\fBfindmnt \-S\fR \fIs1\fR and \fBumount\fR \fIs1\fR find the mount. With the helper
-\fI/sbin/umount.fuse.storefs\fR, umount(8) runs \fBstorefs umount\fR: a fork is committed and
-its daemon has exited when it returns (\fB\-l\fR and \fB\-f\fR are left to umount(8)). A
-\fBstorefs mount\fR of a fork whose last daemon still commits waits for it, saying so.
+\fBfindmnt \-S\fR \fIs1\fR and \fBumount\fR \fIs1\fR find the mount. When umount(8) looks the mount up
+in the mount table (\fBumount\fR \fIs1\fR, a relative path, a mount with \fBx\-*\fR or \fB_netdev\fR)
+it runs \fI/sbin/umount.fuse.storefs\fR, that is \fBstorefs umount\fR: a fork is committed and its
+daemon has exited when it returns (\fB\-l\fR and \fB\-f\fR are left to umount(8)). For
+\fBumount\fR \fI/absolute/path\fR util\-linux takes the type from statfs(2) (\fBfuse\fR) and returns
+once the kernel mount is gone; a \fBstorefs mount\fR of a fork whose last daemon still commits
+waits for it, saying so.
 \fBstorefs\-umount\-all\fR unmounts every storefs mount. The systemd unit
 \fBstorefs@\fIREF\fB.service\fR keeps a mount of \fIREF\fR running.
 "#;
