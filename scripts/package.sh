@@ -6,6 +6,7 @@
 # Prints the .deb's path on stdout. It holds:
 #   /usr/bin/storefs                                   the binary
 #   /usr/sbin/mount.fuse.storefs                       mount -t fuse.storefs / fstab helper
+#   /usr/sbin/umount.fuse.storefs                      umount(8) helper (commits, waits)
 #   /usr/sbin/storefs-umount-all                       unmount every storefs mount
 #   /usr/lib/systemd/system/storefs@.service           long-running mount of a ref or fork
 #   /usr/share/man/man1/storefs*.1.gz                  storefs(1) and one page per verb
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --binary) binary=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "package.sh: unexpected argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -41,6 +42,7 @@ root="$stage/storefs_${version}_$arch"
 install -D -m 0755 "$binary" "$root/usr/bin/storefs"
 strip --strip-debug "$root/usr/bin/storefs" 2>/dev/null || true
 install -D -m 0755 mount-scripts/mount.fuse.storefs "$root/usr/sbin/mount.fuse.storefs"
+install -D -m 0755 mount-scripts/umount.fuse.storefs "$root/usr/sbin/umount.fuse.storefs"
 install -D -m 0755 mount-scripts/storefs-umount-all "$root/usr/sbin/storefs-umount-all"
 # The unit as install.sh installs it, with the packaged binary's path.
 install -d "$root/usr/lib/systemd/system"

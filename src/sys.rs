@@ -341,8 +341,24 @@ pub struct MountEntry {
     pub mountpoint: PathBuf,
     /// `fuse.storefs`, `ext4`, …
     pub fstype: String,
-    /// What was mounted; a storefs mount's is `storefs:TARGET`.
+    /// What was mounted: a storefs mount's is its TARGET as given to
+    /// `storefs mount` or mount(8) (`storefs:TARGET` from older daemons).
     pub source: String,
+    /// The mount's own options (`rw,nosuid,nodev,relatime`).
+    pub mount_options: String,
+    /// The file system's options (`rw,user_id=0,group_id=0,…`).
+    pub super_options: String,
+}
+
+impl MountEntry {
+    /// A FUSE mount's owner: the uid that mounted it (`user_id=` in its
+    /// options).
+    pub fn fuse_owner(&self) -> Option<u32> {
+        self.super_options
+            .split(',')
+            .find_map(|o| o.strip_prefix("user_id="))
+            .and_then(|u| u.parse().ok())
+    }
 }
 
 /// Every mount this process sees, from /proc/self/mountinfo (empty if it
@@ -366,6 +382,8 @@ fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
         mountpoint,
         fstype,
         source,
+        mount_options: fields.get(5)?.to_string(),
+        super_options: fields.get(sep + 3).unwrap_or(&"").to_string(),
     })
 }
 
@@ -423,6 +441,14 @@ pub fn syncfs_fuse(mountpoint: &Path) -> io::Result<()> {
 /// `umount2(path, 0)` (root only).
 pub fn unmount(path: &Path) -> io::Result<()> {
     rustix::mount::unmount(path, rustix::mount::UnmountFlags::empty()).map_err(io::Error::from)
+}
+
+/// `mount(2)` with `MS_REMOUNT` and `flags` on `path` (root only): the
+/// kernel changes the mount's flags (`ro`, `nosuid`, the atime ones, …) and
+/// its file system's (`ro`, `sync`, `dirsync`); FUSE takes no options of
+/// its own on a remount, so none are given.
+pub fn remount(path: &Path, flags: rustix::mount::MountFlags) -> io::Result<()> {
+    rustix::mount::mount_remount(path, flags, c"").map_err(io::Error::from)
 }
 
 /// `umount2(path, MNT_DETACH)`: the mount disappears now and ends once its
@@ -790,6 +816,35 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 pub fn process_name(pid: u32) -> Option<String> {
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     Some(comm.trim_end_matches('\n').to_string())
+}
+
+/// Every process's pid (the numeric entries of /proc).
+pub fn pids() -> Vec<u32> {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect()
+}
+
+/// The effective uid process `pid` runs as (the owner of `/proc/PID`). `None`
+/// if it is gone.
+pub fn process_uid(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+/// The paths of the files process `pid` has open (its descriptors' links;
+/// empty when they cannot be read: gone, or another user's).
+pub fn open_files(pid: u32) -> Vec<PathBuf> {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| fs::read_link(fd.path()).ok())
+        .collect()
 }
 
 /// Random bytes from the kernel, for names that must be unique across

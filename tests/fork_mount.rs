@@ -146,7 +146,7 @@ fn mount_fixture_of(
     fs::create_dir(&mnt).unwrap();
     let mut cfg = MountConfig {
         mountpoint: mnt.clone(),
-        fsname: "storefs:f1".into(),
+        fsname: "f1".into(),
         extra_options: vec![],
         cache_bytes: 1 << 20,
         threads: 2,
@@ -331,7 +331,7 @@ fn mount_is_rw_with_the_usual_options() {
         .lines()
         .find(|l| l.split(' ').nth(1) == fx.mounted.mnt.to_str())
         .expect("mounted");
-    assert!(line.starts_with("storefs:f1 "), "{line}");
+    assert!(line.starts_with("f1 "), "{line}");
     assert!(line.contains(" fuse.storefs "), "{line}");
     let opts = line.split(' ').nth(3).unwrap();
     for o in ["rw", "nosuid", "nodev", "default_permissions"] {
@@ -356,7 +356,7 @@ fn ro_option_is_refused() {
     for bad in ["ro", "suid", "dev", "fsname=x", "auto_unmount"] {
         let cfg = MountConfig {
             mountpoint: mnt.clone(),
-            fsname: "storefs:f1".into(),
+            fsname: "f1".into(),
             extra_options: vec![bad.into()],
             cache_bytes: 1 << 20,
             threads: 1,

@@ -258,7 +258,7 @@ impl Drop for MountGuard {
 fn mount_config(mnt: &Path) -> MountConfig {
     MountConfig {
         mountpoint: mnt.to_path_buf(),
-        fsname: "storefs:test".into(),
+        fsname: "test".into(),
         extra_options: vec![],
         cache_bytes: 1 << 20,
         threads: 2,
@@ -675,7 +675,7 @@ fn mount_options_show_and_unmount_ends_serve() {
     let mut fx = mount_fixture();
     let line = mount_line(&fx.mounted.mnt).expect("mounted");
     let fields: Vec<&str> = line.split(' ').collect();
-    assert_eq!(fields[0], "storefs:test", "{line}");
+    assert_eq!(fields[0], "test", "{line}");
     assert_eq!(fields[2], "fuse.storefs", "{line}");
     let opts: Vec<&str> = fields[3].split(',').collect();
     for want in ["ro", "nosuid", "nodev", "default_permissions"] {

@@ -7,9 +7,9 @@ use std::fs;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{Env, MountGuard, set_mtime};
+use common::{Env, set_mtime};
 use storefs::store::ObjectId;
 
 fn open_store(store: &Path) -> storefs::store::Store {
@@ -494,127 +494,6 @@ fn two_gcs_do_not_run_at_once() {
         "{}",
         stderr(&out)
     );
-}
-
-/// `/sbin/mount.fuse.storefs` for the test: a symlink to mount-scripts/ made
-/// here and removed on drop, unless one is installed already (then it is used
-/// and left alone; it runs $STOREFS_BIN like the one here).
-struct HelperGuard {
-    made: Option<PathBuf>,
-}
-
-impl HelperGuard {
-    fn new() -> HelperGuard {
-        let link = PathBuf::from("/sbin/mount.fuse.storefs");
-        if fs::symlink_metadata(&link).is_ok() {
-            return HelperGuard { made: None };
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mount-scripts/mount.fuse.storefs");
-        std::os::unix::fs::symlink(&script, &link).unwrap();
-        HelperGuard { made: Some(link) }
-    }
-}
-
-impl Drop for HelperGuard {
-    fn drop(&mut self) {
-        if let Some(l) = self.made.take() {
-            let _ = fs::remove_file(l);
-        }
-    }
-}
-
-fn mounted_at(mp: &Path) -> bool {
-    fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(mp.to_str().unwrap()) && l.contains(" fuse.storefs "))
-}
-
-#[test]
-#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
-fn mount_helper_works_through_mount_8_and_fstab() {
-    let env = Env::new();
-    let src = env.path("src");
-    write_small(&src.join("state/run.json"), b"{\"ok\": true}\n");
-    let target = format!("helper-{}", std::process::id());
-    env.ok([
-        "snapshot".as_ref(),
-        src.as_os_str(),
-        "--ref".as_ref(),
-        target.as_ref(),
-    ]);
-    let _helper = HelperGuard::new();
-    let mp = env.path("mnt");
-    fs::create_dir_all(&mp).unwrap();
-    let bin = env!("CARGO_BIN_EXE_storefs");
-    let store_opt = format!(
-        "store={},noauto,nofail,_netdev,x-systemd.automount,defaults,user",
-        env.store.display()
-    );
-
-    // mount -t fuse.storefs TARGET MOUNTPOINT -o store=…
-    let out = Command::new("mount")
-        .args(["-t", "fuse.storefs", &target])
-        .arg(&mp)
-        .args(["-o", &store_opt])
-        .env("STOREFS_BIN", bin)
-        .output()
-        .unwrap();
-    let mut guard: MountGuard = env.guard_for(&target);
-    assert!(out.status.success(), "mount: {}", stderr(&out));
-    assert!(guard.mountpoint.is_some(), "status does not list the mount");
-    assert_eq!(
-        fs::read(mp.join("state/run.json")).unwrap(),
-        b"{\"ok\": true}\n"
-    );
-    // umount(8) unmounts it; the daemon exits and deregisters.
-    let st = Command::new("umount").arg(&mp).status().unwrap();
-    assert!(st.success());
-    let t = Instant::now();
-    while env.guard_for(&target).mountpoint.is_some() && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(env.guard_for(&target).mountpoint.is_none());
-    guard.mountpoint = None;
-
-    // The fstab line (an alternative fstab, so the system's is untouched).
-    let fstab = env.path("fstab");
-    fs::write(
-        &fstab,
-        format!(
-            "{target} {} fuse.storefs {store_opt},allow_other 0 0\n",
-            mp.display()
-        ),
-    )
-    .unwrap();
-    let out = Command::new("mount")
-        .arg("-T")
-        .arg(&fstab)
-        .arg(&mp)
-        .env("STOREFS_BIN", bin)
-        .output()
-        .unwrap();
-    let mut guard = env.guard_for(&target);
-    assert!(out.status.success(), "mount -T: {}", stderr(&out));
-    assert!(mounted_at(&mp));
-    let opts = fs::read_to_string("/proc/mounts").unwrap();
-    assert!(
-        opts.lines()
-            .any(|l| l.contains(mp.to_str().unwrap()) && l.contains("allow_other")),
-        "allow_other was not passed through"
-    );
-
-    // storefs-umount-all --target unmounts it (and only mounts of that target).
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mount-scripts/storefs-umount-all");
-    let out = Command::new(&script)
-        .args(["--target", &target])
-        .env("STOREFS_BIN", bin)
-        .env("STOREFS_STORE", &env.store)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(!mounted_at(&mp));
-    guard.mountpoint = None;
 }
 
 /// A store whose one pack holds a 6 MiB file of a checkpoint and `junk`

@@ -2,7 +2,9 @@
 # The Debian package, for real, as root (scripts/test.sh runs it after the
 # conformance suite): build it with scripts/package.sh, `apt-get install` it,
 # check what it installed (binary, helpers, unit, man pages, completions), mount a
-# ref through `mount -t fuse.storefs` and through an /etc/fstab line, read
+# ref through `mount -t fuse.storefs` and through an /etc/fstab line (the source
+# shown is the one given, `-o remount` starts no second daemon, umount(8) of a
+# fork returns once it is committed and its daemon gone), read
 # `man storefs-mount`, start and stop `storefs@REF.service` under a real systemd
 # (booted in a throwaway systemd-nspawn container over this machine's /usr, since
 # this machine's PID 1 is not systemd), then `apt-get purge` it and check that
@@ -30,7 +32,7 @@ fstab_backup="$work/fstab"
 cp -p /etc/fstab "$fstab_backup"
 # Files of the package that exist now without a package owning them (an
 # install.sh install, a test's symlink): put aside, put back at the end.
-owned=(/usr/bin/storefs /usr/sbin/mount.fuse.storefs /usr/sbin/storefs-umount-all)
+owned=(/usr/bin/storefs /usr/sbin/mount.fuse.storefs /usr/sbin/umount.fuse.storefs /usr/sbin/storefs-umount-all)
 mkdir -p "$work/aside"
 for f in "${owned[@]}"; do
     if [ -e "$f" ] || [ -L "$f" ]; then mv "$f" "$work/aside/$(basename "$f")"; fi
@@ -65,7 +67,7 @@ dpkg-deb --field "$deb" Depends | grep -qw fuse3 || fail "the package does not d
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb" >/dev/null
 dpkg -s storefs >/dev/null || fail "apt-get install did not install storefs"
 files=$(dpkg -L storefs)
-for f in /usr/bin/storefs /usr/sbin/mount.fuse.storefs /usr/sbin/storefs-umount-all \
+for f in /usr/bin/storefs /usr/sbin/mount.fuse.storefs /usr/sbin/umount.fuse.storefs /usr/sbin/storefs-umount-all \
     /usr/lib/systemd/system/storefs@.service /usr/share/man/man1/storefs.1.gz \
     /usr/share/man/man1/storefs-mount.1.gz /usr/share/man/man1/storefs-remote-add.1.gz \
     /usr/share/bash-completion/completions/storefs /usr/share/zsh/vendor-completions/_storefs \
@@ -106,8 +108,40 @@ said=$(mount -t fuse.storefs pkgtest "$mp" -o "store=$work/store,relatime,nodira
 [ -z "$said" ] || fail "mount -t fuse.storefs printed on success: $said"
 [ "$(cat "$mp/state/lead.json")" = '{"turn": 7}' ] || fail "mount -t fuse.storefs: wrong content"
 grep -q " $mp fuse.storefs .*nosuid,nodev" /proc/mounts || fail "not mounted nosuid,nodev: $(grep " $mp " /proc/mounts)"
-/usr/bin/storefs umount "$mp"
 ok "mount -t fuse.storefs (relatime, nodiratime, noacl accepted; silent on success)"
+# The source shown is the one given: findmnt -S and umount find it by it.
+[ "$(findmnt -n -o TARGET -S pkgtest)" = "$mp" ] || fail "findmnt -S pkgtest: $(findmnt -n -S pkgtest)"
+# The daemons serving $mp: their command line names it (mount --foreground).
+daemons() { pgrep -f -- "mount .* $mp .*--foreground" || true; }
+first=$(daemons)
+[ "$(grep -c . <<<"$first")" = 1 ] || fail "daemons at $mp: $first"
+said=$(mount -o remount,noexec "$mp" 2>&1) || fail "mount -o remount,noexec: $said"
+findmnt -n -o OPTIONS "$mp" | grep -qw noexec || fail "remount did not apply noexec: $(findmnt -n -o OPTIONS "$mp")"
+[ "$(daemons)" = "$first" ] || fail "mount -o remount started another daemon: $(daemons)"
+umount pkgtest || fail "umount pkgtest (by the source)"
+grep -qs " $mp " /proc/mounts && fail "umount pkgtest left the mount"
+ok "the source is the one given (findmnt -S, umount SOURCE); -o remount in place"
+# A fork: umount SOURCE (umount(8) reads the mount table, finds the type
+# fuse.storefs and runs umount.fuse.storefs) returns once it is committed and
+# its daemon has exited, so the next mount of it at once finds it free.
+/usr/bin/storefs fork pkgtest --name pkgfork 2>/dev/null
+mount -t fuse.storefs pkgfork "$mp" -o "store=$work/store" || fail "mount of the fork"
+echo written >"$mp/new.txt"
+pid=$(daemons)
+umount pkgfork || fail "umount of the fork"
+state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1 || true)
+case $state in ''|Z|X) ;; *) fail "umount(8) returned before the fork's daemon (pid $pid) exited" ;; esac
+mount -t fuse.storefs pkgfork "$mp" -o "store=$work/store" || fail "mount of the fork right after umount(8)"
+[ "$(cat "$mp/new.txt")" = written ] || fail "the fork's write was not committed"
+# umount /ABSOLUTE/MOUNTPOINT of a mount without userspace options: util-linux
+# takes the type from statfs ("fuse") and runs no helper; the mount right
+# after waits for the daemon still committing.
+echo again >"$mp/new.txt"
+umount "$mp" || fail "umount $mp"
+mount -t fuse.storefs pkgfork "$mp" -o "store=$work/store" || fail "mount of the fork right after umount $mp"
+[ "$(cat "$mp/new.txt")" = again ] || fail "the fork's second write was not committed"
+umount pkgfork
+ok "umount(8) of a fork commits and waits; a mount right after succeeds"
 said=$(mount -t fuse.storefs no-such-ref "$mp" -o "store=$work/store" 2>&1) && fail "a mount of a missing ref succeeded"
 case $said in *no-such-ref*) ;; *) fail "a failed mount said: $said" ;; esac
 ok "mount -t fuse.storefs of a missing ref fails naming it"

@@ -431,8 +431,8 @@ pub struct MountArgs {
     /// (read-write, copy-on-write, journaled); an archive file (or its first
     /// part), which is imported once and then mounted read-only; or
     /// REMOTE:REF, a remote's ref mounted read-only and lazily (objects
-    /// fetched on first read, verified, kept in this store). With --browse:
-    /// the mountpoint
+    /// fetched on first read, verified, kept in this store). With --browse
+    /// or --remount: the mountpoint
     pub target: String,
     #[command(flatten)]
     pub digests: DigestArgs,
@@ -500,6 +500,15 @@ pub struct MountArgs {
     /// and <id>.json, refs/ and archives/ (symlinks), forks/<name>/head and history/
     #[arg(long, conflicts_with_all = ["sha256", "manifest", "label"])]
     pub browse: bool,
+    /// Change the flags of the storefs mount at the one path given, as
+    /// `mount -o remount,OPTS` does (mount.fuse.storefs runs this with the
+    /// whole set mount(8) gives it): ro, rw (a fork's), noexec, the atime
+    /// ones, nodiratime, sync, dirsync as -o names them, the others cleared
+    /// (an atime one kept when none is named); nosuid,nodev stay. FUSE and
+    /// storefs options are set only when mounting: ignored, each named on
+    /// stderr. No second daemon starts
+    #[arg(long, conflicts_with_all = ["sha256", "manifest", "label", "browse", "foreground"])]
+    pub remount: bool,
 }
 
 #[derive(Debug, Args)]

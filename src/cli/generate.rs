@@ -65,7 +65,7 @@ found corrupt.
 .PP
 The full format is in docs/format.md of the source.
 .SH MOUNT(8) AND FSTAB
-With the helper \fI/sbin/mount.fuse.storefs\fR installed:
+With the helpers \fI/sbin/mount.fuse.storefs\fR and \fI/sbin/umount.fuse.storefs\fR installed:
 .PP
 .nf
   mount \-t fuse.storefs s1 /srv/_lead_sessions/s1 \-o store=/var/lib/storefs
@@ -91,9 +91,22 @@ Accepted and ignored (their no\- forms too): the kernel refuses them in a FUSE m
 default there, and POSIX ACLs are always served.
 .TP
 anything else
-Passed to storefs as FUSE options, e.g. \fBallow_other\fR, \fBnoatime\fR, \fBnoexec\fR.
+Passed to storefs as FUSE options, e.g. \fBallow_other\fR, \fBnoatime\fR, \fBnoexec\fR, \fBsync\fR.
+.TP
+\fBremount\fR
+\fBmount \-o remount,\fIOPTS MOUNTPOINT\fR changes the mount in place (\fBstorefs mount \-\-remount\fR;
+no second daemon): \fBro\fR, \fBrw\fR (a fork's), \fBnoexec\fR, the atime options, \fBsync\fR,
+\fBdirsync\fR are applied; FUSE and storefs options are set only when mounting and are named on
+stderr as ignored. A path that is not a storefs mount is an error naming it.
 .PP
-\fBstorefs umount\fR \fIMOUNTPOINT\fR unmounts (committing a fork first);
+The source in \fI/proc/mounts\fR is the one given to mount(8) (or \fBstorefs mount\fR), so
+\fBfindmnt \-S\fR \fIs1\fR and \fBumount\fR \fIs1\fR find the mount. When umount(8) looks the mount up
+in the mount table (\fBumount\fR \fIs1\fR, a relative path, a mount with \fBx\-*\fR or \fB_netdev\fR)
+it runs \fI/sbin/umount.fuse.storefs\fR, that is \fBstorefs umount\fR: a fork is committed and its
+daemon has exited when it returns (\fB\-l\fR and \fB\-f\fR are left to umount(8)). For
+\fBumount\fR \fI/absolute/path\fR util\-linux takes the type from statfs(2) (\fBfuse\fR) and returns
+once the kernel mount is gone; a \fBstorefs mount\fR of a fork whose last daemon still commits
+waits for it, saying so.
 \fBstorefs\-umount\-all\fR unmounts every storefs mount. The systemd unit
 \fBstorefs@\fIREF\fB.service\fR keeps a mount of \fIREF\fR running.
 "#;

@@ -13,8 +13,9 @@ use crate::daemon::origin::{self, OriginPolicy};
 use crate::daemon::{self, Mount, ReadyPipe, Request, Settings, What, request};
 use crate::ingest::archive::is_archive_path;
 use crate::journal;
+use crate::store::mounts::MountRecord;
 use crate::store::{Store, absolute};
-use crate::sys::mount_table;
+use crate::sys::{MountEntry, mount_table};
 
 /// What a browse mount's record and fsname show as its target.
 const BROWSE_LABEL: &str = "(browse)";
@@ -31,6 +32,9 @@ pub fn mount(store_dir: &Path, a: MountArgs) -> Result<()> {
 fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Result<()> {
     if a.browse {
         return mount_browse(store_dir, a, ready);
+    }
+    if a.remount {
+        return remount(store_dir, &a);
     }
     let (m, lazy_remote) = resolve(store_dir, &a)?;
     launch(m, lazy_remote.as_deref(), a.foreground, ready)
@@ -143,6 +147,7 @@ pub(super) fn resolve(store_dir: &Path, a: &MountArgs) -> Result<(Mount, Option<
             PathBuf::from(origin)
         }
     };
+    wait_for_previous_daemon(&store, fork.as_deref(), &mountpoint)?;
     if let Some(name) = &fork
         && a.run_socket.is_none()
         && let Some((r, t)) = daemon::runs::run_of_fork(&store, name)
@@ -169,6 +174,112 @@ pub(super) fn resolve(store_dir: &Path, a: &MountArgs) -> Result<(Mount, Option<
         run_socket: a.run_socket.clone(),
     };
     Ok((m, lazy_remote))
+}
+
+/// Wait (bounded) for the daemon of an earlier mount of fork `fork`, or at
+/// `mountpoint`, that was unmounted but has not exited yet: a fork's commits
+/// on its way out, and holds the fork until then (umount(8) without
+/// umount.fuse.storefs returns as soon as the kernel mount is gone).
+fn wait_for_previous_daemon(store: &Store, fork: Option<&str>, mountpoint: &Path) -> Result<()> {
+    for r in store.winding_down()? {
+        let of_fork = fork.is_some_and(|f| r.mode == "rw" && r.target == f);
+        if !of_fork && Path::new(&r.mountpoint) != mountpoint {
+            continue;
+        }
+        let what = if of_fork {
+            format!("fork '{}'", r.target)
+        } else {
+            r.mountpoint.clone()
+        };
+        eprintln!(
+            "storefs: waiting for the daemon of the last mount of {what} (pid {}) to finish{} and exit",
+            r.pid,
+            if r.mode == "rw" { " committing" } else { "" }
+        );
+        if !daemon::wait_for_exit(&r) {
+            bail!(
+                "the daemon of the last mount of {what} (pid {}) is still running (unmounted, but detached while in use, or its commit is slow); see {}, and retry once it exits",
+                r.pid,
+                r.log
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The store and the live record of the storefs mount `entry`: in the
+/// store given when it holds the record, else in the store of the daemon
+/// serving it, found by [`daemon::daemons_serving`] (umount(8) and
+/// `mount -o remount` do not say which store).
+fn store_and_record(store_dir: &Path, entry: &MountEntry) -> (Option<Store>, Option<MountRecord>) {
+    let mp = &entry.mountpoint;
+    let store = Store::open(store_dir).ok();
+    if let Some(r) = store.as_ref().and_then(|s| s.mount_at(mp).ok().flatten()) {
+        return (store, Some(r));
+    }
+    for (pid, root) in daemon::daemons_serving(mp, entry.fuse_owner()) {
+        if let Ok(s) = Store::open(&root)
+            && let Ok(Some(r)) = s.mount_at(mp)
+            && r.pid == pid
+        {
+            return (Some(s), Some(r));
+        }
+    }
+    (store, None)
+}
+
+/// `mount --remount MOUNTPOINT -o OPTS` (mount(8)'s `-o remount`): the
+/// flags the kernel can change, applied to the mount (see
+/// [`daemon::remount`]); what is ignored is named on stderr.
+fn remount(store_dir: &Path, a: &MountArgs) -> Result<()> {
+    let mp = absolute(Path::new(&a.target))?;
+    let Some(entry) = mount_table().into_iter().rev().find(|m| m.mountpoint == mp) else {
+        bail!(
+            "cannot remount {}: it is not a mount point (mount it first: mount -t fuse.storefs TARGET {})",
+            mp.display(),
+            mp.display()
+        );
+    };
+    if entry.fstype != "fuse.storefs" {
+        bail!(
+            "cannot remount {}: it is a {} mount, not storefs (mount.fuse.storefs remounts storefs mounts only)",
+            mp.display(),
+            entry.fstype
+        );
+    }
+    if crate::sys::is_disconnected(&mp) {
+        return Err(daemon::Error::DeadMount(mp).into());
+    }
+    // A checkpoint or browse mount stays read-only; a mount whose daemon is
+    // not found (another mount namespace's store?) keeps the mode it has.
+    let (_, record) = store_and_record(store_dir, &entry);
+    let read_only = match &record {
+        Some(r) => r.mode != "rw",
+        None => entry.super_options.split(',').next() == Some("ro"),
+    };
+    let plan = daemon::remount::plan(&entry, read_only, &a.options);
+    daemon::remount::apply(&mp, &plan).map_err(|e| {
+        let hint = match e.kind() {
+            ErrorKind::PermissionDenied => "; only root can remount",
+            // The kernel's answer to `ro` while a file is open for writing.
+            ErrorKind::ResourceBusy => "; is a file open for writing there? (`fuser -vm`)",
+            _ => "",
+        };
+        anyhow!("cannot remount {}: {e}{hint}", mp.display())
+    })?;
+    if !plan.ignored.is_empty() {
+        let list: Vec<String> = plan
+            .ignored
+            .iter()
+            .map(|(o, why)| format!("{o} ({why})"))
+            .collect();
+        eprintln!(
+            "storefs: remounted {}; ignored: {}",
+            mp.display(),
+            list.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// `mount --browse MOUNTPOINT`: the whole store, read-only (TARGET is the mountpoint).
@@ -320,9 +431,10 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             entry.fstype
         );
     }
-    // The record (if the store is known) tells which daemon to wait for.
-    let store = Store::open(store_dir).ok();
-    let record = store.as_ref().and_then(|s| s.mount_at(&mp).ok().flatten());
+    // The record tells which daemon to wait for: in the store given, or
+    // that of the daemon serving the mount (umount.fuse.storefs, run by
+    // umount(8), does not know the store).
+    let (store, record) = store_and_record(store_dir, &entry);
     // A dead daemon's record: which directories it created, to remove here.
     let dead = match (&record, &store) {
         (None, Some(s)) => s

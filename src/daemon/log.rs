@@ -15,8 +15,13 @@ use crate::store::{ObjectId, Store};
 
 /// `logs/mount-<key>.log` in the store, one file per mountpoint.
 pub(super) fn log_path(store: &Store, mp: &Path) -> PathBuf {
+    store.logs_dir().join(log_name(mp))
+}
+
+/// `mount-<key>.log`: the name of the log of a daemon serving at `mp`.
+pub(super) fn log_name(mp: &Path) -> String {
     let key = ObjectId::of(mp.as_os_str().as_encoded_bytes()).to_hex();
-    store.logs_dir().join(format!("mount-{}.log", &key[..16]))
+    format!("mount-{}.log", &key[..16])
 }
 
 /// Open `path` (inside the store) for appending, as the daemon's stderr or

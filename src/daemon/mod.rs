@@ -22,6 +22,8 @@
 //!   directories made inside it, and the run's init;
 //! - [`runs`]: `storefs run` itself: its record in `runs/`, its daemons
 //!   (one per target, in the run's namespace), CMD, the commit at the end;
+//! - [`remount`]: `mount -o remount` of a mount: the flags the kernel
+//!   can change, applied to the mountpoint (no daemon involved);
 //! - `unmount`: unmounting from outside ([`unmount()`]: `umount2` as root,
 //!   else `fusermount3 -u`) and waiting for a daemon to exit.
 //!
@@ -39,6 +41,7 @@ mod log;
 mod mountpoint;
 pub mod ns;
 pub mod origin;
+pub mod remount;
 mod run;
 pub mod runs;
 mod spawn;
@@ -51,7 +54,7 @@ pub use control::{CacheReport, MountStatus, Request, RunOf, mount_status, reques
 pub use mountpoint::remove_created;
 pub use run::{Mount, Settings, What, run, serve};
 pub use spawn::{ReadyPipe, Started, start, start_in_run};
-pub use unmount::{unmount, wait_for_exit};
+pub use unmount::{daemons_serving, unmount, wait_for_exit};
 
 /// Everything that can go wrong in starting, running or talking to a daemon.
 #[derive(Debug, thiserror::Error)]

@@ -55,7 +55,8 @@ pub struct Mount {
     /// logged, at unmount).
     pub lazy: Option<Arc<LazyBackend>>,
     pub what: What,
-    /// What the record, the fsname and the log name as the target.
+    /// What the record, the fsname (the source in /proc/mounts) and the
+    /// log name as the target.
     pub label: String,
     pub mountpoint: PathBuf,
     /// The mountpoint is the checkpoint's origin, which passed the origin
@@ -103,7 +104,10 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
     let store = Arc::new(m.store);
     let cfg = MountConfig {
         mountpoint: mp.to_path_buf(),
-        fsname: format!("storefs:{}", m.label),
+        // The source in /proc/mounts is what was given to `storefs mount`
+        // or mount(8), so that `findmnt -S TARGET` and `umount TARGET` find
+        // it; the type (`fuse.storefs`) says it is storefs.
+        fsname: m.label.clone(),
         extra_options: m
             .settings
             .options
@@ -228,7 +232,7 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
         }
     }
     if m.run_socket.is_none() {
-        store.remove_mount(mp)?;
+        store.remove_own_mount(mp, std::process::id())?;
     }
     result.map_err(|source| Error::Serve {
         mountpoint: mp.to_path_buf(),

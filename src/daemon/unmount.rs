@@ -2,7 +2,7 @@
 //! daemon to exit.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,36 @@ pub fn unmount(path: &Path) -> io::Result<()> {
         ))));
     }
     Ok(())
+}
+
+/// The daemons that may serve `mountpoint`, with their stores, found
+/// without being told the store (mount(8)'s `umount.fuse.storefs` and
+/// `mount -o remount` know only the mountpoint): `storefs` processes
+/// running as the mount's `owner` (its `user_id=`; root's mount: root's
+/// processes only) that have the mountpoint's log, `STORE/logs/mount-KEY.log`,
+/// open. Candidates only: the caller believes the record the store holds
+/// for the mountpoint, which must name the same pid.
+pub fn daemons_serving(mountpoint: &Path, owner: Option<u32>) -> Vec<(u32, PathBuf)> {
+    let name = super::log::log_name(mountpoint);
+    let mut out = Vec::new();
+    for pid in sys::pids() {
+        if !sys::process_name(pid).is_some_and(|n| n.starts_with("storefs"))
+            || owner.is_some_and(|o| sys::process_uid(pid) != Some(o))
+        {
+            continue;
+        }
+        for f in sys::open_files(pid) {
+            let logs = f.parent();
+            if f.file_name().is_some_and(|n| *n == *name)
+                && logs.is_some_and(|l| l.file_name().is_some_and(|n| n == "logs"))
+                && let Some(store) = logs.and_then(Path::parent)
+            {
+                out.push((pid, store.to_path_buf()));
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// Wait (bounded) until the daemon of the mount `record` describes has

@@ -55,7 +55,7 @@ use view::View;
 pub struct MountConfig {
     /// Where to mount (an existing directory).
     pub mountpoint: PathBuf,
-    /// The source shown in `/proc/mounts`, e.g. `storefs:s1`.
+    /// The source shown in `/proc/mounts`: the target as given, e.g. `s1`.
     pub fsname: String,
     /// The user's `-o` options, passed through. `nosuid`, `nodev` and
     /// `default_permissions` are always on, and `ro` for a checkpoint, `rw`

@@ -141,6 +141,7 @@ impl Store {
             mountpoint: mp,
             fstype,
             source,
+            ..
         } in table
         {
             let known = live
@@ -150,7 +151,11 @@ impl Store {
             if fstype == "fuse.storefs" && !known && is_disconnected(&mp) {
                 dead.push(MountRecord {
                     mountpoint: mp.to_string_lossy().into_owned(),
-                    target: source.strip_prefix("storefs:").unwrap_or("?").to_string(),
+                    // The source is the target (`storefs:TARGET` from older daemons).
+                    target: source
+                        .strip_prefix("storefs:")
+                        .unwrap_or(&source)
+                        .to_string(),
                     checkpoint: String::new(),
                     pid: 0,
                     mode: "dead".into(),
@@ -211,6 +216,12 @@ impl Store {
                         && mounted(Path::new(&r.mountpoint))
                         && r.pid_start.is_some()
                         && crate::sys::process_start_time(r.pid) == r.pid_start => {}
+                // Its daemon alive and its mount gone: unmounted (or detached
+                // while still in use) and the daemon not yet exited (a fork's
+                // commits on its way out). Kept until the daemon removes it:
+                // a mount of the same fork or mountpoint waits for it
+                // ([`Store::winding_down`]).
+                Some(r) if r.daemon_is_alive() => {}
                 _ => {
                     remove_dead_socket(&path.with_extension("sock"));
                     let _ = crate::sys::remove_nofollow(&path);
@@ -220,6 +231,45 @@ impl Store {
         live.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
         dead.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
         Ok((live, dead))
+    }
+
+    /// The records of daemons whose mount is gone but which have not
+    /// exited yet: unmounted, and committing a fork on their way out (or
+    /// detached and still serving the processes inside).
+    pub fn winding_down(&self) -> Result<Vec<MountRecord>> {
+        let table = mount_table();
+        let mounted = |p: &Path| {
+            table
+                .iter()
+                .any(|m| m.mountpoint == p && m.fstype == "fuse.storefs")
+        };
+        let dir = self.root().join("mounts");
+        let mut out = Vec::new();
+        for ent in fs::read_dir(&dir).at(&dir)? {
+            let path = ent.at(&dir)?.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let Ok(bytes) = super::read_store_file(&path) else {
+                continue;
+            };
+            if let Ok(r) = serde_json::from_slice::<MountRecord>(&bytes)
+                && !mounted(Path::new(&r.mountpoint))
+                && r.daemon_is_alive()
+            {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Remove the record for `mountpoint` if daemon `pid` wrote it (a daemon
+    /// mounted there since, once this one was unmounted, keeps its own).
+    pub fn remove_own_mount(&self, mountpoint: &Path, pid: u32) -> Result<()> {
+        match self.mount_record(mountpoint) {
+            Some(r) if r.pid != pid => Ok(()),
+            _ => self.remove_mount(mountpoint),
+        }
     }
 
     /// The record for `mountpoint` as the daemon wrote it, live or not.
