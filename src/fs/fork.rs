@@ -155,6 +155,9 @@ pub struct ForkView {
     removed_dirs: Mutex<HashMap<u64, journal::Attr>>,
     /// Who makes each change.
     requesters: Requesters,
+    /// The mount's kernel, told to forget a file's attributes when they
+    /// change without a reply that carries them ([`ForkView::kill_priv`]).
+    kernel: std::sync::OnceLock<super::Invalidator>,
 }
 
 /// The requesters of changes, as the journal records them.
@@ -252,6 +255,7 @@ impl ForkView {
             writeback: false,
             removed_dirs: Mutex::new(HashMap::new()),
             requesters: Requesters::default(),
+            kernel: std::sync::OnceLock::new(),
         }
     }
 
@@ -332,8 +336,22 @@ impl ForkView {
                 ..SetAttr::default()
             };
             self.fork.setattr(ino, &kill)?;
+            // A write's (or fallocate's, copy_file_range's) reply carries
+            // no attributes, and the kernel does not drop the mode it
+            // cached: without this `stat` shows the bits until it expires.
+            if let Some(kernel) = self.kernel.get()
+                && let Err(e) = kernel.forget_attributes(ino)
+            {
+                tracing::warn!(ino, error = %e, "cannot have the kernel forget a cleared setuid");
+            }
         }
         Ok(())
+    }
+
+    /// Have the kernel of the mount that serves this view forget what it
+    /// cached when this view changes it unasked (set once, at mount).
+    pub fn tell_kernel(&self, kernel: super::Invalidator) {
+        let _ = self.kernel.set(kernel);
     }
 
     /// The directory `name` in `parent` if there is one (about to be

@@ -475,12 +475,14 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
-    let view = if cfg.writeback_cache {
+    let view = Arc::new(if cfg.writeback_cache {
         ForkView::with_writeback_cache(fork)
     } else {
         ForkView::new(fork)
-    };
-    let mounted = start_session(cfg, &config, Arc::new(view))?;
+    });
+    let mounted = start_session(cfg, &config, view.clone())?;
+    // Before it serves: a cleared setuid must reach the kernel's cache.
+    view.tell_kernel(mounted.invalidator());
     tracing::info!(mountpoint = %cfg.mountpoint.display(), fork = %name, "mounted read-write");
     Ok(mounted)
 }
@@ -567,6 +569,16 @@ impl Invalidator {
             self.0.inval_inode(fuser::INodeNo(*dir), 0, 0)?;
         }
         Ok(())
+    }
+
+    /// Forget the attributes of `ino` (not its pages): safe from a thread
+    /// that serves requests, as the kernel takes no lock a request holds
+    /// for it. An inode the kernel does not hold is no error.
+    pub fn forget_attributes(&self, ino: u64) -> io::Result<()> {
+        match self.0.inval_inode(fuser::INodeNo(ino), -1, 0) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            r => r,
+        }
     }
 }
 
