@@ -286,7 +286,7 @@ pub fn revert(store_dir: &Path, a: RevertArgs) -> Result<()> {
                     "conflict\t{}\t{} {} by pid {} ({})",
                     shown.line(p),
                     by.op,
-                    shown.line(&by.path),
+                    shown.line(if by.path.is_empty() { "/" } else { &by.path }),
                     by.pid,
                     shown.line(who)
                 )?;
@@ -310,13 +310,13 @@ pub fn revert(store_dir: &Path, a: RevertArgs) -> Result<()> {
     }
     if left > 0 {
         let would = if a.dry_run { "would be" } else { "were" };
+        let others = match (restore.is_empty(), a.dry_run) {
+            (true, _) => "",
+            (false, true) => "; the others would be put back as at the checkpoint",
+            (false, false) => "; the others are back as at the checkpoint",
+        };
         bail!(
-            "{left} path(s) {would} left as they are (listed as conflict: changed later by another process, or skip); the others {}",
-            if a.dry_run {
-                "would be put back as at the checkpoint"
-            } else {
-                "are back as at the checkpoint"
-            }
+            "{left} path(s) {would} left as they are (listed as conflict: changed later by another process, or skip){others}"
         );
     }
     Ok(())

@@ -321,6 +321,18 @@ pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
     first
         .into_iter()
         .map(|(p, at)| {
+            if p.is_empty() {
+                return Step::Skip(
+                    p,
+                    "the root's own attributes are not put back; set them by hand",
+                );
+            }
+            if p.contains(char::REPLACEMENT_CHARACTER) {
+                return Step::Skip(
+                    p,
+                    "a name that is not UTF-8: the operation log does not name it exactly; `storefs checkout` it by hand",
+                );
+            }
             let later = ops[at + 1..]
                 .iter()
                 .filter(|op| !select.matches(op))
@@ -333,14 +345,6 @@ pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
                 });
             match later {
                 Some(op) => Step::Conflict(p, op.clone()),
-                None if p.is_empty() => Step::Skip(
-                    p,
-                    "the root's own attributes are not put back; set them by hand",
-                ),
-                None if p.contains(char::REPLACEMENT_CHARACTER) => Step::Skip(
-                    p,
-                    "a name that is not UTF-8: the operation log does not name it exactly; `storefs checkout` it by hand",
-                ),
                 None => Step::Restore(p),
             }
         })
@@ -452,6 +456,7 @@ mod revert_tests {
             line("write", "<unlinked inode 9>", None, 1),
             line("chmod", "", None, 1),
             line("write", "bad\u{fffd}name", None, 1),
+            line("write", "b.txt", None, 2), // below the root, later: still a skip
         ];
         let plan = revert_plan(&ops, &Select::Command("alpha".into()));
         let shown: Vec<String> = plan
