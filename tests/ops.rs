@@ -274,9 +274,161 @@ fn revert_dry_run_lists_their_paths_and_a_later_change_by_another_as_a_conflict(
     // Beta's one change came after alpha's: nothing to conflict with.
     let out = env.ok(["revert", "f", "--pid", &b.to_string(), "--dry-run"]);
     assert_eq!(out, "restore\tshared.txt\n");
-    // Applying is not built: refused, nothing changed.
-    let err = env.fails_in(&env.store, &["revert", "f", "--command", "alpha-agent"]);
-    assert!(err.contains("--dry-run"), "{err}");
+    // A dry run changed nothing.
     assert_eq!(fs::read(mp.join("keep.txt")).unwrap(), b"changed\n");
+    assert!(mp.join("a.txt").exists());
     m.unmount();
+}
+
+/// A copy of `/bin/TOOL` named `name` (in a directory of its own): run, it
+/// is a process whose command is `name`.
+fn tool_named(env: &Env, tool: &str, name: &str) -> PathBuf {
+    let dir = env.path(&format!("bin-{tool}"));
+    fs::create_dir_all(&dir).unwrap();
+    let to = dir.join(name);
+    let from = fs::canonicalize(Path::new("/bin").join(tool)).unwrap();
+    fs::copy(from, &to).unwrap();
+    to
+}
+
+/// Run `exe ARGS` in `dir`; its pid.
+fn run_args(exe: &Path, dir: &Path, args: &[&str]) -> u32 {
+    let mut child = Command::new(exe)
+        .args(args)
+        .current_dir(dir)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert!(child.wait().unwrap().success(), "{exe:?} {args:?}");
+    pid
+}
+
+/// Fork `f` of {shared.txt, keep.txt, old.txt, sub/, gone/{inner.txt,
+/// deep/f.txt}}, mounted at TMP/mnt (the guard); processes named alpha-agent write, append,
+/// overwrite (then a commit), remove a directory tree, rename a file into
+/// sub/, make a directory and a file in it; then processes named beta-agent
+/// append to alpha's shared.txt and create sub/b.txt. Returns beta's pid.
+fn two_agents_change(env: &Env) -> (MountGuard, u32) {
+    let src = env.path("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::create_dir_all(src.join("gone/deep")).unwrap();
+    fs::write(src.join("shared.txt"), b"base\n").unwrap();
+    fs::write(src.join("keep.txt"), b"keep\n").unwrap();
+    fs::write(src.join("old.txt"), b"old\n").unwrap();
+    fs::write(src.join("gone/inner.txt"), b"inner\n").unwrap();
+    fs::write(src.join("gone/deep/f.txt"), b"deep\n").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "base".as_ref(),
+    ]);
+    env.ok(["fork", "base", "--name", "f"]);
+    let mp = &env.path("mnt");
+    fs::create_dir(mp).unwrap();
+    let m = env.mount("f", Some(mp));
+    let alpha = |tool| tool_named(env, tool, "alpha-agent");
+    let beta = shell_named(env, "beta-agent");
+    run_in(
+        &alpha("sh"),
+        mp,
+        "echo new > a.txt; echo a >> shared.txt; echo changed > keep.txt",
+    );
+    env.ok(["commit", "f"]);
+    run_args(&alpha("rm"), mp, &["-r", "gone"]);
+    run_args(&alpha("mv"), mp, &["old.txt", "sub/new.txt"]);
+    run_args(&alpha("mkdir"), mp, &["made"]);
+    run_in(&alpha("sh"), mp, "echo x > made/x");
+    let b = run_in(&beta, mp, "echo b >> shared.txt; echo beta > sub/b.txt");
+    (m, b)
+}
+
+/// `storefs revert f --command alpha-agent` after [`two_agents_change`]:
+/// every path alpha changed is as the fork point has it (`storefs diff`
+/// after a commit names only beta's changes and the directories whose
+/// entries changed), beta's are left, shared.txt is a conflict; exit 1.
+/// `mounted`: the fork stays mounted and the mount shows the result at once;
+/// else it is unmounted (its changes committed) before the revert.
+fn revert_restores_exactly_their_paths(mounted: bool) {
+    let env = Env::new();
+    let (m, b) = two_agents_change(&env);
+    let mp = env.path("mnt");
+    let m = match mounted {
+        true => Some(m),
+        false => {
+            m.unmount();
+            None
+        }
+    };
+    let out = env.run(["revert", "f", "--command", "alpha-agent"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let mut got: Vec<String> = String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    got.sort();
+    let mut want = vec![
+        "removed\ta.txt".to_string(),
+        format!("conflict\tshared.txt\twrite shared.txt by pid {b} (beta-agent)"),
+        "restored\tkeep.txt".into(),
+        // Each path rm removed; the first one put back made gone/ again.
+        "restored\tgone".into(),
+        "restored\tgone/deep".into(),
+        "restored\tgone/deep/f.txt".into(),
+        "restored\tgone/inner.txt".into(),
+        // Both paths of the rename.
+        "restored\told.txt".into(),
+        "removed\tsub/new.txt".into(),
+        // made/ went first, and made/x with it.
+        "removed\tmade".into(),
+        "absent\tmade/x".into(),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    assert!(
+        stderr(&out).contains("1 path(s) were left as they are"),
+        "{}",
+        stderr(&out)
+    );
+    if mounted {
+        // Seen through the mount at once.
+        assert_eq!(fs::read(mp.join("keep.txt")).unwrap(), b"keep\n");
+        assert_eq!(fs::read(mp.join("old.txt")).unwrap(), b"old\n");
+        assert_eq!(fs::read(mp.join("gone/deep/f.txt")).unwrap(), b"deep\n");
+        assert_eq!(fs::read(mp.join("shared.txt")).unwrap(), b"base\na\nb\n");
+        assert_eq!(fs::read(mp.join("sub/b.txt")).unwrap(), b"beta\n");
+        for gone in ["a.txt", "sub/new.txt", "made"] {
+            assert!(!mp.join(gone).exists(), "{gone}");
+        }
+    }
+    env.ok(["commit", "f"]);
+    // What differs from the fork point: beta's changes, and the mtimes of
+    // the directories whose entries changed; alpha's paths are exact
+    // (content, type, mode, owner, mtime).
+    assert_eq!(
+        env.ok(["diff", "base", "f"]),
+        "M . (mtime)\nM shared.txt (content,mtime)\nM sub (mtime)\nA sub/b.txt\n"
+    );
+    if let Some(m) = m {
+        m.unmount();
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
+fn revert_of_one_command_on_a_mounted_fork_restores_exactly_its_paths() {
+    revert_restores_exactly_their_paths(true);
+}
+
+#[test]
+#[cfg_attr(
+    not(storefs_root_tests),
+    ignore = "needs root: it mounts, makes users or chowns (scripts/test.sh runs it)"
+)]
+fn revert_of_one_command_on_an_unmounted_fork_restores_exactly_its_paths() {
+    revert_restores_exactly_their_paths(false);
 }

@@ -74,7 +74,7 @@ pub enum Command {
     Forks(ForksArgs),
     /// Show the operations that made a checkpoint or fork: who changed what, when
     Ops(OpsArgs),
-    /// Plan undoing what some processes changed in a fork (only --dry-run is built yet)
+    /// Undo what some processes changed in a fork (mounted or not), leaving what others changed later
     Revert(RevertArgs),
     /// Three-way merge of two checkpoints or forks into a new checkpoint with both as parents
     Merge(MergeArgs),
@@ -768,16 +768,22 @@ pub struct OpsArgs {
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("who").required(true).args(["pid", "command", "run"])))]
 #[command(after_help = "\
-Partial (issue 42): only --dry-run is built. It lists, from the operation logs of the fork's \
-commits since CKPT and what is not committed yet (`storefs ops`), each path the selected \
-processes changed, in the order they first changed it: 'restore PATH' (it goes back to what it \
-was at CKPT) or 'remove PATH' (it did not exist at CKPT), or 'conflict PATH' when a later \
-operation of another process touched it (the path, a path below it, or a rename or removal of \
-a directory above it), with that operation; a conflict would be left as it is. Exit 1 when \
-there is a conflict. Putting the paths back is not built yet.
+From the operation logs of the fork's commits since CKPT and what is not committed yet \
+(`storefs ops`), takes each path the selected processes changed (both paths of a rename), in \
+the order they first changed it. A path a later operation of another process touched (the \
+path, a path below it, or a rename or removal of a directory above it) is a conflict: left as \
+it is and listed with that operation. Every other path is put back as CKPT has it, as \
+`storefs checkout CKPT PATH… --into FORK` does (metadata-exact, directories whole, missing \
+parents made; removed when CKPT lacks it), through the fork's daemon when it is mounted or in a \
+run (the mount shows it at once). One line a path: 'restored', 'removed' or 'absent' (gone \
+already, as at CKPT), 'conflict PATH OPERATION', or 'skip PATH WHY' (the root's own attributes, \
+a name that is not UTF-8). The changes are not committed: `storefs commit FORK`. Exit 1 when \
+any path was left (conflict or skip). With --dry-run: 'restore' or 'remove' per path, the \
+same conflicts, nothing changed.
 
-Example:
-  storefs revert coder-2 --command python3 --dry-run")]
+Examples:
+  storefs revert coder-2 --command python3 --dry-run
+  storefs revert coder-2 --command python3 && storefs commit coder-2")]
 pub struct RevertArgs {
     /// The fork (mounted or not)
     pub fork: String,
@@ -793,7 +799,7 @@ pub struct RevertArgs {
     /// Undo what they changed since this checkpoint of the fork's history [default: the fork point]
     #[arg(long, value_name = "CKPT")]
     pub since: Option<String>,
-    /// List what would be done and change nothing (required for now)
+    /// List what would be done and change nothing
     #[arg(long)]
     pub dry_run: bool,
 }

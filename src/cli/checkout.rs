@@ -14,7 +14,7 @@ use super::args::CheckoutArgs;
 use crate::daemon::control::{self, CheckoutReport};
 use crate::daemon::runs;
 use crate::journal::{self, Fork};
-use crate::store::Store;
+use crate::store::{ObjectId, Store};
 
 pub fn checkout(store: &Store, a: CheckoutArgs) -> Result<()> {
     let name = &a.into;
@@ -32,7 +32,6 @@ pub fn checkout(store: &Store, a: CheckoutArgs) -> Result<()> {
         super::merge::side(store, &a.target, "the checkout")?
     };
     let mounted = store.live_mount_of_fork(name)?;
-    let in_run = runs::run_of_fork(store, name);
     let head = store.resolve(name)?;
     let origin = store.read_checkpoint(&head)?.origin.unwrap_or_default();
     let mut anchors: Vec<&[u8]> = Vec::new();
@@ -48,31 +47,7 @@ pub fn checkout(store: &Store, a: CheckoutArgs) -> Result<()> {
         .map(|p| journal::relative_path(p.as_bytes(), &anchors))
         .collect::<Result<Vec<_>, String>>()
         .map_err(anyhow::Error::msg)?;
-    let report = match (in_run, mounted) {
-        (Some((r, t)), _) => control::checkout(Path::new(&t.socket), &target, &paths)
-            .with_context(|| {
-                format!(
-                    "checkout into fork '{name}', held by `storefs run` pid {} ({}): its daemon did not do it; wait for the run to end (or stop it), then check out again",
-                    r.pid,
-                    r.command_line()
-                )
-            })?,
-        (None, Some(m)) => {
-            let sock = store.mount_file(Path::new(&m.mountpoint), "sock");
-            control::checkout(&sock, &target, &paths).with_context(|| {
-                format!(
-                    "checkout into fork '{name}' mounted at {}: its daemon did not do it; `storefs status` shows the mount, `storefs umount {}` ends it",
-                    m.mountpoint, m.mountpoint
-                )
-            })?
-        }
-        (None, None) => {
-            let fork = Fork::open(Arc::new(Store::open(store.root())?), name)?;
-            let done = fork.checkout(&target, &paths)?;
-            fork.sync()?;
-            CheckoutReport::of(&done)
-        }
-    };
+    let report = into_fork(store, name, &target, &paths)?;
     if a.json {
         let list: Vec<Value> = report
             .paths
@@ -108,4 +83,41 @@ pub fn checkout(store: &Store, a: CheckoutArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Put `paths` (relative to the root) into fork `name` as checkpoint
+/// `target` has them ([`Fork::checkout`]): through the daemon that holds the
+/// fork (a `storefs run`, or a mount: the kernel forgets what it cached of
+/// them), or on the fork opened here when nothing holds it.
+pub(super) fn into_fork(
+    store: &Store,
+    name: &str,
+    target: &ObjectId,
+    paths: &[Vec<u8>],
+) -> Result<CheckoutReport> {
+    Ok(match (runs::run_of_fork(store, name), store.live_mount_of_fork(name)?) {
+        (Some((r, t)), _) => control::checkout(Path::new(&t.socket), target, paths)
+            .with_context(|| {
+                format!(
+                    "checkout into fork '{name}', held by `storefs run` pid {} ({}): its daemon did not do it; wait for the run to end (or stop it), then check out again",
+                    r.pid,
+                    r.command_line()
+                )
+            })?,
+        (None, Some(m)) => {
+            let sock = store.mount_file(Path::new(&m.mountpoint), "sock");
+            control::checkout(&sock, target, paths).with_context(|| {
+                format!(
+                    "checkout into fork '{name}' mounted at {}: its daemon did not do it; `storefs status` shows the mount, `storefs umount {}` ends it",
+                    m.mountpoint, m.mountpoint
+                )
+            })?
+        }
+        (None, None) => {
+            let fork = Fork::open(Arc::new(Store::open(store.root())?), name)?;
+            let done = fork.checkout(target, paths)?;
+            fork.sync()?;
+            CheckoutReport::of(&done)
+        }
+    })
 }

@@ -198,14 +198,12 @@ fn fork_sections(store: &Arc<Store>, name: &str, since: Option<ObjectId>) -> Res
     Ok(out)
 }
 
-/// `storefs revert --dry-run`: what undoing the selected processes' changes
-/// since CKPT would do ([`ops::revert_plan`]); exit 1 on a conflict.
+/// `storefs revert`: undo the selected processes' changes since CKPT
+/// ([`ops::revert_plan`]): each path to restore is checked out of CKPT into
+/// the fork (as `storefs checkout` does, through its daemon when one holds
+/// it), conflicts and skipped paths are left as they are; with `--dry-run`
+/// nothing changes. One line per path; exit 1 when any path was left.
 pub fn revert(store_dir: &Path, a: RevertArgs) -> Result<()> {
-    if !a.dry_run {
-        bail!(
-            "storefs revert only plans yet (issue 42, partial): add --dry-run to list the paths it would put back and the conflicts; nothing was changed"
-        );
-    }
     let store = Arc::new(Store::open(store_dir)?);
     if journal::read_fork_info(&store, &a.fork)?.is_none() {
         bail!("no fork named '{}' (`storefs forks` lists forks)", a.fork);
@@ -237,19 +235,47 @@ pub fn revert(store_dir: &Path, a: RevertArgs) -> Result<()> {
         }
     }
     let plan = ops::revert_plan(&lines, &select);
+    let restore: Vec<Vec<u8>> = plan
+        .iter()
+        .filter_map(|s| match s {
+            Step::Restore(p) => Some(p.as_bytes().to_vec()),
+            _ => None,
+        })
+        .collect();
+    // What was done to each path restored (applied), in plan order.
+    let mut done =
+        match a.dry_run || restore.is_empty() {
+            true => Vec::new(),
+            false => super::checkout::into_fork(&store, &a.fork, &since, &restore)
+                .with_context(|| {
+                    format!(
+                        "revert of fork '{}': putting {} path(s) back as checkpoint {} has them",
+                        a.fork,
+                        restore.len(),
+                        &since.to_hex()[..12]
+                    )
+                })?
+                .paths,
+        }
+        .into_iter();
     let out = std::io::stdout();
     let mut out = out.lock();
     let shown = Shown::stdout();
-    let mut conflicts = 0;
+    let mut left = 0;
     for step in &plan {
         match step {
-            Step::Restore(p) => {
+            Step::Restore(p) if a.dry_run => {
                 let there = store.lookup_path(&at, p.as_bytes())?.is_some();
                 let what = if there { "restore" } else { "remove" };
                 writeln!(out, "{what}\t{}", shown.line(p))?;
             }
+            Step::Restore(p) => {
+                // `restored`, `removed`, or `absent` (gone already, as at CKPT).
+                let what = done.next().map(|(_, d)| d).unwrap_or_default();
+                writeln!(out, "{what}\t{}", shown.line(p))?;
+            }
             Step::Conflict(p, by) => {
-                conflicts += 1;
+                left += 1;
                 let who = if by.command.is_empty() {
                     "unknown"
                 } else {
@@ -260,17 +286,37 @@ pub fn revert(store_dir: &Path, a: RevertArgs) -> Result<()> {
                     "conflict\t{}\t{} {} by pid {} ({})",
                     shown.line(p),
                     by.op,
-                    shown.line(&by.path),
+                    shown.line(if by.path.is_empty() { "/" } else { &by.path }),
                     by.pid,
                     shown.line(who)
                 )?;
             }
+            Step::Skip(p, why) => {
+                left += 1;
+                let p = if p.is_empty() { "/" } else { p.as_str() };
+                writeln!(out, "skip\t{}\t{why}", shown.line(p))?;
+            }
         }
     }
     out.flush()?;
-    if conflicts > 0 {
+    if !a.dry_run && !restore.is_empty() {
+        eprintln!(
+            "storefs: {} path(s) put back into fork '{}' as checkpoint {} has them, not committed yet: `storefs commit {}`",
+            restore.len(),
+            a.fork,
+            &since.to_hex()[..12],
+            a.fork
+        );
+    }
+    if left > 0 {
+        let would = if a.dry_run { "would be" } else { "were" };
+        let others = match (restore.is_empty(), a.dry_run) {
+            (true, _) => "",
+            (false, true) => "; the others would be put back as at the checkpoint",
+            (false, false) => "; the others are back as at the checkpoint",
+        };
         bail!(
-            "{conflicts} path(s) changed later by other processes would be left as they are (listed as conflict)"
+            "{left} path(s) {would} left as they are (listed as conflict: changed later by another process, or skip){others}"
         );
     }
     Ok(())

@@ -285,6 +285,10 @@ pub enum Step {
     /// Leave it: a later change by another process touched it (the first
     /// such operation).
     Conflict(String, OpLine),
+    /// Leave it: it cannot be put back (why, in words): the root itself,
+    /// or a name that is not UTF-8 (the log holds it with U+FFFD in place
+    /// of its bytes, so it does not name the entry).
+    Skip(String, &'static str),
 }
 
 /// The paths the selected processes changed in `ops` (oldest first), in the
@@ -292,7 +296,8 @@ pub enum Step {
 /// another process after their first change touched it, a conflict. Touched:
 /// the same path, a path below it, or a rename, exchange, unlink or rmdir of
 /// a directory above it. Paths of files that had no name (`<unlinked inode
-/// N>`) are left out.
+/// N>`) are left out; the root and names that are not UTF-8 are a
+/// [`Step::Skip`].
 pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
     let touched = |op: &OpLine| {
         let mut v = vec![op.path.clone()];
@@ -316,6 +321,18 @@ pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
     first
         .into_iter()
         .map(|(p, at)| {
+            if p.is_empty() {
+                return Step::Skip(
+                    p,
+                    "the root's own attributes are not put back; set them by hand",
+                );
+            }
+            if p.contains(char::REPLACEMENT_CHARACTER) {
+                return Step::Skip(
+                    p,
+                    "a name that is not UTF-8: the operation log does not name it exactly; `storefs checkout` it by hand",
+                );
+            }
             let later = ops[at + 1..]
                 .iter()
                 .filter(|op| !select.matches(op))
@@ -437,6 +454,9 @@ mod revert_tests {
             line("rename", "tmp", Some("state.json"), 1),
             line("write", "b.txt", None, 2), // beta's alone: untouched
             line("write", "<unlinked inode 9>", None, 1),
+            line("chmod", "", None, 1),
+            line("write", "bad\u{fffd}name", None, 1),
+            line("write", "b.txt", None, 2), // below the root, later: still a skip
         ];
         let plan = revert_plan(&ops, &Select::Command("alpha".into()));
         let shown: Vec<String> = plan
@@ -444,6 +464,7 @@ mod revert_tests {
             .map(|s| match s {
                 Step::Restore(p) => format!("restore {p}"),
                 Step::Conflict(p, by) => format!("conflict {p} {} {}", by.op, by.path),
+                Step::Skip(p, _) => format!("skip {p}"),
             })
             .collect();
         assert_eq!(
@@ -455,6 +476,8 @@ mod revert_tests {
                 "conflict shared write shared",
                 "restore tmp",
                 "restore state.json",
+                "skip ",
+                "skip bad\u{fffd}name",
             ]
         );
         // By pid, and a change before theirs is no conflict.
