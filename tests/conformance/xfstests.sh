@@ -86,8 +86,20 @@ LOOPS=()
 HELPER=/sbin/mount.fuse.storefs
 HELPER_SAVED=
 HELPER_INSTALLED=0
+CHECK_PID=
 cleanup() {
-    local mp loop u
+    local mp loop u i
+    if [ -n "$CHECK_PID" ] && kill -0 "$CHECK_PID" 2>/dev/null; then
+        say "stopping xfstests (timeout's pid $CHECK_PID)"
+        kill -TERM "$CHECK_PID" 2>/dev/null
+        for i in $(seq 1 60); do
+            kill -0 "$CHECK_PID" 2>/dev/null || break
+            sleep 0.5
+        done
+        # timeout made check's process group, its own pid: what is left of it
+        kill -KILL -- -"$CHECK_PID" 2>/dev/null
+        wait "$CHECK_PID" 2>/dev/null
+    fi
     if [ -n "$WORK" ]; then
         for mp in "$WORK"/mnt/*; do
             mountpoint -q "$mp" 2>/dev/null || continue
@@ -320,9 +332,15 @@ run_side() {
     local side=$1 t0 rc
     say "$side: ./check $what (timeout ${XFSTESTS_TIMEOUT}s; log $WORK/$side.log)"
     t0=$(date +%s)
-    (cd "$XSRC" && HOST_OPTIONS=$WORK/$side.config timeout --kill-after=30 "$XFSTESTS_TIMEOUT" \
-        ./check -R xunit-quiet "${SELECT[@]}") >"$WORK/$side.log" 2>&1
+    # In the background and waited for, so that a signal to this script runs
+    # its trap at once (which stops check: timeout passes the signal on to
+    # check's whole process group, which is not this script's).
+    (cd "$XSRC" && HOST_OPTIONS=$WORK/$side.config exec timeout --kill-after=30 "$XFSTESTS_TIMEOUT" \
+        ./check -R xunit-quiet "${SELECT[@]}") >"$WORK/$side.log" 2>&1 &
+    CHECK_PID=$!
+    wait "$CHECK_PID"
     rc=$?
+    CHECK_PID=
     SECS[$side]=$(($(date +%s) - t0))
     [ "$rc" = 124 ] || [ "$rc" = 137 ] && say "$side: killed after ${XFSTESTS_TIMEOUT}s"
     say "$side: done in ${SECS[$side]} s (check exit $rc)"
