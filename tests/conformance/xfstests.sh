@@ -351,11 +351,16 @@ run_side() {
 }
 run_side ext4
 run_side fork
-# xfstests leaves TEST_DEV mounted: unmount the fork with storefs (it waits for
-# the commit) and the ext4 one, so the trap has nothing left to do.
+# xfstests leaves TEST_DEV mounted: unmount the forks with storefs (it commits
+# and waits for the daemon; a failure there fails the run) and the ext4 ones,
+# so the trap has nothing left to do.
+UMOUNT_FAILED=0
 for d in test scratch; do
-    mountpoint -q "$WORK/mnt/fork-$d" &&
-        "$BIN" --store "$WORK/store-$d" umount "$WORK/mnt/fork-$d" >/dev/null
+    if mountpoint -q "$WORK/mnt/fork-$d" &&
+        ! out=$("$BIN" --store "$WORK/store-$d" umount "$WORK/mnt/fork-$d" 2>&1); then
+        say "storefs umount of the $d fork failed: $out"
+        UMOUNT_FAILED=1
+    fi
 done
 umount "$WORK/mnt/ext4-test" 2>/dev/null
 umount "$WORK/mnt/ext4-scratch" 2>/dev/null
@@ -374,5 +379,5 @@ ci_arg=
 python3 "$HERE/xfstests-results.py" "$WORK/results/ext4/result.xml" "$WORK/results/fork/result.xml" \
     "$WORK/tests" "$ci_arg"
 rc=$?
-[ "$PANIC" = 0 ] || rc=1
+[ "$PANIC" = 0 ] && [ "$UMOUNT_FAILED" = 0 ] || rc=1
 exit "$rc"
