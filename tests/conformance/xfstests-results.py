@@ -6,8 +6,9 @@
 Reads xfstests' `-R xunit-quiet` reports (result.xml), one test name a line
 in TESTS_FILE (the tests asked for; with `-g quick` the union of both reports).
 A test asked for that a report does not hold is "missing" (the run stopped or
-was killed before it). Prints a line per test (ext4 result, fork result, and
-the fork's not-run reason or failure message), the counts, the tests that pass
+was killed before it). Prints a line per test (ext4 result, fork result, the
+seconds xfstests timed on each, and the fork's not-run reason or failure
+message), the counts, the tests that pass
 on ext4 and fail on the fork, and those that pass on ext4 and do not run on the
 fork, with xfstests' reason. The last line is
 `N passed, N failed, N not run on the fork (ext4: N passed, N failed, N not run)`.
@@ -20,28 +21,34 @@ import html
 import re
 import sys
 
-CASE = re.compile(r'<testcase\b[^>]*\bname="([^"]+)"[^>]*?(/>|>(.*?)</testcase>)', re.S)
+CASE = re.compile(r'<testcase\b([^>]*?)(/>|>(.*?)</testcase>)', re.S)
+NAME = re.compile(r'\bname="([^"]+)"')
+TIME = re.compile(r'\btime="([0-9.]+)"')
 SKIP = re.compile(r'<skipped(?:\s+message="([^"]*)")?\s*/>', re.S)
 FAIL = re.compile(r'<failure(?:\s+message="([^"]*)")?[^>]*/?>', re.S)
 
 
 def read_report(path):
-    """{test: (result, message)}; result is pass, fail or notrun."""
+    """{test: (result, message, seconds)}; result is pass, fail or notrun."""
     try:
         text = open(path, encoding="utf-8", errors="replace").read()
     except OSError:
         return {}
     out = {}
     for m in CASE.finditer(text):
-        name, body = m.group(1), m.group(3) or ""
+        n, t = NAME.search(m.group(1)), TIME.search(m.group(1))
+        if not n:
+            continue
+        name, body = n.group(1), m.group(3) or ""
+        secs = t.group(1) if t else "?"
         f = FAIL.search(body)
         s = SKIP.search(body)
         if f:
-            out[name] = ("fail", html.unescape(f.group(1) or ""))
+            out[name] = ("fail", html.unescape(f.group(1) or ""), secs)
         elif s:
-            out[name] = ("notrun", html.unescape(s.group(1) or ""))
+            out[name] = ("notrun", html.unescape(s.group(1) or ""), secs)
         else:
-            out[name] = ("pass", "")
+            out[name] = ("pass", "", secs)
     return out
 
 
@@ -66,17 +73,17 @@ def main():
     ci = set(read_list(ci_file))
 
     def res(d, t):
-        return d.get(t, ("missing", "not in the report: the run stopped before it"))
+        return d.get(t, ("missing", "not in the report: the run stopped before it", "-"))
 
     width = max([len(t) for t in tests] + [4])
-    print(f"{'test':<{width}}  {'ext4':<7}  {'fork':<7}  fork's message")
+    print(f"{'test':<{width}}  {'ext4':<7}  {'fork':<7}  {'s ext4':>6}  {'s fork':>6}  fork's message")
     counts = {"ext4": {}, "fork": {}}
     pass_fail, pass_notrun, bad_ci, ext4_bad_ci = [], [], [], []
     for t in tests:
-        (e, em), (f, fm) = res(ext4, t), res(fork, t)
+        (e, em, es), (f, fm, fs) = res(ext4, t), res(fork, t)
         counts["ext4"][e] = counts["ext4"].get(e, 0) + 1
         counts["fork"][f] = counts["fork"].get(f, 0) + 1
-        print(f"{t:<{width}}  {e:<7}  {f:<7}  {fm}".rstrip())
+        print(f"{t:<{width}}  {e:<7}  {f:<7}  {es:>6}  {fs:>6}  {fm}".rstrip())
         if e == "pass" and f in ("fail", "missing"):
             pass_fail.append((t, fm))
         elif e == "pass" and f == "notrun":
