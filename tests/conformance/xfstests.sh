@@ -4,7 +4,7 @@
 #   bash tests/conformance/xfstests.sh                 # the CI list (xfstests-ci.list)
 #   bash tests/conformance/xfstests.sh --list FILE     # the tests named in FILE
 #   bash tests/conformance/xfstests.sh generic/001 generic/013
-#   bash tests/conformance/xfstests.sh --full          # -g quick (about 630 tests: hours)
+#   bash tests/conformance/xfstests.sh --full          # -g generic/quick (633 tests: hours)
 #   bash tests/conformance/xfstests.sh --build-only    # build xfstests (or find it built), nothing else
 #
 # What it does, as root:
@@ -314,9 +314,9 @@ EOF
 
 # ------------------------------------------------------------------ the tests
 if [ "$FULL" = 1 ]; then
-    SELECT=(-g quick)
+    SELECT=(-g generic/quick)
     : >"$WORK/tests"
-    what="-g quick"
+    what="-g generic/quick"
 else
     if [ -n "$LIST" ]; then
         sed 's/#.*//; s/[[:space:]]//g; /^$/d' "$LIST" >"$WORK/tests"
@@ -372,6 +372,16 @@ if grep -l panicked "$WORK"/store-*/logs/* >/dev/null 2>&1; then
     grep -h -B2 -A5 panicked "$WORK"/store-*/logs/* | head -40
     PANIC=1
 fi
+
+# What each test that failed on the fork printed against what it should have
+# (the temp dir and its results go on exit unless KEEP_WORK=1).
+for bad in "$WORK"/results/fork/*/*.out.bad; do
+    [ -f "$bad" ] || continue
+    t=${bad#"$WORK"/results/fork/}
+    t=${t%.out.bad}
+    say "fork: $t's output against the expected (first 20 lines of the diff):"
+    diff -u "$XSRC/tests/$t.out" "$bad" | sed -n '3,22p'
+done
 
 say "ext4 ${SECS[ext4]} s, fork ${SECS[fork]} s; per test (ext4, fork):"
 ci_arg=
