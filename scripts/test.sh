@@ -2,7 +2,8 @@
 # The whole test suite: set up a fresh Debian 12 machine (as root), then run every
 # test, including the ones that mount for real. CI runs exactly this.
 # Order: the conformance suite (pjdfstest, fsx, EROFS checks; it prints its own
-# `N passed, N failed, N skipped` line), the package test (tests/package.sh), then
+# `N passed, N failed, N skipped` line), xfstests' CI list on ext4 and on forks (its
+# last line: the fork's counts, then ext4's), the package test (tests/package.sh), then
 # cargo test (remote tests over s3s-fs), the two remote binaries that mount again
 # over io_uring, then the three remote test binaries again over moto, whose
 # summaries print last.
@@ -20,6 +21,11 @@ cargo build --locked --all-targets
 # FUSE over io_uring says; the io_uring pass follows.
 export STOREFS_TRANSPORT=classic
 bash tests/conformance/run.sh
+# xfstests: the fixed list tests/conformance/xfstests-ci.list on ext4 loop devices
+# and on two forks, side by side (README, "Conformance"); builds xfstests from
+# ../shared/xfstests once (cached in /var/tmp/storefs-xfstests) and prints the counts.
+# About 2 minutes (3.5 with that first build) on 2 cores.
+bash tests/conformance/xfstests.sh
 # The Debian package: build, apt-get install, mount by mount(8) and fstab, man, purge.
 bash tests/package.sh
 # FUSE over io_uring (--transport uring): the conformance suite and the test
