@@ -303,10 +303,12 @@ impl ForkView {
     }
 
     /// The mode `ino` takes when a write, truncate or chown clears its
-    /// setuid, and its setgid when group-executable (else that bit marks
-    /// mandatory locking); `None` when that changes nothing. A directory
-    /// keeps both; a node that is not a file loses them on a chown only.
-    fn cleared_mode(&self, ino: u64, chown: bool) -> Result<Option<u32>> {
+    /// setuid, and its setgid when group-executable or when `c` is outside
+    /// the file's group (the kernel's `setattr_should_drop_sgid`; a chown
+    /// passes `None`: the group test is left out there); `None` when that
+    /// changes nothing. A directory keeps both; a node that is not a file
+    /// loses them on a chown only.
+    fn cleared_mode(&self, ino: u64, chown: bool, c: Option<&Caller>) -> Result<Option<u32>> {
         let a = self.fork.getattr(ino)?;
         let applies = match a.kind {
             Kind::File => true,
@@ -314,7 +316,7 @@ impl ForkView {
             _ => chown,
         };
         let mut perm = a.perm & !libc::S_ISUID;
-        if a.perm & libc::S_IXGRP != 0 {
+        if a.perm & libc::S_IXGRP != 0 || c.is_some_and(|c| !c.in_group(a.gid)) {
             perm &= !libc::S_ISGID;
         }
         Ok((applies && perm != a.perm).then_some(perm))
@@ -328,7 +330,7 @@ impl ForkView {
     /// lacks it (`FUSE_WRITE_KILL_SUIDGID`); else the view asks
     /// [`Caller::has_fsetid`].
     fn kill_priv(&self, c: &Caller, ino: u64, flagged: bool) -> Result<()> {
-        if let Some(perm) = self.cleared_mode(ino, false)?
+        if let Some(perm) = self.cleared_mode(ino, false, Some(c))?
             && (flagged || !c.has_fsetid())
         {
             let kill = SetAttr {
@@ -421,7 +423,7 @@ impl ForkView {
         let chown = attrs.uid.is_some() || attrs.gid.is_some();
         if (attrs.size.is_some() || chown)
             && attrs.perm.is_none()
-            && let Some(perm) = self.cleared_mode(ino, chown)?
+            && let Some(perm) = self.cleared_mode(ino, chown, (!chown).then_some(c))?
             && (chown || !c.has_fsetid())
         {
             let attrs = SetAttr {
@@ -1181,7 +1183,12 @@ mod tests {
         assert_eq!(truncate(ROOT, 3), 0o6755, "root keeps the bits");
         assert_eq!(truncate(USER, 2), 0o755);
         set(0o2745);
-        assert_eq!(truncate(USER, 1), 0o2745, "setgid without group x stays");
+        let member = &Caller {
+            gid: fs.getattr(ROOT, file).unwrap().attr.gid,
+            ..*USER
+        };
+        assert_eq!(truncate(member, 1), 0o2745, "setgid without group x stays");
+        assert_eq!(truncate(USER, 1), 0o745, "... for its group only");
         // chown: by anyone, root too.
         set(0o6755);
         let chown = SetAttr {
@@ -1202,7 +1209,8 @@ mod tests {
     /// No flag comes with `fallocate` or `copy_file_range`: a caller
     /// without `CAP_FSETID` (here: not root, no process to read) clears
     /// setuid (and setgid when group-executable) of the file written; root
-    /// keeps them; a setgid without group x stays.
+    /// keeps them; a setgid without group x stays for a member of the
+    /// file's group and goes for anyone else.
     #[test]
     fn fallocate_and_copy_file_range_clear_setuid_of_the_destination() {
         let (_tmp, fs) = serve();
@@ -1215,6 +1223,10 @@ mod tests {
             fs.setattr(ROOT, file, &a).unwrap();
         };
         let perm = || fs.getattr(ROOT, file).unwrap().attr.perm;
+        let member = &Caller {
+            gid: fs.getattr(ROOT, file).unwrap().attr.gid,
+            ..*USER
+        };
         let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         for mode in [0, libc::FALLOC_FL_KEEP_SIZE, punch] {
             set(0o6777);
@@ -1223,8 +1235,10 @@ mod tests {
             fs.fallocate(USER, file, 0, 1, mode).unwrap();
             assert_eq!(perm(), 0o777, "fallocate {mode}");
             set(0o2666);
-            fs.fallocate(USER, file, 0, 1, mode).unwrap();
+            fs.fallocate(member, file, 0, 1, mode).unwrap();
             assert_eq!(perm(), 0o2666, "setgid without group x stays");
+            fs.fallocate(USER, file, 0, 1, mode).unwrap();
+            assert_eq!(perm(), 0o666, "... for its group only");
         }
         set(0o6777);
         assert!(fs.fallocate(USER, file, 0, 1, 0x40).is_err());

@@ -20,9 +20,9 @@
 # 4. The file system under test: two stores, each with a fork of an empty
 #    checkpoint (TEST_DEV and SCRATCH_DEV), mounted by xfstests itself through
 #    `mount -t fuse.storefs` (FSTYP=fuse, FUSE_SUBTYP=.storefs, -o allow_other).
-#    The helper mount-scripts/mount.fuse.storefs is installed in /sbin for the
-#    run (behind a shim, see install_helper) and removed on exit; a file that
-#    was there is put back.
+#    The helpers mount-scripts/mount.fuse.storefs and umount.fuse.storefs are
+#    installed in /sbin for the run and removed on exit; a file that was
+#    there is put back.
 # 5. The tests run on ext4, then on the forks; then per test both results, the
 #    counts, "ext4 pass → fork fail" and "ext4 pass → fork not run" (with
 #    xfstests' reason), and one summary line last.
@@ -83,9 +83,10 @@ fi
 WORK=
 MADE_USERS=()
 LOOPS=()
-HELPER=/sbin/mount.fuse.storefs
-HELPER_SAVED=
-HELPER_INSTALLED=0
+# The helpers installed in /sbin for the run: each saved first when one is
+# there, and put back (or removed) on exit.
+HELPERS=(mount.fuse.storefs umount.fuse.storefs)
+HELPERS_INSTALLED=()
 CHECK_PID=
 cleanup() {
     local mp loop u i
@@ -113,13 +114,13 @@ cleanup() {
     for loop in "${LOOPS[@]}"; do
         losetup -d "$loop" 2>/dev/null || say "could not detach $loop"
     done
-    if [ "$HELPER_INSTALLED" = 1 ]; then
-        if [ -n "$HELPER_SAVED" ]; then
-            mv -f "$HELPER_SAVED" "$HELPER"
+    for h in "${HELPERS_INSTALLED[@]}"; do
+        if [ -e "$WORK/$h.saved" ] || [ -L "$WORK/$h.saved" ]; then
+            mv -f "$WORK/$h.saved" "/sbin/$h"
         else
-            rm -f "$HELPER"
+            rm -f "/sbin/$h"
         fi
-    fi
+    done
     for u in "${MADE_USERS[@]}"; do
         userdel --remove "$u" 2>/dev/null
         getent group "$u" >/dev/null && groupdel "$u" 2>/dev/null
@@ -216,68 +217,23 @@ chmod 755 "$WORK"
 mkdir -p "$WORK/mnt/ext4-test" "$WORK/mnt/ext4-scratch" "$WORK/mnt/fork-test" "$WORK/mnt/fork-scratch" \
     "$WORK/results" "$WORK/empty"
 
-# ---------------------------------------------------- the mount helper shim
-# /sbin/mount.fuse.storefs for the run: the project's helper, behind a shim
-# that works around three of its defects (issue 41 scope 3; the shim goes,
-# and the helper is installed as it is, when that lands):
-#  (1) /proc/mounts shows the source as `storefs:NAME`, not the NAME given to
-#      mount(8), so `findmnt -S NAME` and `umount NAME` would not find the
-#      mount: xfstests is given TEST_DEV=storefs:NAME (what /proc/mounts
-#      shows) and the shim strips the prefix before the helper sees it.
-#  (2) `mount -o remount,...` through the helper starts a second daemon: the
-#      shim makes a remount a plain kernel remount (mount -i, no helper).
-#  (3) umount(8) returns before the fork's daemon has committed and exited,
-#      so a mount right after fails "fork 'NAME' is in use": the shim retries
-#      for up to 60 s while that fork is mounted nowhere (a second mount of a
-#      mounted fork is still refused at once).
-install_helper() {
-    if [ -e "$HELPER" ] || [ -L "$HELPER" ]; then
-        HELPER_SAVED=$WORK/mount.fuse.storefs.saved
-        cp -a "$HELPER" "$HELPER_SAVED" || die "cannot save $HELPER"
-    fi
-    HELPER_INSTALLED=1
-    cat >"$HELPER" <<EOF || die "cannot write $HELPER"
-#!/bin/sh
-# Installed by tests/conformance/xfstests.sh for one run (removed on exit): the
-# helper $ROOT/mount-scripts/mount.fuse.storefs behind workarounds
-# of issue 41 scope 3's defects (see the script).
-helper=$ROOT/mount-scripts/mount.fuse.storefs
-log=$WORK/shim.log
-EOF
-    cat >>"$HELPER" <<'EOF'
-source=${1#storefs:}   # defect (1)
-mountpoint=$2
-shift 2
-case " $* " in
-    *remount*)          # defect (2)
-        opts=
-        while [ $# -gt 0 ]; do
-            case $1 in -o) opts="${opts:+$opts,}$2"; shift ;; -o*) opts="${opts:+$opts,}${1#-o}" ;; esac
-            shift
-        done
-        echo "remount $source $opts" >>"$log"
-        exec mount -i -o "$opts" "$mountpoint" ;;
-esac
-tries=0
-while :; do               # defect (3)
-    if said=$(sh "$helper" "$source" "$mountpoint" "$@" 2>&1); then
-        [ "$tries" = 0 ] || echo "retried $source $tries" >>"$log"
-        exit 0
-    fi
-    status=$?
-    case $said in *"is in use"*) ;; *) printf '%s\n' "$said" >&2; exit "$status" ;; esac
-    if awk -v s="storefs:$source" '$1 == s { found = 1 } END { exit !found }' /proc/mounts ||
-        [ "$tries" -ge 600 ]; then
-        printf '%s\n' "$said" >&2
-        exit "$status"
-    fi
-    tries=$((tries + 1))
-    sleep 0.1
-done
-EOF
-    chmod 755 "$HELPER"
+# ---------------------------------------------------------- the mount helpers
+# /sbin/mount.fuse.storefs and /sbin/umount.fuse.storefs for the run: the
+# project's own (mount-scripts/), as the Debian package installs them, running
+# $STOREFS_BIN. mount(8) shows the source as given (TEST_DEV=xfs-test),
+# `-o remount` changes the mount in place, and umount(8) of a fork returns
+# once it is committed (or the next mount waits for its daemon).
+install_helpers() {
+    local h
+    for h in "${HELPERS[@]}"; do
+        if [ -e "/sbin/$h" ] || [ -L "/sbin/$h" ]; then
+            cp -a "/sbin/$h" "$WORK/$h.saved" || die "cannot save /sbin/$h"
+        fi
+        HELPERS_INSTALLED+=("$h")
+        install -m 755 "$ROOT/mount-scripts/$h" "/sbin/$h" || die "cannot install /sbin/$h"
+    done
 }
-install_helper
+install_helpers
 
 # ------------------------------------------------------------ the file systems
 # ext4: sparse files on loop devices.
@@ -308,9 +264,9 @@ EOF
 cat >"$WORK/fork.config" <<EOF
 export FSTYP=fuse
 export FUSE_SUBTYP=.storefs
-export TEST_DEV=storefs:xfs-test
+export TEST_DEV=xfs-test
 export TEST_DIR=$WORK/mnt/fork-test
-export SCRATCH_DEV=storefs:xfs-scratch
+export SCRATCH_DEV=xfs-scratch
 export SCRATCH_MNT=$WORK/mnt/fork-scratch
 export TEST_FS_MOUNT_OPTS="-o store=$WORK/store-test,allow_other"
 export MOUNT_OPTIONS="-o store=$WORK/store-scratch,allow_other"
@@ -388,12 +344,6 @@ for bad in "$WORK"/results/fork/*/*.out.bad; do
     diff -u "$XSRC/tests/$t.out" "$bad" | sed -n '3,22p'
 done
 
-# How often the shim's workarounds were needed (install_helper).
-if [ -s "$WORK/shim.log" ]; then
-    say "helper shim: $(grep -c '^remount' "$WORK/shim.log") remount(s) made plain kernel remounts (defect 2), $(grep -c '^retried' "$WORK/shim.log") mount(s) retried while the fork's daemon was still committing (defect 3; $(awk '$1 == "retried" { n += $3 } END { print n + 0 }' "$WORK/shim.log") tries of 0.1 s)"
-else
-    say "helper shim: no remount and no retried mount were needed (defects 2 and 3)"
-fi
 
 say "ext4 ${SECS[ext4]} s, fork ${SECS[fork]} s; per test (ext4, fork):"
 ci_arg=
