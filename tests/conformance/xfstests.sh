@@ -69,8 +69,15 @@ if [ "$FULL" = 0 ] && [ -z "$LIST" ] && [ ${#NAMES[@]} = 0 ]; then
 fi
 [ "$(id -u)" = 0 ] || die "run as root (mounts, loop devices, users, apt-get)"
 
+# The tarball: XFSTESTS_TARBALL, else ../shared/xfstests/ beside the clone
+# (where this project's machines keep it: they cannot fetch it). Without it
+# the run is skipped, and says so as a count, not a pass.
 TARBALL=${XFSTESTS_TARBALL:-$ROOT/../shared/xfstests/xfstests-63a29724.tar.gz}
-[ -f "$TARBALL" ] || die "no xfstests tarball at $TARBALL (set XFSTESTS_TARBALL)"
+if [ ! -f "$TARBALL" ]; then
+    say "SKIPPED: no xfstests tarball at $TARBALL (set XFSTESTS_TARBALL); not one xfstests test ran"
+    echo "0 passed, 0 failed, 0 not run on the fork; 1 skipped (no xfstests source)"
+    exit 0
+fi
 XFSTESTS_DIR=${XFSTESTS_DIR:-/var/tmp/storefs-xfstests}
 XSRC=$XFSTESTS_DIR/src
 if [ "$FULL" = 1 ]; then
