@@ -29,6 +29,11 @@ once on the native disk, outside the three places. Workloads:
 it to `--out` (default bench/results/) as <date>-agent[-small].md. Timing is
 for people; no test asserts on it. `--before BIN` adds a fork served by
 another binary (its own store) to the same run, for a lever's A/B row.
+`--in-run` adds a place where the workloads run inside `storefs run` (issue
+39): a fork of the same base, mounted by `--storefs` at its origin in the
+run's private mount namespace; this script runs again inside it (`--child`),
+times each workload there the same way and hands the times back (its rounds
+come after the other places' instead of between them).
 `--mount-args "--writeback-cache"` adds arguments to the `storefs mount` of
 `--storefs`'s fork only (a lever behind a flag, A/B against `--before`).
 `--requests` adds a table of the FUSE requests each workload sends each
@@ -43,6 +48,7 @@ Needs root (mounts), git, make, gcc, rsync, fuse-overlayfs (its column says
 n/a without it), python3 with venv.
 """
 import argparse
+import json
 import os
 import random
 import shutil
@@ -349,7 +355,40 @@ WORKLOADS = [
 ]
 
 
+def timed_rounds(root, name, prep, run, inp, rounds, results, place):
+    """`rounds` runs of one workload in fresh directories under `root`; the
+    best time is kept in `results[(name, place)]`."""
+    for r in range(rounds):
+        d = os.path.join(root, "runs", f"{name.replace(' ', '_').replace('+', '_')}-{place}-{r}")
+        os.makedirs(d)
+        if prep:
+            prep(d, inp)
+        os.sync()
+        t = time.perf_counter()
+        run(d, inp)
+        dt = time.perf_counter() - t
+        key = (name, place)
+        results[key] = min(results.get(key, dt), dt)
+        shutil.rmtree(d)
+
+
+def child(args):
+    """`--child ROOT INPUTS ROUNDS NAMES`: inside `storefs run`, time the
+    workloads NAMES (comma-separated) in ROOT (the fork, at its origin);
+    print {name: best seconds} as JSON."""
+    root, inputs, rounds, names = args
+    inp = json.load(open(inputs))
+    want = set(names.split(","))
+    results = {}
+    for name, prep, run in WORKLOADS:
+        if name in want:
+            timed_rounds(root, name, prep, run, inp, int(rounds), results, "run")
+    print(json.dumps({n: t for (n, _), t in results.items()}))
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        return child(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--storefs", required=True, help="the storefs binary")
     ap.add_argument("--before", help="a second storefs binary (an A/B: its own store and fork mount, same run)")
@@ -362,6 +401,9 @@ def main():
     ap.add_argument("--requests", action="store_true",
                     help="after the timed rounds, one more run on each storefs mount counting the FUSE "
                          "requests by kind (kernel tracepoint fuse:fuse_request_send)")
+    ap.add_argument("--in-run", action="store_true",
+                    help="also run the workloads inside `storefs run` (a fork at its origin in a private "
+                         "mount namespace), timed there")
     ap.add_argument("--libfuse-hp", help="libfuse's passthrough_hp built with bench/libfuse-hp.patch: "
                     "adds it without and with FUSE passthrough (the lever's A/B)")
     a = ap.parse_args()
@@ -453,17 +495,7 @@ def main():
             for r in range(a.rounds):
                 # Interleaved: round r of every place before round r+1 of any.
                 for place, root in places:
-                    d = os.path.join(root, "runs", f"{name.replace(' ', '_').replace('+', '_')}-{r}")
-                    os.makedirs(d)
-                    if prep:
-                        prep(d, inp)
-                    os.sync()
-                    t = time.perf_counter()
-                    run(d, inp)
-                    dt = time.perf_counter() - t
-                    key = (name, place)
-                    results[key] = min(results.get(key, dt), dt)
-                    shutil.rmtree(d)
+                    timed_rounds(root, name, prep, run, inp, 1, results, place)
             for place, root in places:
                 if place not in traces:
                     continue
@@ -473,6 +505,27 @@ def main():
                     prep(d, inp)
                 requests[(name, place)] = traces[place].count(lambda: run(d, inp))
                 shutil.rmtree(d)
+        if a.in_run:
+            # The base copied to an origin of its own, snapshotted, and
+            # removed: the origin exists only inside the run (a run mounts
+            # only where the host has nothing, or an empty directory).
+            store = os.path.join(work, "store-run")
+            origin = os.path.join(work, "run-origin")
+            sh(["cp", "-a", native, origin])
+            sh([S, "--store", store, "init"], stdout=subprocess.DEVNULL)
+            sh([S, "--store", store, "snapshot", origin, "--ref", "base"], stdout=subprocess.DEVNULL)
+            shutil.rmtree(origin)
+            inputs = os.path.join(work, "inputs.json")
+            with open(inputs, "w") as f:
+                json.dump(inp, f)
+            print("agent.py: the same workloads inside storefs run", file=sys.stderr)
+            out = subprocess.run(
+                [S, "--store", store, "run", "base", "--fork", "agent-run", "--no-commit", "--",
+                 sys.executable, os.path.abspath(__file__), "--child", origin, inputs, str(a.rounds),
+                 ",".join(w[0] for w in workloads)],
+                check=True, stdout=subprocess.PIPE, text=True).stdout
+            for name, t in json.loads(out.strip().splitlines()[-1]).items():
+                results[(name, "run")] = t
     finally:
         for t in traces.values():
             t.close()
@@ -486,14 +539,18 @@ def main():
         "",
         *([f"storefs fork mounted with `{a.mount_args}`.", ""] if a.mount_args else []),
         "| workload | native s | storefs fork s | fuse-overlayfs s | storefs/native | overlay/native | storefs/overlay |"
-        + (" before s | before/native |" if a.before else ""),
-        "|---|---|---|---|---|---|---|" + ("---|---|" if a.before else ""),
+        + (" before s | before/native |" if a.before else "")
+        + (" in a run s | run/native | run/storefs |" if a.in_run else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if a.before else "") + ("---|---|---|" if a.in_run else ""),
     ]
     for name, _, _ in workloads:
         n, s, o, b = (results.get((name, p)) for p in ("native", "storefs", "fuse-overlayfs", "before"))
         row = f"| {name} | {fmt(n)} | {fmt(s)} | {fmt(o)} | {ratio(s, n)} | {ratio(o, n)} | {ratio(s, o)} |"
         if a.before:
             row += f" {fmt(b)} | {ratio(b, n)} |"
+        if a.in_run:
+            r = results.get((name, "run"))
+            row += f" {fmt(r)} | {ratio(r, n)} | {ratio(r, s)} |"
         lines.append(row)
     if a.libfuse_hp:
         lines += ["", "libfuse `passthrough_hp`: without passthrough or writeback cache (`hp`), with "
