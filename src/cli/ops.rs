@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::args::{OpsArgs, RevertArgs};
 use super::term::Shown;
 use crate::daemon::control;
-use crate::journal::ops::{self, OpLine, Select, Step};
+use crate::journal::ops::{self, OpLine, Select, Step, at_or_below};
 use crate::journal::{self, Fork};
 use crate::store::{Checkpoint, ObjectId, Store};
 
@@ -41,17 +41,18 @@ pub fn ops(store_dir: &Path, a: OpsArgs) -> Result<()> {
         vec![committed(&store, id, &ck)]
     };
     let path = a.path.as_deref().map(|p| p.trim_matches('/'));
-    // The kernel keeps 15 bytes of a command name: a longer one given
-    // matches what it became.
-    let command = a
-        .command
-        .as_deref()
-        .map(|c| &c.as_bytes()[..c.len().min(15)]);
+    let selects: Vec<Select> = [
+        a.pid.map(Select::Pid),
+        a.command.clone().map(Select::Command),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let keep = |op: &OpLine| {
-        a.pid.is_none_or(|p| op.pid == p)
-            && command.is_none_or(|c| op.command.as_bytes() == c)
+        selects.iter().all(|s| s.matches(op))
             && path.is_none_or(|p| {
-                under(&op.path, p) || op.new_path.as_deref().is_some_and(|n| under(n, p))
+                at_or_below(&op.path, p)
+                    || op.new_path.as_deref().is_some_and(|n| at_or_below(n, p))
             })
     };
     let out = std::io::stdout();
@@ -89,15 +90,6 @@ pub fn ops(store_dir: &Path, a: OpsArgs) -> Result<()> {
     }
     out.flush()?;
     Ok(())
-}
-
-/// Whether `path` is `prefix` or below it ("" is everything).
-fn under(path: &str, prefix: &str) -> bool {
-    prefix.is_empty()
-        || path == prefix
-        || path
-            .strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// One operation as a line: time, operation, path, requester, bytes.

@@ -240,9 +240,9 @@ fn check_above(st: &mut ForkState, ctx: &Ctx<'_>, p: &[u8], l: &Lineage) -> Resu
             let at = l.components[..=i].join(&b'/');
             if l.entries.len() > i && l.entries[i].kind == Kind::Dir {
                 return Err(Error::Refused(format!(
-                    "cannot check out '{}': the fork has a {} at '{}' where the target has a directory; check out '{}' itself",
+                    "cannot check out '{}': the fork has {} at '{}' where the target has a directory; check out '{}' itself",
                     String::from_utf8_lossy(p),
-                    kind_name(st.inode(ino)?.kind),
+                    st.inode(ino)?.kind.described(),
                     String::from_utf8_lossy(&at),
                     String::from_utf8_lossy(&at)
                 )));
@@ -253,17 +253,6 @@ fn check_above(st: &mut ForkState, ctx: &Ctx<'_>, p: &[u8], l: &Lineage) -> Resu
         dir = ino;
     }
     Ok(())
-}
-
-fn kind_name(k: Kind) -> &'static str {
-    match k {
-        Kind::File => "file",
-        Kind::Dir => "directory",
-        Kind::Symlink => "symlink",
-        Kind::Fifo => "fifo",
-        Kind::CharDev | Kind::BlockDev => "device",
-        Kind::Socket => "socket",
-    }
 }
 
 /// One checkout's changes, under the state lock.

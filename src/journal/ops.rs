@@ -277,6 +277,16 @@ impl Select {
     }
 }
 
+/// Whether log path `path` is `dir` or below it (`""`, the root, holds
+/// everything).
+pub fn at_or_below(path: &str, dir: &str) -> bool {
+    dir.is_empty()
+        || path == dir
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// What a revert does to one path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -315,9 +325,6 @@ pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
             }
         }
     }
-    let below = |p: &str, dir: &str| {
-        dir.is_empty() || p.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
-    };
     first
         .into_iter()
         .map(|(p, at)| {
@@ -341,7 +348,7 @@ pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
                         matches!(op.op.as_str(), "rename" | "exchange" | "unlink" | "rmdir");
                     touched(op)
                         .iter()
-                        .any(|q| *q == p || below(q, &p) || (moves && below(&p, q)))
+                        .any(|q| at_or_below(q, &p) || (moves && at_or_below(&p, q)))
                 });
             match later {
                 Some(op) => Step::Conflict(p, op.clone()),

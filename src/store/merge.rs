@@ -264,20 +264,8 @@ fn pick<T: PartialEq + Clone>(base: Option<T>, a: T, b: T) -> std::result::Resul
     }
 }
 
-fn kind_name(k: Kind) -> &'static str {
-    match k {
-        Kind::File => "a file",
-        Kind::Dir => "a directory",
-        Kind::Symlink => "a symlink",
-        Kind::Fifo => "a fifo",
-        Kind::CharDev => "a character device",
-        Kind::BlockDev => "a block device",
-        Kind::Socket => "a socket",
-    }
-}
-
 fn describe(e: Option<&Entry>) -> &'static str {
-    e.map_or("deleted", |e| kind_name(e.kind))
+    e.map_or("deleted", |e| e.kind.described())
 }
 
 fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
@@ -375,7 +363,7 @@ impl Merger<'_> {
             return Ok(self.whole(path, ConflictKind::EditDelete, detail, a, b));
         };
         if ea.kind != eb.kind {
-            let detail = format!("{} in A, {} in B", kind_name(ea.kind), kind_name(eb.kind));
+            let detail = format!("{} in A, {} in B", ea.kind.described(), eb.kind.described());
             return Ok(self.whole(path, ConflictKind::Type, detail, a, b));
         }
         // Same kind on both sides: base only counts when of that kind too.

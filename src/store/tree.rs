@@ -38,6 +38,20 @@ impl Kind {
         })
     }
 
+    /// The kind in words, with its article, for messages: "a file", "a
+    /// directory", "a character device"….
+    pub fn described(self) -> &'static str {
+        match self {
+            Kind::File => "a file",
+            Kind::Dir => "a directory",
+            Kind::Symlink => "a symlink",
+            Kind::Fifo => "a fifo",
+            Kind::CharDev => "a character device",
+            Kind::BlockDev => "a block device",
+            Kind::Socket => "a socket",
+        }
+    }
+
     /// The S_IFMT bits of this kind.
     pub fn mode_bits(self) -> u32 {
         match self {
