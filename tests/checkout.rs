@@ -79,22 +79,6 @@ fn assert_same(want: &Path, got: &Path, rel: &str) {
     }
 }
 
-/// Bytes of records in fork `name`'s journal segments (each segment's
-/// header and frames, up to the zeros preallocated after them).
-fn journal_bytes(env: &Env, name: &str) -> u64 {
-    fs::read_dir(env.store.join("forks").join(name).join("journal"))
-        .unwrap()
-        .map(|e| {
-            let bytes = fs::read(e.unwrap().path()).unwrap();
-            let mut pos = storefs::journal::wal::SEGMENT_HEADER as usize;
-            while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
-                pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-            }
-            pos as u64
-        })
-        .sum()
-}
-
 fn checkout(env: &Env, args: &[&OsStr]) -> (String, String) {
     let mut all: Vec<&OsStr> = vec![OsStr::new("checkout")];
     all.extend_from_slice(args);
@@ -128,7 +112,7 @@ fn files_and_a_directory_into_an_unmounted_fork() {
     fs::write(mp.join("added.txt"), "not in s1\n").unwrap();
     m.unmount();
 
-    let before = journal_bytes(&env, "f1");
+    let before = common::journal_bytes(&env.store, "f1");
     let (out, err) = checkout(
         &env,
         &[
@@ -153,7 +137,7 @@ fn files_and_a_directory_into_an_unmounted_fork() {
         "{err}"
     );
     // 3 MiB of big.log and the sparse file's data are named, not copied.
-    let grew = journal_bytes(&env, "f1") - before;
+    let grew = common::journal_bytes(&env.store, "f1") - before;
     assert!(grew < 64 << 10, "the journal grew by {grew} bytes");
 
     // As the journal replays at mount, then as the commit at unmount folded it.

@@ -524,23 +524,6 @@ fn kernel_caches_never_show_stale_bytes_or_names() {
     assert_eq!(fs::metadata(fx.path("n-file")).unwrap().nlink(), 1);
 }
 
-/// Bytes of records in the fork's journal segments: each segment's header
-/// and its frames (u32 length, u32 crc, payload), up to the zeros
-/// preallocated after them (docs/journal.md).
-fn journal_bytes(fx: &Fixture) -> u64 {
-    fs::read_dir(fx.tmp.path().join("store/forks/f1/journal"))
-        .unwrap()
-        .map(|e| {
-            let bytes = fs::read(e.unwrap().path()).unwrap();
-            let mut pos = storefs::journal::wal::SEGMENT_HEADER as usize;
-            while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
-                pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-            }
-            pos as u64
-        })
-        .sum()
-}
-
 /// `cp` uses `copy_file_range`: committed data is shared (the journal grows
 /// by a record, not by the file), data written on the fork is copied, and
 /// both read back and commit as the source.
@@ -549,7 +532,7 @@ fn journal_bytes(fx: &Fixture) -> u64 {
 fn cp_shares_committed_data_through_copy_file_range() {
     let fx = mount_fixture();
     let big = fs::read(fx.path("big.bin")).unwrap();
-    let before = journal_bytes(&fx);
+    let before = common::journal_bytes(&fx.tmp.path().join("store"), "f1");
     let cp = |a: &str, b: &str| {
         let st = Command::new("cp")
             .arg(fx.path(a))
@@ -560,7 +543,7 @@ fn cp_shares_committed_data_through_copy_file_range() {
     };
     cp("big.bin", "copy.bin");
     assert_eq!(fs::read(fx.path("copy.bin")).unwrap(), big);
-    let grew = journal_bytes(&fx) - before;
+    let grew = common::journal_bytes(&fx.tmp.path().join("store"), "f1") - before;
     assert!(
         grew < 16 << 10,
         "cp of a {}-byte committed file logged {grew} bytes",

@@ -856,3 +856,20 @@ impl Drop for DevFuseOpen {
         let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(self.0));
     }
 }
+
+/// Bytes of records in fork `name`'s journal segments in `store`: each
+/// segment's header and its frames (u32 length, u32 crc, payload), up to the
+/// zeros preallocated after them (docs/journal.md).
+pub fn journal_bytes(store: &Path, name: &str) -> u64 {
+    fs::read_dir(store.join("forks").join(name).join("journal"))
+        .unwrap()
+        .map(|e| {
+            let bytes = fs::read(e.unwrap().path()).unwrap();
+            let mut pos = storefs::journal::wal::SEGMENT_HEADER as usize;
+            while pos + 8 <= bytes.len() && bytes[pos..pos + 8] != [0; 8] {
+                pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+            }
+            pos as u64
+        })
+        .sum()
+}
