@@ -74,15 +74,18 @@ fn previous(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// Move the log `path` to `path.1`, replacing it.
+fn move_aside(path: &Path) -> std::io::Result<()> {
+    crate::sys::rename_nofollow(path, &previous(path))
+}
+
 /// Move `path` to `path.1` when it holds `cap` bytes or more.
 fn rotate_if_over(path: &Path, cap: u64) -> Result<()> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_file() && m.len() >= cap => {
-            crate::sys::rename_nofollow(path, &previous(path)).map_err(|source| Error::Log {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+        Ok(m) if m.is_file() && m.len() >= cap => move_aside(path).map_err(|source| Error::Log {
+            path: path.to_path_buf(),
+            source,
+        }),
         _ => Ok(()),
     }
 }
@@ -110,7 +113,7 @@ impl BoundedLog {
     }
 
     fn start_again(&mut self) -> std::io::Result<()> {
-        crate::sys::rename_nofollow(&self.path, &previous(&self.path))?;
+        move_aside(&self.path)?;
         self.file = open_log(&self.path).map_err(std::io::Error::other)?;
         self.len = 0;
         Ok(())
