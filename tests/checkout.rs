@@ -255,6 +255,16 @@ fn a_directory_and_files_into_a_mounted_fork_are_seen_at_once() {
     // (state's own mtime is now: its entries changed.)
     assert_same(&origin, &mp, "state/lead.json");
     assert!(!mp.join("state/more.json").exists());
+    // The daemon journaled the checkout as the client's change (the
+    // `storefs` process on the other end of its socket).
+    let ops = env.ok(["ops", "f2", "--json"]);
+    let last: serde_json::Value = serde_json::from_str(ops.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (last["command"].as_str(), last["checkpoint"].is_null()),
+        (Some("storefs"), true),
+        "{ops}"
+    );
+    assert_ne!(last["pid"].as_u64(), Some(0), "{ops}");
     m.unmount();
 
     // What the daemon journaled and committed at unmount holds.

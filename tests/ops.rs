@@ -181,7 +181,7 @@ fn ops_names_each_changes_process_before_and_after_commit_and_on_the_browse_moun
         .to_string();
     assert_ne!(c2, c1);
     // gc keeps the logs (no grace period: only reachability keeps them).
-    env.ok(["gc", "--grace", "0s"]);
+    env.ok(["gc", "--grace", "0"]);
     assert_eq!(ops_json(&env, &["f"]), all);
 
     // The browse mount shows each commit's log, line for line.
@@ -431,4 +431,81 @@ fn revert_of_one_command_on_a_mounted_fork_restores_exactly_its_paths() {
 )]
 fn revert_of_one_command_on_an_unmounted_fork_restores_exactly_its_paths() {
     revert_restores_exactly_their_paths(false);
+}
+
+/// The checkpoint `target`'s operation log object (`source.ops`).
+fn log_of(store: &Path, target: &str) -> storefs::store::ObjectId {
+    let s = storefs::store::Store::open(store).unwrap();
+    let id = s.resolve(target).unwrap();
+    s.read_checkpoint(&id)
+        .unwrap()
+        .source
+        .ops
+        .expect("a commit keeps its log")
+}
+
+/// A checkout by the tool itself (the fork not mounted) is that process's
+/// change; the commit's log goes with a push and a pull, survives the
+/// remote's gc, and `verify` checks it.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn an_operation_log_travels_with_push_and_pull_and_verify_checks_it() {
+    let env = Env::new();
+    setup(&env);
+    let other = env.path("other");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(other.join("shared.txt"), b"other\n").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        other.as_os_str(),
+        "--ref".as_ref(),
+        "other".as_ref(),
+    ]);
+    env.ok(["checkout", "other", "shared.txt", "--into", "f"]);
+    let c1 = env.ok(["commit", "f"]).trim().to_string();
+    let lines = ops_json(&env, &[&c1]);
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert_eq!(l["path"], "shared.txt", "{lines:?}");
+        assert_eq!(l["command"], "storefs", "{lines:?}");
+        assert_ne!(l["pid"].as_u64(), Some(0), "{lines:?}");
+    }
+
+    // Push, then pull into another store: the same log.
+    let remote = env.path("remote");
+    let url = format!("file://{}", remote.display());
+    env.ok(["remote", "add", "r", &url]);
+    env.ok(["push", "r", "f"]);
+    env.ok(["gc", "--remote", "r", "--grace", "0"]);
+    let other_store = env.path("store2");
+    env.ok_in(&other_store, &["remote", "add", "r", &url]);
+    env.ok_in(&other_store, &["pull", "r", "f"]);
+    let (pulled, _) = env.ok_in(&other_store, &["ops", &c1, "--json"]);
+    let pulled: Vec<Value> = pulled
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(pulled, lines);
+    let (report, _) = env.ok_in(&other_store, &["verify"]);
+    assert!(!report.contains("operation log"), "{report}");
+
+    // A damaged log: verify names it (and fails).
+    let log = log_of(&other_store, &c1);
+    let s = storefs::store::Store::open(&other_store).unwrap();
+    let (path, offset, len) = s.backend().locate(&log).unwrap().unwrap();
+    drop(s);
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset + len - 1).unwrap();
+    f.write_all_at(&[b[0] ^ 0xff], offset + len - 1).unwrap();
+    let out = env.run_with_store(&other_store, ["verify"]);
+    assert!(!out.status.success());
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(said.contains("(operation log)"), "{said}");
 }

@@ -115,7 +115,10 @@ pub(super) fn into_fork(
         }
         (None, None) => {
             let fork = Fork::open(Arc::new(Store::open(store.root())?), name)?;
-            let done = fork.checkout(target, paths)?;
+            // This command is the process that asked for the changes.
+            let done = journal::ops::on_behalf_of(journal::ops::this_process(), || {
+                fork.checkout(target, paths)
+            })?;
             fork.sync()?;
             CheckoutReport::of(&done)
         }

@@ -37,8 +37,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Error, Result};
 use crate::fs::{Caches, Invalidator, TransportUse};
-use crate::journal::Fork;
 use crate::journal::ops::OpLine;
+use crate::journal::{self, Fork};
 use crate::store::mounts::MountRecord;
 use crate::store::{ObjectId, Store};
 
@@ -506,7 +506,18 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
             }
         }
         (Ok(Request::Checkout { target, paths }), Some(fork)) => {
-            match checkout_here(control, fork, &target, &paths) {
+            // The client's process asked for these changes (the journal
+            // names it; unknown if the socket cannot tell).
+            let who = match rustix::net::sockopt::socket_peercred(&stream) {
+                Ok(c) => journal::ops::of_process(
+                    c.pid.as_raw_nonzero().get() as u32,
+                    c.uid.as_raw(),
+                    fork.run(),
+                ),
+                Err(_) => journal::ops::unknown(),
+            };
+            match journal::ops::on_behalf_of(who, || checkout_here(control, fork, &target, &paths))
+            {
                 Ok(report) => Reply {
                     ok: true,
                     checkout: Some(report),

@@ -39,6 +39,26 @@ pub fn on_behalf_of<T>(who: Arc<Who>, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Process `pid` (of user `uid`, in run `run` or "") as a requester: its
+/// command is read from `/proc/PID/comm` now (empty if it is gone). For
+/// changes asked for by a tool rather than made through a mount: a
+/// checkout or revert through a fork's daemon (the client's process) or
+/// on a fork opened by the tool itself ([`this_process`]).
+pub fn of_process(pid: u32, uid: u32, run: &str) -> Arc<Who> {
+    let comm = std::fs::read(format!("/proc/{pid}/comm")).unwrap_or_default();
+    Arc::new(Who {
+        pid,
+        uid,
+        command: comm.trim_ascii_end().to_vec(),
+        run: run.as_bytes().to_vec(),
+    })
+}
+
+/// This process as a requester ([`of_process`]).
+pub fn this_process() -> Arc<Who> {
+    of_process(std::process::id(), rustix::process::getuid().as_raw(), "")
+}
+
 /// The requester of the changes this thread makes now (unknown outside
 /// [`on_behalf_of`]).
 pub(crate) fn requester() -> Arc<Who> {
@@ -46,7 +66,7 @@ pub(crate) fn requester() -> Arc<Who> {
 }
 
 /// The unknown requester.
-pub(crate) fn unknown() -> Arc<Who> {
+pub fn unknown() -> Arc<Who> {
     UNKNOWN.clone()
 }
 

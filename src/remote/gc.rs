@@ -137,9 +137,11 @@ impl Remote {
         let (index, listing) = self.pack_index(store.root()).await?;
         let backend = store.backend().clone();
         let roots = checkpoints.iter().map(|(ck, c)| (c.root, *ck)).collect();
-        let (reached, _) = self
+        let (mut reached, _) = self
             .walk_trees(&index, &backend, roots, false, &mut Moved::default())
             .await?;
+        // Commits' operation logs (blobs, not walked).
+        reached.extend(checkpoints.values().filter_map(|c| c.source.ops));
         rep.reachable = reached.len();
 
         // Sweep: packs.

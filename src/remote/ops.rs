@@ -324,9 +324,23 @@ impl Remote {
             let backend = store.backend().clone();
             let mut moved = Moved::default();
             let roots = fetched.iter().map(|(ck, (c, _))| (c.root, *ck)).collect();
-            let (_, chunks) = self
+            let (_, mut chunks) = self
                 .walk_trees(&index, &backend, roots, true, &mut moved)
                 .await?;
+            // Each commit's operation log, where the remote has it (a push by
+            // a storefs older than logs did not carry them).
+            let logs: Vec<(ObjectId, ObjectId)> = fetched
+                .iter()
+                .filter_map(|(ck, (c, _))| Some((c.source.ops?, *ck)))
+                .collect();
+            let ids: Vec<ObjectId> = logs.iter().map(|l| l.0).collect();
+            let packed = index.get_many(&ids)?;
+            chunks.extend(
+                logs.into_iter()
+                    .zip(packed)
+                    .filter(|(_, l)| l.is_some())
+                    .map(|(l, _)| l),
+            );
             self.fetch_chunks(&index, &backend, chunks, &*opts.progress, &mut moved)
                 .await?;
             let (fetched_count, fetched_bytes) = (moved.objects, moved.bytes);
@@ -868,6 +882,14 @@ fn ordered_objects(
                 }
             }
             stack.extend(subs.into_iter().rev());
+        }
+        // A commit's operation log travels with it (not a tree: a blob). A
+        // checkpoint pulled from a remote that lacks it has none here.
+        if let Some(ops) = c.source.ops
+            && store.has_object(&ops)?
+            && seen.insert(ops)
+        {
+            chunks.push(ops);
         }
     }
     Ok((trees, chunks))

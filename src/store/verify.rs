@@ -135,8 +135,10 @@ impl Store {
             }
         }
 
-        // Pass 1: records, then trees (each once), then chunks (each once).
+        // Pass 1: records (and the operation logs they name), then trees
+        // (each once), then chunks (each once).
         let mut roots = Vec::new();
+        let mut logs = Vec::new();
         for ck in &ckpts {
             match self.read_checkpoint(ck) {
                 Ok(c) => {
@@ -152,11 +154,36 @@ impl Store {
                         }
                     }
                     roots.push((*ck, c.root));
+                    logs.extend(c.source.ops.map(|o| (*ck, o)));
                 }
                 Err(Error::UnknownTarget(_)) => {
                     problem(Some(*ck), "(record)".into(), None, "missing".into())
                 }
                 Err(e) => problem(Some(*ck), "(record)".into(), None, e.to_string()),
+            }
+        }
+        // A commit's operation log: a blob beside its tree, named by path
+        // "(operation log)". A partial checkpoint comes without it.
+        let mut logs_missing = 0;
+        for (ck, log) in logs {
+            let (res, size) = self.check_object(&log);
+            report.objects += 1;
+            report.bytes += size;
+            match res {
+                Err(Bad::Missing { .. }) if self.is_partial(&ck) => {}
+                Err(b) => {
+                    match b {
+                        Bad::Missing { .. } => logs_missing += 1,
+                        _ => report.corrupt += 1,
+                    }
+                    report.problems.push(Problem {
+                        checkpoint: Some(ck),
+                        path: "(operation log)".into(),
+                        object: Some(log),
+                        what: format!("object {log} {b}"),
+                    });
+                }
+                Ok(_) => {}
             }
         }
         // What was read (trees, then chunks), and what of it is wrong. Memory:
@@ -229,6 +256,7 @@ impl Store {
                 _ => report.corrupt += 1,
             }
         }
+        report.missing += logs_missing;
         if report.missing + report.corrupt == 0 {
             return Ok(report);
         }
@@ -262,7 +290,7 @@ impl Store {
                 });
             }
         }
-        report.missing = missing.len();
+        report.missing = missing.len() + logs_missing;
         Ok(report)
     }
 
