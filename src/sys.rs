@@ -1002,3 +1002,10 @@ mod tests {
         assert!(!pid_alive(pid));
     }
 }
+
+/// This machine's name (`uname -n`), as checkpoints record where they were
+/// made; `None` if it is not UTF-8.
+pub fn hostname() -> Option<String> {
+    let uname = rustix::system::uname();
+    uname.nodename().to_str().ok().map(str::to_string)
+}

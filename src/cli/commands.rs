@@ -558,8 +558,7 @@ pub(super) fn now_ns() -> i64 {
 /// This machine's name (`uname`'s nodename, as `gethostname` gives it), if
 /// it is UTF-8.
 pub(super) fn hostname() -> Option<String> {
-    let uname = rustix::system::uname();
-    uname.nodename().to_str().ok().map(str::to_string)
+    crate::sys::hostname()
 }
 
 #[cfg(test)]

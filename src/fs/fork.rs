@@ -190,10 +190,12 @@ impl Requesters {
         let who = self.of_process(c, run);
         if let Some(ino) = data_of {
             let mut writers = self.writers.lock();
-            if writers.len() >= MAX_WRITERS {
-                writers.clear();
+            if !writers.get(&ino).is_some_and(|w| Arc::ptr_eq(w, &who)) {
+                if writers.len() >= MAX_WRITERS {
+                    writers.clear();
+                }
+                writers.insert(ino, who.clone());
             }
-            writers.insert(ino, who.clone());
         }
         who
     }
@@ -316,7 +318,10 @@ impl ForkView {
             _ => chown,
         };
         let mut perm = a.perm & !libc::S_ISUID;
-        if a.perm & libc::S_IXGRP != 0 || c.is_some_and(|c| !c.in_group(a.gid)) {
+        // (The group test reads /proc: only when there is a setgid to clear.)
+        if a.perm & libc::S_ISGID != 0
+            && (a.perm & libc::S_IXGRP != 0 || c.is_some_and(|c| !c.in_group(a.gid)))
+        {
             perm &= !libc::S_ISGID;
         }
         Ok((applies && perm != a.perm).then_some(perm))

@@ -1171,7 +1171,7 @@ impl Fork {
                 source: Source {
                     kind: "commit".into(),
                     path: None,
-                    host: parent.source.host.clone(),
+                    host: crate::sys::hostname(),
                     files: Vec::new(),
                     sha256: None,
                     stats: Some(stats),

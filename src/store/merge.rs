@@ -759,7 +759,7 @@ pub fn merge(
         message: message.to_string(),
         source: super::Source {
             kind: "merge".into(),
-            host: ca.source.host.clone(),
+            host: crate::sys::hostname(),
             ..Default::default()
         },
     };

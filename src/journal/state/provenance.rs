@@ -267,21 +267,26 @@ impl ForkState {
 
     /// The path of inode `ino` from the root ("" for the root).
     fn path(&mut self, ino: u64) -> Vec<u8> {
-        let mut parts: Vec<Vec<u8>> = Vec::new();
-        let mut at = ino;
+        // Built from the end: each name reversed onto one buffer, the whole
+        // reversed once (one allocation however deep).
+        let mut path = Vec::new();
+        let (mut at, mut depth) = (ino, 0);
         while at != ROOT_INO {
             // A directory cannot be its own ancestor; a bound all the same.
-            let found = (parts.len() < 4096)
+            let found = (depth < 4096)
                 .then(|| name_of(&self.inodes, &mut self.ops.names, at))
                 .flatten();
             let Some((dir, name)) = found else {
                 return format!("<unlinked inode {ino}>").into_bytes();
             };
-            parts.push(name);
-            at = dir;
+            if depth > 0 {
+                path.push(b'/');
+            }
+            path.extend(name.iter().rev());
+            (at, depth) = (dir, depth + 1);
         }
-        parts.reverse();
-        parts.join(&b'/')
+        path.reverse();
+        path
     }
 }
 
@@ -299,19 +304,18 @@ fn entries(
 /// Where `ino` is named: the name remembered if its directory still has
 /// it, else found in the directory it was loaded into (a directory's
 /// parent, or a base file's), and remembered.
-fn name_of(
+fn name_of<'a>(
     inodes: &HashMap<u64, Box<Inode>>,
-    names: &mut HashMap<u64, (u64, Vec<u8>)>,
+    names: &'a mut HashMap<u64, (u64, Vec<u8>)>,
     ino: u64,
-) -> Option<(u64, Vec<u8>)> {
-    if let Some((dir, name)) = names.get(&ino)
-        && entries(inodes, *dir).and_then(|k| k.get(name)) == Some(&ino)
-    {
-        return Some((*dir, name.clone()));
+) -> Option<(u64, &'a [u8])> {
+    let known = names
+        .get(&ino)
+        .is_some_and(|(dir, name)| entries(inodes, *dir).and_then(|k| k.get(name)) == Some(&ino));
+    if !known {
+        let dir = inodes.get(&ino)?.parent;
+        let (name, _) = entries(inodes, dir)?.iter().find(|(_, i)| **i == ino)?;
+        names.insert(ino, (dir, name.clone()));
     }
-    let dir = inodes.get(&ino)?.parent;
-    let (name, _) = entries(inodes, dir)?.iter().find(|(_, i)| **i == ino)?;
-    let found = (dir, name.clone());
-    names.insert(ino, found.clone());
-    Some(found)
+    names.get(&ino).map(|(dir, name)| (*dir, name.as_slice()))
 }
