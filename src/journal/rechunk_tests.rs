@@ -17,7 +17,8 @@ use super::testing::{Rng, base_checkpoint};
 use super::{Fallocate, FaultyIo, Fork, ROOT_INO, Result, SetAttr};
 use crate::store::chunk::{MAX_CHUNK, cut_chunks};
 use crate::store::{
-    Content, Entry, Extent, Got, Kind, LocalBackend, ObjectBackend, ObjectId, Store,
+    Content, Entry, Extent, Got, Kind, LocalBackend, ObjectId, ObjectMaintenance, ObjectRead,
+    ObjectWrite, Store, Stored,
 };
 
 impl Rng {
@@ -448,7 +449,7 @@ struct Counting {
     contains: AtomicU64,
 }
 
-impl ObjectBackend for Counting {
+impl ObjectRead for Counting {
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
         let r = self.inner.read(id)?;
         self.reads.fetch_add(1, Ordering::Relaxed);
@@ -459,30 +460,67 @@ impl ObjectBackend for Counting {
     fn read_for_use(&self, id: &ObjectId) -> io::Result<Option<Got>> {
         Ok(self.read(id)?.map(Got::Stored))
     }
-    fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
-        self.inner.write(id, bytes)
-    }
     fn contains(&self, id: &ObjectId) -> io::Result<bool> {
         self.contains.fetch_add(1, Ordering::Relaxed);
         self.inner.contains(id)
     }
+    /// `None`: every read is whole, and counted.
+    fn open_stored(&self, _id: &ObjectId) -> io::Result<Option<Stored>> {
+        Ok(None)
+    }
+    fn locate(&self, id: &ObjectId) -> io::Result<Option<(PathBuf, u64, u64)>> {
+        self.inner.locate(id)
+    }
+    fn prefetch(&self, _ids: &[ObjectId]) {}
+}
+
+impl ObjectWrite for Counting {
+    fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
+        self.inner.write(id, bytes)
+    }
+    /// As `contains`, counted.
+    fn contains_for_write(&self, id: &ObjectId, _len: usize) -> io::Result<bool> {
+        self.contains(id)
+    }
     fn sync(&self) -> io::Result<()> {
         self.inner.sync()
     }
-    fn list(&self) -> io::Result<Vec<ObjectId>> {
-        self.inner.list()
+    fn wants_sync(&self, _min_objects: usize) -> bool {
+        false
     }
     fn refresh(&self) -> io::Result<()> {
         self.inner.refresh()
     }
-    fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>> {
-        self.inner.quarantine(id)
+}
+
+impl ObjectMaintenance for Counting {
+    fn list(&self) -> io::Result<Vec<ObjectId>> {
+        self.inner.list()
     }
     fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>> {
         self.inner.stat(id)
     }
+    fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>> {
+        self.inner.quarantine(id)
+    }
     fn remove(&self, id: &ObjectId) -> io::Result<bool> {
         self.inner.remove(id)
+    }
+    fn remove_many(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
+        self.inner.remove_many(ids)
+    }
+    fn sweep(&self, ids: &[ObjectId], dry_run: bool) -> io::Result<Vec<bool>> {
+        self.inner.sweep(ids, dry_run)
+    }
+    fn consolidate(&self, movable: &dyn Fn(&ObjectId) -> bool) -> io::Result<(usize, usize)> {
+        self.inner.consolidate(movable)
+    }
+    fn remove_stale_temps(
+        &self,
+        cutoff: SystemTime,
+        dry_run: bool,
+    ) -> io::Result<Vec<(PathBuf, u64)>> {
+        self.inner.remove_stale_temps(cutoff, dry_run)
     }
 }
 

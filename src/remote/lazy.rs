@@ -25,7 +25,9 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::pack::{self, Loc, PackIndex, PackKind};
 use super::{Error, Remote, Result, corrupt_detail, corrupt_object, object_store_for, url_of};
-use crate::store::{self, LocalBackend, ObjectBackend, ObjectId, PackEntry, Store};
+use crate::store::{
+    self, LocalBackend, ObjectId, ObjectMaintenance, ObjectRead, ObjectWrite, PackEntry, Store,
+};
 
 /// Fetched objects written but not yet synced that trigger a sync.
 const SYNC_EVERY_OBJECTS: usize = 64;
@@ -649,7 +651,9 @@ impl LazyBackend {
     }
 }
 
-impl ObjectBackend for LazyBackend {
+/// Every method of the three traits is written out here (none has a
+/// default): what the lazy backend does not do itself, the local store does.
+impl ObjectRead for LazyBackend {
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
         Ok(Some(match self.local_or_fetched(id)? {
             Found::Local(raw) => raw,
@@ -664,6 +668,22 @@ impl ObjectBackend for LazyBackend {
             Found::Local(raw) => store::Got::Stored(raw),
             Found::Fetched(f) => store::Got::Verified(f.plain),
         }))
+    }
+
+    fn contains(&self, id: &ObjectId) -> io::Result<bool> {
+        self.shared.local.contains(id)
+    }
+
+    /// An object already here (local, or fetched before) is read in part
+    /// where it is stored, as on a local store; one not here yet gives
+    /// `None`, so the caller reads it whole ([`ObjectBackend::read`]),
+    /// which fetches it.
+    fn open_stored(&self, id: &ObjectId) -> io::Result<Option<store::Stored>> {
+        self.shared.local.open_stored(id)
+    }
+
+    fn locate(&self, id: &ObjectId) -> io::Result<Option<(PathBuf, u64, u64)>> {
+        self.shared.local.locate(id)
     }
 
     /// Hinted objects of the same data pack are fetched together, with one
@@ -766,21 +786,17 @@ impl ObjectBackend for LazyBackend {
             });
         }
     }
+}
 
-    /// An object already here (local, or fetched before) is read in part
-    /// where it is stored, as on a local store; one not here yet gives
-    /// `None`, so the caller reads it whole ([`ObjectBackend::read`]),
-    /// which fetches it.
-    fn open_stored(&self, id: &ObjectId) -> io::Result<Option<store::Stored>> {
-        self.shared.local.open_stored(id)
-    }
-
+impl ObjectWrite for LazyBackend {
     fn write(&self, id: &ObjectId, bytes: &[u8]) -> io::Result<()> {
         self.shared.local.write(id, bytes)
     }
 
-    fn contains(&self, id: &ObjectId) -> io::Result<bool> {
-        self.shared.local.contains(id)
+    /// Asked before writing: the local store (fetched objects are written
+    /// there too).
+    fn contains_for_write(&self, id: &ObjectId, len: usize) -> io::Result<bool> {
+        self.shared.local.contains_for_write(id, len)
     }
 
     fn wants_sync(&self, min_objects: usize) -> bool {
@@ -793,24 +809,24 @@ impl ObjectBackend for LazyBackend {
         self.shared.local.sync()
     }
 
+    fn refresh(&self) -> io::Result<()> {
+        self.shared.local.refresh()
+    }
+}
+
+/// Maintenance is of the local store: what was fetched, and what was
+/// written here.
+impl ObjectMaintenance for LazyBackend {
     fn list(&self) -> io::Result<Vec<ObjectId>> {
         self.shared.local.list()
     }
 
-    fn refresh(&self) -> io::Result<()> {
-        self.shared.local.refresh()
-    }
-
-    fn locate(&self, id: &ObjectId) -> io::Result<Option<(PathBuf, u64, u64)>> {
-        self.shared.local.locate(id)
+    fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>> {
+        self.shared.local.stat(id)
     }
 
     fn quarantine(&self, id: &ObjectId) -> io::Result<Option<PathBuf>> {
         self.shared.local.quarantine(id)
-    }
-
-    fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>> {
-        self.shared.local.stat(id)
     }
 
     fn remove(&self, id: &ObjectId) -> io::Result<bool> {
@@ -819,6 +835,14 @@ impl ObjectBackend for LazyBackend {
 
     fn remove_many(&self, ids: &[ObjectId]) -> io::Result<Vec<bool>> {
         self.shared.local.remove_many(ids)
+    }
+
+    fn sweep(&self, ids: &[ObjectId], dry_run: bool) -> io::Result<Vec<bool>> {
+        self.shared.local.sweep(ids, dry_run)
+    }
+
+    fn consolidate(&self, movable: &dyn Fn(&ObjectId) -> bool) -> io::Result<(usize, usize)> {
+        self.shared.local.consolidate(movable)
     }
 
     fn remove_stale_temps(

@@ -39,7 +39,8 @@ use std::sync::Arc;
 pub use archives::ArchiveRecord;
 pub use atomic::{fsync_dir, read_store_file, write_file, write_store_file};
 pub use backend::{
-    Got, LocalBackend, ObjectBackend, REPACK_UNUSED, SYNC_OBJECTS, Stored, StoredFile,
+    Got, LocalBackend, ObjectBackend, ObjectMaintenance, ObjectRead, ObjectWrite, REPACK_UNUSED,
+    SYNC_OBJECTS, Stored, StoredFile,
 };
 pub use cache::ChunkCache;
 pub use checkpoint::{
