@@ -878,4 +878,110 @@ mod tests {
         let absent = ObjectId::of(b"not stored anywhere");
         assert!(lazy.open_stored(&absent).unwrap().is_none());
     }
+
+    /// This thread's bytes read by `read`/`pread` so far (`rchar` of
+    /// `/proc/thread-self/io`).
+    fn rchar() -> u64 {
+        let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// A partial read of an object the lazy backend fetched reads only its
+    /// frame table and the frames the range touches from the local store:
+    /// right after the fetch (its pack still being written, until the
+    /// backend syncs) and once published. It once read the object whole.
+    #[test]
+    fn a_fetched_object_is_read_in_part() {
+        use crate::store::{Checkpoint, Content, Source, framed};
+        let t = tempfile::tempdir().unwrap();
+        // A remote with one checkpoint of one incompressible 8 MiB file.
+        let src = Store::open_or_create(&t.path().join("src")).unwrap();
+        let dir = t.path().join("files");
+        std::fs::create_dir(&dir).unwrap();
+        let mut data = vec![0u8; 8 << 20];
+        rustix::rand::getrandom(&mut data, rustix::rand::GetRandomFlags::empty()).unwrap();
+        std::fs::write(dir.join("big"), &data).unwrap();
+        let snap = crate::ingest::snapshot(&src, &dir, &Default::default()).unwrap();
+        let ckpt = Checkpoint {
+            version: 1,
+            root: snap.root,
+            parents: vec![],
+            origin: None,
+            time_ns: 1,
+            message: "one file".into(),
+            source: Source {
+                kind: "snapshot".into(),
+                ..Default::default()
+            },
+        };
+        let target = src.write_checkpoint(&ckpt).unwrap();
+        let url = format!("file://{}", t.path().join("remote").display());
+        crate::remote::config::add(&src, "team", &url).unwrap();
+        let opts = super::super::PushOptions {
+            force: false,
+            progress: crate::store::progress::no_progress(),
+        };
+        Remote::open(&src, "team")
+            .unwrap()
+            .push(&src, &target, "main", &opts)
+            .unwrap();
+        // The file's largest chunk, as a lazy mount of an empty store sees it.
+        let entry = src.lookup_path(&ckpt, b"big").unwrap().unwrap();
+        let Content::Extents(extents) = entry.content else {
+            panic!("a file of extents")
+        };
+        let chunk = extents.iter().max_by_key(|e| e.len).unwrap();
+        let (id, len) = (chunk.id.unwrap(), chunk.len);
+        let at = chunk.len / 2;
+        let offset: u64 = extents
+            .iter()
+            .take_while(|e| e.id != chunk.id)
+            .map(|e| e.len)
+            .sum();
+        let part = &data[(offset + at) as usize..(offset + at + 100) as usize];
+
+        let root = t.path().join("store");
+        let local = Store::open_or_create(&root).unwrap();
+        crate::remote::config::add(&local, "team", &url).unwrap();
+        let lazy = Arc::new(LazyBackend::open(&local, "team").unwrap());
+        let store = Store::open_with_backend(&root, lazy.clone()).unwrap();
+        assert!(
+            !lazy.shared.local.contains(&id).unwrap(),
+            "on the remote only"
+        );
+        // Not here yet: a partial read declines (the caller reads it whole,
+        // which fetches it).
+        assert_eq!(
+            store.read_range(&id, Some(len), at..at + 100).unwrap(),
+            None
+        );
+        // The fetch leaves it pending (the backend syncs every 2 s or 64
+        // objects fetched).
+        *lazy.shared.last_sync.lock() = Instant::now();
+        let whole = store.get_object(&id, "big").unwrap();
+        let stored = lazy.shared.local.read(&id).unwrap().unwrap().len() as u64;
+        assert_eq!(&whole[at as usize..at as usize + 100], part);
+        // At most the table and two frames (and this file's own line or so).
+        let bound = 2 * (framed::FRAME_SIZE as u64 + framed::FRAME_OVERHEAD) + 8 * 1024;
+        assert!(stored > 2 * bound, "an object of many frames: {stored}");
+        for round in ["fetched, pending", "fetched, published"] {
+            if round.ends_with("published") {
+                lazy.sync().unwrap();
+            }
+            let published = lazy.locate(&id).unwrap().is_some();
+            assert_eq!(published, round.ends_with("published"), "{round}");
+            let before = rchar();
+            let got = store.read_range(&id, Some(len), at..at + 100).unwrap();
+            let read = rchar() - before;
+            assert_eq!(got.as_deref(), Some(part), "{round}");
+            assert!(
+                read <= bound,
+                "{round}: {read} bytes read for 100 of an object stored in {stored}"
+            );
+        }
+    }
 }

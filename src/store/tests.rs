@@ -795,7 +795,8 @@ fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
     let (_d, s) = new_store();
     // Incompressible (its frames read from the pack past the page cache) and
     // compressible (its table and frames read from the pack), before
-    // (pending: read whole, decoded in part) and after they are published.
+    // (pending: read in part from the pack being written) and after they
+    // are published.
     let mut random = vec![0u8; 700_001];
     rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).unwrap();
     let compressible: Vec<u8> = (0..400_000u32)
@@ -810,6 +811,13 @@ fn partial_reads_return_exactly_the_range_across_frame_boundaries() {
     for round in 0..2 {
         for (id, data) in &ids {
             let len = data.len() as u64;
+            let Some(Stored::File { file, .. }) = s.backend().open_stored(id).unwrap() else {
+                panic!("a range of a file (round {round})");
+            };
+            match (round, file) {
+                (0, StoredFile::Pending(_)) | (1, StoredFile::Pack(_)) => {}
+                _ => panic!("pending, then in a published pack (round {round})"),
+            }
             for r in ranges_of(len) {
                 let got = s.read_range(id, Some(len), r.clone()).unwrap();
                 assert_eq!(

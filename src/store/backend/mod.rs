@@ -44,7 +44,8 @@ pub enum Stored {
         offset: u64,
         len: u64,
     },
-    /// All the stored bytes, read already (a pending object).
+    /// All the stored bytes, read already (an object the backend found only
+    /// by reading it: in a pack published since its last look).
     Bytes(Vec<u8>),
 }
 
@@ -55,6 +56,11 @@ pub enum StoredFile {
     /// A pack, its descriptors shared with the process's other reads: its
     /// flags and read-ahead advice are left as they are.
     Pack(Arc<PackFile>),
+    /// A pack this process is still writing (its objects pending until
+    /// `sync`: just written, or just fetched by a lazy mount), the writer's
+    /// own descriptor: read through the page cache only, since the flags of
+    /// a descriptor being written to are not to be touched.
+    Pending(Arc<File>),
 }
 
 impl StoredFile {
@@ -63,15 +69,17 @@ impl StoredFile {
         match self {
             StoredFile::Own(f) => f,
             StoredFile::Pack(p) => p.file(),
+            StoredFile::Pending(f) => f,
         }
     }
 
     /// `n` bytes at `at`, past the page cache unless it holds them
-    /// ([`crate::sys::read_cold`]).
+    /// ([`crate::sys::read_cold`]); a pending pack's through it.
     pub fn read_cold(&self, at: u64, n: usize) -> io::Result<Vec<u8>> {
         match self {
             StoredFile::Own(f) => crate::sys::read_cold(f, at, n),
             StoredFile::Pack(p) => p.read_cold(at, n),
+            StoredFile::Pending(f) => crate::sys::read_plain(f, at, n),
         }
     }
 }

@@ -12,6 +12,25 @@ use crate::store::id::ObjectId;
 use crate::store::pack::read_entry;
 
 impl LocalBackend {
+    /// Where a pending object's record is in the pack being written (the
+    /// pack file, offset, length), its bytes flushed from the writer's
+    /// buffer so a read of the file finds them; `None` when `id` is not
+    /// pending.
+    fn pending_at(&self, id: &ObjectId) -> io::Result<Option<(Arc<File>, u64, u32)>> {
+        let pending = self
+            .pending
+            .lock()
+            .get(id)
+            .map(|p| (p.file.clone(), p.offset, p.len));
+        if let Some((file, ..)) = &pending
+            && let Some(w) = &mut self.writing.lock().current
+            && Arc::ptr_eq(w.file(), file)
+        {
+            w.flush()?;
+        }
+        Ok(pending)
+    }
+
     /// Stored bytes of a published packed object; `None` when not in a pack.
     pub(super) fn read_packed(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
         // Another try after a rescan: gc may have repacked it meanwhile, or
@@ -51,19 +70,8 @@ impl LocalBackend {
 
 impl ObjectRead for LocalBackend {
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
-        let pending = self
-            .pending
-            .lock()
-            .get(id)
-            .map(|p| (p.file.clone(), p.offset, p.len));
         // Read without holding the lock.
-        if let Some((file, offset, len)) = pending {
-            // Its record may still be in the writer's buffer.
-            if let Some(w) = &mut self.writing.lock().current
-                && Arc::ptr_eq(w.file(), &file)
-            {
-                w.flush()?;
-            }
+        if let Some((file, offset, len)) = self.pending_at(id)? {
             return read_entry(&file, offset, len).map(Some);
         }
         // Most objects are packed: a pack the view knows of is looked up in
@@ -105,15 +113,20 @@ impl ObjectRead for LocalBackend {
             || self.loose_exists(id)?)
     }
 
-    /// A published object where it lies: a range of its pack (the pack's
-    /// shared descriptors) or a loose file (its own descriptor). A pending
-    /// one is read whole (its record may still be in the writer's buffer).
+    /// An object where it lies: a range of its pack (the pack's shared
+    /// descriptors), of the pack being written when it is pending (its
+    /// record flushed from the writer's buffer first), or a loose file (its
+    /// own descriptor).
     /// The pack's record header is not read here: a wrong location gives
     /// frames that fail their checks, and the caller then reads the object
     /// whole, which checks it ([`ObjectRead::read`]).
     fn open_stored(&self, id: &ObjectId) -> io::Result<Option<Stored>> {
-        if self.pending.lock().contains_key(id) {
-            return Ok(self.read(id)?.map(Stored::Bytes));
+        if let Some((file, offset, len)) = self.pending_at(id)? {
+            return Ok(Some(Stored::File {
+                file: StoredFile::Pending(file),
+                offset,
+                len: u64::from(len),
+            }));
         }
         if let Some(loc) = self.find_published(id)? {
             match self.open_pack(&loc.pack) {
