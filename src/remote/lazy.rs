@@ -676,7 +676,7 @@ impl ObjectRead for LazyBackend {
 
     /// An object already here (local, or fetched before) is read in part
     /// where it is stored, as on a local store; one not here yet gives
-    /// `None`, so the caller reads it whole ([`ObjectBackend::read`]),
+    /// `None`, so the caller reads it whole ([`ObjectRead::read`]),
     /// which fetches it.
     fn open_stored(&self, id: &ObjectId) -> io::Result<Option<store::Stored>> {
         self.shared.local.open_stored(id)

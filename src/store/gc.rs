@@ -60,7 +60,7 @@ pub struct GcReport {
     /// Small packs merged, and the packs they became (none with `dry_run`).
     pub packs_merged: (usize, usize),
     /// Unreachable objects left in packs whose rewrite would copy far more
-    /// than dropping them frees ([`super::ObjectBackend::sweep`]), and their stored
+    /// than dropping them frees ([`super::ObjectMaintenance::sweep`]), and their stored
     /// bytes; a later gc drops them once more of their pack is unreachable.
     /// With `dry_run`: those a run would leave.
     pub in_packs: usize,

@@ -321,7 +321,7 @@ impl Store {
         }
     }
 
-    /// Check stored bytes (one zstd frame, as `ObjectBackend::read` returns
+    /// Check stored bytes (one zstd frame, as `ObjectRead::read` returns
     /// them) against `id`: they must decompress, and the result must hash to
     /// `id`. Returns the object's bytes. Every read of an object goes through
     /// here, local or fetched from a remote.
@@ -459,7 +459,7 @@ impl Store {
         }
     }
 
-    /// Tell the backend `ids` will probably be read soon ([`ObjectBackend::prefetch`]).
+    /// Tell the backend `ids` will probably be read soon ([`ObjectRead::prefetch`]).
     pub fn prefetch(&self, ids: &[ObjectId]) {
         if !ids.is_empty() {
             self.backend.prefetch(ids);

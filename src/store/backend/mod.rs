@@ -123,7 +123,7 @@ pub trait ObjectWrite: Send + Sync {
     /// Whether the writes not yet synced hold enough memory that a writer of
     /// many objects (a snapshot) should `sync` before writing more: at
     /// least `min_objects` of them (see [`SYNC_OBJECTS`] and
-    /// [`sync_if_many`](ObjectBackend::sync_if_many)).
+    /// `sync_if_many` of `dyn ObjectBackend`).
     fn wants_sync(&self, min_objects: usize) -> bool;
     /// Drop what this process believes is stored and look again. Writers call
     /// it once they hold the gc write lease (gc cannot remove anything until
