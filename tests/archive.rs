@@ -643,10 +643,12 @@ fn data_map(p: &Path) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut pos = 0i64;
     while pos < size {
+        // SAFETY: `f` is open for the call; no memory is passed.
         let d = unsafe { libc::lseek(f.as_raw_fd(), pos, libc::SEEK_DATA) };
         if d < 0 {
             break;
         }
+        // SAFETY: as above.
         let h = unsafe { libc::lseek(f.as_raw_fd(), d, libc::SEEK_HOLE) };
         out.push((d as u64, h as u64));
         pos = h;

@@ -37,8 +37,8 @@ fn corpus_dir() -> PathBuf {
 }
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "archive_corpus runs as root (mounts, mknod, chown)"

@@ -74,6 +74,7 @@ fn run_measured(
         if Instant::now() > deadline {
             // SAFETY: our own child, not yet reaped.
             unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: reaps our own child, with valid out-pointers.
             unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
             panic!("storefs {args:?} still ran after {limit:?}; killed");
         }

@@ -96,6 +96,7 @@ fn data_map(path: &Path) -> Vec<(i64, i64)> {
         if data < 0 {
             break; // ENXIO: only a hole from here on
         }
+        // SAFETY: as above: a valid open descriptor, no memory passed.
         let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
         out.push((data, hole));
         pos = hole;

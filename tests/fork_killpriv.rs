@@ -176,9 +176,10 @@ fn run(who: Who, op: Op, path: &Path, src: &Path) {
 /// a FUSE kernel always fetches fresh, so it would not see a stale cache).
 fn mode(p: &Path) -> u32 {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid path and a stat buffer for the call.
+    // SAFETY: all-zero bytes are a valid `struct stat` (plain integers).
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     assert_eq!(
+        // SAFETY: a valid NUL-terminated path and a stat buffer for the call.
         unsafe { libc::stat(c.as_ptr(), &mut st) },
         0,
         "stat {}",

@@ -561,6 +561,8 @@ fn cp_shares_committed_data_through_copy_file_range() {
         .open(fx.path("hello.txt"))
         .unwrap();
     let (mut off_in, mut off_out) = (1000i64, 2i64);
+    // SAFETY: both descriptors are open for the call and both offsets are
+    // live `i64`s it may update.
     let n = unsafe {
         libc::copy_file_range(
             src.as_raw_fd(),
@@ -834,8 +836,8 @@ fn symlinks_links_and_metadata() {
             tv_nsec: 123_456_789,
         },
     ];
-    // SAFETY: valid path and two timespecs.
     assert_eq!(
+        // SAFETY: valid path and two timespecs.
         unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
         0
     );
@@ -852,8 +854,8 @@ fn symlinks_links_and_metadata() {
             tv_nsec: libc::UTIME_NOW,
         },
     ];
-    // SAFETY: as above.
     assert_eq!(
+        // SAFETY: as above.
         unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), now.as_ptr(), 0) },
         0
     );
@@ -876,8 +878,8 @@ fn symlinks_links_and_metadata() {
             tv_nsec: 1,
         },
     ];
-    // SAFETY: valid path and two timespecs.
     assert_eq!(
+        // SAFETY: valid path and two timespecs.
         unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), before.as_ptr(), 0) },
         0
     );
@@ -1060,9 +1062,11 @@ fn shared_mmap_writes_reach_the_fork() {
 fn statfs_reports_the_store_file_system() {
     let fx = mount_fixture();
     let c = cstr(&fx.mounted.mnt);
-    // SAFETY: zeroed statvfs filled by the call; valid path.
+    // SAFETY: all-zero bytes are a valid `struct statvfs` (plain integers).
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+    // SAFETY: a valid NUL-terminated path and a statvfs buffer for the call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
+    assert_eq!(rc, 0);
     assert_eq!(s.f_namemax, 255);
     assert_eq!(s.f_bsize, 4096);
     assert!(s.f_blocks > 0);

@@ -212,8 +212,8 @@ fn lazy_mount_reads_exactly_and_fetches_only_what_is_read(kind: Kind) {
     // first chunk and the 4 after it (unmount waits for fetches in flight).
     let m = t.mount();
     let f = fs::File::open(t.origin.join("big.bin")).unwrap();
-    // SAFETY: fadvise and pread on a descriptor we own, into a buffer we own.
     let mut buf = vec![0u8; 4096];
+    // SAFETY: fadvise and pread on a descriptor we own, into a buffer we own.
     let n = unsafe {
         use std::os::fd::AsRawFd;
         assert_eq!(

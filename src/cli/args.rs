@@ -107,7 +107,7 @@ pub enum Command {
     Push(PushArgs),
     /// Fetch a remote ref's checkpoint, history and objects, then set a local ref
     Pull(PullArgs),
-    /// Write the man pages and shell completions (for packaging)
+    /// Write the man pages, shell completions or Markdown command reference (for packaging and docs)
     Generate(GenerateArgs),
     /// Check what this machine has of what mounts need, and say how to fix what is missing
     #[command(after_help = "\
@@ -914,7 +914,9 @@ pub struct RefsArgs {
 #[command(after_help = "\
 Man pages: storefs(1) (the overview, the store's layout, the environment, mount(8) and fstab \
 options) and one page per verb, storefs-VERB(1) (storefs-remote-add(1) for the remote verbs), \
-all from the same definitions as --help. Completions: DIR/storefs.bash, DIR/_storefs (zsh) and \
+all from the same definitions as --help. Markdown: one file, every verb's description, usage, \
+arguments and options (the repository's docs/cli.md: `cargo run -- generate --markdown \
+docs/cli.md`). Completions: DIR/storefs.bash, DIR/_storefs (zsh) and \
 DIR/storefs.fish. Debian puts them in /usr/share/man/man1, \
 /usr/share/bash-completion/completions/storefs, /usr/share/zsh/vendor-completions and \
 /usr/share/fish/vendor_completions.d (scripts/package.sh does).")]
@@ -926,6 +928,9 @@ pub struct GenerateArgs {
     /// Write bash, zsh and fish completions into DIR (created if missing)
     #[arg(long, value_name = "DIR")]
     pub completions: Option<PathBuf>,
+    /// Write the command reference as Markdown into FILE (docs/cli.md; a test fails when it is stale)
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
 }
 
 #[cfg(test)]

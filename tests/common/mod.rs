@@ -252,6 +252,8 @@ pub fn xattrs(path: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     {
         let cn = std::ffi::CString::new(name).unwrap();
         let mut val = vec![0u8; 65536];
+        // SAFETY: `c` and `cn` are NUL-terminated strings and `val` a buffer of
+        // `val.len()` bytes, all alive for the call.
         let m =
             unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), val.as_mut_ptr().cast(), val.len()) };
         assert!(m >= 0, "lgetxattr {}", path.display());
