@@ -12,6 +12,9 @@
 //!   `STOREFS_TEST_REMOTES` (comma-separated; scripts/test.sh builds with
 //!   `s3,azure` and starts both servers). A variant built to run whose
 //!   server is not given fails; one not built to run is ignored.
+//! - `storefs_have_bsdtar`: `bsdtar` (Debian's libarchive-tools, which
+//!   scripts/setup-debian.sh installs) is on `PATH`, so the tests that check
+//!   archives with it run; without it they are ignored, with the reason.
 
 use std::path::Path;
 
@@ -27,6 +30,12 @@ fn main() {
     };
     if root {
         println!("cargo::rustc-cfg=storefs_root_tests");
+    }
+    println!("cargo::rerun-if-env-changed=PATH");
+    println!("cargo::rustc-check-cfg=cfg(storefs_have_bsdtar)");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|d| d.join("bsdtar").is_file()) {
+        println!("cargo::rustc-cfg=storefs_have_bsdtar");
     }
     let remotes = std::env::var("STOREFS_TEST_REMOTES").unwrap_or_default();
     for kind in ["s3", "azure", "gcs"] {

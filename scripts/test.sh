@@ -22,7 +22,7 @@ cargo build --locked --all-targets
 export STOREFS_TRANSPORT=classic
 bash tests/conformance/run.sh
 # xfstests: the fixed list tests/conformance/xfstests-ci.list on ext4 loop devices
-# and on two forks, side by side (README, "Conformance"); builds xfstests from
+# and on two forks, side by side (CONTRIBUTING.md, "Conformance"); builds xfstests from
 # ../shared/xfstests once (cached in /var/tmp/storefs-xfstests) and prints the counts.
 # About 2 minutes (3.5 with that first build) on 2 cores.
 bash tests/conformance/xfstests.sh
@@ -37,7 +37,7 @@ bash tests/uring.sh
 # request) for the whole suite, and moto (Python) as a second implementation for the
 # three remote binaries only. Both take the same dummy keys; the bucket is a directory for s3s-fs
 # and a PUT for moto. s3s-fs's conditional PUT is not atomic (check, then write):
-# a test of concurrent ref updates belongs on moto (README, Testing).
+# a test of concurrent ref updates belongs on moto (CONTRIBUTING.md, "Testing").
 # The variables the tests read are described in tests/common/mod.rs.
 SERVER_PIDS=()
 S3_ROOT=$(mktemp -d /tmp/storefs-s3s-fs.XXXXXX)
@@ -88,7 +88,7 @@ source scripts/azurite.sh # azurite for the az:// remote tests: installed if mis
 export STOREFS_TEST_S3_ENDPOINT="$S3S_ENDPOINT" AWS_ENDPOINT_URL="$S3S_ENDPOINT"
 cargo test --locked --all-targets -- --test-threads=2
 # The real-mount fork tests again, every fork parking all it can after each
-# operation (README, "Testing").
+# operation (CONTRIBUTING.md, "Testing").
 STOREFS_TEST_CACHE_SIZE=0 cargo test --locked --test fork_mount --test fork_cli --test fork_acl --test checkout -- --test-threads=2
 # ... the two that mount (lazy remote mounts) again over io_uring, on s3s-fs
 # (tests/uring.sh ran every other mounting binary over the rings before the

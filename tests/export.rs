@@ -306,6 +306,10 @@ fn mount_refuses_a_recorded_origin_that_is_not_canonical() {
 // --------------------------------------------------- item 7: origin recorded
 
 #[test]
+#[cfg_attr(
+    not(storefs_have_bsdtar),
+    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh)"
+)]
 fn export_records_the_origin_in_a_pax_global_header_other_tools_ignore() {
     let env = Env::new();
     // A plain directory: no STORE.json, so only the header carries the origin.
@@ -448,6 +452,10 @@ fn export_prints_the_manifests_lines() {
 // ------------------------------------------------------ item 8: sparse files
 
 #[test]
+#[cfg_attr(
+    not(storefs_have_bsdtar),
+    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh)"
+)]
 fn files_with_holes_export_as_pax_sparse_entries_gnu_tar_and_bsdtar_restore_sparse() {
     let env = Env::new();
     let dir = env.path("srv/sparse");
@@ -660,6 +668,10 @@ fn every_node_type_extracts_with_gnu_tar_as_it_was() {
 }
 
 #[test]
+#[cfg_attr(
+    not(storefs_have_bsdtar),
+    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh)"
+)]
 fn acls_extract_with_gnu_tar_and_bsdtar() {
     let env = Env::new();
     let dir = env.path("srv/acls");

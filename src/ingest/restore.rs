@@ -64,6 +64,10 @@ pub fn restore_with(
     if let Some(stats) = &ckpt.source.stats {
         progress.set_total(stats.bytes);
     }
+    // A directory's descriptor stays open while its subtree is restored
+    // beneath it (never through a path a symlink could redirect): a tree N
+    // deep holds N, past an ordinary user's usual soft limit of 1,024.
+    crate::sys::raise_open_files_limit();
     let root = store.root_entry(ckpt)?;
     prepare_dest(dest)?;
     let cdest = sys::cstring(dest.as_os_str().as_bytes()).at(dest)?;
