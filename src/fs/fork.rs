@@ -935,8 +935,8 @@ mod tests {
         // kernel would ask again at every access (the fork's NotFound is the
         // journal's, and once went out as a plain error).
         assert!(matches!(
-            crate::fs::fuse::look_up(&fs, ROOT, ROOT_INO, b"absent"),
-            Ok(crate::fs::fuse::Looked::Absent(_))
+            crate::fs::dispatch::look_up(&fs, ROOT, ROOT_INO, b"absent"),
+            Ok(crate::fs::dispatch::Reply::Absent(_))
         ));
     }
 

@@ -1,0 +1,481 @@
+//! The one request path both FUSE transports take: a transport decodes a
+//! request into a [`Request`] (its [`Op`] with the arguments it carried),
+//! [`dispatch`] calls the [`View`] and gives the [`Reply`] (or the errno),
+//! and the transport encodes that. The classic transport is fuser's
+//! ([`super::fuse`]); the io_uring one is storefs's own codec
+//! ([`super::wire`], served by [`super::uring`]). Whatever the view is
+//! asked, and how its answer becomes a reply, is decided here once: the
+//! negative lookup, the `lseek` and `copy_file_range` clamps, `flush`,
+//! `ioctl`, the `off_t` check, the umask of the ops that carry one.
+//!
+//! Adding an operation: an [`Op`] variant and its arm in [`dispatch`], the
+//! [`View`] method (and the views that implement it), and each codec's
+//! decoding of its arguments (`fuse.rs`: the `Filesystem` method; `wire.rs`:
+//! its `fuse.h` struct and opcode).
+//!
+//! Whatever the view, `flush` and `ioctl` have one answer: `flush` answers
+//! `ENOSYS`, so the kernel stops sending it (a close costs no round trip);
+//! no `ioctl` is implemented (`ENOTTY`).
+//!
+//! Each request is served inside one span ([`span`]): its op, unique id,
+//! node id and pid, on either transport.
+
+use std::time::Duration;
+
+use fuser::{Errno, FopenFlags, Generation};
+
+use super::view::{AddItem, Caller, Entry, Opened, Readdir, SetAttr, StatFs, View, XattrReply};
+use super::{FsError, Result, errno};
+use crate::journal::ext4::Seek;
+use crate::sys;
+
+/// Inode numbers are never reused within a mount, so one generation suffices.
+pub(super) const GENERATION: Generation = Generation(0);
+
+/// A request as a transport decoded it.
+pub(super) struct Request<'a> {
+    /// The kernel's id of the request (logged only).
+    pub unique: u64,
+    /// The node it is about (`fuse_in_header.nodeid`): the parent for the
+    /// ops that name an entry, the source for `link` and `copy_file_range`.
+    pub ino: u64,
+    /// Who asks (umask 0: the ops that carry one have it in their [`Op`]).
+    pub caller: Caller,
+    pub op: Op<'a>,
+}
+
+/// An operation and its arguments, in the view's terms. Offsets are as the
+/// kernel sent them: [`dispatch`] checks the ones that must fit an `off_t`.
+pub(super) enum Op<'a> {
+    Lookup {
+        name: &'a [u8],
+    },
+    /// One of the kernel's references less (no reply).
+    Forget {
+        nlookup: u64,
+    },
+    GetAttr,
+    SetAttr(SetAttr),
+    ReadLink,
+    Symlink {
+        name: &'a [u8],
+        target: &'a [u8],
+    },
+    /// `rdev` in the kernel's 32-bit form.
+    MkNod {
+        name: &'a [u8],
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    },
+    MkDir {
+        name: &'a [u8],
+        mode: u32,
+        umask: u32,
+    },
+    Create {
+        name: &'a [u8],
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    },
+    Unlink {
+        name: &'a [u8],
+    },
+    RmDir {
+        name: &'a [u8],
+    },
+    Rename {
+        name: &'a [u8],
+        new_parent: u64,
+        new_name: &'a [u8],
+        flags: u32,
+    },
+    /// A new name for node `ino` in the request's node (the kernel's
+    /// `nodeid` is the new parent).
+    Link {
+        ino: u64,
+        new_name: &'a [u8],
+    },
+    Open {
+        flags: i32,
+    },
+    Read {
+        offset: u64,
+        size: u32,
+    },
+    Write {
+        offset: u64,
+        data: &'a [u8],
+        /// The handle's `open(2)` flags.
+        flags: i32,
+        /// `FUSE_WRITE_CACHE`: a writeback of the kernel's cache.
+        writeback: bool,
+        /// `FUSE_WRITE_KILL_SUIDGID`.
+        kill_suidgid: bool,
+    },
+    Lseek {
+        offset: i64,
+        whence: i32,
+    },
+    /// `unrestricted`: `FUSE_IOCTL_UNRESTRICTED` (fuser answers those
+    /// `ENOSYS` before any adapter sees them).
+    Ioctl {
+        unrestricted: bool,
+    },
+    /// From the request's node at `offset_in` to `ino_out` at `offset_out`.
+    CopyFileRange {
+        offset_in: u64,
+        ino_out: u64,
+        offset_out: u64,
+        len: u64,
+    },
+    Flush,
+    Release,
+    /// `fsync` and `fsyncdir`, whatever the handle.
+    Sync,
+    OpenDir,
+    /// `readdir` and `readdirplus` (`at.plus`): each item goes to `add`.
+    ReadDir {
+        at: Readdir,
+        add: Box<AddItem<'a>>,
+    },
+    ReleaseDir {
+        fh: u64,
+    },
+    StatFs,
+    SetXattr {
+        name: &'a [u8],
+        value: &'a [u8],
+        flags: i32,
+    },
+    GetXattr {
+        name: &'a [u8],
+        size: u32,
+    },
+    ListXattr {
+        size: u32,
+    },
+    RemoveXattr {
+        name: &'a [u8],
+    },
+    Access {
+        mask: i32,
+    },
+    Fallocate {
+        offset: u64,
+        length: u64,
+        mode: i32,
+    },
+    /// An op FUSE defines that no view implements (locks, bmap, poll).
+    NotImplemented,
+}
+
+impl Op<'_> {
+    /// The op's name, for the request's span.
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Op::Lookup { .. } => "lookup",
+            Op::Forget { .. } => "forget",
+            Op::GetAttr => "getattr",
+            Op::SetAttr(_) => "setattr",
+            Op::ReadLink => "readlink",
+            Op::Symlink { .. } => "symlink",
+            Op::MkNod { .. } => "mknod",
+            Op::MkDir { .. } => "mkdir",
+            Op::Create { .. } => "create",
+            Op::Unlink { .. } => "unlink",
+            Op::RmDir { .. } => "rmdir",
+            Op::Rename { .. } => "rename",
+            Op::Link { .. } => "link",
+            Op::Open { .. } => "open",
+            Op::Read { .. } => "read",
+            Op::Write { .. } => "write",
+            Op::Lseek { .. } => "lseek",
+            Op::Ioctl { .. } => "ioctl",
+            Op::CopyFileRange { .. } => "copy_file_range",
+            Op::Flush => "flush",
+            Op::Release => "release",
+            Op::Sync => "fsync",
+            Op::OpenDir => "opendir",
+            Op::ReadDir { at, .. } if at.plus => "readdirplus",
+            Op::ReadDir { .. } => "readdir",
+            Op::ReleaseDir { .. } => "releasedir",
+            Op::StatFs => "statfs",
+            Op::SetXattr { .. } => "setxattr",
+            Op::GetXattr { .. } => "getxattr",
+            Op::ListXattr { .. } => "listxattr",
+            Op::RemoveXattr { .. } => "removexattr",
+            Op::Access { .. } => "access",
+            Op::Fallocate { .. } => "fallocate",
+            Op::NotImplemented => "unimplemented",
+        }
+    }
+}
+
+/// What a request is answered with, in the view's terms; each transport
+/// encodes it (`fuse_entry_out`, `fuse_attr_out`, …).
+#[derive(Debug)]
+pub(super) enum Reply {
+    /// No reply at all (`forget`).
+    Nothing,
+    /// Success with no data (and a listing: its items went to the op's sink).
+    Empty,
+    Entry(Entry),
+    /// A negative entry: the name is absent, cached this long (node id 0).
+    Absent(Duration),
+    Attr(Entry),
+    Data(Vec<u8>),
+    Xattr(XattrReply),
+    Opened(Handle),
+    Created(Entry, Handle),
+    Written(u32),
+    Offset(i64),
+    StatFs(StatFs),
+}
+
+/// The handle and `FOPEN_*` flags an open gives the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Handle {
+    pub fh: u64,
+    pub flags: FopenFlags,
+}
+
+impl From<Opened> for Handle {
+    fn from(o: Opened) -> Handle {
+        match o {
+            Opened::Stateless => Handle {
+                fh: 0,
+                flags: FopenFlags::empty(),
+            },
+            Opened::Handle { fh, keep_cache } => {
+                let mut flags = FopenFlags::empty();
+                if keep_cache {
+                    flags |= FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+                }
+                Handle { fh, flags }
+            }
+        }
+    }
+}
+
+/// The span a request is served in, on either transport.
+pub(super) fn span(op: &'static str, unique: u64, ino: u64, pid: u32) -> tracing::Span {
+    tracing::debug_span!("fuse", op, unique, ino, pid)
+}
+
+/// Log an operation's failure (at debug: ENOENT is routine; store failures were
+/// already warned about) and give its errno.
+fn fail(e: FsError) -> Errno {
+    tracing::debug!(error = %e, "fails");
+    errno(&e)
+}
+
+/// An offset the kernel sends as an `off_t`: past `i64::MAX` is `EINVAL`
+/// (fuser checks the classic transport's itself, so this holds there
+/// already).
+fn off_t(v: u64) -> Result<u64, Errno> {
+    if v > i64::MAX as u64 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(v)
+}
+
+/// The `lseek` whence a view answers: `SEEK_DATA` or `SEEK_HOLE` (the kernel
+/// answers the others itself and never sends them).
+fn seek_whence(whence: i32) -> Result<Seek> {
+    match whence {
+        libc::SEEK_DATA => Ok(Seek::Data),
+        libc::SEEK_HOLE => Ok(Seek::Hole),
+        _ => Err(FsError::Invalid(
+            "lseek whence other than SEEK_DATA or SEEK_HOLE",
+        )),
+    }
+}
+
+/// An open's answer: a handle, or `ENOSYS` for a stateless open
+/// (zero-message opens from now on, see [`Opened::Stateless`]).
+fn opened(o: Opened) -> Result<Reply, Errno> {
+    match o {
+        Opened::Stateless => Err(errno(&FsError::NotNeeded)),
+        o => Ok(Reply::Opened(o.into())),
+    }
+}
+
+/// Serve `req` from `view`: the view's answer as a [`Reply`], or the errno.
+pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno> {
+    let _span = span(req.op.name(), req.unique, req.ino, req.caller.pid).entered();
+    let (c, ino) = (&req.caller, req.ino);
+    let with_umask = |umask| Caller { umask, ..*c };
+    let done = |r: Result<()>| r.map(|()| Reply::Empty).map_err(fail);
+    let entry = |r: Result<Entry>| r.map(Reply::Entry).map_err(fail);
+    let attr = |r: Result<Entry>| r.map(Reply::Attr).map_err(fail);
+    let data = |r: Result<Vec<u8>>| r.map(Reply::Data).map_err(fail);
+    let xattr = |r: Result<XattrReply>| r.map(Reply::Xattr).map_err(fail);
+    match req.op {
+        // The negative-entry rule: the view found nothing there and gives
+        // `parent` a negative TTL (asked after every lookup).
+        Op::Lookup { name } => match (view.lookup(c, ino, name), view.negative_ttl(ino)) {
+            (Err(e), Some(ttl)) if e.is_not_found() => Ok(Reply::Absent(ttl)),
+            (found, _) => entry(found),
+        },
+        Op::Forget { nlookup } => {
+            view.forget(ino, nlookup);
+            Ok(Reply::Nothing)
+        }
+        Op::GetAttr => attr(view.getattr(c, ino)),
+        Op::SetAttr(attrs) => attr(view.setattr(c, ino, &attrs)),
+        Op::ReadLink => data(view.readlink(c, ino)),
+        Op::Symlink { name, target } => entry(view.symlink(c, ino, name, target)),
+        Op::MkNod {
+            name,
+            mode,
+            umask,
+            rdev,
+        } => entry(view.mknod(&with_umask(umask), ino, name, mode, user_dev(rdev))),
+        Op::MkDir { name, mode, umask } => entry(view.mkdir(&with_umask(umask), ino, name, mode)),
+        Op::Create {
+            name,
+            mode,
+            umask,
+            flags,
+        } => {
+            let (e, o) = view
+                .create(&with_umask(umask), ino, name, mode, flags)
+                .map_err(fail)?;
+            Ok(Reply::Created(e, o.into()))
+        }
+        Op::Unlink { name } => done(view.unlink(c, ino, name)),
+        Op::RmDir { name } => done(view.rmdir(c, ino, name)),
+        Op::Rename {
+            name,
+            new_parent,
+            new_name,
+            flags,
+        } => done(view.rename(c, ino, name, new_parent, new_name, flags)),
+        Op::Link { ino: old, new_name } => entry(view.link(c, old, ino, new_name)),
+        Op::Open { flags } => opened(view.open(c, ino, flags).map_err(fail)?),
+        Op::Read { offset, size } => data(view.read(c, ino, off_t(offset)?, size)),
+        Op::Write {
+            offset,
+            data,
+            flags,
+            writeback,
+            kill_suidgid,
+        } => {
+            let how = super::view::WriteCtx {
+                offset: off_t(offset)?,
+                flags,
+                writeback,
+                kill_suidgid,
+            };
+            view.write(c, ino, data, how)
+                .map(Reply::Written)
+                .map_err(fail)
+        }
+        Op::Lseek { offset, whence } => {
+            let found = seek_whence(whence)
+                .and_then(|w| view.seek(c, ino, offset, w))
+                .and_then(|o| o.ok_or(FsError::NoSeekTarget))
+                .map_err(fail)?;
+            // Offsets come from i64 file sizes.
+            Ok(Reply::Offset(found.min(i64::MAX as u64) as i64))
+        }
+        Op::Ioctl { unrestricted: true } => Err(Errno::ENOSYS),
+        Op::Ioctl {
+            unrestricted: false,
+        } => Err(fail(FsError::NoIoctl)),
+        // The view's copy, at most what the reply's 32-bit count can say. A
+        // view that does not copy answers ENOSYS: the kernel then copies
+        // through read and write from now on (it stops asking).
+        Op::CopyFileRange {
+            offset_in,
+            ino_out,
+            offset_out,
+            len,
+        } => {
+            let from = (ino, off_t(offset_in)?);
+            let to = (ino_out, off_t(offset_out)?);
+            let len = len.min(u64::from(u32::MAX) & !0xfff);
+            let n = view.copy_file_range(c, from, to, len).map_err(fail)?;
+            Ok(Reply::Written(n as u32))
+        }
+        // No view keeps anything pending at close, and locks are the
+        // kernel's. ENOSYS stops the kernel sending flush on every close(2);
+        // it still writes back the file's dirty pages (mmap, or any write
+        // under the writeback cache) itself before it would have sent one.
+        Op::Flush => Err(errno(&FsError::NotNeeded)),
+        Op::Release => {
+            view.release(c, ino);
+            Ok(Reply::Empty)
+        }
+        Op::Sync => done(view.sync(c)),
+        Op::OpenDir => opened(view.opendir(c, ino).map_err(fail)?),
+        Op::ReadDir { at, mut add } => done(view.readdir(c, ino, at, &mut *add)),
+        Op::ReleaseDir { fh } => {
+            view.releasedir(c, fh);
+            Ok(Reply::Empty)
+        }
+        Op::StatFs => view.statfs(c).map(Reply::StatFs).map_err(fail),
+        Op::SetXattr { name, value, flags } => done(view.setxattr(c, ino, name, value, flags)),
+        Op::GetXattr { name, size } => xattr(view.getxattr(c, ino, name, size)),
+        Op::ListXattr { size } => xattr(view.listxattr(c, ino, size)),
+        Op::RemoveXattr { name } => done(view.removexattr(c, ino, name)),
+        Op::Access { mask } => done(view.access(c, ino, mask)),
+        Op::Fallocate {
+            offset,
+            length,
+            mode,
+        } => done(view.fallocate(c, ino, off_t(offset)?, off_t(length)?, mode)),
+        Op::NotImplemented => Err(Errno::ENOSYS),
+    }
+}
+
+/// Re-encode a userspace `dev_t` (the store's encoding) in the kernel's
+/// 32-bit `new_encode_dev` form, which is what FUSE's `rdev` carries.
+pub(super) fn kernel_dev(rdev: u64) -> u32 {
+    let (major, minor) = (sys::major(rdev), sys::minor(rdev));
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+/// A device number in the kernel's 32-bit form (what FUSE's `mknod`
+/// carries) as a userspace `dev_t`; the inverse of [`kernel_dev`].
+pub(super) fn user_dev(kernel: u32) -> u64 {
+    let major = (kernel & 0xfff00) >> 8;
+    let minor = (kernel & 0xff) | ((kernel >> 12) & 0xfff00);
+    sys::makedev(major, minor)
+}
+
+/// A lookup of `name` in `parent` as a transport asks it (for the views'
+/// tests).
+#[cfg(test)]
+pub(super) fn look_up(
+    view: &dyn View,
+    c: &Caller,
+    parent: u64,
+    name: &[u8],
+) -> Result<Reply, Errno> {
+    let req = Request {
+        unique: 0,
+        ino: parent,
+        caller: *c,
+        op: Op::Lookup { name },
+    };
+    dispatch(view, req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_use_the_kernel_encoding() {
+        assert_eq!(kernel_dev(sys::makedev(8, 1)), 0x801);
+        assert_eq!(kernel_dev(sys::makedev(1, 0x1234)), 0x120_0134);
+        // Majors and minors past 8 bits use every field of the kernel's form.
+        for (major, minor) in [(1, 3), (259, 70_000), (4095, (1 << 20) - 1)] {
+            let rdev = sys::makedev(major, minor);
+            assert_eq!(user_dev(kernel_dev(rdev)), rdev, "{major}:{minor}");
+        }
+    }
+}
