@@ -24,7 +24,10 @@ use std::time::Duration;
 
 use fuser::{Errno, FopenFlags, Generation};
 
-use super::view::{AddItem, Caller, Entry, Opened, Readdir, SetAttr, StatFs, View, XattrReply};
+use super::abi;
+use super::view::{
+    AddItem, Attr, BLOCK_SIZE, Caller, Entry, Opened, Readdir, SetAttr, StatFs, View, XattrReply,
+};
 use super::{FsError, Result, errno};
 use crate::journal::ext4::Seek;
 use crate::sys;
@@ -431,6 +434,42 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
     }
 }
 
+/// Nanoseconds since the epoch as `fuse_attr`'s (seconds, nanoseconds).
+fn attr_time(ns: i64) -> (i64, u32) {
+    (
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000) as u32,
+    )
+}
+
+/// An inode's attributes as the kernel takes them (`fuse_attr`): what the
+/// ring codec sends, and what the classic one hands fuser as a `FileAttr`
+/// (fuser encodes it to the same bytes; `flags` is 0, fuser's padding on
+/// Linux).
+pub(super) fn kernel_attr(a: &Attr) -> abi::FuseAttr {
+    let (atime, atimensec) = attr_time(a.atime_ns);
+    let (mtime, mtimensec) = attr_time(a.mtime_ns);
+    let (ctime, ctimensec) = attr_time(a.ctime_ns);
+    abi::FuseAttr {
+        ino: a.ino,
+        size: a.size,
+        blocks: a.blocks,
+        atime: atime as u64,
+        mtime: mtime as u64,
+        ctime: ctime as u64,
+        atimensec,
+        mtimensec,
+        ctimensec,
+        mode: a.kind.mode_bits() | (a.perm & 0o7777),
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: kernel_dev(a.rdev),
+        blksize: BLOCK_SIZE,
+        flags: 0,
+    }
+}
+
 /// Re-encode a userspace `dev_t` (the store's encoding) in the kernel's
 /// 32-bit `new_encode_dev` form, which is what FUSE's `rdev` carries.
 pub(super) fn kernel_dev(rdev: u64) -> u32 {
@@ -467,6 +506,12 @@ pub(super) fn look_up(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attribute_times_are_whole_seconds_and_added_nanoseconds() {
+        assert_eq!(attr_time(-1), (-1, 999_999_999));
+        assert_eq!(attr_time(i64::MIN), (-9_223_372_037, 145_224_192));
+    }
 
     #[test]
     fn device_numbers_use_the_kernel_encoding() {

@@ -23,7 +23,7 @@ use fuser::{
 };
 
 use super::MountRelease;
-use super::dispatch::{self, GENERATION, Op, Reply, kernel_dev};
+use super::dispatch::{self, GENERATION, Op, Reply, kernel_attr};
 use super::view::{
     Attr, BLOCK_SIZE, Caller, Capability, DirItem, Readdir, SetAttr, Time, View, XattrReply,
 };
@@ -208,24 +208,26 @@ fn time(t: TimeOrNow) -> Time {
     }
 }
 
+/// fuser's form of [`kernel_attr`] (fuser encodes it back to those bytes).
 fn file_attr(a: &Attr) -> FileAttr {
+    let k = kernel_attr(a);
     let mtime = system_time(a.mtime_ns);
     FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
+        ino: INodeNo(k.ino),
+        size: k.size,
+        blocks: k.blocks,
         atime: system_time(a.atime_ns),
         mtime,
         ctime: system_time(a.ctime_ns),
         crtime: mtime,
         kind: file_type(a.kind),
-        perm: (a.perm & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: kernel_dev(a.rdev),
-        blksize: BLOCK_SIZE,
-        flags: 0,
+        perm: (k.mode & 0o7777) as u16,
+        nlink: k.nlink,
+        uid: k.uid,
+        gid: k.gid,
+        rdev: k.rdev,
+        blksize: k.blksize,
+        flags: k.flags,
     }
 }
 

@@ -54,7 +54,7 @@ use fuser::{IoctlFlags, WriteFlags};
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::abi::{self, fattr, op};
-use super::dispatch::{self, GENERATION, Handle, Op, Reply, kernel_dev};
+use super::dispatch::{self, GENERATION, Handle, Op, Reply, kernel_attr};
 use super::view::{Attr, BLOCK_SIZE, Caller, DirItem, Readdir, SetAttr, Time, View, XattrReply};
 
 /// Who may use the mount, as fuser's `SessionACL` (fuser's filter on the
@@ -173,40 +173,6 @@ fn sent_time(secs: i64, nsec: u32) -> i64 {
     ns.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
-/// Nanoseconds since the epoch as `fuse_attr`'s (seconds, nanoseconds).
-fn attr_time(ns: i64) -> (i64, u32) {
-    (
-        ns.div_euclid(1_000_000_000),
-        ns.rem_euclid(1_000_000_000) as u32,
-    )
-}
-
-/// `fuse_attr`, as fuser encodes `FuseAdapter`'s `FileAttr` (its `flags`
-/// is 0: fuser's padding on Linux).
-fn fuse_attr(a: &Attr) -> abi::FuseAttr {
-    let (atime, atimensec) = attr_time(a.atime_ns);
-    let (mtime, mtimensec) = attr_time(a.mtime_ns);
-    let (ctime, ctimensec) = attr_time(a.ctime_ns);
-    abi::FuseAttr {
-        ino: a.ino,
-        size: a.size,
-        blocks: a.blocks,
-        atime: atime as u64,
-        mtime: mtime as u64,
-        ctime: ctime as u64,
-        atimensec,
-        mtimensec,
-        ctimensec,
-        mode: a.kind.mode_bits() | (a.perm & 0o7777),
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: kernel_dev(a.rdev),
-        blksize: BLOCK_SIZE,
-        flags: 0,
-    }
-}
-
 /// A negative entry's `fuse_attr`: node id 0, a regular file with nothing
 /// set but `st_blksize` (`FuseAdapter`'s `negative_attr`).
 fn negative_attr() -> abi::FuseAttr {
@@ -293,7 +259,7 @@ fn add_item(out: &mut Vec<u8>, max: usize, plus: bool, item: DirItem<'_>) -> boo
     let Some(entry) = item.entry else {
         return false;
     };
-    let attr = fuse_attr(&entry.attr);
+    let attr = kernel_attr(&entry.attr);
     let dirent = (attr.ino, item.next_offset, attr.mode >> 12);
     push_dirent(
         out,
@@ -309,7 +275,7 @@ fn encode(reply: Reply, out: &mut Vec<u8>) {
     match reply {
         // A listing's items are in `out` already.
         Reply::Nothing | Reply::Empty => {}
-        Reply::Entry(e) => abi::put(out, &entry_out(e.ttl, fuse_attr(&e.attr))),
+        Reply::Entry(e) => abi::put(out, &entry_out(e.ttl, kernel_attr(&e.attr))),
         // Node id 0 with a timeout: "absent", cached that long.
         Reply::Absent(ttl) => abi::put(out, &entry_out(ttl, negative_attr())),
         Reply::Attr(e) => abi::put(
@@ -318,14 +284,14 @@ fn encode(reply: Reply, out: &mut Vec<u8>) {
                 attr_valid: e.ttl.as_secs(),
                 attr_valid_nsec: e.ttl.subsec_nanos(),
                 dummy: 0,
-                attr: fuse_attr(&e.attr),
+                attr: kernel_attr(&e.attr),
             },
         ),
         Reply::Data(d) | Reply::Xattr(XattrReply::Data(d)) => out.extend_from_slice(&d),
         Reply::Xattr(XattrReply::Size(n)) | Reply::Written(n) => abi::put(out, &write_out(n)),
         Reply::Opened(h) => abi::put(out, &open_out(h)),
         Reply::Created(e, h) => {
-            abi::put(out, &entry_out(e.ttl, fuse_attr(&e.attr)));
+            abi::put(out, &entry_out(e.ttl, kernel_attr(&e.attr)));
             abi::put(out, &open_out(h));
         }
         Reply::Offset(o) => abi::put(out, &abi::LseekOut { offset: o as u64 }),
@@ -654,6 +620,7 @@ mod tests {
 
     use super::*;
     use crate::fs::FsError;
+    use crate::fs::dispatch::kernel_dev;
     use crate::fs::fuse::FuseAdapter;
     use crate::fs::view::{
         AddItem, Capability, Entry, Opened, StatFs, WriteCtx, sized, xattr_list,
@@ -1908,8 +1875,6 @@ mod tests {
         assert_eq!(sent_time(-1, 0), -1_000_000_000);
         assert_eq!(sent_time(-2, 500_000_000), -1_500_000_000);
         assert_eq!(sent_time(0, 1_500_000_000), 1_500_000_000);
-        assert_eq!(attr_time(-1), (-1, 999_999_999));
-        assert_eq!(attr_time(i64::MIN), (-9_223_372_037, 145_224_192));
     }
 
     #[test]
