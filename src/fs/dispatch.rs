@@ -26,7 +26,8 @@ use fuser::{Errno, FopenFlags, Generation};
 
 use super::abi;
 use super::view::{
-    AddItem, Attr, BLOCK_SIZE, Caller, Entry, Opened, Readdir, SetAttr, StatFs, View, XattrReply,
+    AddItem, Attr, BLOCK_SIZE, Caller, Entry, Fallocate, Opened, Readdir, RenameMode, SetAttr,
+    StatFs, View, XattrMode, XattrReply,
 };
 use super::{FsError, Result, errno};
 use crate::journal::ext4::Seek;
@@ -296,6 +297,41 @@ fn seek_whence(whence: i32) -> Result<Seek> {
     }
 }
 
+/// `renameat2`'s flags as the journal's mode (the kernel refuses other
+/// combinations itself; a request with one gets `EINVAL`).
+fn rename_mode(flags: u32) -> Result<RenameMode> {
+    match flags {
+        0 => Ok(RenameMode::Replace),
+        libc::RENAME_NOREPLACE => Ok(RenameMode::NoReplace),
+        libc::RENAME_EXCHANGE => Ok(RenameMode::Exchange),
+        _ => Err(FsError::Invalid("rename flags")),
+    }
+}
+
+/// `setxattr`'s flags as the journal's mode.
+fn xattr_mode(flags: i32) -> Result<XattrMode> {
+    match flags {
+        0 => Ok(XattrMode::Any),
+        libc::XATTR_CREATE => Ok(XattrMode::Create),
+        libc::XATTR_REPLACE => Ok(XattrMode::Replace),
+        _ => Err(FsError::Invalid("setxattr flags")),
+    }
+}
+
+/// `fallocate`'s mode bits as the journal's [`Fallocate`]; any other
+/// combination (collapse, insert, unshare, …) is `EOPNOTSUPP`.
+fn fallocate_mode(mode: i32) -> Result<Fallocate> {
+    const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+    match mode {
+        0 => Ok(Fallocate::Extend),
+        KEEP => Ok(Fallocate::KeepSize),
+        m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP => Ok(Fallocate::PunchHole),
+        libc::FALLOC_FL_ZERO_RANGE => Ok(Fallocate::ZeroRange { keep_size: false }),
+        m if m == libc::FALLOC_FL_ZERO_RANGE | KEEP => Ok(Fallocate::ZeroRange { keep_size: true }),
+        _ => Err(FsError::Unsupported("this fallocate mode")),
+    }
+}
+
 /// An open's answer: a handle, or `ENOSYS` for a stateless open
 /// (zero-message opens from now on, see [`Opened::Stateless`]).
 fn opened(o: Opened) -> Result<Reply, Errno> {
@@ -355,7 +391,9 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
             new_parent,
             new_name,
             flags,
-        } => done(view.rename(c, ino, name, new_parent, new_name, flags)),
+        } => done(
+            rename_mode(flags).and_then(|m| view.rename(c, ino, name, new_parent, new_name, m)),
+        ),
         Op::Link { ino: old, new_name } => entry(view.link(c, old, ino, new_name)),
         Op::Open { flags } => opened(view.open(c, ino, flags).map_err(fail)?),
         Op::Read { offset, size } => data(view.read(c, ino, off_t(offset)?, size)),
@@ -420,7 +458,9 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
             Ok(Reply::Empty)
         }
         Op::StatFs => view.statfs(c).map(Reply::StatFs).map_err(fail),
-        Op::SetXattr { name, value, flags } => done(view.setxattr(c, ino, name, value, flags)),
+        Op::SetXattr { name, value, flags } => {
+            done(xattr_mode(flags).and_then(|m| view.setxattr(c, ino, name, value, m)))
+        }
         Op::GetXattr { name, size } => xattr(view.getxattr(c, ino, name, size)),
         Op::ListXattr { size } => xattr(view.listxattr(c, ino, size)),
         Op::RemoveXattr { name } => done(view.removexattr(c, ino, name)),
@@ -429,7 +469,10 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
             offset,
             length,
             mode,
-        } => done(view.fallocate(c, ino, off_t(offset)?, off_t(length)?, mode)),
+        } => {
+            let (offset, length) = (off_t(offset)?, off_t(length)?);
+            done(fallocate_mode(mode).and_then(|how| view.fallocate(c, ino, offset, length, how)))
+        }
         Op::NotImplemented => Err(Errno::ENOSYS),
     }
 }
@@ -506,6 +549,125 @@ pub(super) fn look_up(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A view that takes every request and is asked nothing: what reaches
+    /// it fails the test.
+    struct Untouched;
+
+    impl View for Untouched {
+        fn capabilities(&self) -> &'static [super::super::view::Capability] {
+            &[]
+        }
+        fn lookup(&self, _: &Caller, _: u64, _: &[u8]) -> Result<Entry> {
+            unreachable!()
+        }
+        fn getattr(&self, _: &Caller, _: u64) -> Result<Entry> {
+            unreachable!()
+        }
+        fn readlink(&self, _: &Caller, _: u64) -> Result<Vec<u8>> {
+            unreachable!()
+        }
+        fn open(&self, _: &Caller, _: u64, _: i32) -> Result<Opened> {
+            unreachable!()
+        }
+        fn read(&self, _: &Caller, _: u64, _: u64, _: u32) -> Result<Vec<u8>> {
+            unreachable!()
+        }
+        fn seek(&self, _: &Caller, _: u64, _: i64, _: Seek) -> Result<Option<u64>> {
+            unreachable!()
+        }
+        fn opendir(&self, _: &Caller, _: u64) -> Result<Opened> {
+            unreachable!()
+        }
+        fn readdir(&self, _: &Caller, _: u64, _: Readdir, _: &mut AddItem<'_>) -> Result<()> {
+            unreachable!()
+        }
+        fn statfs(&self, _: &Caller) -> Result<StatFs> {
+            unreachable!()
+        }
+        fn getxattr(&self, _: &Caller, _: u64, _: &[u8], _: u32) -> Result<XattrReply> {
+            unreachable!()
+        }
+        fn listxattr(&self, _: &Caller, _: u64, _: u32) -> Result<XattrReply> {
+            unreachable!()
+        }
+        fn access(&self, _: &Caller, _: u64, _: i32) -> Result<()> {
+            unreachable!()
+        }
+    }
+
+    fn refused(op: Op<'_>) -> Errno {
+        let req = Request {
+            unique: 1,
+            ino: 2,
+            caller: Caller::default(),
+            op,
+        };
+        dispatch(&Untouched, req).unwrap_err()
+    }
+
+    #[test]
+    fn flags_outside_the_journals_modes_never_reach_the_view() {
+        let rename = |flags| Op::Rename {
+            name: b"a",
+            new_parent: 1,
+            new_name: b"b",
+            flags,
+        };
+        assert_eq!(refused(rename(libc::RENAME_WHITEOUT)), Errno::EINVAL);
+        let both = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+        assert_eq!(refused(rename(both)), Errno::EINVAL);
+        let setxattr = Op::SetXattr {
+            name: b"user.k",
+            value: b"v",
+            flags: 3,
+        };
+        assert_eq!(refused(setxattr), Errno::EINVAL);
+        for mode in [
+            libc::FALLOC_FL_COLLAPSE_RANGE,
+            0x40,
+            libc::FALLOC_FL_PUNCH_HOLE,
+        ] {
+            let op = Op::Fallocate {
+                offset: 0,
+                length: 2,
+                mode,
+            };
+            assert_eq!(refused(op), Errno::EOPNOTSUPP, "{mode:#x}");
+        }
+        // Offsets past off_t, before the view too.
+        let op = Op::Fallocate {
+            offset: u64::MAX,
+            length: 2,
+            mode: 0,
+        };
+        assert_eq!(refused(op), Errno::EINVAL);
+    }
+
+    #[test]
+    fn the_journals_modes_are_decoded_from_the_kernels_flags() {
+        assert_eq!(rename_mode(0).unwrap(), RenameMode::Replace);
+        assert_eq!(
+            rename_mode(libc::RENAME_NOREPLACE).unwrap(),
+            RenameMode::NoReplace
+        );
+        assert_eq!(
+            rename_mode(libc::RENAME_EXCHANGE).unwrap(),
+            RenameMode::Exchange
+        );
+        assert_eq!(xattr_mode(0).unwrap(), XattrMode::Any);
+        assert_eq!(xattr_mode(libc::XATTR_CREATE).unwrap(), XattrMode::Create);
+        assert_eq!(xattr_mode(libc::XATTR_REPLACE).unwrap(), XattrMode::Replace);
+        let keep = libc::FALLOC_FL_KEEP_SIZE;
+        let zero = libc::FALLOC_FL_ZERO_RANGE;
+        assert_eq!(fallocate_mode(0).unwrap(), Fallocate::Extend);
+        assert_eq!(fallocate_mode(keep).unwrap(), Fallocate::KeepSize);
+        let punch = libc::FALLOC_FL_PUNCH_HOLE | keep;
+        assert_eq!(fallocate_mode(punch).unwrap(), Fallocate::PunchHole);
+        let zeroed = |keep_size| Fallocate::ZeroRange { keep_size };
+        assert_eq!(fallocate_mode(zero).unwrap(), zeroed(false));
+        assert_eq!(fallocate_mode(zero | keep).unwrap(), zeroed(true));
+    }
 
     #[test]
     fn attribute_times_are_whole_seconds_and_added_nanoseconds() {

@@ -55,7 +55,7 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use super::abi::{self, fattr, op};
 use super::dispatch::{self, GENERATION, Handle, Op, Reply, kernel_attr};
-use super::view::{Attr, BLOCK_SIZE, Caller, DirItem, Readdir, SetAttr, Time, View, XattrReply};
+use super::view::{BLOCK_SIZE, Caller, DirItem, Readdir, SetAttr, Time, View, XattrReply};
 
 /// Who may use the mount, as fuser's `SessionACL` (fuser's filter on the
 /// request's uid, replicated).
@@ -623,7 +623,8 @@ mod tests {
     use crate::fs::dispatch::kernel_dev;
     use crate::fs::fuse::FuseAdapter;
     use crate::fs::view::{
-        AddItem, Capability, Entry, Opened, StatFs, WriteCtx, sized, xattr_list,
+        AddItem, Attr, Capability, Entry, Fallocate, Opened, RenameMode, StatFs, WriteCtx,
+        XattrMode, sized, xattr_list,
     };
     use crate::fs::{MountRelease, Result};
     use crate::journal::ext4::Seek;
@@ -1077,10 +1078,10 @@ mod tests {
             name: &[u8],
             new_parent: u64,
             new_name: &[u8],
-            flags: u32,
+            mode: RenameMode,
         ) -> Result<()> {
             self.log(format!(
-                "rename {c:?} {parent} {name:?} {new_parent} {new_name:?} {flags}"
+                "rename {c:?} {parent} {name:?} {new_parent} {new_name:?} {mode:?}"
             ));
             refusal(name)
         }
@@ -1116,17 +1117,24 @@ mod tests {
             ino: u64,
             name: &[u8],
             value: &[u8],
-            flags: i32,
+            mode: XattrMode,
         ) -> Result<()> {
-            self.log(format!("setxattr {c:?} {ino} {name:?} {value:?} {flags}"));
+            self.log(format!("setxattr {c:?} {ino} {name:?} {value:?} {mode:?}"));
             refusal(name)
         }
         fn removexattr(&self, c: &Caller, ino: u64, name: &[u8]) -> Result<()> {
             self.log(format!("removexattr {c:?} {ino} {name:?}"));
             refusal(name)
         }
-        fn fallocate(&self, c: &Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
-            self.log(format!("fallocate {c:?} {ino} {offset} {len} {mode}"));
+        fn fallocate(
+            &self,
+            c: &Caller,
+            ino: u64,
+            offset: u64,
+            len: u64,
+            how: Fallocate,
+        ) -> Result<()> {
+            self.log(format!("fallocate {c:?} {ino} {offset} {len} {how:?}"));
             Ok(())
         }
         fn copy_file_range(
@@ -1880,21 +1888,29 @@ mod tests {
     #[test]
     fn names_values_data_and_umasks_reach_the_view() {
         let r = Req::new(op::RENAME2, 1)
-            .arg(B::default().u64(8).u32(libc::RENAME_WHITEOUT).u32(0))
+            .arg(B::default().u64(8).u32(libc::RENAME_EXCHANGE).u32(0))
             .name(b"old")
             .name(b"new");
-        let flags = libc::RENAME_WHITEOUT;
         assert_eq!(
             calls(r),
             [format!(
-                "rename {ROOT_CALLER} 1 [111, 108, 100] 8 [110, 101, 119] {flags}"
+                "rename {ROOT_CALLER} 1 [111, 108, 100] 8 [110, 101, 119] Exchange"
             )]
         );
+        // Flags outside the journal's modes never reach the view.
+        let r = Req::new(op::RENAME2, 1)
+            .arg(B::default().u64(8).u32(libc::RENAME_WHITEOUT).u32(0))
+            .name(b"old")
+            .name(b"new");
+        assert!(calls(r).is_empty());
         let r = Req::new(op::RENAME, 1)
             .arg(B::default().u64(8))
             .name(b"a")
             .name(b"b");
-        assert_eq!(calls(r), [format!("rename {ROOT_CALLER} 1 [97] 8 [98] 0")]);
+        assert_eq!(
+            calls(r),
+            [format!("rename {ROOT_CALLER} 1 [97] 8 [98] Replace")]
+        );
         // setxattr: the name up to its NUL, then exactly `size` bytes.
         let r = Req::new(op::SETXATTR, 5)
             .arg(B::default().u32(3).u32(2))
@@ -1903,7 +1919,7 @@ mod tests {
         assert_eq!(
             calls(r),
             [format!(
-                "setxattr {ROOT_CALLER} 5 {:?} [0, 118, 0] 2",
+                "setxattr {ROOT_CALLER} 5 {:?} [0, 118, 0] Replace",
                 b"user.k"
             )]
         );
