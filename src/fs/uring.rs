@@ -321,6 +321,7 @@ impl<'a> Queue<'a> {
         // SAFETY: Entry128 is repr(C), 128 bytes, plain data.
         let mut raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
         raw[24..28].copy_from_slice(&2u32.to_le_bytes());
+        // SAFETY: the same 128 bytes back; any bytes are a valid Entry128.
         unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
     }
 
@@ -421,6 +422,7 @@ mod tests {
     #[test]
     #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
     fn a_queue_is_idle_class_only_while_it_commits() {
+        // SAFETY: pid 0 is the calling thread; the call only reads.
         let policy = || unsafe { libc::sched_getscheduler(0) };
         std::thread::spawn(move || {
             // The tests run as root (CAP_SYS_NICE), so the probe succeeds.
@@ -441,6 +443,7 @@ mod tests {
         let q = Queue::new(&dev, 1, false).unwrap();
         let iov = q.ents[0].iov.as_ptr();
         let sqe = q.command(CMD_REGISTER, 0, Some(iov), 3);
+        // SAFETY: Entry128 is repr(C), 128 bytes, plain data.
         let raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
         assert_eq!(u32_at(&raw, 24).unwrap(), 2, "sqe->len: two iovecs");
         assert_eq!(u64_at(&raw, 16).unwrap(), iov as u64, "sqe->addr");
@@ -448,6 +451,7 @@ mod tests {
         // The command area starts at byte 48: commit id at 8, qid at 16.
         assert_eq!(u16::from_le_bytes([raw[48 + 16], raw[48 + 17]]), 1);
         let fetch = q.command(CMD_COMMIT_AND_FETCH, 77, None, 2);
+        // SAFETY: as above.
         let raw: [u8; 128] = unsafe { std::mem::transmute(fetch) };
         assert_eq!(u32_at(&raw, 24).unwrap(), 0);
         assert_eq!(u64_at(&raw, 48 + 8).unwrap(), 77, "commit id");
