@@ -1,13 +1,9 @@
-//! The fuser adapter, one for every [`View`]: each `Filesystem` method
-//! unpacks its arguments, builds the request's [`Caller`], calls the view and
-//! turns the `Result` into a reply. No filesystem logic and no policy here:
-//! TTLs, capabilities and handles are the view's. What lives here is FUSE's
-//! wire form: errno (through [`errno`]), `lseek` whence, `FileAttr`, file
-//! types, times and the kernel's device-number encoding.
-//!
-//! Whatever the view, `flush` and `ioctl` have one answer: `flush` answers
-//! `ENOSYS`, so the kernel stops sending it (a close costs no round trip);
-//! no `ioctl` is implemented (`ENOTTY`).
+//! The classic transport's codec: fuser reads requests from `/dev/fuse`,
+//! and each `Filesystem` method here turns its arguments into a
+//! [`dispatch::Request`] and the [`Reply`] [`dispatch::dispatch`] gives into
+//! fuser's reply. No filesystem logic and no policy here (they are the
+//! dispatcher's and the view's): what lives here is fuser's form of the
+//! wire: `FileAttr`, file types, times, capabilities.
 //!
 //! The view is a `Box<dyn View>`: one adapter type serves every mount, and a
 //! virtual call per request is nothing next to the kernel round trip.
@@ -20,24 +16,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, INodeNo,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use super::MountRelease;
+use super::dispatch::{self, GENERATION, Op, Reply, kernel_attr};
 use super::view::{
-    Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, Opened, Readdir, SetAttr, Time, View,
-    WriteCtx, XattrReply,
+    Attr, BLOCK_SIZE, Caller, Capability, DirItem, Readdir, SetAttr, Time, View, XattrReply,
 };
-use super::{FsError, MountRelease, Result, errno};
-use crate::journal::ext4::Seek;
 use crate::store::Kind;
-use crate::sys;
-
-/// Inode numbers are never reused within a mount, so one generation suffices.
-pub(super) const GENERATION: Generation = Generation(0);
 
 /// The fuser `Filesystem` serving a view.
 pub struct FuseAdapter {
@@ -61,135 +51,92 @@ impl FuseAdapter {
             uring,
         }
     }
-}
 
-/// The caller of a request (its umask is 0: only create, mkdir and mknod
-/// carry one).
-fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
-        umask: 0,
+    /// Serve `op` on node `ino` for `req` and answer through `reply`.
+    fn serve(&self, req: &Request, ino: INodeNo, op: Op<'_>, reply: impl Answer) {
+        reply.answer(dispatch::dispatch(&*self.view, request(req, ino, op)));
     }
 }
 
-/// The caller of a `create`, `mkdir` or `mknod`, which carry its umask.
-fn caller_with_umask(req: &Request, umask: u32) -> Caller {
-    Caller {
-        umask,
-        ..caller(req)
+/// The decoded request (the caller's umask is 0: the ops that carry one
+/// have it in their [`Op`]).
+fn request<'a>(req: &Request, ino: INodeNo, op: Op<'a>) -> dispatch::Request<'a> {
+    dispatch::Request {
+        unique: req.unique().0,
+        ino: ino.0,
+        caller: Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+            pid: req.pid(),
+            umask: 0,
+        },
+        op,
     }
 }
 
-/// Log an operation's failure (at debug: ENOENT is routine; store failures were
-/// already warned about) and give its errno.
-pub(super) fn fail(e: &FsError) -> Errno {
-    tracing::debug!(error = %e, "fails");
-    errno(e)
+/// A fuser reply that takes the dispatcher's answer.
+trait Answer {
+    fn answer(self, r: Result<Reply, Errno>);
 }
 
-/// The replies that end with `ok` or an errno.
-trait Finish {
-    fn ok(self);
-    fn error(self, e: Errno);
+/// A reply of a kind the request cannot carry: a bug of the dispatcher's.
+fn unexpected(r: &Reply) -> Errno {
+    tracing::error!(reply = ?r, "a reply the request cannot carry");
+    Errno::EIO
 }
 
-macro_rules! finish {
-    ($($reply:ty),*) => {$(
-        impl Finish for $reply {
-            fn ok(self) {
-                <$reply>::ok(self)
-            }
-            fn error(self, e: Errno) {
-                <$reply>::error(self, e)
+/// Each fuser reply type, with the [`Reply`]s it carries.
+macro_rules! answer {
+    ($($ty:ty as $r:ident { $($pat:pat => $body:expr),* $(,)? })*) => {$(
+        impl Answer for $ty {
+            fn answer(self, result: Result<Reply, Errno>) {
+                let $r = self;
+                match result {
+                    $(Ok($pat) => $body,)*
+                    #[allow(unreachable_patterns)]
+                    Ok(other) => $r.error(unexpected(&other)),
+                    Err(e) => $r.error(e),
+                }
             }
         }
     )*};
 }
-finish!(ReplyEmpty, ReplyDirectory, ReplyDirectoryPlus);
 
-fn reply_done(result: Result<()>, reply: impl Finish) {
-    match result {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(fail(&e)),
+answer! {
+    ReplyEntry as r {
+        Reply::Entry(e) => r.entry(&e.ttl, &file_attr(&e.attr), GENERATION),
+        // Node id 0 with a timeout: "absent", cached that long.
+        Reply::Absent(ttl) => r.entry(&ttl, &negative_attr(), GENERATION),
     }
-}
-
-fn reply_entry(result: Result<Entry>, reply: ReplyEntry) {
-    match result {
-        Ok(e) => reply.entry(&e.ttl, &file_attr(&e.attr), GENERATION),
-        Err(e) => reply.error(fail(&e)),
+    ReplyAttr as r { Reply::Attr(e) => r.attr(&e.ttl, &file_attr(&e.attr)) }
+    ReplyData as r { Reply::Data(d) => r.data(&d) }
+    ReplyXattr as r {
+        Reply::Xattr(XattrReply::Size(n)) => r.size(n),
+        Reply::Xattr(XattrReply::Data(d)) => r.data(&d),
     }
-}
-
-fn reply_attr(result: Result<Entry>, reply: ReplyAttr) {
-    match result {
-        Ok(e) => reply.attr(&e.ttl, &file_attr(&e.attr)),
-        Err(e) => reply.error(fail(&e)),
-    }
-}
-
-fn reply_data(result: Result<Vec<u8>>, reply: ReplyData) {
-    match result {
-        Ok(data) => reply.data(&data),
-        Err(e) => reply.error(fail(&e)),
-    }
-}
-
-fn reply_xattr(result: Result<XattrReply>, reply: ReplyXattr) {
-    match result {
-        Ok(XattrReply::Size(n)) => reply.size(n),
-        Ok(XattrReply::Data(bytes)) => reply.data(&bytes),
-        Err(e) => reply.error(fail(&e)),
-    }
-}
-
-fn reply_open(result: Result<Opened>, reply: ReplyOpen) {
-    match result {
-        // Zero-message opens from now on (see `Opened::Stateless`).
-        Ok(Opened::Stateless) => reply.error(errno(&FsError::NotNeeded)),
-        Ok(o) => {
-            let (fh, flags) = handle(o);
-            reply.opened(fh, flags);
-        }
-        Err(e) => reply.error(fail(&e)),
-    }
-}
-
-fn reply_created(result: Result<(Entry, Opened)>, reply: ReplyCreate) {
-    match result {
-        Ok((e, o)) => {
-            let (fh, open_flags) = handle(o);
-            reply.created(&e.ttl, &file_attr(&e.attr), GENERATION, fh, open_flags);
-        }
-        Err(e) => reply.error(fail(&e)),
-    }
-}
-
-/// The handle and open flags given to the kernel.
-pub(super) fn handle(o: Opened) -> (FileHandle, FopenFlags) {
-    match o {
-        Opened::Stateless => (FileHandle(0), FopenFlags::empty()),
-        Opened::Handle { fh, keep_cache } => {
-            let mut flags = FopenFlags::empty();
-            if keep_cache {
-                flags |= FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
-            }
-            (FileHandle(fh), flags)
+    ReplyOpen as r { Reply::Opened(h) => r.opened(FileHandle(h.fh), h.flags) }
+    ReplyCreate as r {
+        Reply::Created(e, h) => {
+            r.created(&e.ttl, &file_attr(&e.attr), GENERATION, FileHandle(h.fh), h.flags)
         }
     }
-}
-
-/// The `lseek` whence a view answers: `SEEK_DATA` or `SEEK_HOLE` (the kernel
-/// answers the others itself and never sends them).
-pub(super) fn seek_whence(whence: i32) -> Result<Seek> {
-    match whence {
-        libc::SEEK_DATA => Ok(Seek::Data),
-        libc::SEEK_HOLE => Ok(Seek::Hole),
-        _ => Err(FsError::Invalid(
-            "lseek whence other than SEEK_DATA or SEEK_HOLE",
-        )),
+    ReplyWrite as r { Reply::Written(n) => r.written(n) }
+    ReplyLseek as r { Reply::Offset(o) => r.offset(o) }
+    ReplyEmpty as r { Reply::Empty => r.ok() }
+    ReplyDirectory as r { Reply::Empty => r.ok() }
+    ReplyDirectoryPlus as r { Reply::Empty => r.ok() }
+    ReplyIoctl as r {}
+    ReplyStatfs as r {
+        Reply::StatFs(s) => r.statfs(
+            s.blocks,
+            s.blocks_free,
+            s.blocks_avail,
+            s.files,
+            s.files_free,
+            s.block_size,
+            s.name_max,
+            s.block_size,
+        ),
     }
 }
 
@@ -261,42 +208,26 @@ fn time(t: TimeOrNow) -> Time {
     }
 }
 
+/// fuser's form of [`kernel_attr`] (fuser encodes it back to those bytes).
 fn file_attr(a: &Attr) -> FileAttr {
+    let k = kernel_attr(a);
     let mtime = system_time(a.mtime_ns);
     FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
+        ino: INodeNo(k.ino),
+        size: k.size,
+        blocks: k.blocks,
         atime: system_time(a.atime_ns),
         mtime,
         ctime: system_time(a.ctime_ns),
         crtime: mtime,
         kind: file_type(a.kind),
-        perm: (a.perm & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: kernel_dev(a.rdev),
-        blksize: BLOCK_SIZE,
-        flags: 0,
-    }
-}
-
-/// What `lookup` answers ([`look_up`]): an entry, or that the name is absent
-/// for this long (a negative entry: node id 0, cached that long).
-pub(super) enum Looked {
-    Entry(Entry),
-    Absent(Duration),
-}
-
-/// The lookup of `name` in `parent`, with the negative-entry rule: the view
-/// found nothing there and gives `parent` a negative TTL
-/// ([`View::negative_ttl`], asked after every lookup).
-pub(super) fn look_up(view: &dyn View, c: &Caller, parent: u64, name: &[u8]) -> Result<Looked> {
-    let found = view.lookup(c, parent, name);
-    match (found, view.negative_ttl(parent)) {
-        (Err(e), Some(ttl)) if e.is_not_found() => Ok(Looked::Absent(ttl)),
-        (found, _) => found.map(Looked::Entry),
+        perm: (k.mode & 0o7777) as u16,
+        nlink: k.nlink,
+        uid: k.uid,
+        gid: k.gid,
+        rdev: k.rdev,
+        blksize: k.blksize,
+        flags: k.flags,
     }
 }
 
@@ -321,23 +252,8 @@ fn negative_attr() -> FileAttr {
     }
 }
 
-/// Re-encode a userspace `dev_t` (the store's encoding) in the kernel's
-/// 32-bit `new_encode_dev` form, which is what FUSE's `rdev` carries.
-pub(super) fn kernel_dev(rdev: u64) -> u32 {
-    let (major, minor) = (sys::major(rdev), sys::minor(rdev));
-    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
-}
-
-/// A device number in the kernel's 32-bit form (what FUSE's `mknod`
-/// carries) as a userspace `dev_t`; the inverse of [`kernel_dev`].
-pub(super) fn user_dev(kernel: u32) -> u64 {
-    let major = (kernel & 0xfff00) >> 8;
-    let minor = (kernel & 0xff) | ((kernel >> 12) & 0xfff00);
-    sys::makedev(major, minor)
-}
-
 /// The replies a directory listing fills: `readdir`'s and `readdirplus`'s.
-trait Listing: Finish {
+trait Listing: Answer {
     /// Whether the items it takes carry their attributes.
     const PLUS: bool;
     /// Add `item`; true once the reply is full.
@@ -377,75 +293,18 @@ impl Listing for ReplyDirectoryPlus {
     }
 }
 
-// The `Filesystem` methods that differ only in their names or reply types
-// are written once each, by the macros below, inside its `impl`.
-
-/// `fsync` and `fsyncdir`: [`View::sync`], whatever the handle.
-macro_rules! sync {
-    ($($name:ident),*) => {$(
-        #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
-        fn $name(
-            &self,
-            req: &Request,
-            ino: INodeNo,
-            _fh: FileHandle,
-            _datasync: bool,
-            reply: ReplyEmpty,
-        ) {
-            reply_done(self.view.sync(&caller(req)), reply);
-        }
-    )*};
-}
-
 /// `readdir` and `readdirplus`: one listing, into the method's [`Listing`].
 macro_rules! list {
     ($($name:ident: $reply:ty),*) => {$(
-        #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, pid = req.pid()))]
-        fn $name(
-            &self,
-            req: &Request,
-            ino: INodeNo,
-            fh: FileHandle,
-            offset: u64,
-            mut reply: $reply,
-        ) {
+        fn $name(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: $reply) {
             let at = Readdir {
                 fh: fh.0,
                 offset,
                 plus: <$reply as Listing>::PLUS,
             };
-            let listed = self
-                .view
-                .readdir(&caller(req), ino.0, at, &mut |item| reply.add_item(item));
-            reply_done(listed, reply);
-        }
-    )*};
-}
-
-/// `mknod`, `mkdir` and `create`: the requests that make a node and carry
-/// the caller's umask. Each names its own arguments after the common ones,
-/// its reply and reply function, and its view call on `view`, the caller
-/// `c` (with the umask), `parent`, `name` (bytes) and `mode`.
-macro_rules! make_node {
-    ($(
-        $name:ident($($arg:ident: $ty:ty),*) -> $reply:ty, $answer:ident,
-            |$view:ident, $c:ident, $parent:ident, $n:ident, $mode:ident| $make:expr;
-    )*) => {$(
-        #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, mode, $($arg,)* pid = req.pid()))]
-        fn $name(
-            &self,
-            req: &Request,
-            parent: INodeNo,
-            name: &OsStr,
-            mode: u32,
-            umask: u32,
-            $($arg: $ty,)*
-            reply: $reply,
-        ) {
-            let $view = &*self.view;
-            let $c = &caller_with_umask(req, umask);
-            let ($parent, $n, $mode) = (parent.0, name.as_bytes(), mode);
-            $answer($make, reply);
+            let add = Box::new(|item: DirItem<'_>| reply.add_item(item));
+            let listed = dispatch::dispatch(&*self.view, request(req, ino, Op::ReadDir { at, add }));
+            reply.answer(listed);
         }
     )*};
 }
@@ -480,31 +339,23 @@ impl Filesystem for FuseAdapter {
         Ok(())
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match look_up(&*self.view, &caller(req), parent.0, name.as_bytes()) {
-            Ok(Looked::Entry(e)) => reply.entry(&e.ttl, &file_attr(&e.attr), GENERATION),
-            // Node id 0 with a timeout: "absent", cached that long.
-            Ok(Looked::Absent(ttl)) => reply.entry(&ttl, &negative_attr(), GENERATION),
-            Err(e) => reply.error(fail(&e)),
-        }
+        let name = name.as_bytes();
+        self.serve(req, parent, Op::Lookup { name }, reply);
     }
 
-    /// One of the kernel's references to `ino` less (the view's lifetimes).
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, nlookup))]
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.view.forget(ino.0, nlookup);
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        // No reply: the answer is `Reply::Nothing`.
+        let _ = dispatch::dispatch(&*self.view, request(req, ino, Op::Forget { nlookup }));
     }
 
     // `batch_forget`: fuser's default calls `forget` for each node (its
     // `ForgetOne` is not public in 0.18).
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        reply_attr(self.view.getattr(&caller(req), ino.0), reply);
+        self.serve(req, ino, Op::GetAttr, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?mode, ?uid, ?gid, ?size, pid = req.pid()))]
     fn setattr(
         &self,
         req: &Request,
@@ -533,40 +384,76 @@ impl Filesystem for FuseAdapter {
             mtime: mtime.map(time),
             ctime: ctime.map(sent_nanos),
         };
-        reply_attr(self.view.setattr(&caller(req), ino.0, &attrs), reply);
+        self.serve(req, ino, Op::SetAttr(attrs), reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        reply_data(self.view.readlink(&caller(req), ino.0), reply);
+        self.serve(req, ino, Op::ReadLink, reply);
     }
 
-    make_node! {
-        mknod(rdev: u32) -> ReplyEntry, reply_entry,
-            |view, c, parent, name, mode| view.mknod(c, parent, name, mode, user_dev(rdev));
-        mkdir() -> ReplyEntry, reply_entry,
-            |view, c, parent, name, mode| view.mkdir(c, parent, name, mode);
-        create(flags: i32) -> ReplyCreate, reply_created,
-            |view, c, parent, name, mode| view.create(c, parent, name, mode, flags);
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name.as_bytes();
+        let op = Op::MkNod {
+            name,
+            mode,
+            umask,
+            rdev,
+        };
+        self.serve(req, parent, op, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name.as_bytes();
+        self.serve(req, parent, Op::MkDir { name, mode, umask }, reply);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = name.as_bytes();
+        let op = Op::Create {
+            name,
+            mode,
+            umask,
+            flags,
+        };
+        self.serve(req, parent, op, reply);
+    }
+
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_done(
-            self.view.unlink(&caller(req), parent.0, name.as_bytes()),
-            reply,
-        );
+        let name = name.as_bytes();
+        self.serve(req, parent, Op::Unlink { name }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, pid = req.pid()))]
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_done(
-            self.view.rmdir(&caller(req), parent.0, name.as_bytes()),
-            reply,
-        );
+        let name = name.as_bytes();
+        self.serve(req, parent, Op::RmDir { name }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?link_name, pid = req.pid()))]
     fn symlink(
         &self,
         req: &Request,
@@ -575,14 +462,11 @@ impl Filesystem for FuseAdapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let name = link_name.as_bytes();
         let target = target.as_os_str().as_bytes();
-        let made = self
-            .view
-            .symlink(&caller(req), parent.0, link_name.as_bytes(), target);
-        reply_entry(made, reply);
+        self.serve(req, parent, Op::Symlink { name, target }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(parent = parent.0, ?name, newparent = newparent.0, ?newname, flags = flags.bits(), pid = req.pid()))]
     fn rename(
         &self,
         req: &Request,
@@ -593,18 +477,15 @@ impl Filesystem for FuseAdapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let renamed = self.view.rename(
-            &caller(req),
-            parent.0,
-            name.as_bytes(),
-            newparent.0,
-            newname.as_bytes(),
-            flags.bits(),
-        );
-        reply_done(renamed, reply);
+        let op = Op::Rename {
+            name: name.as_bytes(),
+            new_parent: newparent.0,
+            new_name: newname.as_bytes(),
+            flags: flags.bits(),
+        };
+        self.serve(req, parent, op, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, newparent = newparent.0, ?newname, pid = req.pid()))]
     fn link(
         &self,
         req: &Request,
@@ -613,18 +494,17 @@ impl Filesystem for FuseAdapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let linked = self
-            .view
-            .link(&caller(req), ino.0, newparent.0, newname.as_bytes());
-        reply_entry(linked, reply);
+        let op = Op::Link {
+            ino: ino.0,
+            new_name: newname.as_bytes(),
+        };
+        self.serve(req, newparent, op, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, flags = flags.0, pid = req.pid()))]
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        reply_open(self.view.open(&caller(req), ino.0, flags.0), reply);
+        self.serve(req, ino, Op::Open { flags: flags.0 }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, size, pid = req.pid()))]
     fn read(
         &self,
         req: &Request,
@@ -636,10 +516,9 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        reply_data(self.view.read(&caller(req), ino.0, offset, size), reply);
+        self.serve(req, ino, Op::Read { offset, size }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, whence, pid = req.pid()))]
     fn lseek(
         &self,
         req: &Request,
@@ -649,35 +528,24 @@ impl Filesystem for FuseAdapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let found = seek_whence(whence)
-            .and_then(|w| self.view.seek(&caller(req), ino.0, offset, w))
-            .and_then(|o| o.ok_or(FsError::NoSeekTarget));
-        match found {
-            // Offsets come from i64 file sizes.
-            Ok(offset) => reply.offset(offset.min(i64::MAX as u64) as i64),
-            Err(e) => reply.error(fail(&e)),
-        }
+        self.serve(req, ino, Op::Lseek { offset, whence }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, cmd = cmd, pid = req.pid()))]
     fn ioctl(
         &self,
         req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _flags: IoctlFlags,
-        cmd: u32,
+        flags: IoctlFlags,
+        _cmd: u32,
         _in_data: &[u8],
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        reply.error(fail(&FsError::NoIoctl));
+        let unrestricted = flags.contains(IoctlFlags::FUSE_IOCTL_UNRESTRICTED);
+        self.serve(req, ino, Op::Ioctl { unrestricted }, reply);
     }
 
-    /// The view's copy, at most what the reply's 32-bit count can say. A view
-    /// that does not copy answers ENOSYS: the kernel then copies through
-    /// read and write from now on (it stops asking), without fuser's warning.
-    #[tracing::instrument(level = "debug", skip_all, fields(ino_in = ino_in.0, offset_in, ino_out = ino_out.0, offset_out, len, pid = req.pid()))]
     fn copy_file_range(
         &self,
         req: &Request,
@@ -691,16 +559,15 @@ impl Filesystem for FuseAdapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let len = len.min(u64::from(u32::MAX) & !0xfff);
-        let from = (ino_in.0, offset_in);
-        let to = (ino_out.0, offset_out);
-        match self.view.copy_file_range(&caller(req), from, to, len) {
-            Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(fail(&e)),
-        }
+        let op = Op::CopyFileRange {
+            offset_in,
+            ino_out: ino_out.0,
+            offset_out,
+            len,
+        };
+        self.serve(req, ino_in, op, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, len = data.len(), write_flags = write_flags.bits(), flags = flags.0, pid = req.pid()))]
     fn write(
         &self,
         req: &Request,
@@ -713,19 +580,16 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let how = WriteCtx {
+        let op = Op::Write {
             offset,
+            data,
             flags: flags.0,
             writeback: write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
             kill_suidgid: write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
         };
-        match self.view.write(&caller(req), ino.0, data, how) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(fail(&e)),
-        }
+        self.serve(req, ino, op, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn flush(
         &self,
         req: &Request,
@@ -734,14 +598,9 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // No view keeps anything pending at close, and locks are the
-        // kernel's. ENOSYS stops the kernel sending flush on every close(2);
-        // it still writes back the file's dirty pages (mmap, or any write
-        // under the writeback cache) itself before it would have sent one.
-        reply.error(errno(&FsError::NotNeeded));
+        self.serve(req, ino, Op::Flush, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn release(
         &self,
         req: &Request,
@@ -752,20 +611,30 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.view.release(&caller(req), ino.0);
-        reply.ok();
+        self.serve(req, ino, Op::Release, reply);
     }
 
-    sync!(fsync, fsyncdir);
+    fn fsync(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _data: bool, reply: ReplyEmpty) {
+        self.serve(req, ino, Op::Sync, reply);
+    }
+
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _data: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.serve(req, ino, Op::Sync, reply);
+    }
 
     list!(readdir: ReplyDirectory, readdirplus: ReplyDirectoryPlus);
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply_open(self.view.opendir(&caller(req), ino.0), reply);
+        self.serve(req, ino, Op::OpenDir, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn releasedir(
         &self,
         req: &Request,
@@ -774,28 +643,13 @@ impl Filesystem for FuseAdapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.view.releasedir(&caller(req), fh.0);
-        reply.ok();
+        self.serve(req, ino, Op::ReleaseDir { fh: fh.0 }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, pid = req.pid()))]
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.view.statfs(&caller(req)) {
-            Ok(s) => reply.statfs(
-                s.blocks,
-                s.blocks_free,
-                s.blocks_avail,
-                s.files,
-                s.files_free,
-                s.block_size,
-                s.name_max,
-                s.block_size,
-            ),
-            Err(e) => reply.error(fail(&e)),
-        }
+        self.serve(req, ino, Op::StatFs, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name, len = value.len(), flags, pid = req.pid()))]
     fn setxattr(
         &self,
         req: &Request,
@@ -806,40 +660,28 @@ impl Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let set = self
-            .view
-            .setxattr(&caller(req), ino.0, name.as_bytes(), value, flags);
-        reply_done(set, reply);
+        let name = name.as_bytes();
+        self.serve(req, ino, Op::SetXattr { name, value, flags }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name, size, pid = req.pid()))]
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply_xattr(
-            self.view
-                .getxattr(&caller(req), ino.0, name.as_bytes(), size),
-            reply,
-        );
+        let name = name.as_bytes();
+        self.serve(req, ino, Op::GetXattr { name, size }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, size, pid = req.pid()))]
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        reply_xattr(self.view.listxattr(&caller(req), ino.0, size), reply);
+        self.serve(req, ino, Op::ListXattr { size }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, ?name, pid = req.pid()))]
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_done(
-            self.view.removexattr(&caller(req), ino.0, name.as_bytes()),
-            reply,
-        );
+        let name = name.as_bytes();
+        self.serve(req, ino, Op::RemoveXattr { name }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, mask = mask.bits(), pid = req.pid()))]
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        reply_done(self.view.access(&caller(req), ino.0, mask.bits()), reply);
+        self.serve(req, ino, Op::Access { mask: mask.bits() }, reply);
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(ino = ino.0, offset, length, mode, pid = req.pid()))]
     fn fallocate(
         &self,
         req: &Request,
@@ -850,10 +692,12 @@ impl Filesystem for FuseAdapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let done = self
-            .view
-            .fallocate(&caller(req), ino.0, offset, length, mode);
-        reply_done(done, reply);
+        let op = Op::Fallocate {
+            offset,
+            length,
+            mode,
+        };
+        self.serve(req, ino, op, reply);
     }
 }
 
@@ -872,16 +716,5 @@ mod tests {
         );
         let after = UNIX_EPOCH + Duration::new(3, 250);
         assert_eq!(sent_nanos(after), 3_000_000_250);
-    }
-
-    #[test]
-    fn device_numbers_use_the_kernel_encoding() {
-        assert_eq!(kernel_dev(sys::makedev(8, 1)), 0x801);
-        assert_eq!(kernel_dev(sys::makedev(1, 0x1234)), 0x120_0134);
-        // Majors and minors past 8 bits use every field of the kernel's form.
-        for (major, minor) in [(1, 3), (259, 70_000), (4095, (1 << 20) - 1)] {
-            let rdev = sys::makedev(major, minor);
-            assert_eq!(user_dev(kernel_dev(rdev)), rdev, "{major}:{minor}");
-        }
     }
 }

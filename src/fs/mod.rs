@@ -21,9 +21,11 @@
 //!
 //! This module is the only place in the codebase that speaks errno: see [`errno`].
 
+mod abi;
 mod browse;
 mod caches;
 mod checkpoint;
+mod dispatch;
 mod fork;
 mod fuse;
 mod inode;

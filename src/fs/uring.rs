@@ -12,10 +12,10 @@
 //! thread that registers [`DEPTH`] entries (a 288-byte header and a payload
 //! buffer each, `FUSE_IO_URING_CMD_REGISTER`), then answers every request
 //! that completes on an entry and fetches the next with
-//! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`. The request itself is decoded,
-//! served by the [`View`] and encoded by [`super::wire`], the ring's
-//! counterpart of [`super::fuse`]; the view does not know which transport
-//! asked.
+//! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`. The request itself is decoded and
+//! its reply encoded by [`super::wire`], the ring's counterpart of
+//! [`super::fuse`], and served by [`super::dispatch`] as the classic
+//! transport's are; the view does not know which transport asked.
 //!
 //! fuser's session stays: INIT goes through it (the adapter asks for the
 //! flag there), and so do what the kernel never sends on a ring (FORGET,
@@ -35,6 +35,9 @@ use std::thread::JoinHandle;
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::abi;
 use super::view::View;
 use super::wire::{self, Policy};
 
@@ -52,14 +55,9 @@ pub(crate) const PAYLOAD: usize = 1 << 20;
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
 
-/// The per-entry header the kernel fills (`struct fuse_uring_req_header`):
-/// `in_out` (128: the in header, then our out header), `op_in` (128),
-/// `ring_ent_in_out` (32: flags, commit id, payload size).
-const HEADER: usize = 128 + 128 + 32;
-const OP_IN: std::ops::Range<usize> = 128..256;
-const ENT_IN_OUT: usize = 256;
-const IN_HEADER: usize = 40;
-const OUT_HEADER: usize = 16;
+/// The size of the per-entry header the kernel fills
+/// ([`abi::UringReqHeader`]).
+const HEADER: usize = size_of::<abi::UringReqHeader>();
 
 /// The running rings. [`Rings::join`] waits for their threads, which end
 /// when the kernel ends the connection.
@@ -155,7 +153,7 @@ fn possible_cpus() -> usize {
 /// heap buffers whose addresses never change; the queue's `Vec<Ent>` is
 /// never resized, so the iovecs stay put too.
 struct Ent {
-    header: Box<[u8; HEADER]>,
+    header: Box<abi::UringReqHeader>,
     payload: Vec<u8>,
     iov: [libc::iovec; 2],
 }
@@ -184,7 +182,7 @@ impl<'a> Queue<'a> {
         let ents = (0..DEPTH)
             .map(|_| {
                 let mut e = Ent {
-                    header: Box::new([0u8; HEADER]),
+                    header: Box::new(abi::UringReqHeader::new_zeroed()),
                     payload: vec![0u8; PAYLOAD],
                     iov: [libc::iovec {
                         iov_base: std::ptr::null_mut(),
@@ -193,7 +191,7 @@ impl<'a> Queue<'a> {
                 };
                 e.iov = [
                     libc::iovec {
-                        iov_base: e.header.as_mut_ptr().cast(),
+                        iov_base: e.header.as_mut_bytes().as_mut_ptr().cast(),
                         iov_len: HEADER,
                     },
                     libc::iovec {
@@ -259,18 +257,15 @@ impl<'a> Queue<'a> {
     /// the commit id to send it back with.
     fn answer(&mut self, i: usize, view: &dyn View, policy: &Policy) -> Option<u64> {
         let e = self.ents.get_mut(i)?;
-        // The header is HEADER bytes: both fields are there.
-        let commit_id = wire::u64_at(&e.header[..], ENT_IN_OUT + 8).unwrap_or(0);
-        let payload_sz = wire::u32_at(&e.header[..], ENT_IN_OUT + 16).unwrap_or(0) as usize;
-        let payload_sz = payload_sz.min(PAYLOAD);
-        let unique = wire::unique(&e.header[..IN_HEADER]);
-        let opcode = wire::opcode(&e.header[..IN_HEADER]);
-        let _span = tracing::debug_span!("ring", queue = self.qid, opcode, unique).entered();
+        let ent = e.header.ring_ent_in_out;
+        let payload_sz = (ent.payload_sz as usize).min(PAYLOAD);
+        let in_header = &e.header.in_out[..wire::IN_HEADER];
+        let unique = wire::unique(in_header);
         let result = wire::serve(
             view,
             policy,
-            &e.header[..IN_HEADER],
-            &e.header[OP_IN],
+            in_header,
+            &e.header.op_in,
             &e.payload[..payload_sz],
             &mut self.out,
         );
@@ -285,14 +280,16 @@ impl<'a> Queue<'a> {
             }
             Err(errno) => (-errno, 0),
         };
-        // fuse_out_header { len, error, unique } in `in_out`; the reply's
-        // bytes in the payload, their count in `ring_ent_in_out`.
-        let h = &mut e.header[..];
-        h[0..4].copy_from_slice(&((OUT_HEADER + len) as u32).to_le_bytes());
-        h[4..8].copy_from_slice(&error.to_le_bytes());
-        h[8..16].copy_from_slice(&unique.to_le_bytes());
-        h[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(len as u32).to_le_bytes());
-        Some(commit_id)
+        // fuse_out_header in `in_out`; the reply's bytes in the payload,
+        // their count in `ring_ent_in_out`.
+        let out = abi::OutHeader {
+            len: (size_of::<abi::OutHeader>() + len) as u32,
+            error,
+            unique,
+        };
+        e.header.in_out[..size_of::<abi::OutHeader>()].copy_from_slice(out.as_bytes());
+        e.header.ring_ent_in_out.payload_sz = len as u32;
+        Some(ent.commit_id)
     }
 
     /// A `FUSE_URING_CMD` for entry `idx`: REGISTER (with its iovecs) or
@@ -304,11 +301,13 @@ impl<'a> Queue<'a> {
         iov: Option<*const libc::iovec>,
         idx: usize,
     ) -> squeue::Entry128 {
-        // struct fuse_uring_cmd_req { u64 flags; u64 commit_id; u16 qid; u8 pad[6]; }
-        let mut req = [0u8; 80];
-        req[8..16].copy_from_slice(&commit_id.to_le_bytes());
-        req[16..18].copy_from_slice(&self.qid.to_le_bytes());
-        let mut b = opcode::UringCmd80::new(types::Fd(self.dev.as_raw_fd()), op).cmd(req);
+        let req = abi::UringCmdReq {
+            commit_id,
+            qid: self.qid,
+            ..abi::UringCmdReq::new_zeroed()
+        };
+        let cmd: [u8; 80] = zerocopy::transmute!(req);
+        let mut b = opcode::UringCmd80::new(types::Fd(self.dev.as_raw_fd()), op).cmd(cmd);
         if let Some(p) = iov {
             b = b.addr(Some(p as u64));
         }
@@ -322,6 +321,7 @@ impl<'a> Queue<'a> {
         // SAFETY: Entry128 is repr(C), 128 bytes, plain data.
         let mut raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
         raw[24..28].copy_from_slice(&2u32.to_le_bytes());
+        // SAFETY: the same 128 bytes back; any bytes are a valid Entry128.
         unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
     }
 
@@ -422,6 +422,7 @@ mod tests {
     #[test]
     #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
     fn a_queue_is_idle_class_only_while_it_commits() {
+        // SAFETY: pid 0 is the calling thread; the call only reads.
         let policy = || unsafe { libc::sched_getscheduler(0) };
         std::thread::spawn(move || {
             // The tests run as root (CAP_SYS_NICE), so the probe succeeds.
@@ -442,6 +443,7 @@ mod tests {
         let q = Queue::new(&dev, 1, false).unwrap();
         let iov = q.ents[0].iov.as_ptr();
         let sqe = q.command(CMD_REGISTER, 0, Some(iov), 3);
+        // SAFETY: Entry128 is repr(C), 128 bytes, plain data.
         let raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
         assert_eq!(u32_at(&raw, 24).unwrap(), 2, "sqe->len: two iovecs");
         assert_eq!(u64_at(&raw, 16).unwrap(), iov as u64, "sqe->addr");
@@ -449,6 +451,7 @@ mod tests {
         // The command area starts at byte 48: commit id at 8, qid at 16.
         assert_eq!(u16::from_le_bytes([raw[48 + 16], raw[48 + 17]]), 1);
         let fetch = q.command(CMD_COMMIT_AND_FETCH, 77, None, 2);
+        // SAFETY: as above.
         let raw: [u8; 128] = unsafe { std::mem::transmute(fetch) };
         assert_eq!(u32_at(&raw, 24).unwrap(), 0);
         assert_eq!(u64_at(&raw, 48 + 8).unwrap(), 77, "commit id");

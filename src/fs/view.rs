@@ -18,7 +18,7 @@ use crate::journal::{
 };
 use crate::store::Kind;
 
-pub use crate::journal::{Attr, SetAttr, StatFs, Time};
+pub use crate::journal::{Attr, Fallocate, RenameMode, SetAttr, StatFs, Time, XattrMode};
 
 /// The root directory's inode number: FUSE's `FUSE_ROOT_ID`, and a fork's
 /// root's.
@@ -311,7 +311,7 @@ pub trait View: Send + Sync {
         Err(FsError::ReadOnly)
     }
 
-    /// `renameat2(2)` with its flags.
+    /// `renameat2(2)`, its flags decoded ([`super::dispatch`]).
     fn rename(
         &self,
         c: &Caller,
@@ -319,7 +319,7 @@ pub trait View: Send + Sync {
         name: &[u8],
         new_parent: u64,
         new_name: &[u8],
-        flags: u32,
+        mode: RenameMode,
     ) -> Result<()> {
         Err(FsError::ReadOnly)
     }
@@ -342,8 +342,15 @@ pub trait View: Send + Sync {
         Err(FsError::ReadOnly)
     }
 
-    /// `setxattr(2)` with its flags (`XATTR_CREATE`, `XATTR_REPLACE`).
-    fn setxattr(&self, c: &Caller, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+    /// `setxattr(2)`, its flags (`XATTR_CREATE`, `XATTR_REPLACE`) decoded.
+    fn setxattr(
+        &self,
+        c: &Caller,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<()> {
         Err(FsError::ReadOnly)
     }
 
@@ -351,8 +358,8 @@ pub trait View: Send + Sync {
         Err(FsError::ReadOnly)
     }
 
-    /// `fallocate(2)` with its `mode` bits.
-    fn fallocate(&self, c: &Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
+    /// `fallocate(2)`, its `mode` bits decoded.
+    fn fallocate(&self, c: &Caller, ino: u64, offset: u64, len: u64, how: Fallocate) -> Result<()> {
         Err(FsError::ReadOnly)
     }
 

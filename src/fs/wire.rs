@@ -1,6 +1,8 @@
-//! FUSE's wire form for requests that arrive on an io_uring entry: decode
-//! the request, call the [`View`] as [`super::fuse::FuseAdapter`] does, and
-//! encode the reply as fuser would have sent it on `/dev/fuse`.
+//! The io_uring transport's codec: a request that arrives on a ring entry
+//! is decoded from its `fuse.h` structs ([`super::abi`]) into a
+//! [`dispatch::Request`], served by [`dispatch::dispatch`] (the same path
+//! as the classic transport's, [`super::fuse`]), and its [`Reply`] encoded
+//! as fuser would have sent it on `/dev/fuse`.
 //!
 //! fuser 0.18 cannot serve ring requests (its parser and reply types are
 //! crate-private), so this is storefs's own codec for the requests it
@@ -22,11 +24,11 @@
 //! **Which answers.** Every opcode fuser parses is answered as fuser with
 //! `FuseAdapter` answers it, including fuser's uid filter ([`Access`]: a
 //! request of another user gets `EACCES` unless it is one of the ops the
-//! kernel may send on anyone's behalf) and `EINVAL` for offsets past
-//! `i64::MAX`. Opcodes fuser does not know (`FUSE_SYNCFS`, `FUSE_TMPFILE`,
-//! `FUSE_STATX`, `FUSE_COPY_FILE_RANGE_64`, …) get `ENOSYS`, before the uid
-//! filter, as from fuser; for `FUSE_COPY_FILE_RANGE_64` (7.45) that makes
-//! the kernel fall back to `FUSE_COPY_FILE_RANGE` for good, as it does today.
+//! kernel may send on anyone's behalf). Opcodes fuser does not know
+//! (`FUSE_SYNCFS`, `FUSE_TMPFILE`, `FUSE_STATX`, `FUSE_COPY_FILE_RANGE_64`,
+//! …) get `ENOSYS`, before the uid filter, as from fuser; for
+//! `FUSE_COPY_FILE_RANGE_64` (7.45) that makes the kernel fall back to
+//! `FUSE_COPY_FILE_RANGE` for good, as it does today.
 //!
 //! `FORGET`, `BATCH_FORGET`, `INTERRUPT`, `NOTIFY_REPLY`, `INIT`, `DESTROY`
 //! and `CUSE_INIT` never come on a ring (the kernel keeps them on
@@ -49,14 +51,11 @@
 use std::time::Duration;
 
 use fuser::{IoctlFlags, WriteFlags};
+use zerocopy::{FromZeros, IntoBytes};
 
-use super::FsError;
-use super::fuse::{GENERATION, Looked, fail, handle, kernel_dev, look_up, seek_whence, user_dev};
-use super::view::{
-    Attr, BLOCK_SIZE, Caller, DirItem, Entry, Opened, Readdir, SetAttr, Time, View, WriteCtx,
-    XattrReply,
-};
-use super::{Result, errno};
+use super::abi::{self, fattr, op};
+use super::dispatch::{self, GENERATION, Handle, Op, Reply, kernel_attr};
+use super::view::{BLOCK_SIZE, Caller, DirItem, Readdir, SetAttr, Time, View, XattrReply};
 
 /// Who may use the mount, as fuser's `SessionACL` (fuser's filter on the
 /// request's uid, replicated).
@@ -119,126 +118,28 @@ impl Policy {
     }
 }
 
-/// FUSE opcodes (include/uapi/linux/fuse.h), the ones fuser 0.18 knows.
-mod op {
-    pub const LOOKUP: u32 = 1;
-    pub const FORGET: u32 = 2;
-    pub const GETATTR: u32 = 3;
-    pub const SETATTR: u32 = 4;
-    pub const READLINK: u32 = 5;
-    pub const SYMLINK: u32 = 6;
-    pub const MKNOD: u32 = 8;
-    pub const MKDIR: u32 = 9;
-    pub const UNLINK: u32 = 10;
-    pub const RMDIR: u32 = 11;
-    pub const RENAME: u32 = 12;
-    pub const LINK: u32 = 13;
-    pub const OPEN: u32 = 14;
-    pub const READ: u32 = 15;
-    pub const WRITE: u32 = 16;
-    pub const STATFS: u32 = 17;
-    pub const RELEASE: u32 = 18;
-    pub const FSYNC: u32 = 20;
-    pub const SETXATTR: u32 = 21;
-    pub const GETXATTR: u32 = 22;
-    pub const LISTXATTR: u32 = 23;
-    pub const REMOVEXATTR: u32 = 24;
-    pub const FLUSH: u32 = 25;
-    pub const INIT: u32 = 26;
-    pub const OPENDIR: u32 = 27;
-    pub const READDIR: u32 = 28;
-    pub const RELEASEDIR: u32 = 29;
-    pub const FSYNCDIR: u32 = 30;
-    pub const GETLK: u32 = 31;
-    pub const SETLK: u32 = 32;
-    pub const SETLKW: u32 = 33;
-    pub const ACCESS: u32 = 34;
-    pub const CREATE: u32 = 35;
-    pub const INTERRUPT: u32 = 36;
-    pub const BMAP: u32 = 37;
-    pub const DESTROY: u32 = 38;
-    pub const IOCTL: u32 = 39;
-    pub const POLL: u32 = 40;
-    pub const NOTIFY_REPLY: u32 = 41;
-    pub const BATCH_FORGET: u32 = 42;
-    pub const FALLOCATE: u32 = 43;
-    pub const READDIRPLUS: u32 = 44;
-    pub const RENAME2: u32 = 45;
-    pub const LSEEK: u32 = 46;
-    pub const COPY_FILE_RANGE: u32 = 47;
-    pub const CUSE_INIT: u32 = 4096;
-}
-
 /// The size of `fuse_in_header`.
-pub(crate) const IN_HEADER: usize = 40;
-
-/// The size of the fixed struct fuser reads first for `opcode` (what the
-/// ring puts in `op_in`), or `None` for an opcode fuser does not know.
-fn arg_size(opcode: u32) -> Option<usize> {
-    Some(match opcode {
-        op::LOOKUP | op::READLINK | op::SYMLINK | op::UNLINK | op::RMDIR | op::STATFS => 0,
-        op::REMOVEXATTR | op::DESTROY | op::NOTIFY_REPLY => 0,
-        op::FORGET | op::INTERRUPT | op::BATCH_FORGET => 8,
-        op::GETATTR => 16,
-        op::SETATTR => 88,
-        op::MKNOD => 16,
-        op::MKDIR | op::RENAME | op::LINK | op::OPEN | op::OPENDIR | op::ACCESS => 8,
-        op::SETXATTR | op::GETXATTR | op::LISTXATTR => 8,
-        op::READ | op::WRITE | op::READDIR | op::READDIRPLUS => 40,
-        op::RELEASE | op::RELEASEDIR | op::FLUSH => 24,
-        op::FSYNC | op::FSYNCDIR | op::CREATE | op::BMAP | op::RENAME2 | op::CUSE_INIT => 16,
-        op::INIT => 16, // the oldest fuse_init_in fuser accepts
-        op::GETLK | op::SETLK | op::SETLKW => 48,
-        op::IOCTL | op::FALLOCATE => 32,
-        op::POLL | op::LSEEK => 24,
-        op::COPY_FILE_RANGE => 56,
-        _ => return None,
-    })
-}
+pub(crate) const IN_HEADER: usize = std::mem::size_of::<abi::InHeader>();
 
 /// The errno of a request too short for its arguments (see the module doc).
 const MALFORMED: i32 = libc::EIO;
 
 /// The `fuse_in_header` opcode of a ring entry's header (0 if it is short).
+#[cfg(test)]
 pub(crate) fn opcode(in_header: &[u8]) -> u32 {
-    u32_at(in_header, 4).unwrap_or(0)
+    abi::read::<abi::InHeader>(in_header).map_or(0, |h| h.opcode)
 }
 
 /// The `fuse_in_header` unique id of a ring entry's header (0 if it is short).
 pub(crate) fn unique(in_header: &[u8]) -> u64 {
-    u64_at(in_header, 8).unwrap_or(0)
+    abi::read::<abi::InHeader>(in_header).map_or(0, |h| h.unique)
 }
 
-fn bytes<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
-    b.get(at..at.checked_add(N)?)?.try_into().ok()
-}
-
-/// The `u32` at `at` of `b`, if `b` holds it.
-pub(super) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    bytes(b, at).map(u32::from_ne_bytes)
-}
-
-/// The `u64` at `at` of `b`, if `b` holds it.
-pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    bytes(b, at).map(u64::from_ne_bytes)
-}
-
-/// A fixed struct's fields, read from `op_in` once its size was checked.
-struct Fields<'a>(&'a [u8]);
-
-impl Fields<'_> {
-    fn u32(&self, at: usize) -> Result<u32, i32> {
-        u32_at(self.0, at).ok_or(MALFORMED)
-    }
-    fn i32(&self, at: usize) -> Result<i32, i32> {
-        self.u32(at).map(|v| v as i32)
-    }
-    fn u64(&self, at: usize) -> Result<u64, i32> {
-        u64_at(self.0, at).ok_or(MALFORMED)
-    }
-    fn i64(&self, at: usize) -> Result<i64, i32> {
-        self.u64(at).map(|v| v as i64)
-    }
+/// The op's fixed struct, read from `op_in` (`EIO` if it is shorter).
+fn arg<T: zerocopy::FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(
+    op_in: &[u8],
+) -> Result<T, i32> {
+    abi::read(op_in).ok_or(MALFORMED)
 }
 
 /// The payload's arguments, in order: NUL-terminated names, then the rest.
@@ -262,62 +163,6 @@ impl<'a> Payload<'a> {
     }
 }
 
-/// The request header's fields storefs uses.
-struct Header {
-    opcode: u32,
-    nodeid: u64,
-    uid: u32,
-    gid: u32,
-    pid: u32,
-}
-
-impl Header {
-    fn parse(h: &[u8]) -> Result<Header, i32> {
-        if h.len() < IN_HEADER {
-            return Err(MALFORMED);
-        }
-        let f = Fields(h);
-        Ok(Header {
-            opcode: f.u32(4)?,
-            nodeid: f.u64(16)?,
-            uid: f.u32(24)?,
-            gid: f.u32(28)?,
-            pid: f.u32(32)?,
-        })
-    }
-
-    /// The caller (umask 0: only create, mkdir and mknod carry one).
-    fn caller(&self) -> Caller {
-        Caller {
-            uid: self.uid,
-            gid: self.gid,
-            pid: self.pid,
-            umask: 0,
-        }
-    }
-}
-
-/// `fuse_setattr_in.valid` bits.
-mod fattr {
-    pub const MODE: u32 = 1 << 0;
-    pub const UID: u32 = 1 << 1;
-    pub const GID: u32 = 1 << 2;
-    pub const SIZE: u32 = 1 << 3;
-    pub const ATIME: u32 = 1 << 4;
-    pub const MTIME: u32 = 1 << 5;
-    pub const ATIME_NOW: u32 = 1 << 7;
-    pub const MTIME_NOW: u32 = 1 << 8;
-    pub const CTIME: u32 = 1 << 10;
-}
-
-/// An offset fuser takes as `off_t`: past `i64::MAX` is `EINVAL`.
-fn off_t(v: u64) -> Result<u64, i32> {
-    if v > i64::MAX as u64 {
-        return Err(libc::EINVAL);
-    }
-    Ok(v)
-}
-
 /// A time the kernel sent (seconds, nanoseconds; the nanoseconds always
 /// added, as in a `timespec`) as nanoseconds since the epoch, saturating:
 /// (-2 s, +0.5 s) is -1.5 s. `FuseAdapter` reads fuser's times to the same
@@ -328,97 +173,42 @@ fn sent_time(secs: i64, nsec: u32) -> i64 {
     ns.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
-/// Nanoseconds since the epoch as `fuse_attr`'s (seconds, nanoseconds).
-fn attr_time(ns: i64) -> (i64, u32) {
-    (
-        ns.div_euclid(1_000_000_000),
-        ns.rem_euclid(1_000_000_000) as u32,
-    )
-}
-
-const ATTR_SIZE: usize = 88;
-const ENTRY_OUT_SIZE: usize = 40 + ATTR_SIZE;
-const DIRENT_SIZE: usize = 24;
-
-/// `fuse_attr` (88 bytes), as fuser encodes `FuseAdapter`'s `FileAttr`.
-fn attr_bytes(a: &Attr) -> [u8; ATTR_SIZE] {
-    let (atime, atimensec) = attr_time(a.atime_ns);
-    let (mtime, mtimensec) = attr_time(a.mtime_ns);
-    let (ctime, ctimensec) = attr_time(a.ctime_ns);
-    let mut b = Vec::with_capacity(ATTR_SIZE);
-    for v in [a.ino, a.size, a.blocks] {
-        b.extend_from_slice(&v.to_ne_bytes());
-    }
-    for v in [atime, mtime, ctime] {
-        b.extend_from_slice(&v.to_ne_bytes());
-    }
-    let mode = a.kind.mode_bits() | (a.perm & 0o7777);
-    let rdev = kernel_dev(a.rdev);
-    // The last word is fuse_attr.flags, 0 (fuser's padding on Linux).
-    for v in [
-        atimensec, mtimensec, ctimensec, mode, a.nlink, a.uid, a.gid, rdev, BLOCK_SIZE, 0,
-    ] {
-        b.extend_from_slice(&v.to_ne_bytes());
-    }
-    let mut out = [0; ATTR_SIZE];
-    out.copy_from_slice(&b);
-    out
-}
-
 /// A negative entry's `fuse_attr`: node id 0, a regular file with nothing
 /// set but `st_blksize` (`FuseAdapter`'s `negative_attr`).
-fn negative_attr_bytes() -> [u8; ATTR_SIZE] {
-    let mut out = [0; ATTR_SIZE];
-    out[60..64].copy_from_slice(&libc::S_IFREG.to_ne_bytes());
-    out[80..84].copy_from_slice(&BLOCK_SIZE.to_ne_bytes());
-    out
-}
-
-fn put32(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_ne_bytes());
-}
-
-fn put64(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(&v.to_ne_bytes());
+fn negative_attr() -> abi::FuseAttr {
+    abi::FuseAttr {
+        mode: libc::S_IFREG,
+        blksize: BLOCK_SIZE,
+        ..abi::FuseAttr::new_zeroed()
+    }
 }
 
 /// `fuse_entry_out`: node id (the attributes' inode), generation, both
 /// TTLs `ttl` (as fuser's `ReplyEntry::entry`), the attributes.
-fn put_entry_out(out: &mut Vec<u8>, ttl: Duration, attr: &[u8; ATTR_SIZE]) {
-    out.extend_from_slice(&attr[..8]);
-    put64(out, GENERATION.0);
-    put64(out, ttl.as_secs());
-    put64(out, ttl.as_secs());
-    put32(out, ttl.subsec_nanos());
-    put32(out, ttl.subsec_nanos());
-    out.extend_from_slice(attr);
+fn entry_out(ttl: Duration, attr: abi::FuseAttr) -> abi::EntryOut {
+    abi::EntryOut {
+        nodeid: attr.ino,
+        generation: GENERATION.0,
+        entry_valid: ttl.as_secs(),
+        attr_valid: ttl.as_secs(),
+        entry_valid_nsec: ttl.subsec_nanos(),
+        attr_valid_nsec: ttl.subsec_nanos(),
+        attr,
+    }
 }
 
-fn put_entry(out: &mut Vec<u8>, e: &Entry) {
-    put_entry_out(out, e.ttl, &attr_bytes(&e.attr));
+/// `fuse_open_out` of an open (no backing id).
+fn open_out(h: Handle) -> abi::OpenOut {
+    abi::OpenOut {
+        fh: h.fh,
+        open_flags: h.flags.bits(),
+        backing_id: 0,
+    }
 }
 
-/// `fuse_attr_out`.
-fn put_attr_out(out: &mut Vec<u8>, e: &Entry) {
-    put64(out, e.ttl.as_secs());
-    put32(out, e.ttl.subsec_nanos());
-    put32(out, 0);
-    out.extend_from_slice(&attr_bytes(&e.attr));
-}
-
-/// `fuse_open_out` of a view's open (handle and `FOPEN_*` flags as
-/// `FuseAdapter` gives them; no backing id).
-fn put_open_out(out: &mut Vec<u8>, o: Opened) {
-    let (fh, flags) = handle(o);
-    put64(out, fh.0);
-    put32(out, flags.bits());
-    put32(out, 0);
-}
-
-/// `fuse_write_out`.
-fn put_write_out(out: &mut Vec<u8>, n: u32) {
-    put32(out, n);
-    put32(out, 0);
+/// `fuse_write_out` (and `fuse_getxattr_out`).
+fn write_out(size: u32) -> abi::WriteOut {
+    abi::WriteOut { size, padding: 0 }
 }
 
 /// Add one directory entry (a `fuse_dirent`, after its `fuse_entry_out` for
@@ -428,11 +218,11 @@ fn put_write_out(out: &mut Vec<u8>, n: u32) {
 fn push_dirent(
     out: &mut Vec<u8>,
     max: usize,
-    entry: Option<(Duration, &[u8; ATTR_SIZE])>,
-    dirent: (u64, u64, u32),
+    entry: Option<abi::EntryOut>,
+    (ino, off, typ): (u64, u64, u32),
     name: &[u8],
 ) -> bool {
-    let head = entry.map_or(0, |_| ENTRY_OUT_SIZE) + DIRENT_SIZE;
+    let head = entry.as_ref().map_or(0, |e| e.as_bytes().len()) + size_of::<abi::Dirent>();
     let len = head + name.len();
     let size = len.next_multiple_of(8);
     let Ok(namelen) = u32::try_from(name.len()) else {
@@ -441,14 +231,18 @@ fn push_dirent(
     if out.len() + size > max {
         return true;
     }
-    if let Some((ttl, attr)) = entry {
-        put_entry_out(out, ttl, attr);
+    if let Some(e) = entry {
+        abi::put(out, &e);
     }
-    let (ino, off, typ) = dirent;
-    put64(out, ino);
-    put64(out, off);
-    put32(out, namelen);
-    put32(out, typ);
+    abi::put(
+        out,
+        &abi::Dirent {
+            ino,
+            off,
+            namelen,
+            typ,
+        },
+    );
     out.extend_from_slice(name);
     out.resize(out.len() + size - len, 0);
     false
@@ -465,52 +259,57 @@ fn add_item(out: &mut Vec<u8>, max: usize, plus: bool, item: DirItem<'_>) -> boo
     let Some(entry) = item.entry else {
         return false;
     };
-    let attr = attr_bytes(&entry.attr);
-    let typ = (entry.attr.kind.mode_bits() | (entry.attr.perm & 0o7777)) >> 12;
-    let dirent = (entry.attr.ino, item.next_offset, typ);
-    push_dirent(out, max, Some((entry.ttl, &attr)), dirent, item.name)
+    let attr = kernel_attr(&entry.attr);
+    let dirent = (attr.ino, item.next_offset, attr.mode >> 12);
+    push_dirent(
+        out,
+        max,
+        Some(entry_out(entry.ttl, attr)),
+        dirent,
+        item.name,
+    )
 }
 
-/// A view's failure as the errno of the reply (logged as `FuseAdapter` does).
-fn failed(e: FsError) -> i32 {
-    fail(&e).code()
-}
-
-fn done(r: Result<()>) -> Result<(), i32> {
-    r.map_err(failed)
-}
-
-fn entry(out: &mut Vec<u8>, r: Result<Entry>) -> Result<(), i32> {
-    put_entry(out, &r.map_err(failed)?);
-    Ok(())
-}
-
-fn attr_out(out: &mut Vec<u8>, r: Result<Entry>) -> Result<(), i32> {
-    put_attr_out(out, &r.map_err(failed)?);
-    Ok(())
-}
-
-fn data(out: &mut Vec<u8>, r: Result<Vec<u8>>) -> Result<(), i32> {
-    out.extend_from_slice(&r.map_err(failed)?);
-    Ok(())
-}
-
-fn xattr(out: &mut Vec<u8>, r: Result<XattrReply>) -> Result<(), i32> {
-    match r.map_err(failed)? {
-        XattrReply::Size(n) => put_write_out(out, n), // fuse_getxattr_out: size, padding
-        XattrReply::Data(bytes) => out.extend_from_slice(&bytes),
-    }
-    Ok(())
-}
-
-fn opened(out: &mut Vec<u8>, r: Result<Opened>) -> Result<(), i32> {
-    match r.map_err(failed)? {
-        // Zero-message opens from now on (see `Opened::Stateless`).
-        Opened::Stateless => Err(errno(&FsError::NotNeeded).code()),
-        o => {
-            put_open_out(out, o);
-            Ok(())
+/// Encode a reply's bytes (those that follow `fuse_out_header`).
+fn encode(reply: Reply, out: &mut Vec<u8>) {
+    match reply {
+        // A listing's items are in `out` already.
+        Reply::Nothing | Reply::Empty => {}
+        Reply::Entry(e) => abi::put(out, &entry_out(e.ttl, kernel_attr(&e.attr))),
+        // Node id 0 with a timeout: "absent", cached that long.
+        Reply::Absent(ttl) => abi::put(out, &entry_out(ttl, negative_attr())),
+        Reply::Attr(e) => abi::put(
+            out,
+            &abi::AttrOut {
+                attr_valid: e.ttl.as_secs(),
+                attr_valid_nsec: e.ttl.subsec_nanos(),
+                dummy: 0,
+                attr: kernel_attr(&e.attr),
+            },
+        ),
+        Reply::Data(d) | Reply::Xattr(XattrReply::Data(d)) => out.extend_from_slice(&d),
+        Reply::Xattr(XattrReply::Size(n)) | Reply::Written(n) => abi::put(out, &write_out(n)),
+        Reply::Opened(h) => abi::put(out, &open_out(h)),
+        Reply::Created(e, h) => {
+            abi::put(out, &entry_out(e.ttl, kernel_attr(&e.attr)));
+            abi::put(out, &open_out(h));
         }
+        Reply::Offset(o) => abi::put(out, &abi::LseekOut { offset: o as u64 }),
+        Reply::StatFs(s) => abi::put(
+            out,
+            &abi::StatfsOut {
+                blocks: s.blocks,
+                bfree: s.blocks_free,
+                bavail: s.blocks_avail,
+                files: s.files,
+                ffree: s.files_free,
+                bsize: s.block_size,
+                namelen: s.name_max,
+                frsize: s.block_size,
+                padding: 0,
+                spare: [0; 6],
+            },
+        ),
     }
 }
 
@@ -534,10 +333,7 @@ pub(crate) fn serve(
     out: &mut Vec<u8>,
 ) -> std::result::Result<(), i32> {
     out.clear();
-    let h = Header::parse(in_header)?;
-    let Some(size) = arg_size(h.opcode) else {
-        return Err(libc::ENOSYS);
-    };
+    let h: abi::InHeader = abi::read(in_header).ok_or(MALFORMED)?;
     if matches!(
         h.opcode,
         op::FORGET
@@ -551,238 +347,266 @@ pub(crate) fn serve(
         // Never on a ring (see the module doc).
         return Err(libc::ENOSYS);
     }
-    let arg = Fields(op_in.get(..size).ok_or(MALFORMED)?);
-    let request = decode(h.opcode, &arg, Payload(payload))?;
-    if !policy.admits(h.uid, h.opcode) {
-        return Err(libc::EACCES);
+    let listed = {
+        let op = decode(h.opcode, op_in, Payload(payload), out)?;
+        if !policy.admits(h.uid, h.opcode) {
+            return Err(libc::EACCES);
+        }
+        let caller = Caller {
+            uid: h.uid,
+            gid: h.gid,
+            pid: h.pid,
+            umask: 0,
+        };
+        let req = dispatch::Request {
+            unique: h.unique,
+            ino: h.nodeid,
+            caller,
+            op,
+        };
+        dispatch::dispatch(view, req)
+    };
+    match listed {
+        Ok(reply) => {
+            encode(reply, out);
+            Ok(())
+        }
+        Err(e) => {
+            out.clear();
+            Err(e.code())
+        }
     }
-    answer(view, &h, request, out)
 }
 
-/// A request's arguments, decoded (the ones `FuseAdapter` reads; the ops it
-/// leaves to fuser's defaults carry none).
-enum Request<'a> {
-    Lookup(&'a [u8]),
-    GetAttr,
-    SetAttr(SetAttr),
-    ReadLink,
-    Symlink(&'a [u8], &'a [u8]),
-    MkNod(u32, u32, u32, &'a [u8]),
-    MkDir(u32, u32, &'a [u8]),
-    Unlink(&'a [u8]),
-    RmDir(&'a [u8]),
-    Rename(&'a [u8], u64, &'a [u8], u32),
-    Link(u64, &'a [u8]),
-    Open(i32),
-    Read(u64, u32),
-    Write(u64, &'a [u8], u32, i32),
-    StatFs,
-    Release,
-    Sync,
-    SetXattr(&'a [u8], &'a [u8], i32),
-    GetXattr(&'a [u8], u32),
-    ListXattr(u32),
-    RemoveXattr(&'a [u8]),
-    Flush,
-    OpenDir,
-    ReadDir(Readdir, u32),
-    ReleaseDir(u64),
-    Access(i32),
-    Create(i32, u32, u32, &'a [u8]),
-    Ioctl(bool),
-    Fallocate(u64, u64, i32),
-    Lseek(i64, i32),
-    CopyFileRange(u64, u64, u64, u64),
-    /// getlk, setlk, setlkw, bmap, poll: fuser's defaults, `ENOSYS`.
-    NotImplemented,
+/// `fuse_setattr_in` as the fields it says are valid.
+fn set_attr(a: &abi::SetattrIn) -> SetAttr {
+    let has = |bit| a.valid & bit != 0;
+    let time = |secs: u64, nsec, now| {
+        if has(now) {
+            Time::Now
+        } else {
+            Time::At(sent_time(secs as i64, nsec))
+        }
+    };
+    SetAttr {
+        perm: has(fattr::MODE).then_some(a.mode & 0o7777),
+        uid: has(fattr::UID).then_some(a.uid),
+        gid: has(fattr::GID).then_some(a.gid),
+        size: has(fattr::SIZE).then_some(a.size),
+        atime: has(fattr::ATIME).then(|| time(a.atime, a.atimensec, fattr::ATIME_NOW)),
+        mtime: has(fattr::MTIME).then(|| time(a.mtime, a.mtimensec, fattr::MTIME_NOW)),
+        ctime: has(fattr::CTIME).then(|| sent_time(a.ctime as i64, a.ctimensec)),
+    }
 }
 
-/// Decode `opcode`'s arguments: its fixed struct `a` (already cut to its
-/// size) and the payload `p`. Offsets past `off_t` are checked when
-/// answering, after the uid filter, as fuser does.
-fn decode<'a>(opcode: u32, a: &Fields<'_>, mut p: Payload<'a>) -> Result<Request<'a>, i32> {
-    use Request as R;
+/// Decode `opcode`'s arguments: its fixed struct from `op_in` (every op
+/// that has one checks it is there, used or not) and the payload `p`. A
+/// listing's items will go into `out`, up to the size the request asks.
+fn decode<'a>(
+    opcode: u32,
+    op_in: &[u8],
+    mut p: Payload<'a>,
+    out: &'a mut Vec<u8>,
+) -> Result<Op<'a>, i32> {
     Ok(match opcode {
-        op::LOOKUP => R::Lookup(p.name()?),
-        op::GETATTR => R::GetAttr,
-        op::SETATTR => {
-            let valid = a.u32(0)?;
-            let has = |bit| valid & bit != 0;
-            let time = |secs_at, nsec_at, now| -> Result<Time, i32> {
-                Ok(if has(now) {
-                    Time::Now
-                } else {
-                    Time::At(sent_time(a.i64(secs_at)?, a.u32(nsec_at)?))
-                })
-            };
-            R::SetAttr(SetAttr {
-                perm: has(fattr::MODE)
-                    .then(|| a.u32(68))
-                    .transpose()?
-                    .map(|m| m & 0o7777),
-                uid: has(fattr::UID).then(|| a.u32(76)).transpose()?,
-                gid: has(fattr::GID).then(|| a.u32(80)).transpose()?,
-                size: has(fattr::SIZE).then(|| a.u64(16)).transpose()?,
-                atime: has(fattr::ATIME)
-                    .then(|| time(32, 56, fattr::ATIME_NOW))
-                    .transpose()?,
-                mtime: has(fattr::MTIME)
-                    .then(|| time(40, 60, fattr::MTIME_NOW))
-                    .transpose()?,
-                ctime: has(fattr::CTIME)
-                    .then(|| Ok::<_, i32>(sent_time(a.i64(48)?, a.u32(64)?)))
-                    .transpose()?,
-            })
+        op::LOOKUP => Op::Lookup { name: p.name()? },
+        op::GETATTR => {
+            arg::<abi::GetattrIn>(op_in)?;
+            Op::GetAttr
         }
-        op::READLINK => R::ReadLink,
-        op::SYMLINK => R::Symlink(p.name()?, p.name()?),
-        op::MKNOD => R::MkNod(a.u32(0)?, a.u32(4)?, a.u32(8)?, p.name()?),
-        op::MKDIR => R::MkDir(a.u32(0)?, a.u32(4)?, p.name()?),
-        op::UNLINK => R::Unlink(p.name()?),
-        op::RMDIR => R::RmDir(p.name()?),
-        op::RENAME => R::Rename(p.name()?, a.u64(0)?, p.name()?, 0),
-        op::RENAME2 => R::Rename(p.name()?, a.u64(0)?, p.name()?, a.u32(8)?),
-        op::LINK => R::Link(a.u64(0)?, p.name()?),
-        op::OPEN => R::Open(a.i32(0)?),
-        op::READ => R::Read(a.u64(8)?, a.u32(16)?),
-        op::WRITE => R::Write(a.u64(8)?, p.data(a.u32(16)?)?, a.u32(20)?, a.i32(32)?),
-        op::STATFS => R::StatFs,
-        op::RELEASE => R::Release,
-        op::FSYNC | op::FSYNCDIR => R::Sync,
+        op::SETATTR => Op::SetAttr(set_attr(&arg(op_in)?)),
+        op::READLINK => Op::ReadLink,
+        op::SYMLINK => Op::Symlink {
+            name: p.name()?,
+            target: p.name()?,
+        },
+        op::MKNOD => {
+            let a: abi::MknodIn = arg(op_in)?;
+            Op::MkNod {
+                name: p.name()?,
+                mode: a.mode,
+                umask: a.umask,
+                rdev: a.rdev,
+            }
+        }
+        op::MKDIR => {
+            let a: abi::MkdirIn = arg(op_in)?;
+            Op::MkDir {
+                name: p.name()?,
+                mode: a.mode,
+                umask: a.umask,
+            }
+        }
+        op::UNLINK => Op::Unlink { name: p.name()? },
+        op::RMDIR => Op::RmDir { name: p.name()? },
+        op::RENAME => {
+            let a: abi::RenameIn = arg(op_in)?;
+            Op::Rename {
+                name: p.name()?,
+                new_parent: a.newdir,
+                new_name: p.name()?,
+                flags: 0,
+            }
+        }
+        op::RENAME2 => {
+            let a: abi::Rename2In = arg(op_in)?;
+            Op::Rename {
+                name: p.name()?,
+                new_parent: a.newdir,
+                new_name: p.name()?,
+                flags: a.flags,
+            }
+        }
+        op::LINK => {
+            let a: abi::LinkIn = arg(op_in)?;
+            Op::Link {
+                ino: a.oldnodeid,
+                new_name: p.name()?,
+            }
+        }
+        op::OPEN => Op::Open {
+            flags: arg::<abi::OpenIn>(op_in)?.flags as i32,
+        },
+        op::READ => {
+            let a: abi::ReadIn = arg(op_in)?;
+            Op::Read {
+                offset: a.offset,
+                size: a.size,
+            }
+        }
+        op::WRITE => {
+            let a: abi::WriteIn = arg(op_in)?;
+            let has = |f: WriteFlags| a.write_flags & f.bits() != 0;
+            Op::Write {
+                offset: a.offset,
+                data: p.data(a.size)?,
+                flags: a.flags as i32,
+                writeback: has(WriteFlags::FUSE_WRITE_CACHE),
+                kill_suidgid: has(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
+            }
+        }
+        op::STATFS => Op::StatFs,
+        op::RELEASE => {
+            arg::<abi::ReleaseIn>(op_in)?;
+            Op::Release
+        }
+        op::FSYNC | op::FSYNCDIR => {
+            arg::<abi::FsyncIn>(op_in)?;
+            Op::Sync
+        }
         op::SETXATTR => {
+            let a: abi::SetxattrIn = arg(op_in)?;
             let name = p.name()?;
-            R::SetXattr(name, p.data(a.u32(0)?)?, a.i32(4)?)
+            Op::SetXattr {
+                name,
+                value: p.data(a.size)?,
+                flags: a.flags as i32,
+            }
         }
-        op::GETXATTR => R::GetXattr(p.name()?, a.u32(0)?),
-        op::LISTXATTR => R::ListXattr(a.u32(0)?),
-        op::REMOVEXATTR => R::RemoveXattr(p.name()?),
-        op::FLUSH => R::Flush,
-        op::OPENDIR => R::OpenDir,
-        op::READDIR | op::READDIRPLUS => R::ReadDir(
-            Readdir {
-                fh: a.u64(0)?,
-                offset: a.u64(8)?,
+        op::GETXATTR => {
+            let a: abi::GetxattrIn = arg(op_in)?;
+            Op::GetXattr {
+                name: p.name()?,
+                size: a.size,
+            }
+        }
+        op::LISTXATTR => Op::ListXattr {
+            size: arg::<abi::GetxattrIn>(op_in)?.size,
+        },
+        op::REMOVEXATTR => Op::RemoveXattr { name: p.name()? },
+        op::FLUSH => {
+            arg::<abi::FlushIn>(op_in)?;
+            Op::Flush
+        }
+        op::OPENDIR => {
+            arg::<abi::OpenIn>(op_in)?;
+            Op::OpenDir
+        }
+        op::READDIR | op::READDIRPLUS => {
+            let a: abi::ReadIn = arg(op_in)?;
+            let at = Readdir {
+                fh: a.fh,
+                offset: a.offset,
                 plus: opcode == op::READDIRPLUS,
-            },
-            a.u32(16)?,
-        ),
-        op::RELEASEDIR => R::ReleaseDir(a.u64(0)?),
-        op::ACCESS => R::Access(a.i32(0)?),
-        op::CREATE => R::Create(a.i32(0)?, a.u32(4)?, a.u32(8)?, p.name()?),
-        op::IOCTL => R::Ioctl(a.u32(8)? & IoctlFlags::FUSE_IOCTL_UNRESTRICTED.bits() != 0),
-        op::FALLOCATE => R::Fallocate(a.u64(8)?, a.u64(16)?, a.i32(24)?),
-        op::LSEEK => R::Lseek(a.i64(8)?, a.i32(16)?),
-        op::COPY_FILE_RANGE => R::CopyFileRange(a.u64(8)?, a.u64(16)?, a.u64(32)?, a.u64(40)?),
-        op::GETLK | op::SETLK | op::SETLKW | op::BMAP | op::POLL => R::NotImplemented,
+            };
+            let max = a.size as usize;
+            let add = Box::new(move |item: DirItem<'_>| add_item(out, max, at.plus, item));
+            Op::ReadDir { at, add }
+        }
+        op::RELEASEDIR => Op::ReleaseDir {
+            fh: arg::<abi::ReleaseIn>(op_in)?.fh,
+        },
+        op::ACCESS => Op::Access {
+            mask: arg::<abi::AccessIn>(op_in)?.mask as i32,
+        },
+        op::CREATE => {
+            let a: abi::CreateIn = arg(op_in)?;
+            Op::Create {
+                name: p.name()?,
+                mode: a.mode,
+                umask: a.umask,
+                flags: a.flags as i32,
+            }
+        }
+        op::IOCTL => {
+            let a: abi::IoctlIn = arg(op_in)?;
+            let unrestricted = IoctlFlags::FUSE_IOCTL_UNRESTRICTED.bits();
+            Op::Ioctl {
+                unrestricted: a.flags & unrestricted != 0,
+            }
+        }
+        op::FALLOCATE => {
+            let a: abi::FallocateIn = arg(op_in)?;
+            Op::Fallocate {
+                offset: a.offset,
+                length: a.length,
+                mode: a.mode as i32,
+            }
+        }
+        op::LSEEK => {
+            let a: abi::LseekIn = arg(op_in)?;
+            Op::Lseek {
+                offset: a.offset as i64,
+                whence: a.whence as i32,
+            }
+        }
+        op::COPY_FILE_RANGE => {
+            let a: abi::CopyFileRangeIn = arg(op_in)?;
+            Op::CopyFileRange {
+                offset_in: a.off_in,
+                ino_out: a.nodeid_out,
+                offset_out: a.off_out,
+                len: a.len,
+            }
+        }
+        // fuser's defaults: ENOSYS.
+        op::GETLK | op::SETLK | op::SETLKW => {
+            arg::<abi::LkIn>(op_in)?;
+            Op::NotImplemented
+        }
+        op::BMAP => {
+            arg::<abi::BmapIn>(op_in)?;
+            Op::NotImplemented
+        }
+        op::POLL => {
+            arg::<abi::PollIn>(op_in)?;
+            Op::NotImplemented
+        }
         _ => return Err(libc::ENOSYS),
     })
 }
 
-/// Call the view for `request` as `FuseAdapter` does and encode its answer.
-fn answer(view: &dyn View, h: &Header, request: Request<'_>, out: &mut Vec<u8>) -> Result<(), i32> {
-    use Request as R;
-    let c = &h.caller();
-    let ino = h.nodeid;
-    let with_umask = |umask| Caller { umask, ..*c };
-    match request {
-        R::Lookup(name) => match look_up(view, c, ino, name).map_err(failed)? {
-            Looked::Entry(e) => put_entry(out, &e),
-            // Node id 0 with a timeout: "absent", cached that long.
-            Looked::Absent(ttl) => put_entry_out(out, ttl, &negative_attr_bytes()),
-        },
-        R::GetAttr => attr_out(out, view.getattr(c, ino))?,
-        R::SetAttr(attrs) => attr_out(out, view.setattr(c, ino, &attrs))?,
-        R::ReadLink => data(out, view.readlink(c, ino))?,
-        R::Symlink(name, target) => entry(out, view.symlink(c, ino, name, target))?,
-        R::MkNod(mode, rdev, umask, name) => {
-            let made = view.mknod(&with_umask(umask), ino, name, mode, user_dev(rdev));
-            entry(out, made)?
-        }
-        R::MkDir(mode, umask, name) => entry(out, view.mkdir(&with_umask(umask), ino, name, mode))?,
-        R::Create(flags, mode, umask, name) => {
-            let (e, o) = view
-                .create(&with_umask(umask), ino, name, mode, flags)
-                .map_err(failed)?;
-            put_entry(out, &e);
-            put_open_out(out, o);
-        }
-        R::Unlink(name) => done(view.unlink(c, ino, name))?,
-        R::RmDir(name) => done(view.rmdir(c, ino, name))?,
-        R::Rename(name, new_parent, new_name, flags) => {
-            done(view.rename(c, ino, name, new_parent, new_name, flags))?
-        }
-        R::Link(old, name) => entry(out, view.link(c, old, ino, name))?,
-        R::Open(flags) => opened(out, view.open(c, ino, flags))?,
-        R::Read(offset, size) => data(out, view.read(c, ino, off_t(offset)?, size))?,
-        R::Lseek(offset, whence) => {
-            let found = seek_whence(whence)
-                .and_then(|w| view.seek(c, ino, offset, w))
-                .and_then(|o| o.ok_or(FsError::NoSeekTarget))
-                .map_err(failed)?;
-            // Offsets come from i64 file sizes.
-            put64(out, found.min(i64::MAX as u64));
-        }
-        R::Ioctl(true) => return Err(libc::ENOSYS), // fuser's, before the adapter
-        R::Ioctl(false) => return Err(failed(FsError::NoIoctl)),
-        R::CopyFileRange(off_in, ino_out, off_out, len) => {
-            let (off_in, off_out) = (off_t(off_in)?, off_t(off_out)?);
-            let len = len.min(u64::from(u32::MAX) & !0xfff);
-            let copied = view
-                .copy_file_range(c, (ino, off_in), (ino_out, off_out), len)
-                .map_err(failed)?;
-            put_write_out(out, copied as u32);
-        }
-        R::Write(offset, bytes, write_flags, flags) => {
-            let how = WriteCtx {
-                offset: off_t(offset)?,
-                flags,
-                writeback: write_flags & WriteFlags::FUSE_WRITE_CACHE.bits() != 0,
-                kill_suidgid: write_flags & WriteFlags::FUSE_WRITE_KILL_SUIDGID.bits() != 0,
-            };
-            put_write_out(out, view.write(c, ino, bytes, how).map_err(failed)?);
-        }
-        // No view keeps anything pending at close (see `FuseAdapter::flush`).
-        R::Flush => return Err(errno(&FsError::NotNeeded).code()),
-        R::Release => view.release(c, ino),
-        R::Sync => done(view.sync(c))?,
-        R::ReadDir(at, size) => {
-            let max = size as usize;
-            let listed = view.readdir(c, ino, at, &mut |item| add_item(out, max, at.plus, item));
-            if let Err(e) = listed {
-                out.clear();
-                return Err(failed(e));
-            }
-        }
-        R::OpenDir => opened(out, view.opendir(c, ino))?,
-        R::ReleaseDir(fh) => view.releasedir(c, fh),
-        R::StatFs => {
-            let s = view.statfs(c).map_err(failed)?;
-            for v in [
-                s.blocks,
-                s.blocks_free,
-                s.blocks_avail,
-                s.files,
-                s.files_free,
-            ] {
-                put64(out, v);
-            }
-            // bsize, namelen, frsize, padding, spare[6]
-            for v in [s.block_size, s.name_max, s.block_size, 0, 0, 0, 0, 0, 0, 0] {
-                put32(out, v);
-            }
-        }
-        R::SetXattr(name, value, flags) => done(view.setxattr(c, ino, name, value, flags))?,
-        R::GetXattr(name, size) => xattr(out, view.getxattr(c, ino, name, size))?,
-        R::ListXattr(size) => xattr(out, view.listxattr(c, ino, size))?,
-        R::RemoveXattr(name) => done(view.removexattr(c, ino, name))?,
-        R::Access(mask) => done(view.access(c, ino, mask))?,
-        R::Fallocate(offset, length, mode) => {
-            let (offset, length) = (off_t(offset)?, off_t(length)?);
-            done(view.fallocate(c, ino, offset, length, mode))?
-        }
-        R::NotImplemented => return Err(libc::ENOSYS),
-    }
-    Ok(())
+/// The `u32` at `at` of `b`, if `b` holds it (the tests' reader of raw
+/// bytes, beside the ABI structs they check).
+#[cfg(test)]
+pub(super) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The `u64` at `at` of `b`, if `b` holds it.
+#[cfg(test)]
+pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 #[cfg(test)]
@@ -795,14 +619,35 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
+    use crate::fs::FsError;
+    use crate::fs::dispatch::kernel_dev;
     use crate::fs::fuse::FuseAdapter;
-    use crate::fs::view::{AddItem, Capability, StatFs, sized, xattr_list};
+    use crate::fs::view::{
+        AddItem, Attr, Capability, Entry, Fallocate, Opened, RenameMode, StatFs, WriteCtx,
+        XattrMode, sized, xattr_list,
+    };
     use crate::fs::{MountRelease, Result};
     use crate::journal::ext4::Seek;
     use crate::store::Kind;
     use crate::sys;
 
     // ------------------------------------------------------------ requests
+
+    /// A reply's fields read at their fuse.h offsets, apart from the
+    /// [`abi`] structs that wrote them.
+    struct Fields<'a>(&'a [u8]);
+
+    impl Fields<'_> {
+        fn u32(&self, at: usize) -> std::result::Result<u32, i32> {
+            u32_at(self.0, at).ok_or(libc::EIO)
+        }
+        fn u64(&self, at: usize) -> std::result::Result<u64, i32> {
+            u64_at(self.0, at).ok_or(libc::EIO)
+        }
+        fn i64(&self, at: usize) -> std::result::Result<i64, i32> {
+            self.u64(at).map(|v| v as i64)
+        }
+    }
 
     /// Little structs in the kernel's (native) byte order.
     #[derive(Default)]
@@ -1233,10 +1078,10 @@ mod tests {
             name: &[u8],
             new_parent: u64,
             new_name: &[u8],
-            flags: u32,
+            mode: RenameMode,
         ) -> Result<()> {
             self.log(format!(
-                "rename {c:?} {parent} {name:?} {new_parent} {new_name:?} {flags}"
+                "rename {c:?} {parent} {name:?} {new_parent} {new_name:?} {mode:?}"
             ));
             refusal(name)
         }
@@ -1272,17 +1117,24 @@ mod tests {
             ino: u64,
             name: &[u8],
             value: &[u8],
-            flags: i32,
+            mode: XattrMode,
         ) -> Result<()> {
-            self.log(format!("setxattr {c:?} {ino} {name:?} {value:?} {flags}"));
+            self.log(format!("setxattr {c:?} {ino} {name:?} {value:?} {mode:?}"));
             refusal(name)
         }
         fn removexattr(&self, c: &Caller, ino: u64, name: &[u8]) -> Result<()> {
             self.log(format!("removexattr {c:?} {ino} {name:?}"));
             refusal(name)
         }
-        fn fallocate(&self, c: &Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
-            self.log(format!("fallocate {c:?} {ino} {offset} {len} {mode}"));
+        fn fallocate(
+            &self,
+            c: &Caller,
+            ino: u64,
+            offset: u64,
+            len: u64,
+            how: Fallocate,
+        ) -> Result<()> {
+            self.log(format!("fallocate {c:?} {ino} {offset} {len} {how:?}"));
             Ok(())
         }
         fn copy_file_range(
@@ -2031,28 +1883,34 @@ mod tests {
         assert_eq!(sent_time(-1, 0), -1_000_000_000);
         assert_eq!(sent_time(-2, 500_000_000), -1_500_000_000);
         assert_eq!(sent_time(0, 1_500_000_000), 1_500_000_000);
-        assert_eq!(attr_time(-1), (-1, 999_999_999));
-        assert_eq!(attr_time(i64::MIN), (-9_223_372_037, 145_224_192));
     }
 
     #[test]
     fn names_values_data_and_umasks_reach_the_view() {
         let r = Req::new(op::RENAME2, 1)
-            .arg(B::default().u64(8).u32(libc::RENAME_WHITEOUT).u32(0))
+            .arg(B::default().u64(8).u32(libc::RENAME_EXCHANGE).u32(0))
             .name(b"old")
             .name(b"new");
-        let flags = libc::RENAME_WHITEOUT;
         assert_eq!(
             calls(r),
             [format!(
-                "rename {ROOT_CALLER} 1 [111, 108, 100] 8 [110, 101, 119] {flags}"
+                "rename {ROOT_CALLER} 1 [111, 108, 100] 8 [110, 101, 119] Exchange"
             )]
         );
+        // Flags outside the journal's modes never reach the view.
+        let r = Req::new(op::RENAME2, 1)
+            .arg(B::default().u64(8).u32(libc::RENAME_WHITEOUT).u32(0))
+            .name(b"old")
+            .name(b"new");
+        assert!(calls(r).is_empty());
         let r = Req::new(op::RENAME, 1)
             .arg(B::default().u64(8))
             .name(b"a")
             .name(b"b");
-        assert_eq!(calls(r), [format!("rename {ROOT_CALLER} 1 [97] 8 [98] 0")]);
+        assert_eq!(
+            calls(r),
+            [format!("rename {ROOT_CALLER} 1 [97] 8 [98] Replace")]
+        );
         // setxattr: the name up to its NUL, then exactly `size` bytes.
         let r = Req::new(op::SETXATTR, 5)
             .arg(B::default().u32(3).u32(2))
@@ -2061,7 +1919,7 @@ mod tests {
         assert_eq!(
             calls(r),
             [format!(
-                "setxattr {ROOT_CALLER} 5 {:?} [0, 118, 0] 2",
+                "setxattr {ROOT_CALLER} 5 {:?} [0, 118, 0] Replace",
                 b"user.k"
             )]
         );
