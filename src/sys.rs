@@ -857,6 +857,33 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// This machine's name (`uname -n`), as checkpoints record where they were
+/// made; `None` if it is not UTF-8.
+pub fn hostname() -> Option<String> {
+    let uname = rustix::system::uname();
+    uname.nodename().to_str().ok().map(str::to_string)
+}
+
+/// Raise this process's soft limit of open files to its hard limit (for
+/// work that holds a descriptor per directory level of a deep tree). A
+/// failure leaves the limit as it was: the work then fails with EMFILE,
+/// which names itself.
+pub fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    if let Some(max) = now.maximum
+        && now.current.is_some_and(|c| c < max)
+    {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(max),
+                maximum: Some(max),
+            },
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1000,32 +1027,5 @@ mod tests {
         assert!(!pid_alive(pid), "an unreaped zombie has exited");
         child.wait().unwrap();
         assert!(!pid_alive(pid));
-    }
-}
-
-/// This machine's name (`uname -n`), as checkpoints record where they were
-/// made; `None` if it is not UTF-8.
-pub fn hostname() -> Option<String> {
-    let uname = rustix::system::uname();
-    uname.nodename().to_str().ok().map(str::to_string)
-}
-
-/// Raise this process's soft limit of open files to its hard limit (for
-/// work that holds a descriptor per directory level of a deep tree). A
-/// failure leaves the limit as it was: the work then fails with EMFILE,
-/// which names itself.
-pub fn raise_open_files_limit() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let now = getrlimit(Resource::Nofile);
-    if let Some(max) = now.maximum
-        && now.current.is_some_and(|c| c < max)
-    {
-        let _ = setrlimit(
-            Resource::Nofile,
-            Rlimit {
-                current: Some(max),
-                maximum: Some(max),
-            },
-        );
     }
 }
