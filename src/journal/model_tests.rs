@@ -441,7 +441,9 @@ pub(crate) struct Model {
 
 /// The base checkpoint: `a` (a file, also linked as `b/b`), `b/a` (a file of
 /// several chunks), `b/c` (a symlink), `c/a` (an empty directory), `c/b` (a
-/// file: `c` has no hardlink, so it can be parked).
+/// file: `c` has no hardlink, so it can be parked). `c` is setgid: under a
+/// view's policy what is made in it takes its group (the test's, which no
+/// creator but root is in).
 fn base_tree() -> Tree {
     // The snapshot keeps the owner the test's files have.
     let me = (
@@ -474,7 +476,7 @@ fn base_tree() -> Tree {
         Data::File(Bytes { len: 5000, seed: 1 }.make()),
     );
     let b = t.add(ROOT, b"b", 0o755, me, dir(ROOT));
-    let c = t.add(ROOT, b"c", 0o700, me, dir(ROOT));
+    let c = t.add(ROOT, b"c", 0o2777, me, dir(ROOT));
     t.add(
         b,
         b"a",
@@ -766,8 +768,9 @@ fn offset() -> impl Strategy<Value = u64> {
     prop_oneof![2 => 0u64..64, 3 => 0u64..70_000, 1 => 0u64..300_000]
 }
 
+/// Setgid group-executable often: a setgid directory's policy is met.
 fn perm() -> impl Strategy<Value = u32> {
-    prop_oneof![Just(0o644), Just(0o755), 0u32..0o10000]
+    prop_oneof![Just(0o644), Just(0o755), Just(0o2775), 0u32..0o10000]
 }
 
 impl<S: Surface, const PARK: bool> ReferenceStateMachine for ForkModel<S, PARK> {
