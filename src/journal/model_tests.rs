@@ -505,7 +505,13 @@ fn base_tree() -> Tree {
 
 /// The mode and owner of a new entry in directory `dir` asked for with
 /// `mode` by `a` (`setgid_dirs`: [`Model::setgid_dirs`]).
-fn new_entry(dir: &Node, mode: u32, is_dir: bool, a: Asker, setgid_dirs: bool) -> (u32, (u32, u32)) {
+fn new_entry(
+    dir: &Node,
+    mode: u32,
+    is_dir: bool,
+    a: Asker,
+    setgid_dirs: bool,
+) -> (u32, (u32, u32)) {
     const SGID: u32 = 0o2000;
     let mut perm = mode & 0o7777;
     let gid = if setgid_dirs && dir.perm & SGID != 0 {
@@ -970,7 +976,9 @@ impl Direct {
         match op {
             Op::Create(p, perm, a) => {
                 let (d, n) = self.parent(p)?;
-                let a = self.f().make(d, n, &Direct::node(Kind::File, *perm, *a), true)?;
+                let a = self
+                    .f()
+                    .make(d, n, &Direct::node(Kind::File, *perm, *a), true)?;
                 self.f().release(a.ino);
             }
             Op::Mkdir(p, perm, a) => {
