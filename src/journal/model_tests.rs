@@ -2,11 +2,12 @@
 //! single-threaded: the concurrent stress stays seeded in `stress_tests.rs`).
 //!
 //! The reference ([`Model`]) is a tree of nodes (file bytes, directory
-//! entries, symlink target; permission bits; xattrs) over a small base
+//! entries, symlink target; permission bits, owner and group; xattrs) over a small base
 //! checkpoint, plus the open handles, the tree as of the last sync (what a
 //! crash keeps) and as of the last commit. Each transition is one fork
 //! operation on a path of at most three components named `a`, `b` or `c`
-//! (create, mkdir, symlink, write at an offset, append, truncate, fallocate,
+//! (create, mkdir, symlink, each by one of three creators with its own ids
+//! and umask; write at an offset, append, truncate, fallocate,
 //! unlink, rmdir, rename, link, chmod, xattr set and remove, each in all its
 //! modes; open, write through and release a handle, possibly of an unlinked
 //! file) or one event of the fork (sync, commit, drop and reopen: replay;
@@ -15,11 +16,16 @@
 //!
 //! The model predicts each operation's outcome, errors included. After every
 //! step the whole fork is compared with the model: names, kinds, permission
-//! bits, link counts, sizes, contents, symlink targets, xattrs, hardlinks
+//! bits, owners and groups, link counts, sizes, contents, symlink targets, xattrs, hardlinks
 //! (one inode) and what the open handles read. After a commit the new head
 //! checkpoint, read through the store, is compared the same way (hardlinks by
 //! link id). Proptest shrinks a failing sequence; the failures it finds are
 //! kept in `proptest-regressions/journal/model_tests.txt` and replayed first.
+//!
+//! The operations run against a [`Surface`]: here the fork itself
+//! ([`Direct`]); `fs/model_tests.rs` runs the same model against the fork's
+//! view through the `View` trait, where the model also applies the view's
+//! policy for new entries in setgid directories ([`Model::setgid_dirs`]).
 //!
 //! `PROPTEST_CASES` sets the number of sequences (default [`CASES`]).
 
