@@ -30,6 +30,8 @@ mod fork;
 mod fuse;
 mod inode;
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod testing;
 mod uring;
 mod view;

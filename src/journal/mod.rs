@@ -247,7 +247,7 @@ mod testing;
 mod tests;
 
 #[cfg(test)]
-mod model_tests;
+pub(crate) mod model_tests;
 
 #[cfg(test)]
 mod park_tests;

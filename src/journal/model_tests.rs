@@ -2,11 +2,12 @@
 //! single-threaded: the concurrent stress stays seeded in `stress_tests.rs`).
 //!
 //! The reference ([`Model`]) is a tree of nodes (file bytes, directory
-//! entries, symlink target; permission bits; xattrs) over a small base
+//! entries, symlink target; permission bits, owner and group; xattrs) over a small base
 //! checkpoint, plus the open handles, the tree as of the last sync (what a
 //! crash keeps) and as of the last commit. Each transition is one fork
 //! operation on a path of at most three components named `a`, `b` or `c`
-//! (create, mkdir, symlink, write at an offset, append, truncate, fallocate,
+//! (create, mkdir, symlink, each by one of three creators with its own ids
+//! and umask; write at an offset, append, truncate, fallocate,
 //! unlink, rmdir, rename, link, chmod, xattr set and remove, each in all its
 //! modes; open, write through and release a handle, possibly of an unlinked
 //! file) or one event of the fork (sync, commit, drop and reopen: replay;
@@ -15,17 +16,23 @@
 //!
 //! The model predicts each operation's outcome, errors included. After every
 //! step the whole fork is compared with the model: names, kinds, permission
-//! bits, link counts, sizes, contents, symlink targets, xattrs, hardlinks
+//! bits, owners and groups, link counts, sizes, contents, symlink targets, xattrs, hardlinks
 //! (one inode) and what the open handles read. After a commit the new head
 //! checkpoint, read through the store, is compared the same way (hardlinks by
 //! link id). Proptest shrinks a failing sequence; the failures it finds are
 //! kept in `proptest-regressions/journal/model_tests.txt` and replayed first.
+//!
+//! The operations run against a [`Surface`]: here the fork itself
+//! ([`Direct`]); `fs/model_tests.rs` runs the same model against the fork's
+//! view through the `View` trait, where the model also applies the view's
+//! policy for new entries in setgid directories ([`Model::setgid_dirs`]).
 //!
 //! `PROPTEST_CASES` sets the number of sequences (default [`CASES`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -43,16 +50,45 @@ const CASES: u32 = 48;
 /// Names a path component may have.
 const NAMES: [&[u8]; 3] = [b"a", b"b", b"c"];
 /// Xattr names the operations use.
-const XATTRS: [&[u8]; 2] = [b"user.x", b"user.y"];
+pub(crate) const XATTRS: [&[u8]; 2] = [b"user.x", b"user.y"];
+
+/// Who makes a new entry: its owner, its group (unless the directory is
+/// setgid, under a view's policy) and the umask it is made with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Asker {
+    pub uid: u32,
+    pub gid: u32,
+    pub umask: u32,
+}
+
+/// The creators new entries are made by ([`Op::Create`]'s index): root,
+/// and two users in groups of their own with other umasks.
+pub(crate) const ASKERS: [Asker; 3] = [
+    Asker {
+        uid: 0,
+        gid: 0,
+        umask: 0o022,
+    },
+    Asker {
+        uid: 1000,
+        gid: 1000,
+        umask: 0o002,
+    },
+    Asker {
+        uid: 2000,
+        gid: 2000,
+        umask: 0o077,
+    },
+];
 
 // ------------------------------------------------------------------ transitions
 
 /// A path of components from [`NAMES`] (by index).
 #[derive(Clone, PartialEq, Eq)]
-struct P(Vec<u8>);
+pub(crate) struct P(Vec<u8>);
 
 impl P {
-    fn comps(&self) -> Vec<&'static [u8]> {
+    pub(crate) fn comps(&self) -> Vec<&'static [u8]> {
         self.0.iter().map(|&i| NAMES[i as usize]).collect()
     }
 }
@@ -66,13 +102,13 @@ impl fmt::Debug for P {
 
 /// `len` bytes made from `seed` (short to print, shrinks to short and zero).
 #[derive(Clone, Copy)]
-struct Bytes {
-    len: usize,
+pub(crate) struct Bytes {
+    pub len: usize,
     seed: u8,
 }
 
 impl Bytes {
-    fn make(self) -> Vec<u8> {
+    pub(crate) fn make(self) -> Vec<u8> {
         (0..self.len)
             .map(|i| {
                 self.seed
@@ -89,11 +125,12 @@ impl fmt::Debug for Bytes {
     }
 }
 
+/// `Create`, `Mkdir` and `Symlink` are made by `ASKERS[i]`.
 #[derive(Clone, Debug)]
-enum Op {
-    Create(P, u32),
-    Mkdir(P, u32),
-    Symlink(P, Vec<u8>),
+pub(crate) enum Op {
+    Create(P, u32, usize),
+    Mkdir(P, u32, usize),
+    Symlink(P, Vec<u8>, usize),
     Write(P, u64, Bytes),
     Append(P, Bytes),
     Truncate(P, u64),
@@ -130,7 +167,7 @@ const ROOT: Id = 0;
 
 /// The outcome of an operation: which [`Error`] it fails with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Errno {
+pub(crate) enum Errno {
     NotFound,
     Exists,
     NotEmpty,
@@ -143,7 +180,7 @@ enum Errno {
     TooBig,
 }
 
-fn errno(e: &Error, op: &Op) -> Errno {
+pub(crate) fn errno(e: &Error, op: &Op) -> Errno {
     match e {
         Error::NotFound => Errno::NotFound,
         Error::Exists => Errno::Exists,
@@ -172,6 +209,8 @@ enum Data {
 #[derive(Clone, PartialEq, Eq)]
 struct Node {
     perm: u32,
+    uid: u32,
+    gid: u32,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     data: Data,
 }
@@ -201,7 +240,7 @@ impl Node {
 /// Files are shown by size and a hash (the model is printed on failure).
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:o} ", self.perm)?;
+        write!(f, "{:o} {}:{} ", self.perm, self.uid, self.gid)?;
         match &self.data {
             Data::File(d) => write!(
                 f,
@@ -314,13 +353,16 @@ impl Tree {
         });
     }
 
-    fn add(&mut self, dir: Id, name: &[u8], perm: u32, data: Data) -> Id {
+    /// A new node owned by `owner` (uid, gid).
+    fn add(&mut self, dir: Id, name: &[u8], perm: u32, owner: (u32, u32), data: Data) -> Id {
         let id = self.next;
         self.next += 1;
         self.nodes.insert(
             id,
             Node {
                 perm: perm & 0o7777,
+                uid: owner.0,
+                gid: owner.1,
                 xattrs: BTreeMap::new(),
                 data,
             },
@@ -385,7 +427,13 @@ fn write_at(d: &mut Vec<u8>, off: u64, data: &[u8]) {
 
 /// The reference state.
 #[derive(Clone, Debug)]
-struct Model {
+pub(crate) struct Model {
+    /// The view's policy for new entries: in a setgid directory they take
+    /// its group, a directory its `S_ISGID` too, and a group-executable
+    /// setgid file made by a creator outside the group loses `S_ISGID`
+    /// (`fs/fork.rs`, `new_node`). Without it (the fork itself) a new entry
+    /// takes its creator's group.
+    setgid_dirs: bool,
     live: Tree,
     /// What a crash keeps: the tree as of the last sync or commit.
     durable: Tree,
@@ -399,8 +447,15 @@ struct Model {
 
 /// The base checkpoint: `a` (a file, also linked as `b/b`), `b/a` (a file of
 /// several chunks), `b/c` (a symlink), `c/a` (an empty directory), `c/b` (a
-/// file: `c` has no hardlink, so it can be parked).
+/// file: `c` has no hardlink, so it can be parked). `c` is setgid: under a
+/// view's policy what is made in it takes its group (the test's, which no
+/// creator but root is in).
 fn base_tree() -> Tree {
+    // The snapshot keeps the owner the test's files have.
+    let me = (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    );
     let mut t = Tree {
         nodes: BTreeMap::new(),
         next: 1,
@@ -413,6 +468,8 @@ fn base_tree() -> Tree {
         ROOT,
         Node {
             perm: 0o755,
+            uid: me.0,
+            gid: me.1,
             xattrs: BTreeMap::new(),
             data: dir(ROOT),
         },
@@ -421,14 +478,16 @@ fn base_tree() -> Tree {
         ROOT,
         b"a",
         0o644,
+        me,
         Data::File(Bytes { len: 5000, seed: 1 }.make()),
     );
-    let b = t.add(ROOT, b"b", 0o755, dir(ROOT));
-    let c = t.add(ROOT, b"c", 0o700, dir(ROOT));
+    let b = t.add(ROOT, b"b", 0o755, me, dir(ROOT));
+    let c = t.add(ROOT, b"c", 0o2777, me, dir(ROOT));
     t.add(
         b,
         b"a",
         0o600,
+        me,
         Data::File(
             Bytes {
                 len: 200 << 10,
@@ -438,36 +497,64 @@ fn base_tree() -> Tree {
         ),
     );
     t.kids_mut(b).insert(b"b".to_vec(), a);
-    t.add(b, b"c", 0o777, Data::Symlink(b"../a".to_vec()));
-    t.add(c, b"a", 0o755, dir(c));
+    t.add(b, b"c", 0o777, me, Data::Symlink(b"../a".to_vec()));
+    t.add(c, b"a", 0o755, me, dir(c));
     t.add(
         c,
         b"b",
         0o640,
+        me,
         Data::File(Bytes { len: 3000, seed: 3 }.make()),
     );
     t
+}
+
+/// The mode and owner of a new entry in directory `dir` asked for with
+/// `mode` by `a` (`setgid_dirs`: [`Model::setgid_dirs`]).
+fn new_entry(
+    dir: &Node,
+    mode: u32,
+    is_dir: bool,
+    a: Asker,
+    setgid_dirs: bool,
+) -> (u32, (u32, u32)) {
+    const SGID: u32 = 0o2000;
+    let mut perm = mode & 0o7777;
+    let gid = if setgid_dirs && dir.perm & SGID != 0 {
+        let in_group = a.uid == 0 || a.gid == dir.gid;
+        if is_dir {
+            perm |= SGID;
+        } else if perm & (SGID | 0o010) == SGID | 0o010 && !in_group {
+            perm &= !SGID;
+        }
+        dir.gid
+    } else {
+        a.gid
+    };
+    (perm & !(a.umask & 0o777), (a.uid, gid))
 }
 
 impl Model {
     fn step(&mut self, op: &Op) -> Result<(), Errno> {
         let t = &mut self.live;
         match op {
-            Op::Create(p, perm) | Op::Mkdir(p, perm) => {
+            Op::Create(p, mode, a) | Op::Mkdir(p, mode, a) => {
                 let (d, name) = t.parent(p)?;
                 if t.get(d, name).is_some() {
                     return Err(Errno::Exists);
                 }
-                let data = match op {
-                    Op::Create(..) => Data::File(Vec::new()),
-                    _ => Data::Dir {
+                let dir = matches!(op, Op::Mkdir(..));
+                let (perm, owner) = new_entry(t.node(d), *mode, dir, ASKERS[*a], self.setgid_dirs);
+                let data = match dir {
+                    false => Data::File(Vec::new()),
+                    true => Data::Dir {
                         kids: BTreeMap::new(),
                         parent: d,
                     },
                 };
-                t.add(d, name, *perm, data);
+                t.add(d, name, perm, owner, data);
             }
-            Op::Symlink(p, target) => {
+            Op::Symlink(p, target, a) => {
                 let (d, name) = t.parent_of(p)?;
                 if target.is_empty() {
                     return Err(Errno::NotFound);
@@ -476,7 +563,12 @@ impl Model {
                 if t.get(d, name).is_some() {
                     return Err(Errno::Exists);
                 }
-                t.add(d, name, 0o777, Data::Symlink(target.clone()));
+                let asker = Asker {
+                    umask: 0,
+                    ..ASKERS[*a]
+                };
+                let (_, owner) = new_entry(t.node(d), 0o777, false, asker, self.setgid_dirs);
+                t.add(d, name, 0o777, owner, Data::Symlink(target.clone()));
             }
             Op::Write(p, off, b) => {
                 let id = t.walk(&p.comps())?;
@@ -668,9 +760,11 @@ impl Model {
     }
 }
 
-/// `PARK`: the fork parks every directory it can after every operation
-/// (an inode budget of 0), so each step also brings back what it touches.
-struct ForkModel<const PARK: bool>;
+/// The model run against surface `S` (the fork itself, [`Direct`], or a
+/// view of it: `fs/model_tests.rs`). `PARK`: the fork parks every directory
+/// it can after every operation (an inode budget of 0), so each step also
+/// brings back what it touches.
+pub(crate) struct ForkModel<S, const PARK: bool>(PhantomData<S>);
 
 fn path() -> impl Strategy<Value = P> {
     prop::collection::vec(0u8..3, 1..=3).prop_map(P)
@@ -686,17 +780,19 @@ fn offset() -> impl Strategy<Value = u64> {
     prop_oneof![2 => 0u64..64, 3 => 0u64..70_000, 1 => 0u64..300_000]
 }
 
+/// Setgid group-executable often: a setgid directory's policy is met.
 fn perm() -> impl Strategy<Value = u32> {
-    prop_oneof![Just(0o644), Just(0o755), 0u32..0o10000]
+    prop_oneof![Just(0o644), Just(0o755), Just(0o2775), 0u32..0o10000]
 }
 
-impl<const PARK: bool> ReferenceStateMachine for ForkModel<PARK> {
+impl<S: Surface, const PARK: bool> ReferenceStateMachine for ForkModel<S, PARK> {
     type State = Model;
     type Transition = Op;
 
     fn init_state() -> BoxedStrategy<Model> {
         let t = base_tree();
         Just(Model {
+            setgid_dirs: S::SETGID_DIRS,
             live: t.clone(),
             durable: t.clone(),
             committed: t,
@@ -762,10 +858,11 @@ impl<const PARK: bool> ReferenceStateMachine for ForkModel<PARK> {
             Just(Fallocate::ZeroRange { keep_size: true })
         ];
         let h = any::<usize>();
+        let a = || 0..ASKERS.len();
         prop_oneof![
-            4 => (fresh.clone(), perm()).prop_map(|(p, m)| Op::Create(p, m)),
-            3 => (fresh.clone(), perm()).prop_map(|(p, m)| Op::Mkdir(p, m)),
-            1 => (fresh.clone(), target).prop_map(|(p, t)| Op::Symlink(p, t)),
+            4 => (fresh.clone(), perm(), a()).prop_map(|(p, m, a)| Op::Create(p, m, a)),
+            3 => (fresh.clone(), perm(), a()).prop_map(|(p, m, a)| Op::Mkdir(p, m, a)),
+            1 => (fresh.clone(), target, a()).prop_map(|(p, t, a)| Op::Symlink(p, t, a)),
             8 => (file.clone(), offset(), bytes()).prop_map(|(p, o, b)| Op::Write(p, o, b)),
             2 => (file.clone(), bytes()).prop_map(|(p, b)| Op::Append(p, b)),
             3 => (file.clone(), offset()).prop_map(|(p, s)| Op::Truncate(p, s)),
@@ -819,29 +916,39 @@ impl<const PARK: bool> ReferenceStateMachine for ForkModel<PARK> {
 
 // ------------------------------------------------------------------ system under test
 
-struct Sut {
-    _tmp: tempfile::TempDir,
-    store: Arc<Store>,
-    io: FaultyIo,
-    fork: Option<Fork>,
-    /// Inodes held open, parallel to [`Model::handles`].
-    handles: Vec<u64>,
-    /// Open the fork with an inode budget of 0 ([`ForkModel`]'s `PARK`).
-    park: bool,
+/// What the model's operations run against: the fork ([`Direct`]) or a view
+/// of it (`fs/model_tests.rs`, through the `View` trait).
+pub(crate) trait Surface: Look + Sized + 'static {
+    /// Whether new entries follow [`Model::setgid_dirs`].
+    const SETGID_DIRS: bool;
+
+    /// Serve a fork just opened.
+    fn serve(fork: Arc<Fork>) -> Self;
+
+    /// One operation on names, data, attributes or handles (not a fork
+    /// event: [`Sut`] runs those on the fork). `handles`: the inodes held
+    /// open, parallel to [`Model::handles`].
+    fn op(&self, op: &Op, handles: &mut Vec<u64>) -> std::result::Result<(), Errno>;
 }
 
-impl Sut {
-    fn f(&self) -> &Fork {
-        self.fork.as_ref().expect("open fork")
-    }
+/// What the comparisons read, as the surface answers it.
+pub(crate) trait Look {
+    fn getattr(&self, ino: u64) -> Attr;
+    fn lookup(&self, dir: u64, name: &[u8]) -> u64;
+    /// The entries but "." and "..".
+    fn readdir(&self, ino: u64) -> Vec<DirEntry>;
+    fn read(&self, ino: u64, offset: u64, size: u32) -> Vec<u8>;
+    fn readlink(&self, ino: u64) -> Vec<u8>;
+    fn listxattr(&self, ino: u64) -> Vec<Vec<u8>>;
+    fn getxattr(&self, ino: u64, name: &[u8]) -> Vec<u8>;
+}
 
-    fn open(&mut self) {
-        let (store, io) = (self.store.clone(), Arc::new(self.io.clone()));
-        self.fork = Some(if self.park {
-            Fork::open_parking(store, io, "m", Budget::strict(0)).unwrap()
-        } else {
-            Fork::open_with(store, io, "m").unwrap()
-        });
+/// The fork itself.
+pub(crate) struct Direct(Arc<Fork>);
+
+impl Direct {
+    fn f(&self) -> &Fork {
+        &self.0
     }
 
     fn walk(&self, p: &P) -> Result<u64> {
@@ -862,21 +969,37 @@ impl Sut {
         Ok((cur, name))
     }
 
-    /// Run `op`; fork-level events also check what they promise.
-    fn run(&mut self, op: &Op, model: &Model) -> Result<()> {
+    /// A new entry as `ASKERS[a]` asks for it (the fork applies the umask).
+    fn node(kind: Kind, perm: u32, a: usize) -> NewNode<'static> {
+        let a = ASKERS[a];
+        NewNode {
+            umask: a.umask,
+            ..NewNode::new(kind, perm, a.uid, a.gid)
+        }
+    }
+
+    fn run(&self, op: &Op, handles: &mut Vec<u64>) -> Result<()> {
         match op {
-            Op::Create(p, perm) => {
+            Op::Create(p, perm, a) => {
                 let (d, n) = self.parent(p)?;
-                let a = self.f().create_open(d, n, *perm, 0, 0)?;
+                let a = self
+                    .f()
+                    .make(d, n, &Direct::node(Kind::File, *perm, *a), true)?;
                 self.f().release(a.ino);
             }
-            Op::Mkdir(p, perm) => {
+            Op::Mkdir(p, perm, a) => {
                 let (d, n) = self.parent(p)?;
-                self.f().mkdir(d, n, *perm, 0, 0)?;
+                self.f()
+                    .make(d, n, &Direct::node(Kind::Dir, *perm, *a), false)?;
             }
-            Op::Symlink(p, target) => {
+            Op::Symlink(p, target, a) => {
                 let (d, n) = self.parent(p)?;
-                self.f().symlink(d, n, target, 0, 0)?;
+                let node = NewNode {
+                    target: Some(target),
+                    umask: 0,
+                    ..Direct::node(Kind::Symlink, 0o777, *a)
+                };
+                self.f().make(d, n, &node, false)?;
             }
             Op::Write(p, off, b) => {
                 let ino = self.walk(p)?;
@@ -948,33 +1071,118 @@ impl Sut {
                 let ino = self.walk(p)?;
                 self.f().open_file(ino)?;
                 if self.f().getattr(ino)?.kind == Kind::File {
-                    self.handles.push(ino);
+                    handles.push(ino);
                 } else {
                     self.f().release(ino);
                 }
             }
             Op::WriteHandle(h, off, b) => {
-                let ino = self.handles[h % self.handles.len()];
+                let ino = handles[h % handles.len()];
                 self.f().write(ino, *off, &b.make())?;
             }
             Op::Release(h) => {
-                let ino = self.handles.remove(h % self.handles.len());
+                let ino = handles.remove(h % handles.len());
                 self.f().release(ino);
             }
-            Op::Sync => self.f().sync()?,
+            Op::Sync | Op::Commit | Op::Reopen | Op::Crash | Op::CrashInCommit(_) => {
+                unreachable!("{op:?} is the fork's")
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Surface for Direct {
+    const SETGID_DIRS: bool = false;
+
+    fn serve(fork: Arc<Fork>) -> Direct {
+        Direct(fork)
+    }
+
+    fn op(&self, op: &Op, handles: &mut Vec<u64>) -> std::result::Result<(), Errno> {
+        self.run(op, handles).map_err(|e| errno(&e, op))
+    }
+}
+
+impl Look for Direct {
+    fn getattr(&self, ino: u64) -> Attr {
+        self.f().getattr(ino).unwrap()
+    }
+    fn lookup(&self, dir: u64, name: &[u8]) -> u64 {
+        self.f().lookup(dir, name).unwrap().ino
+    }
+    fn readdir(&self, ino: u64) -> Vec<DirEntry> {
+        self.f().readdir(ino).unwrap().1
+    }
+    fn read(&self, ino: u64, offset: u64, size: u32) -> Vec<u8> {
+        self.f().read(ino, offset, size).unwrap()
+    }
+    fn readlink(&self, ino: u64) -> Vec<u8> {
+        self.f().readlink(ino).unwrap()
+    }
+    fn listxattr(&self, ino: u64) -> Vec<Vec<u8>> {
+        self.f().listxattr(ino).unwrap()
+    }
+    fn getxattr(&self, ino: u64, name: &[u8]) -> Vec<u8> {
+        self.f().getxattr(ino, name).unwrap()
+    }
+}
+
+/// The fork, its store and I/O, and the surface serving it.
+pub(crate) struct Sut<S> {
+    _tmp: tempfile::TempDir,
+    store: Arc<Store>,
+    io: FaultyIo,
+    fork: Option<Arc<Fork>>,
+    surface: Option<S>,
+    /// Inodes held open, parallel to [`Model::handles`].
+    handles: Vec<u64>,
+    /// Open the fork with an inode budget of 0 ([`ForkModel`]'s `PARK`).
+    park: bool,
+}
+
+impl<S: Surface> Sut<S> {
+    fn f(&self) -> &Fork {
+        self.fork.as_ref().expect("open fork")
+    }
+
+    fn surface(&self) -> &S {
+        self.surface.as_ref().expect("open fork")
+    }
+
+    fn open(&mut self) {
+        let (store, io) = (self.store.clone(), Arc::new(self.io.clone()));
+        let fork = Arc::new(if self.park {
+            Fork::open_parking(store, io, "m", Budget::strict(0)).unwrap()
+        } else {
+            Fork::open_with(store, io, "m").unwrap()
+        });
+        self.surface = Some(S::serve(fork.clone()));
+        self.fork = Some(fork);
+    }
+
+    /// Drop the surface and the fork (its handles with it).
+    fn close(&mut self) {
+        self.surface = None;
+        self.fork = None;
+        self.handles.clear();
+    }
+
+    /// Run `op`; fork-level events also check what they promise.
+    fn run(&mut self, op: &Op, model: &Model) -> std::result::Result<(), Errno> {
+        match op {
+            Op::Sync => self.f().sync().map_err(|e| errno(&e, op))?,
             Op::Commit => {
-                let head = self.f().commit("model")?;
+                let head = self.f().commit("model").map_err(|e| errno(&e, op))?;
                 assert_eq!(self.f().head(), head, "head after a commit");
                 compare_checkpoint(&self.store, &head, &model.committed);
             }
             Op::Reopen => {
-                self.fork = None;
-                self.handles.clear();
+                self.close();
                 self.open();
             }
             Op::Crash => {
-                self.fork = None;
-                self.handles.clear();
+                self.close();
                 self.io.crash();
                 self.open();
             }
@@ -983,22 +1191,25 @@ impl Sut {
                     Ok(_) | Err(Error::Invalid("simulated crash")) => {}
                     Err(e) => panic!("{op:?}: {e}"),
                 }
-                self.fork = None;
-                self.handles.clear();
+                self.close();
                 self.io.crash();
                 self.open();
                 compare_checkpoint(&self.store, &self.f().head(), &model.committed);
+            }
+            _ => {
+                let surface = self.surface.as_ref().expect("open fork");
+                surface.op(op, &mut self.handles)?;
             }
         }
         Ok(())
     }
 }
 
-impl<const PARK: bool> StateMachineTest for ForkModel<PARK> {
-    type SystemUnderTest = Sut;
-    type Reference = ForkModel<PARK>;
+impl<S: Surface, const PARK: bool> StateMachineTest for ForkModel<S, PARK> {
+    type SystemUnderTest = Sut<S>;
+    type Reference = ForkModel<S, PARK>;
 
-    fn init_test(model: &Model) -> Sut {
+    fn init_test(model: &Model) -> Sut<S> {
         let tmp = tempfile::tempdir().unwrap();
         let src = tmp.path().join("src");
         write_tree(&model.live, &src);
@@ -1012,6 +1223,7 @@ impl<const PARK: bool> StateMachineTest for ForkModel<PARK> {
             store,
             io,
             fork: None,
+            surface: None,
             handles: Vec::new(),
             park: PARK,
         };
@@ -1019,14 +1231,14 @@ impl<const PARK: bool> StateMachineTest for ForkModel<PARK> {
         sut
     }
 
-    fn apply(mut sut: Sut, model: &Model, op: Op) -> Sut {
-        let got = sut.run(&op, model).map_err(|e| errno(&e, &op));
+    fn apply(mut sut: Sut<S>, model: &Model, op: Op) -> Sut<S> {
+        let got = sut.run(&op, model);
         assert_eq!(got, model.expect, "{op:?}");
         sut
     }
 
-    fn check_invariants(sut: &Sut, model: &Model) {
-        compare_fork(sut, model);
+    fn check_invariants(sut: &Sut<S>, model: &Model) {
+        compare_fork(sut.surface(), &sut.handles, model);
     }
 }
 
@@ -1036,11 +1248,11 @@ fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
 }
 
-fn read_all(f: &Fork, ino: u64) -> Vec<u8> {
-    let size = f.getattr(ino).unwrap().size;
+fn read_all(f: &dyn Look, ino: u64) -> Vec<u8> {
+    let size = f.getattr(ino).size;
     let mut out = Vec::new();
     while (out.len() as u64) < size {
-        let part = f.read(ino, out.len() as u64, 1 << 20).unwrap();
+        let part = f.read(ino, out.len() as u64, 1 << 20);
         assert!(!part.is_empty(), "inode {ino} reads short");
         out.extend_from_slice(&part);
     }
@@ -1087,8 +1299,7 @@ fn write_tree(t: &Tree, root: &std::path::Path) {
 
 /// The open fork equals the model's live tree, and the handles read as the
 /// nodes they hold.
-fn compare_fork(sut: &Sut, model: &Model) {
-    let f = sut.f();
+fn compare_fork(f: &dyn Look, handles: &[u64], model: &Model) {
     let t = &model.live;
     let nlinks = t.nlinks();
     // Model node -> fork inode, both ways: hardlinks are one inode.
@@ -1108,8 +1319,9 @@ fn compare_fork(sut: &Sut, model: &Model) {
     };
     let check = |id: Id, ino: u64, at: &str| {
         let node = t.node(id);
-        let a = f.getattr(ino).unwrap();
+        let a = f.getattr(ino);
         assert_eq!(a.kind, node.kind(), "{at}: kind");
+        assert_eq!((a.uid, a.gid), (node.uid, node.gid), "{at}: owner");
         let perm = if node.kind() == Kind::Symlink {
             0o777
         } else {
@@ -1121,14 +1333,14 @@ fn compare_fork(sut: &Sut, model: &Model) {
             nlinks.get(&id).copied().unwrap_or(0),
             "{at}: nlink"
         );
-        let names = f.listxattr(ino).unwrap();
+        let names = f.listxattr(ino);
         assert_eq!(
             names,
             node.xattrs.keys().cloned().collect::<Vec<_>>(),
             "{at}: xattr names"
         );
         for (n, v) in &node.xattrs {
-            assert!(f.getxattr(ino, n).unwrap() == *v, "{at}: xattr {}", show(n));
+            assert!(f.getxattr(ino, n) == *v, "{at}: xattr {}", show(n));
         }
         match &node.data {
             Data::File(d) => {
@@ -1137,7 +1349,7 @@ fn compare_fork(sut: &Sut, model: &Model) {
             }
             Data::Symlink(target) => {
                 assert_eq!(a.size, target.len() as u64, "{at}: size");
-                assert_eq!(f.readlink(ino).unwrap(), *target, "{at}: target");
+                assert_eq!(f.readlink(ino), *target, "{at}: target");
             }
             Data::Dir { .. } => {}
         }
@@ -1147,25 +1359,25 @@ fn compare_fork(sut: &Sut, model: &Model) {
     let mut stack = vec![(ROOT, ROOT_INO, String::new())];
     while let Some((dir, ino, path)) = stack.pop() {
         let kids = t.node(dir).kids().unwrap();
-        let (_, list) = f.readdir(ino).unwrap();
+        let list = f.readdir(ino);
         let names: Vec<_> = list.iter().map(|e| show(&e.name)).collect();
         let want: Vec<_> = kids.keys().map(|n| show(n)).collect();
         assert_eq!(names, want, "readdir {path}/");
         for e in list {
             let at = format!("{path}/{}", show(&e.name));
             let id = kids[&e.name];
-            assert_eq!(f.lookup(ino, &e.name).unwrap().ino, e.ino, "{at}: lookup");
+            assert_eq!(f.lookup(ino, &e.name), e.ino, "{at}: lookup");
             assert_eq!(e.kind, t.node(id).kind(), "{at}: kind listed");
             same(id, e.ino, &at);
             check(id, e.ino, &at);
             if t.node(id).kind() == Kind::Dir {
-                assert_eq!(f.lookup(e.ino, b"..").unwrap().ino, ino, "{at}/..");
+                assert_eq!(f.lookup(e.ino, b".."), ino, "{at}/..");
                 stack.push((id, e.ino, at));
             }
         }
     }
-    assert_eq!(sut.handles.len(), model.handles.len(), "open handles");
-    for (i, (&ino, &id)) in sut.handles.iter().zip(&model.handles).enumerate() {
+    assert_eq!(handles.len(), model.handles.len(), "open handles");
+    for (i, (&ino, &id)) in handles.iter().zip(&model.handles).enumerate() {
         let at = format!("handle {i} (inode {ino})");
         same(id, ino, &at);
         check(id, ino, &at);
@@ -1185,6 +1397,7 @@ fn compare_checkpoint(store: &Store, id: &ObjectId, t: &Tree) {
         let ctx = format!("checkpoint {id} {at}");
         let node = t.node(node_id);
         assert_eq!(e.kind, node.kind(), "{ctx}: kind");
+        assert_eq!((e.uid, e.gid), (node.uid, node.gid), "{ctx}: owner");
         if node.kind() != Kind::Symlink {
             assert_eq!(
                 e.perm, node.perm,
@@ -1244,7 +1457,7 @@ fn compare_checkpoint(store: &Store, id: &ObjectId, t: &Tree) {
 }
 
 /// `PROPTEST_CASES`, or [`CASES`].
-fn config() -> Config {
+pub(crate) fn config() -> Config {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -1259,10 +1472,10 @@ prop_state_machine! {
     #![proptest_config(config())]
 
     #[test]
-    fn fork_against_model(sequential 1..50 => ForkModel<false>);
+    fn fork_against_model(sequential 1..50 => ForkModel<Direct, false>);
 
     #[test]
-    fn parking_fork_against_model(sequential 1..50 => ForkModel<true>);
+    fn parking_fork_against_model(sequential 1..50 => ForkModel<Direct, true>);
 }
 
 /// The first failure proptest found, as a fixed sequence (the seeds in
@@ -1272,7 +1485,7 @@ prop_state_machine! {
 /// the change durable.
 #[test]
 fn a_sync_after_reopening_makes_the_replayed_tail_durable() {
-    let model = ForkModel::<false>::init_state()
+    let model = ForkModel::<Direct, false>::init_state()
         .new_tree(&mut proptest::test_runner::TestRunner::deterministic())
         .unwrap()
         .current();
@@ -1283,5 +1496,5 @@ fn a_sync_after_reopening_makes_the_replayed_tail_durable() {
         Op::Sync,
         Op::Crash,
     ];
-    ForkModel::<false>::test_sequential(config(), model, ops, None);
+    ForkModel::<Direct, false>::test_sequential(config(), model, ops, None);
 }

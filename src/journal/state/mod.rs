@@ -20,9 +20,21 @@
 //!   brought back with the same numbers.
 //!
 //! The record format is `record.rs`, grouped the same way. Adding a record
-//! kind: its variant, tag and arms in `record.rs` (`Record::encode` and its
-//! decoder), its `record_*` function in its family's module, one arm in
-//! [`ForkState::run`].
+//! kind touches three places, and the compiler points at the last two:
+//! 1. one row of the `records!` table in `record.rs`: its tag, its variant
+//!    with its fields in on-disk order (that makes its encoding and
+//!    decoding), and the inodes it names ([`Record::inodes`]: what a replay
+//!    brings back before it runs, `park.rs`);
+//! 2. its `record_*` function in its family's module (checks, [`Log::append`],
+//!    effect);
+//! 3. one arm in [`ForkState::run`] calling it, and one in `note`
+//!    (`provenance.rs`: what the operation log says of it).
+//!
+//! A record that changes nothing in the tree (as `LoadDir`, `InodeMap`,
+//! `Who`) is also left out of what counts as a change: [`ForkState::log`]
+//! and [`ForkState::run`] here, and `has_uncommitted_changes` and the
+//! replay's count in `fork.rs`. A new tag is a format change
+//! (docs/journal.md: an older storefs refuses a journal holding it).
 //!
 //! **Inode numbers** must come out the same on replay, because records name
 //! inodes. The root is 1. Base directories are loaded lazily: loading gives

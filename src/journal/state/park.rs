@@ -54,7 +54,7 @@
 
 use std::collections::BTreeMap;
 
-use super::super::record::Record;
+use super::super::record::{Named, Record};
 use super::super::{Result, ext4};
 use super::namespace::servable;
 use super::{Data, Dir, ForkState, Inode, Parked, ROOT_INO, TreeCache, corrupt};
@@ -363,42 +363,18 @@ impl ForkState {
         }
     }
 
-    /// Before replaying `rec`: bring back what it reads or changes, as the
-    /// live operation's `ensure_*` calls did (the live fork may have had it
-    /// loaded where the replay parked it).
+    /// Before replaying `rec`: bring back what it reads or changes
+    /// ([`Record::inodes`]), as the live operation's `ensure_*` calls did
+    /// (the live fork may have had it loaded where the replay parked it).
     pub(super) fn unpark_for(&mut self, store: &Store, rec: &Record) -> Result<()> {
-        match rec {
-            // `record_load_dir` brings back the parent itself.
-            Record::LoadDir { .. } | Record::InodeMap(_) | Record::Who(_) => Ok(()),
-            Record::Create { parent, .. } => self.unpark_dir(store, *parent),
-            Record::Link { ino, parent, .. } => {
-                self.ensure_changeable(store, *ino)?;
-                self.unpark_dir(store, *parent)
+        for named in rec.inodes() {
+            match named {
+                Named::Dir(d) => self.unpark_dir(store, d)?,
+                Named::Entry(d, name) => self.unpark_child(store, d, name)?,
+                Named::Inode(ino) => self.ensure_changeable(store, ino)?,
             }
-            Record::Unlink { parent, name, .. } => {
-                self.unpark_dir(store, *parent)?;
-                self.unpark_child(store, *parent, name)
-            }
-            Record::Rename {
-                parent,
-                name,
-                new_parent,
-                new_name,
-                ..
-            } => {
-                self.unpark_dir(store, *parent)?;
-                self.unpark_dir(store, *new_parent)?;
-                self.unpark_child(store, *parent, name)?;
-                self.unpark_child(store, *new_parent, new_name)
-            }
-            Record::Write { ino, .. }
-            | Record::Share { ino, .. }
-            | Record::Truncate { ino, .. }
-            | Record::PunchHole { ino, .. }
-            | Record::SetAttr { ino, .. }
-            | Record::SetXattr { ino, .. }
-            | Record::RemoveXattr { ino, .. } => self.ensure_changeable(store, *ino),
         }
+        Ok(())
     }
 
     /// The parked directory holding inode `ino`, if one does.
