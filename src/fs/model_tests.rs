@@ -24,7 +24,7 @@ use super::{FsError, Result};
 use crate::journal::model_tests::{
     ASKERS, Errno, ForkModel, Look, Op, P, Surface, XATTRS, config, errno as journal_errno,
 };
-use crate::journal::{Attr, DirEntry, Fallocate, Fork, ROOT_INO, RenameMode, XattrMode};
+use crate::journal::{Attr, DirEntry, Fork, ROOT_INO};
 use crate::store::Kind;
 
 /// Who does what is not a creation: root, no process, no umask.
@@ -146,16 +146,7 @@ impl Served {
             }
             Op::Fallocate(p, off, len, how) => {
                 let ino = self.walk(p)?;
-                let mode = match how {
-                    Fallocate::Extend => 0,
-                    Fallocate::KeepSize => libc::FALLOC_FL_KEEP_SIZE,
-                    Fallocate::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    Fallocate::ZeroRange { keep_size: false } => libc::FALLOC_FL_ZERO_RANGE,
-                    Fallocate::ZeroRange { keep_size: true } => {
-                        libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
-                    }
-                };
-                v.fallocate(ROOT, ino, *off, *len, mode)?;
+                v.fallocate(ROOT, ino, *off, *len, *how)?;
             }
             Op::Copy(from, from_off, to, to_off, len) => {
                 let (a, b) = (self.walk(from)?, self.walk(to)?);
@@ -175,12 +166,7 @@ impl Served {
             Op::Rename(from, to, mode) => {
                 let (d, n) = self.parent(from)?;
                 let (e, m) = self.parent(to)?;
-                let flags = match mode {
-                    RenameMode::Replace => 0,
-                    RenameMode::NoReplace => libc::RENAME_NOREPLACE,
-                    RenameMode::Exchange => libc::RENAME_EXCHANGE,
-                };
-                v.rename(ROOT, d, n, e, m, flags)?;
+                v.rename(ROOT, d, n, e, m, *mode)?;
             }
             Op::Link(from, to) => {
                 let ino = self.walk(from)?;
@@ -197,12 +183,7 @@ impl Served {
             }
             Op::SetXattr(p, x, value, mode) => {
                 let ino = self.walk(p)?;
-                let flags = match mode {
-                    XattrMode::Any => 0,
-                    XattrMode::Create => libc::XATTR_CREATE,
-                    XattrMode::Replace => libc::XATTR_REPLACE,
-                };
-                v.setxattr(ROOT, ino, XATTRS[x % XATTRS.len()], &value.make(), flags)?;
+                v.setxattr(ROOT, ino, XATTRS[x % XATTRS.len()], &value.make(), *mode)?;
             }
             Op::RemoveXattr(p, x) => {
                 let ino = self.walk(p)?;

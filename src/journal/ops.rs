@@ -188,7 +188,14 @@ pub struct OpsLog {
     /// Where inodes were last seen named: (directory, name). Checked
     /// against the directory before use, found again when stale.
     pub names: HashMap<u64, (u64, Vec<u8>)>,
+    /// Directories' paths as last resolved (most changes are in a directory
+    /// resolved just before): emptied when a directory is renamed, taken
+    /// out when one is removed, and when [`MAX_DIR_PATHS`] are held.
+    pub dir_paths: HashMap<u64, Vec<u8>>,
 }
+
+/// Bound of [`OpsLog::dir_paths`].
+pub const MAX_DIR_PATHS: usize = 1 << 14;
 
 impl Default for OpsLog {
     fn default() -> OpsLog {
@@ -199,6 +206,7 @@ impl Default for OpsLog {
             sealed: 0,
             current: unknown(),
             names: HashMap::new(),
+            dir_paths: HashMap::new(),
         }
     }
 }
@@ -273,6 +281,11 @@ impl OpsLog {
                 .names
                 .values()
                 .map(|(_, n)| 48 + n.capacity())
+                .sum::<usize>()
+            + self
+                .dir_paths
+                .values()
+                .map(|p| 48 + p.capacity())
                 .sum::<usize>()
     }
 }

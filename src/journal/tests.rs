@@ -2202,6 +2202,70 @@ fn every_change_names_its_requester_across_replay_and_commit() {
     );
 }
 
+/// A directory renamed (or removed and made again) changes the paths of
+/// what is below it: the log names each change at the path it had then,
+/// live and after a replay (directories' paths are kept between changes).
+#[test]
+fn paths_below_a_moved_directory_follow_it() {
+    let e = env();
+    e.create("p");
+    let f = e.open("p");
+    let w = who(10, "w");
+    ops::on_behalf_of(w, || {
+        let a = f.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap().ino;
+        let b = f.mkdir(a, b"b", 0o755, 0, 0).unwrap().ino;
+        let x = f.create_open(b, b"x", 0o644, 0, 0).unwrap().ino;
+        f.write(x, 0, b"1").unwrap();
+        f.rename(ROOT_INO, b"a", ROOT_INO, b"z", RenameMode::Replace)
+            .unwrap();
+        f.write(x, 1, b"2").unwrap();
+        let y = f.create_open(b, b"y", 0o644, 0, 0).unwrap().ino;
+        f.write(y, 0, b"3").unwrap();
+        // b moves up; a directory of the same name takes its old place.
+        f.rename(a, b"b", ROOT_INO, b"b", RenameMode::Replace)
+            .unwrap();
+        let b2 = f.mkdir(a, b"b", 0o755, 0, 0).unwrap().ino;
+        let q = f.create_open(b2, b"q", 0o644, 0, 0).unwrap().ino;
+        f.write(q, 0, b"4").unwrap();
+        f.write(x, 2, b"5").unwrap();
+        f.unlink(b2, b"q").unwrap();
+        f.rmdir(a, b"b").unwrap();
+        let b3 = f.mkdir(ROOT_INO, b"c", 0o755, 0, 0).unwrap().ino;
+        let r = f.create_open(b3, b"r", 0o644, 0, 0).unwrap().ino;
+        f.write(r, 0, b"6").unwrap();
+    });
+    let paths = |f: &Fork| -> Vec<(String, String, Option<String>)> {
+        f.uncommitted_ops()
+            .into_iter()
+            .map(|l| (l.op, l.path, l.new_path))
+            .collect()
+    };
+    let s = |o: &str, p: &str, n: Option<&str>| (o.to_string(), p.to_string(), n.map(Into::into));
+    let want = vec![
+        s("mkdir", "a", None),
+        s("mkdir", "a/b", None),
+        s("create", "a/b/x", None),
+        s("write", "a/b/x", None),
+        s("rename", "a", Some("z")),
+        s("write", "z/b/x", None),
+        s("create", "z/b/y", None),
+        s("write", "z/b/y", None),
+        s("rename", "z/b", Some("b")),
+        s("mkdir", "z/b", None),
+        s("create", "z/b/q", None),
+        s("write", "z/b/q", None),
+        s("write", "b/x", None),
+        s("unlink", "z/b/q", None),
+        s("rmdir", "z/b", None),
+        s("mkdir", "c", None),
+        s("create", "c/r", None),
+        s("write", "c/r", None),
+    ];
+    assert_eq!(paths(&f), want);
+    drop(f);
+    assert_eq!(paths(&e.open("p")), want, "after a replay");
+}
+
 #[test]
 fn a_requester_is_journaled_once_until_it_changes() {
     let e = env();

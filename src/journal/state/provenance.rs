@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::super::ops::{Op, Who};
+use super::super::ops::{MAX_DIR_PATHS, Op, Who};
 use super::super::record::{RENAME_EXCHANGE, Record};
 use super::inode::{Data, Dir, Inode};
 use super::{Ctx, ForkState, ROOT_INO};
@@ -88,6 +88,9 @@ impl ForkState {
                 let op = if dir { "rmdir" } else { "unlink" };
                 let path = self.child_path(*parent, name);
                 let op = self.op(op, child.unwrap_or(0), path, None, *time_ns);
+                if let (true, Some(c)) = (dir, child) {
+                    self.ops.dir_paths.remove(&c);
+                }
                 // The name goes (the last one: the inode's entry is dropped).
                 return Note::New(op, vec![(child.unwrap_or(0), *parent, Vec::new())]);
             }
@@ -111,6 +114,15 @@ impl ForkState {
                 };
                 let path = self.child_path(*parent, name);
                 let to = self.child_path(*new_parent, new_name);
+                // A directory moved: the paths below it change (a directory
+                // replaced is gone).
+                let is_dir = |i: Option<u64>| {
+                    i.and_then(|i| self.inodes.get(&i))
+                        .is_some_and(|n| n.kind == Kind::Dir)
+                };
+                if is_dir(Some(src)) || is_dir(self.child(*new_parent, new_name)) {
+                    self.ops.dir_paths.clear();
+                }
                 return Note::New(self.op(op, src, path, Some(to), *time_ns), naming);
             }
             Record::Write {
@@ -265,13 +277,20 @@ impl ForkState {
         p
     }
 
-    /// The path of inode `ino` from the root ("" for the root).
+    /// The path of inode `ino` from the root ("" for the root): its names
+    /// up to the root or to a directory whose path is known
+    /// ([`super::super::ops::OpsLog::dir_paths`]); a directory's is kept.
     fn path(&mut self, ino: u64) -> Vec<u8> {
         // Built from the end: each name reversed onto one buffer, the whole
-        // reversed once (one allocation however deep).
+        // reversed once.
         let mut path = Vec::new();
+        let mut above: Option<&[u8]> = None;
         let (mut at, mut depth) = (ino, 0);
         while at != ROOT_INO {
+            if let Some(known) = self.ops.dir_paths.get(&at) {
+                above = Some(known);
+                break;
+            }
             // A directory cannot be its own ancestor; a bound all the same.
             let found = (depth < 4096)
                 .then(|| name_of(&self.inodes, &mut self.ops.names, at))
@@ -285,7 +304,19 @@ impl ForkState {
             path.extend(name.iter().rev());
             (at, depth) = (dir, depth + 1);
         }
+        if let Some(known) = above.filter(|k| !k.is_empty()) {
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend(known.iter().rev());
+        }
         path.reverse();
+        if depth > 0 && self.inodes.get(&ino).is_some_and(|n| n.kind == Kind::Dir) {
+            if self.ops.dir_paths.len() >= MAX_DIR_PATHS {
+                self.ops.dir_paths.clear();
+            }
+            self.ops.dir_paths.insert(ino, path.clone());
+        }
         path
     }
 }
