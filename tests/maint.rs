@@ -4,12 +4,12 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{Env, set_mtime};
+use common::{Env, damage, set_mtime};
 use storefs::store::ObjectId;
 
 fn open_store(store: &Path) -> storefs::store::Store {
@@ -24,25 +24,6 @@ fn object_path(store: &Path, id: &ObjectId) -> PathBuf {
 /// Every object id in the store.
 fn objects(store: &Path) -> Vec<ObjectId> {
     open_store(store).backend().list().unwrap()
-}
-
-/// Flip the last stored byte of object `id`, wherever it is stored; the
-/// stored bytes after the damage.
-fn damage(store: &Path, id: &ObjectId) -> Vec<u8> {
-    let (path, offset, len) = open_store(store).backend().locate(id).unwrap().unwrap();
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, offset + len - 1).unwrap();
-    f.write_all_at(&[b[0] ^ 0xff], offset + len - 1).unwrap();
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
-    let mut stored = vec![0u8; len as usize];
-    f.read_exact_at(&mut stored, offset).unwrap();
-    stored
 }
 
 fn stdout(o: &std::process::Output) -> String {

@@ -491,19 +491,7 @@ fn an_operation_log_travels_with_push_and_pull_and_verify_checks_it() {
 
     // A damaged log: verify names it (and fails).
     let log = log_of(&other_store, &c1);
-    let s = storefs::store::Store::open(&other_store).unwrap();
-    let (path, offset, len) = s.backend().locate(&log).unwrap().unwrap();
-    drop(s);
-    use std::os::unix::fs::{FileExt, PermissionsExt};
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, offset + len - 1).unwrap();
-    f.write_all_at(&[b[0] ^ 0xff], offset + len - 1).unwrap();
+    common::damage(&other_store, &log);
     let out = env.run_with_store(&other_store, ["verify"]);
     assert!(!out.status.success());
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));

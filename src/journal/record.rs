@@ -653,6 +653,16 @@ pub fn frame_header(h: &[u8; FRAME_HEADER]) -> Option<(u32, u32)> {
 mod tests {
     use super::*;
 
+    /// `r` encodes to the bytes `hex` spells and decodes back to itself;
+    /// its bytes.
+    fn encodes_as(r: &Record, hex: &str) -> Vec<u8> {
+        let e = r.encode();
+        let got: String = e.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(got, hex, "{r:?}");
+        assert_eq!(Record::decode(&e).as_ref(), Some(r));
+        e
+    }
+
     /// The on-disk bytes of one record of every kind (and both SetAttr mask
     /// shapes), pinned: a journal written by an earlier build must replay,
     /// so a change here is a format change (docs/journal.md) and not a
@@ -798,10 +808,7 @@ mod tests {
         ];
         assert_eq!(recs.len(), pinned.len());
         for (r, hex) in recs.iter().zip(pinned) {
-            let e = r.encode();
-            let got: String = e.iter().map(|b| format!("{b:02x}")).collect();
-            assert_eq!(got, hex, "{r:?}");
-            assert_eq!(Record::decode(&e).as_ref(), Some(r));
+            encodes_as(r, hex);
         }
         // A Write's head is its payload without the data.
         let w = recs[5].encode();
@@ -896,10 +903,7 @@ mod tests {
         ];
         assert_eq!(recs.len(), pinned.len());
         for (r, hex) in recs.iter().zip(pinned) {
-            let e = r.encode();
-            let got: String = e.iter().map(|b| format!("{b:02x}")).collect();
-            assert_eq!(got, hex, "{r:?}");
-            assert_eq!(Record::decode(&e).as_ref(), Some(r));
+            let e = encodes_as(r, hex);
             for n in 0..e.len() {
                 assert_eq!(Record::decode(&e[..n]), None, "{r:?} cut at {n}");
             }

@@ -875,3 +875,29 @@ pub fn journal_bytes(store: &Path, name: &str) -> u64 {
         })
         .sum()
 }
+
+/// Flip the last stored byte of object `id` in store `store`, wherever it
+/// is stored (loose or in a pack); the stored bytes after the damage.
+#[allow(dead_code)]
+pub fn damage(store: &Path, id: &storefs::store::ObjectId) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let (path, offset, len) = storefs::store::Store::open(store)
+        .unwrap()
+        .backend()
+        .locate(id)
+        .unwrap()
+        .unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset + len - 1).unwrap();
+    f.write_all_at(&[b[0] ^ 0xff], offset + len - 1).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+    let mut stored = vec![0u8; len as usize];
+    f.read_exact_at(&mut stored, offset).unwrap();
+    stored
+}
