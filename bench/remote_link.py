@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """storefs remotes over a link with latency (issue 19, item 4). A bench, not a test.
 
-The S3 server (s3s-fs, as in scripts/test.sh) runs in its own network namespace,
+The S3 server (s3s-fs) runs in its own network namespace,
 reached from this one over a veth pair with private addresses (10.213.19.1/30 here,
 10.213.19.2 there; nothing is routed beyond the pair). The link:
 
@@ -34,7 +34,7 @@ Timings are for humans; nothing asserts on them.
 
     python3 bench/remote_link.py [--small] [--storefs target/release/storefs] [--rtt-ms 20]
 
-Needs root, iproute2 (ip, tc), s3s-fs (scripts/setup-debian.sh installs it), restic,
+Needs root, iproute2 (ip, tc), s3s-fs (`scripts/setup-debian.sh --bench` installs it), restic,
 zstd, tar, python3-boto3 (moto's dependency in the setup).
 """
 import argparse
@@ -595,7 +595,7 @@ def main():
         sys.exit("remote_link.py: run as root (network namespaces, mounts)")
     for tool in ("ip", "tc", "s3s-fs", "restic", "zstd", "tar"):
         if not shutil.which(tool):
-            sys.exit(f"remote_link.py: {tool} not found; run scripts/setup-debian.sh (full set-up)")
+            sys.exit(f"remote_link.py: {tool} not found; run scripts/setup-debian.sh --bench")
     if not os.path.exists(args.storefs):
         sys.exit(f"remote_link.py: no storefs binary at {args.storefs}; cargo build --release first")
     from bench import generate

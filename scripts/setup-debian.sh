@@ -4,11 +4,13 @@
 #                                         /etc/fuse.conf), attr, python3, psmisc
 #   bash scripts/setup-debian.sh          that plus every test tool: zstd, bsdtar,
 #                                         rsync, xz/bzip2/lzip, acl and libacl1-dev,
-#                                         curl, git, moto (pip), pjdfstest, fsx and s3s-fs
+#                                         curl, git, moto (pip), pjdfstest and fsx
 #                                         (cargo install, compiled: a few minutes), the
 #                                         pjdfstest user `tests`, man-db, dpkg-dev,
-#                                         systemd and systemd-nspawn (package test),
-#                                         iproute2 and restic (bench/remote_link.py)
+#                                         systemd and systemd-nspawn (package test)
+#   bash scripts/setup-debian.sh --bench  that plus what only the benches use: s3s-fs
+#                                         (cargo install, about 2 minutes), iproute2
+#                                         and restic (bench/remote_link.py)
 # The Rust toolchain (cargo >= 1.88) must already be installed (rustup);
 # Debian 12's own cargo is too old for this crate.
 set -euo pipefail
@@ -17,7 +19,8 @@ mode=all
 case "${1:-}" in
     "") ;;
     --demo) mode=demo ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --bench) mode=bench ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup-debian.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 
@@ -65,8 +68,8 @@ if ! id tests >/dev/null 2>&1; then
         --shell /usr/sbin/nologin --comment "Dummy user for pjdfstest" tests
 fi
 
-# The remote tests (tests/remote*.rs) run against two S3-compatible servers on
-# loopback that scripts/test.sh starts: s3s-fs (below) and moto; curl creates moto's bucket.
+# The remote tests (tests/remote*.rs) run against an S3-compatible server on
+# loopback that scripts/test.sh starts: moto; curl creates its bucket.
 apt-get install -y -qq curl >/dev/null
 if ! command -v moto_server >/dev/null; then
     if ! command -v pip3 >/dev/null && ! command -v pip >/dev/null; then
@@ -80,12 +83,21 @@ fi
 
 # pjdfstest and fsx (the Rust rewrites), compiled once; skipped when installed.
 export PATH="$HOME/.cargo/bin:$PATH"
-# s3s-fs: the fast S3 server (Rust; files in a directory) of the remote tests and of
-# bench/remote_link.py. 0.14.1 is the newest release that builds with rustc < 1.96 and
-# has conditional PUT (If-None-Match: *, If-Match: ETAG). Compiled once, skipped when
-# this version is installed; at opt-level 1 without debug info: 2 minutes on 2 CPUs
-# instead of 4, and the remote tests over it took 38 s against 41 s over the
-# opt-level 3 build (2026-12-04), so CI keeps within its 20 minutes.
+version_of() { case "$1" in pjdfstest) echo 0.2.2 ;; fsx) echo 0.3.2 ;; esac; }
+for tool in pjdfstest fsx; do
+    if ! command -v "$tool" >/dev/null; then
+        echo "setup-debian.sh: cargo install $tool (compiles it; a few minutes)" >&2
+        cargo install --locked --quiet "$tool@$(version_of "$tool")"
+    fi
+done
+# The benches only, from here on (--bench).
+[ "$mode" = bench ] || exit 0
+# s3s-fs: the fast S3 server (Rust; files in a directory) of bench/remote_link.py
+# (until 2026-12-07 also of the tests: its compile was 2 to 4 of CI's 20
+# minutes). 0.14.1 is the newest release that builds with rustc < 1.96 and has
+# conditional PUT (If-None-Match: *, If-Match: ETAG). Compiled once, skipped when
+# this version is installed; at opt-level 1 without debug info: 2 minutes on 2
+# CPUs instead of 4.
 S3S_FS_VERSION=0.14.1
 if [ "$(s3s-fs --version 2>/dev/null)" != "s3s-fs $S3S_FS_VERSION" ]; then
     echo "setup-debian.sh: cargo install s3s-fs $S3S_FS_VERSION (compiles it; about 2 minutes)" >&2
@@ -95,10 +107,3 @@ fi
 # bench/remote_link.py (a bench, not a test): iproute2 (ip netns, tc) for its link,
 # restic as the peer it is compared with.
 apt-get install -y -qq iproute2 restic >/dev/null
-version_of() { case "$1" in pjdfstest) echo 0.2.2 ;; fsx) echo 0.3.2 ;; esac; }
-for tool in pjdfstest fsx; do
-    if ! command -v "$tool" >/dev/null; then
-        echo "setup-debian.sh: cargo install $tool (compiles it; a few minutes)" >&2
-        cargo install --locked --quiet "$tool@$(version_of "$tool")"
-    fi
-done

@@ -1,7 +1,7 @@
 //! `storefs remote`, `push` and `pull` through the real binary, against a
 //! `file://` remote always and against a real S3-compatible server when
 //! `STOREFS_TEST_S3_ENDPOINT` is set (scripts/test.sh runs this binary over
-//! s3s-fs, then its S3 variants again over moto, each on loopback, and sets it
+//! moto on loopback, and sets it
 //! with AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, dummy keys and AWS_REGION; the
 //! variables are described in tests/common/mod.rs, "remotes"). Every body runs
 //! for each; when the variable is set and the server does not answer, the S3

@@ -1,7 +1,7 @@
 //! Forks across machines (issue 9, item 4) through the real binary: two stores
 //! A and B stand for two machines sharing one remote, `file://` always and S3,
 //! Azure and GCS when their servers are given (as in tests/remote.rs;
-//! scripts/test.sh runs the S3 variants over s3s-fs and over moto). B forks A's
+//! scripts/test.sh runs the S3 variants over moto). B forks A's
 //! pushed checkpoint (`fork team:s1 --name s1-retry`), works on it in a
 //! read-write mount and pushes the fork;
 //! A pulls it, continues and pushes a fast-forward; B's push of a commit made

@@ -2,8 +2,7 @@
 //! binary and real FUSE mounts: store A pushes, an empty store B mounts the
 //! remote ref at the checkpoint's origin and reads. Over a `file://` remote
 //! always and over S3, Azure and GCS when their servers are given (as in
-//! tests/remote.rs; scripts/test.sh starts them, the S3 variants over s3s-fs and
-//! over moto). Every mount is unmounted by a guard that runs on failure too.
+//! tests/remote.rs; scripts/test.sh starts them, the S3 variants over moto). Every mount is unmounted by a guard that runs on failure too.
 
 #[macro_use]
 mod common;

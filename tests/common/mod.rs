@@ -466,8 +466,7 @@ pub fn assert_same_tree(orig: &Path, mounted: &Path, ctime: bool) {
 // with `s3,azure`); otherwise those variants are ignored, with the reason.
 // A variant built to run fails when its server is not given:
 //   STOREFS_TEST_S3_ENDPOINT  the server, e.g. http://127.0.0.1:PORT; scripts/test.sh runs
-//                             s3s-fs for every binary and moto again for remote,
-//                             remote_mount and remote_forks. An unreachable server fails.
+//                             moto. An unreachable server fails.
 //   AWS_ENDPOINT_URL          the same URL (checked): what the storefs binary reads
 //   STOREFS_TEST_S3_BUCKET    an existing bucket (default storefs-test); each test
 //                             uses its own fresh prefix in it
