@@ -93,13 +93,15 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::view::{
-    self, AddItem, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir, SetAttr, StatFs,
-    View, WriteCtx, XattrReply,
+    self, AddItem, Caller, Capability, DirItem, Entry, Opened, Readdir, View, WriteCtx, XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal::ops::{Who, on_behalf_of};
-use crate::journal::{self, DirEntry, Fallocate, Fork, NewNode, RenameMode, XattrMode, ext4};
+use crate::journal::{self, Fork, NewNode};
 use crate::store::Kind;
+use crate::store::model::{
+    DirEntry, Fallocate, NAME_MAX, Posix, RenameMode, SetAttr, StatFs, XattrMode, ext4,
+};
 
 /// How long the kernel may cache entries (names found, and names absent)
 /// and attributes. Every change of a fork comes through this mount: each one
@@ -238,7 +240,7 @@ impl Requesters {
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
-        return Err(FsError::NameTooLong);
+        return Err(Posix::NameTooLong.into());
     }
     Ok(())
 }
@@ -398,7 +400,7 @@ impl ForkView {
         let mut perm = mode & 0o7777;
         let dir = self.fork.getattr(parent)?;
         if dir.kind != Kind::Dir {
-            return Err(FsError::NotDir);
+            return Err(Posix::NotDir.into());
         }
         let sgid = libc::S_ISGID;
         let gid = if dir.perm & sgid == 0 {
@@ -472,9 +474,10 @@ impl View for ForkView {
     /// left as (module docs).
     fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry> {
         match self.fork.getattr(ino) {
-            Err(journal::Error::NotFound) => match self.removed_dirs.lock().get(&ino) {
+            Err(journal::Error::Posix(Posix::NotFound)) => match self.removed_dirs.lock().get(&ino)
+            {
                 Some(a) => Ok(entry(a.clone())),
-                None => Err(journal::Error::NotFound.into()),
+                None => Err(Posix::NotFound.into()),
             },
             r => Ok(entry(r?)),
         }
@@ -552,7 +555,7 @@ impl View for ForkView {
             let attr = if plus {
                 match self.fork.getattr(e.ino) {
                     Ok(a) => Some(entry(a)),
-                    Err(journal::Error::NotFound) => continue,
+                    Err(journal::Error::Posix(Posix::NotFound)) => continue,
                     Err(err) => return Err(err.into()),
                 }
             } else {
@@ -627,7 +630,8 @@ impl View for ForkView {
     /// `O_DIRECT`, or written through past the writeback cache by a caller
     /// without `CAP_FSETID`) clears setuid/setgid first ([`Self::kill_priv`]).
     fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
-        let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
+        let len = u32::try_from(data.len())
+            .map_err(|_| FsError::Posix(Posix::Invalid("write too large")))?;
         self.on_behalf(c, Some(ino), || {
             if how.kill_suidgid {
                 self.kill_priv(c, ino, true)?;
@@ -725,8 +729,8 @@ impl View for ForkView {
             libc::S_IFSOCK => Kind::Socket,
             libc::S_IFCHR => Kind::CharDev,
             libc::S_IFBLK => Kind::BlockDev,
-            libc::S_IFDIR => return Err(FsError::Invalid("mknod of a directory")),
-            _ => return Err(FsError::Invalid("mknod file type")),
+            libc::S_IFDIR => return Err(Posix::Invalid("mknod of a directory").into()),
+            _ => return Err(Posix::Invalid("mknod file type").into()),
         };
         let rdev = match kind {
             Kind::CharDev | Kind::BlockDev => rdev,
@@ -817,9 +821,9 @@ impl View for ForkView {
 mod tests {
     use super::*;
     use crate::fs::errno;
-    use crate::fs::view::ROOT_INO;
     use crate::ingest::{self, SnapshotOptions};
     use crate::store::Store;
+    use crate::store::model::ROOT_INO;
     use fuser::Errno;
 
     use crate::fs::testing::{self, ROOT, fh, plus};

@@ -46,6 +46,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 
 use crate::journal::{self, Fork};
+use crate::store::model::{Posix, ext4};
 use crate::store::{self, ObjectId, Store};
 use browse::BrowseView;
 pub use caches::{CacheUse, Caches};
@@ -122,34 +123,19 @@ pub fn uring_enabled() -> bool {
     std::fs::read_to_string(ENABLE_URING).is_ok_and(|s| s.trim() == "Y")
 }
 
-/// Everything that can go wrong in the FUSE layer.
+/// What can go wrong serving one request: a POSIX outcome ([`Posix`], the
+/// same from every view, a fork's included), or a failure of this mount.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
-    #[error("no such file or directory")]
-    NotFound,
-    #[error("not a directory")]
-    NotDir,
-    #[error("is a directory")]
-    IsDir,
-    #[error("not a symbolic link")]
-    NotSymlink,
-    #[error("read-only file system: checkpoints never change")]
-    ReadOnly,
-    #[error("no such extended attribute")]
-    NoXattr,
-    #[error("buffer of {given} bytes is too small for {needed}")]
-    BufferTooSmall { given: u32, needed: usize },
+    /// ENOENT, ENOTDIR, EROFS, …: what POSIX says the operation answers.
+    #[error(transparent)]
+    Posix(#[from] Posix),
     #[error("inode {0} is not known to this mount")]
     UnknownInode(u64),
     #[error("{path}: malformed tree entry: {detail}")]
     Malformed { path: String, detail: &'static str },
     #[error(transparent)]
     Store(#[from] store::Error),
-    #[error("mount option '{option}' is not allowed: {reason}")]
-    BadOption {
-        option: String,
-        reason: &'static str,
-    },
     /// Not an error to the user: the answer to open on a read-only mount,
     /// opendir on a checkpoint mount (`Opened::Stateless`), and flush
     /// and copy_file_range on mounts that do not copy. The kernel then stops sending
@@ -159,101 +145,72 @@ pub enum FsError {
     /// through read and write (copy_file_range).
     #[error("not needed: the kernel may skip this request from now on")]
     NotNeeded,
+    /// A failure of the fork itself (`EIO`, `EBUSY`, `ENOSPC`, …; its POSIX
+    /// outcomes arrive as [`FsError::Posix`]).
+    #[error(transparent)]
+    Journal(journal::Error),
+    #[error("mount option '{option}' is not allowed: {reason}")]
+    BadOption {
+        option: String,
+        reason: &'static str,
+    },
     #[error("cannot mount at {}: {source}", path.display())]
     Mount { path: PathBuf, source: io::Error },
     /// `--transport uring` where the kernel does not offer it.
     #[error("{0}")]
     Transport(String),
-    /// A fork operation's outcome (`ENOENT`, `EEXIST`, …) or failure (`EIO`).
-    #[error(transparent)]
-    Journal(#[from] journal::Error),
-    /// A name over 255 bytes.
-    #[error("file name too long")]
-    NameTooLong,
-    /// Flags or arguments this mount does not accept.
-    #[error("invalid argument: {0}")]
-    Invalid(&'static str),
-    /// A mode of an operation the fork does not implement.
-    #[error("not supported: {0}")]
-    Unsupported(&'static str),
-    /// `lseek` `SEEK_DATA` with no data after the offset, or either at or
-    /// past the end of file (as ext4).
-    #[error("no data or hole at or after this offset")]
-    NoSeekTarget,
-    /// An `ioctl`: none is implemented (each `isatty()` asks `TCGETS`).
-    #[error("inappropriate ioctl for a storefs file")]
-    NoIoctl,
+}
+
+impl From<journal::Error> for FsError {
+    /// A fork's POSIX outcome is the view's ([`FsError::Posix`]); its other
+    /// errors stay the fork's ([`FsError::Journal`]).
+    fn from(e: journal::Error) -> FsError {
+        match e {
+            journal::Error::Posix(p) => FsError::Posix(p),
+            e => FsError::Journal(e),
+        }
+    }
 }
 
 impl FsError {
     /// Whether this is "no such name" (`ENOENT`), from whichever view: a
     /// lookup that finds nothing may then be cached as a negative entry.
     pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            FsError::NotFound | FsError::Journal(journal::Error::NotFound)
-        )
+        matches!(self, FsError::Posix(Posix::NotFound))
     }
 }
 
 /// The result of every operation of this layer.
 pub type Result<T, E = FsError> = std::result::Result<T, E>;
 
-/// The errno a failed operation returns to the kernel. The only errno mapping
-/// in storefs.
+/// The errno a failed operation returns to the kernel: a POSIX outcome's
+/// own ([`Posix::errno`]), or this layer's for its failures. The only place
+/// that turns an error into an errno.
 fn errno(e: &FsError) -> Errno {
+    use journal::Error as J;
     match e {
-        FsError::NotFound => Errno::ENOENT,
-        FsError::NotDir => Errno::ENOTDIR,
-        FsError::IsDir => Errno::EISDIR,
-        FsError::NotSymlink => Errno::EINVAL,
-        FsError::ReadOnly => Errno::EROFS,
-        FsError::NoXattr => Errno::NO_XATTR,
-        FsError::BufferTooSmall { .. } => Errno::ERANGE,
+        FsError::Posix(p) | FsError::Journal(J::Posix(p)) => Errno::from_i32(p.errno()),
         FsError::UnknownInode(_) => Errno::ESTALE,
         // Corrupt, missing or unreadable objects, and hostile trees: that
         // read fails, the rest of the tree keeps working.
         FsError::Malformed { .. } | FsError::Store(_) => Errno::EIO,
-        FsError::BadOption { .. } | FsError::Transport(_) => Errno::EINVAL,
         FsError::NotNeeded => Errno::ENOSYS,
+        FsError::BadOption { .. } | FsError::Transport(_) => Errno::EINVAL,
         FsError::Mount { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
-        FsError::NameTooLong => Errno::ENAMETOOLONG,
-        FsError::Invalid(_) => Errno::EINVAL,
-        FsError::Unsupported(_) => Errno::EOPNOTSUPP,
-        FsError::NoSeekTarget => Errno::ENXIO,
-        FsError::NoIoctl => Errno::ENOTTY,
-        FsError::Journal(e) => journal_errno(e),
-    }
-}
-
-/// The errno of a fork operation's error (part of [`errno`]).
-fn journal_errno(e: &journal::Error) -> Errno {
-    use journal::Error as J;
-    match e {
-        J::NotFound => Errno::ENOENT,
-        J::Exists | J::XattrExists => Errno::EEXIST,
-        J::NotEmpty => Errno::ENOTEMPTY,
-        J::NotDir => Errno::ENOTDIR,
-        J::IsDir => Errno::EISDIR,
-        J::Invalid(_) => Errno::EINVAL,
-        J::Perm => Errno::EPERM,
-        J::NameTooLong => Errno::ENAMETOOLONG,
-        J::NoXattr => Errno::NO_XATTR,
-        J::TooBig => Errno::E2BIG,
-        J::FileTooLarge => Errno::EFBIG,
-        J::TooManyLinks => Errno::EMLINK,
-        J::Busy(_) | J::Uncommitted(_) => Errno::EBUSY,
-        J::NotAncestor { .. } | J::Refused(_) => Errno::EINVAL,
+        FsError::Journal(J::Busy(_) | J::Uncommitted(_)) => Errno::EBUSY,
+        FsError::Journal(J::NotAncestor { .. } | J::Refused(_)) => Errno::EINVAL,
         // The journal's file system is full: the writer is told, the fork
         // goes on (reads, deletes, and writes once space is freed).
-        J::NoSpace { .. } => Errno::ENOSPC,
+        FsError::Journal(J::NoSpace { .. }) => Errno::ENOSPC,
         // Failures of the fork itself: the operation fails, the mount stays.
-        J::NoFork(_)
-        | J::BadName(_)
-        | J::NameTaken(_)
-        | J::Io { .. }
-        | J::Store(_)
-        | J::Corrupt { .. } => {
+        FsError::Journal(
+            J::NoFork(_)
+            | J::BadName(_)
+            | J::NameTaken(_)
+            | J::Io { .. }
+            | J::Store(_)
+            | J::Corrupt { .. },
+        ) => {
             tracing::warn!(error = %e, "fork operation failed; it gets EIO");
             Errno::EIO
         }
@@ -433,13 +390,13 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
 /// does not block them would die of a process-directed SIGTERM). The mask is
 /// left in place even when mounting fails.
 /// A directory's `(st_size, st_blocks)` as every mount shows it: what ext4
-/// would give its entries' names ([`journal::ext4::dir_size`]), whatever size
+/// would give its entries' names ([`ext4::dir_size`]), whatever size
 /// the tree recorded; one block when tree `tree` cannot be read. `storefs ls`
 /// shows the same.
 pub fn dir_size(store: &Store, tree: &ObjectId) -> (u64, u64) {
     match store.get_tree(tree, "directory") {
-        Ok(t) => journal::ext4::dir_size(t.entries.iter().map(|e| e.name.len())),
-        Err(_) => journal::ext4::dir_size([]),
+        Ok(t) => ext4::dir_size(t.entries.iter().map(|e| e.name.len())),
+        Err(_) => ext4::dir_size([]),
     }
 }
 
