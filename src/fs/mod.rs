@@ -125,6 +125,7 @@ pub fn uring_enabled() -> bool {
 
 /// What can go wrong serving one request: a POSIX outcome ([`Posix`], the
 /// same from every view, a fork's included), or a failure of this mount.
+/// Setting a mount up fails with a [`MountError`] instead.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     /// ENOENT, ENOTDIR, EROFS, …: what POSIX says the operation answers.
@@ -149,16 +150,6 @@ pub enum FsError {
     /// outcomes arrive as [`FsError::Posix`]).
     #[error(transparent)]
     Journal(journal::Error),
-    #[error("mount option '{option}' is not allowed: {reason}")]
-    BadOption {
-        option: String,
-        reason: &'static str,
-    },
-    #[error("cannot mount at {}: {source}", path.display())]
-    Mount { path: PathBuf, source: io::Error },
-    /// `--transport uring` where the kernel does not offer it.
-    #[error("{0}")]
-    Transport(String),
 }
 
 impl From<journal::Error> for FsError {
@@ -183,6 +174,24 @@ impl FsError {
 /// The result of every operation of this layer.
 pub type Result<T, E = FsError> = std::result::Result<T, E>;
 
+/// Why a mount could not be set up (before it serves any request).
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mount option '{option}' is not allowed: {reason}")]
+    BadOption {
+        option: String,
+        reason: &'static str,
+    },
+    #[error("cannot mount at {}: {source}", path.display())]
+    Mount { path: PathBuf, source: io::Error },
+    /// `--transport uring` where the kernel does not offer it.
+    #[error("{0}")]
+    Transport(String),
+    /// The checkpoint to mount could not be read.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
 /// The errno a failed operation returns to the kernel: a POSIX outcome's
 /// own ([`Posix::errno`]), or this layer's for its failures. The only place
 /// that turns an error into an errno.
@@ -195,8 +204,6 @@ fn errno(e: &FsError) -> Errno {
         // read fails, the rest of the tree keeps working.
         FsError::Malformed { .. } | FsError::Store(_) => Errno::EIO,
         FsError::NotNeeded => Errno::ENOSYS,
-        FsError::BadOption { .. } | FsError::Transport(_) => Errno::EINVAL,
-        FsError::Mount { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
         FsError::Journal(J::Busy(_) | J::Uncommitted(_)) => Errno::EBUSY,
         FsError::Journal(J::NotAncestor { .. } | J::Refused(_)) => Errno::EINVAL,
         // The journal's file system is full: the writer is told, the fork
@@ -272,7 +279,7 @@ enum Mode {
     ReadWrite,
 }
 
-fn check_mountpoint(cfg: &MountConfig) -> Result<()> {
+fn check_mountpoint(cfg: &MountConfig) -> Result<(), MountError> {
     let meta = std::fs::metadata(&cfg.mountpoint).map_err(|e| mount_error(cfg, e))?;
     if !meta.is_dir() {
         return Err(mount_error(
@@ -283,8 +290,8 @@ fn check_mountpoint(cfg: &MountConfig) -> Result<()> {
     Ok(())
 }
 
-fn mount_error(cfg: &MountConfig, source: io::Error) -> FsError {
-    FsError::Mount {
+fn mount_error(cfg: &MountConfig, source: io::Error) -> MountError {
+    MountError::Mount {
         path: cfg.mountpoint.clone(),
         source: fusermount_error(source),
     }
@@ -320,14 +327,18 @@ fn fusermount_error(e: io::Error) -> io::Error {
 /// Block the stop signals in the calling thread (see [`mount_checkpoint`]),
 /// then mount `view` at `cfg.mountpoint` and, if the kernel agreed to FUSE
 /// over io_uring at INIT, start the rings ([`uring`]).
-fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Result<Mounted> {
+fn start_session(
+    cfg: &MountConfig,
+    config: &Config,
+    view: Arc<dyn View>,
+) -> Result<Mounted, MountError> {
     crate::sys::block_stop_signals().map_err(|e| mount_error(cfg, e))?;
     let release = MountRelease::default();
     // The switch read and the probe thread run once, and only when the
     // transport may be io_uring.
     let enabled = cfg.transport != Transport::Classic && uring_enabled();
     if cfg.transport == Transport::Uring && !enabled {
-        return Err(FsError::Transport(format!(
+        return Err(MountError::Transport(format!(
             "FUSE over io_uring is switched off: echo Y > {ENABLE_URING} (as root; kernel 6.14 or later), or mount with --transport classic"
         )));
     }
@@ -352,7 +363,7 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
     let agreed = agreed.is_some_and(|a| a.load(Ordering::Acquire));
     if cfg.transport == Transport::Uring && !agreed {
         // Dropping the session unmounts.
-        return Err(FsError::Transport(
+        return Err(MountError::Transport(
             "the kernel did not agree to FUSE over io_uring at INIT; mount with --transport classic"
                 .into(),
         ));
@@ -380,15 +391,6 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
     })
 }
 
-/// Mount checkpoint `ckpt` read-only. Returns once the kernel mount exists
-/// (before serving); requests wait until [`Mounted::run`] runs.
-///
-/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread
-/// ([`crate::sys::block_stop_signals`]), so that the threads started after it
-/// inherit the mask and only a thread that waits for them takes them. Call
-/// it from the daemon's main thread before starting other threads (a thread that
-/// does not block them would die of a process-directed SIGTERM). The mask is
-/// left in place even when mounting fails.
 /// A directory's `(st_size, st_blocks)` as every mount shows it: what ext4
 /// would give its entries' names ([`ext4::dir_size`]), whatever size
 /// the tree recorded; one block when tree `tree` cannot be read. `storefs ls`
@@ -400,7 +402,22 @@ pub fn dir_size(store: &Store, tree: &ObjectId) -> (u64, u64) {
     }
 }
 
-pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) -> Result<Mounted> {
+/// Mount checkpoint `ckpt` read-only. Returns once the kernel mount exists
+/// (before serving); requests wait until [`Mounted::run`] runs.
+///
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread
+/// ([`crate::sys::block_stop_signals`]), so that the threads started after it
+/// inherit the mask and only a thread that waits for them takes them. Call
+/// it from the daemon's main thread before starting other threads (a thread that
+/// does not block them would die of a process-directed SIGTERM). The mask is
+/// left in place even when mounting fails. Fails with a [`MountError`]
+/// (an option refused, the mountpoint or the kernel refusing, the
+/// checkpoint unreadable) before any request is served.
+pub fn mount_checkpoint(
+    store: Arc<Store>,
+    ckpt: ObjectId,
+    cfg: &MountConfig,
+) -> Result<Mounted, MountError> {
     let record = store.read_checkpoint(&ckpt)?;
     let root = store.root_entry(&record)?;
     check_mountpoint(cfg)?;
@@ -432,7 +449,7 @@ pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) ->
 /// cache the kernel writes the file's dirty pages back first). The caller may keep
 /// its own clone of `fork` to [`Fork::commit`] or [`Fork::sync`] from other
 /// threads while the mount serves, and commits after `run` returns.
-pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
+pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, MountError> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
@@ -451,7 +468,7 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
 /// Mount the whole store read-only for browsing: `checkpoints/`, `refs/`,
 /// `forks/`, `archives/` (see [`browse`]). Returns once the kernel mount
 /// exists (before serving). Signals as for [`mount_checkpoint`].
-pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted> {
+pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted, MountError> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadOnly)?;
     let caches = Caches::new(cfg.cache_bytes);
@@ -567,9 +584,9 @@ impl TransportUse {
 }
 
 /// The fuser configuration: `ro` or `rw` by `mode`, plus the user's options.
-fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config> {
+fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
     if cfg.fsname.contains(',') {
-        return Err(FsError::BadOption {
+        return Err(MountError::BadOption {
             option: format!("fsname={}", cfg.fsname),
             reason: "the name cannot contain a comma",
         });
@@ -591,7 +608,7 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config> {
     let mut acl = SessionACL::Owner;
     let user_options = cfg.extra_options.iter().flat_map(|o| o.split(','));
     for option in user_options.map(str::trim).filter(|o| !o.is_empty()) {
-        let refuse = |reason| FsError::BadOption {
+        let refuse = |reason| MountError::BadOption {
             option: option.to_string(),
             reason,
         };
