@@ -78,7 +78,7 @@
 //! Device nodes are recorded (type and `rdev`) but cannot be opened: the
 //! mount is `nodev`, so the kernel refuses with `EACCES`. `lseek`
 //! `SEEK_DATA`/`SEEK_HOLE` is answered from the fork's extent map, as ext4
-//! would ([`journal::ext4`]); POSIX locks are left to the kernel (local
+//! would ([`ext4`]); POSIX locks are left to the kernel (local
 //! locks). `copy_file_range` shares committed data instead of copying it
 //! (`journal::Fork::copy_range`), so `cp` of a large base file is a
 //! metadata operation.
@@ -100,7 +100,7 @@ use crate::journal::ops::{Who, on_behalf_of};
 use crate::journal::{self, Fork, NewNode};
 use crate::store::Kind;
 use crate::store::model::{
-    DirEntry, Fallocate, NAME_MAX, Posix, RenameMode, SetAttr, StatFs, XattrMode, ext4,
+    Attr, DirEntry, Fallocate, NAME_MAX, Posix, RenameMode, SetAttr, StatFs, XattrMode, ext4,
 };
 
 /// How long the kernel may cache entries (names found, and names absent)
@@ -154,7 +154,7 @@ pub struct ForkView {
     writeback: bool,
     /// Removed directories the kernel may still hold, by inode: what
     /// `getattr` answers for them until they are forgotten (module docs).
-    removed_dirs: Mutex<HashMap<u64, journal::Attr>>,
+    removed_dirs: Mutex<HashMap<u64, Attr>>,
     /// Who makes each change.
     requesters: Requesters,
     /// The mount's kernel, told to forget a file's attributes when they
@@ -246,7 +246,7 @@ fn check_name(name: &[u8]) -> Result<()> {
 }
 
 /// Attributes as the kernel may cache them ([`TTL`]).
-fn entry(attr: journal::Attr) -> Entry {
+fn entry(attr: Attr) -> Entry {
     Entry { attr, ttl: TTL }
 }
 
@@ -299,7 +299,7 @@ impl ForkView {
     /// The kernel was given an entry for `attr`: for a file, one more open
     /// in the fork (see the module docs). `opened`: the fork already counted
     /// this one when it made (or opened) the file.
-    fn referenced(&self, attr: &journal::Attr, opened: bool) -> Result<()> {
+    fn referenced(&self, attr: &Attr, opened: bool) -> Result<()> {
         if attr.kind != Kind::File || opened {
             return Ok(());
         }
@@ -365,7 +365,7 @@ impl ForkView {
 
     /// The directory `name` in `parent` if there is one (about to be
     /// removed by an rmdir or a rename over it).
-    fn dir_at(&self, parent: u64, name: &[u8]) -> Option<journal::Attr> {
+    fn dir_at(&self, parent: u64, name: &[u8]) -> Option<Attr> {
         self.fork
             .lookup(parent, name)
             .ok()
@@ -375,7 +375,7 @@ impl ForkView {
     /// Directory `dir` was removed: keep what `getattr` answers for it
     /// while the kernel holds it, as ext4 leaves a removed directory (no
     /// link, empty, changed now).
-    fn removed_dir(&self, mut dir: journal::Attr) {
+    fn removed_dir(&self, mut dir: Attr) {
         dir.nlink = 0;
         dir.size = 0;
         dir.blocks = 0;
@@ -387,7 +387,7 @@ impl ForkView {
     }
 
     /// An entry of `ino` as the kernel sees it, counted.
-    fn entry_of(&self, attr: journal::Attr) -> Result<Entry> {
+    fn entry_of(&self, attr: Attr) -> Result<Entry> {
         self.referenced(&attr, false)?;
         Ok(entry(attr))
     }
