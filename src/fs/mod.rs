@@ -4,7 +4,8 @@
 //! ([`mount_browse`]).
 //!
 //! - [`view`]: the [`view::View`] trait, what every mount serves on inode
-//!   numbers, and the types it speaks (`Attr`, `Entry`, `DirItem`, `Caller`,
+//!   numbers, and the types it speaks (`Entry`, `DirItem`, `Caller`, …, and
+//!   the file system model of [`crate::store::model`]: `Attr`, `SetAttr`,
 //!   …); no FUSE types.
 //! - [`fuse`]: the one fuser adapter, for any view: arguments in, replies
 //!   and errno out; no policy.
@@ -19,7 +20,9 @@
 //!   view of its own (short TTLs for the store's listings, long ones inside
 //!   checkpoints).
 //!
-//! This module is the only place in the codebase that speaks errno: see [`errno`].
+//! This module is the only place in the codebase that speaks errno: see
+//! [`errno`]. A request fails with an [`FsError`] (a [`Posix`] outcome, or a
+//! failure of the mount); setting a mount up fails with a [`MountError`].
 
 mod abi;
 mod browse;

@@ -1,7 +1,9 @@
 //! Layer 3: forks — copy-on-write, read-write views of a checkpoint whose
 //! changes go to a crash-safe journal and are folded back into the store as
-//! new checkpoints. No FUSE types and no errno here: errors are the semantic
-//! [`Error`] enum, which `fs/` maps to errno.
+//! new checkpoints. No FUSE types and no errno here: the fork speaks the file
+//! system model of [`crate::store::model`], and its errors are the semantic
+//! [`Error`] enum, a POSIX outcome ([`Posix`]) or a failure of the fork,
+//! which `fs/` maps to errno.
 //!
 //! - [`Fork::create`] makes a named fork of a checkpoint (copies nothing);
 //!   [`Fork::open`] takes the fork's lock, replays its journal and serves
