@@ -455,7 +455,7 @@ impl View for BrowseView {
             Resolved::Node(node) => node
                 .target()
                 .map(String::into_bytes)
-                .ok_or(FsError::Posix(Posix::NotSymlink)),
+                .ok_or(Posix::NotSymlink.into()),
         }
     }
 

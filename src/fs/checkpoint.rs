@@ -311,7 +311,7 @@ impl View for CheckpointView {
             _ => children
                 .binary_search_by(|(n, _)| n.as_slice().cmp(name))
                 .map(|i| children[i].1)
-                .map_err(|_| FsError::Posix(Posix::NotFound))?,
+                .map_err(|_| Posix::NotFound)?,
         };
         Ok(self.entry(&*self.node(ino)?))
     }

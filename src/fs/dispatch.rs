@@ -413,7 +413,7 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
         Op::Lseek { offset, whence } => {
             let found = seek_whence(whence)
                 .and_then(|w| view.seek(c, ino, offset, w))
-                .and_then(|o| o.ok_or(FsError::Posix(Posix::NoSeekTarget)))
+                .and_then(|o| o.ok_or(Posix::NoSeekTarget.into()))
                 .map_err(fail)?;
             // Offsets come from i64 file sizes.
             Ok(Reply::Offset(found.min(i64::MAX as u64) as i64))
@@ -421,7 +421,7 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
         Op::Ioctl { unrestricted: true } => Err(Errno::ENOSYS),
         Op::Ioctl {
             unrestricted: false,
-        } => Err(fail(FsError::Posix(Posix::NoIoctl))),
+        } => Err(fail(Posix::NoIoctl.into())),
         // The view's copy, at most what the reply's 32-bit count can say. A
         // view that does not copy answers ENOSYS: the kernel then copies
         // through read and write from now on (it stops asking).

@@ -630,8 +630,7 @@ impl View for ForkView {
     /// `O_DIRECT`, or written through past the writeback cache by a caller
     /// without `CAP_FSETID`) clears setuid/setgid first ([`Self::kill_priv`]).
     fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
-        let len = u32::try_from(data.len())
-            .map_err(|_| FsError::Posix(Posix::Invalid("write too large")))?;
+        let len = u32::try_from(data.len()).map_err(|_| Posix::Invalid("write too large"))?;
         self.on_behalf(c, Some(ino), || {
             if how.kill_suidgid {
                 self.kill_priv(c, ino, true)?;

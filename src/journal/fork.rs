@@ -707,7 +707,7 @@ impl Fork {
                 .xattrs
                 .get(name)
                 .cloned()
-                .ok_or(Error::Posix(Posix::NoXattr))
+                .ok_or(Posix::NoXattr.into())
         })
     }
 

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::super::{Error, Result};
+use super::super::Result;
 use super::extents::{FileData, data_ranges};
 use super::{ForkState, corrupt};
 use crate::store::model::{Attr, Posix, ext4};
@@ -269,7 +269,7 @@ impl ForkState {
         self.inodes
             .get(&ino)
             .map(|n| &**n)
-            .ok_or(Error::Posix(Posix::NotFound))
+            .ok_or(Posix::NotFound.into())
     }
 
     /// Inode `ino` to change: every change of the tree goes through here,

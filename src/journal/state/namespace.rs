@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::super::Result;
 use super::super::record::{RENAME_EXCHANGE, RENAME_NOREPLACE, Record};
-use super::super::{Error, Result};
 use super::extents::FileData;
 use super::{Ctx, Data, Dir, ForkState, Inode, Log, corrupt, now_ns};
 use crate::store::model::{DirEntry, NAME_MAX, Posix, ROOT_INO, RenameMode};
@@ -69,7 +69,7 @@ impl ForkState {
                 .dir(parent)?
                 .get(name)
                 .copied()
-                .ok_or(Error::Posix(Posix::NotFound)),
+                .ok_or(Posix::NotFound.into()),
         }
     }
 
