@@ -6,7 +6,9 @@
 //! - [`sys`]: OS plumbing every layer may use (signals, flock, pid liveness,
 //!   the mount table, unmount).
 //! - [`store`]: objects, packs, trees, checkpoints, refs, fork heads, mount
-//!   records, gc; the content format. No FUSE.
+//!   records, gc; the content format; the file system model every mount
+//!   speaks ([`store::model`]: attributes, limits, POSIX outcomes and their
+//!   errno table, the ext4 block model). No FUSE.
 //! - [`ingest`], [`remote`], [`journal`], side by side on [`store`]: snapshot,
 //!   restore, archives and export; remotes (push, pull, lazy fetch); forks
 //!   (write-ahead journal, fork state, fold, commit).

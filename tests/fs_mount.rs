@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use storefs::daemon::{serve, unmount};
-use storefs::fs::{FsError, MountConfig, mount_checkpoint};
+use storefs::fs::{MountConfig, MountError, mount_checkpoint};
 use storefs::store::{Checkpoint, Content, Entry, Extent, Kind, ObjectId, Source, Store, Tree};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -734,11 +734,11 @@ fn conflicting_options_are_refused_before_mounting() {
         let mut cfg = mount_config(&mnt);
         cfg.extra_options = vec![bad.into()];
         let r = mount_checkpoint(store.clone(), ckpt, &cfg);
-        assert!(matches!(r, Err(FsError::BadOption { .. })), "{bad}");
+        assert!(matches!(r, Err(MountError::BadOption { .. })), "{bad}");
     }
     let mut cfg = mount_config(&mnt);
     cfg.mountpoint = tmp.path().join("missing");
     let r = mount_checkpoint(store.clone(), ckpt, &cfg);
-    assert!(matches!(r, Err(FsError::Mount { .. })));
+    assert!(matches!(r, Err(MountError::Mount { .. })));
     assert!(!is_mounted(&mnt));
 }

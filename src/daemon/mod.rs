@@ -146,7 +146,7 @@ pub enum Error {
     Mount {
         mountpoint: PathBuf,
         #[source]
-        source: crate::fs::FsError,
+        source: crate::fs::MountError,
     },
     #[error("serving {}", mountpoint.display())]
     Serve {

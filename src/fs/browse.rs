@@ -48,12 +48,12 @@ use parking_lot::{Mutex, RwLock};
 use super::caches::Caches;
 use super::checkpoint::{self, CheckpointView};
 use super::view::{
-    self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened,
-    ROOT_INO, Readdir, StatFs, View, XattrReply,
+    self, AddItem, BLOCK_SIZE, Caller, Capability, DirItem, Entry, Opened, Readdir, View,
+    XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal;
-use crate::journal::ext4;
+use crate::store::model::{Attr, NAME_MAX, Posix, ROOT_INO, StatFs, ext4};
 use crate::store::{Kind, ObjectId, Store};
 
 /// Bits of an inode number local to one checkpoint's tree.
@@ -297,7 +297,7 @@ impl View for BrowseView {
                 let child = match name {
                     b"." => Child::Node(node.clone()),
                     b".." => Child::Node(node.parent()),
-                    _ => self.find(&node, name)?.ok_or(FsError::NotFound)?,
+                    _ => self.find(&node, name)?.ok_or(Posix::NotFound)?,
                 };
                 self.child_attr(c, &child)?
             }
@@ -431,8 +431,8 @@ impl View for BrowseView {
                 let end = start.saturating_add(size as usize).min(bytes.len());
                 Ok(bytes[start..end].to_vec())
             }
-            Resolved::Node(node) if node.kind() == Kind::Dir => Err(FsError::IsDir),
-            Resolved::Node(_) => Err(FsError::Invalid("not a regular file")),
+            Resolved::Node(node) if node.kind() == Kind::Dir => Err(Posix::IsDir.into()),
+            Resolved::Node(_) => Err(Posix::Invalid("not a regular file").into()),
         }
     }
 
@@ -444,8 +444,8 @@ impl View for BrowseView {
                 let size = self.file_bytes(&node)?.len() as u64;
                 Ok(ext4::seek(size, [(0, size)], offset, whence))
             }
-            Resolved::Node(node) if node.kind() == Kind::Dir => Err(FsError::IsDir),
-            Resolved::Node(_) => Err(FsError::Invalid("not a regular file")),
+            Resolved::Node(node) if node.kind() == Kind::Dir => Err(Posix::IsDir.into()),
+            Resolved::Node(_) => Err(Posix::Invalid("not a regular file").into()),
         }
     }
 
@@ -455,14 +455,14 @@ impl View for BrowseView {
             Resolved::Node(node) => node
                 .target()
                 .map(String::into_bytes)
-                .ok_or(FsError::NotSymlink),
+                .ok_or(Posix::NotSymlink.into()),
         }
     }
 
     fn getxattr(&self, c: &Caller, ino: u64, name: &[u8], size: u32) -> Result<XattrReply> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.getxattr(c, local, name, size),
-            Resolved::Node(_) => Err(FsError::NoXattr),
+            Resolved::Node(_) => Err(Posix::NoXattr.into()),
         }
     }
 
@@ -523,7 +523,7 @@ impl BrowseView {
         }
         let ino = t.nodes.len() as u64 + 1;
         if ino > LOCAL_MASK {
-            return Err(FsError::Invalid("too many store nodes for one mount"));
+            return Err(Posix::Invalid("too many store nodes for one mount").into());
         }
         t.nodes.push(node.clone());
         t.node_inos.insert(node.clone(), ino);
@@ -547,7 +547,7 @@ impl BrowseView {
         }
         let k = t.slots.len() as u64 + 1;
         if k > MAX_SLOTS {
-            return Err(FsError::Invalid("too many checkpoints for one mount"));
+            return Err(Posix::Invalid("too many checkpoints for one mount").into());
         }
         let slot = Arc::new(Slot {
             id: *id,
@@ -592,7 +592,7 @@ impl BrowseView {
     /// The mount's inode number of a checkpoint tree's inode `local`.
     fn global(&self, slot: u64, local: u64) -> Result<u64> {
         if local > LOCAL_MASK {
-            return Err(FsError::Invalid("too many inodes in one checkpoint"));
+            return Err(Posix::Invalid("too many inodes in one checkpoint").into());
         }
         Ok(local | slot << LOCAL_BITS)
     }
@@ -738,7 +738,7 @@ impl BrowseView {
                 .into_iter()
                 .find(|(n, _)| n == name.as_bytes())
                 .map(|(_, c)| c),
-            _ => return Err(FsError::NotDir),
+            _ => return Err(Posix::NotDir.into()),
         })
     }
 
@@ -819,7 +819,7 @@ impl BrowseView {
                     named(commit, node)
                 })
                 .collect(),
-            _ => return Err(FsError::NotDir),
+            _ => return Err(Posix::NotDir.into()),
         };
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
@@ -869,9 +869,9 @@ impl BrowseView {
         let id = match node {
             Node::Record(id) => return self.record(id),
             Node::OpsLog(id) => id,
-            _ => return Err(FsError::Invalid("not a regular file")),
+            _ => return Err(Posix::Invalid("not a regular file").into()),
         };
-        let obj = self.ops_of(id).ok_or(FsError::NotFound)?;
+        let obj = self.ops_of(id).ok_or(Posix::NotFound)?;
         let mut last = self.last_ops.lock();
         if let Some((at, bytes)) = &*last
             && *at == obj
@@ -1036,11 +1036,11 @@ mod tests {
                 2,
                 b"0000000000000000000000000000000000000000000000000000000000000000"
             ),
-            Err(FsError::NotFound)
+            Err(FsError::Posix(Posix::NotFound))
         ));
         assert!(matches!(
             fs.lookup(C, 2, a.to_hex().to_uppercase().as_bytes()),
-            Err(FsError::NotFound)
+            Err(FsError::Posix(Posix::NotFound))
         ));
     }
 
@@ -1160,17 +1160,17 @@ mod tests {
         let (_dir, _store, fs) = browse();
         assert!(matches!(
             fs.open(C, 2, libc::O_RDWR),
-            Err(FsError::ReadOnly)
+            Err(FsError::Posix(Posix::ReadOnly))
         ));
         assert!(matches!(
             fs.access(C, 3, libc::W_OK),
-            Err(FsError::ReadOnly)
+            Err(FsError::Posix(Posix::ReadOnly))
         ));
         assert!(fs.access(C, 3, libc::R_OK).is_ok());
         assert_eq!(fs.listxattr(C, 1, 0).unwrap(), XattrReply::Size(0));
         assert!(matches!(
             fs.getxattr(C, 1, b"user.x", 10),
-            Err(FsError::NoXattr)
+            Err(FsError::Posix(Posix::NoXattr))
         ));
         assert!(matches!(
             fs.getattr(C, 999),

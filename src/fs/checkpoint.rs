@@ -15,11 +15,11 @@ use std::time::Duration;
 use super::caches::Caches;
 use super::inode::{Children, Found, InodeTable, Node, data_ranges};
 use super::view::{
-    self, AddItem, Attr, BLOCK_SIZE, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir,
-    StatFs, View, XattrReply,
+    self, AddItem, BLOCK_SIZE, Caller, Capability, DirItem, Entry, Opened, Readdir, View,
+    XattrReply,
 };
 use super::{FsError, Result};
-use crate::journal::ext4;
+use crate::store::model::{Attr, NAME_MAX, Posix, StatFs, ext4};
 use crate::store::readahead::{DROP_BEHIND, ReadAhead};
 use crate::store::{self, ChunkCache, Content, Kind, ObjectId, Stats, Store};
 
@@ -138,7 +138,7 @@ impl CheckpointView {
             (Content::Extents(_), None) => {
                 Err(self.malformed(node, "extent lengths do not add up to the size"))
             }
-            _ if node.entry.kind == Kind::Dir => Err(FsError::IsDir),
+            _ if node.entry.kind == Kind::Dir => Err(Posix::IsDir.into()),
             _ => Err(other()),
         }
     }
@@ -162,7 +162,7 @@ impl CheckpointView {
     /// not in memory (the first time, or after an eviction).
     fn children(&self, dir: &Node) -> Result<Arc<Children>> {
         if dir.entry.kind != Kind::Dir {
-            return Err(FsError::NotDir);
+            return Err(Posix::NotDir.into());
         }
         if let Some(children) = self.inodes.children(dir.ino) {
             return Ok(children);
@@ -311,7 +311,7 @@ impl View for CheckpointView {
             _ => children
                 .binary_search_by(|(n, _)| n.as_slice().cmp(name))
                 .map(|i| children[i].1)
-                .map_err(|_| FsError::NotFound)?,
+                .map_err(|_| Posix::NotFound)?,
         };
         Ok(self.entry(&*self.node(ino)?))
     }
@@ -326,7 +326,7 @@ impl View for CheckpointView {
         match (&node.entry.content, node.entry.kind) {
             (Content::Target(target), Kind::Symlink) => Ok(target.clone()),
             (_, Kind::Symlink) => Err(self.malformed(&node, "symlink without a target")),
-            _ => Err(FsError::NotSymlink),
+            _ => Err(Posix::NotSymlink.into()),
         }
     }
 
@@ -388,7 +388,9 @@ impl View for CheckpointView {
     /// From the file's extents as ext4 would report them ([`ext4::seek`]).
     fn seek(&self, _: &Caller, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>> {
         let node = self.node(ino)?;
-        let (extents, starts) = self.extents(&node, || FsError::Invalid("not a regular file"))?;
+        let (extents, starts) = self.extents(&node, || {
+            FsError::Posix(Posix::Invalid("not a regular file"))
+        })?;
         let from = u64::try_from(offset).unwrap_or(0);
         let from = from - from % ext4::BLOCK;
         let ranges = data_ranges(extents, starts, from);
@@ -399,7 +401,7 @@ impl View for CheckpointView {
     fn opendir(&self, _: &Caller, ino: u64) -> Result<Opened> {
         match self.node(ino)?.entry.kind {
             Kind::Dir => Ok(Opened::Stateless),
-            _ => Err(FsError::NotDir),
+            _ => Err(Posix::NotDir.into()),
         }
     }
 
@@ -456,7 +458,7 @@ impl View for CheckpointView {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v)
-            .ok_or(FsError::NoXattr)?;
+            .ok_or(Posix::NoXattr)?;
         view::sized(value.clone(), size)
     }
 
@@ -505,7 +507,7 @@ fn next_chunks(extents: &[crate::store::Extent], index: usize) -> Vec<ObjectId> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::view::ROOT_INO;
+    use crate::store::model::ROOT_INO;
     use crate::store::{Entry, Extent};
 
     use crate::fs::testing::{self, ROOT as C, plus};
@@ -695,16 +697,22 @@ mod tests {
         ));
         let missing = fs.lookup(C, ROOT_INO, b"missing").unwrap().attr.ino;
         assert!(matches!(fs.read(C, missing, 0, 10), Err(FsError::Store(_))));
-        assert!(matches!(fs.readlink(C, missing), Err(FsError::NotSymlink)));
+        assert!(matches!(
+            fs.readlink(C, missing),
+            Err(FsError::Posix(Posix::NotSymlink))
+        ));
         assert!(matches!(
             fs.getattr(C, 999),
             Err(FsError::UnknownInode(999))
         ));
         assert!(matches!(
             fs.lookup(C, ROOT_INO, b"nope"),
-            Err(FsError::NotFound)
+            Err(FsError::Posix(Posix::NotFound))
         ));
-        assert!(matches!(fs.lookup(C, short, b"x"), Err(FsError::NotDir)));
+        assert!(matches!(
+            fs.lookup(C, short, b"x"),
+            Err(FsError::Posix(Posix::NotDir))
+        ));
     }
 
     #[test]
@@ -721,30 +729,33 @@ mod tests {
         );
         assert!(matches!(
             fs.getxattr(C, ino, b"user.a", 2),
-            Err(FsError::BufferTooSmall { .. })
+            Err(FsError::Posix(Posix::BufferTooSmall { .. }))
         ));
         assert!(matches!(
             fs.getxattr(C, ino, b"user.b", 9),
-            Err(FsError::NoXattr)
+            Err(FsError::Posix(Posix::NoXattr))
         ));
         // As ext4: a name outside the namespaces, or a bare namespace.
         assert!(matches!(
             fs.getxattr(C, ino, b"a", 9),
-            Err(FsError::Unsupported(_))
+            Err(FsError::Posix(Posix::Unsupported(_)))
         ));
         assert!(matches!(
             fs.getxattr(C, ino, b"user.", 9),
-            Err(FsError::Invalid(_))
+            Err(FsError::Posix(Posix::Invalid(_)))
         ));
         assert_eq!(fs.listxattr(C, ino, 0).unwrap(), XattrReply::Size(7));
         assert_eq!(fs.open(C, ino, libc::O_RDONLY).unwrap(), Opened::Stateless);
         for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC] {
-            assert!(matches!(fs.open(C, ino, flags), Err(FsError::ReadOnly)));
+            assert!(matches!(
+                fs.open(C, ino, flags),
+                Err(FsError::Posix(Posix::ReadOnly))
+            ));
         }
         assert!(fs.access(C, ino, libc::R_OK).is_ok());
         assert!(matches!(
             fs.access(C, ino, libc::W_OK),
-            Err(FsError::ReadOnly)
+            Err(FsError::Posix(Posix::ReadOnly))
         ));
     }
 
@@ -776,7 +787,7 @@ mod tests {
 
     #[test]
     fn attributes_are_ext4s_and_seek_follows_the_extents() {
-        use crate::journal::ext4::Seek;
+        use crate::store::model::ext4::Seek;
         let (_dir, fs) = serve_with(|store| {
             let (a, _) = store.put_object(&[1; 5000]).unwrap();
             let (b, _) = store.put_object(b"bb").unwrap();
@@ -827,13 +838,13 @@ mod tests {
         assert_eq!(fs.lookup(C, ROOT_INO, b"long").unwrap().attr.blocks, 8);
         assert!(matches!(
             fs.seek(C, link.ino, 0, Seek::Data),
-            Err(FsError::Invalid(_))
+            Err(FsError::Posix(Posix::Invalid(_)))
         ));
         let root = fs.getattr(C, ROOT_INO).unwrap().attr;
         assert_eq!((root.size, root.blocks), (4096, 8));
         assert!(matches!(
             fs.seek(C, ROOT_INO, 0, Seek::Data),
-            Err(FsError::IsDir)
+            Err(FsError::Posix(Posix::IsDir))
         ));
     }
 }

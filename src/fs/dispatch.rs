@@ -25,12 +25,10 @@ use std::time::Duration;
 use fuser::{Errno, FopenFlags, Generation};
 
 use super::abi;
-use super::view::{
-    AddItem, Attr, BLOCK_SIZE, Caller, Entry, Fallocate, Opened, Readdir, RenameMode, SetAttr,
-    StatFs, View, XattrMode, XattrReply,
-};
+use super::view::{AddItem, BLOCK_SIZE, Caller, Entry, Opened, Readdir, View, XattrReply};
 use super::{FsError, Result, errno};
-use crate::journal::ext4::Seek;
+use crate::store::model::ext4::Seek;
+use crate::store::model::{Attr, Fallocate, Posix, RenameMode, SetAttr, StatFs, XattrMode};
 use crate::sys;
 
 /// Inode numbers are never reused within a mount, so one generation suffices.
@@ -291,9 +289,7 @@ fn seek_whence(whence: i32) -> Result<Seek> {
     match whence {
         libc::SEEK_DATA => Ok(Seek::Data),
         libc::SEEK_HOLE => Ok(Seek::Hole),
-        _ => Err(FsError::Invalid(
-            "lseek whence other than SEEK_DATA or SEEK_HOLE",
-        )),
+        _ => Err(Posix::Invalid("lseek whence other than SEEK_DATA or SEEK_HOLE").into()),
     }
 }
 
@@ -304,7 +300,7 @@ fn rename_mode(flags: u32) -> Result<RenameMode> {
         0 => Ok(RenameMode::Replace),
         libc::RENAME_NOREPLACE => Ok(RenameMode::NoReplace),
         libc::RENAME_EXCHANGE => Ok(RenameMode::Exchange),
-        _ => Err(FsError::Invalid("rename flags")),
+        _ => Err(Posix::Invalid("rename flags").into()),
     }
 }
 
@@ -314,7 +310,7 @@ fn xattr_mode(flags: i32) -> Result<XattrMode> {
         0 => Ok(XattrMode::Any),
         libc::XATTR_CREATE => Ok(XattrMode::Create),
         libc::XATTR_REPLACE => Ok(XattrMode::Replace),
-        _ => Err(FsError::Invalid("setxattr flags")),
+        _ => Err(Posix::Invalid("setxattr flags").into()),
     }
 }
 
@@ -328,7 +324,7 @@ fn fallocate_mode(mode: i32) -> Result<Fallocate> {
         m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP => Ok(Fallocate::PunchHole),
         libc::FALLOC_FL_ZERO_RANGE => Ok(Fallocate::ZeroRange { keep_size: false }),
         m if m == libc::FALLOC_FL_ZERO_RANGE | KEEP => Ok(Fallocate::ZeroRange { keep_size: true }),
-        _ => Err(FsError::Unsupported("this fallocate mode")),
+        _ => Err(Posix::Unsupported("this fallocate mode").into()),
     }
 }
 
@@ -417,7 +413,7 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
         Op::Lseek { offset, whence } => {
             let found = seek_whence(whence)
                 .and_then(|w| view.seek(c, ino, offset, w))
-                .and_then(|o| o.ok_or(FsError::NoSeekTarget))
+                .and_then(|o| o.ok_or(Posix::NoSeekTarget.into()))
                 .map_err(fail)?;
             // Offsets come from i64 file sizes.
             Ok(Reply::Offset(found.min(i64::MAX as u64) as i64))
@@ -425,7 +421,7 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
         Op::Ioctl { unrestricted: true } => Err(Errno::ENOSYS),
         Op::Ioctl {
             unrestricted: false,
-        } => Err(fail(FsError::NoIoctl)),
+        } => Err(fail(Posix::NoIoctl.into())),
         // The view's copy, at most what the reply's 32-bit count can say. A
         // view that does not copy answers ENOSYS: the kernel then copies
         // through read and write from now on (it stops asking).

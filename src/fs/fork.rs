@@ -78,7 +78,7 @@
 //! Device nodes are recorded (type and `rdev`) but cannot be opened: the
 //! mount is `nodev`, so the kernel refuses with `EACCES`. `lseek`
 //! `SEEK_DATA`/`SEEK_HOLE` is answered from the fork's extent map, as ext4
-//! would ([`journal::ext4`]); POSIX locks are left to the kernel (local
+//! would ([`ext4`]); POSIX locks are left to the kernel (local
 //! locks). `copy_file_range` shares committed data instead of copying it
 //! (`journal::Fork::copy_range`), so `cp` of a large base file is a
 //! metadata operation.
@@ -93,13 +93,15 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::view::{
-    self, AddItem, Caller, Capability, DirItem, Entry, NAME_MAX, Opened, Readdir, SetAttr, StatFs,
-    View, WriteCtx, XattrReply,
+    self, AddItem, Caller, Capability, DirItem, Entry, Opened, Readdir, View, WriteCtx, XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal::ops::{Who, on_behalf_of};
-use crate::journal::{self, DirEntry, Fallocate, Fork, NewNode, RenameMode, XattrMode, ext4};
+use crate::journal::{self, Fork, NewNode};
 use crate::store::Kind;
+use crate::store::model::{
+    Attr, DirEntry, Fallocate, NAME_MAX, Posix, RenameMode, SetAttr, StatFs, XattrMode, ext4,
+};
 
 /// How long the kernel may cache entries (names found, and names absent)
 /// and attributes. Every change of a fork comes through this mount: each one
@@ -152,7 +154,7 @@ pub struct ForkView {
     writeback: bool,
     /// Removed directories the kernel may still hold, by inode: what
     /// `getattr` answers for them until they are forgotten (module docs).
-    removed_dirs: Mutex<HashMap<u64, journal::Attr>>,
+    removed_dirs: Mutex<HashMap<u64, Attr>>,
     /// Who makes each change.
     requesters: Requesters,
     /// The mount's kernel, told to forget a file's attributes when they
@@ -238,13 +240,13 @@ impl Requesters {
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
-        return Err(FsError::NameTooLong);
+        return Err(Posix::NameTooLong.into());
     }
     Ok(())
 }
 
 /// Attributes as the kernel may cache them ([`TTL`]).
-fn entry(attr: journal::Attr) -> Entry {
+fn entry(attr: Attr) -> Entry {
     Entry { attr, ttl: TTL }
 }
 
@@ -297,7 +299,7 @@ impl ForkView {
     /// The kernel was given an entry for `attr`: for a file, one more open
     /// in the fork (see the module docs). `opened`: the fork already counted
     /// this one when it made (or opened) the file.
-    fn referenced(&self, attr: &journal::Attr, opened: bool) -> Result<()> {
+    fn referenced(&self, attr: &Attr, opened: bool) -> Result<()> {
         if attr.kind != Kind::File || opened {
             return Ok(());
         }
@@ -363,7 +365,7 @@ impl ForkView {
 
     /// The directory `name` in `parent` if there is one (about to be
     /// removed by an rmdir or a rename over it).
-    fn dir_at(&self, parent: u64, name: &[u8]) -> Option<journal::Attr> {
+    fn dir_at(&self, parent: u64, name: &[u8]) -> Option<Attr> {
         self.fork
             .lookup(parent, name)
             .ok()
@@ -373,7 +375,7 @@ impl ForkView {
     /// Directory `dir` was removed: keep what `getattr` answers for it
     /// while the kernel holds it, as ext4 leaves a removed directory (no
     /// link, empty, changed now).
-    fn removed_dir(&self, mut dir: journal::Attr) {
+    fn removed_dir(&self, mut dir: Attr) {
         dir.nlink = 0;
         dir.size = 0;
         dir.blocks = 0;
@@ -385,7 +387,7 @@ impl ForkView {
     }
 
     /// An entry of `ino` as the kernel sees it, counted.
-    fn entry_of(&self, attr: journal::Attr) -> Result<Entry> {
+    fn entry_of(&self, attr: Attr) -> Result<Entry> {
         self.referenced(&attr, false)?;
         Ok(entry(attr))
     }
@@ -398,7 +400,7 @@ impl ForkView {
         let mut perm = mode & 0o7777;
         let dir = self.fork.getattr(parent)?;
         if dir.kind != Kind::Dir {
-            return Err(FsError::NotDir);
+            return Err(Posix::NotDir.into());
         }
         let sgid = libc::S_ISGID;
         let gid = if dir.perm & sgid == 0 {
@@ -472,9 +474,10 @@ impl View for ForkView {
     /// left as (module docs).
     fn getattr(&self, _: &Caller, ino: u64) -> Result<Entry> {
         match self.fork.getattr(ino) {
-            Err(journal::Error::NotFound) => match self.removed_dirs.lock().get(&ino) {
+            Err(journal::Error::Posix(Posix::NotFound)) => match self.removed_dirs.lock().get(&ino)
+            {
                 Some(a) => Ok(entry(a.clone())),
-                None => Err(journal::Error::NotFound.into()),
+                None => Err(Posix::NotFound.into()),
             },
             r => Ok(entry(r?)),
         }
@@ -552,7 +555,7 @@ impl View for ForkView {
             let attr = if plus {
                 match self.fork.getattr(e.ino) {
                     Ok(a) => Some(entry(a)),
-                    Err(journal::Error::NotFound) => continue,
+                    Err(journal::Error::Posix(Posix::NotFound)) => continue,
                     Err(err) => return Err(err.into()),
                 }
             } else {
@@ -627,7 +630,7 @@ impl View for ForkView {
     /// `O_DIRECT`, or written through past the writeback cache by a caller
     /// without `CAP_FSETID`) clears setuid/setgid first ([`Self::kill_priv`]).
     fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
-        let len = u32::try_from(data.len()).map_err(|_| FsError::Invalid("write too large"))?;
+        let len = u32::try_from(data.len()).map_err(|_| Posix::Invalid("write too large"))?;
         self.on_behalf(c, Some(ino), || {
             if how.kill_suidgid {
                 self.kill_priv(c, ino, true)?;
@@ -725,8 +728,8 @@ impl View for ForkView {
             libc::S_IFSOCK => Kind::Socket,
             libc::S_IFCHR => Kind::CharDev,
             libc::S_IFBLK => Kind::BlockDev,
-            libc::S_IFDIR => return Err(FsError::Invalid("mknod of a directory")),
-            _ => return Err(FsError::Invalid("mknod file type")),
+            libc::S_IFDIR => return Err(Posix::Invalid("mknod of a directory").into()),
+            _ => return Err(Posix::Invalid("mknod file type").into()),
         };
         let rdev = match kind {
             Kind::CharDev | Kind::BlockDev => rdev,
@@ -817,9 +820,9 @@ impl View for ForkView {
 mod tests {
     use super::*;
     use crate::fs::errno;
-    use crate::fs::view::ROOT_INO;
     use crate::ingest::{self, SnapshotOptions};
     use crate::store::Store;
+    use crate::store::model::ROOT_INO;
     use fuser::Errno;
 
     use crate::fs::testing::{self, ROOT, fh, plus};

@@ -24,10 +24,9 @@ use fuser::{
 
 use super::MountRelease;
 use super::dispatch::{self, GENERATION, Op, Reply, kernel_attr};
-use super::view::{
-    Attr, BLOCK_SIZE, Caller, Capability, DirItem, Readdir, SetAttr, Time, View, XattrReply,
-};
+use super::view::{BLOCK_SIZE, Caller, Capability, DirItem, Readdir, View, XattrReply};
 use crate::store::Kind;
+use crate::store::model::{Attr, SetAttr, Time};
 
 /// The fuser `Filesystem` serving a view.
 pub struct FuseAdapter {

@@ -21,8 +21,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use super::view::ROOT_INO;
-use crate::journal::ext4;
+use crate::store::model::{ROOT_INO, ext4};
 use crate::store::{Content, Entry, Extent, Kind, ObjectId};
 
 /// Parent links are followed at most this far when rebuilding a path for a log
@@ -48,7 +47,7 @@ pub struct Node {
     /// The checkpoint's entry; its `name` is the name in `parent`.
     pub entry: Entry,
     /// `st_blocks` of a regular file or symlink as ext4 would allocate it
-    /// ([`crate::journal::ext4`]); 0 for the others (a directory's depends on
+    /// ([`crate::store::model::ext4`]); 0 for the others (a directory's depends on
     /// its children).
     pub blocks: u64,
     /// For regular files: the offset where each extent starts, or `None` when the

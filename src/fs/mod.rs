@@ -4,7 +4,8 @@
 //! ([`mount_browse`]).
 //!
 //! - [`view`]: the [`view::View`] trait, what every mount serves on inode
-//!   numbers, and the types it speaks (`Attr`, `Entry`, `DirItem`, `Caller`,
+//!   numbers, and the types it speaks (`Entry`, `DirItem`, `Caller`, …, and
+//!   the file system model of [`crate::store::model`]: `Attr`, `SetAttr`,
 //!   …); no FUSE types.
 //! - [`fuse`]: the one fuser adapter, for any view: arguments in, replies
 //!   and errno out; no policy.
@@ -19,7 +20,9 @@
 //!   view of its own (short TTLs for the store's listings, long ones inside
 //!   checkpoints).
 //!
-//! This module is the only place in the codebase that speaks errno: see [`errno`].
+//! This module is the only place in the codebase that speaks errno: see
+//! [`errno`]. A request fails with an [`FsError`] (a [`Posix`] outcome, or a
+//! failure of the mount); setting a mount up fails with a [`MountError`].
 
 mod abi;
 mod browse;
@@ -46,6 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 
 use crate::journal::{self, Fork};
+use crate::store::model::{Posix, ext4};
 use crate::store::{self, ObjectId, Store};
 use browse::BrowseView;
 pub use caches::{CacheUse, Caches};
@@ -122,34 +126,20 @@ pub fn uring_enabled() -> bool {
     std::fs::read_to_string(ENABLE_URING).is_ok_and(|s| s.trim() == "Y")
 }
 
-/// Everything that can go wrong in the FUSE layer.
+/// What can go wrong serving one request: a POSIX outcome ([`Posix`], the
+/// same from every view, a fork's included), or a failure of this mount.
+/// Setting a mount up fails with a [`MountError`] instead.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
-    #[error("no such file or directory")]
-    NotFound,
-    #[error("not a directory")]
-    NotDir,
-    #[error("is a directory")]
-    IsDir,
-    #[error("not a symbolic link")]
-    NotSymlink,
-    #[error("read-only file system: checkpoints never change")]
-    ReadOnly,
-    #[error("no such extended attribute")]
-    NoXattr,
-    #[error("buffer of {given} bytes is too small for {needed}")]
-    BufferTooSmall { given: u32, needed: usize },
+    /// ENOENT, ENOTDIR, EROFS, …: what POSIX says the operation answers.
+    #[error(transparent)]
+    Posix(#[from] Posix),
     #[error("inode {0} is not known to this mount")]
     UnknownInode(u64),
     #[error("{path}: malformed tree entry: {detail}")]
     Malformed { path: String, detail: &'static str },
     #[error(transparent)]
     Store(#[from] store::Error),
-    #[error("mount option '{option}' is not allowed: {reason}")]
-    BadOption {
-        option: String,
-        reason: &'static str,
-    },
     /// Not an error to the user: the answer to open on a read-only mount,
     /// opendir on a checkpoint mount (`Opened::Stateless`), and flush
     /// and copy_file_range on mounts that do not copy. The kernel then stops sending
@@ -159,101 +149,78 @@ pub enum FsError {
     /// through read and write (copy_file_range).
     #[error("not needed: the kernel may skip this request from now on")]
     NotNeeded,
-    #[error("cannot mount at {}: {source}", path.display())]
-    Mount { path: PathBuf, source: io::Error },
-    /// `--transport uring` where the kernel does not offer it.
-    #[error("{0}")]
-    Transport(String),
-    /// A fork operation's outcome (`ENOENT`, `EEXIST`, …) or failure (`EIO`).
+    /// A failure of the fork itself (`EIO`, `EBUSY`, `ENOSPC`, …; its POSIX
+    /// outcomes arrive as [`FsError::Posix`]).
     #[error(transparent)]
-    Journal(#[from] journal::Error),
-    /// A name over 255 bytes.
-    #[error("file name too long")]
-    NameTooLong,
-    /// Flags or arguments this mount does not accept.
-    #[error("invalid argument: {0}")]
-    Invalid(&'static str),
-    /// A mode of an operation the fork does not implement.
-    #[error("not supported: {0}")]
-    Unsupported(&'static str),
-    /// `lseek` `SEEK_DATA` with no data after the offset, or either at or
-    /// past the end of file (as ext4).
-    #[error("no data or hole at or after this offset")]
-    NoSeekTarget,
-    /// An `ioctl`: none is implemented (each `isatty()` asks `TCGETS`).
-    #[error("inappropriate ioctl for a storefs file")]
-    NoIoctl,
+    Journal(journal::Error),
+}
+
+impl From<journal::Error> for FsError {
+    /// A fork's POSIX outcome is the view's ([`FsError::Posix`]); its other
+    /// errors stay the fork's ([`FsError::Journal`]).
+    fn from(e: journal::Error) -> FsError {
+        match e {
+            journal::Error::Posix(p) => FsError::Posix(p),
+            e => FsError::Journal(e),
+        }
+    }
 }
 
 impl FsError {
     /// Whether this is "no such name" (`ENOENT`), from whichever view: a
     /// lookup that finds nothing may then be cached as a negative entry.
     pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            FsError::NotFound | FsError::Journal(journal::Error::NotFound)
-        )
+        matches!(self, FsError::Posix(Posix::NotFound))
     }
 }
 
 /// The result of every operation of this layer.
 pub type Result<T, E = FsError> = std::result::Result<T, E>;
 
-/// The errno a failed operation returns to the kernel. The only errno mapping
-/// in storefs.
+/// Why a mount could not be set up (before it serves any request).
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mount option '{option}' is not allowed: {reason}")]
+    BadOption {
+        option: String,
+        reason: &'static str,
+    },
+    #[error("cannot mount at {}: {source}", path.display())]
+    Mount { path: PathBuf, source: io::Error },
+    /// `--transport uring` where the kernel does not offer it.
+    #[error("{0}")]
+    Transport(String),
+    /// The checkpoint to mount could not be read.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+/// The errno a failed operation returns to the kernel: a POSIX outcome's
+/// own ([`Posix::errno`]), or this layer's for its failures. The only place
+/// that turns an error into an errno.
 fn errno(e: &FsError) -> Errno {
+    use journal::Error as J;
     match e {
-        FsError::NotFound => Errno::ENOENT,
-        FsError::NotDir => Errno::ENOTDIR,
-        FsError::IsDir => Errno::EISDIR,
-        FsError::NotSymlink => Errno::EINVAL,
-        FsError::ReadOnly => Errno::EROFS,
-        FsError::NoXattr => Errno::NO_XATTR,
-        FsError::BufferTooSmall { .. } => Errno::ERANGE,
+        FsError::Posix(p) | FsError::Journal(J::Posix(p)) => Errno::from_i32(p.errno()),
         FsError::UnknownInode(_) => Errno::ESTALE,
         // Corrupt, missing or unreadable objects, and hostile trees: that
         // read fails, the rest of the tree keeps working.
         FsError::Malformed { .. } | FsError::Store(_) => Errno::EIO,
-        FsError::BadOption { .. } | FsError::Transport(_) => Errno::EINVAL,
         FsError::NotNeeded => Errno::ENOSYS,
-        FsError::Mount { source, .. } => source.raw_os_error().map_or(Errno::EIO, Errno::from_i32),
-        FsError::NameTooLong => Errno::ENAMETOOLONG,
-        FsError::Invalid(_) => Errno::EINVAL,
-        FsError::Unsupported(_) => Errno::EOPNOTSUPP,
-        FsError::NoSeekTarget => Errno::ENXIO,
-        FsError::NoIoctl => Errno::ENOTTY,
-        FsError::Journal(e) => journal_errno(e),
-    }
-}
-
-/// The errno of a fork operation's error (part of [`errno`]).
-fn journal_errno(e: &journal::Error) -> Errno {
-    use journal::Error as J;
-    match e {
-        J::NotFound => Errno::ENOENT,
-        J::Exists | J::XattrExists => Errno::EEXIST,
-        J::NotEmpty => Errno::ENOTEMPTY,
-        J::NotDir => Errno::ENOTDIR,
-        J::IsDir => Errno::EISDIR,
-        J::Invalid(_) => Errno::EINVAL,
-        J::Perm => Errno::EPERM,
-        J::NameTooLong => Errno::ENAMETOOLONG,
-        J::NoXattr => Errno::NO_XATTR,
-        J::TooBig => Errno::E2BIG,
-        J::FileTooLarge => Errno::EFBIG,
-        J::TooManyLinks => Errno::EMLINK,
-        J::Busy(_) | J::Uncommitted(_) => Errno::EBUSY,
-        J::NotAncestor { .. } | J::Refused(_) => Errno::EINVAL,
+        FsError::Journal(J::Busy(_) | J::Uncommitted(_)) => Errno::EBUSY,
+        FsError::Journal(J::NotAncestor { .. } | J::Refused(_)) => Errno::EINVAL,
         // The journal's file system is full: the writer is told, the fork
         // goes on (reads, deletes, and writes once space is freed).
-        J::NoSpace { .. } => Errno::ENOSPC,
+        FsError::Journal(J::NoSpace { .. }) => Errno::ENOSPC,
         // Failures of the fork itself: the operation fails, the mount stays.
-        J::NoFork(_)
-        | J::BadName(_)
-        | J::NameTaken(_)
-        | J::Io { .. }
-        | J::Store(_)
-        | J::Corrupt { .. } => {
+        FsError::Journal(
+            J::NoFork(_)
+            | J::BadName(_)
+            | J::NameTaken(_)
+            | J::Io { .. }
+            | J::Store(_)
+            | J::Corrupt { .. },
+        ) => {
             tracing::warn!(error = %e, "fork operation failed; it gets EIO");
             Errno::EIO
         }
@@ -315,7 +282,7 @@ enum Mode {
     ReadWrite,
 }
 
-fn check_mountpoint(cfg: &MountConfig) -> Result<()> {
+fn check_mountpoint(cfg: &MountConfig) -> Result<(), MountError> {
     let meta = std::fs::metadata(&cfg.mountpoint).map_err(|e| mount_error(cfg, e))?;
     if !meta.is_dir() {
         return Err(mount_error(
@@ -326,8 +293,8 @@ fn check_mountpoint(cfg: &MountConfig) -> Result<()> {
     Ok(())
 }
 
-fn mount_error(cfg: &MountConfig, source: io::Error) -> FsError {
-    FsError::Mount {
+fn mount_error(cfg: &MountConfig, source: io::Error) -> MountError {
+    MountError::Mount {
         path: cfg.mountpoint.clone(),
         source: fusermount_error(source),
     }
@@ -363,14 +330,18 @@ fn fusermount_error(e: io::Error) -> io::Error {
 /// Block the stop signals in the calling thread (see [`mount_checkpoint`]),
 /// then mount `view` at `cfg.mountpoint` and, if the kernel agreed to FUSE
 /// over io_uring at INIT, start the rings ([`uring`]).
-fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Result<Mounted> {
+fn start_session(
+    cfg: &MountConfig,
+    config: &Config,
+    view: Arc<dyn View>,
+) -> Result<Mounted, MountError> {
     crate::sys::block_stop_signals().map_err(|e| mount_error(cfg, e))?;
     let release = MountRelease::default();
     // The switch read and the probe thread run once, and only when the
     // transport may be io_uring.
     let enabled = cfg.transport != Transport::Classic && uring_enabled();
     if cfg.transport == Transport::Uring && !enabled {
-        return Err(FsError::Transport(format!(
+        return Err(MountError::Transport(format!(
             "FUSE over io_uring is switched off: echo Y > {ENABLE_URING} (as root; kernel 6.14 or later), or mount with --transport classic"
         )));
     }
@@ -395,7 +366,7 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
     let agreed = agreed.is_some_and(|a| a.load(Ordering::Acquire));
     if cfg.transport == Transport::Uring && !agreed {
         // Dropping the session unmounts.
-        return Err(FsError::Transport(
+        return Err(MountError::Transport(
             "the kernel did not agree to FUSE over io_uring at INIT; mount with --transport classic"
                 .into(),
         ));
@@ -423,6 +394,17 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
     })
 }
 
+/// A directory's `(st_size, st_blocks)` as every mount shows it: what ext4
+/// would give its entries' names ([`ext4::dir_size`]), whatever size
+/// the tree recorded; one block when tree `tree` cannot be read. `storefs ls`
+/// shows the same.
+pub fn dir_size(store: &Store, tree: &ObjectId) -> (u64, u64) {
+    match store.get_tree(tree, "directory") {
+        Ok(t) => ext4::dir_size(t.entries.iter().map(|e| e.name.len())),
+        Err(_) => ext4::dir_size([]),
+    }
+}
+
 /// Mount checkpoint `ckpt` read-only. Returns once the kernel mount exists
 /// (before serving); requests wait until [`Mounted::run`] runs.
 ///
@@ -431,19 +413,14 @@ fn start_session(cfg: &MountConfig, config: &Config, view: Arc<dyn View>) -> Res
 /// inherit the mask and only a thread that waits for them takes them. Call
 /// it from the daemon's main thread before starting other threads (a thread that
 /// does not block them would die of a process-directed SIGTERM). The mask is
-/// left in place even when mounting fails.
-/// A directory's `(st_size, st_blocks)` as every mount shows it: what ext4
-/// would give its entries' names ([`journal::ext4::dir_size`]), whatever size
-/// the tree recorded; one block when tree `tree` cannot be read. `storefs ls`
-/// shows the same.
-pub fn dir_size(store: &Store, tree: &ObjectId) -> (u64, u64) {
-    match store.get_tree(tree, "directory") {
-        Ok(t) => journal::ext4::dir_size(t.entries.iter().map(|e| e.name.len())),
-        Err(_) => journal::ext4::dir_size([]),
-    }
-}
-
-pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) -> Result<Mounted> {
+/// left in place even when mounting fails. Fails with a [`MountError`]
+/// (an option refused, the mountpoint or the kernel refusing, the
+/// checkpoint unreadable) before any request is served.
+pub fn mount_checkpoint(
+    store: Arc<Store>,
+    ckpt: ObjectId,
+    cfg: &MountConfig,
+) -> Result<Mounted, MountError> {
     let record = store.read_checkpoint(&ckpt)?;
     let root = store.root_entry(&record)?;
     check_mountpoint(cfg)?;
@@ -475,7 +452,7 @@ pub fn mount_checkpoint(store: Arc<Store>, ckpt: ObjectId, cfg: &MountConfig) ->
 /// cache the kernel writes the file's dirty pages back first). The caller may keep
 /// its own clone of `fork` to [`Fork::commit`] or [`Fork::sync`] from other
 /// threads while the mount serves, and commits after `run` returns.
-pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
+pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, MountError> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
@@ -494,7 +471,7 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted> {
 /// Mount the whole store read-only for browsing: `checkpoints/`, `refs/`,
 /// `forks/`, `archives/` (see [`browse`]). Returns once the kernel mount
 /// exists (before serving). Signals as for [`mount_checkpoint`].
-pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted> {
+pub fn mount_browse(store: Arc<Store>, cfg: &MountConfig) -> Result<Mounted, MountError> {
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadOnly)?;
     let caches = Caches::new(cfg.cache_bytes);
@@ -610,9 +587,9 @@ impl TransportUse {
 }
 
 /// The fuser configuration: `ro` or `rw` by `mode`, plus the user's options.
-fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config> {
+fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
     if cfg.fsname.contains(',') {
-        return Err(FsError::BadOption {
+        return Err(MountError::BadOption {
             option: format!("fsname={}", cfg.fsname),
             reason: "the name cannot contain a comma",
         });
@@ -634,7 +611,7 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config> {
     let mut acl = SessionACL::Owner;
     let user_options = cfg.extra_options.iter().flat_map(|o| o.split(','));
     for option in user_options.map(str::trim).filter(|o| !o.is_empty()) {
-        let refuse = |reason| FsError::BadOption {
+        let refuse = |reason| MountError::BadOption {
             option: option.to_string(),
             reason,
         };

@@ -19,13 +19,14 @@ use std::sync::Arc;
 use proptest_state_machine::prop_state_machine;
 
 use super::fork::ForkView;
-use super::view::{Caller, Opened, Readdir, SetAttr, View, WriteCtx, XattrReply};
+use super::view::{Caller, Opened, Readdir, View, WriteCtx, XattrReply};
 use super::{FsError, Result};
+use crate::journal::Fork;
 use crate::journal::model_tests::{
-    ASKERS, Errno, ForkModel, Look, Op, P, Surface, XATTRS, config, errno as journal_errno,
+    ASKERS, Errno, ForkModel, Look, Op, P, Surface, XATTRS, config, errno as journal_errno, outcome,
 };
-use crate::journal::{Attr, DirEntry, Fork, ROOT_INO};
 use crate::store::Kind;
+use crate::store::model::{Attr, DirEntry, Posix, ROOT_INO, SetAttr};
 
 /// Who does what is not a creation: root, no process, no umask.
 const ROOT: &Caller = &Caller {
@@ -46,12 +47,8 @@ pub(crate) struct Served {
 /// The model's outcome of a view's error.
 fn errno(e: &FsError, op: &Op) -> Errno {
     match e {
+        FsError::Posix(p) => outcome(p, op),
         FsError::Journal(j) => journal_errno(j, op),
-        FsError::NotFound => Errno::NotFound,
-        FsError::NotDir => Errno::NotDir,
-        FsError::IsDir => Errno::IsDir,
-        FsError::NoXattr => Errno::NoXattr,
-        FsError::Invalid(_) => Errno::Invalid,
         other => panic!("{op:?}: {other}"),
     }
 }
@@ -119,7 +116,7 @@ impl Served {
                 // view never sees one. (The model finds the parent's
                 // components first, as the fork does.)
                 if target.is_empty() {
-                    return Err(FsError::NotFound);
+                    return Err(Posix::NotFound.into());
                 }
                 self.given(&v.symlink(&asker(*a), d, n, target)?.attr);
             }

@@ -12,19 +12,9 @@
 use std::time::Duration;
 
 use super::{FsError, Result};
-use crate::journal::{
-    self,
-    ext4::{self, Seek},
-};
 use crate::store::Kind;
-
-pub use crate::journal::{Attr, Fallocate, RenameMode, SetAttr, StatFs, Time, XattrMode};
-
-/// The root directory's inode number: FUSE's `FUSE_ROOT_ID`, and a fork's
-/// root's.
-pub const ROOT_INO: u64 = journal::ROOT_INO;
-/// The longest name a mount accepts (and `statfs` reports), as a fork's.
-pub const NAME_MAX: usize = journal::NAME_MAX;
+use crate::store::model::ext4::{self, Seek};
+use crate::store::model::{Attr, Fallocate, Posix, RenameMode, SetAttr, StatFs, XattrMode};
 
 /// The block size reported by `stat` (`st_blksize`) and `statfs`.
 pub const BLOCK_SIZE: u32 = ext4::BLOCK as u32;
@@ -214,7 +204,7 @@ pub const READ_ONLY_CAPABILITIES: &[Capability] = &[
 
 /// A filesystem served on inode numbers. Every request comes with its
 /// [`Caller`]; views that do not care ignore it. Writes (from `setattr` on)
-/// refuse with [`FsError::ReadOnly`] unless the view serves them.
+/// refuse with [`Posix::ReadOnly`] unless the view serves them.
 #[allow(unused_variables)] // the defaults use none
 pub trait View: Send + Sync {
     /// The kernel features to ask for at `init`.
@@ -283,32 +273,32 @@ pub trait View: Send + Sync {
     // ---- writes: refused unless the view serves them ----
 
     fn setattr(&self, c: &Caller, ino: u64, attrs: &SetAttr) -> Result<Entry> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     /// `mknod(2)`; `rdev` is a userspace `dev_t`.
     fn mknod(&self, c: &Caller, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Entry> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     fn mkdir(&self, c: &Caller, parent: u64, name: &[u8], mode: u32) -> Result<Entry> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     fn symlink(&self, c: &Caller, parent: u64, name: &[u8], target: &[u8]) -> Result<Entry> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     fn link(&self, c: &Caller, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Entry> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     fn unlink(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<()> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     fn rmdir(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<()> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     /// `renameat2(2)`, its flags decoded ([`super::dispatch`]).
@@ -321,7 +311,7 @@ pub trait View: Send + Sync {
         new_name: &[u8],
         mode: RenameMode,
     ) -> Result<()> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     /// Create and open a regular file (`O_CREAT`; the kernel looked it up first).
@@ -333,13 +323,13 @@ pub trait View: Send + Sync {
         mode: u32,
         flags: i32,
     ) -> Result<(Entry, Opened)> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     /// Write `data` to file `ino` through handle `how.fh` at `how.offset`;
     /// returns the bytes written.
     fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     /// `setxattr(2)`, its flags (`XATTR_CREATE`, `XATTR_REPLACE`) decoded.
@@ -351,16 +341,16 @@ pub trait View: Send + Sync {
         value: &[u8],
         mode: XattrMode,
     ) -> Result<()> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     fn removexattr(&self, c: &Caller, ino: u64, name: &[u8]) -> Result<()> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     /// `fallocate(2)`, its `mode` bits decoded.
     fn fallocate(&self, c: &Caller, ino: u64, offset: u64, len: u64, how: Fallocate) -> Result<()> {
-        Err(FsError::ReadOnly)
+        Err(Posix::ReadOnly.into())
     }
 
     /// `copy_file_range(2)` within this mount: up to `len` bytes of `from`
@@ -383,7 +373,7 @@ pub trait View: Send + Sync {
 /// read needs no per-open state.
 pub fn open_read_only(flags: i32) -> Result<Opened> {
     if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-        return Err(FsError::ReadOnly);
+        return Err(Posix::ReadOnly.into());
     }
     Ok(Opened::Stateless)
 }
@@ -392,7 +382,7 @@ pub fn open_read_only(flags: i32) -> Result<Opened> {
 /// refused; the kernel checks the mode bits (`default_permissions`).
 pub fn access_read_only(mask: i32) -> Result<()> {
     if mask & libc::W_OK != 0 {
-        return Err(FsError::ReadOnly);
+        return Err(Posix::ReadOnly.into());
     }
     Ok(())
 }
@@ -400,9 +390,11 @@ pub fn access_read_only(mask: i32) -> Result<()> {
 /// An xattr value or name list for a buffer of `size` bytes: its size for a
 /// size-0 probe, `ERANGE` when it does not fit.
 pub fn sized(bytes: Vec<u8>, size: u32) -> Result<XattrReply> {
-    let too_small = || FsError::BufferTooSmall {
-        given: size,
-        needed: bytes.len(),
+    let too_small = || {
+        FsError::Posix(Posix::BufferTooSmall {
+            given: size,
+            needed: bytes.len(),
+        })
     };
     let len = u32::try_from(bytes.len()).map_err(|_| too_small())?;
     if size == 0 {
@@ -433,12 +425,13 @@ const XATTR_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"sys
 
 pub fn check_xattr_name(name: &[u8]) -> Result<()> {
     match XATTR_NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
-        None => Err(FsError::Unsupported(
+        None => Err(Posix::Unsupported(
             "an xattr name outside user., trusted., security. and system.",
-        )),
-        Some(ns) if name.len() == ns.len() => {
-            Err(FsError::Invalid("an xattr name that is only a namespace"))
-        }
+        )
+        .into()),
+        Some(ns) if name.len() == ns.len() => Err(FsError::Posix(Posix::Invalid(
+            "an xattr name that is only a namespace",
+        ))),
         Some(_) => Ok(()),
     }
 }
@@ -457,7 +450,7 @@ mod tests {
             XattrReply::Data(b"abc".to_vec())
         );
         let e = sized(b"abc".to_vec(), 2).expect_err("too small");
-        assert!(matches!(e, FsError::BufferTooSmall { .. }));
+        assert!(matches!(e, FsError::Posix(Posix::BufferTooSmall { .. })));
         assert_eq!(errno(&e), Errno::ERANGE);
         assert_eq!(xattr_list([&b"a"[..], b"bc"]), b"a\0bc\0");
     }

@@ -55,7 +55,8 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use super::abi::{self, fattr, op};
 use super::dispatch::{self, GENERATION, Handle, Op, Reply, kernel_attr};
-use super::view::{BLOCK_SIZE, Caller, DirItem, Readdir, SetAttr, Time, View, XattrReply};
+use super::view::{BLOCK_SIZE, Caller, DirItem, Readdir, View, XattrReply};
+use crate::store::model::{SetAttr, Time};
 
 /// Who may use the mount, as fuser's `SessionACL` (fuser's filter on the
 /// request's uid, replicated).
@@ -622,13 +623,11 @@ mod tests {
     use crate::fs::FsError;
     use crate::fs::dispatch::kernel_dev;
     use crate::fs::fuse::FuseAdapter;
-    use crate::fs::view::{
-        AddItem, Attr, Capability, Entry, Fallocate, Opened, RenameMode, StatFs, WriteCtx,
-        XattrMode, sized, xattr_list,
-    };
+    use crate::fs::view::{AddItem, Capability, Entry, Opened, WriteCtx, sized, xattr_list};
     use crate::fs::{MountRelease, Result};
-    use crate::journal::ext4::Seek;
     use crate::store::Kind;
+    use crate::store::model::ext4::Seek;
+    use crate::store::model::{Attr, Fallocate, Posix, RenameMode, StatFs, XattrMode};
     use crate::sys;
 
     // ------------------------------------------------------------ requests
@@ -863,8 +862,8 @@ mod tests {
     /// A name the recorder refuses, by its content.
     fn refusal(name: &[u8]) -> Result<()> {
         match name {
-            b"missing" => Err(FsError::NotFound),
-            b"bad" => Err(FsError::Invalid("a bad name")),
+            b"missing" => Err(Posix::NotFound.into()),
+            b"bad" => Err(Posix::Invalid("a bad name").into()),
             _ => Ok(()),
         }
     }
@@ -902,7 +901,7 @@ mod tests {
         fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>> {
             self.log(format!("readlink {c:?} {ino}"));
             if ino == 2 {
-                return Err(FsError::NotSymlink);
+                return Err(Posix::NotSymlink.into());
             }
             Ok(b"../target/x".to_vec())
         }
@@ -918,13 +917,13 @@ mod tests {
                     fh: u64::MAX,
                     keep_cache: false,
                 }),
-                _ => Err(FsError::ReadOnly),
+                _ => Err(Posix::ReadOnly.into()),
             }
         }
         fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
             self.log(format!("read {c:?} {ino} {offset} {size}"));
             if ino == 99 {
-                return Err(FsError::IsDir);
+                return Err(Posix::IsDir.into());
             }
             let n = size.min(300) as usize;
             Ok((0..n).map(|i| (offset as usize + i) as u8).collect())
@@ -950,7 +949,7 @@ mod tests {
         fn readdir(&self, c: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
             self.log(format!("readdir {c:?} {ino} {at:?}"));
             if ino == 99 {
-                return Err(FsError::NotDir);
+                return Err(Posix::NotDir.into());
             }
             for i in at.offset.min(LISTING as u64) as usize..LISTING {
                 let name = listed_name(i);
@@ -1007,7 +1006,7 @@ mod tests {
         fn getxattr(&self, c: &Caller, ino: u64, name: &[u8], size: u32) -> Result<XattrReply> {
             self.log(format!("getxattr {c:?} {ino} {name:?} {size}"));
             if name == b"user.none" {
-                return Err(FsError::NoXattr);
+                return Err(Posix::NoXattr.into());
             }
             sized(b"value!".to_vec(), size)
         }
@@ -1107,7 +1106,7 @@ mod tests {
         fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
             self.log(format!("write {c:?} {ino} {data:?} {how:?}"));
             if ino == 99 {
-                return Err(FsError::ReadOnly);
+                return Err(Posix::ReadOnly.into());
             }
             Ok(data.len() as u32)
         }
@@ -2137,7 +2136,7 @@ mod tests {
     #[test]
     #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
     fn a_checkpoint_view_served_from_ring_requests() {
-        use crate::fs::view::ROOT_INO;
+        use crate::store::model::ROOT_INO;
         let (_tmp, view) = checkpoint_view();
         let p = policy(Access::Owner);
         let c = &Caller::default();

@@ -36,7 +36,8 @@
 use std::collections::HashMap;
 
 use super::state::{Ctx, Data, ForkState, check_name};
-use super::{Error, Fork, ROOT_INO, Result, SetAttr, Time, XattrMode};
+use super::{Error, Fork, Result};
+use crate::store::model::{Posix, ROOT_INO, SetAttr, Time, XattrMode};
 use crate::store::{Content, Entry, Kind, ObjectId};
 
 /// What [`Fork::checkout`] did to one path.
@@ -233,7 +234,7 @@ fn check_above(st: &mut ForkState, ctx: &Ctx<'_>, p: &[u8], l: &Lineage) -> Resu
     for (i, c) in l.components[..above].iter().enumerate() {
         let ino = match st.lookup(ctx, dir, c) {
             Ok(ino) => ino,
-            Err(Error::NotFound) => return Ok(()),
+            Err(Error::Posix(Posix::NotFound)) => return Ok(()),
             Err(e) => return Err(e),
         };
         if st.inode(ino)?.kind != Kind::Dir {
@@ -275,8 +276,10 @@ impl Put<'_, '_> {
                 Ok(ino) if self.st.inode(ino)?.kind == Kind::Dir => dir = ino,
                 // A non-directory above (check_above let it pass: the
                 // checkpoint has none there either), or nothing.
-                Ok(_) | Err(Error::NotFound) if target.is_none() => return Ok(Done::Absent),
-                Err(Error::NotFound) => {
+                Ok(_) | Err(Error::Posix(Posix::NotFound)) if target.is_none() => {
+                    return Ok(Done::Absent);
+                }
+                Err(Error::Posix(Posix::NotFound)) => {
                     let e = &l.entries[i];
                     self.out.names.push((dir, c.clone()));
                     self.out.dirs.push(dir);
@@ -297,7 +300,7 @@ impl Put<'_, '_> {
         let name = &l.components[last];
         let had = match self.st.lookup(self.ctx, dir, name) {
             Ok(_) => true,
-            Err(Error::NotFound) => false,
+            Err(Error::Posix(Posix::NotFound)) => false,
             Err(e) => return Err(e),
         };
         if target.is_none() && !had {

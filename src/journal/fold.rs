@@ -35,9 +35,10 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::rechunk::{ChunkIo, chunk_file};
-use super::state::{Data, Dir, ForkState, Inode, PieceMap, ROOT_INO, Src, TreeCache, plan};
+use super::state::{Data, Dir, ForkState, Inode, PieceMap, Src, TreeCache, plan};
 use super::wal::Wal;
 use super::{Error, Result};
+use crate::store::model::ROOT_INO;
 use crate::store::{Content, Entry, Extent, Kind, ObjectId, Stats, Store, Tree};
 
 /// What a fold produced.

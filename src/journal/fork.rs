@@ -36,7 +36,11 @@ use super::prealloc::{self, Prealloc};
 use super::record::Record;
 use super::state::{Budget, Ctx, ForkState, INODE_BYTES, Src, check_name, now_ns};
 use super::wal::{Wal, segment_name};
-use super::{Attr, DirEntry, Error, Fallocate, RenameMode, Result, SetAttr, XattrMode};
+use super::{Error, Result};
+use crate::store::model::{
+    Attr, DirEntry, Fallocate, MAX_FILE_SIZE, NAME_MAX, Posix, RenameMode, SetAttr, StatFs,
+    XattrMode, ext4,
+};
 use crate::store::readahead::{AHEAD_CHUNKS, DROP_BEHIND, ReadAhead};
 use crate::store::{Checkpoint, ChunkCache, ForkHead, Kind, ObjectId, Source, Store, acl};
 
@@ -119,20 +123,6 @@ pub struct Upstream {
     /// The remote ref's name.
     #[serde(rename = "ref")]
     pub r#ref: String,
-}
-
-/// What `statfs` reports for a fork mount.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StatFs {
-    /// From the file system holding the store (where the journal grows).
-    pub blocks: u64,
-    pub blocks_free: u64,
-    pub blocks_avail: u64,
-    pub block_size: u32,
-    /// Inodes the fork knows now.
-    pub files: u64,
-    pub files_free: u64,
-    pub name_max: u32,
 }
 
 /// Where fork `name` lives.
@@ -571,7 +561,7 @@ impl Fork {
 
     /// Inode `ino`'s attributes; a directory not loaded yet is sized from
     /// its base tree (read, not loaded: no journal record), as ext4 would
-    /// size it ([`super::ext4::dir_size`]). One block if that tree cannot
+    /// size it ([`ext4::dir_size`]). One block if that tree cannot
     /// be read (listing it will fail and say why).
     fn attr_of(&self, st: &ForkState, ino: u64) -> Result<Attr> {
         let n = st.inode(ino)?;
@@ -581,31 +571,31 @@ impl Fork {
         {
             let end = held.last().map_or(0, |r| r.1).max(f.size);
             let ranges = prealloc::with_reserved(super::state::data_ranges(f, 0), &held);
-            attr.blocks = super::ext4::file_blocks(end, ranges);
+            attr.blocks = ext4::file_blocks(end, ranges);
         }
         if let super::state::Data::Dir(super::state::Dir::Unloaded(id)) = &n.data
             && let Ok(tree) = self.store.get_tree(id, &format!("directory inode {ino}"))
         {
             let names = tree.entries.iter().map(|e| &e.name);
             let lens = names.filter(|n| check_name(n).is_ok()).map(|n| n.len());
-            (attr.size, attr.blocks) = super::ext4::dir_size(lens);
+            (attr.size, attr.blocks) = ext4::dir_size(lens);
         }
         Ok(attr)
     }
 
     /// `lseek` `SEEK_DATA`/`SEEK_HOLE` on file `ino`, from the fork's extent
     /// map (base extents and journal writes are data, gaps are holes), as
-    /// ext4 would answer ([`super::ext4::seek`]); `None` is `ENXIO`.
-    pub fn seek(&self, ino: u64, offset: i64, whence: super::ext4::Seek) -> Result<Option<u64>> {
+    /// ext4 would answer ([`ext4::seek`]); `None` is `ENXIO`.
+    pub fn seek(&self, ino: u64, offset: i64, whence: ext4::Seek) -> Result<Option<u64>> {
         self.with_ino(ino, |st, _| match &st.inode(ino)?.data {
             super::state::Data::File(f) => {
                 let from = u64::try_from(offset).unwrap_or(0);
-                let from = from - from % super::ext4::BLOCK;
+                let from = from - from % ext4::BLOCK;
                 let ranges = super::state::data_ranges(f, from);
-                Ok(super::ext4::seek(f.size, ranges, offset, whence))
+                Ok(ext4::seek(f.size, ranges, offset, whence))
             }
-            super::state::Data::Dir(_) => Err(Error::IsDir),
-            _ => Err(Error::Invalid("not a regular file")),
+            super::state::Data::Dir(_) => Err(Posix::IsDir.into()),
+            _ => Err(Posix::Invalid("not a regular file").into()),
         })
     }
 
@@ -707,7 +697,7 @@ impl Fork {
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         self.with_ino(ino, |st, _| match &st.inode(ino)?.data {
             super::state::Data::Symlink(t) => Ok(t.clone()),
-            _ => Err(Error::Invalid("not a symlink")),
+            _ => Err(Posix::Invalid("not a symlink").into()),
         })
     }
 
@@ -717,7 +707,7 @@ impl Fork {
                 .xattrs
                 .get(name)
                 .cloned()
-                .ok_or(Error::NoXattr)
+                .ok_or(Posix::NoXattr.into())
         })
     }
 
@@ -735,7 +725,7 @@ impl Fork {
         })?;
         let root = self.store.root();
         if root.as_os_str().as_encoded_bytes().contains(&0) {
-            return Err(Error::Invalid("store path holds NUL"));
+            return Err(Posix::Invalid("store path holds NUL").into());
         }
         let s = rustix::fs::statvfs(root).map_err(|e| Error::Io {
             path: root.to_path_buf(),
@@ -750,7 +740,7 @@ impl Fork {
             block_size: 4096,
             files,
             files_free: u64::from(u32::MAX),
-            name_max: super::NAME_MAX as u32,
+            name_max: NAME_MAX as u32,
         })
     }
 
@@ -766,12 +756,10 @@ impl Fork {
     pub fn make(&self, parent: u64, name: &[u8], node: &NewNode<'_>, open: bool) -> Result<Attr> {
         let kind = node.kind;
         if kind == Kind::Symlink && node.target.is_none_or(<[u8]>::is_empty) {
-            return Err(Error::NotFound);
+            return Err(Posix::NotFound.into());
         }
         if kind != Kind::Symlink && node.target.is_some() {
-            return Err(Error::Invalid(
-                "a target for an inode that is not a symlink",
-            ));
+            return Err(Posix::Invalid("a target for an inode that is not a symlink").into());
         }
         self.with(|st, ctx| {
             st.ensure_loaded(ctx, parent)?;
@@ -827,7 +815,7 @@ impl Fork {
         rdev: u64,
     ) -> Result<Attr> {
         if matches!(kind, Kind::Dir | Kind::Symlink) {
-            return Err(Error::Invalid("mknod of a directory or symlink"));
+            return Err(Posix::Invalid("mknod of a directory or symlink").into());
         }
         let node = NewNode {
             rdev,
@@ -853,7 +841,7 @@ impl Fork {
         )
     }
 
-    /// mkdir: of callers racing for one name exactly one succeeds; the others get [`Error::Exists`].
+    /// mkdir: of callers racing for one name exactly one succeeds; the others get [`Posix::Exists`].
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
         self.make(
             parent,
@@ -991,8 +979,8 @@ impl Fork {
     /// (`prealloc.rs`): more than the free space left fails with
     /// [`Error::NoSpace`], as on ext4, before anything changes.
     pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: Fallocate) -> Result<()> {
-        let end = offset.checked_add(len).ok_or(Error::FileTooLarge)?;
-        let block = super::ext4::BLOCK;
+        let end = offset.checked_add(len).ok_or(Posix::FileTooLarge)?;
+        let block = ext4::BLOCK;
         let (start, stop) = (offset - offset % block, end.saturating_add(block - 1));
         let stop = stop - stop % block;
         self.with_change(ino, |st, ctx| {
@@ -1001,7 +989,7 @@ impl Fork {
                 self.prealloc.release(ino, offset, end);
                 return Ok(());
             }
-            if len != 0 && end <= super::state::MAX_FILE_SIZE {
+            if len != 0 && end <= MAX_FILE_SIZE {
                 let need = self.prealloc.unreserved(ino, start, stop);
                 let reserved = self.prealloc.reserved(|i| !st.linked(i));
                 let root = self.store.root();
@@ -1055,7 +1043,7 @@ impl Fork {
             };
             return self.with_change(ino, |st, ctx| st.setxattr(ctx, ino, name, value, mode));
         }
-        let a = acl::Acl::parse(value).ok_or(Error::Invalid("a malformed POSIX ACL"))?;
+        let a = acl::Acl::parse(value).ok_or(Posix::Invalid("a malformed POSIX ACL"))?;
         let (bits, equiv) = a.equiv_mode();
         self.with_change(ino, |st, ctx| {
             let n = st.inode(ino)?;
@@ -1110,7 +1098,7 @@ impl Fork {
     pub(crate) fn commit_until(&self, message: &str, stop: Option<CommitStep>) -> Result<ObjectId> {
         self.commit_with(message, |s| {
             if stop == Some(s) {
-                Err(Error::Invalid("simulated crash"))
+                Err(Error::Posix(Posix::Invalid("simulated crash")))
             } else {
                 Ok(())
             }

@@ -1,7 +1,9 @@
 //! Layer 3: forks — copy-on-write, read-write views of a checkpoint whose
 //! changes go to a crash-safe journal and are folded back into the store as
-//! new checkpoints. No FUSE types and no errno here: errors are the semantic
-//! [`Error`] enum, which `fs/` maps to errno.
+//! new checkpoints. No FUSE types and no errno here: the fork speaks the file
+//! system model of [`crate::store::model`], and its errors are the semantic
+//! [`Error`] enum, a POSIX outcome ([`Posix`]) or a failure of the fork,
+//! which `fs/` maps to errno.
 //!
 //! - [`Fork::create`] makes a named fork of a checkpoint (copies nothing);
 //!   [`Fork::open`] takes the fork's lock, replays its journal and serves
@@ -24,7 +26,6 @@
 //! concurrent `Fork::create` of a ref of the same name.
 
 mod checkout;
-pub mod ext4;
 mod fold;
 mod fork;
 pub mod io;
@@ -38,60 +39,27 @@ pub mod wal;
 use std::io as stdio;
 use std::path::PathBuf;
 
+/// The file system model the fork's operations speak (`store::model`).
+pub use crate::store::model::{
+    Attr, DirEntry, Fallocate, MAX_FILE_SIZE, NAME_MAX, Posix, ROOT_INO, RenameMode, SetAttr,
+    StatFs, Time, XATTR_SIZE_MAX, XattrMode,
+};
 pub use checkout::{Checkout, Done, relative_path};
 pub use fork::{
-    Fork, ForkInfo, ForkMemory, NewNode, StatFs, Upstream, fork_dir, fork_log,
-    has_uncommitted_changes, read_fork_info,
+    Fork, ForkInfo, ForkMemory, NewNode, Upstream, fork_dir, fork_log, has_uncommitted_changes,
+    read_fork_info,
 };
 pub use io::{FaultyIo, JournalFile, JournalIo, Prealloc, RealIo};
-pub use state::{MAX_FILE_SIZE, NAME_MAX, ROOT_INO, XATTR_SIZE_MAX};
 
-use crate::store::{self, Kind, ObjectId};
+use crate::store::{self, ObjectId};
 
-/// What can go wrong on a fork. The first group are the POSIX outcomes of
-/// operations (fs/ maps each to one errno); the rest are failures of the
-/// fork itself.
+/// What can go wrong on a fork: the POSIX outcome of an operation
+/// ([`Posix`], which fs/ maps to its errno), or a failure of the fork itself.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// ENOENT: no such name or inode.
-    #[error("no such file or directory")]
-    NotFound,
-    /// EEXIST.
-    #[error("file exists")]
-    Exists,
-    /// ENOTEMPTY.
-    #[error("directory not empty")]
-    NotEmpty,
-    /// ENOTDIR.
-    #[error("not a directory")]
-    NotDir,
-    /// EISDIR.
-    #[error("is a directory")]
-    IsDir,
-    /// EINVAL, with what was wrong.
-    #[error("invalid argument: {0}")]
-    Invalid(&'static str),
-    /// EPERM (e.g. a hard link to a directory).
-    #[error("operation not permitted")]
-    Perm,
-    /// ENAMETOOLONG: a name longer than [`NAME_MAX`] bytes.
-    #[error("file name too long")]
-    NameTooLong,
-    /// ENODATA: no such extended attribute (or XATTR_REPLACE of a missing one).
-    #[error("no such extended attribute")]
-    NoXattr,
-    /// EEXIST for XATTR_CREATE of an existing attribute.
-    #[error("extended attribute exists")]
-    XattrExists,
-    /// E2BIG: an xattr value over [`XATTR_SIZE_MAX`].
-    #[error("extended attribute value too large")]
-    TooBig,
-    /// EFBIG: past [`MAX_FILE_SIZE`].
-    #[error("file too large")]
-    FileTooLarge,
-    /// EMLINK.
-    #[error("too many links")]
-    TooManyLinks,
+    /// ENOENT, EEXIST, ENOTEMPTY, …: what POSIX says the operation answers.
+    #[error(transparent)]
+    Posix(#[from] Posix),
     /// The fork is open elsewhere (a mount or a commit holds its lock).
     #[error(
         "fork '{0}' is in use (mounted, or a commit is running); unmount it or wait, then retry"
@@ -146,99 +114,6 @@ pub enum Error {
 
 /// Result of this layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// What `stat` shows of a fork inode (and, through `fs::view::Attr`, of
-/// every mount's inodes).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attr {
-    pub ino: u64,
-    pub kind: Kind,
-    /// Permission bits including setuid, setgid and sticky.
-    pub perm: u32,
-    pub nlink: u32,
-    pub uid: u32,
-    pub gid: u32,
-    /// Device number (the store's encoding, as in trees).
-    pub rdev: u64,
-    pub size: u64,
-    /// 512-byte blocks of stored data (holes excluded).
-    pub blocks: u64,
-    pub atime_ns: i64,
-    pub mtime_ns: i64,
-    pub ctime_ns: i64,
-}
-
-/// One name in a directory listing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirEntry {
-    pub name: Vec<u8>,
-    pub ino: u64,
-    pub kind: Kind,
-}
-
-/// A time to set with [`Fork::setattr`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Time {
-    /// UTIME_NOW: the current time.
-    Now,
-    /// Nanoseconds since the epoch.
-    At(i64),
-}
-
-/// What [`Fork::setattr`] changes; `None` fields are left alone. A size is a
-/// truncate (shrink or grow with a hole).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SetAttr {
-    pub perm: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub size: Option<u64>,
-    pub atime: Option<Time>,
-    pub mtime: Option<Time>,
-    /// The change time to record (ns since the epoch): the kernel's, sent
-    /// with the times it owns under the writeback cache. `None`: now.
-    pub ctime: Option<i64>,
-}
-
-/// renameat2 behaviour.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RenameMode {
-    /// Plain rename: atomically replaces an existing destination.
-    Replace,
-    /// RENAME_NOREPLACE: fail with [`Error::Exists`] if the destination exists.
-    NoReplace,
-    /// RENAME_EXCHANGE: swap two existing names.
-    Exchange,
-}
-
-/// setxattr flags.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum XattrMode {
-    /// Create or replace.
-    Any,
-    /// XATTR_CREATE: fail with [`Error::XattrExists`] if it exists.
-    Create,
-    /// XATTR_REPLACE: fail with [`Error::NoXattr`] if it does not.
-    Replace,
-}
-
-/// fallocate modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fallocate {
-    /// Mode 0: extend the size to cover the range (the new part reads as zeros).
-    Extend,
-    /// FALLOC_FL_KEEP_SIZE alone: the size stays; the blocks are counted as
-    /// reserved for the life of the open fork (`prealloc.rs`: data lives in
-    /// the journal, so nothing is reserved on disk).
-    KeepSize,
-    /// FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the range becomes a hole.
-    PunchHole,
-    /// FALLOC_FL_ZERO_RANGE (`keep_size`: with FALLOC_FL_KEEP_SIZE): the
-    /// range reads as zeros (its part inside the file becomes a hole), its
-    /// blocks are counted as reserved, as `KeepSize`'s, and without
-    /// `keep_size` the size grows to cover it, as `Extend`'s.
-    ZeroRange { keep_size: bool },
-}
 
 #[cfg(test)]
 mod testing;

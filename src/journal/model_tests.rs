@@ -43,7 +43,7 @@ use super::fork::CommitStep;
 use super::state::Budget;
 use super::testing::base_checkpoint;
 use super::*;
-use crate::store::{Content, ObjectId, Store};
+use crate::store::{Content, Kind, ObjectId, Store};
 
 /// Sequences run by default (`PROPTEST_CASES` overrides).
 const CASES: u32 = 48;
@@ -182,16 +182,24 @@ pub(crate) enum Errno {
 
 pub(crate) fn errno(e: &Error, op: &Op) -> Errno {
     match e {
-        Error::NotFound => Errno::NotFound,
-        Error::Exists => Errno::Exists,
-        Error::NotEmpty => Errno::NotEmpty,
-        Error::NotDir => Errno::NotDir,
-        Error::IsDir => Errno::IsDir,
-        Error::Invalid(_) => Errno::Invalid,
-        Error::Perm => Errno::Perm,
-        Error::NoXattr => Errno::NoXattr,
-        Error::XattrExists => Errno::XattrExists,
-        Error::TooBig => Errno::TooBig,
+        Error::Posix(p) => outcome(p, op),
+        other => panic!("{op:?}: {other}"),
+    }
+}
+
+/// The model's outcome of a POSIX one (what the fork and the view both answer).
+pub(crate) fn outcome(p: &Posix, op: &Op) -> Errno {
+    match p {
+        Posix::NotFound => Errno::NotFound,
+        Posix::Exists => Errno::Exists,
+        Posix::NotEmpty => Errno::NotEmpty,
+        Posix::NotDir => Errno::NotDir,
+        Posix::IsDir => Errno::IsDir,
+        Posix::Invalid(_) => Errno::Invalid,
+        Posix::Perm => Errno::Perm,
+        Posix::NoXattr => Errno::NoXattr,
+        Posix::XattrExists => Errno::XattrExists,
+        Posix::TooBig => Errno::TooBig,
         other => panic!("{op:?}: {other}"),
     }
 }
@@ -1188,7 +1196,7 @@ impl<S: Surface> Sut<S> {
             }
             Op::CrashInCommit(step) => {
                 match self.f().commit_until("model", Some(*step)) {
-                    Ok(_) | Err(Error::Invalid("simulated crash")) => {}
+                    Ok(_) | Err(Error::Posix(Posix::Invalid("simulated crash"))) => {}
                     Err(e) => panic!("{op:?}: {e}"),
                 }
                 self.close();

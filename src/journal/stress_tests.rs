@@ -156,7 +156,7 @@ impl Worker {
     /// `name` reads as the model says (or is absent when the model has no such name).
     fn check(&self, f: &Fork, name: &[u8]) {
         match (self.model.get(name), f.lookup(self.dir, name)) {
-            (None, Err(Error::NotFound)) => {}
+            (None, Err(Error::Posix(Posix::NotFound))) => {}
             (None, r) => panic!("{}: {} should be absent: {r:?}", self.ctx(), show(name)),
             (Some(want), Ok(a)) => {
                 assert_eq!(a.kind, crate::store::Kind::File, "{}", self.ctx());
@@ -227,7 +227,7 @@ impl Worker {
                         f.release(a.ino);
                         self.model.insert(name.clone(), Vec::new());
                     }
-                    Err(Error::Exists) => {
+                    Err(Error::Posix(Posix::Exists)) => {
                         assert!(self.model.contains_key(&name), "{}: Exists", self.ctx())
                     }
                     Err(e) => panic!("{}: {e}", self.ctx()),
@@ -361,7 +361,7 @@ impl Worker {
                 self.check_held(f, &h);
                 f.release(h.ino);
                 assert!(
-                    matches!(f.getattr(h.ino), Err(Error::NotFound)),
+                    matches!(f.getattr(h.ino), Err(Error::Posix(Posix::NotFound))),
                     "{}: released unlinked inode {} still there",
                     self.ctx(),
                     h.ino
@@ -421,7 +421,7 @@ fn reader(f: &Fork, seed: u64, done: &AtomicBool) -> usize {
     let mut last = 0;
     let mut rounds = 0;
     let lenient = |r: Result<Vec<u8>>, what: &str| match r {
-        Ok(_) | Err(Error::NotFound) => {}
+        Ok(_) | Err(Error::Posix(Posix::NotFound)) => {}
         Err(e) => panic!("{}", ctx(&format!("{what}: {e}"))),
     };
     while !done.load(Ordering::Acquire) {
@@ -434,14 +434,14 @@ fn reader(f: &Fork, seed: u64, done: &AtomicBool) -> usize {
             // A name listed may be gone by now (unlink, rename), nothing else.
             match f.lookup(d, &e.name) {
                 Ok(a) => lenient(read_all(f, a.ino), "read listed"),
-                Err(Error::NotFound) => {}
+                Err(Error::Posix(Posix::NotFound)) => {}
                 Err(err) => panic!("{}", ctx(&format!("lookup {}: {err}", show(&e.name)))),
             }
         }
         let name = rng.name();
         match f.lookup(d, &name) {
             Ok(a) => lenient(read_all(f, a.ino), "read random"),
-            Err(Error::NotFound) => {}
+            Err(Error::Posix(Posix::NotFound)) => {}
             Err(err) => panic!("{}", ctx(&format!("lookup {}: {err}", show(&name)))),
         }
         // r/cur: opened so its inode cannot go away while read; a rename
@@ -452,7 +452,7 @@ fn reader(f: &Fork, seed: u64, done: &AtomicBool) -> usize {
                 .unwrap_or_else(|e| panic!("{}", ctx(&format!("r/cur vanished: {e}"))));
             match f.open_file(a.ino) {
                 Ok(()) => {}
-                Err(Error::NotFound) => continue,
+                Err(Error::Posix(Posix::NotFound)) => continue,
                 Err(e) => panic!("{}", ctx(&format!("open r/cur: {e}"))),
             }
             let data = read_all(f, a.ino);

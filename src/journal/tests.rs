@@ -13,7 +13,7 @@ use super::*;
 use crate::ingest;
 use crate::store::acl;
 use crate::store::readahead::AHEAD_CHUNKS;
-use crate::store::{Checkpoint, ForkHead, ObjectId, Store};
+use crate::store::{Checkpoint, ForkHead, Kind, ObjectId, Store};
 
 // ------------------------------------------------------------------ helpers
 
@@ -783,39 +783,57 @@ fn posix_semantics() {
     let d = f.mkdir(root, b"d", 0o755, 0, 0).unwrap();
     assert!(matches!(
         f.mkdir(root, b"d", 0o755, 0, 0),
-        Err(Error::Exists)
+        Err(Error::Posix(Posix::Exists))
     ));
     let root_links = f.getattr(root).unwrap().nlink;
     f.mknod(d.ino, b"in", Kind::File, 0o600, 0, 0, 0).unwrap();
-    assert!(matches!(f.rmdir(root, b"d"), Err(Error::NotEmpty)));
-    assert!(matches!(f.unlink(root, b"d"), Err(Error::IsDir)));
-    assert!(matches!(f.rmdir(d.ino, b"in"), Err(Error::NotDir)));
+    assert!(matches!(
+        f.rmdir(root, b"d"),
+        Err(Error::Posix(Posix::NotEmpty))
+    ));
+    assert!(matches!(
+        f.unlink(root, b"d"),
+        Err(Error::Posix(Posix::IsDir))
+    ));
+    assert!(matches!(
+        f.rmdir(d.ino, b"in"),
+        Err(Error::Posix(Posix::NotDir))
+    ));
     assert!(
-        matches!(f.rmdir(root, b"dir"), Err(Error::NotEmpty)),
+        matches!(f.rmdir(root, b"dir"), Err(Error::Posix(Posix::NotEmpty))),
         "base dir, unloaded"
     );
     f.unlink(d.ino, b"in").unwrap();
     f.rmdir(root, b"d").unwrap();
     assert_eq!(f.getattr(root).unwrap().nlink, root_links - 1);
-    assert!(matches!(f.lookup(root, b"d"), Err(Error::NotFound)));
-    assert!(matches!(f.lookup(root, &[b'x'; 256]), Err(Error::NotFound)));
+    assert!(matches!(
+        f.lookup(root, b"d"),
+        Err(Error::Posix(Posix::NotFound))
+    ));
+    assert!(matches!(
+        f.lookup(root, &[b'x'; 256]),
+        Err(Error::Posix(Posix::NotFound))
+    ));
     assert!(matches!(
         f.mkdir(root, &[b'x'; 256], 0, 0, 0),
-        Err(Error::NameTooLong)
+        Err(Error::Posix(Posix::NameTooLong))
     ));
     assert!(matches!(
         f.mkdir(root, b"a/b", 0, 0, 0),
-        Err(Error::Invalid(_))
+        Err(Error::Posix(Posix::Invalid(_)))
     ));
 
     // Rename over an existing file, NOREPLACE, EXCHANGE, into itself.
     f.rename(root, b"new", root, b"hello.txt", RenameMode::Replace)
         .unwrap();
     assert_eq!(ino(&f, "hello.txt"), a.ino);
-    assert!(matches!(f.lookup(root, b"new"), Err(Error::NotFound)));
+    assert!(matches!(
+        f.lookup(root, b"new"),
+        Err(Error::Posix(Posix::NotFound))
+    ));
     assert!(matches!(
         f.rename(root, b"hello.txt", root, b"sym", RenameMode::NoReplace),
-        Err(Error::Exists)
+        Err(Error::Posix(Posix::Exists))
     ));
     let sym = ino(&f, "sym");
     f.rename(root, b"hello.txt", root, b"sym", RenameMode::Exchange)
@@ -825,19 +843,19 @@ fn posix_semantics() {
     let sub = ino(&f, "dir/sub");
     assert!(matches!(
         f.rename(root, b"dir", sub, b"loop", RenameMode::Replace),
-        Err(Error::Invalid(_))
+        Err(Error::Posix(Posix::Invalid(_)))
     ));
     assert!(matches!(
         f.rename(root, b"sym", root, b"dir", RenameMode::Replace),
-        Err(Error::IsDir)
+        Err(Error::Posix(Posix::IsDir))
     ));
     assert!(matches!(
         f.rename(root, b"dir", root, b"sym", RenameMode::Replace),
-        Err(Error::NotDir)
+        Err(Error::Posix(Posix::NotDir))
     ));
     assert!(matches!(
         f.rename(root, b"empty", root, b"dir", RenameMode::Replace),
-        Err(Error::NotEmpty)
+        Err(Error::Posix(Posix::NotEmpty))
     ));
     f.rename(root, b"empty", dir, b"moved", RenameMode::Replace)
         .unwrap();
@@ -852,7 +870,10 @@ fn posix_semantics() {
     assert_eq!(f.getattr(l1).unwrap().nlink, 3);
     f.write(ino(&f, "link3"), 0, b"L").unwrap();
     assert_eq!(cat(&f, "dir/link2"), b"Linked");
-    assert!(matches!(f.link(dir, root, b"dl"), Err(Error::Perm)));
+    assert!(matches!(
+        f.link(dir, root, b"dl"),
+        Err(Error::Posix(Posix::Perm))
+    ));
     f.unlink(root, b"link1").unwrap();
     assert_eq!(f.getattr(l1).unwrap().nlink, 2);
 
@@ -865,16 +886,19 @@ fn posix_semantics() {
     assert_eq!(read_all(&f, o), b"Unchanged");
     assert_eq!(f.getattr(o).unwrap().nlink, 0);
     f.release(o);
-    assert!(matches!(f.getattr(o), Err(Error::NotFound)));
+    assert!(matches!(f.getattr(o), Err(Error::Posix(Posix::NotFound))));
 
     // Symlinks, specials, metadata, xattrs.
     let s = f.symlink(root, b"s2", b"/abs/target", 5, 6).unwrap();
     assert_eq!(f.readlink(s.ino).unwrap(), b"/abs/target");
-    assert!(matches!(f.readlink(dir), Err(Error::Invalid(_))));
+    assert!(matches!(
+        f.readlink(dir),
+        Err(Error::Posix(Posix::Invalid(_)))
+    ));
     let fifo = f.mknod(root, b"fifo", Kind::Fifo, 0o600, 0, 0, 0).unwrap();
     assert_eq!(fifo.kind, Kind::Fifo);
     // The old hello.txt inode went when "new" replaced it.
-    assert!(matches!(f.getattr(h), Err(Error::NotFound)));
+    assert!(matches!(f.getattr(h), Err(Error::Posix(Posix::NotFound))));
     let h = a.ino;
     let t = f
         .setattr(
@@ -893,15 +917,18 @@ fn posix_semantics() {
         (t.perm, t.uid, t.gid, t.mtime_ns, t.atime_ns),
         (0o4711, 7, 8, 42, 41)
     );
-    assert!(matches!(f.getxattr(h, b"user.a"), Err(Error::NoXattr)));
+    assert!(matches!(
+        f.getxattr(h, b"user.a"),
+        Err(Error::Posix(Posix::NoXattr))
+    ));
     assert!(matches!(
         f.setxattr(h, b"user.a", b"1", XattrMode::Replace),
-        Err(Error::NoXattr)
+        Err(Error::Posix(Posix::NoXattr))
     ));
     f.setxattr(h, b"user.a", b"1", XattrMode::Create).unwrap();
     assert!(matches!(
         f.setxattr(h, b"user.a", b"2", XattrMode::Create),
-        Err(Error::XattrExists)
+        Err(Error::Posix(Posix::XattrExists))
     ));
     f.setxattr(h, b"user.a", b"2", XattrMode::Replace).unwrap();
     f.setxattr(h, b"user.b", b"", XattrMode::Any).unwrap();
@@ -911,14 +938,17 @@ fn posix_semantics() {
         vec![b"user.a".to_vec(), b"user.b".to_vec()]
     );
     f.removexattr(h, b"user.a").unwrap();
-    assert!(matches!(f.removexattr(h, b"user.a"), Err(Error::NoXattr)));
+    assert!(matches!(
+        f.removexattr(h, b"user.a"),
+        Err(Error::Posix(Posix::NoXattr))
+    ));
     assert!(matches!(
         f.setxattr(h, b"user.big", &vec![0; XATTR_SIZE_MAX + 1], XattrMode::Any),
-        Err(Error::TooBig)
+        Err(Error::Posix(Posix::TooBig))
     ));
     assert!(matches!(
         f.write(h, MAX_FILE_SIZE, b"x"),
-        Err(Error::FileTooLarge)
+        Err(Error::Posix(Posix::FileTooLarge))
     ));
     let st = f.statfs().unwrap();
     assert!(st.files > 10 && st.name_max == 255);
@@ -945,7 +975,7 @@ fn mkdir_race_has_exactly_one_winner() {
                     b.wait();
                     match f.mkdir(ROOT_INO, name.as_bytes(), 0o700, 0, 0) {
                         Ok(_) => 1,
-                        Err(Error::Exists) => 0,
+                        Err(Error::Posix(Posix::Exists)) => 0,
                         Err(e) => panic!("{e}"),
                     }
                 })
@@ -1420,7 +1450,10 @@ fn open_unlinked_file_survives_a_commit() {
     drop(f);
     env.io.crash();
     let f = env.open("f");
-    assert!(matches!(f.lookup(ROOT_INO, b"tmp"), Err(Error::NotFound)));
+    assert!(matches!(
+        f.lookup(ROOT_INO, b"tmp"),
+        Err(Error::Posix(Posix::NotFound))
+    ));
 }
 
 // ------------------------------------------------------------------ fold
@@ -1921,7 +1954,7 @@ fn acls_follow_the_mode_are_inherited_and_replay() {
     f.removexattr(hello, acl::ACCESS).unwrap();
     assert!(matches!(
         f.setxattr(hello, acl::ACCESS, b"junk", XattrMode::Any),
-        Err(Error::Invalid(_))
+        Err(Error::Posix(Posix::Invalid(_)))
     ));
     // A default ACL: new entries are masked by it, not by the umask.
     let dir = f.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;

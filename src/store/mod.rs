@@ -19,6 +19,7 @@ mod gitindex;
 mod id;
 pub mod merge;
 pub(crate) mod midx;
+pub mod model;
 pub mod mounts;
 mod pack;
 pub mod progress;

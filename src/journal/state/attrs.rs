@@ -4,10 +4,11 @@
 //! Each record of this family (`SetAttr`, `SetXattr`, `RemoveXattr`) is one
 //! `record_*` function: its checks, then [`Log::append`], then its effect.
 
+use super::super::Result;
 use super::super::record::{Record, XATTR_CREATE, XATTR_REPLACE};
-use super::super::{Error, Result, SetAttr, Time, XattrMode};
-use super::{Ctx, ForkState, Log, NAME_MAX, XATTR_SIZE_MAX, now_ns};
+use super::{Ctx, ForkState, Log, now_ns};
 use crate::store::acl;
+use crate::store::model::{NAME_MAX, Posix, SetAttr, Time, XATTR_SIZE_MAX, XattrMode};
 
 /// What `SetAttr` changes; `None` fields are left alone.
 pub(super) struct AttrChange {
@@ -171,17 +172,17 @@ impl ForkState {
     ) -> Result<()> {
         let n = self.inode(ino)?;
         if name.is_empty() || name.len() > NAME_MAX {
-            return Err(Error::Invalid("bad xattr name"));
+            return Err(Posix::Invalid("bad xattr name").into());
         }
         if value.len() > XATTR_SIZE_MAX {
-            return Err(Error::TooBig);
+            return Err(Posix::TooBig.into());
         }
         let exists = n.xattrs.contains_key(name);
         if flags & XATTR_CREATE != 0 && exists {
-            return Err(Error::XattrExists);
+            return Err(Posix::XattrExists.into());
         }
         if flags & XATTR_REPLACE != 0 && !exists {
-            return Err(Error::NoXattr);
+            return Err(Posix::NoXattr.into());
         }
         log.append()?;
         let n = self.inode_mut(ino);
@@ -199,7 +200,7 @@ impl ForkState {
         log: Log<'_>,
     ) -> Result<()> {
         if !self.inode(ino)?.xattrs.contains_key(name) {
-            return Err(Error::NoXattr);
+            return Err(Posix::NoXattr.into());
         }
         log.append()?;
         let n = self.inode_mut(ino);

@@ -6,14 +6,15 @@
 //! by `attrs.rs` as a `Truncate` record.
 
 use super::super::record::{FRAME_HEADER, MAX_WRITE_DATA, Record, write_head};
-use super::super::{Error, Fallocate, Result};
+use super::super::{Error, Result};
 use super::extents::{Piece, ReadPlan, Src, base_ahead, base_passed, plan, punch};
 use crate::store::ObjectId;
 
 /// The most journal data one [`ForkState::copy_range`] moves (it reads it
 /// into memory); a longer copy returns short and the caller asks again.
 pub const COPY_JOURNAL_BYTES: u64 = 8 << 20;
-use super::{Ctx, ForkState, Log, MAX_FILE_SIZE, now_ns};
+use super::{Ctx, ForkState, Log, now_ns};
+use crate::store::model::{Fallocate, MAX_FILE_SIZE, Posix};
 
 impl ForkState {
     // ------------------------------------------------------------ live ops
@@ -87,7 +88,7 @@ impl ForkState {
             .checked_add(data.len() as u64)
             .is_none_or(|e| e > MAX_FILE_SIZE)
         {
-            return Err(Error::FileTooLarge);
+            return Err(Posix::FileTooLarge.into());
         }
         self.claim(ctx)?;
         let mut at = offset;
@@ -130,7 +131,7 @@ impl ForkState {
         let runs = self.plan_read(src, src_off, len)?;
         let total: u64 = runs.iter().map(|r| r.0).sum();
         if dst_off.checked_add(total).is_none_or(|e| e > MAX_FILE_SIZE) {
-            return Err(Error::FileTooLarge);
+            return Err(Posix::FileTooLarge.into());
         }
         let t = now_ns();
         let (mut at, mut moved) = (dst_off, 0u64);
@@ -230,10 +231,10 @@ impl ForkState {
         mode: Fallocate,
     ) -> Result<()> {
         if len == 0 {
-            return Err(Error::Invalid("fallocate of 0 bytes"));
+            return Err(Posix::Invalid("fallocate of 0 bytes").into());
         }
         let size = self.inode(ino)?.file()?.size;
-        let end = offset.checked_add(len).ok_or(Error::FileTooLarge)?;
+        let end = offset.checked_add(len).ok_or(Posix::FileTooLarge)?;
         let t = now_ns();
         match mode {
             Fallocate::PunchHole => self.log(
@@ -331,7 +332,7 @@ impl ForkState {
     fn check_place(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
         self.inode(ino)?.file()?;
         if offset.checked_add(len).is_none_or(|e| e > MAX_FILE_SIZE) {
-            return Err(Error::FileTooLarge);
+            return Err(Posix::FileTooLarge.into());
         }
         Ok(())
     }
@@ -360,7 +361,7 @@ impl ForkState {
     ) -> Result<()> {
         self.inode(ino)?.file()?;
         if size > MAX_FILE_SIZE {
-            return Err(Error::FileTooLarge);
+            return Err(Posix::FileTooLarge.into());
         }
         log.append()?;
         let n = self.inode_mut(ino);

@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use super::super::{Attr, Error, Result, ext4};
+use super::super::Result;
 use super::extents::{FileData, data_ranges};
 use super::{ForkState, corrupt};
+use crate::store::model::{Attr, Posix, ext4};
 use crate::store::{Content, Entry, Kind, ObjectId};
 
 #[derive(Clone, Debug)]
@@ -223,8 +224,8 @@ impl Inode {
     pub(super) fn file(&self) -> Result<&FileData> {
         match &self.data {
             Data::File(f) => Ok(f),
-            Data::Dir(_) => Err(Error::IsDir),
-            _ => Err(Error::Invalid("not a regular file")),
+            Data::Dir(_) => Err(Posix::IsDir.into()),
+            _ => Err(Posix::Invalid("not a regular file").into()),
         }
     }
 
@@ -265,7 +266,10 @@ impl Inode {
 
 impl ForkState {
     pub fn inode(&self, ino: u64) -> Result<&Inode> {
-        self.inodes.get(&ino).map(|n| &**n).ok_or(Error::NotFound)
+        self.inodes
+            .get(&ino)
+            .map(|n| &**n)
+            .ok_or(Posix::NotFound.into())
     }
 
     /// Inode `ino` to change: every change of the tree goes through here,
@@ -285,7 +289,7 @@ impl ForkState {
             Data::Dir(Dir::Unloaded(_) | Dir::Parked(_)) => Err(corrupt(format!(
                 "directory {ino} used before it was loaded"
             ))),
-            _ => Err(Error::NotDir),
+            _ => Err(Posix::NotDir.into()),
         }
     }
 
@@ -294,7 +298,7 @@ impl ForkState {
     pub fn open(&mut self, ino: u64) -> Result<()> {
         let Some(n) = self.inodes.get_mut(&ino) else {
             // A file of a parked directory stays parked.
-            let open = self.parked_open(ino).ok_or(Error::NotFound)?;
+            let open = self.parked_open(ino).ok_or(Posix::NotFound)?;
             *open = open.saturating_add(1);
             return Ok(());
         };

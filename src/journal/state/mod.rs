@@ -72,17 +72,9 @@ use super::ops::{OpsLog, Who};
 use super::record::Record;
 use super::wal::{Pos, Wal};
 use super::{Error, Result};
+use crate::store::model::ROOT_INO;
 use crate::store::{Entry, Extent, ObjectId, Store};
 use attrs::AttrChange;
-
-/// The root directory's inode number.
-pub const ROOT_INO: u64 = 1;
-/// The largest file size (and write end) accepted: `off_t`'s maximum.
-pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
-/// The longest name a directory entry may have.
-pub const NAME_MAX: usize = 255;
-/// The largest xattr value (as Linux's XATTR_SIZE_MAX).
-pub const XATTR_SIZE_MAX: usize = 64 * 1024;
 
 /// The fork's inodes.
 #[derive(Clone, Debug)]

@@ -9,20 +9,21 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::super::Result;
 use super::super::record::{RENAME_EXCHANGE, RENAME_NOREPLACE, Record};
-use super::super::{DirEntry, Error, RenameMode, Result};
 use super::extents::FileData;
-use super::{Ctx, Data, Dir, ForkState, Inode, Log, NAME_MAX, ROOT_INO, corrupt, now_ns};
+use super::{Ctx, Data, Dir, ForkState, Inode, Log, corrupt, now_ns};
+use crate::store::model::{DirEntry, NAME_MAX, Posix, ROOT_INO, RenameMode};
 use crate::store::{Kind, ObjectId, Store, Tree};
 
 /// Names a directory entry may have (the kernel rejects the others).
 pub fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
     {
-        return Err(Error::Invalid("bad file name"));
+        return Err(Posix::Invalid("bad file name").into());
     }
     if name.len() > NAME_MAX {
-        return Err(Error::NameTooLong);
+        return Err(Posix::NameTooLong.into());
     }
     Ok(())
 }
@@ -55,7 +56,7 @@ impl ForkState {
             ),
             Data::Dir(Dir::Parked(_)) => self.unpark_from(ctx.store, dir),
             Data::Dir(Dir::Loaded(_)) => Ok(()),
-            _ => Err(Error::NotDir),
+            _ => Err(Posix::NotDir.into()),
         }
     }
 
@@ -64,7 +65,11 @@ impl ForkState {
         match name {
             b"." => Ok(parent),
             b".." => Ok(self.inode(parent)?.parent),
-            _ => self.dir(parent)?.get(name).copied().ok_or(Error::NotFound),
+            _ => self
+                .dir(parent)?
+                .get(name)
+                .copied()
+                .ok_or(Posix::NotFound.into()),
         }
     }
 
@@ -131,10 +136,10 @@ impl ForkState {
     /// unlink (`dir` false) or rmdir (`dir` true).
     pub fn remove(&mut self, ctx: &Ctx<'_>, parent: u64, name: &[u8], dir: bool) -> Result<()> {
         self.ensure_loaded(ctx, parent)?;
-        let &ino = self.dir(parent)?.get(name).ok_or(Error::NotFound)?;
+        let &ino = self.dir(parent)?.get(name).ok_or(Posix::NotFound)?;
         match (self.inodes[&ino].kind == Kind::Dir, dir) {
-            (true, false) => return Err(Error::IsDir),
-            (false, true) => return Err(Error::NotDir),
+            (true, false) => return Err(Posix::IsDir.into()),
+            (false, true) => return Err(Posix::NotDir.into()),
             (true, true) => self.ensure_loaded(ctx, ino)?,
             _ => {}
         }
@@ -232,7 +237,7 @@ impl ForkState {
     ) -> Result<()> {
         check_name(name)?;
         if self.dir(parent)?.contains_key(name) {
-            return Err(Error::Exists);
+            return Err(Posix::Exists.into());
         }
         if ino != self.next_ino {
             return Err(corrupt(format!(
@@ -241,7 +246,7 @@ impl ForkState {
             )));
         }
         if (kind == Kind::Symlink) != target.is_some() {
-            return Err(Error::Invalid("symlink target"));
+            return Err(Posix::Invalid("symlink target").into());
         }
         log.append()?;
         let data = match kind {
@@ -284,17 +289,17 @@ impl ForkState {
     ) -> Result<()> {
         let n = self.inode(ino)?;
         if n.kind == Kind::Dir {
-            return Err(Error::Perm);
+            return Err(Posix::Perm.into());
         }
         if n.nlink == 0 {
-            return Err(Error::NotFound);
+            return Err(Posix::NotFound.into());
         }
         if n.nlink == u32::MAX {
-            return Err(Error::TooManyLinks);
+            return Err(Posix::TooManyLinks.into());
         }
         check_name(name)?;
         if self.dir(parent)?.contains_key(name) {
-            return Err(Error::Exists);
+            return Err(Posix::Exists.into());
         }
         log.append()?;
         let n = self.inode_mut(ino);
@@ -314,9 +319,9 @@ impl ForkState {
         t: i64,
         log: Log<'_>,
     ) -> Result<()> {
-        let &ino = self.dir(parent)?.get(name).ok_or(Error::NotFound)?;
+        let &ino = self.dir(parent)?.get(name).ok_or(Posix::NotFound)?;
         if self.inode(ino)?.kind == Kind::Dir && !self.dir(ino)?.is_empty() {
-            return Err(Error::NotEmpty);
+            return Err(Posix::NotEmpty.into());
         }
         log.append()?;
         let p = self.inode_mut(parent);
@@ -389,40 +394,40 @@ impl ForkState {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
         {
-            return Err(Error::Invalid("rename flags"));
+            return Err(Posix::Invalid("rename flags").into());
         }
         check_name(name)?;
         check_name(new_name)?;
-        let &src = self.dir(parent)?.get(name).ok_or(Error::NotFound)?;
+        let &src = self.dir(parent)?.get(name).ok_or(Posix::NotFound)?;
         let dst = self.dir(new_parent)?.get(new_name).copied();
         let src_dir = self.inode(src)?.kind == Kind::Dir;
         if flags & RENAME_EXCHANGE != 0 {
-            let dst = dst.ok_or(Error::NotFound)?;
+            let dst = dst.ok_or(Posix::NotFound)?;
             let dst_dir = self.inode(dst)?.kind == Kind::Dir;
             if (src_dir && self.is_ancestor(src, new_parent))
                 || (dst_dir && self.is_ancestor(dst, parent))
             {
-                return Err(Error::Invalid("a directory cannot move below itself"));
+                return Err(Posix::Invalid("a directory cannot move below itself").into());
             }
             return Ok((src, Some(dst)));
         }
         if let Some(dst) = dst {
             if flags & RENAME_NOREPLACE != 0 {
-                return Err(Error::Exists);
+                return Err(Posix::Exists.into());
             }
             if dst == src {
                 return Ok((src, Some(dst)));
             }
             let dst_dir = self.inode(dst)?.kind == Kind::Dir;
             match (src_dir, dst_dir) {
-                (true, false) => return Err(Error::NotDir),
-                (false, true) => return Err(Error::IsDir),
-                (true, true) if !self.dir(dst)?.is_empty() => return Err(Error::NotEmpty),
+                (true, false) => return Err(Posix::NotDir.into()),
+                (false, true) => return Err(Posix::IsDir.into()),
+                (true, true) if !self.dir(dst)?.is_empty() => return Err(Posix::NotEmpty.into()),
                 _ => {}
             }
         }
         if src_dir && self.is_ancestor(src, new_parent) {
-            return Err(Error::Invalid("a directory cannot move below itself"));
+            return Err(Posix::Invalid("a directory cannot move below itself").into());
         }
         Ok((src, dst))
     }

@@ -54,10 +54,11 @@
 
 use std::collections::BTreeMap;
 
+use super::super::Result;
 use super::super::record::{Named, Record};
-use super::super::{Result, ext4};
 use super::namespace::servable;
-use super::{Data, Dir, ForkState, Inode, Parked, ROOT_INO, TreeCache, corrupt};
+use super::{Data, Dir, ForkState, Inode, Parked, TreeCache, corrupt};
+use crate::store::model::{ROOT_INO, ext4};
 use crate::store::{Kind, Store, Tree};
 
 /// About how much memory one loaded base entry takes in the table: the

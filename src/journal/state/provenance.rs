@@ -16,9 +16,10 @@ use std::sync::Arc;
 use super::super::ops::{MAX_DIR_PATHS, Op, Who};
 use super::super::record::{RENAME_EXCHANGE, Record};
 use super::inode::{Data, Dir, Inode};
-use super::{Ctx, ForkState, ROOT_INO};
+use super::{Ctx, ForkState};
 use crate::journal::Result;
 use crate::store::Kind;
+use crate::store::model::ROOT_INO;
 
 /// What a change will add to the log, found before it applies.
 pub(super) enum Note {

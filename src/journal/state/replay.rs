@@ -9,7 +9,8 @@ use super::super::record::{InodeMap, InodeMapWriter, Record};
 use super::super::wal::Pos;
 use super::extents::FileData;
 use super::namespace::servable;
-use super::{Data, Dir, ForkState, Inode, Log, Parked, ROOT_INO, corrupt};
+use super::{Data, Dir, ForkState, Inode, Log, Parked, corrupt};
+use crate::store::model::ROOT_INO;
 use crate::store::{Kind, Store};
 
 impl ForkState {
