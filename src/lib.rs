@@ -15,9 +15,10 @@
 //! - [`fs`]: what a mount serves (the views behind one trait: a checkpoint,
 //!   a fork, the browse tree) and its two transports (fuser on `/dev/fuse`,
 //!   and FUSE over io_uring); the only place that speaks errno.
-//! - [`daemon`]: a running mount: spawn, handshake, serve, signals, control
-//!   socket, unmount.
-//! - [`cli`]: clap verbs that parse, resolve, call and print.
+//! - [`daemon`]: a running mount: what a target names, spawn, handshake,
+//!   serve, signals, control socket, unmount.
+//! - [`cli`]: clap verbs that parse, call and print, adding to an error the
+//!   command that fixes it.
 
 pub mod cli;
 pub mod daemon;

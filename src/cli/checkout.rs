@@ -45,8 +45,7 @@ pub fn checkout(store: &Store, a: CheckoutArgs) -> Result<()> {
         .paths
         .iter()
         .map(|p| journal::relative_path(p.as_bytes(), &anchors))
-        .collect::<Result<Vec<_>, String>>()
-        .map_err(anyhow::Error::msg)?;
+        .collect::<Result<Vec<_>, _>>()?;
     let report = into_fork(store, name, &target, &paths)?;
     if a.json {
         let list: Vec<Value> = report

@@ -1,5 +1,6 @@
 //! Layer 6: the command line. Each verb parses its arguments and calls the layers
-//! below; the logic lives there. Errors print as one line on stderr:
+//! below; the logic lives there. Errors print as one line on stderr, the
+//! layer's message then the command that fixes it ([`hint`]):
 //! exit 0 ok, 1 error, 2 usage, 3 a snapshot made without the paths that
 //! vanished while it ran ([`PartialExit`]); a closed standard output ends the
 //! process by SIGPIPE, silently, as coreutils do.
@@ -10,6 +11,7 @@ mod checkout;
 mod commands;
 mod fork;
 mod generate;
+mod hint;
 mod interrupt;
 mod json;
 mod maint;
@@ -198,7 +200,8 @@ fn init_stderr_logging() {
 }
 
 /// An error and its causes on one line, without repeating a cause that the
-/// outer message already quotes.
+/// outer message already quotes, then the command that fixes it
+/// ([`hint::hint`]).
 fn one_line(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
@@ -216,6 +219,9 @@ fn one_line(e: &anyhow::Error) -> String {
             out.push_str(": ");
         }
         out.push_str(&s);
+    }
+    if let Some(h) = hint::hint(e) {
+        out.push_str(&h);
     }
     printable(&out)
 }
@@ -240,4 +246,10 @@ pub(crate) fn printable(s: &str) -> String {
 /// A warning from the layers below, as one line on stderr.
 pub(crate) fn warn(w: &str) {
     eprintln!("storefs: warning: {}", printable(w));
+}
+
+/// A warning from the layers below that a command may fix, as one line on
+/// stderr with that command ([`hint::of`]).
+pub(crate) fn warn_of(w: &(dyn std::error::Error + 'static)) {
+    warn(&format!("{w}{}", hint::of(w).unwrap_or_default()));
 }

@@ -1,18 +1,16 @@
-//! `mount`, `umount` and `status`: what the user named, resolved into what
-//! to mount and where; the daemon's life is [`crate::daemon`]'s.
+//! `mount`, `umount` and `status`: what the user named, as a request that
+//! [`crate::daemon::target`] resolves into what to mount and where; the
+//! daemon's life is [`crate::daemon`]'s.
 
 use std::ffi::OsString;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::args::{MountArgs, StatusArgs, UmountArgs};
-use crate::daemon::origin::{self, OriginPolicy};
+use crate::daemon::target::{self, TargetRequest};
 use crate::daemon::{self, Mount, ReadyPipe, Request, Settings, What, request};
-use crate::ingest::archive::is_archive_path;
-use crate::journal;
 use crate::store::mounts::MountRecord;
 use crate::store::{Store, absolute};
 use crate::sys::{MountEntry, mount_table};
@@ -40,171 +38,32 @@ fn mount_inner(store_dir: &Path, a: MountArgs, ready: Option<&ReadyPipe>) -> Res
     launch(m, lazy_remote.as_deref(), a.foreground, ready)
 }
 
-/// What `a` names, resolved into the mount to serve (at its origin when
-/// no mountpoint is given, where the origin policy allows it) and, for a
-/// lazy mount, its remote. Used by `mount` and by `run`.
+/// What `a` names, resolved ([`target::resolve`]) into the mount to serve
+/// and, for a lazy mount, its remote; an archive is imported first, here.
+/// Used by `mount` and by `run`.
 pub(super) fn resolve(store_dir: &Path, a: &MountArgs) -> Result<(Mount, Option<String>)> {
-    // An existing file (or first part) is an archive: imported here, in the
-    // parent, so errors reach the user; the daemon gets the checkpoint id.
-    let archive = a.label.is_none() && is_archive_path(Path::new(&a.target));
-    // The daemon of a lazy mount is told its remote; the command finds it in TARGET.
-    let mut lazy_remote = a.remote.clone();
-    let (id, label, fork, store) = if archive {
-        let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
-        // Shown by `status` and named to `umount`: absolute, whatever the cwd.
-        let label = absolute(Path::new(&a.target))?.display().to_string();
-        (p.id, label, None, Store::open(store_dir)?)
-    } else if let Some((remote, name)) = a
-        .target
-        .split_once(':')
-        .filter(|(r, _)| a.label.is_none() && *r != "git")
-    {
-        // REMOTE:REF (':' is in no ref, fork or id): a lazy mount. `git:COMMIT`
-        // names an imported git commit (resolved below).
-        let store = Store::open(store_dir)?;
-        let t = crate::remote::prepare_lazy_mount(&store, remote, name)?;
-        if let Some(why) = &t.offline {
-            eprintln!(
-                "storefs: warning: {why}; mounting {} as this store last saw it ({}): what was read before works offline, the rest gets EIO",
-                a.target,
-                &t.checkpoint.to_hex()[..12]
-            );
-        }
-        lazy_remote = Some(remote.to_string());
-        (t.checkpoint, a.target.clone(), None, store)
-    } else {
-        if a.digests.sha256.is_some() || a.digests.manifest.is_some() {
-            bail!(
-                "--sha256 and --manifest apply to archives; '{}' is not a file",
-                a.target
-            );
-        }
-        let store = Store::open(store_dir)?;
-        let id = store.resolve(&a.target).map_err(|e| {
-            if looks_like_archive(&a.target) {
-                anyhow!(
-                    "{}: no such file (nor a ref, fork or checkpoint of that name); check the archive's path",
-                    a.target
-                )
-            } else {
-                e.into()
-            }
-        })?;
-        // A fork (and not a ref of the same name) mounts read-write at its head.
-        let is_fork = store.get_ref(&a.target)?.is_none()
-            && journal::read_fork_info(&store, &a.target)?.is_some();
-        let label = a.label.clone().unwrap_or_else(|| a.target.clone());
-        (id, label, is_fork.then(|| a.target.clone()), store)
-    };
-    // The daemon of a lazy mount reads objects through the fetching backend.
-    let lazy = match (&lazy_remote, a.foreground) {
-        (Some(r), true) => Some(Arc::new(crate::remote::LazyBackend::open(&store, r)?)),
-        _ => None,
-    };
-    let store = match &lazy {
-        Some(l) => Store::open_with_backend(store.root(), l.clone())?,
-        None => store,
-    };
-    let ck = store.read_checkpoint(&id)?;
-    let mut from_origin = a.from_origin;
-    let mountpoint = match &a.mountpoint {
-        Some(p) => absolute(p)?,
-        None => {
-            let origin = ck.origin.clone().with_context(|| {
-                format!(
-                    "checkpoint {} has no origin path; give a mountpoint: storefs mount {} PATH",
-                    &id.to_hex()[..12],
-                    label
-                )
-            })?;
-            // A record written before origins were checked (or received from
-            // a remote) may name another place than it seems: never mount there.
-            if let Some(why) = crate::store::check_origin(&origin) {
-                bail!(
-                    "checkpoint {}'s origin '{}' is not a canonical absolute path ({why}); give a mountpoint: storefs mount {} PATH",
-                    &id.to_hex()[..12],
-                    origin.escape_debug(),
-                    label
-                );
-            }
-            // The origin is data: used only where the policy allows it.
-            let home = std::env::var_os("HOME").map(PathBuf::from);
-            let policy =
-                OriginPolicy::new(&a.allow_origin, home.as_deref()).map_err(|e| anyhow!(e))?;
-            let uid = rustix::process::geteuid().as_raw();
-            if let Err(why) = origin::check_default_mountpoint(&origin, &policy, uid) {
-                let allow = if why.can_be_allowed() {
-                    format!(" or allow it with --allow-origin {origin}")
-                } else {
-                    String::new()
-                };
-                bail!(
-                    "checkpoint {}'s origin {origin} is not an allowed mount place ({why}); give a mountpoint (storefs mount {label} PATH){allow}",
-                    &id.to_hex()[..12],
-                );
-            }
-            from_origin = true;
-            PathBuf::from(origin)
-        }
-    };
-    wait_for_previous_daemon(&store, fork.as_deref(), &mountpoint)?;
-    if let Some(name) = &fork
-        && a.run_socket.is_none()
-        && let Some((r, t)) = daemon::runs::run_of_fork(&store, name)
-    {
-        bail!(
-            "fork '{name}' is in use by run pid {} ({}) at {}; wait for it to end, or make another fork",
-            r.pid,
-            r.command_line(),
-            t.origin
-        );
-    }
-    let what = match fork {
-        Some(name) => What::Fork { name, head: id },
-        None => What::Checkpoint(id),
-    };
-    let m = Mount {
-        store,
-        lazy,
-        what,
-        label,
-        mountpoint,
-        from_origin,
-        settings: settings(a)?,
+    let mut req = TargetRequest {
+        target: a.target.clone(),
+        label: a.label.clone(),
+        mountpoint: a.mountpoint.clone(),
+        digests: a.digests.sha256.is_some() || a.digests.manifest.is_some(),
+        imported: None,
+        remote: a.remote.clone(),
+        allow_origin: a.allow_origin.clone(),
+        from_origin: a.from_origin,
+        foreground: a.foreground,
         run_socket: a.run_socket.clone(),
+        settings: settings(a)?,
     };
-    Ok((m, lazy_remote))
-}
-
-/// Wait (bounded) for the daemon of an earlier mount of fork `fork`, or at
-/// `mountpoint`, that was unmounted but has not exited yet: a fork's commits
-/// on its way out, and holds the fork until then (umount(8) without
-/// umount.fuse.storefs returns as soon as the kernel mount is gone).
-fn wait_for_previous_daemon(store: &Store, fork: Option<&str>, mountpoint: &Path) -> Result<()> {
-    for r in store.winding_down()? {
-        let of_fork = fork.is_some_and(|f| r.mode == "rw" && r.target == f);
-        if !of_fork && Path::new(&r.mountpoint) != mountpoint {
-            continue;
-        }
-        let what = if of_fork {
-            format!("fork '{}'", r.target)
-        } else {
-            r.mountpoint.clone()
-        };
-        eprintln!(
-            "storefs: waiting for the daemon of the last mount of {what} (pid {}) to finish{} and exit",
-            r.pid,
-            if r.mode == "rw" { " committing" } else { "" }
-        );
-        if !daemon::wait_for_exit(&r) {
-            bail!(
-                "the daemon of the last mount of {what} (pid {}) is still running (unmounted, but detached while in use, or its commit is slow); see {}, and retry once it exits",
-                r.pid,
-                r.log
-            );
-        }
+    if req.names_archive() {
+        let p = super::archive::import_for_mount(store_dir, Path::new(&a.target), &a.digests)?;
+        req.imported = Some(p.id);
     }
-    Ok(())
+    let r = target::resolve(store_dir, &req, &mut |w| eprintln!("storefs: {w}"))?;
+    for w in &r.warnings {
+        super::warn(w);
+    }
+    Ok((r.mount, r.remote))
 }
 
 /// The store and the live record of the storefs mount `entry`: in the
@@ -324,6 +183,7 @@ fn settings(a: &MountArgs) -> Result<Settings> {
         commit_interval: a.commit_interval,
         writeback_cache: a.writeback_cache,
         transport: transport.into(),
+        explain: super::hint::explain,
     })
 }
 
@@ -513,19 +373,6 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
 /// Bytes in MiB, for the status table.
 fn mib(bytes: u64) -> String {
     format!("{:.1}M", bytes as f64 / (1 << 20) as f64)
-}
-
-/// Whether a TARGET that is neither a file nor a checkpoint was meant as an
-/// archive: a path, or a name with an archive's extension or a part suffix.
-fn looks_like_archive(target: &str) -> bool {
-    let name = target.rsplit('/').next().unwrap_or(target);
-    target.contains('/')
-        || [
-            ".tar", ".tar.zst", ".tar.gz", ".tgz", ".tzst", ".zst", ".gz",
-        ]
-        .iter()
-        .any(|ext| name.ends_with(ext))
-        || crate::ingest::archive::parts::split_part_name(name).is_some()
 }
 
 /// What `storefs umount ARG` unmounts: ARG as a path when something is

@@ -286,7 +286,8 @@ pub fn revert(store_dir: &Path, a: RevertArgs) -> Result<()> {
             Step::Skip(p, why) => {
                 left += 1;
                 let p = if p.is_empty() { "/" } else { p.as_str() };
-                writeln!(out, "skip\t{}\t{why}", shown.line(p))?;
+                let fix = super::hint::of(why).unwrap_or_default();
+                writeln!(out, "skip\t{}\t{why}{fix}", shown.line(p))?;
             }
         }
     }

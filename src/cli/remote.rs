@@ -39,7 +39,7 @@ pub fn remote(store_dir: &Path, c: RemoteCommand) -> Result<()> {
             let store = Store::open(store_dir)?;
             let listing = Remote::open(&store, &name)?.list_refs()?;
             for why in &listing.skipped {
-                super::warn(why);
+                super::warn_of(why);
             }
             let refs = listing.refs;
             if json {

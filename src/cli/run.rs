@@ -77,8 +77,9 @@ pub fn run(store_dir: &Path, a: RunArgs) -> Result<()> {
             None => eprintln!("storefs: {name} unchanged; nothing committed"),
         }
     }
-    for f in &out.failed {
-        eprintln!("storefs: error: {}", super::printable(f));
+    let failed = out.failed.len();
+    for f in out.failed {
+        eprintln!("storefs: error: {}", super::one_line(&f.into()));
     }
     for (name, pid) in &out.died {
         let what = if forks.contains(name) {
@@ -90,7 +91,7 @@ pub fn run(store_dir: &Path, a: RunArgs) -> Result<()> {
             "storefs: error: the daemon serving {name} (pid {pid}) died while the command ran{what}"
         );
     }
-    let code = if (out.died.is_empty() && out.failed.is_empty()) || out.code != 0 {
+    let code = if (out.died.is_empty() && failed == 0) || out.code != 0 {
         out.code
     } else {
         1

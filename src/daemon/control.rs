@@ -326,6 +326,8 @@ pub(super) struct Control {
     pub writeback_at: Option<PathBuf>,
     /// A fork mount's way to make its kernel forget what a checkout changed.
     pub invalidator: Option<Invalidator>,
+    /// Why a request failed, in the client's words.
+    pub explain: super::run::Explain,
 }
 
 /// Under the writeback cache, written data may still sit in the kernel's
@@ -494,7 +496,7 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "commit failed");
-                    failed(e.to_string())
+                    failed((control.explain)(&e))
                 }
             }
         }
@@ -525,7 +527,7 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
                 },
                 Err(e) => {
                     tracing::warn!(error = %e, "checkout failed");
-                    failed(e.to_string())
+                    failed((control.explain)(&e))
                 }
             }
         }
@@ -692,6 +694,7 @@ mod tests {
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
             invalidator: None,
+            explain: |e| e.to_string(),
         };
         let reply = ask(&control, "{\"op\":\"memory\"}\n");
         assert!(reply.ok);
@@ -749,6 +752,7 @@ mod tests {
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
             invalidator: None,
+            explain: |e| e.to_string(),
         };
         let reply = ask_raw(&control, "{\"op\":\"memory\"}\n");
         assert_eq!(reply, "{\"ok\":true,\"cache\":null}\n");
@@ -794,6 +798,7 @@ mod tests {
             skip_final_commit: AtomicBool::new(false),
             writeback_at: None,
             invalidator: None,
+            explain: |e| e.to_string(),
         }
     }
 

@@ -25,11 +25,15 @@
 //! - [`remount`]: `mount -o remount` of a mount: the flags the kernel
 //!   can change, applied to the mountpoint (no daemon involved);
 //! - `unmount`: unmounting from outside ([`unmount()`]: `umount2` as root,
-//!   else `fusermount3 -u`) and waiting for a daemon to exit.
+//!   else `fusermount3 -u`) and waiting for a daemon to exit;
+//! - [`target`]: what a mount's TARGET names, resolved into the [`Mount`]
+//!   to serve (archive, lazy remote mount, ref, fork or checkpoint; the
+//!   backend; the default mountpoint under the origin policy), for `mount`
+//!   and `run`.
 //!
 //! It sits between [`crate::fs`] (which it mounts and serves) and
-//! `cli` (which resolves what the user named into a [`Mount`] or a daemon
-//! command line, calls this module and prints what happened). It may not
+//! `cli` (which turns the arguments into a [`target::TargetRequest`] or a
+//! daemon command line, calls this module and prints what happened). It may not
 //! import `cli`, and it prints nothing to the terminal: what it has to say
 //! goes to its log, or back to the caller as a value or an [`Error`]. The raw
 //! OS calls are in [`crate::sys`]; the mount records in the store directory
@@ -45,6 +49,7 @@ pub mod remount;
 mod run;
 pub mod runs;
 mod spawn;
+pub mod target;
 mod unmount;
 
 use std::io;
@@ -66,16 +71,11 @@ pub enum Error {
     )]
     OverlapsStore { mountpoint: PathBuf, store: PathBuf },
     #[error(
-        "{} is a mount left by a daemon that died (transport endpoint is not connected); clear it with `storefs umount {}`",
-        .0.display(),
+        "{} is a mount left by a daemon that died (transport endpoint is not connected)",
         .0.display()
     )]
     DeadMount(PathBuf),
-    #[error(
-        "{} is already a mount point ({fstype}); unmount it first (`storefs umount {}`)",
-        mountpoint.display(),
-        mountpoint.display()
-    )]
+    #[error("{} is already a mount point ({fstype})", mountpoint.display())]
     AlreadyMounted { mountpoint: PathBuf, fstype: String },
     #[error(
         "{} is not empty; storefs mounts only on an empty directory (move its contents away or give another mountpoint)",
@@ -120,9 +120,22 @@ pub enum Error {
     /// A namespace of `storefs run` could not be made (the whole line).
     #[error("{0}")]
     Namespace(String),
-    /// A fork another run or a mount holds (the whole line).
+    /// An ordinary user's `unshare(CLONE_NEWUSER)` was refused, and no
+    /// known setting says why (the error).
+    #[error(
+        "cannot make a user namespace for the run ({0}); user namespaces may be forbidden here (a container's seccomp profile?)"
+    )]
+    NoUserNamespace(String),
+    /// A host mount at or below a run's mountpoint that the run's
+    /// namespace cannot detach (the error).
+    #[error(
+        "{} is a mount point on the host and the run cannot hide it in its namespace ({error})",
+        path.display()
+    )]
+    HostMount { path: PathBuf, error: String },
+    /// A fork another run or a mount holds.
     #[error("{0}")]
-    Held(String),
+    Held(runs::Holder),
     #[error("pipe")]
     Pipe(#[source] io::Error),
     #[error("cannot find the storefs executable")]

@@ -45,7 +45,7 @@ pub fn enter() -> Result<()> {
     // SAFETY: no FILES flag: no descriptor table is split between threads
     // (and there is one thread).
     if let Err(e) = unsafe { rustix::thread::unshare_unsafe(flags) } {
-        return Err(Error::Namespace(unshare_failed(user, e.into())));
+        return Err(unshare_failed(user, e.into()));
     }
     if user {
         let write = |file: &str, text: String| {
@@ -76,16 +76,18 @@ pub fn enter() -> Result<()> {
     Ok(())
 }
 
-/// One line for a refused `unshare`: which setting forbids it, and the fix.
-fn unshare_failed(user: bool, e: io::Error) -> String {
+/// A refused `unshare`: which setting forbids it, and the fix.
+fn unshare_failed(user: bool, e: io::Error) -> Error {
     if !user {
-        return format!("cannot make a private mount namespace for the run: {e}");
+        return Error::Namespace(format!(
+            "cannot make a private mount namespace for the run: {e}"
+        ));
     }
     match userns_blocker() {
-        Some(b) => format!("cannot make a user namespace for the run ({e}): {b}"),
-        None => format!(
-            "cannot make a user namespace for the run ({e}); user namespaces may be forbidden here (a container's seccomp profile?): run as root, or use `storefs mount` with a mountpoint you own"
-        ),
+        Some(b) => Error::Namespace(format!(
+            "cannot make a user namespace for the run ({e}): {b}"
+        )),
+        None => Error::NoUserNamespace(e.to_string()),
     }
 }
 

@@ -45,7 +45,14 @@ pub struct Settings {
     pub writeback_cache: bool,
     /// How the kernel's requests reach the daemon (`--transport`).
     pub transport: Transport,
+    /// How the control socket tells its client why a request failed (a
+    /// commit, a checkout): the CLI's one line, with the command that
+    /// fixes it.
+    pub explain: Explain,
 }
+
+/// An error as one line for the user.
+pub type Explain = fn(&(dyn std::error::Error + 'static)) -> String;
 
 /// One mount to serve.
 pub struct Mount {
@@ -164,6 +171,7 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
         skip_final_commit: AtomicBool::new(false),
         writeback_at: writeback_at.clone(),
         invalidator: fork.is_some().then(|| mounted.invalidator()),
+        explain: m.settings.explain,
     });
     match control::serve_control(socket.clone(), control.clone()) {
         Ok(()) => {}

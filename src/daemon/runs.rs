@@ -185,24 +185,45 @@ pub fn run_of_fork(store: &Store, name: &str) -> Option<(RunRecord, RunTarget)> 
     })
 }
 
-/// One line naming who holds fork `name` (another run, or a mount), or
-/// `None` when nobody does.
-pub fn holder(store: &Store, name: &str) -> Option<String> {
+/// Who holds a fork ([`holder`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Holder {
+    /// Another run (its pid, command line, and where it mounts the fork).
+    #[error("fork '{name}' is in use by run pid {pid} ({command}) at {origin}; wait for it to end")]
+    Run {
+        name: String,
+        pid: u32,
+        command: String,
+        origin: String,
+    },
+    /// A mount (its mountpoint and daemon).
+    #[error("fork '{name}' is mounted at {mountpoint} (daemon pid {pid}, `storefs mount`)")]
+    Mount {
+        name: String,
+        mountpoint: String,
+        pid: u32,
+    },
+}
+
+/// Who holds fork `name` (another run, or a mount), or `None` when nobody
+/// does.
+pub fn holder(store: &Store, name: &str) -> Option<Holder> {
     if let Some((r, t)) = run_of_fork(store, name)
         && r.pid != std::process::id()
     {
-        return Some(format!(
-            "fork '{name}' is in use by run pid {} ({}) at {}; wait for it to end, or run a fork of its own (`storefs run {name} --fork NEW -- …`)",
-            r.pid,
-            r.command_line(),
-            t.origin
-        ));
+        return Some(Holder::Run {
+            name: name.to_string(),
+            pid: r.pid,
+            command: r.command_line(),
+            origin: t.origin,
+        });
     }
     let m = store.live_mount_of_fork(name).ok()??;
-    Some(format!(
-        "fork '{name}' is mounted at {} (daemon pid {}, `storefs mount`); unmount it first (`storefs umount {}`)",
-        m.mountpoint, m.pid, m.mountpoint
-    ))
+    Some(Holder::Mount {
+        name: name.to_string(),
+        mountpoint: m.mountpoint,
+        pid: m.pid,
+    })
 }
 
 /// One target to mount: the mount (its `run_socket` set from
@@ -234,8 +255,18 @@ pub struct Outcome {
     pub commits: Vec<(String, Option<String>)>,
     /// Targets whose daemon died while CMD ran (target, pid).
     pub died: Vec<(String, u32)>,
-    /// Commits that failed (one line each).
-    pub failed: Vec<String>,
+    /// What failed after CMD ended.
+    pub failed: Vec<Failed>,
+}
+
+/// What failed at the end of a run (the daemon's answer, as it gave it).
+#[derive(Debug, thiserror::Error)]
+pub enum Failed {
+    #[error("cannot tell the daemon of '{fork}' not to commit: {error}")]
+    NoCommit { fork: String, error: String },
+    /// The journal is kept; the next mount or run of the fork replays it.
+    #[error("commit of fork '{fork}' failed: {error}; its journal is kept")]
+    Commit { fork: String, error: String },
 }
 
 /// Run: mount each target at its origin in the run's namespace (which the
@@ -404,9 +435,10 @@ fn run_recorded(
         let sock = Path::new(&rec.targets[i].socket);
         if opts.no_commit {
             if let Err(e) = request(sock, &Request::NoCommit) {
-                out.failed.push(format!(
-                    "cannot tell the daemon of '{name}' not to commit: {e}"
-                ));
+                out.failed.push(Failed::NoCommit {
+                    fork: name.clone(),
+                    error: e.to_string(),
+                });
             }
             out.commits.push((name.clone(), None));
             continue;
@@ -421,9 +453,10 @@ fn run_recorded(
                 out.commits.push((name.clone(), None))
             }
             Ok(id) => out.commits.push((name.clone(), Some(id))),
-            Err(e) => out.failed.push(format!(
-                "commit of fork '{name}' failed: {e}; its journal is kept and the next `storefs run` or `storefs mount` of it replays it"
-            )),
+            Err(e) => out.failed.push(Failed::Commit {
+                fork: name.clone(),
+                error: e.to_string(),
+            }),
         }
     }
     let live: Vec<u32> = daemons
@@ -447,12 +480,9 @@ fn hide_mounts_at(mp: &Path) -> Result<()> {
         .collect();
     below.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for p in below {
-        sys::detach(&p).map_err(|e| {
-            Error::Namespace(format!(
-                "{} is a mount point on the host and the run cannot hide it in its namespace ({e}); unmount it first (`storefs umount {}`)",
-                p.display(),
-                p.display()
-            ))
+        sys::detach(&p).map_err(|e| Error::HostMount {
+            path: p.clone(),
+            error: e.to_string(),
         })?;
     }
     Ok(())

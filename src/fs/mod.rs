@@ -626,7 +626,9 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
                 ));
             }
             "suid" | "dev" => return Err(refuse("storefs mounts are always nosuid,nodev")),
-            "auto_unmount" => return Err(refuse("stop the daemon or use `storefs unmount`")),
+            "auto_unmount" => {
+                return Err(refuse("the daemon unmounts its mount itself when it stops"));
+            }
             o if o.starts_with("fsname=") || o.starts_with("subtype=") => {
                 return Err(refuse("storefs sets the fsname and subtype"));
             }

@@ -780,14 +780,12 @@ impl TreeBuilder<'_> {
             .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?
             .size();
         if size > MAX_GIT_BLOB {
-            return Err(git_error(
-                self.repo_path,
-                format_args!(
-                    "'{}' is a blob of {size} bytes, over the {} MiB import-git reads (it holds a blob in memory whole); import a checkout of it with `storefs snapshot` instead",
-                    escape(path),
-                    MAX_GIT_BLOB >> 20
-                ),
-            ));
+            return Err(Error::GitBlobTooLarge {
+                repo: self.repo_path.to_path_buf(),
+                path: escape(path),
+                size,
+                max_mib: MAX_GIT_BLOB >> 20,
+            });
         }
         let mut blob = self
             .repo

@@ -65,11 +65,11 @@ pub enum Error {
     DestNotEmpty(PathBuf),
     /// A tree entry whose name could escape or confuse the destination.
     #[error(
-        "{dir}: refusing entry name {name:?} (empty, '.', '..', or containing '/' or NUL); the checkpoint is corrupt or hostile, run `storefs verify`"
+        "{dir}: refusing entry name {name:?} (empty, '.', '..', or containing '/' or NUL); the checkpoint is corrupt or hostile"
     )]
     BadName { dir: PathBuf, name: String },
     /// A tree entry that contradicts itself (e.g. extents not adding up to the size).
-    #[error("{path}: malformed entry: {detail}; the checkpoint is corrupt, run `storefs verify`")]
+    #[error("{path}: malformed entry: {detail}; the checkpoint is corrupt")]
     BadEntry { path: PathBuf, detail: String },
     /// Creating a device node needs privileges this process lacks.
     #[error("{path}: cannot create device node: {source}; restore as root (CAP_MKNOD)")]
@@ -110,6 +110,17 @@ pub enum Error {
     /// A git repository that cannot be imported (shallow, corrupt, no refs, …).
     #[error("{0}")]
     Git(String),
+    /// A git blob over the size `import-git` holds in memory whole.
+    #[error(
+        "{}: '{path}' is a blob of {size} bytes, over the {max_mib} MiB import-git reads (it holds a blob in memory whole); nothing was imported",
+        repo.display()
+    )]
+    GitBlobTooLarge {
+        repo: PathBuf,
+        path: String,
+        size: u64,
+        max_mib: u64,
+    },
     /// Any other store error (trees, checkpoints).
     #[error(transparent)]
     Store(#[from] store::Error),

@@ -84,12 +84,33 @@ pub struct Checkout {
     pub dirs: Vec<u64>,
 }
 
+/// A path [`relative_path`] refuses: what is wrong with it, and the fix
+/// that is no command (the CLI adds the command that checks out the root
+/// itself: a new fork, `cli/hint.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum BadPath {
+    /// Absolute, but under none of the anchors (listed, or empty).
+    #[error(
+        "path '{path}' is absolute but not under the fork's origin or mountpoint ({}); give it relative to the checkpoint's root",
+        if anchors.is_empty() { "it has none".to_string() } else { anchors.join(", ") }
+    )]
+    Outside { path: String, anchors: Vec<String> },
+    #[error(
+        "path '{0}' has a '..' component, which could leave the fork; give the path without it, relative to the checkpoint's root"
+    )]
+    DotDot(String),
+    #[error("path '{0}' holds a NUL byte; give a real path")]
+    Nul(String),
+    #[error("path '{0}' is the fork's root; check out the paths under it")]
+    Root(String),
+}
+
 /// `raw` as a path relative to a fork's root: relative already, or
 /// absolute under one of `anchors` (the fork's origin, its mountpoint);
-/// empty and `.` components dropped. Refused (with the reason and the fix)
-/// when it has a `..` component, is absolute elsewhere, or names the root.
-pub fn relative_path(raw: &[u8], anchors: &[&[u8]]) -> std::result::Result<Vec<u8>, String> {
-    let shown = String::from_utf8_lossy(raw);
+/// empty and `.` components dropped. Refused, with the reason, when it has
+/// a `..` component, is absolute elsewhere, or names the root.
+pub fn relative_path(raw: &[u8], anchors: &[&[u8]]) -> std::result::Result<Vec<u8>, BadPath> {
+    let shown = String::from_utf8_lossy(raw).into_owned();
     let rest = if raw.first() == Some(&b'/') {
         let under = anchors.iter().find_map(|a| {
             let a = a.strip_suffix(b"/").unwrap_or(a);
@@ -99,15 +120,13 @@ pub fn relative_path(raw: &[u8], anchors: &[&[u8]]) -> std::result::Result<Vec<u
         match under {
             Some(rest) => rest,
             None => {
-                let names: Vec<_> = anchors.iter().map(|a| String::from_utf8_lossy(a)).collect();
-                return Err(format!(
-                    "path '{shown}' is absolute but not under the fork's origin or mountpoint ({}); give it relative to the checkpoint's root",
-                    if names.is_empty() {
-                        "it has none".to_string()
-                    } else {
-                        names.join(", ")
-                    }
-                ));
+                return Err(BadPath::Outside {
+                    path: shown,
+                    anchors: anchors
+                        .iter()
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect(),
+                });
             }
         }
     } else {
@@ -117,21 +136,13 @@ pub fn relative_path(raw: &[u8], anchors: &[&[u8]]) -> std::result::Result<Vec<u
     for c in rest.split(|&b| b == b'/') {
         match c {
             b"" | b"." => {}
-            b".." => {
-                return Err(format!(
-                    "path '{shown}' has a '..' component, which could leave the fork; give the path without it, relative to the checkpoint's root"
-                ));
-            }
-            c if c.contains(&0) => {
-                return Err(format!("path '{shown}' holds a NUL byte; give a real path"));
-            }
+            b".." => return Err(BadPath::DotDot(shown)),
+            c if c.contains(&0) => return Err(BadPath::Nul(shown)),
             c => parts.push(c),
         }
     }
     if parts.is_empty() {
-        return Err(format!(
-            "path '{shown}' is the fork's root; check out the paths under it (or make a new fork of the target: `storefs fork TARGET --name NAME`)"
-        ));
+        return Err(BadPath::Root(shown));
     }
     Ok(parts.join(&b'/'))
 }
@@ -180,7 +191,7 @@ impl Fork {
         let root = store.root_entry(&record)?;
         let mut lines = Vec::with_capacity(paths.len());
         for p in paths {
-            if relative_path(p, &[]).as_deref() != Ok(p.as_slice()) {
+            if relative_path(p, &[]).ok().as_deref() != Some(p.as_slice()) {
                 return Err(Error::Refused(format!(
                     "path '{}' is not a plain relative path (no '.', '..' or empty components, not the root)",
                     String::from_utf8_lossy(p)
@@ -433,7 +444,7 @@ mod tests {
         assert_eq!(ok(b"./a//b/"), b"a/b");
         assert_eq!(ok(b"/srv/s1/a/b"), b"a/b");
         assert_eq!(ok(b"/tmp/mnt/a"), b"a");
-        let err = |p: &[u8]| relative_path(p, anchors).unwrap_err();
+        let err = |p: &[u8]| relative_path(p, anchors).unwrap_err().to_string();
         assert!(err(b"a/../b").contains("'..'"), "{}", err(b"a/../b"));
         assert!(err(b"..").contains("'..'"));
         assert!(err(b"/srv/s10/a").contains("not under the fork's origin"));

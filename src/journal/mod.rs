@@ -44,7 +44,7 @@ pub use crate::store::model::{
     Attr, DirEntry, Fallocate, MAX_FILE_SIZE, NAME_MAX, Posix, ROOT_INO, RenameMode, SetAttr,
     StatFs, Time, XATTR_SIZE_MAX, XattrMode,
 };
-pub use checkout::{Checkout, Done, relative_path};
+pub use checkout::{BadPath, Checkout, Done, relative_path};
 pub use fork::{
     Fork, ForkInfo, ForkMemory, NewNode, Upstream, fork_dir, fork_log, has_uncommitted_changes,
     read_fork_info,
@@ -76,13 +76,11 @@ pub enum Error {
     NameTaken(String),
     /// The fork's journal holds changes not yet committed (moving its head
     /// would lose them).
-    #[error(
-        "fork '{0}' has uncommitted changes in its journal; commit them (`storefs commit {0}`) or discard them, then retry"
-    )]
+    #[error("fork '{0}' has uncommitted changes in its journal")]
     Uncommitted(String),
     /// A head move that is not a fast-forward.
     #[error(
-        "fork '{name}' is at {head}, which is not an ancestor of {new}: moving the head would lose its checkpoints; keep them with `storefs fork {name} --name OTHER`, then retry with --force"
+        "fork '{name}' is at {head}, which is not an ancestor of {new}: moving the head would lose its checkpoints"
     )]
     NotAncestor {
         name: String,
@@ -116,7 +114,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 #[cfg(test)]
 mod tests;

@@ -328,10 +328,21 @@ pub enum Step {
     /// Leave it: a later change by another process touched it (the first
     /// such operation).
     Conflict(String, OpLine),
-    /// Leave it: it cannot be put back (why, in words): the root itself,
-    /// or a name that is not UTF-8 (the log holds it with U+FFFD in place
-    /// of its bytes, so it does not name the entry).
-    Skip(String, &'static str),
+    /// Leave it: it cannot be put back (why).
+    Skip(String, Unrevertable),
+}
+
+/// Why a revert leaves a path as it is ([`Step::Skip`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unrevertable {
+    /// The root itself.
+    #[error("the root's own attributes are not put back; set them by hand")]
+    Root,
+    /// A name that is not UTF-8: the log holds it with U+FFFD in place of
+    /// its bytes, so it does not name the entry (the CLI names the command
+    /// that puts it back by hand, `cli/hint.rs`).
+    #[error("a name that is not UTF-8: the operation log does not name it exactly")]
+    NotUtf8,
 }
 
 /// The paths the selected processes changed in `ops` (oldest first), in the
@@ -362,16 +373,10 @@ pub fn revert_plan(ops: &[OpLine], select: &Select) -> Vec<Step> {
         .into_iter()
         .map(|(p, at)| {
             if p.is_empty() {
-                return Step::Skip(
-                    p,
-                    "the root's own attributes are not put back; set them by hand",
-                );
+                return Step::Skip(p, Unrevertable::Root);
             }
             if p.contains(char::REPLACEMENT_CHARACTER) {
-                return Step::Skip(
-                    p,
-                    "a name that is not UTF-8: the operation log does not name it exactly; `storefs checkout` it by hand",
-                );
+                return Step::Skip(p, Unrevertable::NotUtf8);
             }
             let later = ops[at + 1..]
                 .iter()

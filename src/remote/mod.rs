@@ -49,11 +49,9 @@ pub enum Error {
         "bad remote URL '{0}': use s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, az://CONTAINER/PREFIX (credentials from AWS_*, GOOGLE_*, AZURE_*) or file:///ABSOLUTE/PATH"
     )]
     BadUrl(String),
-    #[error(
-        "no remote named '{0}'; `storefs remote list` shows them, `storefs remote add NAME URL` adds one"
-    )]
+    #[error("no remote named '{0}'")]
     UnknownRemote(String),
-    #[error("remote '{0}' exists already ({1}); `storefs remote remove {0}` first")]
+    #[error("remote '{0}' exists already ({1})")]
     RemoteExists(String, String),
     #[error("remote config {path}: {detail}; fix or remove the file")]
     BadConfig { path: PathBuf, detail: String },
@@ -91,20 +89,16 @@ pub enum Error {
         id: ObjectId,
         detail: String,
     },
-    #[error(
-        "remote '{remote}' has no ref '{name}'; push it first (`storefs push {remote} TARGET --as {name}`)"
-    )]
+    #[error("remote '{remote}' has no ref '{name}'")]
     NoRemoteRef { remote: String, name: String },
-    #[error(
-        "remote ref {remote}/{name} holds '{content}', not a checkpoint id; overwrite it with push --force"
-    )]
+    #[error("remote ref {remote}/{name} holds '{content}', not a checkpoint id")]
     BadRemoteRef {
         remote: String,
         name: String,
         content: String,
     },
     #[error(
-        "remote ref {remote}/{name} is at {theirs}, which is not an ancestor of {ours}: someone else pushed; pull it first (`storefs pull {remote} {name} --fork FORK` for a fork), or --force"
+        "remote ref {remote}/{name} is at {theirs}, which is not an ancestor of {ours}: someone else pushed"
     )]
     Conflict {
         remote: String,
@@ -113,7 +107,7 @@ pub enum Error {
         ours: ObjectId,
     },
     #[error(
-        "local ref {name} is at {ours}, which is not an ancestor of {theirs} (pulled from '{remote}'): pull --as ANOTHER_NAME, or --force"
+        "local ref {name} is at {ours}, which is not an ancestor of {theirs} (pulled from '{remote}')"
     )]
     LocalConflict {
         remote: String,
@@ -129,9 +123,7 @@ pub enum Error {
         name: String,
         detail: String,
     },
-    #[error(
-        "remote pack {key} is damaged ({detail}); run `storefs gc --remote NAME` from a store that has the objects, or push them again"
-    )]
+    #[error("remote pack {key} is damaged ({detail})")]
     BadPack { key: String, detail: String },
     #[error(
         "remote '{remote}' is busy: {what}; this {ours} did nothing. Run it again when that ends (a lock untouched for 30 minutes is ignored)"
@@ -146,6 +138,9 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A pull into a local ref whose name a fork has.
+    #[error("'{0}' is a fork; a ref cannot take its name")]
+    ForkNamed(String),
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -223,8 +218,25 @@ impl Location {
 pub struct RefListing {
     /// Each ref's name and the checkpoint id it holds, by name.
     pub refs: Vec<(String, String)>,
-    /// One line for each file under `refs/` that is not a ref.
-    pub skipped: Vec<String>,
+    /// Each file under `refs/` that is not a ref.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A file under a remote's `refs/` that [`Remote::list_refs`] skipped; its
+/// text is the warning (the CLI adds the commands that fix a ref that
+/// holds no id, `cli/hint.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum Skipped {
+    /// Why, in one line.
+    #[error("{0}")]
+    Other(String),
+    /// The ref holds `shown` (its start), which is no checkpoint id.
+    #[error("skipping remote ref {remote}/{name}: it holds '{shown}', not a checkpoint id")]
+    NotAnId {
+        remote: String,
+        name: String,
+        shown: String,
+    },
 }
 
 /// An open remote: its object store and the runtime that drives it.
@@ -434,11 +446,11 @@ impl Remote {
             let mut listing = RefListing::default();
             for name in self.ref_names(&mut listing.skipped).await? {
                 if let Err(e) = store::Store::check_name(&name) {
-                    listing.skipped.push(format!(
+                    listing.skipped.push(Skipped::Other(format!(
                         "skipping remote ref file {}/refs/{}: {e}",
                         self.name,
                         name.escape_debug()
-                    ));
+                    )));
                     continue;
                 }
                 match self.read_ref_id_if_any(&name).await {
@@ -450,12 +462,16 @@ impl Remote {
                         if shown.len() < content.len() {
                             shown.push('…');
                         }
-                        listing.skipped.push(format!(
-                            "skipping remote ref {}/{name}: it holds '{shown}', not a checkpoint id (`storefs push --force` overwrites it, `storefs remote delete-ref` removes it)",
-                            self.name
-                        ));
+                        listing.skipped.push(Skipped::NotAnId {
+                            remote: self.name.clone(),
+                            name,
+                            shown,
+                        });
                     }
-                    Err(e) => listing.skipped.push(format!("skipping remote ref {}/{name}: {e}", self.name)),
+                    Err(e) => listing.skipped.push(Skipped::Other(format!(
+                        "skipping remote ref {}/{name}: {e}",
+                        self.name
+                    ))),
                 }
             }
             listing.refs.sort();
@@ -466,7 +482,7 @@ impl Remote {
     /// The names of the files under `refs/`. A `file://` remote's directory
     /// is read here, so that a name object_store cannot take (not UTF-8,
     /// a stray `%`) is reported in `skipped` rather than ending the listing.
-    async fn ref_names(&self, skipped: &mut Vec<String>) -> Result<Vec<String>> {
+    async fn ref_names(&self, skipped: &mut Vec<Skipped>) -> Result<Vec<String>> {
         let Some(root) = &self.local_root else {
             let metas = self.list_metas("refs").await?;
             return Ok(metas
@@ -497,11 +513,11 @@ impl Remote {
                 Some(n) if ent.file_type().is_ok_and(|t| t.is_file()) => names.push(n.to_string()),
                 // object_store's own files (`x#1` while a put is under way) and directories.
                 Some(_) => {}
-                None => skipped.push(format!(
+                None => skipped.push(Skipped::Other(format!(
                     "skipping remote ref file {}/refs/{}: the name is not UTF-8",
                     self.name,
                     name.to_string_lossy().escape_debug()
-                )),
+                ))),
             }
         }
         Ok(names)

@@ -256,10 +256,7 @@ impl Remote {
         if let Some(local) = local {
             Store::check_name(local)?;
             if store.fork_head(local)?.is_some() {
-                return Err(store::Error::Invalid(format!(
-                    "'{local}' is a fork; a ref cannot take its name (pull --as ANOTHER_NAME, or pull --fork {local} to move the fork)"
-                ))
-                .into());
+                return Err(Error::ForkNamed(local.to_string()));
             }
         }
         self.rt.block_on(async {

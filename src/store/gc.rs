@@ -210,10 +210,9 @@ impl Store {
 
     /// Mark everything reachable from checkpoints not in `done` yet.
     fn mark_new(&self, done: &mut HashSet<ObjectId>, marked: &mut HashSet<ObjectId>) -> Result<()> {
-        let refuse = |what: String, e: Error| {
-            Error::Invalid(format!(
-                "{what}: {e}; gc deletes nothing while it cannot tell what is reachable (run `storefs verify`)"
-            ))
+        let refuse = |what: String, e: Error| Error::GcBlind {
+            what,
+            detail: e.to_string(),
         };
         for ck in self.list_checkpoints()? {
             if !done.insert(ck) {

@@ -106,11 +106,7 @@ impl Store {
     /// `prefix` (at least 4 hex digits): `git:PREFIX` as the user types it.
     pub fn resolve_git(&self, prefix: &str) -> Result<ObjectId> {
         let lower = prefix.to_ascii_lowercase();
-        let unknown = || {
-            Error::Invalid(format!(
-                "no imported git commit starts with '{prefix}'; import its repository with `storefs import-git REPO` (git:COMMIT takes 4 to 64 hex digits)"
-            ))
-        };
+        let unknown = || Error::NoGitCommit(prefix.to_string());
         if lower.len() < 4 || lower.len() > 64 || !is_hex(&lower) {
             return Err(unknown());
         }

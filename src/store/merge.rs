@@ -374,8 +374,8 @@ impl Merger<'_> {
             Kind::Dir => {
                 let tb = base.and_then(Entry::tree_id);
                 let (Some(ta), Some(tt)) = (ea.tree_id(), eb.tree_id()) else {
-                    return Err(Error::Invalid(format!(
-                        "{}: a directory entry without a tree; run `storefs verify`",
+                    return Err(Error::Damaged(format!(
+                        "{}: a directory entry without a tree",
                         String::from_utf8_lossy(path)
                     )));
                 };

@@ -95,15 +95,17 @@ pub enum Error {
         "{0} is not a storefs store (no {MARKER}); pass an empty or new directory with --store, or point at an existing store"
     )]
     NotAStore(PathBuf),
-    #[error("no store at {0}; create it with `storefs init --store {0}` or snapshot into it")]
+    /// The fix (`storefs init`) is the CLI's to name (`cli/hint.rs`), as for
+    /// every message of this layer that a command fixes.
+    #[error("no store at {0}")]
     NoStore(PathBuf),
     #[error(
         "cannot read the store {0}: permission denied (another user's store, or its mode keeps you out); run as the user who owns it, or pass a store of your own with --store DIR"
     )]
     NoAccess(PathBuf),
-    #[error("object {id} is missing from the store ({context}); run `storefs verify`")]
+    #[error("object {id} is missing from the store ({context})")]
     Missing { id: ObjectId, context: String },
-    #[error("object {id} is corrupt ({detail}); run `storefs verify` to quarantine it")]
+    #[error("object {id} is corrupt ({detail})")]
     Corrupt { id: ObjectId, detail: String },
     /// A checkpoint record over [`MAX_CHECKPOINT_RECORD`]: not storefs's
     /// (its records stay far below), and not an object `verify` can
@@ -112,12 +114,10 @@ pub enum Error {
         "checkpoint {id}: {detail}; storefs never writes a record that large, so it came from elsewhere: remove STORE/checkpoints/{id}.json and the ref or fork that names it"
     )]
     RecordTooLarge { id: ObjectId, detail: String },
-    #[error(
-        "no checkpoint, ref or fork named '{0}'; `storefs refs` lists refs, `storefs forks` forks and `storefs log` checkpoints"
-    )]
+    #[error("no checkpoint, ref or fork named '{0}'")]
     UnknownTarget(String),
     #[error(
-        "no ref or fork named '{0}', and it is too short for a checkpoint id prefix (give at least 4 hex digits); `storefs refs`, `storefs forks` and `storefs log` list them"
+        "no ref or fork named '{0}', and it is too short for a checkpoint id prefix (give at least 4 hex digits)"
     )]
     PrefixTooShort(String),
     #[error("'{prefix}' is ambiguous: {count} ids start with it ({examples}); give more digits")]
@@ -128,6 +128,16 @@ pub enum Error {
     },
     #[error("bad ref name '{0}': use letters, digits, '.', '_' and '-', not '.' or '..'")]
     BadRefName(String),
+    /// `git:PREFIX` names no imported git commit (or is not 4 to 64 hex digits).
+    #[error("no imported git commit starts with '{0}' (git:COMMIT takes 4 to 64 hex digits)")]
+    NoGitCommit(String),
+    /// The store contradicts itself (what, where): a damaged record or tree
+    /// that a verify finds.
+    #[error("{0}")]
+    Damaged(String),
+    /// gc refused to sweep: what it could not read, and why.
+    #[error("{what}: {detail}; gc deletes nothing while it cannot tell what is reachable")]
+    GcBlind { what: String, detail: String },
     #[error("{0}")]
     Invalid(String),
 }
