@@ -761,6 +761,33 @@ pub fn create_temp_in(dir: &File, prefix: &str, mode: u32) -> io::Result<(File, 
     }
 }
 
+/// A new file in directory `dir` that has no name (`O_TMPFILE`; where the
+/// file system lacks it, a file made as by [`create_temp_in`] and unlinked
+/// at once), open for reading and writing: it is gone when closed, also
+/// after a crash.
+pub fn anonymous_file_in(dir: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let d = open_dir_nofollow(dir)?;
+    let rw = OFlags::RDWR | OFlags::CLOEXEC;
+    match rustix::fs::openat(&d, ".", rw | OFlags::TMPFILE, Mode::from_raw_mode(0o600)) {
+        Ok(fd) => return Ok(File::from(fd)),
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    loop {
+        let name = temp_file_name("spill");
+        let flags = rw | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+        match rustix::fs::openat(&d, name.as_str(), flags, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => {
+                rustix::fs::unlinkat(&d, name.as_str(), rustix::fs::AtFlags::empty())?;
+                return Ok(File::from(fd));
+            }
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// The names in directory `dir` (without `.` and `..`), listed through a
 /// descriptor opened as by [`open_dir_nofollow`]; with whether each is a
 /// directory (not following a symlink).

@@ -84,6 +84,8 @@
 //! metadata operation.
 
 use std::collections::HashMap;
+
+use crate::store::intmap::IntMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -168,10 +170,10 @@ struct Requesters {
     /// By pid: its `/proc/PID/comm`, kept open (a read gives the command as
     /// it is now, after an exec too, and fails once the process is gone, so
     /// a reused pid is opened anew), and the last requester made of it.
-    procs: Mutex<HashMap<u32, (File, Arc<Who>)>>,
+    procs: Mutex<IntMap<u32, (File, Arc<Who>)>>,
     /// By inode: the last requester that created, truncated or wrote the
     /// file (who a write without a requester is attributed to).
-    writers: Mutex<HashMap<u64, Arc<Who>>>,
+    writers: Mutex<IntMap<u64, Arc<Who>>>,
 }
 
 /// Bounds of [`Requesters`]' tables (they are emptied when full).

@@ -382,6 +382,7 @@ impl Fork {
         let ckpt = store.read_checkpoint(&head.checkpoint)?;
         let root = store.root_entry(&ckpt)?;
         let mut state = ForkState::new(&root);
+        state.ops.spill_in(&dir);
         state.replaying = true;
         let state_bytes = cache_bytes / STATE_SHARE;
         state.budget = budget.unwrap_or(Budget::of(state_bytes / INODE_BYTES));
@@ -498,7 +499,10 @@ impl Fork {
     /// ops` shows of a fork after its commits).
     pub fn uncommitted_ops(&self) -> Vec<super::ops::OpLine> {
         let st = self.state.lock();
-        st.ops.entries.iter().map(super::ops::Op::line).collect()
+        st.ops.lines().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the uncommitted operations cannot be read");
+            Vec::new()
+        })
     }
 
     /// Run `f` under the state lock; then park directories if the inode
@@ -1142,7 +1146,11 @@ impl Fork {
             // The log of what this commit folds, as one object the record names.
             let ops_id = match ops.is_empty() {
                 true => None,
-                false => Some(self.store.put_object(&super::ops::to_jsonl(&ops))?.0),
+                false => {
+                    let path = self.dir.join("(operation log spill)");
+                    let lines = ops.read().map_err(io_at(&path))?;
+                    Some(self.store.put_object(&lines)?.0)
+                }
             };
             let ckpt = Checkpoint {
                 version: 1,
@@ -1192,7 +1200,7 @@ impl Fork {
                 folded.full.then_some(folded.at),
             );
             st.changes -= folding;
-            st.ops.committed(ops.len());
+            st.ops.committed(&ops);
         }
         step(CommitStep::Rebased)?;
         // (5) Trim.

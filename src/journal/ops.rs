@@ -22,6 +22,7 @@ use std::sync::{Arc, LazyLock};
 use serde::{Deserialize, Serialize};
 
 pub use super::record::Who;
+use crate::store::intmap::IntMap;
 
 thread_local! {
     /// The requester of the changes this thread makes now ([`on_behalf_of`]).
@@ -113,6 +114,51 @@ impl Op {
     }
 }
 
+/// [`OpLine`] borrowed from an [`Op`]: the same JSON, without a copy.
+#[derive(Serialize)]
+struct LineRef<'a> {
+    time_ns: i64,
+    op: &'a str,
+    path: std::borrow::Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    new_path: Option<std::borrow::Cow<'a, str>>,
+    pid: u32,
+    command: std::borrow::Cow<'a, str>,
+    uid: u32,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    run: std::borrow::Cow<'a, str>,
+    bytes: u64,
+    count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    range: Option<[u64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<u64>,
+}
+
+impl Op {
+    /// Append the entry's line of the stored log (`to_jsonl` of its
+    /// [`Op::line`], byte for byte) to `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let text = String::from_utf8_lossy;
+        let line = LineRef {
+            time_ns: self.time_ns,
+            op: self.op,
+            path: text(&self.path),
+            new_path: self.new_path.as_deref().map(text),
+            pid: self.who.pid,
+            command: text(&self.who.command),
+            uid: self.who.uid,
+            run: text(&self.who.run),
+            bytes: self.bytes,
+            count: self.count,
+            range: self.range,
+            size: self.size,
+        };
+        serde_json::to_writer(&mut *out, &line).expect("an op serializes");
+        out.push(b'\n');
+    }
+}
+
 /// One operation as JSON: a line of a commit's operation log object
 /// (docs/format.md, "Operation logs").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,91 +212,246 @@ pub fn from_jsonl(bytes: &[u8]) -> Option<Vec<OpLine>> {
         .collect()
 }
 
-/// Bytes of uncommitted operations (estimated) above which repeated ones
-/// are merged ([`OpsLog::push`]).
-pub const COMPACT_BYTES: usize = 32 << 20;
+/// Bytes of uncommitted operations (estimated) that the log holds in memory:
+/// past it the entries are compacted ([`OpsLog::push`]), and what is left
+/// is written to the log's spill file unless compacting halved it.
+pub const COMPACT_BYTES: usize = 1 << 20;
 
 /// The operations of a fork's state since its last commit, and who the
-/// journal's later records belong to.
+/// journal's later records belong to. The newest entries are in memory
+/// ([`OpsLog::entries`]: at most about [`COMPACT_BYTES`]); older ones are
+/// in an unnamed file beside the journal as the JSON lines a commit stores
+/// (the spill), so the log's memory does not grow with the changes between
+/// two commits. The spill is rebuilt by replay like the rest of the log: a
+/// crash loses nothing of it.
 #[derive(Clone, Debug)]
 pub struct OpsLog {
+    /// The newest entries, in the order they came (the last may be
+    /// extended by the next write).
     pub entries: Vec<Op>,
-    /// What `entries` holds, about (bytes), and the size that makes the
-    /// next [`OpsLog::push`] merge repeated operations.
+    /// What `entries` holds, about (bytes).
     bytes: usize,
-    compact_at: usize,
-    /// Entries before this are being folded by a commit: none of them is
-    /// extended any more.
-    pub sealed: usize,
+    /// The older entries.
+    spill: Spill,
+    /// Compactions to skip before the next is tried: one that did not halve
+    /// the entries (each path different: an extraction, a copy) makes the
+    /// next ones wait, twice as many each time, up to 64 (the entries go
+    /// to the spill as they are); one that did makes them tried each time.
+    skip: (u32, u32),
     /// The requester of the journal's next change records (the last `Who`
     /// of the segment; unknown at a segment's start).
     pub current: Arc<Who>,
     /// Where inodes were last seen named: (directory, name). Checked
-    /// against the directory before use, found again when stale.
-    pub names: HashMap<u64, (u64, Vec<u8>)>,
+    /// against the directory before use, found again when stale; emptied
+    /// when [`MAX_NAMES`] are held.
+    pub names: IntMap<u64, (u64, Vec<u8>)>,
     /// Directories' paths as last resolved (most changes are in a directory
     /// resolved just before): emptied when a directory is renamed, taken
     /// out when one is removed, and when [`MAX_DIR_PATHS`] are held.
-    pub dir_paths: HashMap<u64, Vec<u8>>,
+    pub dir_paths: IntMap<u64, Vec<u8>>,
 }
 
 /// Bound of [`OpsLog::dir_paths`].
 pub const MAX_DIR_PATHS: usize = 1 << 14;
+/// Bound of [`OpsLog::names`].
+pub const MAX_NAMES: usize = 1 << 16;
+
+/// The spill: JSON lines in an unnamed file (`O_TMPFILE` in the fork's
+/// directory, or an unlinked temp file), written through `buf`.
+#[derive(Clone, Debug, Default)]
+struct Spill {
+    /// Where the file is made (the fork's directory; the temp dir if unset).
+    dir: Option<std::path::PathBuf>,
+    file: Option<Arc<std::fs::File>>,
+    /// Bytes in the file.
+    len: u64,
+    /// Lines not yet in the file.
+    buf: Vec<u8>,
+    /// A write to the file failed (said once in the log).
+    failed: bool,
+}
+
+/// The bytes written per spill write, about.
+const SPILL_BUF: usize = 256 << 10;
+
+impl Spill {
+    /// Write `buf` to the file once it holds [`SPILL_BUF`] bytes (`force`:
+    /// whatever it holds). A file that cannot be made or written leaves the
+    /// lines in `buf`, in memory (said once in the log).
+    fn flush(&mut self, force: bool) {
+        if self.buf.is_empty() || (self.buf.len() < SPILL_BUF && !force) {
+            return;
+        }
+        if let Err(e) = self.write_out() {
+            if !self.failed {
+                tracing::warn!(error = %e, "cannot write the operation log's spill file; the log stays in memory");
+            }
+            self.failed = true;
+        }
+    }
+
+    fn write_out(&mut self) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let file = match &self.file {
+            Some(f) => f.clone(),
+            None => {
+                let dir = self.dir.clone().unwrap_or_else(std::env::temp_dir);
+                let f = Arc::new(crate::sys::anonymous_file_in(&dir)?);
+                self.file = Some(f.clone());
+                f
+            }
+        };
+        file.write_all_at(&self.buf, self.len)?;
+        self.len += self.buf.len() as u64;
+        self.buf.clear();
+        self.buf.shrink_to(SPILL_BUF);
+        Ok(())
+    }
+
+    /// Bytes `from..to` of the file.
+    fn read(&self, from: u64, to: u64) -> std::io::Result<Vec<u8>> {
+        let mut out = vec![0; (to - from) as usize];
+        if let Some(f) = &self.file {
+            use std::os::unix::fs::FileExt;
+            f.read_exact_at(&mut out, from)?;
+        }
+        Ok(out)
+    }
+}
+
+/// What a commit folds of the log ([`OpsLog::seal`]): the first `len`
+/// bytes of the spill file and then `rest` (what could not be written to
+/// it), read outside the state lock ([`Sealed::read`]).
+#[derive(Debug)]
+pub struct Sealed {
+    file: Option<Arc<std::fs::File>>,
+    len: u64,
+    rest: Vec<u8>,
+}
+
+impl Sealed {
+    /// The JSON lines the commit stores.
+    pub fn read(&self) -> std::io::Result<Vec<u8>> {
+        let mut out = Spill {
+            file: self.file.clone(),
+            ..Spill::default()
+        }
+        .read(0, self.len)?;
+        out.extend_from_slice(&self.rest);
+        Ok(out)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0 && self.rest.is_empty()
+    }
+}
 
 impl Default for OpsLog {
     fn default() -> OpsLog {
         OpsLog {
             entries: Vec::new(),
             bytes: 0,
-            compact_at: COMPACT_BYTES,
-            sealed: 0,
+            spill: Spill::default(),
+            skip: (0, 0),
             current: unknown(),
-            names: HashMap::new(),
-            dir_paths: HashMap::new(),
+            names: IntMap::default(),
+            dir_paths: IntMap::default(),
         }
     }
 }
 
 impl OpsLog {
-    /// A commit starts folding: what is logged so far is its log. The new
-    /// segment starts with an unknown requester.
-    pub fn seal(&mut self) -> Vec<OpLine> {
-        self.sealed = self.entries.len();
+    /// Make the spill file in `dir` (the fork's directory).
+    pub fn spill_in(&mut self, dir: &std::path::Path) {
+        self.spill.dir = Some(dir.to_path_buf());
+    }
+
+    /// A commit starts folding: what is logged so far is its log (every
+    /// entry goes to the spill). The new segment starts with an unknown
+    /// requester. A commit that fails leaves it sealed: the next seals it
+    /// again, with what came after.
+    pub fn seal(&mut self) -> Sealed {
+        self.spill_entries(true);
         self.current = unknown();
-        self.entries.iter().map(Op::line).collect()
+        Sealed {
+            file: self.spill.file.clone(),
+            len: self.spill.len,
+            rest: self.spill.buf.clone(),
+        }
     }
 
-    /// The commit that sealed the first `n` entries moved the head: they
-    /// are committed.
-    pub fn committed(&mut self, n: usize) {
-        let gone: usize = self
-            .entries
-            .drain(..n.min(self.entries.len()))
-            .map(|e| cost(&e))
-            .sum();
-        self.bytes = self.bytes.saturating_sub(gone);
-        self.compact_at = COMPACT_BYTES.max(self.bytes * 2);
-        self.sealed = self.sealed.saturating_sub(n);
+    /// The commit of `sealed` moved the head: its entries are committed;
+    /// what came after them moves to a new spill file.
+    pub fn committed(&mut self, sealed: &Sealed) {
+        let after = self
+            .spill
+            .read(sealed.len.min(self.spill.len), self.spill.len)
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot read the operation log's spill file; the operations logged during the commit are lost from it");
+                Vec::new()
+            });
+        // The lines after the file's sealed part, in order: the sealed
+        // ones that were not in the file at the seal come first.
+        let mut stream = after;
+        stream.append(&mut self.spill.buf);
+        let unsealed = stream.get(sealed.rest.len()..).unwrap_or_default();
+        self.spill = Spill {
+            dir: self.spill.dir.take(),
+            failed: self.spill.failed,
+            ..Spill::default()
+        };
+        self.spill.buf.extend_from_slice(unsealed);
+        self.spill.flush(false);
     }
 
-    /// Add an entry. Past [`COMPACT_BYTES`] of entries (and then each time
-    /// what is left doubles) the entries not sealed are compacted: those of
-    /// one requester, operation and path(s) become one, at the place of the
-    /// first, with their counts and bytes summed and their ranges joined.
-    /// The log stays small for a workload that repeats itself (a database's
-    /// transactions: its journal created, written, removed, the database
-    /// written), at the cost of the order between repeated operations. A
-    /// replay compacts at the same points.
+    /// Every entry, oldest first (spilled, then in memory).
+    pub fn lines(&self) -> std::io::Result<Vec<OpLine>> {
+        let mut bytes = self.spill.read(0, self.spill.len)?;
+        bytes.extend_from_slice(&self.spill.buf);
+        let mut out = from_jsonl(&bytes).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the operation log's spill file does not parse",
+            )
+        })?;
+        out.extend(self.entries.iter().map(Op::line));
+        Ok(out)
+    }
+
+    /// Move every entry in memory to the spill (`force`: to its file now).
+    fn spill_entries(&mut self, force: bool) {
+        for e in &self.entries {
+            e.write_json(&mut self.spill.buf);
+        }
+        self.entries.clear();
+        self.bytes = 0;
+        self.spill.flush(force);
+    }
+
+    /// Add an entry. Past [`COMPACT_BYTES`] of entries in memory they are
+    /// compacted: those of one requester, operation and path(s) become one,
+    /// at the place of the first, with their counts and bytes summed and
+    /// their ranges joined. The log stays small for a workload that repeats
+    /// itself (a database's transactions: its journal created, written,
+    /// removed, the database written), at the cost of the order between
+    /// repeated operations. If that did not halve them, they go to the
+    /// spill. A replay compacts and spills at the same points.
     pub fn push(&mut self, op: Op) {
         self.bytes += cost(&op);
         self.entries.push(op);
-        if self.bytes <= self.compact_at {
+        if self.bytes <= COMPACT_BYTES {
+            return;
+        }
+        let (left, wait) = self.skip;
+        if left > 0 {
+            self.skip.0 -= 1;
+            self.spill_entries(false);
             return;
         }
         type Key = (Arc<Who>, &'static str, Vec<u8>, Option<Vec<u8>>);
         let mut first: HashMap<Key, usize> = HashMap::new();
         let mut kept: Vec<Op> = Vec::new();
-        for e in self.entries.drain(self.sealed..) {
+        for e in self.entries.drain(..) {
             let key = (e.who.clone(), e.op, e.path.clone(), e.new_path.clone());
             match first.get(&key) {
                 Some(&i) => {
@@ -269,14 +470,21 @@ impl OpsLog {
                 }
             }
         }
-        self.entries.extend(kept);
+        self.entries = kept;
         self.bytes = self.entries.iter().map(cost).sum();
-        self.compact_at = COMPACT_BYTES.max(self.bytes * 2);
+        if self.bytes > COMPACT_BYTES / 2 {
+            let wait = (wait * 2).clamp(1, 64);
+            self.skip = (wait, wait);
+            self.spill_entries(false);
+        } else {
+            self.skip = (0, 0);
+        }
     }
 
-    /// Bytes it holds, about (for `status`).
+    /// Bytes it holds in memory, about (for `status`).
     pub fn memory_estimate(&self) -> usize {
         self.bytes
+            + self.spill.buf.capacity()
             + self
                 .names
                 .values()
@@ -426,7 +634,7 @@ mod tests {
         let a2 = Arc::new(Who::clone(&a));
         let mut log = OpsLog::default();
         log.push(op(&a, "mkdir", "first"));
-        log.seal();
+        let sealed = log.seal();
         let n = COMPACT_BYTES / std::mem::size_of::<Op>() + 10;
         for i in 0..n {
             let who = if i % 2 == 0 { &a } else { &a2 };
@@ -443,8 +651,8 @@ mod tests {
         // entry a kind, in the order they first came, and what came after the
         // merge waits for the next one: every change is counted once.
         let n = n as u64;
-        let e = &log.entries;
-        let head: Vec<(&str, u64)> = e[..4].iter().map(|e| (e.op, e.count)).collect();
+        let e = log.lines().unwrap();
+        let head: Vec<(&str, u64)> = e[..4].iter().map(|e| (e.op.as_str(), e.count)).collect();
         assert_eq!(head[0], ("mkdir", 1));
         assert_eq!(
             [head[1].0, head[2].0, head[3].0],
@@ -456,9 +664,52 @@ mod tests {
             assert_eq!((count, bytes), (n, 10 * n), "{kind}");
         }
         assert!((e.len() as u64) < n / 4, "{} entries", e.len());
-        let len = e.len();
-        log.committed(1);
-        assert_eq!(log.entries.len(), len - 1);
+        assert!(log.spill.len == 0 || log.spill.file.is_some());
+        log.committed(&sealed);
+        assert_eq!(log.lines().unwrap(), e[1..]);
+    }
+
+    /// Entries past the memory bound go to the spill file and come back in
+    /// order, through a seal, a failed commit, a second seal and its commit.
+    #[test]
+    fn entries_spill_to_a_file_and_come_back_in_order() {
+        let a = Arc::new(Who {
+            pid: 7,
+            command: b"tar".to_vec(),
+            ..Who::default()
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = OpsLog::default();
+        log.spill_in(dir.path());
+        let n = 3 * COMPACT_BYTES / std::mem::size_of::<Op>();
+        let name = |i: usize| format!("d/file{i}");
+        for i in 0..n {
+            log.push(op(&a, "create", &name(i)));
+        }
+        assert!(log.spill.len > 0, "spilled to the file");
+        assert!(log.memory_estimate() <= COMPACT_BYTES + SPILL_BUF);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "the spill file has no name"
+        );
+        let paths = |lines: &[OpLine]| lines.iter().map(|l| l.path.clone()).collect::<Vec<_>>();
+        let want: Vec<String> = (0..n).map(name).collect();
+        assert_eq!(paths(&log.lines().unwrap()), want);
+        // The stored lines are `to_jsonl`'s of the same entries.
+        let first = log.seal();
+        let stored = first.read().unwrap();
+        assert_eq!(stored, to_jsonl(&from_jsonl(&stored).unwrap()));
+        assert_eq!(paths(&from_jsonl(&stored).unwrap()), want);
+        // A commit that failed: sealed again with what came after.
+        log.push(op(&a, "create", "after"));
+        let second = log.seal();
+        log.push(op(&a, "create", "during"));
+        let mut want2 = want.clone();
+        want2.push("after".into());
+        assert_eq!(paths(&from_jsonl(&second.read().unwrap()).unwrap()), want2);
+        log.committed(&second);
+        assert_eq!(paths(&log.lines().unwrap()), ["during"]);
     }
 }
 

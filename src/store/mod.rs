@@ -17,6 +17,7 @@ pub mod framed;
 mod gc;
 mod gitindex;
 mod id;
+pub mod intmap;
 pub mod merge;
 pub(crate) mod midx;
 pub mod model;

@@ -13,12 +13,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::super::ops::{MAX_DIR_PATHS, Op, Who};
+use super::super::ops::{MAX_DIR_PATHS, MAX_NAMES, Op, Who};
 use super::super::record::{RENAME_EXCHANGE, Record};
 use super::inode::{Data, Dir, Inode};
 use super::{Ctx, ForkState};
 use crate::journal::Result;
 use crate::store::Kind;
+use crate::store::intmap::IntMap;
 use crate::store::model::ROOT_INO;
 
 /// What a change will add to the log, found before it applies.
@@ -192,8 +193,7 @@ impl ForkState {
     pub(super) fn note_write(&mut self, ino: u64, offset: u64, len: u64, t: i64) -> Note {
         let end = offset.saturating_add(len);
         let ops = &self.ops;
-        if ops.entries.len() > ops.sealed
-            && let Some(last) = ops.entries.last()
+        if let Some(last) = ops.entries.last()
             && last.op == "write"
             && last.ino == ino
             && Arc::ptr_eq(&last.who, &ops.current)
@@ -216,6 +216,9 @@ impl ForkState {
             Note::New(op, naming) => {
                 for (ino, dir, name) in naming {
                     if !name.is_empty() {
+                        if self.ops.names.len() >= MAX_NAMES {
+                            self.ops.names.clear();
+                        }
                         self.ops.names.insert(ino, (dir, name));
                     } else if self.ops.names.get(&ino).is_some_and(|(d, _)| *d == dir) {
                         self.ops.names.remove(&ino);
@@ -338,7 +341,7 @@ fn entries(
 /// parent, or a base file's), and remembered.
 fn name_of<'a>(
     inodes: &HashMap<u64, Box<Inode>>,
-    names: &'a mut HashMap<u64, (u64, Vec<u8>)>,
+    names: &'a mut IntMap<u64, (u64, Vec<u8>)>,
     ino: u64,
 ) -> Option<(u64, &'a [u8])> {
     let known = names
@@ -347,6 +350,9 @@ fn name_of<'a>(
     if !known {
         let dir = inodes.get(&ino)?.parent;
         let (name, _) = entries(inodes, dir)?.iter().find(|(_, i)| **i == ino)?;
+        if names.len() >= MAX_NAMES {
+            names.clear();
+        }
         names.insert(ino, (dir, name.clone()));
     }
     names.get(&ino).map(|(dir, name)| (*dir, name.as_slice()))
