@@ -564,6 +564,92 @@ fn forks_lists_heads_fork_points_changes_and_mounts() {
     assert!(stderr(&typo).contains("'forks'"), "{}", stderr(&typo));
 }
 
+/// `refs --delete` and `forks --delete`: a mounted fork and one with
+/// uncommitted changes are refused (the latter deleted with --discard); a
+/// damaged ref file is named by `refs`, which lists the others and exits 1,
+/// and `refs --delete` removes it; the checkpoints stay until gc.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn refs_and_forks_are_deleted_and_a_damaged_ref_is_named() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    let base = env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    let base = base.trim();
+    env.ok(["fork", "s1", "--name", "a"]);
+    env.ok(["fork", "s1", "--name", "b"]);
+    let second = env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s2".as_ref(),
+    ]);
+    let second = second.trim();
+
+    // A damaged ref: listed apart, the others still listed, exit 1.
+    fs::write(env.store.join("refs/bad"), b"not an id\n").unwrap();
+    let out = env.run(["refs"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("s1\t{base}\ns2\t{second}\n")
+    );
+    assert!(stderr(&out).contains("ref 'bad'"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refs --delete bad"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        env.ok(["refs", "--delete", "bad", "s2"]),
+        format!("bad\tnot an id\ns2\t{second}\n")
+    );
+    assert_eq!(env.ok(["refs"]), format!("s1\t{base}\n"));
+    let err = env.fails_in(&env.store, &["refs", "--delete", "s2"]);
+    assert!(err.contains("no ref named 's2'"), "{err}");
+    let err = env.fails_in(&env.store, &["refs", "--delete", "a"]);
+    assert!(err.contains("is a fork"), "{err}");
+
+    // A mounted fork is refused; unmounted with changes, refused without --discard.
+    let mp = env.path("mnt-a");
+    let mut m = env.mount("a", Some(&mp));
+    fs::write(mp.join("new.txt"), b"new").unwrap();
+    let err = env.fails_in(&env.store, &["forks", "--delete", "a"]);
+    assert!(err.contains("in use"), "{err}");
+    let out = env.run(["umount".as_ref(), mp.as_os_str(), "--no-commit".as_ref()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    m.mountpoint = None;
+    let err = env.fails_in(&env.store, &["forks", "--delete", "a"]);
+    assert!(
+        err.contains("uncommitted changes") && err.contains("--discard"),
+        "{err}"
+    );
+    assert!(
+        env.store.join("forks/a").is_dir(),
+        "refused: nothing deleted"
+    );
+    assert_eq!(
+        env.ok(["forks", "--delete", "a", "b", "--discard"]),
+        format!("a\t{base}\nb\t{base}\n")
+    );
+    assert_eq!(env.ok(["forks"]), "");
+    assert_eq!(
+        fs::read_dir(env.store.join("forks")).unwrap().count(),
+        0,
+        "nothing left of the forks"
+    );
+    let err = env.fails_in(&env.store, &["forks", "--delete", "s1"]);
+    assert!(err.contains("is a ref"), "{err}");
+    // The checkpoint is still there (s1 names it) and still whole.
+    env.ok(["verify"]);
+    assert_eq!(env.ok(["cat", "s1", "state/lead.json"]), "{\"turn\": 11}\n");
+}
+
 /// Issue 43, finding 6: `status` shows a fork's chunk cache, as README says:
 /// it fills as the fork's files are read (its inode table apart, in --json).
 #[test]

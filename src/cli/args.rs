@@ -610,12 +610,23 @@ pub struct ForkArgs {
 One line per fork: NAME<TAB>HEAD<TAB>FORK-POINT<TAB>UNCOMMITTED<TAB>MOUNTED. HEAD is the
 checkpoint its last commit made (the fork point before any), UNCOMMITTED is yes when its
 journal holds changes no commit has taken yet (of a mounted fork: what its daemon has
-journaled), MOUNTED the mountpoint of its live mount or -.")]
+journaled), MOUNTED the mountpoint of its live mount or -.
+
+`--delete NAME` deletes forks: each one's head, journal and lock. A fork that is mounted, in a \
+run or committing is refused, and one with uncommitted changes unless --discard (they are lost). \
+Its checkpoints stay (refs, other forks and merges may name them) until `storefs gc` finds \
+nothing reaching them. Prints NAME<TAB>HEAD for each fork deleted.")]
 pub struct ForksArgs {
     /// Print a JSON array of {name, head, fork_point, uncommitted, upstream: {remote, ref}
     /// or null, mounted: {mountpoint, pid} or null, run: {pid, command, origin} or null}
-    #[arg(long)]
+    #[arg(long, conflicts_with = "delete")]
     pub json: bool,
+    /// Delete these forks instead of listing (repeatable)
+    #[arg(long, value_name = "NAME", num_args = 1..)]
+    pub delete: Vec<String>,
+    /// With --delete: delete a fork even when its journal holds uncommitted changes (lost)
+    #[arg(long, requires = "delete")]
+    pub discard: bool,
 }
 
 #[derive(Debug, Args)]
@@ -904,10 +915,18 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+One line per ref: NAME<TAB>CHECKPOINT. A ref file that does not hold a checkpoint id (damaged, or \
+written by hand) is named on stderr and the listing goes on; the exit status is then 1. \
+`--delete NAME` removes refs (a damaged one too) and prints NAME<TAB>WHAT-IT-HELD for each; the \
+checkpoints stay until `storefs gc` finds nothing else reaching them.")]
 pub struct RefsArgs {
     /// Print JSON instead (schema: docs/format.md, "Command output as JSON")
-    #[arg(long)]
+    #[arg(long, conflicts_with = "delete")]
     pub json: bool,
+    /// Delete these refs instead of listing (repeatable)
+    #[arg(long, value_name = "NAME", num_args = 1..)]
+    pub delete: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -180,17 +180,45 @@ fn vanished_lines(paths: &[PathBuf], max: usize) -> Vec<String> {
 }
 
 pub fn refs(store: &Store, a: RefsArgs) -> Result<()> {
+    if !a.delete.is_empty() {
+        return delete_refs(store, &a.delete);
+    }
+    let (good, bad) = store.list_refs_lossy()?;
     if a.json {
-        let list: Vec<Value> = store
-            .list_refs()?
+        let list: Vec<Value> = good
             .into_iter()
             .map(|(name, id)| json!({"name": name, "checkpoint": id.to_hex()}))
             .collect();
-        return json::print(&Value::Array(list));
+        json::print(&Value::Array(list))?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        for (name, id) in good {
+            writeln!(out, "{name}\t{id}")?;
+        }
     }
+    for (name, e) in &bad {
+        eprintln!(
+            "storefs: ref '{name}' is not readable ({e}); `storefs refs --delete {name}` removes it"
+        );
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(super::ExitWith(1).into())
+    }
+}
+
+/// `refs --delete`: each ref named, or an error naming the first that is not one.
+fn delete_refs(store: &Store, names: &[String]) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    for (name, id) in store.list_refs()? {
-        writeln!(out, "{name}\t{id}")?;
+    for name in names {
+        match store.delete_ref(name)? {
+            Some(was) => writeln!(out, "{name}\t{was}")?,
+            None if store.fork_head(name)?.is_some() => {
+                bail!("'{name}' is a fork, not a ref; `storefs forks --delete {name}` deletes it")
+            }
+            None => bail!("no ref named '{name}'; `storefs refs` lists them"),
+        }
     }
     Ok(())
 }

@@ -66,6 +66,9 @@ pub fn fork(store: &Store, a: ForkArgs) -> Result<()> {
 /// `storefs forks`: every fork, its head and fork point, whether its journal
 /// holds uncommitted changes, and its live mount.
 pub fn forks(store: &Store, a: ForksArgs) -> Result<()> {
+    if !a.delete.is_empty() {
+        return delete_forks(store, &a.delete, a.discard);
+    }
     let live = store.live_mounts()?;
     let mut list = Vec::new();
     for (name, head) in store.list_forks()? {
@@ -183,4 +186,29 @@ fn free_fork_name(store: &Store, base: &str) -> Result<String> {
         }
         n += 1;
     }
+}
+
+/// `forks --delete`: each fork named, or an error naming the first that
+/// cannot be deleted (those before it are gone).
+fn delete_forks(store: &Store, names: &[String], discard: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    for name in names {
+        let head = store.fork_head(name)?;
+        match journal::delete_fork(store, name, discard) {
+            Ok(()) => {}
+            Err(journal::Error::NoFork(_)) if store.get_ref(name)?.is_some() => {
+                bail!("'{name}' is a ref, not a fork; `storefs refs --delete {name}` deletes it")
+            }
+            Err(journal::Error::Uncommitted(_)) => bail!(
+                "fork '{name}' has uncommitted changes; commit them (`storefs commit {name}`), or delete it with them: --discard"
+            ),
+            Err(journal::Error::Busy(_)) => bail!(
+                "fork '{name}' is in use (mounted, in a run, or committing); unmount it or wait, then retry"
+            ),
+            Err(e) => return Err(e.into()),
+        }
+        let head = head.map(|h| h.to_hex()).unwrap_or_default();
+        writeln!(out, "{name}\t{head}")?;
+    }
+    Ok(())
 }

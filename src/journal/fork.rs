@@ -196,6 +196,41 @@ pub fn has_uncommitted_changes(store: &Store, name: &str) -> Result<bool> {
     .map_err(io_at(&dir))
 }
 
+/// Delete fork `name`: its head, `fork.json`, journal and lock. Refused
+/// while the fork is open (mounted, in a run, committing: [`Error::Busy`]),
+/// and while its journal holds changes no commit has taken, unless
+/// `discard` ([`Error::Uncommitted`]). Its checkpoints stay: a ref, another
+/// fork or a merge may name them, and `gc` removes what nothing reaches.
+/// The directory first moves out of sight in one rename, to a name no fork
+/// can have (`NAME~deleted.PID`), then is removed; such a directory left by
+/// a crash is removed by the next delete.
+pub fn delete_fork(store: &Store, name: &str, discard: bool) -> Result<()> {
+    if store.read_fork_head(name)?.is_none() {
+        return Err(Error::NoFork(name.into()));
+    }
+    let dir = fork_dir(store, name);
+    let lock_path = dir.join("lock");
+    let _lock = RealIo
+        .try_lock(&lock_path)
+        .map_err(io_at(&lock_path))?
+        .ok_or_else(|| Error::Busy(name.into()))?;
+    if !discard && has_uncommitted_changes(store, name)? {
+        return Err(Error::Uncommitted(name.into()));
+    }
+    let forks = store.forks_dir();
+    let gone = forks.join(format!("{name}~deleted.{}", std::process::id()));
+    std::fs::rename(&dir, &gone).map_err(io_at(&dir))?;
+    crate::store::fsync_dir(&forks).map_err(io_at(&forks))?;
+    for ent in std::fs::read_dir(&forks).map_err(io_at(&forks))? {
+        let ent = ent.map_err(io_at(&forks))?;
+        if ent.file_name().to_string_lossy().contains("~deleted.") {
+            let path = ent.path();
+            std::fs::remove_dir_all(&path).map_err(io_at(&path))?;
+        }
+    }
+    Ok(())
+}
+
 /// The fork's history: its head, then parents (first parent only), down to
 /// and including the fork point.
 pub fn fork_log(store: &Store, name: &str) -> Result<Vec<(ObjectId, Checkpoint)>> {

@@ -46,8 +46,8 @@ pub use crate::store::model::{
 };
 pub use checkout::{BadPath, Checkout, Done, relative_path};
 pub use fork::{
-    Fork, ForkInfo, ForkMemory, NewNode, Upstream, fork_dir, fork_log, has_uncommitted_changes,
-    read_fork_info,
+    Fork, ForkInfo, ForkMemory, NewNode, Upstream, delete_fork, fork_dir, fork_log,
+    has_uncommitted_changes, read_fork_info,
 };
 pub use io::{FaultyIo, JournalFile, JournalIo, Prealloc, RealIo};
 

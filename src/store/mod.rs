@@ -145,6 +145,9 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Refs by name, and the checkpoint each names ([`Store::list_refs`]).
+pub type Refs = Vec<(String, ObjectId)>;
+
 /// Attach the path to an io::Error.
 pub trait IoContext<T> {
     fn at(self, path: &Path) -> Result<T>;
@@ -843,10 +846,34 @@ impl Store {
         }
     }
 
-    /// All refs, sorted by name.
-    pub fn list_refs(&self) -> Result<Vec<(String, ObjectId)>> {
+    /// Delete ref `name`; its previous content (a checkpoint id, or
+    /// whatever a damaged ref file held), or `None` when there was no such
+    /// ref. The checkpoints it named stay until `gc` finds nothing else
+    /// reaching them.
+    pub fn delete_ref(&self, name: &str) -> Result<Option<String>> {
+        Self::check_name(name)?;
         let dir = self.root.join("refs");
-        let mut out = Vec::new();
+        let path = dir.join(name);
+        let was = match fs::read(&path) {
+            Ok(b) => String::from_utf8_lossy(&b).trim().to_string(),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).at(&path),
+        };
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).at(&path),
+        }
+        atomic::fsync_dir(&dir).at(&dir)?;
+        Ok(Some(was))
+    }
+
+    /// Every ref that names a checkpoint, sorted by name, and apart the
+    /// names of those that cannot be read as one (a damaged ref file), with
+    /// why: a listing goes on past them.
+    pub fn list_refs_lossy(&self) -> Result<(Refs, Vec<(String, Error)>)> {
+        let dir = self.root.join("refs");
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
         for ent in fs::read_dir(&dir).at(&dir)? {
             let ent = ent.at(&dir)?;
             let Some(name) = ent.file_name().to_str().map(str::to_string) else {
@@ -855,12 +882,25 @@ impl Store {
             if name.starts_with('.') && name.ends_with(".tmp") {
                 continue;
             }
-            if let Some(id) = self.get_ref(&name)? {
-                out.push((name, id));
+            match self.get_ref(&name) {
+                Ok(Some(id)) => good.push((name, id)),
+                Ok(None) => {}
+                Err(e) => bad.push((name, e)),
             }
         }
-        out.sort();
-        Ok(out)
+        good.sort();
+        bad.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((good, bad))
+    }
+
+    /// All refs, sorted by name; an error if one cannot be read as a
+    /// checkpoint id (gc and verify must not pass over it).
+    pub fn list_refs(&self) -> Result<Vec<(String, ObjectId)>> {
+        let (good, bad) = self.list_refs_lossy()?;
+        match bad.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(good),
+        }
     }
 
     /// Resolve what the user typed: a ref name, a fork name (its head), a
