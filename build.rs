@@ -13,8 +13,9 @@
 //!   `s3,azure` and starts both servers). A variant built to run whose
 //!   server is not given fails; one not built to run is ignored.
 //! - `storefs_have_bsdtar`: `bsdtar` (Debian's libarchive-tools, which
-//!   scripts/setup-debian.sh installs) is on `PATH`, so the tests that check
-//!   archives with it run; without it they are ignored, with the reason.
+//!   scripts/setup-debian.sh installs) is on `PATH` when this script runs, so
+//!   the tests that check archives with it run; without it they are ignored,
+//!   with the reason (after installing it, `touch build.rs`).
 
 use std::path::Path;
 
@@ -31,7 +32,10 @@ fn main() {
     if root {
         println!("cargo::rustc-cfg=storefs_root_tests");
     }
-    println!("cargo::rerun-if-env-changed=PATH");
+    // Not `rerun-if-env-changed=PATH`: every script that put ~/.cargo/bin in
+    // front of PATH made cargo build the storefs crate and relink every test
+    // binary again (CI rebuilt it four times, about 2.5 of its 20 minutes).
+    // bsdtar installed after the first build is seen after `touch build.rs`.
     println!("cargo::rustc-check-cfg=cfg(storefs_have_bsdtar)");
     let path = std::env::var_os("PATH").unwrap_or_default();
     if std::env::split_paths(&path).any(|d| d.join("bsdtar").is_file()) {

@@ -84,10 +84,14 @@ fi
 # pjdfstest and fsx (the Rust rewrites), compiled once; skipped when installed.
 export PATH="$HOME/.cargo/bin:$PATH"
 version_of() { case "$1" in pjdfstest) echo 0.2.2 ;; fsx) echo 0.3.2 ;; esac; }
+# At opt-level 1 without debug info, as s3s-fs below: they wait on the file
+# system under test, and compiling them is CI time (about half of it at
+# opt-level 3).
 for tool in pjdfstest fsx; do
     if ! command -v "$tool" >/dev/null; then
-        echo "setup-debian.sh: cargo install $tool (compiles it; a few minutes)" >&2
-        cargo install --locked --quiet "$tool@$(version_of "$tool")"
+        echo "setup-debian.sh: cargo install $tool (compiles it; a minute or two)" >&2
+        CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 \
+            cargo install --locked --quiet "$tool@$(version_of "$tool")"
     fi
 done
 # The benches only, from here on (--bench).

@@ -308,7 +308,7 @@ fn mount_refuses_a_recorded_origin_that_is_not_canonical() {
 #[test]
 #[cfg_attr(
     not(storefs_have_bsdtar),
-    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh)"
+    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh), then touch build.rs"
 )]
 fn export_records_the_origin_in_a_pax_global_header_other_tools_ignore() {
     let env = Env::new();
@@ -454,7 +454,7 @@ fn export_prints_the_manifests_lines() {
 #[test]
 #[cfg_attr(
     not(storefs_have_bsdtar),
-    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh)"
+    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh), then touch build.rs"
 )]
 fn files_with_holes_export_as_pax_sparse_entries_gnu_tar_and_bsdtar_restore_sparse() {
     let env = Env::new();
@@ -670,7 +670,7 @@ fn every_node_type_extracts_with_gnu_tar_as_it_was() {
 #[test]
 #[cfg_attr(
     not(storefs_have_bsdtar),
-    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh)"
+    ignore = "needs bsdtar: apt-get install libarchive-tools (scripts/setup-debian.sh), then touch build.rs"
 )]
 fn acls_extract_with_gnu_tar_and_bsdtar() {
     let env = Env::new();
