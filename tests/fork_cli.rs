@@ -495,13 +495,9 @@ fn commit_of_a_ref_advises_a_fork_name_that_is_free() {
     assert_eq!(id.trim().len(), 64, "{id}");
 }
 
-/// Issue 43, finding 5: `storefs forks` lists every fork with its head, fork
-/// point, uncommitted changes and where it is mounted; `refs` points to it,
-/// and a typo of it is hinted.
-#[test]
-#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
-fn forks_lists_heads_fork_points_changes_and_mounts() {
-    let env = Env::new();
+/// A snapshot of [`make_tree`] as ref `s1` and two forks of it, `a` and
+/// `b`: the tree's directory and the checkpoint's id.
+fn two_forks(env: &Env) -> (std::path::PathBuf, String) {
     let src = env.path("src");
     make_tree(&src);
     let base = env.ok([
@@ -510,9 +506,20 @@ fn forks_lists_heads_fork_points_changes_and_mounts() {
         "--ref".as_ref(),
         "s1".as_ref(),
     ]);
-    let base = base.trim();
     env.ok(["fork", "s1", "--name", "a"]);
     env.ok(["fork", "s1", "--name", "b"]);
+    (src, base.trim().to_string())
+}
+
+/// Issue 43, finding 5: `storefs forks` lists every fork with its head, fork
+/// point, uncommitted changes and where it is mounted; `refs` points to it,
+/// and a typo of it is hinted.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn forks_lists_heads_fork_points_changes_and_mounts() {
+    let env = Env::new();
+    let (_, base) = two_forks(&env);
+    let base = base.as_str();
     assert_eq!(
         env.ok(["forks"]),
         format!("a\t{base}\t{base}\tno\t-\nb\t{base}\t{base}\tno\t-\n")
@@ -572,17 +579,8 @@ fn forks_lists_heads_fork_points_changes_and_mounts() {
 #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn refs_and_forks_are_deleted_and_a_damaged_ref_is_named() {
     let env = Env::new();
-    let src = env.path("src");
-    make_tree(&src);
-    let base = env.ok([
-        "snapshot".as_ref(),
-        src.as_os_str(),
-        "--ref".as_ref(),
-        "s1".as_ref(),
-    ]);
-    let base = base.trim();
-    env.ok(["fork", "s1", "--name", "a"]);
-    env.ok(["fork", "s1", "--name", "b"]);
+    let (src, base) = two_forks(&env);
+    let base = base.as_str();
     let second = env.ok([
         "snapshot".as_ref(),
         src.as_os_str(),
