@@ -202,9 +202,6 @@ fn delete_forks(store: &Store, names: &[String], discard: bool) -> Result<()> {
             Err(journal::Error::Uncommitted(_)) => bail!(
                 "fork '{name}' has uncommitted changes; commit them (`storefs commit {name}`), or delete it with them: --discard"
             ),
-            Err(journal::Error::Busy(_)) => bail!(
-                "fork '{name}' is in use (mounted, in a run, or committing); unmount it or wait, then retry"
-            ),
             Err(e) => return Err(e.into()),
         }
         let head = head.map(|h| h.to_hex()).unwrap_or_default();

@@ -62,7 +62,7 @@ pub enum Error {
     Posix(#[from] Posix),
     /// The fork is open elsewhere (a mount or a commit holds its lock).
     #[error(
-        "fork '{0}' is in use (mounted, or a commit is running); unmount it or wait, then retry"
+        "fork '{0}' is in use (mounted, in a run, or committing); unmount it or wait, then retry"
     )]
     Busy(String),
     /// No fork of that name.

@@ -216,10 +216,7 @@ impl ForkState {
             Note::New(op, naming) => {
                 for (ino, dir, name) in naming {
                     if !name.is_empty() {
-                        if self.ops.names.len() >= MAX_NAMES {
-                            self.ops.names.clear();
-                        }
-                        self.ops.names.insert(ino, (dir, name));
+                        insert_bounded(&mut self.ops.names, MAX_NAMES, ino, (dir, name));
                     } else if self.ops.names.get(&ino).is_some_and(|(d, _)| *d == dir) {
                         self.ops.names.remove(&ino);
                     }
@@ -316,10 +313,7 @@ impl ForkState {
         }
         path.reverse();
         if depth > 0 && self.inodes.get(&ino).is_some_and(|n| n.kind == Kind::Dir) {
-            if self.ops.dir_paths.len() >= MAX_DIR_PATHS {
-                self.ops.dir_paths.clear();
-            }
-            self.ops.dir_paths.insert(ino, path.clone());
+            insert_bounded(&mut self.ops.dir_paths, MAX_DIR_PATHS, ino, path.clone());
         }
         path
     }
@@ -350,10 +344,16 @@ fn name_of<'a>(
     if !known {
         let dir = inodes.get(&ino)?.parent;
         let (name, _) = entries(inodes, dir)?.iter().find(|(_, i)| **i == ino)?;
-        if names.len() >= MAX_NAMES {
-            names.clear();
-        }
-        names.insert(ino, (dir, name.clone()));
+        insert_bounded(names, MAX_NAMES, ino, (dir, name.clone()));
     }
     names.get(&ino).map(|(dir, name)| (*dir, name.as_slice()))
+}
+
+/// Insert into a cache of at most `max` entries, emptied when full (what it
+/// forgets is found again, more slowly).
+fn insert_bounded<V>(map: &mut IntMap<u64, V>, max: usize, key: u64, value: V) {
+    if map.len() >= max {
+        map.clear();
+    }
+    map.insert(key, value);
 }
