@@ -172,13 +172,17 @@ struct Requesters {
     /// a reused pid is opened anew), and the last requester made of it.
     procs: Mutex<IntMap<u32, (File, Arc<Who>)>>,
     /// By inode: the last requester that created, truncated or wrote the
-    /// file (who a write without a requester is attributed to).
-    writers: Mutex<IntMap<u64, Arc<Who>>>,
+    /// file (who a write without a requester is attributed to), in a
+    /// table of [`WRITERS`] slots indexed by inode number: a file's slot is
+    /// taken over by the file [`WRITERS`] inodes on, so a write without a
+    /// requester to a file written that many files ago is unknown's.
+    writers: Mutex<Vec<(u64, Arc<Who>)>>,
 }
 
-/// Bounds of [`Requesters`]' tables (they are emptied when full).
+/// Bound of [`Requesters::procs`] (emptied when full).
 const MAX_PROCS: usize = 256;
-const MAX_WRITERS: usize = 1 << 16;
+/// Slots of [`Requesters::writers`].
+const WRITERS: usize = 1 << 14;
 
 impl Requesters {
     /// The requester of a change by `c` (to file `data_of`'s data, if
@@ -188,20 +192,28 @@ impl Requesters {
         if c.pid == 0 {
             let writers = self.writers.lock();
             return data_of
-                .and_then(|ino| writers.get(&ino).cloned())
+                .and_then(|ino| writers.get(ino as usize % WRITERS))
+                .filter(|(ino, _)| Some(*ino) == data_of)
+                .map(|(_, who)| who.clone())
                 .unwrap_or_default();
         }
         let who = self.of_process(c, run);
         if let Some(ino) = data_of {
-            let mut writers = self.writers.lock();
-            if !writers.get(&ino).is_some_and(|w| Arc::ptr_eq(w, &who)) {
-                if writers.len() >= MAX_WRITERS {
-                    writers.clear();
-                }
-                writers.insert(ino, who.clone());
-            }
+            self.wrote(ino, who.clone());
         }
         who
+    }
+
+    /// `who` changed file `ino`'s data: its last writer.
+    fn wrote(&self, ino: u64, who: Arc<Who>) {
+        let mut writers = self.writers.lock();
+        if writers.is_empty() {
+            writers.resize(WRITERS, (0, Arc::default()));
+        }
+        let slot = &mut writers[ino as usize % WRITERS];
+        if slot.0 != ino || !Arc::ptr_eq(&slot.1, &who) {
+            *slot = (ino, who);
+        }
     }
 
     /// Process `c.pid` as it is now. Never fails: a command that cannot be
@@ -616,9 +628,10 @@ impl View for ForkView {
     ) -> Result<(Entry, Opened)> {
         check_name(name)?;
         let node = self.new_node(parent, Kind::File, mode, c)?;
-        let attr = self.on_behalf(c, None, || self.fork.make(parent, name, &node, true))?;
+        let who = self.requesters.who(c, self.fork.run(), None);
+        let attr = on_behalf_of(who.clone(), || self.fork.make(parent, name, &node, true))?;
         // Its writer, for writeback without a requester.
-        self.requesters.who(c, self.fork.run(), Some(attr.ino));
+        self.requesters.wrote(attr.ino, who);
         self.referenced(&attr, true)?;
         Ok((entry(attr), Opened::Stateless))
     }

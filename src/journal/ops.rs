@@ -16,7 +16,6 @@
 //! offline tool, a test) is made by [`Who::default`], "unknown".
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Serialize};
@@ -71,15 +70,58 @@ pub fn unknown() -> Arc<Who> {
     UNKNOWN.clone()
 }
 
+/// A log entry's path, shared rather than built: the path of a directory
+/// (kept by [`OpsLog::dir_paths`] and shared by every entry in it) and a
+/// name in it (shared with [`OpsLog::names`]). The path is `dir/name`,
+/// `name` in the root, `dir` alone without a name; "" is the root. It is
+/// spelled out only when the entry is written ([`LogPath::bytes`]), off the
+/// request path.
+#[derive(Clone, Debug, Default)]
+pub struct LogPath {
+    pub dir: Arc<[u8]>,
+    pub name: Option<Arc<[u8]>>,
+}
+
+impl LogPath {
+    /// A path given whole.
+    pub fn whole(path: &[u8]) -> LogPath {
+        LogPath {
+            dir: Arc::from(path),
+            name: None,
+        }
+    }
+
+    /// The path's bytes.
+    pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        let Some(name) = &self.name else {
+            return (*self.dir).into();
+        };
+        if self.dir.is_empty() {
+            return (**name).into();
+        }
+        let mut out = Vec::with_capacity(self.dir.len() + 1 + name.len());
+        out.extend_from_slice(&self.dir);
+        out.push(b'/');
+        out.extend_from_slice(name);
+        out.into()
+    }
+
+    /// Bytes held by this path alone (a shared directory counts in full: an
+    /// estimate that errs high).
+    fn heap(&self) -> usize {
+        self.dir.len() + self.name.as_ref().map_or(0, |n| n.len())
+    }
+}
+
 /// One entry of the operation log, in memory.
 #[derive(Clone, Debug)]
 pub struct Op {
     /// The first change's time (ns since the epoch).
     pub time_ns: i64,
     pub op: &'static str,
-    pub path: Vec<u8>,
+    pub path: LogPath,
     /// A rename's new path.
-    pub new_path: Option<Vec<u8>>,
+    pub new_path: Option<LogPath>,
     pub who: Arc<Who>,
     /// Bytes written or copied (data changes), else 0.
     pub bytes: u64,
@@ -100,8 +142,8 @@ impl Op {
         OpLine {
             time_ns: self.time_ns,
             op: self.op.to_string(),
-            path: text(&self.path),
-            new_path: self.new_path.as_deref().map(text),
+            path: text(&self.path.bytes()),
+            new_path: self.new_path.as_ref().map(|p| text(&p.bytes())),
             pid: self.who.pid,
             command: text(&self.who.command),
             uid: self.who.uid,
@@ -112,50 +154,48 @@ impl Op {
             size: self.size,
         }
     }
-}
 
-/// [`OpLine`] borrowed from an [`Op`]: the same JSON, without a copy.
-#[derive(Serialize)]
-struct LineRef<'a> {
-    time_ns: i64,
-    op: &'a str,
-    path: std::borrow::Cow<'a, str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    new_path: Option<std::borrow::Cow<'a, str>>,
-    pid: u32,
-    command: std::borrow::Cow<'a, str>,
-    uid: u32,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    run: std::borrow::Cow<'a, str>,
-    bytes: u64,
-    count: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    range: Option<[u64; 2]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    size: Option<u64>,
-}
-
-impl Op {
     /// Append the entry's line of the stored log (`to_jsonl` of its
-    /// [`Op::line`], byte for byte) to `out`.
+    /// [`Op::line`], byte for byte: a test holds them equal) to `out`,
+    /// without building the line.
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        let text = String::from_utf8_lossy;
-        let line = LineRef {
-            time_ns: self.time_ns,
-            op: self.op,
-            path: text(&self.path),
-            new_path: self.new_path.as_deref().map(text),
-            pid: self.who.pid,
-            command: text(&self.who.command),
-            uid: self.who.uid,
-            run: text(&self.who.run),
-            bytes: self.bytes,
-            count: self.count,
-            range: self.range,
-            size: self.size,
-        };
-        serde_json::to_writer(&mut *out, &line).expect("an op serializes");
-        out.push(b'\n');
+        fn json(out: &mut Vec<u8>, v: &(impl Serialize + ?Sized)) {
+            serde_json::to_writer(&mut *out, v).expect("a value serializes");
+        }
+        let text = |out: &mut Vec<u8>, b: &[u8]| json(out, &*String::from_utf8_lossy(b));
+        out.extend_from_slice(b"{\"time_ns\":");
+        json(out, &self.time_ns);
+        out.extend_from_slice(b",\"op\":");
+        json(out, self.op);
+        out.extend_from_slice(b",\"path\":");
+        text(out, &self.path.bytes());
+        if let Some(to) = &self.new_path {
+            out.extend_from_slice(b",\"new_path\":");
+            text(out, &to.bytes());
+        }
+        out.extend_from_slice(b",\"pid\":");
+        json(out, &self.who.pid);
+        out.extend_from_slice(b",\"command\":");
+        text(out, &self.who.command);
+        out.extend_from_slice(b",\"uid\":");
+        json(out, &self.who.uid);
+        if !self.who.run.is_empty() {
+            out.extend_from_slice(b",\"run\":");
+            text(out, &self.who.run);
+        }
+        out.extend_from_slice(b",\"bytes\":");
+        json(out, &self.bytes);
+        out.extend_from_slice(b",\"count\":");
+        json(out, &self.count);
+        if let Some(range) = &self.range {
+            out.extend_from_slice(b",\"range\":");
+            json(out, range);
+        }
+        if let Some(size) = &self.size {
+            out.extend_from_slice(b",\"size\":");
+            json(out, size);
+        }
+        out.extend_from_slice(b"}\n");
     }
 }
 
@@ -190,7 +230,7 @@ fn one() -> u64 {
 
 /// What an entry takes in memory, about.
 fn cost(e: &Op) -> usize {
-    std::mem::size_of::<Op>() + e.path.capacity() + e.new_path.as_ref().map_or(0, Vec::capacity)
+    std::mem::size_of::<Op>() + e.path.heap() + e.new_path.as_ref().map_or(0, LogPath::heap)
 }
 
 /// Lines as a commit stores them: one JSON object per line.
@@ -212,19 +252,27 @@ pub fn from_jsonl(bytes: &[u8]) -> Option<Vec<OpLine>> {
         .collect()
 }
 
-/// Bytes of uncommitted operations (estimated) that the log holds in memory:
-/// past it the entries are compacted ([`OpsLog::push`]), and what is left
-/// is written to the log's spill file unless compacting halved it.
+/// Bytes of uncommitted operations (estimated) that the log holds in memory
+/// ([`OpsLog::entries`]): past it they are handed to the spool as one batch.
 pub const COMPACT_BYTES: usize = 1 << 20;
 
+/// Batches waiting for the spool's writer past which the change that hands
+/// over the next one writes them itself (the writer is behind: memory stays
+/// bounded).
+const MAX_QUEUED: usize = 2;
+
 /// The operations of a fork's state since its last commit, and who the
-/// journal's later records belong to. The newest entries are in memory
-/// ([`OpsLog::entries`]: at most about [`COMPACT_BYTES`]); older ones are
-/// in an unnamed file beside the journal as the JSON lines a commit stores
-/// (the spill), so the log's memory does not grow with the changes between
-/// two commits. The spill is rebuilt by replay like the rest of the log: a
-/// crash loses nothing of it.
-#[derive(Clone, Debug)]
+/// journal's later records belong to.
+///
+/// The newest entries are in memory ([`OpsLog::entries`], at most about
+/// [`COMPACT_BYTES`]), each as a change made it: no path is spelled out and
+/// nothing is serialized on the request path. Past the bound they go to the
+/// spool ([`Spool`]) as one batch, where a thread of the log's own compacts
+/// them and writes them as the JSON lines a commit stores to an unnamed
+/// file beside the journal (the spill). So neither the log's memory nor a
+/// change's cost grows with the changes between two commits. The spill is
+/// rebuilt by replay like the rest of the log: a crash loses nothing of it.
+#[derive(Debug)]
 pub struct OpsLog {
     /// The newest entries, in the order they came (the last may be
     /// extended by the next write).
@@ -232,23 +280,24 @@ pub struct OpsLog {
     /// What `entries` holds, about (bytes).
     bytes: usize,
     /// The older entries.
-    spill: Spill,
-    /// Compactions to skip before the next is tried: one that did not halve
-    /// the entries (each path different: an extraction, a copy) makes the
-    /// next ones wait, twice as many each time, up to 64 (the entries go
-    /// to the spill as they are); one that did makes them tried each time.
-    skip: (u32, u32),
+    spool: Arc<Spool>,
+    /// Whether the spool's writer thread was started.
+    writer: bool,
     /// The requester of the journal's next change records (the last `Who`
     /// of the segment; unknown at a segment's start).
     pub current: Arc<Who>,
     /// Where inodes were last seen named: (directory, name). Checked
     /// against the directory before use, found again when stale; emptied
     /// when [`MAX_NAMES`] are held.
-    pub names: IntMap<u64, (u64, Vec<u8>)>,
+    pub names: IntMap<u64, (u64, Arc<[u8]>)>,
     /// Directories' paths as last resolved (most changes are in a directory
     /// resolved just before): emptied when a directory is renamed, taken
     /// out when one is removed, and when [`MAX_DIR_PATHS`] are held.
-    pub dir_paths: IntMap<u64, Vec<u8>>,
+    pub dir_paths: IntMap<u64, Arc<[u8]>>,
+    /// The inode the last path was resolved for, and that path (a change
+    /// mostly follows one to the same file): forgotten when a name goes or
+    /// moves.
+    pub last_path: Option<(u64, LogPath)>,
 }
 
 /// Bound of [`OpsLog::dir_paths`].
@@ -256,9 +305,56 @@ pub const MAX_DIR_PATHS: usize = 1 << 14;
 /// Bound of [`OpsLog::names`].
 pub const MAX_NAMES: usize = 1 << 16;
 
+/// Where batches of entries become JSON lines in the spill: by the writer
+/// thread (it waits on `wake`), or by whoever needs the spill next (a seal,
+/// `lines`, a change that finds the writer behind) — batches are taken
+/// from `queue` under the `spill` lock, so they are written in the order
+/// they came whoever writes them.
+#[derive(Debug, Default)]
+struct Spool {
+    queue: parking_lot::Mutex<std::collections::VecDeque<Vec<Op>>>,
+    /// Bytes of the entries in `queue`, about.
+    queued: std::sync::atomic::AtomicUsize,
+    wake: parking_lot::Condvar,
+    spill: parking_lot::Mutex<Spill>,
+    /// The log is gone: the writer stops.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Spool {
+    /// Write every queued batch; the spill, locked, with all of them in it.
+    fn drain(&self) -> parking_lot::MutexGuard<'_, Spill> {
+        let mut spill = self.spill.lock();
+        while let Some(batch) = self.queue.lock().pop_front() {
+            let bytes: usize = batch.iter().map(cost).sum();
+            self.queued
+                .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+            spill.write_batch(batch);
+        }
+        spill
+    }
+
+    /// The writer thread: write batches as they come, until the log is gone.
+    fn run(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        loop {
+            {
+                let mut queue = self.queue.lock();
+                while queue.is_empty() && !self.closed.load(Relaxed) {
+                    self.wake.wait(&mut queue);
+                }
+            }
+            if self.closed.load(Relaxed) {
+                return;
+            }
+            drop(self.drain());
+        }
+    }
+}
+
 /// The spill: JSON lines in an unnamed file (`O_TMPFILE` in the fork's
 /// directory, or an unlinked temp file), written through `buf`.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 struct Spill {
     /// Where the file is made (the fork's directory; the temp dir if unset).
     dir: Option<std::path::PathBuf>,
@@ -275,6 +371,14 @@ struct Spill {
 const SPILL_BUF: usize = 256 << 10;
 
 impl Spill {
+    /// Compact a batch of entries and add them as lines ([`compact`]).
+    fn write_batch(&mut self, batch: Vec<Op>) {
+        for e in compact(batch) {
+            e.write_json(&mut self.buf);
+        }
+        self.flush(false);
+    }
+
     /// Write `buf` to the file once it holds [`SPILL_BUF`] bytes (`force`:
     /// whatever it holds). A file that cannot be made or written leaves the
     /// lines in `buf`, in memory (said once in the log).
@@ -319,6 +423,59 @@ impl Spill {
     }
 }
 
+/// A batch's entries of one requester, operation and path(s) become one,
+/// at the place of the first, with their counts and bytes summed and their
+/// ranges joined. The log stays small for a workload that repeats itself
+/// (a database's transactions: its journal created, written, removed, the
+/// database written), at the cost of the order between repeated operations
+/// within one batch.
+fn compact(batch: Vec<Op>) -> Vec<Op> {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    // Keyed by a hash of (requester, operation, path, new path); entries
+    // whose hashes meet but differ are kept apart (the first keeps the key).
+    let same = |a: &Op, b: &Op| {
+        a.op == b.op
+            && a.who == b.who
+            && a.path.bytes() == b.path.bytes()
+            && a.new_path.as_ref().map(LogPath::bytes) == b.new_path.as_ref().map(LogPath::bytes)
+    };
+    let state = std::hash::RandomState::new();
+    let key = |e: &Op| {
+        let mut h = state.build_hasher();
+        (&e.who, e.op).hash(&mut h);
+        h.write(&e.path.bytes());
+        if let Some(p) = &e.new_path {
+            h.write_u8(1);
+            h.write(&p.bytes());
+        }
+        h.finish()
+    };
+    let mut first: IntMap<u64, usize> = IntMap::default();
+    first.reserve(batch.len());
+    let mut kept: Vec<Op> = Vec::with_capacity(batch.len());
+    for e in batch {
+        let k = key(&e);
+        match first.get(&k) {
+            Some(&i) if same(&kept[i], &e) => {
+                let k = &mut kept[i];
+                k.count += e.count;
+                k.bytes += e.bytes;
+                k.size = e.size.or(k.size);
+                k.range = match (k.range, e.range) {
+                    (Some([a, b]), Some([c, d])) => Some([a.min(c), b.max(d)]),
+                    (r, s) => r.or(s),
+                };
+            }
+            Some(_) => kept.push(e),
+            None => {
+                first.insert(k, kept.len());
+                kept.push(e);
+            }
+        }
+    }
+    kept
+}
+
 /// What a commit folds of the log ([`OpsLog::seal`]): the first `len`
 /// bytes of the spill file and then `rest` (what could not be written to
 /// it), read outside the state lock ([`Sealed::read`]).
@@ -351,19 +508,42 @@ impl Default for OpsLog {
         OpsLog {
             entries: Vec::new(),
             bytes: 0,
-            spill: Spill::default(),
-            skip: (0, 0),
+            spool: Arc::default(),
+            writer: false,
             current: unknown(),
             names: IntMap::default(),
             dir_paths: IntMap::default(),
+            last_path: None,
         }
+    }
+}
+
+/// A copy of a fork's state (a commit's snapshot of it) has an empty log:
+/// the log belongs to the live state alone.
+impl Clone for OpsLog {
+    fn clone(&self) -> OpsLog {
+        let mut log = OpsLog::default();
+        log.current = self.current.clone();
+        log
+    }
+}
+
+impl Drop for OpsLog {
+    fn drop(&mut self) {
+        self.spool
+            .closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // Under the queue's lock: the writer is either waiting (and wakes)
+        // or has not checked `closed` yet.
+        let _queue = self.spool.queue.lock();
+        self.spool.wake.notify_all();
     }
 }
 
 impl OpsLog {
     /// Make the spill file in `dir` (the fork's directory).
     pub fn spill_in(&mut self, dir: &std::path::Path) {
-        self.spill.dir = Some(dir.to_path_buf());
+        self.spool.spill.lock().dir = Some(dir.to_path_buf());
     }
 
     /// A commit starts folding: what is logged so far is its log (every
@@ -371,21 +551,23 @@ impl OpsLog {
     /// requester. A commit that fails leaves it sealed: the next seals it
     /// again, with what came after.
     pub fn seal(&mut self) -> Sealed {
-        self.spill_entries(true);
+        self.hand_over();
+        let mut spill = self.spool.drain();
+        spill.flush(true);
         self.current = unknown();
         Sealed {
-            file: self.spill.file.clone(),
-            len: self.spill.len,
-            rest: self.spill.buf.clone(),
+            file: spill.file.clone(),
+            len: spill.len,
+            rest: spill.buf.clone(),
         }
     }
 
     /// The commit of `sealed` moved the head: its entries are committed;
     /// what came after them moves to a new spill file.
     pub fn committed(&mut self, sealed: &Sealed) {
-        let after = self
-            .spill
-            .read(sealed.len.min(self.spill.len), self.spill.len)
+        let mut spill = self.spool.drain();
+        let after = spill
+            .read(sealed.len.min(spill.len), spill.len)
             .unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "cannot read the operation log's spill file; the operations logged during the commit are lost from it");
                 Vec::new()
@@ -393,21 +575,23 @@ impl OpsLog {
         // The lines after the file's sealed part, in order: the sealed
         // ones that were not in the file at the seal come first.
         let mut stream = after;
-        stream.append(&mut self.spill.buf);
+        stream.append(&mut spill.buf);
         let unsealed = stream.get(sealed.rest.len()..).unwrap_or_default();
-        self.spill = Spill {
-            dir: self.spill.dir.take(),
-            failed: self.spill.failed,
+        *spill = Spill {
+            dir: spill.dir.take(),
+            failed: spill.failed,
             ..Spill::default()
         };
-        self.spill.buf.extend_from_slice(unsealed);
-        self.spill.flush(false);
+        spill.buf.extend_from_slice(unsealed);
+        spill.flush(false);
     }
 
     /// Every entry, oldest first (spilled, then in memory).
     pub fn lines(&self) -> std::io::Result<Vec<OpLine>> {
-        let mut bytes = self.spill.read(0, self.spill.len)?;
-        bytes.extend_from_slice(&self.spill.buf);
+        let spill = self.spool.drain();
+        let mut bytes = spill.read(0, spill.len)?;
+        bytes.extend_from_slice(&spill.buf);
+        drop(spill);
         let mut out = from_jsonl(&bytes).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -418,83 +602,67 @@ impl OpsLog {
         Ok(out)
     }
 
-    /// Move every entry in memory to the spill (`force`: to its file now).
-    fn spill_entries(&mut self, force: bool) {
-        for e in &self.entries {
-            e.write_json(&mut self.spill.buf);
+    /// Queue the entries in memory as one batch for the spool.
+    fn hand_over(&mut self) -> usize {
+        if self.entries.is_empty() {
+            return self.spool.queue.lock().len();
         }
-        self.entries.clear();
-        self.bytes = 0;
-        self.spill.flush(force);
+        let room = Vec::with_capacity(self.entries.len());
+        let batch = std::mem::replace(&mut self.entries, room);
+        self.spool.queued.fetch_add(
+            std::mem::take(&mut self.bytes),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let mut queue = self.spool.queue.lock();
+        queue.push_back(batch);
+        queue.len()
     }
 
-    /// Add an entry. Past [`COMPACT_BYTES`] of entries in memory they are
-    /// compacted: those of one requester, operation and path(s) become one,
-    /// at the place of the first, with their counts and bytes summed and
-    /// their ranges joined. The log stays small for a workload that repeats
-    /// itself (a database's transactions: its journal created, written,
-    /// removed, the database written), at the cost of the order between
-    /// repeated operations. If that did not halve them, they go to the
-    /// spill. A replay compacts and spills at the same points.
+    /// Add an entry. Past [`COMPACT_BYTES`] of entries in memory they go to
+    /// the spool as one batch, for its writer; when the writer is behind by
+    /// [`MAX_QUEUED`] batches, or cannot be started, they are written here.
+    /// A replay hands over at the same points.
     pub fn push(&mut self, op: Op) {
         self.bytes += cost(&op);
         self.entries.push(op);
         if self.bytes <= COMPACT_BYTES {
             return;
         }
-        let (left, wait) = self.skip;
-        if left > 0 {
-            self.skip.0 -= 1;
-            self.spill_entries(false);
-            return;
-        }
-        type Key = (Arc<Who>, &'static str, Vec<u8>, Option<Vec<u8>>);
-        let mut first: HashMap<Key, usize> = HashMap::new();
-        let mut kept: Vec<Op> = Vec::new();
-        for e in self.entries.drain(..) {
-            let key = (e.who.clone(), e.op, e.path.clone(), e.new_path.clone());
-            match first.get(&key) {
-                Some(&i) => {
-                    let k = &mut kept[i];
-                    k.count += e.count;
-                    k.bytes += e.bytes;
-                    k.size = e.size.or(k.size);
-                    k.range = match (k.range, e.range) {
-                        (Some([a, b]), Some([c, d])) => Some([a.min(c), b.max(d)]),
-                        (r, s) => r.or(s),
-                    };
-                }
-                None => {
-                    first.insert(key, kept.len());
-                    kept.push(e);
-                }
-            }
-        }
-        self.entries = kept;
-        self.bytes = self.entries.iter().map(cost).sum();
-        if self.bytes > COMPACT_BYTES / 2 {
-            let wait = (wait * 2).clamp(1, 64);
-            self.skip = (wait, wait);
-            self.spill_entries(false);
+        let waiting = self.hand_over();
+        if waiting > MAX_QUEUED || !self.start_writer() {
+            drop(self.spool.drain());
         } else {
-            self.skip = (0, 0);
+            self.spool.wake.notify_one();
         }
+    }
+
+    /// Start the spool's writer thread unless it runs; whether it does.
+    fn start_writer(&mut self) -> bool {
+        if !self.writer {
+            let spool = self.spool.clone();
+            self.writer = std::thread::Builder::new()
+                .name("storefs-ops-log".into())
+                .spawn(move || spool.run())
+                .is_ok();
+        }
+        self.writer
     }
 
     /// Bytes it holds in memory, about (for `status`).
     pub fn memory_estimate(&self) -> usize {
         self.bytes
-            + self.spill.buf.capacity()
+            + self.spool.queued.load(std::sync::atomic::Ordering::Relaxed)
+            + self
+                .spool
+                .spill
+                .try_lock()
+                .map_or(SPILL_BUF, |s| s.buf.capacity())
             + self
                 .names
                 .values()
-                .map(|(_, n)| 48 + n.capacity())
+                .map(|(_, n)| 48 + n.len())
                 .sum::<usize>()
-            + self
-                .dir_paths
-                .values()
-                .map(|p| 48 + p.capacity())
-                .sum::<usize>()
+            + self.dir_paths.values().map(|p| 48 + p.len()).sum::<usize>()
     }
 }
 
@@ -612,7 +780,7 @@ mod tests {
         Op {
             time_ns: 1,
             op,
-            path: path.as_bytes().to_vec(),
+            path: LogPath::whole(path.as_bytes()),
             new_path: None,
             who: who.clone(),
             bytes: 10,
@@ -620,6 +788,47 @@ mod tests {
             range: Some([0, 10]),
             size: None,
             ino: 2,
+        }
+    }
+
+    /// `write_json` spells a line as serde does `OpLine`, escapes, bytes
+    /// that are not UTF-8 and optional fields included.
+    #[test]
+    fn an_entry_is_written_as_its_line_serializes() {
+        let who = Arc::new(Who {
+            pid: 3,
+            uid: 1000,
+            command: b"a\"b\\c\x01\xff".to_vec(),
+            run: b"42".to_vec(),
+        });
+        let name = |b: &[u8]| Some(Arc::<[u8]>::from(b));
+        let paths = [
+            LogPath::default(),
+            LogPath::whole(b"d/e"),
+            LogPath {
+                dir: Arc::default(),
+                name: name(b"top"),
+            },
+            LogPath {
+                dir: Arc::from(&b"d\n\t"[..]),
+                name: name("\u{2603} x\x7f\u{1b}[0m".as_bytes()),
+            },
+        ];
+        for (i, path) in paths.iter().enumerate() {
+            let mut e = op(&who, "rename", "x");
+            e.path = path.clone();
+            e.new_path = (i % 2 == 0).then(|| paths[3 - i].clone());
+            e.size = (i == 1).then_some(7);
+            e.range = (i != 2).then_some([1, u64::MAX]);
+            if i == 3 {
+                e.who = unknown();
+            }
+            let mut out = Vec::new();
+            e.write_json(&mut out);
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&to_jsonl(&[e.line()]))
+            );
         }
     }
 
@@ -642,16 +851,20 @@ mod tests {
             log.push(op(who, "create", "db-journal"));
             log.push(op(who, "unlink", "db-journal"));
         }
+        // The sealed entry stays as it was; each batch was merged into one
+        // entry a kind, in the order they first came: every change is
+        // counted once. (A second seal hands the last entries over too, as
+        // a commit that then fails would.)
+        let n = n as u64;
+        let _second = log.seal();
+        let e = log.lines().unwrap();
+        // Written (`lines` waits for the writer): the memory is the entries
+        // since the last batch, the spill's buffer and the names.
         assert!(
-            log.memory_estimate() < COMPACT_BYTES,
+            log.memory_estimate() < COMPACT_BYTES + SPILL_BUF,
             "{}",
             log.memory_estimate()
         );
-        // The sealed entry stays as it was; the rest was merged into one
-        // entry a kind, in the order they first came, and what came after the
-        // merge waits for the next one: every change is counted once.
-        let n = n as u64;
-        let e = log.lines().unwrap();
         let head: Vec<(&str, u64)> = e[..4].iter().map(|e| (e.op.as_str(), e.count)).collect();
         assert_eq!(head[0], ("mkdir", 1));
         assert_eq!(
@@ -664,7 +877,9 @@ mod tests {
             assert_eq!((count, bytes), (n, 10 * n), "{kind}");
         }
         assert!((e.len() as u64) < n / 4, "{} entries", e.len());
-        assert!(log.spill.len == 0 || log.spill.file.is_some());
+        let spill = log.spool.drain();
+        assert!(spill.len == 0 || spill.file.is_some());
+        drop(spill);
         log.committed(&sealed);
         assert_eq!(log.lines().unwrap(), e[1..]);
     }
@@ -686,7 +901,7 @@ mod tests {
         for i in 0..n {
             log.push(op(&a, "create", &name(i)));
         }
-        assert!(log.spill.len > 0, "spilled to the file");
+        assert!(log.spool.drain().len > 0, "spilled to the file");
         assert!(log.memory_estimate() <= COMPACT_BYTES + SPILL_BUF);
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),

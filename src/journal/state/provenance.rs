@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::super::ops::{MAX_DIR_PATHS, MAX_NAMES, Op, Who};
+use super::super::ops::{LogPath, MAX_DIR_PATHS, MAX_NAMES, Op, Who};
 use super::super::record::{RENAME_EXCHANGE, Record};
 use super::inode::{Data, Dir, Inode};
 use super::{Ctx, ForkState};
@@ -22,13 +22,16 @@ use crate::store::Kind;
 use crate::store::intmap::IntMap;
 use crate::store::model::ROOT_INO;
 
+/// A name to remember for an inode: (ino, dir, name); no name forgets the
+/// inode's name if it is in `dir`.
+type Naming = (u64, u64, Option<Arc<[u8]>>);
+
 /// What a change will add to the log, found before it applies.
 pub(super) enum Note {
     /// Nothing (bookkeeping records).
     None,
-    /// A new entry, and names to remember for inodes: (ino, dir, name); an
-    /// empty name forgets the inode's name if it is in `dir`.
-    New(Op, Vec<(u64, u64, Vec<u8>)>),
+    /// A new entry, and names to remember for inodes.
+    New(Op, Vec<Naming>),
     /// More of the last entry: one more write of `bytes` over `range`.
     More { bytes: u64, range: [u64; 2] },
 }
@@ -69,7 +72,7 @@ impl ForkState {
                     _ => "mknod",
                 };
                 let path = self.child_path(*parent, name);
-                let naming = vec![(*ino, *parent, name.clone())];
+                let naming = vec![(*ino, *parent, path.name.clone())];
                 return Note::New(self.op(op, *ino, path, None, *time_ns), naming);
             }
             Record::Link {
@@ -83,6 +86,7 @@ impl ForkState {
                 name,
                 time_ns,
             } => {
+                self.ops.last_path = None;
                 let child = self.child(*parent, name);
                 let dir = child
                     .and_then(|c| self.inodes.get(&c))
@@ -94,7 +98,7 @@ impl ForkState {
                     self.ops.dir_paths.remove(&c);
                 }
                 // The name goes (the last one: the inode's entry is dropped).
-                return Note::New(op, vec![(child.unwrap_or(0), *parent, Vec::new())]);
+                return Note::New(op, vec![(child.unwrap_or(0), *parent, None)]);
             }
             Record::Rename {
                 parent,
@@ -104,18 +108,19 @@ impl ForkState {
                 flags,
                 time_ns,
             } => {
+                self.ops.last_path = None;
                 let src = self.child(*parent, name).unwrap_or(0);
-                let mut naming = vec![(src, *new_parent, new_name.clone())];
+                let path = self.child_path(*parent, name);
+                let to = self.child_path(*new_parent, new_name);
+                let mut naming = vec![(src, *new_parent, to.name.clone())];
                 let op = if flags & RENAME_EXCHANGE != 0 {
                     if let Some(dst) = self.child(*new_parent, new_name) {
-                        naming.push((dst, *parent, name.clone()));
+                        naming.push((dst, *parent, path.name.clone()));
                     }
                     "exchange"
                 } else {
                     "rename"
                 };
-                let path = self.child_path(*parent, name);
-                let to = self.child_path(*new_parent, new_name);
                 // A directory moved: the paths below it change (a directory
                 // replaced is gone).
                 let is_dir = |i: Option<u64>| {
@@ -215,7 +220,7 @@ impl ForkState {
             Note::None => {}
             Note::New(op, naming) => {
                 for (ino, dir, name) in naming {
-                    if !name.is_empty() {
+                    if let Some(name) = name {
                         insert_bounded(&mut self.ops.names, MAX_NAMES, ino, (dir, name));
                     } else if self.ops.names.get(&ino).is_some_and(|(d, _)| *d == dir) {
                         self.ops.names.remove(&ino);
@@ -245,8 +250,8 @@ impl ForkState {
         &self,
         op: &'static str,
         ino: u64,
-        path: Vec<u8>,
-        new_path: Option<Vec<u8>>,
+        path: LogPath,
+        new_path: Option<LogPath>,
         t: i64,
     ) -> Op {
         Op {
@@ -269,41 +274,87 @@ impl ForkState {
     }
 
     /// The path of `name` in directory `dir`.
-    fn child_path(&mut self, dir: u64, name: &[u8]) -> Vec<u8> {
-        let mut p = self.path(dir);
-        if !p.is_empty() {
-            p.push(b'/');
+    fn child_path(&mut self, dir: u64, name: &[u8]) -> LogPath {
+        match self.dir_path(dir) {
+            Some(dir) => LogPath {
+                dir,
+                name: Some(Arc::from(name)),
+            },
+            None => unlinked(dir),
         }
-        p.extend_from_slice(name);
-        p
     }
 
-    /// The path of inode `ino` from the root ("" for the root): its names
-    /// up to the root or to a directory whose path is known
-    /// ([`super::super::ops::OpsLog::dir_paths`]); a directory's is kept.
-    fn path(&mut self, ino: u64) -> Vec<u8> {
+    /// The path of inode `ino` from the root ("" for the root): a
+    /// directory's from [`super::super::ops::OpsLog::dir_paths`], else its
+    /// directory's path and its name.
+    fn path(&mut self, ino: u64) -> LogPath {
+        if ino == ROOT_INO {
+            return LogPath::default();
+        }
+        if let Some((last, path)) = &self.ops.last_path
+            && *last == ino
+        {
+            return path.clone();
+        }
+        let path = self.resolve(ino);
+        self.ops.last_path = Some((ino, path.clone()));
+        path
+    }
+
+    /// [`Self::path`], found.
+    fn resolve(&mut self, ino: u64) -> LogPath {
+        if let Some(known) = self.ops.dir_paths.get(&ino) {
+            return LogPath {
+                dir: known.clone(),
+                name: None,
+            };
+        }
+        let named = name_of(&self.inodes, &mut self.ops.names, ino);
+        let Some((dir, name)) = named else {
+            return unlinked(ino);
+        };
+        let Some(dir_path) = self.dir_path(dir) else {
+            return unlinked(ino);
+        };
+        let path = LogPath {
+            dir: dir_path,
+            name: Some(name),
+        };
+        if self.inodes.get(&ino).is_some_and(|n| n.kind == Kind::Dir) {
+            let whole = Arc::from(path.bytes());
+            insert_bounded(&mut self.ops.dir_paths, MAX_DIR_PATHS, ino, whole);
+        }
+        path
+    }
+
+    /// The path of directory `dir` ("" for the root), kept in
+    /// [`super::super::ops::OpsLog::dir_paths`]; `None` if it has no name.
+    fn dir_path(&mut self, dir: u64) -> Option<Arc<[u8]>> {
+        if dir == ROOT_INO {
+            return Some(Arc::default());
+        }
+        if let Some(known) = self.ops.dir_paths.get(&dir) {
+            return Some(known.clone());
+        }
         // Built from the end: each name reversed onto one buffer, the whole
         // reversed once.
         let mut path = Vec::new();
         let mut above: Option<&[u8]> = None;
-        let (mut at, mut depth) = (ino, 0);
+        let (mut at, mut depth) = (dir, 0);
         while at != ROOT_INO {
             if let Some(known) = self.ops.dir_paths.get(&at) {
                 above = Some(known);
                 break;
             }
             // A directory cannot be its own ancestor; a bound all the same.
-            let found = (depth < 4096)
+            let (parent, name) = (depth < 4096)
                 .then(|| name_of(&self.inodes, &mut self.ops.names, at))
-                .flatten();
-            let Some((dir, name)) = found else {
-                return format!("<unlinked inode {ino}>").into_bytes();
-            };
+                .flatten()?;
             if depth > 0 {
                 path.push(b'/');
             }
             path.extend(name.iter().rev());
-            (at, depth) = (dir, depth + 1);
+            (at, depth) = (parent, depth + 1);
         }
         if let Some(known) = above.filter(|k| !k.is_empty()) {
             if !path.is_empty() {
@@ -312,11 +363,15 @@ impl ForkState {
             path.extend(known.iter().rev());
         }
         path.reverse();
-        if depth > 0 && self.inodes.get(&ino).is_some_and(|n| n.kind == Kind::Dir) {
-            insert_bounded(&mut self.ops.dir_paths, MAX_DIR_PATHS, ino, path.clone());
-        }
-        path
+        let path: Arc<[u8]> = Arc::from(path);
+        insert_bounded(&mut self.ops.dir_paths, MAX_DIR_PATHS, dir, path.clone());
+        Some(path)
     }
+}
+
+/// The path of an inode that has no name any more.
+fn unlinked(ino: u64) -> LogPath {
+    LogPath::whole(format!("<unlinked inode {ino}>").as_bytes())
 }
 
 /// A loaded directory's entries.
@@ -333,20 +388,21 @@ fn entries(
 /// Where `ino` is named: the name remembered if its directory still has
 /// it, else found in the directory it was loaded into (a directory's
 /// parent, or a base file's), and remembered.
-fn name_of<'a>(
+fn name_of(
     inodes: &HashMap<u64, Box<Inode>>,
-    names: &'a mut IntMap<u64, (u64, Vec<u8>)>,
+    names: &mut IntMap<u64, (u64, Arc<[u8]>)>,
     ino: u64,
-) -> Option<(u64, &'a [u8])> {
-    let known = names
-        .get(&ino)
-        .is_some_and(|(dir, name)| entries(inodes, *dir).and_then(|k| k.get(name)) == Some(&ino));
-    if !known {
-        let dir = inodes.get(&ino)?.parent;
-        let (name, _) = entries(inodes, dir)?.iter().find(|(_, i)| **i == ino)?;
-        insert_bounded(names, MAX_NAMES, ino, (dir, name.clone()));
+) -> Option<(u64, Arc<[u8]>)> {
+    if let Some((dir, name)) = names.get(&ino)
+        && entries(inodes, *dir).and_then(|k| k.get(&name[..])) == Some(&ino)
+    {
+        return Some((*dir, name.clone()));
     }
-    names.get(&ino).map(|(dir, name)| (*dir, name.as_slice()))
+    let dir = inodes.get(&ino)?.parent;
+    let (name, _) = entries(inodes, dir)?.iter().find(|(_, i)| **i == ino)?;
+    let name: Arc<[u8]> = Arc::from(&name[..]);
+    insert_bounded(names, MAX_NAMES, ino, (dir, name.clone()));
+    Some((dir, name))
 }
 
 /// Insert into a cache of at most `max` entries, emptied when full (what it
