@@ -147,6 +147,7 @@ fn init_flags(c: Capability) -> InitFlags {
         Capability::PosixAcl => InitFlags::FUSE_POSIX_ACL,
         Capability::PosixAclViewUmask => InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK,
         Capability::WritebackCache => InitFlags::FUSE_WRITEBACK_CACHE,
+        Capability::ExportSupport => InitFlags::FUSE_EXPORT_SUPPORT,
     }
 }
 

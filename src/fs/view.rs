@@ -192,6 +192,15 @@ pub enum Capability {
     /// `O_APPEND` itself, and sends the times as a `setattr` of its own
     /// (with its ctime, [`SetAttr::ctime`]) after the data.
     WritebackCache,
+    /// `FUSE_EXPORT_SUPPORT`: file handles (`name_to_handle_at`, NFS) resolve
+    /// after the kernel forgot the inode. The kernel then asks for `"."` in
+    /// any inode the handle names (a file too) and `".."` in a directory,
+    /// and the reply's node id and generation must be the handle's: the
+    /// view answers both by number for every inode it still has, and
+    /// "absent" (the kernel's `ESTALE`) for one that is gone. Only for a
+    /// view whose numbers keep meaning the same inode for as long as a
+    /// handle may be kept (the generation is 0 for every inode).
+    ExportSupport,
 }
 
 /// The capabilities of a read-only view: readdirplus, cached symlinks and
