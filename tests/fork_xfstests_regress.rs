@@ -1,7 +1,8 @@
 //! xfstests failures on a fork mount (issue 41), one test per failure fixed,
 //! each doing what the xfstests case does and checking what it checks (the
-//! full comparison with ext4 is `tests/conformance/xfstests.sh`). Needs root
-//! and /dev/fuse; every mount is unmounted by a guard, on failure too.
+//! full comparison with ext4 is `tests/conformance/xfstests.sh`); file
+//! handles on a checkpoint mount too. Needs root and /dev/fuse; every mount
+//! is unmounted by a guard, on failure too.
 
 mod common;
 
@@ -339,5 +340,50 @@ fn file_handles_open_their_file_after_a_cache_drop_and_a_remount() {
     assert_eq!(dir.metadata().unwrap().ino(), d_ino);
     assert_eq!(open_by_handle(&root, &gone).unwrap_err(), libc::ESTALE);
     drop((root, dir));
+    m.unmount();
+}
+
+/// A checkpoint mounted read-only numbers its inodes as it lists them, so
+/// its file handles last one mount: they open their file and directory
+/// after a cache drop, and are stale after an unmount and a mount again
+/// (another generation), never another file.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn file_handles_of_a_checkpoint_mount_last_the_mount() {
+    let env = Env::new();
+    fs::set_permissions(env.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let origin = env.path("origin");
+    fs::create_dir_all(origin.join("d")).unwrap();
+    fs::write(origin.join("d/f"), b"hello").unwrap();
+    fs::write(origin.join("other"), b"other").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        origin.as_os_str(),
+        "--ref".as_ref(),
+        "base".as_ref(),
+    ]);
+    let mnt = env.path("mnt");
+    let m = env.mount("base", Some(&mnt));
+    let (f, d) = (handle_of(&mnt.join("d/f")), handle_of(&mnt.join("d")));
+    let root = fs::File::open(&mnt).unwrap();
+    drop_caches();
+    let mut s = String::new();
+    let mut file = open_by_handle(&root, &f).unwrap_or_else(|e| panic!("errno {e}"));
+    file.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "hello");
+    let dir = open_by_handle(&root, &d).expect("the directory by its handle");
+    assert!(dir.metadata().unwrap().is_dir());
+    drop((root, file, dir));
+    m.unmount();
+
+    // Listed in another order this time: "other" takes a number first.
+    let m = env.mount("base", Some(&mnt));
+    fs::read(mnt.join("other")).unwrap();
+    fs::read(mnt.join("d/f")).unwrap();
+    let root = fs::File::open(&mnt).unwrap();
+    drop_caches();
+    assert_eq!(open_by_handle(&root, &f).unwrap_err(), libc::ESTALE);
+    assert_eq!(open_by_handle(&root, &d).unwrap_err(), libc::ESTALE);
+    drop(root);
     m.unmount();
 }
