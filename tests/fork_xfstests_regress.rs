@@ -1,7 +1,8 @@
 //! xfstests failures on a fork mount (issue 41), one test per failure fixed,
 //! each doing what the xfstests case does and checking what it checks (the
-//! full comparison with ext4 is `tests/conformance/xfstests.sh`). Needs root
-//! and /dev/fuse; every mount is unmounted by a guard, on failure too.
+//! full comparison with ext4 is `tests/conformance/xfstests.sh`); file
+//! handles on a checkpoint mount too. Needs root and /dev/fuse; every mount
+//! is unmounted by a guard, on failure too.
 
 mod common;
 
@@ -227,5 +228,162 @@ fn fallocate_counts_blocks_and_a_write_in_the_range_adds_none() {
     f.set_len(4097).unwrap();
     assert_eq!(blocks(), 16);
     drop(f);
+    m.unmount();
+}
+
+/// `struct file_handle` with room for the largest handle (`MAX_HANDLE_SZ`).
+#[repr(C)]
+struct FileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; libc::MAX_HANDLE_SZ as usize],
+}
+
+/// `name_to_handle_at(AT_FDCWD, p, …, 0)`.
+fn handle_of(p: &Path) -> FileHandle {
+    let mut h = FileHandle {
+        handle_bytes: libc::MAX_HANDLE_SZ as u32,
+        handle_type: 0,
+        f_handle: [0; libc::MAX_HANDLE_SZ as usize],
+    };
+    let mut mount_id: libc::c_int = 0;
+    let path = cstr(p);
+    // SAFETY: a NUL-terminated path, a handle with room for the
+    // `handle_bytes` it says, and an int for the mount id.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &mut h as *mut FileHandle,
+            &mut mount_id as *mut libc::c_int,
+            0,
+        )
+    };
+    let e = std::io::Error::last_os_error();
+    assert_eq!(r, 0, "name_to_handle_at {}: {e}", p.display());
+    h
+}
+
+/// `open_by_handle_at(mount, h, O_RDONLY)`: the file, or the errno.
+fn open_by_handle(mount: &fs::File, h: &FileHandle) -> Result<fs::File, i32> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: a valid descriptor and a handle name_to_handle_at filled.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount.as_raw_fd(),
+            h as *const FileHandle,
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    // SAFETY: a descriptor the call just opened, owned by nothing else.
+    Ok(unsafe { fs::File::from_raw_fd(fd as i32) })
+}
+
+/// The kernel drops every dentry and inode it is not using: a handle then
+/// resolves through the daemon (FUSE LOOKUP of "." by node id).
+fn drop_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+}
+
+/// generic/426, 467, 477 (issue 41): a file handle opens its file and its
+/// directory once the kernel forgot them (export support: the daemon
+/// answers "." by inode number), and after an unmount (a commit) and a
+/// mount again; a handle of a file unlinked, and released, is stale. Was
+/// ESTALE for every handle the kernel had forgotten.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn file_handles_open_their_file_after_a_cache_drop_and_a_remount() {
+    let env = Env::new();
+    let m = mount_fork(&env);
+    let mnt = m.path().to_path_buf();
+    fs::create_dir(mnt.join("d")).unwrap();
+    fs::write(mnt.join("d/f"), b"hello").unwrap();
+    fs::write(mnt.join("gone"), b"x").unwrap();
+    fs::write(mnt.join("held"), b"y").unwrap();
+    let (f, d) = (handle_of(&mnt.join("d/f")), handle_of(&mnt.join("d")));
+    let (gone, held) = (handle_of(&mnt.join("gone")), handle_of(&mnt.join("held")));
+    let d_ino = fs::metadata(mnt.join("d")).unwrap().ino();
+    fs::remove_file(mnt.join("gone")).unwrap();
+    let open = fs::File::open(mnt.join("held")).unwrap();
+    fs::remove_file(mnt.join("held")).unwrap();
+
+    let root = fs::File::open(&mnt).unwrap();
+    drop_caches();
+    let read = |h: &FileHandle, root: &fs::File| {
+        let mut s = String::new();
+        let mut file = open_by_handle(root, h).unwrap_or_else(|e| panic!("errno {e}"));
+        file.read_to_string(&mut s).unwrap();
+        s
+    };
+    assert_eq!(read(&f, &root), "hello");
+    let dir = open_by_handle(&root, &d).expect("the directory by its handle");
+    assert_eq!(dir.metadata().unwrap().ino(), d_ino);
+    assert_eq!(open_by_handle(&root, &gone).unwrap_err(), libc::ESTALE);
+    // Unlinked and still open: the kernel has it; once closed, stale.
+    assert_eq!(read(&held, &root), "y");
+    drop(open);
+    drop_caches();
+    assert_eq!(open_by_handle(&root, &held).unwrap_err(), libc::ESTALE);
+    drop((root, dir));
+
+    // The numbers are the fork's, kept by the unmount's commit.
+    m.unmount();
+    let m = env.mount("f", Some(&mnt));
+    let root = fs::File::open(&mnt).unwrap();
+    assert_eq!(read(&f, &root), "hello");
+    let dir = open_by_handle(&root, &d).expect("the directory after a remount");
+    assert_eq!(dir.metadata().unwrap().ino(), d_ino);
+    assert_eq!(open_by_handle(&root, &gone).unwrap_err(), libc::ESTALE);
+    drop((root, dir));
+    m.unmount();
+}
+
+/// A checkpoint mounted read-only numbers its inodes as it lists them, so
+/// its file handles last one mount: they open their file and directory
+/// after a cache drop, and are stale after an unmount and a mount again
+/// (another generation), never another file.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn file_handles_of_a_checkpoint_mount_last_the_mount() {
+    let env = Env::new();
+    fs::set_permissions(env.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let origin = env.path("origin");
+    fs::create_dir_all(origin.join("d")).unwrap();
+    fs::write(origin.join("d/f"), b"hello").unwrap();
+    fs::write(origin.join("other"), b"other").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        origin.as_os_str(),
+        "--ref".as_ref(),
+        "base".as_ref(),
+    ]);
+    let mnt = env.path("mnt");
+    let m = env.mount("base", Some(&mnt));
+    let (f, d) = (handle_of(&mnt.join("d/f")), handle_of(&mnt.join("d")));
+    let root = fs::File::open(&mnt).unwrap();
+    drop_caches();
+    let mut s = String::new();
+    let mut file = open_by_handle(&root, &f).unwrap_or_else(|e| panic!("errno {e}"));
+    file.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "hello");
+    let dir = open_by_handle(&root, &d).expect("the directory by its handle");
+    assert!(dir.metadata().unwrap().is_dir());
+    drop((root, file, dir));
+    m.unmount();
+
+    // Listed in another order this time: "other" takes a number first.
+    let m = env.mount("base", Some(&mnt));
+    fs::read(mnt.join("other")).unwrap();
+    fs::read(mnt.join("d/f")).unwrap();
+    let root = fs::File::open(&mnt).unwrap();
+    drop_caches();
+    assert_eq!(open_by_handle(&root, &f).unwrap_err(), libc::ESTALE);
+    assert_eq!(open_by_handle(&root, &d).unwrap_err(), libc::ESTALE);
+    drop(root);
     m.unmount();
 }

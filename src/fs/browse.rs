@@ -246,6 +246,9 @@ pub struct BrowseView {
     uid: u32,
     gid: u32,
     started_ns: i64,
+    /// Its inodes' generation ([`View::generation`]): its numbers (store
+    /// nodes, checkpoint slots, their trees' inodes) are this mount's own.
+    generation: u64,
 }
 
 impl BrowseView {
@@ -270,6 +273,7 @@ impl BrowseView {
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
             started_ns,
+            generation: view::mount_generation(),
         }
     }
 }
@@ -277,6 +281,10 @@ impl BrowseView {
 impl View for BrowseView {
     fn capabilities(&self) -> &'static [Capability] {
         view::READ_ONLY_CAPABILITIES
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Inside a checkpoint's tree, absent names stay absent; the store's own

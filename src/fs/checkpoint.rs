@@ -38,6 +38,9 @@ pub struct CheckpointView {
     /// Where the tree is mounted, to name files in log lines.
     mountpoint: PathBuf,
     stats: Option<Stats>,
+    /// Its inodes' generation ([`View::generation`]): numbers are handed
+    /// out as directories are first listed, so they are this mount's own.
+    generation: u64,
 }
 
 impl CheckpointView {
@@ -58,6 +61,7 @@ impl CheckpointView {
             cache: caches.chunks.clone(),
             mountpoint,
             stats,
+            generation: view::mount_generation(),
         }
     }
 
@@ -302,11 +306,19 @@ impl View for CheckpointView {
         Some(TTL)
     }
 
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// `"."` in any inode (a file too) and `".."` in a directory answer by
+    /// number: how the kernel resolves a file handle whose inode it forgot.
     fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry> {
         let dir = self.node(parent)?;
+        if name == b"." {
+            return Ok(self.entry(&dir));
+        }
         let children = self.children(&dir)?;
         let ino = match name {
-            b"." => dir.ino,
             b".." => dir.parent,
             _ => children
                 .binary_search_by(|(n, _)| n.as_slice().cmp(name))
@@ -757,6 +769,34 @@ mod tests {
             fs.access(C, ino, libc::W_OK),
             Err(FsError::Posix(Posix::ReadOnly))
         ));
+    }
+
+    /// File handles (export support): `"."` answers any inode by number, a
+    /// file too; a number never given is `ESTALE`; every entry but the
+    /// root's carries this mount's generation, and another mount has
+    /// another (the numbers are per mount).
+    #[test]
+    fn dot_answers_any_inode_by_number_with_the_mounts_generation() {
+        use crate::fs::dispatch::{Reply, look_up};
+        let (_dir, fs) = serve(vec![file("f", 0, vec![])]);
+        let f = fs.lookup(C, ROOT_INO, b"f").unwrap().attr;
+        assert_eq!(fs.lookup(C, f.ino, b".").unwrap().attr, f);
+        assert_eq!(fs.lookup(C, ROOT_INO, b".").unwrap().attr.ino, ROOT_INO);
+        assert_eq!(fs.lookup(C, ROOT_INO, b"..").unwrap().attr.ino, ROOT_INO);
+        let unknown = fs.lookup(C, 999, b".").unwrap_err();
+        assert_eq!(crate::fs::errno(&unknown), fuser::Errno::ESTALE);
+        let g = fs.generation();
+        assert!(g != 0 && g <= u64::from(u32::MAX));
+        let Ok(Reply::Entry(_, file_g)) = look_up(&fs, C, f.ino, b".") else {
+            panic!("an entry");
+        };
+        assert_eq!(file_g.0, g);
+        let Ok(Reply::Entry(_, root_g)) = look_up(&fs, C, ROOT_INO, b".") else {
+            panic!("an entry");
+        };
+        assert_eq!(root_g.0, 0, "the root's is always 0");
+        let (_dir2, again) = serve(vec![file("f", 0, vec![])]);
+        assert_ne!(again.generation(), g, "another mount, another generation");
     }
 
     #[test]

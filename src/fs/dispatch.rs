@@ -6,7 +6,8 @@
 //! ([`super::wire`], served by [`super::uring`]). Whatever the view is
 //! asked, and how its answer becomes a reply, is decided here once: the
 //! negative lookup, the `lseek` and `copy_file_range` clamps, `flush`,
-//! `ioctl`, the `off_t` check, the umask of the ops that carry one.
+//! `ioctl`, the `off_t` check, the umask of the ops that carry one, the
+//! generation of each entry ([`generation`]).
 //!
 //! Adding an operation: an [`Op`] variant and its arm in [`dispatch`], the
 //! [`View`] method (and the views that implement it), and each codec's
@@ -31,8 +32,17 @@ use crate::store::model::ext4::Seek;
 use crate::store::model::{Attr, Fallocate, Posix, RenameMode, SetAttr, StatFs, XattrMode};
 use crate::sys;
 
-/// Inode numbers are never reused within a mount, so one generation suffices.
-pub(super) const GENERATION: Generation = Generation(0);
+/// The generation of inode `ino` in the replies of `view` (every entry:
+/// lookup, create, readdirplus items): the view's ([`View::generation`]),
+/// but 0 for the root, as the kernel requires (it warns and takes 0). The
+/// kernel keeps its low 32 bits (`i_generation`), and takes an entry whose
+/// generation differs from the inode's it holds as another inode.
+pub(super) fn generation(view: &dyn View, ino: u64) -> Generation {
+    if ino == crate::store::model::ROOT_INO {
+        return Generation(0);
+    }
+    Generation(view.generation())
+}
 
 /// A request as a transport decoded it.
 pub(super) struct Request<'a> {
@@ -223,14 +233,15 @@ pub(super) enum Reply {
     Nothing,
     /// Success with no data (and a listing: its items went to the op's sink).
     Empty,
-    Entry(Entry),
+    /// An entry and its inode's generation ([`generation`]).
+    Entry(Entry, Generation),
     /// A negative entry: the name is absent, cached this long (node id 0).
     Absent(Duration),
     Attr(Entry),
     Data(Vec<u8>),
     Xattr(XattrReply),
     Opened(Handle),
-    Created(Entry, Handle),
+    Created(Entry, Generation, Handle),
     Written(u32),
     Offset(i64),
     StatFs(StatFs),
@@ -343,7 +354,13 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
     let (c, ino) = (&req.caller, req.ino);
     let with_umask = |umask| Caller { umask, ..*c };
     let done = |r: Result<()>| r.map(|()| Reply::Empty).map_err(fail);
-    let entry = |r: Result<Entry>| r.map(Reply::Entry).map_err(fail);
+    let entry = |r: Result<Entry>| {
+        r.map(|e| {
+            let g = generation(view, e.attr.ino);
+            Reply::Entry(e, g)
+        })
+        .map_err(fail)
+    };
     let attr = |r: Result<Entry>| r.map(Reply::Attr).map_err(fail);
     let data = |r: Result<Vec<u8>>| r.map(Reply::Data).map_err(fail);
     let xattr = |r: Result<XattrReply>| r.map(Reply::Xattr).map_err(fail);
@@ -378,7 +395,8 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
             let (e, o) = view
                 .create(&with_umask(umask), ino, name, mode, flags)
                 .map_err(fail)?;
-            Ok(Reply::Created(e, o.into()))
+            let g = generation(view, e.attr.ino);
+            Ok(Reply::Created(e, g, o.into()))
         }
         Op::Unlink { name } => done(view.unlink(c, ino, name)),
         Op::RmDir { name } => done(view.rmdir(c, ino, name)),

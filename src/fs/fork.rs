@@ -124,12 +124,16 @@ const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// kernel check permissions against the ACL xattrs (and validate what
 /// setfacl sets); keeping mode and ACLs in step and inheriting default ACLs
 /// is the fork's (`store::acl`), so the umask comes to us instead of being
-/// applied (no umask under a default ACL).
+/// applied (no umask under a default ACL). File handles resolve by inode
+/// number ([`Capability::ExportSupport`]): a fork's numbers are never
+/// reused, and a commit (an unmount's too) keeps them (its inode map), so
+/// a handle names one inode for the fork's life (see `lookup`).
 const CAPABILITIES: &[Capability] = &[
     Capability::ReaddirPlus,
     Capability::CacheSymlinks,
     Capability::KillPrivV2,
     Capability::PosixAclViewUmask,
+    Capability::ExportSupport,
 ];
 
 /// [`CAPABILITIES`] and the writeback cache (`--writeback-cache`).
@@ -138,6 +142,7 @@ const WRITEBACK_CAPABILITIES: &[Capability] = &[
     Capability::CacheSymlinks,
     Capability::KillPrivV2,
     Capability::PosixAclViewUmask,
+    Capability::ExportSupport,
     Capability::WritebackCache,
 ];
 
@@ -472,8 +477,21 @@ impl View for ForkView {
 
     // ---------------------------------------------------------------- reads
 
+    /// `"."` in any inode and `".."` in a directory are how the kernel
+    /// resolves a file handle whose inode it forgot (export support): `"."`
+    /// answers the inode itself, brought back if parked, and "absent" (the
+    /// kernel's `ESTALE`) once it is gone, or unlinked: the kernel holds
+    /// every open file, so an unlinked one it asks for is one whose last
+    /// forget is on its way, and a handle must not open it again.
     fn lookup(&self, _: &Caller, parent: u64, name: &[u8]) -> Result<Entry> {
         check_name(name)?;
+        if name == b"." {
+            let attr = self.fork.getattr(parent)?;
+            if attr.nlink == 0 {
+                return Err(Posix::NotFound.into());
+            }
+            return self.entry_of(attr);
+        }
         self.entry_of(self.fork.lookup(parent, name)?)
     }
 
@@ -834,6 +852,7 @@ impl View for ForkView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::dispatch::Reply;
     use crate::fs::errno;
     use crate::ingest::{self, SnapshotOptions};
     use crate::store::Store;
@@ -944,6 +963,65 @@ mod tests {
             crate::fs::dispatch::look_up(&fs, ROOT, ROOT_INO, b"absent"),
             Ok(crate::fs::dispatch::Reply::Absent(_))
         ));
+    }
+
+    /// File handles as the kernel resolves them once it forgot the inode
+    /// (export support): `"."` in a file or a directory answers it by
+    /// number (a parked file brought back), `".."` a directory's parent; a
+    /// file unlinked, and one gone with its last reference, and a removed
+    /// directory are absent (the kernel's `ESTALE`); a new file never takes
+    /// a number given before.
+    #[test]
+    fn export_handles_resolve_by_number() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        for d in ["d", "e", "g"] {
+            std::fs::create_dir_all(src.join(d)).unwrap();
+            std::fs::write(src.join(d).join("f"), d).unwrap();
+        }
+        let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
+        let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
+        let base = store
+            .write_checkpoint(&testing::checkpoint(snap.root, vec![], "base".into()))
+            .unwrap();
+        Fork::create(&store, "t", &base).unwrap();
+        // No cache: every directory but the last two loaded is parked.
+        let fork = Arc::new(Fork::open_sized(store, "t", 0).unwrap());
+        let fs = ForkView::new(fork.clone());
+        let dot = |ino| crate::fs::dispatch::look_up(&fs, ROOT, ino, b".");
+        let d = fs.lookup(ROOT, ROOT_INO, b"d").unwrap().attr.ino;
+        let f = fs.lookup(ROOT, d, b"f").unwrap().attr;
+        for other in [&b"e"[..], b"g"] {
+            let dir = fs.lookup(ROOT, ROOT_INO, other).unwrap().attr.ino;
+            fs.lookup(ROOT, dir, b"f").unwrap();
+        }
+        let (_, parked, unparked) = fork.table();
+        assert!(parked > 0, "d's file is parked");
+        assert_eq!(fs.lookup(ROOT, f.ino, b".").unwrap().attr, f);
+        assert_eq!(fork.table().2, unparked + 1, "d brought back");
+        assert_eq!(fs.read(ROOT, f.ino, 0, 10).unwrap(), b"d");
+        assert_eq!(fs.lookup(ROOT, d, b".").unwrap().attr.ino, d);
+        assert_eq!(fs.lookup(ROOT, d, b"..").unwrap().attr.ino, ROOT_INO);
+        assert_eq!(fs.lookup(ROOT, ROOT_INO, b"..").unwrap().attr.ino, ROOT_INO);
+
+        // Unlinked: absent at once, though the kernel still holds it.
+        let (x, _) = fs
+            .create(ROOT, ROOT_INO, b"x", 0o644, libc::O_RDWR)
+            .unwrap();
+        let x = x.attr.ino;
+        assert!(matches!(dot(x), Ok(Reply::Entry(..))));
+        fs.unlink(ROOT, ROOT_INO, b"x").unwrap();
+        assert!(matches!(dot(x), Ok(Reply::Absent(_))), "unlinked");
+        fs.forget(x, 2);
+        assert!(matches!(dot(x), Ok(Reply::Absent(_))), "gone");
+        let sub = fs.mkdir(ROOT, ROOT_INO, b"sub", 0o755).unwrap().attr.ino;
+        fs.rmdir(ROOT, ROOT_INO, b"sub").unwrap();
+        assert!(matches!(dot(sub), Ok(Reply::Absent(_))), "removed dir");
+        assert!(matches!(dot(12345), Ok(Reply::Absent(_))), "never given");
+        let (y, _) = fs
+            .create(ROOT, ROOT_INO, b"y", 0o644, libc::O_RDWR)
+            .unwrap();
+        assert!(y.attr.ino > sub, "numbers are not reused");
     }
 
     /// In a setgid directory (group 2000) a new group-executable setgid

@@ -16,14 +16,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::MountRelease;
-use super::dispatch::{self, GENERATION, Op, Reply, kernel_attr};
+use super::dispatch::{self, Op, Reply, kernel_attr};
 use super::view::{BLOCK_SIZE, Caller, Capability, DirItem, Readdir, View, XattrReply};
 use crate::store::Kind;
 use crate::store::model::{Attr, SetAttr, Time};
@@ -103,9 +103,9 @@ macro_rules! answer {
 
 answer! {
     ReplyEntry as r {
-        Reply::Entry(e) => r.entry(&e.ttl, &file_attr(&e.attr), GENERATION),
+        Reply::Entry(e, g) => r.entry(&e.ttl, &file_attr(&e.attr), g),
         // Node id 0 with a timeout: "absent", cached that long.
-        Reply::Absent(ttl) => r.entry(&ttl, &negative_attr(), GENERATION),
+        Reply::Absent(ttl) => r.entry(&ttl, &negative_attr(), Generation(0)),
     }
     ReplyAttr as r { Reply::Attr(e) => r.attr(&e.ttl, &file_attr(&e.attr)) }
     ReplyData as r { Reply::Data(d) => r.data(&d) }
@@ -115,8 +115,8 @@ answer! {
     }
     ReplyOpen as r { Reply::Opened(h) => r.opened(FileHandle(h.fh), h.flags) }
     ReplyCreate as r {
-        Reply::Created(e, h) => {
-            r.created(&e.ttl, &file_attr(&e.attr), GENERATION, FileHandle(h.fh), h.flags)
+        Reply::Created(e, g, h) => {
+            r.created(&e.ttl, &file_attr(&e.attr), g, FileHandle(h.fh), h.flags)
         }
     }
     ReplyWrite as r { Reply::Written(n) => r.written(n) }
@@ -147,6 +147,7 @@ fn init_flags(c: Capability) -> InitFlags {
         Capability::PosixAcl => InitFlags::FUSE_POSIX_ACL,
         Capability::PosixAclViewUmask => InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK,
         Capability::WritebackCache => InitFlags::FUSE_WRITEBACK_CACHE,
+        Capability::ExportSupport => InitFlags::FUSE_EXPORT_SUPPORT,
     }
 }
 
@@ -255,13 +256,14 @@ fn negative_attr() -> FileAttr {
 trait Listing: Answer {
     /// Whether the items it takes carry their attributes.
     const PLUS: bool;
-    /// Add `item`; true once the reply is full.
-    fn add_item(&mut self, item: DirItem<'_>) -> bool;
+    /// Add `item` (`view`'s: its generation, [`dispatch::generation`]);
+    /// true once the reply is full.
+    fn add_item(&mut self, view: &dyn View, item: DirItem<'_>) -> bool;
 }
 
 impl Listing for ReplyDirectory {
     const PLUS: bool = false;
-    fn add_item(&mut self, item: DirItem<'_>) -> bool {
+    fn add_item(&mut self, _: &dyn View, item: DirItem<'_>) -> bool {
         let name = OsStr::from_bytes(item.name);
         self.add(
             INodeNo(item.ino),
@@ -275,7 +277,7 @@ impl Listing for ReplyDirectory {
 impl Listing for ReplyDirectoryPlus {
     const PLUS: bool = true;
     /// An item without its attributes ends the reply.
-    fn add_item(&mut self, item: DirItem<'_>) -> bool {
+    fn add_item(&mut self, view: &dyn View, item: DirItem<'_>) -> bool {
         let Some(entry) = item.entry else {
             return false;
         };
@@ -287,7 +289,7 @@ impl Listing for ReplyDirectoryPlus {
             name,
             &entry.ttl,
             &attr,
-            GENERATION,
+            dispatch::generation(view, attr.ino.0),
         )
     }
 }
@@ -301,7 +303,8 @@ macro_rules! list {
                 offset,
                 plus: <$reply as Listing>::PLUS,
             };
-            let add = Box::new(|item: DirItem<'_>| reply.add_item(item));
+            let view = &*self.view;
+            let add = Box::new(|item: DirItem<'_>| reply.add_item(view, item));
             let listed = dispatch::dispatch(&*self.view, request(req, ino, Op::ReadDir { at, add }));
             reply.answer(listed);
         }

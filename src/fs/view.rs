@@ -192,15 +192,40 @@ pub enum Capability {
     /// `O_APPEND` itself, and sends the times as a `setattr` of its own
     /// (with its ctime, [`SetAttr::ctime`]) after the data.
     WritebackCache,
+    /// `FUSE_EXPORT_SUPPORT`: file handles (`name_to_handle_at`, NFS) resolve
+    /// after the kernel forgot the inode. A handle is the node id and its
+    /// generation ([`View::generation`]); the kernel then asks for `"."` in
+    /// any inode the handle names (a file too) and `".."` in a directory,
+    /// and the reply's node id and generation must be the handle's: the
+    /// view answers both by number for every inode it still has, and
+    /// "absent" or `ESTALE` (both the kernel's `ESTALE`) for one it has not.
+    ExportSupport,
 }
 
-/// The capabilities of a read-only view: readdirplus, cached symlinks and
-/// ACLs enforced by the kernel.
+/// The capabilities of a read-only view: readdirplus, cached symlinks,
+/// ACLs enforced by the kernel, and file handles for the life of the mount
+/// (its numbers are its own: a [`mount_generation`] makes a handle from
+/// another mount stale).
 pub const READ_ONLY_CAPABILITIES: &[Capability] = &[
     Capability::ReaddirPlus,
     Capability::CacheSymlinks,
     Capability::PosixAcl,
+    Capability::ExportSupport,
 ];
+
+/// A generation for a view whose inode numbers last one mount
+/// ([`View::generation`]): random, in 1..=`u32::MAX` (the kernel keeps 32
+/// bits), so a file handle from another mount names a generation this one
+/// does not give (one chance in 2^32 that it does).
+pub fn mount_generation() -> u64 {
+    let mut b = [0u8; 4];
+    if rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()) != Ok(4) {
+        // No randomness: the time's low bits, still unlike the last mount's.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        b = (now.map_or(1, |d| d.subsec_nanos() ^ d.as_secs() as u32)).to_ne_bytes();
+    }
+    u64::from(u32::from_ne_bytes(b).max(1))
+}
 
 /// A filesystem served on inode numbers. Every request comes with its
 /// [`Caller`]; views that do not care ignore it. Writes (from `setattr` on)
@@ -217,6 +242,16 @@ pub trait View: Send + Sync {
     /// `None` (the default): it asks again next time.
     fn negative_ttl(&self, parent: u64) -> Option<Duration> {
         None
+    }
+
+    /// The generation of every inode but the root's (always 0) in this
+    /// view's entries: a file handle carries it with the inode number, and
+    /// resolves only to an inode that has it again
+    /// ([`Capability::ExportSupport`]). 0 (the default) for a view whose
+    /// numbers name one inode for good (a fork); a view whose numbers last
+    /// one mount takes a [`mount_generation`].
+    fn generation(&self) -> u64 {
+        0
     }
 
     /// The entry `name` in directory `parent`.

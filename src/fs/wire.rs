@@ -54,7 +54,7 @@ use fuser::{IoctlFlags, WriteFlags};
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::abi::{self, fattr, op};
-use super::dispatch::{self, GENERATION, Handle, Op, Reply, kernel_attr};
+use super::dispatch::{self, Handle, Op, Reply, kernel_attr};
 use super::view::{BLOCK_SIZE, Caller, DirItem, Readdir, View, XattrReply};
 use crate::store::model::{SetAttr, Time};
 
@@ -184,12 +184,12 @@ fn negative_attr() -> abi::FuseAttr {
     }
 }
 
-/// `fuse_entry_out`: node id (the attributes' inode), generation, both
+/// `fuse_entry_out`: node id (the attributes' inode), `generation`, both
 /// TTLs `ttl` (as fuser's `ReplyEntry::entry`), the attributes.
-fn entry_out(ttl: Duration, attr: abi::FuseAttr) -> abi::EntryOut {
+fn entry_out(ttl: Duration, attr: abi::FuseAttr, generation: u64) -> abi::EntryOut {
     abi::EntryOut {
         nodeid: attr.ino,
-        generation: GENERATION.0,
+        generation,
         entry_valid: ttl.as_secs(),
         attr_valid: ttl.as_secs(),
         entry_valid_nsec: ttl.subsec_nanos(),
@@ -251,8 +251,9 @@ fn push_dirent(
 
 /// One readdir item into a listing reply of at most `max` bytes: true once
 /// full. With `plus`, an item without attributes is skipped (not full), and
-/// the entry's node id and type are its attributes', as `FuseAdapter`.
-fn add_item(out: &mut Vec<u8>, max: usize, plus: bool, item: DirItem<'_>) -> bool {
+/// the entry's node id and type are its attributes', as `FuseAdapter`,
+/// its generation `view`'s ([`dispatch::generation`]).
+fn add_item(out: &mut Vec<u8>, max: usize, plus: bool, view: &dyn View, item: DirItem<'_>) -> bool {
     if !plus {
         let typ = item.kind.mode_bits() >> 12;
         return push_dirent(out, max, None, (item.ino, item.next_offset, typ), item.name);
@@ -265,7 +266,11 @@ fn add_item(out: &mut Vec<u8>, max: usize, plus: bool, item: DirItem<'_>) -> boo
     push_dirent(
         out,
         max,
-        Some(entry_out(entry.ttl, attr)),
+        Some(entry_out(
+            entry.ttl,
+            attr,
+            dispatch::generation(view, attr.ino).0,
+        )),
         dirent,
         item.name,
     )
@@ -276,9 +281,9 @@ fn encode(reply: Reply, out: &mut Vec<u8>) {
     match reply {
         // A listing's items are in `out` already.
         Reply::Nothing | Reply::Empty => {}
-        Reply::Entry(e) => abi::put(out, &entry_out(e.ttl, kernel_attr(&e.attr))),
+        Reply::Entry(e, g) => abi::put(out, &entry_out(e.ttl, kernel_attr(&e.attr), g.0)),
         // Node id 0 with a timeout: "absent", cached that long.
-        Reply::Absent(ttl) => abi::put(out, &entry_out(ttl, negative_attr())),
+        Reply::Absent(ttl) => abi::put(out, &entry_out(ttl, negative_attr(), 0)),
         Reply::Attr(e) => abi::put(
             out,
             &abi::AttrOut {
@@ -291,8 +296,8 @@ fn encode(reply: Reply, out: &mut Vec<u8>) {
         Reply::Data(d) | Reply::Xattr(XattrReply::Data(d)) => out.extend_from_slice(&d),
         Reply::Xattr(XattrReply::Size(n)) | Reply::Written(n) => abi::put(out, &write_out(n)),
         Reply::Opened(h) => abi::put(out, &open_out(h)),
-        Reply::Created(e, h) => {
-            abi::put(out, &entry_out(e.ttl, kernel_attr(&e.attr)));
+        Reply::Created(e, g, h) => {
+            abi::put(out, &entry_out(e.ttl, kernel_attr(&e.attr), g.0));
             abi::put(out, &open_out(h));
         }
         Reply::Offset(o) => abi::put(out, &abi::LseekOut { offset: o as u64 }),
@@ -349,7 +354,7 @@ pub(crate) fn serve(
         return Err(libc::ENOSYS);
     }
     let listed = {
-        let op = decode(h.opcode, op_in, Payload(payload), out)?;
+        let op = decode(h.opcode, op_in, Payload(payload), out, view)?;
         if !policy.admits(h.uid, h.opcode) {
             return Err(libc::EACCES);
         }
@@ -402,12 +407,14 @@ fn set_attr(a: &abi::SetattrIn) -> SetAttr {
 
 /// Decode `opcode`'s arguments: its fixed struct from `op_in` (every op
 /// that has one checks it is there, used or not) and the payload `p`. A
-/// listing's items will go into `out`, up to the size the request asks.
+/// listing's items will go into `out`, up to the size the request asks
+/// (with `view`'s generation).
 fn decode<'a>(
     opcode: u32,
     op_in: &[u8],
     mut p: Payload<'a>,
     out: &'a mut Vec<u8>,
+    view: &'a dyn View,
 ) -> Result<Op<'a>, i32> {
     Ok(match opcode {
         op::LOOKUP => Op::Lookup { name: p.name()? },
@@ -531,7 +538,7 @@ fn decode<'a>(
                 plus: opcode == op::READDIRPLUS,
             };
             let max = a.size as usize;
-            let add = Box::new(move |item: DirItem<'_>| add_item(out, max, at.plus, item));
+            let add = Box::new(move |item: DirItem<'_>| add_item(out, max, at.plus, view, item));
             Op::ReadDir { at, add }
         }
         op::RELEASEDIR => Op::ReleaseDir {
@@ -2117,11 +2124,13 @@ mod tests {
         assert_eq!(f.u32(80), Ok(BLOCK_SIZE), "blksize");
     }
 
-    /// Check a `fuse_entry_out` against an entry a view gave.
-    fn assert_entry(wire: &[u8], e: &Entry) {
+    /// Check a `fuse_entry_out` against an entry `view` gave (the
+    /// generation its own: not the root's).
+    fn assert_entry(wire: &[u8], e: &Entry, view: &dyn View) {
         let f = Fields(wire);
         assert_eq!(f.u64(0), Ok(e.attr.ino), "nodeid");
-        assert_eq!(f.u64(8), Ok(0), "generation");
+        assert_ne!(e.attr.ino, crate::store::model::ROOT_INO);
+        assert_eq!(f.u64(8), Ok(view.generation()), "generation");
         assert_eq!(
             (f.u64(16), f.u32(32)),
             (Ok(e.ttl.as_secs()), Ok(e.ttl.subsec_nanos()))
@@ -2147,7 +2156,7 @@ mod tests {
             .serve(&view, &p)
             .unwrap();
         assert_eq!(wire.len(), 128);
-        assert_entry(&wire, &f);
+        assert_entry(&wire, &f, &view);
         assert_eq!((f.attr.size, f.attr.kind), (10_000, Kind::File));
         // A negative entry, for the view's negative TTL.
         let ttl = view
@@ -2192,7 +2201,7 @@ mod tests {
             let kind_bits = Fields(&wire[at + 128..]).u32(20).unwrap();
             if name != b"." && name != b".." {
                 let e = view.lookup(c, ROOT_INO, &name).unwrap();
-                assert_entry(&wire[at..], &e);
+                assert_entry(&wire[at..], &e, &view);
                 assert_eq!(kind_bits, e.attr.kind.mode_bits() >> 12);
                 assert_eq!(Fields(&wire[at + 128..]).u64(0), Ok(e.attr.ino));
             }

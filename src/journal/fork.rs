@@ -1285,7 +1285,8 @@ impl Fork {
     /// records that change the tree count, not directory loads. The journal
     /// restarts at segment S+1: HEAD `{new, S+1}` is written durably first,
     /// then S+1 is created with the inode map of a fresh state over `new` as
-    /// its first record, then segments <= S go. A crash after HEAD leaves the
+    /// its first record (numbering on from this fork's next number), then
+    /// segments <= S go. A crash after HEAD leaves the
     /// old segments for the next open to delete (as after a commit) and
     /// perhaps no S+1, which the next open creates with that map.
     pub fn move_head(self, new: &ObjectId, force: bool) -> Result<ObjectId> {
@@ -1306,7 +1307,12 @@ impl Fork {
         }
         let ckpt = self.store.read_checkpoint(new)?;
         let root = self.store.root_entry(&ckpt)?;
-        let map = ForkState::new(&root).inode_map_record(&self.store)?;
+        // Numbering goes on from where this fork's reached: a number is
+        // never reused, so a file handle of an inode from before the move
+        // resolves to nothing rather than to another file.
+        let mut fresh = ForkState::new(&root);
+        fresh.next_ino = fresh.next_ino.max(self.state.lock().next_ino);
+        let map = fresh.inode_map_record(&self.store)?;
         // HEAD first: segment S+1 must not exist while HEAD names the old
         // head, whose replay would check the fresh map against its own state.
         let seg = self.wal.current_segment() + 1;
