@@ -95,7 +95,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::view::{
-    self, AddItem, Caller, Capability, DirItem, Entry, Opened, Readdir, View, WriteCtx, XattrReply,
+    self, AddItem, Caller, Capability, DirItem, Entry, NO_ID, Opened, Readdir, View, WriteCtx,
+    XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal::ops::{Who, on_behalf_of};
@@ -127,13 +128,19 @@ const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// applied (no umask under a default ACL). File handles resolve by inode
 /// number ([`Capability::ExportSupport`]): a fork's numbers are never
 /// reused, and a commit (an unmount's too) keeps them (its inode map), so
-/// a handle names one inode for the fork's life (see `lookup`).
+/// a handle names one inode for the fork's life (see `lookup`). Idmapped
+/// mounts ([`Capability::AllowIdmap`]): a new inode's owner is the ids its
+/// creating request carries, which the kernel has mapped already (see
+/// `new_node`), a chown's ids likewise; the requests without ids
+/// ([`super::view::NO_ID`]) take the process's where they need one
+/// (provenance, the setgid group rule).
 const CAPABILITIES: &[Capability] = &[
     Capability::ReaddirPlus,
     Capability::CacheSymlinks,
     Capability::KillPrivV2,
     Capability::PosixAclViewUmask,
     Capability::ExportSupport,
+    Capability::AllowIdmap,
 ];
 
 /// [`CAPABILITIES`] and the writeback cache (`--writeback-cache`).
@@ -143,6 +150,7 @@ const WRITEBACK_CAPABILITIES: &[Capability] = &[
     Capability::KillPrivV2,
     Capability::PosixAclViewUmask,
     Capability::ExportSupport,
+    Capability::AllowIdmap,
     Capability::WritebackCache,
 ];
 
@@ -239,15 +247,27 @@ impl Requesters {
             }
         }
         let command = n.map_or(&[][..], |n| buf[..n].trim_ascii_end());
+        // A request without ids (an idmapped-capable mount's, but for the
+        // creating ones): the process's fsuid, read once per process and
+        // command (a setuid without an exec keeps the one read first).
+        let known = procs
+            .get(&c.pid)
+            .filter(|(_, last)| last.pid == c.pid && last.command == command)
+            .map(|(_, last)| last.uid);
+        let uid = match (c.uid, known) {
+            (NO_ID, Some(uid)) => uid,
+            (NO_ID, None) => c.fs_ids().0,
+            (uid, _) => uid,
+        };
         let fresh = || Who {
             pid: c.pid,
-            uid: c.uid,
+            uid,
             command: command.to_vec(),
             run: run.as_bytes().to_vec(),
         };
         match procs.get_mut(&c.pid) {
             Some((_, last)) => {
-                if last.uid != c.uid || last.pid != c.pid || last.command != command {
+                if last.uid != uid || last.pid != c.pid || last.command != command {
                     *last = Arc::new(fresh());
                 }
                 last.clone()

@@ -35,6 +35,9 @@ pub struct FuseAdapter {
     /// Set when this mount wants FUSE over io_uring: INIT asks the kernel
     /// for it and stores here whether it agreed (see [`super::uring`]).
     uring: Option<Arc<AtomicBool>>,
+    /// The mount admits every user (`allow_other`): the only access under
+    /// which INIT asks for [`Capability::AllowIdmap`] (see there).
+    admits_all: bool,
 }
 
 impl FuseAdapter {
@@ -48,7 +51,14 @@ impl FuseAdapter {
             view,
             release,
             uring,
+            admits_all: false,
         }
+    }
+
+    /// Whether the session admits every user (fuser's `SessionACL::All`,
+    /// `-o allow_other`); false unless said.
+    pub fn admitting_all(self, admits_all: bool) -> FuseAdapter {
+        FuseAdapter { admits_all, ..self }
     }
 
     /// Serve `op` on node `ino` for `req` and answer through `reply`.
@@ -148,6 +158,7 @@ fn init_flags(c: Capability) -> InitFlags {
         Capability::PosixAclViewUmask => InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK,
         Capability::WritebackCache => InitFlags::FUSE_WRITEBACK_CACHE,
         Capability::ExportSupport => InitFlags::FUSE_EXPORT_SUPPORT,
+        Capability::AllowIdmap => InitFlags::FUSE_ALLOW_IDMAP,
     }
 }
 
@@ -318,6 +329,14 @@ impl Filesystem for FuseAdapter {
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         for &c in self.view.capabilities() {
+            if c == Capability::AllowIdmap && !self.admits_all {
+                // Requests would come without ids, and the uid filter of an
+                // owner-only (or allow_root) session would refuse them.
+                tracing::info!(
+                    "idmapped mounts need -o allow_other; not asking the kernel for them"
+                );
+                continue;
+            }
             if let Err(missing) = config.add_capabilities(init_flags(c)) {
                 tracing::info!(
                     ?missing,

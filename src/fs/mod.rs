@@ -359,7 +359,8 @@ fn start_session(
         }
     };
     let agreed = wants_uring.then(|| Arc::new(AtomicBool::new(false)));
-    let adapter = FuseAdapter::new(view.clone(), release.clone(), agreed.clone());
+    let adapter = FuseAdapter::new(view.clone(), release.clone(), agreed.clone())
+        .admitting_all(config.acl == SessionACL::All);
     let mut session =
         Session::new(adapter, &cfg.mountpoint, config).map_err(|e| mount_error(cfg, e))?;
     release.set(session.unmount_callable());

@@ -19,10 +19,21 @@ use crate::store::model::{Attr, Fallocate, Posix, RenameMode, SetAttr, StatFs, X
 /// The block size reported by `stat` (`st_blksize`) and `statfs`.
 pub const BLOCK_SIZE: u32 = ext4::BLOCK as u32;
 
+/// The uid and gid of a request that carries none (`FUSE_INVALID_UIDGID`).
+/// Once a mount allows idmapped mounts ([`Capability::AllowIdmap`]) the
+/// kernel sends ids only with the requests that make an inode (`mknod`,
+/// `mkdir`, `symlink`, `create`, `tmpfile`, a whiteout rename): there they are
+/// the creator's fsuid and fsgid as the file system stores them (mapped
+/// through the idmapped mount it came by); every other request, on any
+/// mount of that file system, idmapped or not, has this in both.
+pub const NO_ID: u32 = u32::MAX;
+
 /// Who asks: the requester's ids as the kernel gives them with each request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Caller {
+    /// The fsuid, or [`NO_ID`] (see there; [`Caller::fs_ids`] fills it in).
     pub uid: u32,
+    /// The fsgid, or [`NO_ID`].
     pub gid: u32,
     /// The requesting process (0: unknown), for its supplementary groups.
     pub pid: u32,
@@ -34,9 +45,13 @@ pub struct Caller {
 impl Caller {
     /// Whether the caller is in group `gid` (its own group or a
     /// supplementary one, read from `/proc/PID/status`) or is root (standing
-    /// in for `CAP_FSETID`).
+    /// in for `CAP_FSETID`). An id the request did not carry ([`NO_ID`]) is
+    /// the process's own, from the same file: unmapped, so through an
+    /// idmapped mount this can differ from the kernel's answer (which maps
+    /// the file's group into the mount); the kernel decides the cases that
+    /// matter most itself (a write's `FUSE_WRITE_KILL_SUIDGID`).
     pub fn in_group(self, gid: u32) -> bool {
-        if self.uid == 0 || self.gid == gid {
+        if self.uid == 0 || (self.gid == gid && self.gid != NO_ID) {
             return true;
         }
         if self.pid == 0 {
@@ -44,10 +59,31 @@ impl Caller {
         }
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid));
         status.ok().is_some_and(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Groups:"))
-                .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+            let field = |name| s.lines().find_map(|l| l.strip_prefix(name));
+            (self.uid == NO_ID && fs_id(field("Uid:")) == Some(0))
+                || (self.gid == NO_ID && fs_id(field("Gid:")) == Some(gid))
+                || field("Groups:")
+                    .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
         })
+    }
+
+    /// The caller's fsuid and fsgid: the request's, or for an id it did not
+    /// carry ([`NO_ID`]) the requesting process's, read from
+    /// `/proc/PID/status` (as the daemon's user namespace sees it; not
+    /// mapped through an idmapped mount). [`NO_ID`] where that cannot be
+    /// read either (pid 0, the process gone).
+    pub fn fs_ids(self) -> (u32, u32) {
+        if (self.uid != NO_ID && self.gid != NO_ID) || self.pid == 0 {
+            return (self.uid, self.gid);
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid));
+        let status = status.unwrap_or_default();
+        let field = |name| status.lines().find_map(|l| l.strip_prefix(name));
+        let or_process = |id, name| match id {
+            NO_ID => fs_id(field(name)).unwrap_or(NO_ID),
+            id => id,
+        };
+        (or_process(self.uid, "Uid:"), or_process(self.gid, "Gid:"))
     }
 
     /// Whether the caller holds `CAP_FSETID`, so its writes keep setuid and
@@ -57,7 +93,8 @@ impl Caller {
     /// requesting thread), counted only in the daemon's user namespace (a
     /// capability in a user namespace of its own is not `capable()`; one
     /// whose namespace cannot be read counts). A process that cannot be read (gone, or pid 0: not in the daemon's pid
-    /// namespace) holds it when its uid is 0.
+    /// namespace) holds it when its uid is 0 (not when the request carried
+    /// no uid, [`NO_ID`]).
     pub fn has_fsetid(self) -> bool {
         const CAP_FSETID: u32 = 4;
         if self.pid != 0
@@ -74,6 +111,12 @@ impl Caller {
         }
         self.uid == 0
     }
+}
+
+/// The filesystem id (the fourth of real, effective, saved, filesystem) of
+/// a `Uid:` or `Gid:` line of `/proc/PID/status`.
+fn fs_id(line: Option<&str>) -> Option<u32> {
+    line?.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// An inode's attributes and how long the kernel may cache them (and the
@@ -200,17 +243,31 @@ pub enum Capability {
     /// view answers both by number for every inode it still has, and
     /// "absent" or `ESTALE` (both the kernel's `ESTALE`) for one it has not.
     ExportSupport,
+    /// `FUSE_ALLOW_IDMAP`: the mount may be idmapped (`mount_setattr(2)`
+    /// with `MOUNT_ATTR_IDMAP`; kernel 6.12 or later, and only with
+    /// `default_permissions`, which every storefs mount has: without it the
+    /// kernel fails the connection). The kernel then maps ids itself: the
+    /// owner a creating request carries and the ids of a chown are the
+    /// file system's, the attributes the view returns are mapped into the
+    /// mount, and permissions are checked there. In return every request
+    /// that makes no inode comes without ids ([`NO_ID`]), on every mount of
+    /// the file system; the adapter asks for it only on a mount that
+    /// admits every user (`allow_other`), because fuser's own uid filter
+    /// (and the ring's copy of it) would refuse those requests otherwise.
+    AllowIdmap,
 }
 
 /// The capabilities of a read-only view: readdirplus, cached symlinks,
-/// ACLs enforced by the kernel, and file handles for the life of the mount
+/// ACLs enforced by the kernel, file handles for the life of the mount
 /// (its numbers are its own: a [`mount_generation`] makes a handle from
-/// another mount stale).
+/// another mount stale), and idmapped mounts (a read-only view reads no
+/// ids from requests; the kernel maps the owners it shows).
 pub const READ_ONLY_CAPABILITIES: &[Capability] = &[
     Capability::ReaddirPlus,
     Capability::CacheSymlinks,
     Capability::PosixAcl,
     Capability::ExportSupport,
+    Capability::AllowIdmap,
 ];
 
 /// A generation for a view whose inode numbers last one mount
