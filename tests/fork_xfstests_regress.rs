@@ -17,6 +17,11 @@ use common::Env;
 
 /// A store with a fork `f` of an empty checkpoint, mounted at `mnt`.
 fn mount_fork(env: &Env) -> common::MountGuard {
+    mount_fork_with(env, &[])
+}
+
+/// [`mount_fork`] with these `storefs mount` arguments too.
+fn mount_fork_with(env: &Env, extra: &[&str]) -> common::MountGuard {
     fs::set_permissions(env.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let origin = env.path("origin");
     fs::create_dir(&origin).unwrap();
@@ -28,7 +33,9 @@ fn mount_fork(env: &Env) -> common::MountGuard {
     ]);
     env.ok(["fork", "base", "--name", "f"]);
     let mnt = env.path("mnt");
-    let out = env.run(["mount".as_ref(), "f".as_ref(), mnt.as_os_str()]);
+    let mut args = vec!["mount".as_ref(), "f".as_ref(), mnt.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    let out = env.run(args);
     let guard = env.guard_for("f");
     assert!(out.status.success(), "mount: {}", common::stderr(&out));
     guard
@@ -385,5 +392,171 @@ fn file_handles_of_a_checkpoint_mount_last_the_mount() {
     assert_eq!(open_by_handle(&root, &f).unwrap_err(), libc::ESTALE);
     assert_eq!(open_by_handle(&root, &d).unwrap_err(), libc::ESTALE);
     drop(root);
+    m.unmount();
+}
+
+/// A user namespace whose ids 0 and 1000 are the host's 1000 and 0 (and
+/// nothing else), held by a child process (`sleep`) killed and reaped when
+/// this is dropped.
+struct SwappedUserNs {
+    child: std::process::Child,
+    ns: fs::File,
+}
+
+impl SwappedUserNs {
+    fn new() -> SwappedUserNs {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("600");
+        // SAFETY: between fork and exec the child only calls unshare(2),
+        // which is async-signal-safe, and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        // `spawn` returns once the child has exec'd: it has unshared.
+        let child = cmd.spawn().expect("sleep in a new user namespace");
+        let held = SwappedUserNs {
+            ns: fs::File::open(format!("/proc/{}/ns/user", child.id())).unwrap(),
+            child,
+        };
+        for map in ["uid_map", "gid_map"] {
+            let path = format!("/proc/{}/{map}", held.child.id());
+            fs::write(&path, "0 1000 1\n1000 0 1\n").unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        held
+    }
+}
+
+impl Drop for SwappedUserNs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A detached idmapped bind mount of `dir` (`open_tree(OPEN_TREE_CLONE)`,
+/// then `mount_setattr(MOUNT_ATTR_IDMAP)` with `userns`); the kernel
+/// unmounts it when the descriptor is closed (the guard), and
+/// `/proc/self/fd/N/…` reaches it. The errno when the kernel refuses.
+fn idmapped_clone(dir: &Path, userns: &fs::File) -> Result<std::os::fd::OwnedFd, i32> {
+    use rustix::mount::{OpenTreeFlags, open_tree};
+    use std::os::fd::AsRawFd;
+    let tree = open_tree(
+        rustix::fs::CWD,
+        dir,
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )
+    .unwrap_or_else(|e| panic!("open_tree {}: {e}", dir.display()));
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: a valid descriptor, an empty NUL-terminated path with
+    // AT_EMPTY_PATH, and a `mount_attr` of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const libc::mount_attr,
+            size_of::<libc::mount_attr>(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    Ok(tree)
+}
+
+/// Issue 41, idmapped mounts (generic/633, 644, 645, 656, 689, 696, 697,
+/// 698 need them): a fork mounted with `-o allow_other` takes an idmapped
+/// bind mount (`FUSE_ALLOW_IDMAP`); what root makes through it is owned
+/// in the fork by the id root maps to (1000), whether made by creat,
+/// mkdir, symlink, mknod or given by a chown, and shows as root's through
+/// the idmapped mount; a chown to 1000 there stores 0. Without
+/// `allow_other` the daemon does not ask for it and the kernel refuses
+/// the idmapped mount (EINVAL).
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn an_idmapped_mount_of_a_fork_creates_files_owned_by_the_mapped_id() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let ns = SwappedUserNs::new();
+
+    // Owner-only mount: no FUSE_ALLOW_IDMAP, so the kernel refuses.
+    let env = Env::new();
+    let m = mount_fork(&env);
+    assert_eq!(idmapped_clone(m.path(), &ns.ns).err(), Some(libc::EINVAL));
+    m.unmount();
+
+    let env = Env::new();
+    let m = mount_fork_with(&env, &["-o", "allow_other"]);
+    let plain = m.path().to_path_buf();
+    fs::create_dir(plain.join("d")).unwrap();
+    fs::write(plain.join("by-root"), b"r").unwrap();
+    {
+        let tree = idmapped_clone(&plain, &ns.ns).expect("an idmapped mount of the fork");
+        let mapped = Path::new("/proc/self/fd").join(tree.as_raw_fd().to_string());
+        let owner = |p: &Path| {
+            let st = fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (st.uid(), st.gid())
+        };
+        // The fork's root (0:0) and a file root made show as 1000 there.
+        let root = fs::metadata(&mapped).unwrap(); // (lstat would see the fd's link)
+        assert_eq!((root.uid(), root.gid()), (1000, 1000));
+        assert_eq!(owner(&mapped.join("by-root")), (1000, 1000));
+        // Made through the idmapped mount by root: 1000 in the fork.
+        fs::write(mapped.join("file"), b"x").unwrap();
+        fs::create_dir(mapped.join("dir")).unwrap();
+        symlink("file", mapped.join("link")).unwrap();
+        let fifo = cstr(&mapped.join("fifo"));
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        fs::write(mapped.join("d/nested"), b"y").unwrap();
+        for name in ["file", "dir", "link", "fifo", "d/nested"] {
+            assert_eq!(owner(&plain.join(name)), (1000, 1000), "{name} in the fork");
+            assert_eq!(
+                owner(&mapped.join(name)),
+                (0, 0),
+                "{name} through the idmapped mount"
+            );
+        }
+        // chown through the idmapped mount: the kernel maps the new ids.
+        std::os::unix::fs::lchown(mapped.join("by-root"), Some(0), Some(0)).unwrap();
+        assert_eq!(owner(&plain.join("by-root")), (1000, 1000));
+        std::os::unix::fs::lchown(mapped.join("file"), Some(1000), Some(1000)).unwrap();
+        assert_eq!(owner(&plain.join("file")), (0, 0));
+        // Requests without ids (write, chmod, rename, unlink) still work.
+        fs::write(mapped.join("d/nested"), b"yy").unwrap();
+        fs::set_permissions(mapped.join("dir"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::rename(mapped.join("d/nested"), mapped.join("moved")).unwrap();
+        fs::remove_file(mapped.join("link")).unwrap();
+        assert_eq!(fs::read(plain.join("moved")).unwrap(), b"yy");
+        assert_eq!(owner(&plain.join("moved")), (1000, 1000));
+        // The plain mount still makes files as the caller (root).
+        fs::write(plain.join("plain"), b"p").unwrap();
+        assert_eq!(owner(&plain.join("plain")), (0, 0));
+    }
+    m.unmount();
+
+    // The owners are the fork's: after a commit and a mount they are the same.
+    let mnt = env.path("mnt");
+    let m = env.mount("f", Some(&mnt));
+    for (name, ids) in [
+        ("file", (0, 0)),
+        ("dir", (1000, 1000)),
+        ("moved", (1000, 1000)),
+    ] {
+        let st = fs::symlink_metadata(mnt.join(name)).unwrap();
+        assert_eq!((st.uid(), st.gid()), ids, "{name} after a remount");
+    }
     m.unmount();
 }
