@@ -546,4 +546,34 @@ mod tests {
         assert_eq!(errno(&e), Errno::ERANGE);
         assert_eq!(xattr_list([&b"a"[..], b"bc"]), b"a\0bc\0");
     }
+
+    /// A request without ids (an idmapped-capable mount's): the process's
+    /// fsuid and fsgid stand in, for `fs_ids` and `in_group`; ids the
+    /// request carried are kept.
+    #[test]
+    fn ids_a_request_did_not_carry_are_the_processs() {
+        let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
+        let (uid, gid) = (uid.as_raw(), gid.as_raw());
+        let me = Caller {
+            uid: NO_ID,
+            gid: NO_ID,
+            pid: std::process::id(),
+            umask: 0,
+        };
+        assert_eq!(me.fs_ids(), (uid, gid));
+        assert!(me.in_group(gid));
+        let other = if gid == 12345 { 12346 } else { 12345 };
+        assert_eq!(me.in_group(other), uid == 0);
+        let carried = Caller {
+            uid: 7,
+            gid: 8,
+            ..me
+        };
+        assert_eq!(carried.fs_ids(), (7, 8));
+        // No process to read: NO_ID stays, and it is in no group.
+        let nobody = Caller { pid: 0, ..me };
+        assert_eq!(nobody.fs_ids(), (NO_ID, NO_ID));
+        assert!(!nobody.in_group(NO_ID));
+        assert!(!nobody.has_fsetid());
+    }
 }
