@@ -483,7 +483,7 @@ fn idmapped_clone(dir: &Path, userns: &fs::File) -> Result<std::os::fd::OwnedFd,
 /// mkdir, symlink, mknod or given by a chown, and shows as root's through
 /// the idmapped mount; a chown to 1000 there stores 0. Without
 /// `allow_other` the daemon does not ask for it and the kernel refuses
-/// the idmapped mount (EINVAL).
+/// the idmapped mount (EINVAL). A checkpoint mount takes one as well.
 #[test]
 #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn an_idmapped_mount_of_a_fork_creates_files_owned_by_the_mapped_id() {
@@ -557,6 +557,44 @@ fn an_idmapped_mount_of_a_fork_creates_files_owned_by_the_mapped_id() {
     ] {
         let st = fs::symlink_metadata(mnt.join(name)).unwrap();
         assert_eq!((st.uid(), st.gid()), ids, "{name} after a remount");
+    }
+    m.unmount();
+
+    // A checkpoint mount (read-only) with allow_other takes one too, and
+    // shows its owners mapped.
+    let tree = env.path("tree");
+    fs::create_dir(&tree).unwrap();
+    fs::write(tree.join("of-1000"), b"a").unwrap();
+    std::os::unix::fs::lchown(tree.join("of-1000"), Some(1000), Some(1000)).unwrap();
+    fs::write(tree.join("of-root"), b"b").unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        tree.as_os_str(),
+        "--ref".as_ref(),
+        "ro".as_ref(),
+    ]);
+    let ro = env.path("ro");
+    let out = env.run([
+        "mount".as_ref(),
+        "ro".as_ref(),
+        ro.as_os_str(),
+        "-o".as_ref(),
+        "allow_other".as_ref(),
+    ]);
+    let m = env.guard_for("ro");
+    assert!(out.status.success(), "mount: {}", common::stderr(&out));
+    {
+        let tree = idmapped_clone(&ro, &ns.ns).expect("an idmapped mount of a checkpoint");
+        let mapped = Path::new("/proc/self/fd").join(tree.as_raw_fd().to_string());
+        for (name, ids) in [("of-1000", (0, 0)), ("of-root", (1000, 1000))] {
+            let st = fs::symlink_metadata(mapped.join(name)).unwrap();
+            assert_eq!(
+                (st.uid(), st.gid()),
+                ids,
+                "{name} in the idmapped checkpoint"
+            );
+        }
+        assert_eq!(fs::read(mapped.join("of-1000")).unwrap(), b"a");
     }
     m.unmount();
 }
