@@ -672,6 +672,69 @@ pub fn open_nofollow(path: &Path, flags: rustix::fs::OFlags, mode: u32) -> io::R
     }
 }
 
+/// A file inside a store opened for reading: no symlink followed anywhere
+/// on its path ([`open_nofollow`]), `O_NONBLOCK` so that a FIFO planted
+/// there does not block the open, and refused unless it is a regular file
+/// (a FIFO, a socket or a device is never read). Returns it with its size
+/// (the `fstat` the check made). Errors, for the caller to put after the
+/// path: "is a symlink, or a directory on its path is one (storefs follows
+/// no symlink inside a store)", "is not a regular file (a FIFO)"; their kind
+/// is `InvalidData`, a missing file stays `NotFound`.
+pub fn open_regular_nofollow(path: &Path) -> io::Result<(File, u64)> {
+    use rustix::fs::{FileType, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+    let f = open_nofollow(path, flags, 0).map_err(no_symlink)?;
+    let st = rustix::fs::fstat(&f)?;
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => return Ok((f, st.st_size as u64)),
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Directory => "a directory",
+        _ => "of an unknown type",
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("is not a regular file ({kind}); storefs reads only regular files inside a store"),
+    ))
+}
+
+/// `ELOOP` from an open without symlinks, said as what it means there.
+fn no_symlink(e: io::Error) -> io::Error {
+    if e.raw_os_error() != Some(libc::ELOOP) {
+        return e;
+    }
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "is a symlink, or a directory on its path is one (storefs follows no symlink inside a store)",
+    )
+}
+
+/// The whole of a regular file inside a store, opened as by
+/// [`open_regular_nofollow`]: refused when it holds more than `cap` bytes
+/// ("holds N bytes, more than the CAP a KIND may"), and never read past
+/// `cap` even when it grows meanwhile.
+pub fn read_regular_nofollow(path: &Path, cap: u64, kind: &str) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (f, size) = open_regular_nofollow(path)?;
+    let too_large = |n: u64| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("holds {n} bytes, more than the {cap} bytes {kind} may; not read"),
+        )
+    };
+    if size > cap {
+        return Err(too_large(size));
+    }
+    let mut out = Vec::with_capacity(size as usize);
+    f.take(cap + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > cap {
+        return Err(too_large(out.len() as u64));
+    }
+    Ok(out)
+}
+
 /// The directory `dir`, opened for `*at` calls without following a symlink
 /// anywhere on its path (see [`open_nofollow`]).
 pub fn open_dir_nofollow(dir: &Path) -> io::Result<File> {
@@ -793,7 +856,7 @@ pub fn anonymous_file_in(dir: &Path) -> io::Result<File> {
 /// directory (not following a symlink).
 pub fn list_dir_nofollow(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, bool)>> {
     use std::os::unix::ffi::OsStringExt;
-    let f = open_dir_nofollow(dir)?;
+    let f = open_dir_nofollow(dir).map_err(no_symlink)?;
     let mut out = Vec::new();
     for ent in rustix::fs::Dir::read_from(&f)? {
         let ent = ent?;
