@@ -16,9 +16,9 @@
 //! rename) and the directory fsynced. A pack without an index is an
 //! interrupted write, never read, removed by gc after its grace period.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -63,6 +63,14 @@ pub fn encode_index(entries: &mut [PackEntry]) -> Vec<u8> {
     out
 }
 
+/// The most bytes the index of a pack of `pack_len` bytes can need: one
+/// entry per record, each record at least its header. A larger index is not
+/// storefs's and is not read (a pack index is read whole).
+pub fn max_index_len(pack_len: u64) -> u64 {
+    let records = pack_len / RECORD_HEADER + 1;
+    (16 + 32u64).saturating_add(records.saturating_mul(IDX_ENTRY as u64))
+}
+
 /// Parse an index file; `InvalidData` when it is not one or its checksum fails.
 pub fn decode_index(bytes: &[u8]) -> io::Result<Vec<PackEntry>> {
     let bad =
@@ -103,9 +111,11 @@ pub struct PackFile {
 }
 
 impl PackFile {
+    /// Opened without following a symlink, and only when it is a regular
+    /// file ([`crate::store::open_store_file`]).
     pub fn open(path: PathBuf) -> io::Result<PackFile> {
-        let file = File::open(&path)?;
-        let size = file.metadata()?.len();
+        let (file, size) = crate::store::open_store_file(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         Ok(PackFile {
             file,
             path,
@@ -123,12 +133,17 @@ impl PackFile {
     /// ([`crate::sys::read_cold_via`]).
     pub fn read_cold(&self, at: u64, n: usize) -> io::Result<Vec<u8>> {
         within(&self.path, self.size, at, n)?;
+        // The same file again, reached without a symlink (one swapped in
+        // since the first open, or another file there, is not used).
         let direct = self.direct.get_or_init(|| {
-            OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(&self.path)
-                .ok()
+            use rustix::fs::OFlags;
+            let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::NONBLOCK;
+            let d = crate::sys::open_nofollow(&self.path, flags, 0).ok()?;
+            let (a, b) = (
+                rustix::fs::fstat(&d).ok()?,
+                rustix::fs::fstat(&self.file).ok()?,
+            );
+            (a.st_dev == b.st_dev && a.st_ino == b.st_ino).then_some(d)
         });
         match direct {
             Some(d) => crate::sys::read_cold_via(&self.file, d, at, n),
