@@ -153,7 +153,16 @@ impl LocalBackend {
     pub(super) fn rescan_quick(&self) -> io::Result<()> {
         let mtime = self.packs_dir_mtime()?;
         let midx = self.current_midx()?;
-        let logged = self.read_published()?;
+        // A log that is no regular file (a symlink or a FIFO planted there)
+        // or too long: the hint is not used, the directory is listed.
+        let logged = match self.read_published() {
+            Ok(logged) => logged,
+            Err(e) if e.kind() == ErrorKind::InvalidData => {
+                tracing::warn!(error = %e, "unreadable log of published packs; listing the packs directory instead");
+                return self.rescan();
+            }
+            Err(e) => return Err(e),
+        };
         let covered: HashSet<&str> = midx
             .iter()
             .flat_map(|m| m.names.iter().map(String::as_str))
