@@ -130,8 +130,14 @@ fn write_in(dir: File, path: &Path, data: &[u8], mode: u32, durable: bool) -> io
 }
 
 /// fsync a directory, making the names created or renamed in it durable.
+/// Opened `O_DIRECTORY`: anything else there (a FIFO) fails at once.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)?
+        .sync_all()
 }
 
 /// The most bytes a small record inside a store may hold, read whole: a
