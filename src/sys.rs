@@ -1048,7 +1048,7 @@ mod tests {
         // A FIFO nobody writes to: refused at once, not waited on.
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &d.join("fifo"),
+            d.join("fifo"),
             rustix::fs::FileType::Fifo,
             rustix::fs::Mode::from_raw_mode(0o644),
             0,
