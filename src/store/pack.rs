@@ -371,6 +371,41 @@ mod tests {
     }
 
     #[test]
+    fn a_pack_is_opened_as_a_regular_file_and_read_past_the_cache_only_as_itself() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("packs");
+        let mut w = PackWriter::create(&dir).unwrap();
+        let big = vec![5u8; 4 * PACK_OBJECT_MAX];
+        let e = w.append(&ObjectId::of(&big), &big).unwrap();
+        w.flush().unwrap();
+        let name = w.publish().unwrap();
+        let path = dir.join(format!("{name}.pack"));
+        // The descriptor past the page cache is the same file (ext4, xfs
+        // and btrfs allow O_DIRECT; tmpfs does not, and then none is used).
+        let pack = PackFile::open(path.clone()).unwrap();
+        assert_eq!(pack.read_cold(e.offset, big.len()).unwrap(), big);
+        if let Some(Some(d)) = pack.direct.get() {
+            let (a, b) = (
+                rustix::fs::fstat(d).unwrap(),
+                rustix::fs::fstat(pack.file()).unwrap(),
+            );
+            assert_eq!((a.st_dev, a.st_ino), (b.st_dev, b.st_ino));
+        }
+        // Another file put there after the open is not read past the cache.
+        let pack = PackFile::open(path.clone()).unwrap();
+        let other = dir.join("other");
+        fs::write(&other, vec![9u8; pack.size as usize]).unwrap();
+        fs::rename(&other, &path).unwrap();
+        assert_eq!(pack.read_cold(e.offset, big.len()).unwrap(), big);
+        assert!(matches!(pack.direct.get(), Some(None)));
+        // A symlink or a FIFO there is not opened at all.
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let e = PackFile::open(path.clone()).err().unwrap();
+        assert!(e.to_string().contains("is a symlink"), "{e}");
+    }
+
+    #[test]
     fn an_entry_past_the_pack_end_is_refused_before_it_is_read() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("packs");

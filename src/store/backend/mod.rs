@@ -23,7 +23,7 @@ use super::pack::PackFile;
 
 mod local;
 
-pub use local::{LocalBackend, REPACK_UNUSED, SYNC_OBJECTS};
+pub use local::{LocalBackend, MAX_LOOSE_FILE, REPACK_UNUSED, SYNC_OBJECTS};
 #[cfg(test)]
 pub use local::{MIDX_TAIL_PACKS, PUBLISHED};
 
