@@ -672,6 +672,69 @@ pub fn open_nofollow(path: &Path, flags: rustix::fs::OFlags, mode: u32) -> io::R
     }
 }
 
+/// A file inside a store opened for reading: no symlink followed anywhere
+/// on its path ([`open_nofollow`]), `O_NONBLOCK` so that a FIFO planted
+/// there does not block the open, and refused unless it is a regular file
+/// (a FIFO, a socket or a device is never read). Returns it with its size
+/// (the `fstat` the check made). Errors, for the caller to put after the
+/// path: "is a symlink, or a directory on its path is one (storefs follows
+/// no symlink inside a store)", "is not a regular file (a FIFO)"; their kind
+/// is `InvalidData`, a missing file stays `NotFound`.
+pub fn open_regular_nofollow(path: &Path) -> io::Result<(File, u64)> {
+    use rustix::fs::{FileType, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+    let f = open_nofollow(path, flags, 0).map_err(no_symlink)?;
+    let st = rustix::fs::fstat(&f)?;
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => return Ok((f, st.st_size as u64)),
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Directory => "a directory",
+        _ => "of an unknown type",
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("is not a regular file ({kind}); storefs reads only regular files inside a store"),
+    ))
+}
+
+/// `ELOOP` from an open without symlinks, said as what it means there.
+fn no_symlink(e: io::Error) -> io::Error {
+    if e.raw_os_error() != Some(libc::ELOOP) {
+        return e;
+    }
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "is a symlink, or a directory on its path is one (storefs follows no symlink inside a store)",
+    )
+}
+
+/// The whole of a regular file inside a store, opened as by
+/// [`open_regular_nofollow`]: refused when it holds more than `cap` bytes
+/// ("holds N bytes, more than the CAP a KIND may"), and never read past
+/// `cap` even when it grows meanwhile.
+pub fn read_regular_nofollow(path: &Path, cap: u64, kind: &str) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (f, size) = open_regular_nofollow(path)?;
+    let too_large = |n: u64| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("holds {n} bytes, more than the {cap} bytes {kind} may; not read"),
+        )
+    };
+    if size > cap {
+        return Err(too_large(size));
+    }
+    let mut out = Vec::with_capacity(size as usize);
+    f.take(cap + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > cap {
+        return Err(too_large(out.len() as u64));
+    }
+    Ok(out)
+}
+
 /// The directory `dir`, opened for `*at` calls without following a symlink
 /// anywhere on its path (see [`open_nofollow`]).
 pub fn open_dir_nofollow(dir: &Path) -> io::Result<File> {
@@ -790,10 +853,19 @@ pub fn anonymous_file_in(dir: &Path) -> io::Result<File> {
 
 /// The names in directory `dir` (without `.` and `..`), listed through a
 /// descriptor opened as by [`open_dir_nofollow`]; with whether each is a
-/// directory (not following a symlink).
+/// directory (not following a symlink). A symlink at `dir` or on its path
+/// is an error that says so (as [`open_regular_nofollow`]'s).
 pub fn list_dir_nofollow(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, bool)>> {
     use std::os::unix::ffi::OsStringExt;
-    let f = open_dir_nofollow(dir)?;
+    let f = open_dir_nofollow(dir).map_err(|e| {
+        // O_DIRECTORY|O_NOFOLLOW on a symlink is ENOTDIR: say which.
+        let link = fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
+        if e.raw_os_error() == Some(libc::ENOTDIR) && link {
+            no_symlink(io::Error::from_raw_os_error(libc::ELOOP))
+        } else {
+            no_symlink(e)
+        }
+    })?;
     let mut out = Vec::new();
     for ent in rustix::fs::Dir::read_from(&f)? {
         let ent = ent?;
@@ -947,6 +1019,51 @@ mod tests {
         let (_, a) = create_temp_in(&dir, "t", 0o600).unwrap();
         let (_, b) = create_temp_in(&dir, "t", 0o600).unwrap();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn regular_reads_refuse_links_fifos_devices_and_more_than_their_cap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        fs::write(d.join("f"), b"0123456789").unwrap();
+        assert_eq!(
+            read_regular_nofollow(&d.join("f"), 10, "a test file").unwrap(),
+            b"0123456789"
+        );
+        let (_, size) = open_regular_nofollow(&d.join("f")).unwrap();
+        assert_eq!(size, 10);
+        let e = read_regular_nofollow(&d.join("f"), 9, "a test file").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            e.to_string()
+                .contains("holds 10 bytes, more than the 9 bytes a test file may"),
+            "{e}"
+        );
+        std::os::unix::fs::symlink("/dev/zero", d.join("zero")).unwrap();
+        std::os::unix::fs::symlink(d.join("f"), d.join("flink")).unwrap();
+        for p in ["zero", "flink"] {
+            let e = read_regular_nofollow(&d.join(p), 1 << 20, "a test file").unwrap_err();
+            assert!(e.to_string().starts_with("is a symlink"), "{p}: {e}");
+        }
+        // A FIFO nobody writes to: refused at once, not waited on.
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            d.join("fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let e = read_regular_nofollow(&d.join("fifo"), 1 << 20, "a test file").unwrap_err();
+        assert!(e.to_string().contains("not a regular file (a FIFO)"), "{e}");
+        let e = open_regular_nofollow(Path::new("/dev/null")).unwrap_err();
+        assert!(e.to_string().contains("(a character device)"), "{e}");
+        let e = open_regular_nofollow(d).unwrap_err();
+        assert!(e.to_string().contains("(a directory)"), "{e}");
+        let e = open_regular_nofollow(&d.join("missing")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        let e = list_dir_nofollow(&d.join("zero")).unwrap_err();
+        assert!(e.to_string().starts_with("is a symlink"), "{e}");
     }
 
     #[test]

@@ -221,25 +221,19 @@ pub fn prune(
         }
         _ => {}
     }
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).at(&dir),
-    };
+    let entries = crate::store::list_store_dir_if_exists(&dir).at(&dir)?;
     let heads: Vec<ObjectId> = store.list_refs()?.into_iter().map(|(_, id)| id).collect();
     let cutoff = std::time::SystemTime::now()
         .checked_sub(grace)
         .unwrap_or(std::time::UNIX_EPOCH);
     let mut removed = Vec::new();
-    for entry in entries {
-        let entry = entry.at(&dir)?;
-        let name = entry.file_name();
+    for (name, _) in entries {
         // Only caches (64 hex digits); temp files are a snapshot's own.
         let Some(id) = name.to_str().and_then(ObjectId::from_hex) else {
             continue;
         };
-        let path = entry.path();
-        let meta = match entry.metadata() {
+        let path = dir.join(&name);
+        let meta = match fs::symlink_metadata(&path) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e).at(&path),
@@ -300,8 +294,8 @@ impl Parent {
             ));
         }
         let p = path(store, id);
-        let file = match crate::sys::open_nofollow(&p, rustix::fs::OFlags::RDONLY, 0) {
-            Ok(f) => f,
+        let file = match crate::store::open_store_file(&p) {
+            Ok((f, _)) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err("it has no stat cache".into());
             }

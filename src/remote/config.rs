@@ -43,19 +43,13 @@ pub fn add(store: &Store, name: &str, url: &str) -> Result<()> {
 /// Every remote: `(name, url)`, sorted by name.
 pub fn list(store: &Store) -> Result<Vec<(String, String)>> {
     let d = dir(store);
-    let rd = match fs::read_dir(&d) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+    let names = match store::list_store_dir_if_exists(&d) {
+        Ok(names) => names,
         Err(source) => return Err(Error::Io { path: d, source }),
     };
     let mut out = Vec::new();
-    for ent in rd {
-        let ent = ent.map_err(|source| Error::Io {
-            path: d.clone(),
-            source,
-        })?;
-        let Some(name) = ent
-            .file_name()
+    for (name, _) in names {
+        let Some(name) = name
             .to_str()
             .and_then(|n| n.strip_suffix(".json"))
             .filter(|n| Store::check_name(n).is_ok() && !n.starts_with('.'))
@@ -74,7 +68,7 @@ pub fn list(store: &Store) -> Result<Vec<(String, String)>> {
 pub fn remove(store: &Store, name: &str) -> Result<()> {
     Store::check_name(name).map_err(|_| Error::UnknownRemote(name.to_string()))?;
     let p = path(store, name);
-    match fs::remove_file(&p) {
+    match crate::sys::remove_nofollow(&p) {
         Ok(()) => {
             // The cached pack indexes belong to that URL; a later remote of
             // the same name must not start from them.
@@ -93,7 +87,7 @@ pub fn remove(store: &Store, name: &str) -> Result<()> {
 pub fn url_of(store: &Store, name: &str) -> Result<String> {
     Store::check_name(name).map_err(|_| Error::UnknownRemote(name.to_string()))?;
     let p = path(store, name);
-    let bytes = match fs::read(&p) {
+    let bytes = match store::read_store_file(&p) {
         Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::NotFound => {
             return Err(Error::UnknownRemote(name.to_string()));

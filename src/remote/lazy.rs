@@ -93,9 +93,13 @@ pub fn prepare_lazy_mount(store: &Store, remote: &str, name: &str) -> Result<Laz
             })
         }
         Err(e @ (Error::Backend { .. } | Error::Io { .. })) => {
-            let noted = std::fs::read_to_string(note_path(store, remote, name))
-                .ok()
-                .and_then(|s| ObjectId::from_hex(s.trim()));
+            let noted = store::read_store_file_capped(
+                &note_path(store, remote, name),
+                store::MAX_REF_FILE,
+                "a ref",
+            )
+            .ok()
+            .and_then(|b| ObjectId::from_hex(String::from_utf8_lossy(&b).trim()));
             let usable = noted.filter(|id| {
                 store
                     .read_checkpoint(id)

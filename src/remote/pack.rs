@@ -244,11 +244,10 @@ pub fn load_cached(store_root: &Path, remote: &str) -> PackIndex {
     let dir = cache_dir(store_root, remote);
     loop {
         let mut wanted = Vec::new();
-        if let Ok(rd) = std::fs::read_dir(&dir) {
-            for e in rd.flatten() {
-                let name = e.file_name();
+        if let Ok(names) = store::list_store_dir(&dir) {
+            for (name, _) in names {
                 if let Some(key) = name.to_str().and_then(cached_key) {
-                    wanted.push((key.to_string(), e.path()));
+                    wanted.push((key.to_string(), dir.join(&name)));
                 }
             }
         }
@@ -352,8 +351,15 @@ fn open_index(
     })
 }
 
+/// The most bytes a cached pack index may hold (about six million objects;
+/// storefs's packs hold far fewer). A larger one is not read: it is removed
+/// and fetched again, as a bad one is.
+pub const MAX_CACHED_INDEX: u64 = 256 << 20;
+
+/// A cached index, read without following a symlink, a regular file no
+/// larger than [`MAX_CACHED_INDEX`].
 fn read_cached(file: &Path) -> std::result::Result<Vec<PackEntry>, BadCached> {
-    std::fs::read(file)
+    store::read_store_file_capped(file, MAX_CACHED_INDEX, "a cached pack index")
         .and_then(|b| store::decode_index(&b))
         .map_err(|e| BadCached(file.to_path_buf(), e))
 }
@@ -523,19 +529,19 @@ pub async fn refresh(
         .iter()
         .map(Published::cache_name)
         .collect();
-    for e in std::fs::read_dir(&dir).map_err(io)?.flatten() {
+    for (name, _) in store::list_store_dir(&dir).map_err(io)? {
         // Index files of packs gone, and temp files a crash left (a
         // concurrent writer's are younger than an hour); the midx stays.
-        let name = e.file_name();
+        let path = dir.join(&name);
         let name = name.to_str().unwrap_or("");
         let stale_temp = || {
             name.ends_with(".tmp")
-                && e.metadata()
+                && std::fs::symlink_metadata(&path)
                     .and_then(|m| m.modified())
                     .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 3600))
         };
         if (name.ends_with(".idx") && !wanted.contains(name)) || stale_temp() {
-            let _ = crate::sys::remove_nofollow(&e.path());
+            let _ = crate::sys::remove_nofollow(&path);
         }
     }
     // A cached copy found bad is removed and read from the remote again, once.

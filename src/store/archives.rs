@@ -37,7 +37,7 @@ impl Store {
         let Some(path) = self.archive_record_path(sha256) else {
             return Ok(None);
         };
-        let bytes = match fs::read(&path) {
+        let bytes = match super::read_store_file(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).at(&path),

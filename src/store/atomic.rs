@@ -130,17 +130,57 @@ fn write_in(dir: File, path: &Path, data: &[u8], mode: u32, durable: bool) -> io
 }
 
 /// fsync a directory, making the names created or renamed in it durable.
+/// Opened `O_DIRECTORY`: anything else there (a FIFO) fails at once.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)?
+        .sync_all()
 }
 
-/// Read a whole file inside a store, not following a symlink anywhere on its path.
+/// The most bytes a small record inside a store may hold, read whole: a
+/// fork's `HEAD` and `fork.json`, a mount record, a remote's config, a
+/// partial mark (storefs writes them far smaller). Past it, the read is
+/// refused (docs/security.md, "Files inside a store").
+pub const MAX_SMALL_RECORD: u64 = 1 << 20;
+
+/// The most bytes a ref file may hold (storefs writes 65: an id and a newline).
+pub const MAX_REF_FILE: u64 = 4 << 10;
+
+/// Read a whole small record inside a store ([`MAX_SMALL_RECORD`] at most),
+/// as [`read_store_file_capped`] does.
 pub fn read_store_file(path: &Path) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut f = sys::open_nofollow(path, rustix::fs::OFlags::RDONLY, 0)?;
-    let mut out = Vec::new();
-    f.read_to_end(&mut out)?;
-    Ok(out)
+    read_store_file_capped(path, MAX_SMALL_RECORD, "a store record")
+}
+
+/// Read a whole file inside a store: not following a symlink anywhere on its
+/// path, refused unless a regular file (a FIFO is neither waited on nor
+/// read), and refused when it holds more than `cap` bytes (`kind` names
+/// what it is in that error: "a ref"). See [`sys::read_regular_nofollow`].
+pub fn read_store_file_capped(path: &Path, cap: u64, kind: &str) -> io::Result<Vec<u8>> {
+    sys::read_regular_nofollow(path, cap, kind)
+}
+
+/// Open a file inside a store for reading, as [`read_store_file`] does
+/// (no symlink, a regular file), without reading it; with its size.
+pub fn open_store_file(path: &Path) -> io::Result<(File, u64)> {
+    sys::open_regular_nofollow(path)
+}
+
+/// The names in a directory inside a store, listed through a descriptor
+/// reached without following a symlink; with whether each is a directory.
+pub fn list_store_dir(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, bool)>> {
+    sys::list_dir_nofollow(dir)
+}
+
+/// [`list_store_dir`], with nothing listed when `dir` does not exist.
+pub fn list_store_dir_if_exists(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, bool)>> {
+    match sys::list_dir_nofollow(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        r => r,
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! journal and lock) and moves HEAD; the store reads heads to resolve a fork's
 //! name, to list forks and to keep their checkpoints alive in gc.
 
-use std::fs;
 use std::io::ErrorKind;
 use std::path::PathBuf;
 
@@ -37,7 +36,7 @@ impl Store {
             return Ok(None);
         }
         let path = self.forks_dir().join(name).join(ForkHead::FILE);
-        let bytes = match fs::read(&path) {
+        let bytes = match super::read_store_file(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).at(&path),

@@ -40,7 +40,7 @@ impl Store {
             return Ok(None);
         }
         let path = self.git_dir().join(format!("{commit}.json"));
-        let bytes = match fs::read(&path) {
+        let bytes = match super::read_store_file(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).at(&path),

@@ -164,6 +164,10 @@ pub fn identity(meta: &fs::Metadata) -> Identity {
     )
 }
 
+/// The most packs a multi-pack index may name (its header, read whole, is
+/// then at most 64 MiB).
+const MAX_PACKS: usize = 1 << 22;
+
 fn header_len(flavor: &Flavor, npacks: usize) -> u64 {
     (8 + 4 + 8 + 256 * 8 + npacks * flavor.name_len + 32 + 32) as u64
 }
@@ -178,10 +182,14 @@ impl Midx {
 
     /// [`Midx::open`] for a midx of `flavor`.
     pub fn open_as(path: &Path, flavor: &Flavor) -> io::Result<Option<Midx>> {
-        let file = match File::open(path) {
-            Ok(f) => f,
+        // Without following a symlink, a regular file only (read in place,
+        // by offset: its header is checked against its size below).
+        let file = match crate::store::open_store_file(path) {
+            Ok((f, _)) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+            }
         };
         let meta = file.metadata()?;
         let mut fixed = [0u8; 20];
@@ -192,6 +200,11 @@ impl Midx {
         }
         let npacks = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes")) as usize;
         let count = u64::from_le_bytes(fixed[12..20].try_into().expect("8 bytes"));
+        // Its header is read whole: no more pack names than a store has
+        // packs (a million and more), whatever the file's size says.
+        if npacks > MAX_PACKS {
+            return Err(bad("more packs than a multi-pack index may name"));
+        }
         let hlen = header_len(flavor, npacks);
         if count
             .checked_mul(ENTRY as u64)

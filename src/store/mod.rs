@@ -31,7 +31,7 @@ mod tree;
 mod verify;
 
 use std::cell::RefCell;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, ErrorKind, Read, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -39,7 +39,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use archives::ArchiveRecord;
-pub use atomic::{fsync_dir, read_store_file, write_file, write_store_file};
+pub use atomic::{
+    MAX_REF_FILE, MAX_SMALL_RECORD, fsync_dir, list_store_dir, list_store_dir_if_exists,
+    open_store_file, read_store_file, read_store_file_capped, write_file, write_store_file,
+};
 pub use backend::{
     Got, LocalBackend, ObjectBackend, ObjectMaintenance, ObjectRead, ObjectWrite, REPACK_UNUSED,
     SYNC_OBJECTS, Stored, StoredFile,
@@ -679,14 +682,14 @@ impl Store {
     pub fn read_checkpoint_with_bytes(&self, id: &ObjectId) -> Result<(Checkpoint, Vec<u8>)> {
         let path = self.checkpoint_path(id);
         let what = format!("checkpoint record {}", path.display());
-        let file = match File::open(&path) {
+        let (file, size) = match open_store_file(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(Error::UnknownTarget(id.to_hex()));
             }
             Err(e) => return Err(e).at(&path),
         };
-        Self::check_record_size(id, file.metadata().at(&path)?.len(), &what)?;
+        Self::check_record_size(id, size, &what)?;
         let mut bytes = Vec::new();
         file.take(MAX_CHECKPOINT_RECORD + 1)
             .read_to_end(&mut bytes)
@@ -745,9 +748,9 @@ impl Store {
     /// but not parsed. A missing record is an I/O error here.
     pub fn checkpoint_record_bytes(&self, id: &ObjectId) -> Result<Vec<u8>> {
         let path = self.checkpoint_path(id);
-        let file = File::open(&path).at(&path)?;
+        let (file, size) = open_store_file(&path).at(&path)?;
         let what = format!("checkpoint record {}", path.display());
-        Self::check_record_size(id, file.metadata().at(&path)?.len(), &what)?;
+        Self::check_record_size(id, size, &what)?;
         let mut bytes = Vec::new();
         file.take(MAX_CHECKPOINT_RECORD + 1)
             .read_to_end(&mut bytes)
@@ -787,10 +790,8 @@ impl Store {
     pub fn list_checkpoints(&self) -> Result<Vec<ObjectId>> {
         let dir = self.root.join("checkpoints");
         let mut out = Vec::new();
-        for ent in fs::read_dir(&dir).at(&dir)? {
-            let ent = ent.at(&dir)?;
-            if let Some(id) = ent
-                .file_name()
+        for (name, _) in list_store_dir(&dir).at(&dir)? {
+            if let Some(id) = name
                 .to_str()
                 .and_then(|n| n.strip_suffix(".json"))
                 .and_then(ObjectId::from_hex)
@@ -837,8 +838,8 @@ impl Store {
             return Ok(None);
         }
         let path = self.root.join("refs").join(name);
-        match fs::read_to_string(&path) {
-            Ok(s) => ObjectId::from_hex(s.trim())
+        match read_store_file_capped(&path, MAX_REF_FILE, "a ref") {
+            Ok(b) => ObjectId::from_hex(String::from_utf8_lossy(&b).trim())
                 .map(Some)
                 .ok_or_else(|| Error::Invalid(format!("{}: not a checkpoint id", path.display()))),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
@@ -854,12 +855,12 @@ impl Store {
         Self::check_name(name)?;
         let dir = self.root.join("refs");
         let path = dir.join(name);
-        let was = match fs::read(&path) {
+        let was = match read_store_file_capped(&path, MAX_REF_FILE, "a ref") {
             Ok(b) => String::from_utf8_lossy(&b).trim().to_string(),
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).at(&path),
         };
-        match fs::remove_file(&path) {
+        match crate::sys::remove_nofollow(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).at(&path),
@@ -874,9 +875,8 @@ impl Store {
     pub fn list_refs_lossy(&self) -> Result<(Refs, Vec<(String, Error)>)> {
         let dir = self.root.join("refs");
         let (mut good, mut bad) = (Vec::new(), Vec::new());
-        for ent in fs::read_dir(&dir).at(&dir)? {
-            let ent = ent.at(&dir)?;
-            let Some(name) = ent.file_name().to_str().map(str::to_string) else {
+        for (name, _) in list_store_dir(&dir).at(&dir)? {
+            let Some(name) = name.to_str().map(str::to_string) else {
                 continue;
             };
             if name.starts_with('.') && name.ends_with(".tmp") {
@@ -1068,36 +1068,38 @@ pub fn remove_own_temps(root: &Path) -> (usize, u64) {
     let me = std::process::id();
     let mut removed = (0, 0);
     let mut sweep = |dir: &Path| {
-        let Ok(rd) = fs::read_dir(dir) else { return };
-        for ent in rd.flatten() {
-            let name = ent.file_name();
+        let Ok(names) = list_store_dir(dir) else {
+            return;
+        };
+        for (name, _) in names {
             if name.to_str().and_then(atomic::temp_owner) != Some(me) {
                 continue;
             }
-            let size = ent.metadata().map_or(0, |m| m.len());
-            if fs::remove_file(ent.path()).is_ok() {
+            let path = dir.join(&name);
+            let size = fs::symlink_metadata(&path).map_or(0, |m| m.len());
+            if crate::sys::remove_nofollow(&path).is_ok() {
                 removed.0 += 1;
                 removed.1 += size;
             }
         }
     };
-    let Ok(top) = fs::read_dir(root) else {
+    let Ok(top) = list_store_dir(root) else {
         return removed;
     };
     let dirs: Vec<PathBuf> = top
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
+        .into_iter()
+        .filter(|(_, is_dir)| *is_dir)
+        .map(|(name, _)| root.join(name))
         .collect();
     for dir in dirs {
         sweep(&dir);
         if dir.file_name().is_some_and(|n| n == "objects") {
-            let Ok(sub) = fs::read_dir(&dir) else {
+            let Ok(sub) = list_store_dir(&dir) else {
                 continue;
             };
-            for e in sub.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    sweep(&e.path());
+            for (name, is_dir) in sub {
+                if is_dir {
+                    sweep(&dir.join(name));
                 }
             }
         }
@@ -1124,18 +1126,11 @@ thread_local! {
 /// The names in directory `dir` that are UTF-8 (others are skipped), in
 /// no order; none when `dir` does not exist (nothing was written there yet).
 fn dir_names(dir: &Path) -> Result<Vec<String>> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).at(dir),
-    };
-    let mut out = Vec::new();
-    for ent in rd {
-        if let Ok(name) = ent.at(dir)?.file_name().into_string() {
-            out.push(name);
-        }
-    }
-    Ok(out)
+    let names = list_store_dir_if_exists(dir).at(dir)?;
+    Ok(names
+        .into_iter()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect())
 }
 
 fn raw_table(raw: &[u8]) -> Option<framed::FrameTable> {

@@ -3,7 +3,6 @@
 //! Records whose daemon is gone are stale and skipped (and cleaned) on listing.
 //! The kernel's mount table and process liveness come from [`crate::sys`].
 
-use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
@@ -186,8 +185,8 @@ impl Store {
                 .any(|m| m.mountpoint == p && m.fstype == "fuse.storefs")
         };
         let (mut live, mut dead) = (Vec::new(), Vec::new());
-        for ent in fs::read_dir(&dir).at(&dir)? {
-            let path = ent.at(&dir)?.path();
+        for (name, _) in super::list_store_dir(&dir).at(&dir)? {
+            let path = dir.join(name);
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
@@ -245,8 +244,8 @@ impl Store {
         };
         let dir = self.root().join("mounts");
         let mut out = Vec::new();
-        for ent in fs::read_dir(&dir).at(&dir)? {
-            let path = ent.at(&dir)?.path();
+        for (name, _) in super::list_store_dir(&dir).at(&dir)? {
+            let path = dir.join(name);
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
@@ -274,7 +273,7 @@ impl Store {
 
     /// The record for `mountpoint` as the daemon wrote it, live or not.
     pub fn mount_record(&self, mountpoint: &Path) -> Option<MountRecord> {
-        let bytes = fs::read(self.mount_record_path(mountpoint)).ok()?;
+        let bytes = super::read_store_file(&self.mount_record_path(mountpoint)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 

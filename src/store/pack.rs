@@ -16,9 +16,9 @@
 //! rename) and the directory fsynced. A pack without an index is an
 //! interrupted write, never read, removed by gc after its grace period.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -63,6 +63,14 @@ pub fn encode_index(entries: &mut [PackEntry]) -> Vec<u8> {
     out
 }
 
+/// The most bytes the index of a pack of `pack_len` bytes can need: one
+/// entry per record, each record at least its header. A larger index is not
+/// storefs's and is not read (a pack index is read whole).
+pub fn max_index_len(pack_len: u64) -> u64 {
+    let records = pack_len / RECORD_HEADER + 1;
+    (16 + 32u64).saturating_add(records.saturating_mul(IDX_ENTRY as u64))
+}
+
 /// Parse an index file; `InvalidData` when it is not one or its checksum fails.
 pub fn decode_index(bytes: &[u8]) -> io::Result<Vec<PackEntry>> {
     let bad =
@@ -103,9 +111,11 @@ pub struct PackFile {
 }
 
 impl PackFile {
+    /// Opened without following a symlink, and only when it is a regular
+    /// file ([`crate::store::open_store_file`]).
     pub fn open(path: PathBuf) -> io::Result<PackFile> {
-        let file = File::open(&path)?;
-        let size = file.metadata()?.len();
+        let (file, size) = crate::store::open_store_file(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         Ok(PackFile {
             file,
             path,
@@ -123,12 +133,17 @@ impl PackFile {
     /// ([`crate::sys::read_cold_via`]).
     pub fn read_cold(&self, at: u64, n: usize) -> io::Result<Vec<u8>> {
         within(&self.path, self.size, at, n)?;
+        // The same file again, reached without a symlink (one swapped in
+        // since the first open, or another file there, is not used).
         let direct = self.direct.get_or_init(|| {
-            OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(&self.path)
-                .ok()
+            use rustix::fs::OFlags;
+            let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::NONBLOCK;
+            let d = crate::sys::open_nofollow(&self.path, flags, 0).ok()?;
+            let (a, b) = (
+                rustix::fs::fstat(&d).ok()?,
+                rustix::fs::fstat(&self.file).ok()?,
+            );
+            (a.st_dev == b.st_dev && a.st_ino == b.st_ino).then_some(d)
         });
         match direct {
             Some(d) => crate::sys::read_cold_via(&self.file, d, at, n),
@@ -353,6 +368,41 @@ mod tests {
             assert!(decode_index(&bad).is_err(), "flipped byte {i} accepted");
         }
         assert!(decode_index(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn a_pack_is_opened_as_a_regular_file_and_read_past_the_cache_only_as_itself() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("packs");
+        let mut w = PackWriter::create(&dir).unwrap();
+        let big = vec![5u8; 4 * PACK_OBJECT_MAX];
+        let e = w.append(&ObjectId::of(&big), &big).unwrap();
+        w.flush().unwrap();
+        let name = w.publish().unwrap();
+        let path = dir.join(format!("{name}.pack"));
+        // The descriptor past the page cache is the same file (ext4, xfs
+        // and btrfs allow O_DIRECT; tmpfs does not, and then none is used).
+        let pack = PackFile::open(path.clone()).unwrap();
+        assert_eq!(pack.read_cold(e.offset, big.len()).unwrap(), big);
+        if let Some(Some(d)) = pack.direct.get() {
+            let (a, b) = (
+                rustix::fs::fstat(d).unwrap(),
+                rustix::fs::fstat(pack.file()).unwrap(),
+            );
+            assert_eq!((a.st_dev, a.st_ino), (b.st_dev, b.st_ino));
+        }
+        // Another file put there after the open is not read past the cache.
+        let pack = PackFile::open(path.clone()).unwrap();
+        let other = dir.join("other");
+        fs::write(&other, vec![9u8; pack.size as usize]).unwrap();
+        fs::rename(&other, &path).unwrap();
+        assert_eq!(pack.read_cold(e.offset, big.len()).unwrap(), big);
+        assert!(matches!(pack.direct.get(), Some(None)));
+        // A symlink or a FIFO there is not opened at all.
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let e = PackFile::open(path.clone()).err().unwrap();
+        assert!(e.to_string().contains("is a symlink"), "{e}");
     }
 
     #[test]

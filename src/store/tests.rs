@@ -1165,3 +1165,56 @@ fn a_refresh_after_a_quick_scan_drops_a_tail_pack_removed_meanwhile() {
     assert!(fresh.contains(&ids[0]).unwrap());
     assert_eq!(fresh.listings(), 0);
 }
+
+#[test]
+fn a_loose_object_that_is_a_symlink_a_fifo_or_too_large_is_not_read() {
+    let (_t, s) = new_store();
+    let id = ObjectId::of(b"never stored");
+    let hex = id.to_hex();
+    let dir = s.root().join("objects").join(&hex[..2]);
+    fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(&hex[2..]);
+    let secret = _t.path().join("secret");
+    fs::write(&secret, b"root-only").unwrap();
+    let fifo = |p: &Path| {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            p,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap()
+    };
+    type Plant<'a> = (&'a str, Box<dyn Fn(&Path) + 'a>);
+    let plants: Vec<Plant> = vec![
+        (
+            "is a symlink",
+            Box::new(|p| std::os::unix::fs::symlink("/dev/zero", p).unwrap()),
+        ),
+        (
+            "is a symlink",
+            Box::new(|p| std::os::unix::fs::symlink(&secret, p).unwrap()),
+        ),
+        ("(a FIFO)", Box::new(fifo)),
+        (
+            "more than the",
+            Box::new(|p| {
+                let f = fs::File::create(p).unwrap();
+                f.set_len(backend::MAX_LOOSE_FILE + 1).unwrap();
+            }),
+        ),
+    ];
+    for (said, plant) in plants {
+        let _ = fs::remove_file(&path);
+        plant(&path);
+        let e = s.backend().read(&id).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&*path.to_string_lossy()) && msg.contains(said),
+            "{msg}"
+        );
+        assert!(!msg.contains("root-only"), "{msg}");
+        assert!(s.backend().open_stored(&id).is_err(), "{said}");
+    }
+}

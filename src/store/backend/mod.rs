@@ -25,7 +25,7 @@ mod local;
 
 pub use local::{LocalBackend, REPACK_UNUSED, SYNC_OBJECTS};
 #[cfg(test)]
-pub use local::{MIDX_TAIL_PACKS, PUBLISHED};
+pub use local::{MAX_LOOSE_FILE, MIDX_TAIL_PACKS, PUBLISHED};
 
 /// An object as [`ObjectRead::read_for_use`] hands it over.
 pub enum Got {

@@ -215,15 +215,12 @@ impl LocalBackend {
 impl ObjectMaintenance for LocalBackend {
     fn list(&self) -> io::Result<Vec<ObjectId>> {
         let mut out = Vec::new();
-        for fan in read_dir_if_exists(&self.dir)? {
-            let fan = fan?;
-            let fan_name = fan.file_name();
-            let Some(prefix) = fan_name.to_str().filter(|s| s.len() == 2) else {
+        for (fan_name, is_dir) in read_dir_if_exists(&self.dir)? {
+            let Some(prefix) = fan_name.to_str().filter(|s| s.len() == 2 && is_dir) else {
                 continue;
             };
-            for obj in fs::read_dir(fan.path())? {
-                let obj = obj?;
-                if let Some(rest) = obj.file_name().to_str()
+            for (obj, _) in crate::store::list_store_dir(&self.dir.join(&fan_name))? {
+                if let Some(rest) = obj.to_str()
                     && let Some(id) = ObjectId::from_hex(&format!("{prefix}{rest}"))
                 {
                     out.push(id);
@@ -355,14 +352,13 @@ impl ObjectMaintenance for LocalBackend {
             out.push((path, m.len()));
             Ok(())
         };
-        for fan in read_dir_if_exists(&self.dir)? {
-            let fan = fan?;
-            if !fan.file_type()?.is_dir() {
+        for (fan, is_dir) in read_dir_if_exists(&self.dir)? {
+            if !is_dir {
                 continue;
             }
-            let packs = fan.file_name() == PACKS;
-            for ent in fs::read_dir(fan.path())? {
-                let name = ent?.file_name();
+            let packs = fan == PACKS;
+            let fan_path = self.dir.join(&fan);
+            for (name, _) in crate::store::list_store_dir(&fan_path)? {
                 let Some(name) = name.to_str() else { continue };
                 let temp = name.starts_with('.') && name.ends_with(".tmp");
                 // A pack whose index was never written: an interrupted sync.
@@ -373,7 +369,7 @@ impl ObjectMaintenance for LocalBackend {
                 if (temp && (packs || name.starts_with(".obj."))) || orphan {
                     // A temp file whose writer is gone is garbage whatever its age.
                     let gone = temp && crate::store::atomic::temp_writer_gone(name);
-                    stale(fan.path().join(name), gone)?;
+                    stale(fan_path.join(name), gone)?;
                 }
             }
         }

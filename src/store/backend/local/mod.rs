@@ -18,7 +18,9 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 
 use crate::store::id::ObjectId;
 use crate::store::midx::{self, Midx, MidxEntry};
-use crate::store::pack::{PACK_OBJECT_MAX, PackEntry, PackFile, PackWriter, decode_index};
+use crate::store::pack::{
+    PACK_OBJECT_MAX, PackEntry, PackFile, PackWriter, decode_index, max_index_len,
+};
 
 mod gc;
 mod read;
@@ -26,6 +28,8 @@ mod view;
 mod write;
 
 pub use gc::REPACK_UNUSED;
+#[cfg(test)]
+pub use read::MAX_LOOSE_FILE;
 #[cfg(test)]
 pub use write::MIDX_TAIL_PACKS;
 pub use write::SYNC_OBJECTS;
@@ -328,18 +332,30 @@ impl LocalBackend {
     }
 
     /// Read a pack's index; `None` when it vanished meanwhile (gc).
+    /// The index is read without following a symlink, and only when it is
+    /// a regular file no larger than its pack's records could need
+    /// ([`max_index_len`]).
     fn load_pack(&self, name: &str) -> io::Result<Option<Pack>> {
-        let idx = match fs::read(self.pack_path(name, "idx")) {
-            Ok(b) => b,
+        let pack = match fs::symlink_metadata(self.pack_path(name, "pack")) {
+            Ok(m) => m,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
+        let idx_path = self.pack_path(name, "idx");
+        let cap = max_index_len(pack.len());
+        let idx =
+            match crate::store::read_store_file_capped(&idx_path, cap, "the index of its pack") {
+                Ok(b) => b,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{}: {e}", idx_path.display()),
+                    ));
+                }
+            };
         let entries = decode_index(&idx)?;
-        let mtime = match fs::metadata(self.pack_path(name, "pack")) {
-            Ok(m) => m.modified()?,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
+        let mtime = pack.modified()?;
         Ok(Some(Pack {
             name: name.to_string(),
             mtime,
@@ -373,12 +389,8 @@ fn held_dir<'a>(held: &'a OnceLock<File>, dir: &Path) -> io::Result<Option<&'a F
     }
 }
 
-fn read_dir_if_exists(
-    dir: &Path,
-) -> io::Result<Box<dyn Iterator<Item = io::Result<fs::DirEntry>>>> {
-    match fs::read_dir(dir) {
-        Ok(rd) => Ok(Box::new(rd)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(Box::new(std::iter::empty())),
-        Err(e) => Err(e),
-    }
+/// The names in `dir` and whether each is a directory, listed through a
+/// descriptor reached without following a symlink; none when `dir` is missing.
+fn read_dir_if_exists(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, bool)>> {
+    crate::store::list_store_dir_if_exists(dir)
 }

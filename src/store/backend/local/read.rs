@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, ErrorKind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::LocalBackend;
@@ -68,6 +68,33 @@ impl LocalBackend {
     }
 }
 
+/// The most bytes a loose object's file may hold: the largest object
+/// ([`crate::store::MAX_OBJECT_SIZE`]) stored, with room for zstd's worst
+/// case and a frame table. A larger file is not storefs's and is not read.
+pub const MAX_LOOSE_FILE: u64 = crate::store::MAX_OBJECT_SIZE + crate::store::MAX_OBJECT_SIZE / 64;
+
+/// A loose object's file opened for reading, with its size: reached without
+/// a symlink, a regular file ([`crate::store::open_store_file`], whose
+/// `fstat` gives the size: no more calls than an open and a stat), and no
+/// larger than [`MAX_LOOSE_FILE`]. Errors name the path.
+fn open_loose(path: &Path) -> io::Result<(File, u64)> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let (f, len) = match crate::store::open_store_file(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Err(e),
+        Err(e) => return Err(named(e)),
+    };
+    if len > MAX_LOOSE_FILE {
+        return Err(named(io::Error::new(
+            ErrorKind::InvalidData,
+            format!(
+                "holds {len} bytes, more than the {MAX_LOOSE_FILE} bytes a loose object may; not read"
+            ),
+        )));
+    }
+    Ok((f, len))
+}
+
 impl ObjectRead for LocalBackend {
     fn read(&self, id: &ObjectId) -> io::Result<Option<Vec<u8>>> {
         // Read without holding the lock.
@@ -84,14 +111,14 @@ impl ObjectRead for LocalBackend {
         }
         // A loose object (written by a storefs before 2026-12-05 or before
         // packs), or a pack published since the view's last scan.
-        match File::open(self.path_of(id)) {
+        let path = self.path_of(id);
+        match open_loose(&path) {
             // Past the page cache when it does not hold the file: the object
             // is decompressed from this buffer and dropped, and what is
             // kept of it is the decompressed chunk (a cold `cat` of 256
             // MiB: 10% less of the daemon's CPU, none of it in page cache
             // bookkeeping for pages nobody reads again).
-            Ok(f) => {
-                let len = f.metadata()?.len();
+            Ok((f, len)) => {
                 let len = usize::try_from(len).map_err(|_| io::Error::other("object too large"))?;
                 crate::sys::read_cold(&f, 0, len).map(Some)
             }
@@ -142,15 +169,12 @@ impl ObjectRead for LocalBackend {
                 Err(e) => return Err(e),
             }
         }
-        match File::open(self.path_of(id)) {
-            Ok(file) => {
-                let len = file.metadata()?.len();
-                Ok(Some(Stored::File {
-                    file: StoredFile::Own(file),
-                    offset: 0,
-                    len,
-                }))
-            }
+        match open_loose(&self.path_of(id)) {
+            Ok((file, len)) => Ok(Some(Stored::File {
+                file: StoredFile::Own(file),
+                offset: 0,
+                len,
+            })),
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 Ok(self.read_packed(id)?.map(Stored::Bytes))
             }

@@ -127,10 +127,17 @@ impl LocalBackend {
     /// The pack names in [`PUBLISHED`] (none when it is missing); lines that
     /// are not a pack name (a line torn by a crash) are skipped.
     pub(super) fn read_published(&self) -> io::Result<BTreeSet<String>> {
-        let text = match fs::read(self.packs_dir.join(PUBLISHED)) {
+        let path = self.packs_dir.join(PUBLISHED);
+        let text = match crate::store::read_store_file_capped(
+            &path,
+            MAX_PUBLISHED_LOG,
+            "the published-packs log",
+        ) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(BTreeSet::new()),
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+            }
         };
         Ok(text
             .split(|&b| b == b'\n')
@@ -146,7 +153,16 @@ impl LocalBackend {
     pub(super) fn rescan_quick(&self) -> io::Result<()> {
         let mtime = self.packs_dir_mtime()?;
         let midx = self.current_midx()?;
-        let logged = self.read_published()?;
+        // A log that is no regular file (a symlink or a FIFO planted there)
+        // or too long: the hint is not used, the directory is listed.
+        let logged = match self.read_published() {
+            Ok(logged) => logged,
+            Err(e) if e.kind() == ErrorKind::InvalidData => {
+                tracing::warn!(error = %e, "unreadable log of published packs; listing the packs directory instead");
+                return self.rescan();
+            }
+            Err(e) => return Err(e),
+        };
         let covered: HashSet<&str> = midx
             .iter()
             .flat_map(|m| m.names.iter().map(String::as_str))
@@ -213,8 +229,7 @@ impl LocalBackend {
         let midx = self.current_midx()?;
         self.listings.fetch_add(1, Ordering::Relaxed);
         let mut names = BTreeSet::new();
-        for ent in read_dir_if_exists(&self.packs_dir)? {
-            let name = ent?.file_name();
+        for (name, _) in read_dir_if_exists(&self.packs_dir)? {
             if let Some(n) = name.to_str().and_then(|n| n.strip_suffix(".idx"))
                 && !n.starts_with('.')
             {
@@ -235,3 +250,7 @@ impl LocalBackend {
         self.load_tail(tail, view, mtime, false)
     }
 }
+
+/// The most bytes [`PUBLISHED`] may hold when read: about a million pack
+/// names (a line is 17 bytes); storefs's own log stays far below.
+pub const MAX_PUBLISHED_LOG: u64 = 64 << 20;

@@ -2,7 +2,6 @@
 //! pack, `sync` (one `syncfs`, then each pack published by its index), and
 //! the multi-pack index rewritten as the tail of new packs grows.
 
-use std::fs::File;
 use std::io::{self, ErrorKind, Write};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -296,7 +295,7 @@ impl ObjectWrite for LocalBackend {
         if !packs.is_empty() {
             // One syncfs makes every pending pack's data durable. A failure
             // is reported, not retried; all stays pending.
-            let dir = File::open(&self.dir)?;
+            let dir = crate::sys::open_dir_nofollow(&self.dir)?;
             if let Err(e) = rustix::fs::syncfs(&dir) {
                 requeue(packs);
                 return Err(e.into());
