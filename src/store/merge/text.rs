@@ -455,6 +455,49 @@ mod tests {
         assert_eq!((r.bytes.as_slice(), r.conflicts), (&b"a\nB2\nc\n"[..], 1));
     }
 
+    /// 100,000 lines, a few edits on each side (two of them conflicting):
+    /// the diffs cost about the file's length (trimmed ends, Myers bounded
+    /// by xdiff's cost limit), not its square. No timing is asserted; it must
+    /// finish (in well under a second in a debug build).
+    #[test]
+    fn a_large_file_with_a_few_edits_on_each_side_merges_quickly() {
+        let base: Vec<String> = (0..100_000)
+            .map(|i| match i % 10 {
+                0 => "}\n".to_string(),
+                5 => "\n".to_string(),
+                _ => format!("line {}\n", i % 4_999),
+            })
+            .collect();
+        let (mut ours, mut theirs) = (base.clone(), base.clone());
+        // From the end, so that each index is the base's.
+        ours[99_998] = "ours near the end\n".into();
+        ours.insert(40_001, "ours in the middle\n".into());
+        ours[1] = "ours at the top\n".into();
+        theirs[99_998] = "theirs near the end\n".into();
+        theirs[40_001] = "theirs in the middle\n".into();
+        theirs.remove(20_003);
+        let cat = |v: &[String]| v.concat().into_bytes();
+        let r = merge(
+            &cat(&base),
+            &cat(&ours),
+            &cat(&theirs),
+            Favor::Markers,
+            "A",
+            "B",
+        );
+        // What git merge-file -p -L A -L base -L B gives (git 2.47.3).
+        assert_eq!(r.conflicts, 2);
+        let out = String::from_utf8(r.bytes).unwrap();
+        assert_eq!(out.lines().count(), 100_008);
+        assert!(out.starts_with("}\nours at the top\nline 2\n"));
+        assert!(out.contains(
+            "line 7\n}\n<<<<<<< A\nours in the middle\nline 9\n=======\ntheirs in the middle\n>>>>>>> B\nline 10\n"
+        ));
+        assert!(out.ends_with(
+            "line 17\n<<<<<<< A\nours near the end\n=======\ntheirs near the end\n>>>>>>> B\nline 19\n"
+        ));
+    }
+
     #[test]
     fn binary_is_found_as_git_finds_it() {
         assert!(is_text(b"plain\n"));
