@@ -1,10 +1,11 @@
 //! `storefs merge` (issue 42). Two parts:
 //! - the line merge against what we did not write: `git merge-file` decides
-//!   every case of 9,000 random three-way merges of small files and 1,350 of
+//!   every case of 9,000 random three-way merges of small files and 1,800 of
 //!   larger ones (bytes, conflict count; markers, `--ours`, `--theirs`), and
 //!   storefs must agree byte for byte, every time; the line diff under it
-//!   (git's xdiff, ported) must give `git diff`'s changes on large files
-//!   where xdiff's heuristics and cost limit decide;
+//!   (git's xdiff, ported) must give `git diff`'s changes on 16 pairs of
+//!   large files, where xdiff's heuristics, cost limit and discarded lines
+//!   decide;
 //! - the tree merge through the CLI on real stores: one-sided changes, the
 //!   append rule, conflict kinds listed and nothing published, `--conflicts`,
 //!   the merge base found from parents, up to date and fast-forward.
@@ -40,17 +41,23 @@ impl Rng {
 }
 
 /// How big the random files are: fewer than `lines` lines in the base, 1 to
-/// `edits` edits on each side.
+/// `edits` edits on each side, each of 1 to `block` lines; one line in
+/// `one_in` drawn from the 3 common ones alone (`{`, `}`, empty; 1: none
+/// besides the uniform draw).
 #[derive(Clone, Copy)]
 struct Shape {
     lines: u64,
     edits: u64,
+    block: u64,
+    one_in: u64,
 }
 
-/// The shape of most cases: files of a few lines, a few edits.
+/// The shape of most cases: files of a few lines, a few one-line edits.
 const SMALL: Shape = Shape {
     lines: 12,
     edits: 3,
+    block: 1,
+    one_in: 1,
 };
 
 /// Lines drawn from `words` distinct ones (the first few are `{`, `}`, an
@@ -58,7 +65,7 @@ const SMALL: Shape = Shape {
 /// same or equal lines: the cases where merges differ.
 fn random_text(r: &mut Rng, words: u64, shape: Shape) -> Vec<String> {
     let n = r.below(shape.lines) as usize;
-    (0..n).map(|_| random_line(r, words)).collect()
+    (0..n).map(|_| shaped_line(r, words, shape)).collect()
 }
 
 fn random_line(r: &mut Rng, words: u64) -> String {
@@ -70,17 +77,36 @@ fn random_line(r: &mut Rng, words: u64) -> String {
     }
 }
 
-/// A few random edits: delete, insert, replace a line.
+/// A line of `words`, or one in `shape.one_in` of the 3 common ones.
+fn shaped_line(r: &mut Rng, words: u64, shape: Shape) -> String {
+    let common = shape.one_in > 1 && r.below(shape.one_in) == 0;
+    random_line(r, if common { 3 } else { words })
+}
+
+/// A few random edits: delete, insert, replace a line (or a block of lines).
 fn edit(r: &mut Rng, base: &[String], words: u64, shape: Shape) -> Vec<String> {
     let mut out = base.to_vec();
     for _ in 0..=r.below(shape.edits) {
         let at = r.below(out.len() as u64 + 1) as usize;
+        let n = if shape.block > 1 {
+            1 + r.below(shape.block) as usize
+        } else {
+            1
+        };
+        let end = (at + n).min(out.len());
         match r.below(3) {
             0 if at < out.len() => {
-                out.remove(at);
+                out.drain(at..end);
             }
-            1 if at < out.len() => out[at] = random_line(r, words),
-            _ => out.insert(at, random_line(r, words)),
+            1 if at < out.len() => {
+                for line in &mut out[at..end] {
+                    *line = shaped_line(r, words, shape);
+                }
+            }
+            _ => {
+                let new: Vec<String> = (0..n).map(|_| shaped_line(r, words, shape)).collect();
+                out.splice(at..at, new);
+            }
         }
     }
     out
@@ -243,17 +269,29 @@ fn the_line_merge_decides_as_git_merge_file_does() {
 
 /// The same on files of up to 400 lines with up to 40 edits on each side
 /// (many hunks, conflicts beside clean changes, conflicts refined and
-/// joined), lines from 6, 20 and 200 distinct ones.
+/// joined), lines from 6, 20 and 200 distinct ones; and on files of mostly
+/// distinct lines, one in 4 `{`, `}` or empty, whose sides rewrite blocks
+/// of up to 30 lines (frequent lines among lines with no match elsewhere,
+/// which git's diff discards: xdl_cleanup_records).
 #[test]
 fn the_line_merge_decides_as_git_merge_file_does_on_larger_files() {
     let cases = case_count(150);
     let shape = Shape {
         lines: 400,
         edits: 40,
+        block: 1,
+        one_in: 1,
     };
     for words in [6, 20, 200] {
         assert_same_as_git(cases, words, shape, "larger files");
     }
+    let rewrites = Shape {
+        lines: 300,
+        edits: 4,
+        block: 30,
+        one_in: 4,
+    };
+    assert_same_as_git(cases, 1_000_000, rewrites, "block rewrites");
 }
 
 /// `git diff --no-index` of two files (Myers, without the indent heuristic
@@ -351,19 +389,24 @@ fn the_line_diff_is_gits_on_large_files() {
         (30_000, 20, 1, 0),
         (30_000, 2_000, 1, 0),
         (3_000, 8, 1, 0),
+        // Unrelated lines around frequent ones (`{`, `}`, empty): those are
+        // discarded when they sit among lines with no match (clean_mmatch).
+        (20_000, 1_000_000, 4, 0),
+        (3_000, 1_000_000, 8, 0),
+        (300, 1_000_000, 3, 0),
         (20_000, 6, 1, 15_000),
     ];
     let mut differ = Vec::new();
     for (seed, &(lines, words, one_in, edits)) in (1u64..).zip(cases) {
         let mut r = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
-        let shape = Shape { lines, edits };
+        let shape = Shape {
+            lines,
+            edits,
+            block: 1,
+            one_in,
+        };
         let text = |r: &mut Rng| -> Vec<String> {
-            (0..lines)
-                .map(|_| {
-                    let common = one_in > 1 && r.below(one_in) == 0;
-                    random_line(r, if common { 3 } else { words })
-                })
-                .collect()
+            (0..lines).map(|_| shaped_line(r, words, shape)).collect()
         };
         let base = text(&mut r);
         let after = if edits == 0 {
