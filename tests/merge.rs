@@ -1,7 +1,11 @@
 //! `storefs merge` (issue 42). Two parts:
 //! - the line merge against what we did not write: `git merge-file` decides
-//!   every case of a few thousand random three-way edits (bytes, conflict
-//!   count; markers, `--ours`, `--theirs`), and must agree byte for byte;
+//!   every case of 9,000 random three-way merges of small files and 1,800 of
+//!   larger ones (bytes, conflict count; markers, `--ours`, `--theirs`), and
+//!   storefs must agree byte for byte, every time; the line diff under it
+//!   (git's xdiff, ported) must give `git diff`'s changes on 16 pairs of
+//!   large files, where xdiff's heuristics, cost limit and discarded lines
+//!   decide;
 //! - the tree merge through the CLI on real stores: one-sided changes, the
 //!   append rule, conflict kinds listed and nothing published, `--conflicts`,
 //!   the merge base found from parents, up to date and fast-forward.
@@ -36,12 +40,32 @@ impl Rng {
     }
 }
 
+/// How big the random files are: fewer than `lines` lines in the base, 1 to
+/// `edits` edits on each side, each of 1 to `block` lines; one line in
+/// `one_in` drawn from the 3 common ones alone (`{`, `}`, empty; 1: none
+/// besides the uniform draw).
+#[derive(Clone, Copy)]
+struct Shape {
+    lines: u64,
+    edits: u64,
+    block: u64,
+    one_in: u64,
+}
+
+/// The shape of most cases: files of a few lines, a few one-line edits.
+const SMALL: Shape = Shape {
+    lines: 12,
+    edits: 3,
+    block: 1,
+    one_in: 1,
+};
+
 /// Lines drawn from `words` distinct ones (the first few are `{`, `}`, an
 /// empty line, as code and JSON repeat them), so the sides often touch the
 /// same or equal lines: the cases where merges differ.
-fn random_text(r: &mut Rng, words: u64) -> Vec<String> {
-    let n = r.below(12) as usize;
-    (0..n).map(|_| random_line(r, words)).collect()
+fn random_text(r: &mut Rng, words: u64, shape: Shape) -> Vec<String> {
+    let n = r.below(shape.lines) as usize;
+    (0..n).map(|_| shaped_line(r, words, shape)).collect()
 }
 
 fn random_line(r: &mut Rng, words: u64) -> String {
@@ -53,17 +77,36 @@ fn random_line(r: &mut Rng, words: u64) -> String {
     }
 }
 
-/// A few random edits: delete, insert, replace a line.
-fn edit(r: &mut Rng, base: &[String], words: u64) -> Vec<String> {
+/// A line of `words`, or one in `shape.one_in` of the 3 common ones.
+fn shaped_line(r: &mut Rng, words: u64, shape: Shape) -> String {
+    let common = shape.one_in > 1 && r.below(shape.one_in) == 0;
+    random_line(r, if common { 3 } else { words })
+}
+
+/// A few random edits: delete, insert, replace a line (or a block of lines).
+fn edit(r: &mut Rng, base: &[String], words: u64, shape: Shape) -> Vec<String> {
     let mut out = base.to_vec();
-    for _ in 0..=r.below(3) {
+    for _ in 0..=r.below(shape.edits) {
         let at = r.below(out.len() as u64 + 1) as usize;
+        let n = if shape.block > 1 {
+            1 + r.below(shape.block) as usize
+        } else {
+            1
+        };
+        let end = (at + n).min(out.len());
         match r.below(3) {
             0 if at < out.len() => {
-                out.remove(at);
+                out.drain(at..end);
             }
-            1 if at < out.len() => out[at] = random_line(r, words),
-            _ => out.insert(at, random_line(r, words)),
+            1 if at < out.len() => {
+                for line in &mut out[at..end] {
+                    *line = shaped_line(r, words, shape);
+                }
+            }
+            _ => {
+                let new: Vec<String> = (0..n).map(|_| shaped_line(r, words, shape)).collect();
+                out.splice(at..at, new);
+            }
         }
     }
     out
@@ -75,6 +118,15 @@ fn join(lines: &[String], final_newline: bool) -> Vec<u8> {
         s.push('\n');
     }
     s.into_bytes()
+}
+
+/// `git` with no system or user configuration (a `diff.algorithm` or
+/// `merge.conflictStyle` there would change what it decides).
+fn git() -> Command {
+    let mut cmd = Command::new("git");
+    cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null");
+    cmd
 }
 
 /// `git merge-file -p` of the three, with `flag` (`--ours`, `--theirs` or
@@ -90,7 +142,7 @@ fn git_merge_file(
     fs::write(&o, ours).unwrap();
     fs::write(&b, base).unwrap();
     fs::write(&t, theirs).unwrap();
-    let mut cmd = Command::new("git");
+    let mut cmd = git();
     cmd.args([
         "merge-file",
         "-p",
@@ -122,14 +174,15 @@ fn git_merge_file(
 /// `cases` random merges of lines drawn from `words` distinct ones, each
 /// with markers, `--ours` and `--theirs`, by git and by storefs: how many
 /// conflicted (by git), and a description of each that differs.
-fn compare_with_git(cases: u64, words: u64) -> (u64, Vec<String>) {
+fn compare_with_git(cases: u64, words: u64, shape: Shape) -> (u64, Vec<String>) {
     let tmp = tempfile::tempdir().unwrap();
     let mut mismatches = Vec::new();
     let mut conflicted = 0;
     for seed in 1..=cases {
         let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let base = random_text(&mut r, words);
-        let (ours, theirs) = (edit(&mut r, &base, words), edit(&mut r, &base, words));
+        let base = random_text(&mut r, words, shape);
+        let ours = edit(&mut r, &base, words, shape);
+        let theirs = edit(&mut r, &base, words, shape);
         let nl = [r.below(5) != 0, r.below(5) != 0, r.below(5) != 0];
         let (b, o, t) = (join(&base, nl[0]), join(&ours, nl[1]), join(&theirs, nl[2]));
         for (favor, flag) in [
@@ -159,43 +212,240 @@ fn compare_with_git(cases: u64, words: u64) -> (u64, Vec<String>) {
     (conflicted, mismatches)
 }
 
+/// How many random cases to run: `default`, or `STOREFS_MERGE_CASES` times
+/// `default / 1500` (to run more by hand; the seeds count from 1, so a
+/// larger count runs the default's cases too).
+fn case_count(default: u64) -> u64 {
+    match std::env::var("STOREFS_MERGE_CASES") {
+        Ok(v) => {
+            let n: u64 = v.parse().expect("STOREFS_MERGE_CASES: a number");
+            (n * default / 1500).max(1)
+        }
+        Err(_) => default,
+    }
+}
+
+/// Runs [`compare_with_git`] and requires every merge to be git's.
+fn assert_same_as_git(cases: u64, words: u64, shape: Shape, what: &str) {
+    let (conflicted, mismatches) = compare_with_git(cases, words, shape);
+    // The generator must reach conflicts, or the comparison says little.
+    assert!(
+        conflicted > cases / 20,
+        "{what}: only {conflicted} of {cases} cases conflicted"
+    );
+    eprintln!(
+        "{what}, {words} distinct lines: {} of {} merges differ from git merge-file ({conflicted} cases conflicted)",
+        mismatches.len(),
+        cases * 3
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{what}, {words} distinct lines: {} of {} merges differ from git merge-file; the first:\n{}",
+        mismatches.len(),
+        cases * 3,
+        mismatches
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 /// storefs's line merge against git merge-file on random edits, lines from
 /// 20 distinct ones (like code or JSON) and from 6 (each repeated many times
-/// in a file). Most merges are git's byte for byte; the few that are not
-/// differ where imara-diff's Myers diff and git's xdiff align equal lines
-/// differently (git also treats a line that occurs more often than about the
-/// square root of the file's length specially, xdl_cleanup_records), and
-/// then one may conflict where the other does not. That is a known gap,
-/// measured here and bounded (0.5% of merges) so it cannot grow unseen
-/// (docs/guide.md, "Merge branches back").
+/// in a file, so that git's special treatment of lines occurring more often
+/// than about the square root of the file's length, xdl_cleanup_records,
+/// comes in). Every merge must be git's byte for byte, with git's conflict
+/// count: storefs diffs with git's xdiff, ported (src/store/merge/xdiff/).
+/// `STOREFS_MERGE_CASES=N` runs N cases of each kind instead of 1,500.
 #[test]
-fn the_line_merge_decides_as_git_merge_file_does_in_all_but_a_bounded_few() {
-    let cases = 1500;
+fn the_line_merge_decides_as_git_merge_file_does() {
+    let cases = case_count(1500);
     for words in [20, 6] {
-        let (conflicted, mismatches) = compare_with_git(cases, words);
-        // The generator must reach conflicts, or the comparison says little.
-        assert!(
-            conflicted > cases / 20,
-            "only {conflicted} of {cases} cases conflicted"
-        );
-        eprintln!(
-            "{words} distinct lines: {} of {} merges differ from git merge-file ({conflicted} cases conflicted)",
-            mismatches.len(),
-            cases * 3
-        );
-        assert!(
-            mismatches.len() as u64 <= cases * 3 / 200,
-            "{words} distinct lines: {} of {} merges differ from git merge-file (more than 0.5%); the first:\n{}",
-            mismatches.len(),
-            cases * 3,
-            mismatches
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
+        assert_same_as_git(cases, words, SMALL, "small files");
     }
+}
+
+/// The same on files of up to 400 lines with up to 40 edits on each side
+/// (many hunks, conflicts beside clean changes, conflicts refined and
+/// joined), lines from 6, 20 and 200 distinct ones; and on files of mostly
+/// distinct lines, one in 4 `{`, `}` or empty, whose sides rewrite blocks
+/// of up to 30 lines (frequent lines among lines with no match elsewhere,
+/// which git's diff discards: xdl_cleanup_records).
+#[test]
+fn the_line_merge_decides_as_git_merge_file_does_on_larger_files() {
+    let cases = case_count(150);
+    let shape = Shape {
+        lines: 400,
+        edits: 40,
+        block: 1,
+        one_in: 1,
+    };
+    for words in [6, 20, 200] {
+        assert_same_as_git(cases, words, shape, "larger files");
+    }
+    let rewrites = Shape {
+        lines: 300,
+        edits: 4,
+        block: 30,
+        one_in: 4,
+    };
+    assert_same_as_git(cases, 1_000_000, rewrites, "block rewrites");
+}
+
+/// `git diff --no-index` of two files (Myers, without the indent heuristic
+/// that `git diff` turns on and `git merge-file` does not; with one line of
+/// context, as with none git trims the files' common tail before diffing)
+/// as changes: (first line, count) in each file, as `xdchange_t` has them.
+fn git_diff(dir: &Path, before: &[u8], after: &[u8]) -> Vec<(usize, usize, usize, usize)> {
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    fs::write(&a, before).unwrap();
+    fs::write(&b, after).unwrap();
+    let out = git()
+        .args([
+            "diff",
+            "--no-index",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-indent-heuristic",
+            "--diff-algorithm=myers",
+            "-U1",
+        ])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .expect("git diff (is git installed?)");
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "git diff failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // In each hunk, a run of '-' and '+' lines between context lines is one
+    // change. What comes before the first hunk is the header.
+    let mut changes = Vec::new();
+    let mut pos: Option<(usize, usize)> = None;
+    let mut open: Option<(usize, usize, usize, usize)> = None;
+    for line in out.stdout.split(|&b| b == b'\n') {
+        if line.starts_with(b"@@ ") {
+            changes.extend(open.take());
+            let head = String::from_utf8_lossy(line);
+            let start = |sign: char| -> usize {
+                let r = head.split(' ').find(|w| w.starts_with(sign)).unwrap();
+                let (start, len) = r[1..].split_once(',').unwrap_or((&r[1..], "1"));
+                let start: usize = start.parse().unwrap();
+                if len == "0" { start } else { start - 1 }
+            };
+            pos = Some((start('-'), start('+')));
+            continue;
+        }
+        let Some((p0, p1)) = pos.as_mut() else {
+            continue;
+        };
+        match line.first() {
+            Some(b' ') => {
+                changes.extend(open.take());
+                *p0 += 1;
+                *p1 += 1;
+            }
+            Some(b'-') => {
+                open.get_or_insert((*p0, 0, *p1, 0)).1 += 1;
+                *p0 += 1;
+            }
+            Some(b'+') => {
+                open.get_or_insert((*p0, 0, *p1, 0)).3 += 1;
+                *p1 += 1;
+            }
+            _ => {}
+        }
+    }
+    changes.extend(open.take());
+    changes
+}
+
+/// The ported diff itself against `git diff` on large files with many
+/// edits: enough lines (over 65,536 between the two) that the cost limit
+/// is above 256 and git's snake heuristic (`XDL_HEUR_MIN_COST`) takes
+/// splits, and enough edits that the cost limit (`xdl_bogosqrt`) cuts the
+/// search; vocabularies from 4 to 100,000 distinct lines, so that lines
+/// occurring too often are discarded or kept (`xdl_clean_mmatch`).
+#[test]
+fn the_line_diff_is_gits_on_large_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    // (lines, distinct lines, one line in how many is one of the 3 common
+    // ones, `{`, `}` or empty, besides the uniform draw (1: none), edits)
+    let cases: &[(u64, u64, u64, u64)] = &[
+        (40_000, 4, 1, 8_000),
+        (40_000, 30, 1, 2_000),
+        (40_000, 1_000, 1, 6_000),
+        (40_000, 100_000, 3, 3_000),
+        (40_000, 100_000, 1, 5_000),
+        (3_000, 10, 1, 1_000),
+        (3_000, 3_000, 2, 300),
+        (500, 3, 1, 200),
+        (500, 50, 4, 50),
+        // Two unrelated files (0 edits: a second random file).
+        (30_000, 20, 1, 0),
+        (30_000, 2_000, 1, 0),
+        (3_000, 8, 1, 0),
+        // Unrelated lines around frequent ones (`{`, `}`, empty): those are
+        // discarded when they sit among lines with no match (clean_mmatch).
+        (20_000, 1_000_000, 4, 0),
+        (3_000, 1_000_000, 8, 0),
+        (300, 1_000_000, 3, 0),
+        (20_000, 6, 1, 15_000),
+    ];
+    let mut differ = Vec::new();
+    for (seed, &(lines, words, one_in, edits)) in (1u64..).zip(cases) {
+        let mut r = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+        let shape = Shape {
+            lines,
+            edits,
+            block: 1,
+            one_in,
+        };
+        let text = |r: &mut Rng| -> Vec<String> {
+            (0..lines).map(|_| shaped_line(r, words, shape)).collect()
+        };
+        let base = text(&mut r);
+        let after = if edits == 0 {
+            text(&mut r)
+        } else {
+            edit(&mut r, &base, words, shape)
+        };
+        let (b, a) = (join(&base, true), join(&after, true));
+        let want = git_diff(tmp.path(), &b, &a);
+        let split = |d: &[u8]| -> Vec<Vec<u8>> {
+            d.split_inclusive(|&c| c == b'\n')
+                .map(<[u8]>::to_vec)
+                .collect()
+        };
+        let (lb, la) = (split(&b), split(&a));
+        let lb: Vec<&[u8]> = lb.iter().map(Vec::as_slice).collect();
+        let la: Vec<&[u8]> = la.iter().map(Vec::as_slice).collect();
+        let got: Vec<_> = storefs::store::merge::xdiff::diff(&lb, &la)
+            .into_iter()
+            .map(|c| (c.i0, c.chg0, c.i1, c.chg1))
+            .collect();
+        eprintln!(
+            "{lines} lines of {words} distinct, {} edits: git {} changes, storefs {}",
+            edits,
+            want.len(),
+            got.len()
+        );
+        if got != want {
+            let first = got.iter().zip(&want).position(|(g, w)| g != w);
+            differ.push(format!(
+                "seed {seed} ({lines} lines of {words}): git {} changes, storefs {}; first difference at change {first:?}: git {:?}, storefs {:?}",
+                want.len(),
+                got.len(),
+                first.map(|i| want[i]),
+                first.map(|i| got[i]),
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
 /// A base tree and two sides made from it, each snapshotted with the base

@@ -21,6 +21,7 @@
 //!   different modes, owners, xattrs or device numbers, binary files.
 
 pub mod text;
+pub mod xdiff;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 

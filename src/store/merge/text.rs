@@ -1,21 +1,23 @@
 //! Line-based three-way merge of one file's three versions, deciding clean
 //! and conflicting hunks as `git merge-file` does (git's `xdiff/xmerge.c` at
 //! its `XDL_MERGE_ZEALOUS_ALNUM` level, the level `git merge-file` uses, with
-//! the default "merge" marker style and 7-character markers).
+//! the default "merge" marker style and 7-character markers; git 2.47.3).
 //!
-//! The two diffs (base to ours, base to theirs) are Myers line diffs from
-//! `imara-diff`, whose Myers (with git's preprocessing and heuristics) and
-//! slider post-processing (git's `xdl_change_compact`, without the indent
-//! heuristic, which `merge-file` does not turn on) follow git's. On top of
-//! them, as xmerge.c does:
+//! The two diffs (base to ours, base to theirs) are git's own line diff,
+//! ported in [`super::xdiff`] (xprepare.c's line classes and discarded
+//! lines, xdiffi.c's Myers with its heuristics and cost limit, and
+//! `xdl_change_compact`, without the indent heuristic, which `merge-file`
+//! does not turn on), so equal lines are aligned where git aligns them. On
+//! top of them, as xmerge.c does:
 //!
 //! - changes of one side that overlap or touch no change of the other side
 //!   are taken from that side; hunks that overlap or touch (a change ending
 //!   where the other starts) become one conflict, unless both sides made the
 //!   identical change (same base range, same lines), which is taken once;
-//! - a conflict is refined by diffing the two sides' lines in it: lines
-//!   both sides have in common there are no longer conflicting, and a
-//!   conflict whose sides are identical is taken once (zealous);
+//! - a conflict is refined by diffing the two sides' lines in it (a diff of
+//!   its own, as git's): lines both sides have in common there are no
+//!   longer conflicting, and a conflict whose sides are identical is taken
+//!   once (zealous);
 //! - two conflicts separated by at most 3 lines, or by lines with no letter
 //!   or digit, become one conflict (the lines between belong to it);
 //! - conflict markers: `<<<<<<< OURS`, ours' lines, `=======`, theirs' lines,
@@ -24,7 +26,7 @@
 //!
 //! `tests/merge.rs` compares this with `git merge-file -p` on random edits.
 
-use imara_diff::{Algorithm, Diff, Interner, NoSliderHeuristic, Token};
+use super::xdiff;
 
 /// How conflicting hunks are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,17 +81,15 @@ fn lines(data: &[u8]) -> Vec<&[u8]> {
     data.split_inclusive(|&b| b == b'\n').collect()
 }
 
-/// The Myers line diff of `before` and `after`, slid as git slides it.
-fn diff(before: &[Token], after: &[Token], tokens: u32) -> Vec<Change> {
-    let mut d = Diff::default();
-    d.compute_with(Algorithm::Myers, before, after, tokens);
-    d.postprocess_with(before, after, NoSliderHeuristic);
-    d.hunks()
-        .map(|h| Change {
-            i0: i64::from(h.before.start),
-            chg0: i64::from(h.before.end - h.before.start),
-            i1: i64::from(h.after.start),
-            chg1: i64::from(h.after.end - h.after.start),
+/// git's line diff of `before` and `after` (see [`super::xdiff`]).
+fn diff(before: &[&[u8]], after: &[&[u8]]) -> Vec<Change> {
+    xdiff::diff(before, after)
+        .into_iter()
+        .map(|c| Change {
+            i0: c.i0 as i64,
+            chg0: c.chg0 as i64,
+            i1: c.i1 as i64,
+            chg1: c.chg1 as i64,
         })
         .collect()
 }
@@ -141,13 +141,8 @@ pub fn merge(
     label_theirs: &str,
 ) -> Merged {
     let (l0, l1, l2) = (lines(base), lines(ours), lines(theirs));
-    let mut interner = Interner::new(l0.len() + l1.len() + l2.len());
-    let t0: Vec<Token> = l0.iter().map(|l| interner.intern(*l)).collect();
-    let t1: Vec<Token> = l1.iter().map(|l| interner.intern(*l)).collect();
-    let t2: Vec<Token> = l2.iter().map(|l| interner.intern(*l)).collect();
-    let n = interner.num_tokens();
-    let x1 = diff(&t0, &t1, n);
-    let x2 = diff(&t0, &t2, n);
+    let x1 = diff(&l0, &l1);
+    let x2 = diff(&l0, &l2);
     // One side unchanged: the other side whole (xdl_merge).
     if x1.is_empty() {
         return Merged {
@@ -164,13 +159,13 @@ pub fn merge(
     let mut regions = regions(
         &x1,
         &x2,
-        &t1,
-        &t2,
+        &l1,
+        &l2,
         l1.len() as i64,
         l2.len() as i64,
         l0.len() as i64,
     );
-    refine(&mut regions, &t1, &t2, n);
+    refine(&mut regions, &l1, &l2);
     simplify(&mut regions, &l1);
     let conflicts = regions.iter().filter(|m| m.mode == 0).count();
     let bytes = fill(&regions, &l0, &l1, &l2, favor, label_ours, label_theirs);
@@ -181,8 +176,8 @@ pub fn merge(
 fn regions(
     x1: &[Change],
     x2: &[Change],
-    t1: &[Token],
-    t2: &[Token],
+    l1: &[&[u8]],
+    l2: &[&[u8]],
     n1: i64,
     n2: i64,
     n0: i64,
@@ -206,8 +201,8 @@ fn regions(
         let same = c1.i0 == c2.i0
             && c1.chg0 == c2.chg0
             && c1.chg1 == c2.chg1
-            && t1[c1.i1 as usize..(c1.i1 + c1.chg1) as usize]
-                == t2[c2.i1 as usize..(c2.i1 + c2.chg1) as usize];
+            && l1[c1.i1 as usize..(c1.i1 + c1.chg1) as usize]
+                == l2[c2.i1 as usize..(c2.i1 + c2.chg1) as usize];
         if !same {
             let off = c1.i0 - c2.i0;
             let ffo = off + c1.chg0 - c2.chg0;
@@ -250,17 +245,18 @@ fn regions(
 }
 
 /// xmerge.c's `xdl_refine_conflicts`: diff the two sides of each conflict
-/// (both non-empty); what they share is no longer conflicting.
-fn refine(regions: &mut Vec<Region>, t1: &[Token], t2: &[Token], n: u32) {
+/// (both non-empty) with a diff of their own; what they share is no longer
+/// conflicting.
+fn refine(regions: &mut Vec<Region>, l1: &[&[u8]], l2: &[&[u8]]) {
     let mut out = Vec::with_capacity(regions.len());
     for m in regions.drain(..) {
         if m.mode != 0 || m.chg1 == 0 || m.chg2 == 0 {
             out.push(m);
             continue;
         }
-        let s1 = &t1[m.i1 as usize..(m.i1 + m.chg1) as usize];
-        let s2 = &t2[m.i2 as usize..(m.i2 + m.chg2) as usize];
-        let x = diff(s1, s2, n);
+        let s1 = &l1[m.i1 as usize..(m.i1 + m.chg1) as usize];
+        let s2 = &l2[m.i2 as usize..(m.i2 + m.chg2) as usize];
+        let x = diff(s1, s2);
         if x.is_empty() {
             out.push(Region { mode: 4, ..m });
             continue;
@@ -281,23 +277,29 @@ fn refine(regions: &mut Vec<Region>, t1: &[Token], t2: &[Token], n: u32) {
 
 /// xmerge.c's `xdl_simplify_non_conflicts` with `simplify_if_no_alnum`:
 /// two conflicts with at most 3 lines between them, or only lines without
-/// a letter or digit, become one.
+/// a letter or digit, become one. One pass (a joined conflict is compared
+/// with the next in turn, as git's loop does).
 fn simplify(regions: &mut Vec<Region>, l1: &[&[u8]]) {
-    let mut i = 0;
-    while i + 1 < regions.len() {
-        let (m, next) = (regions[i], regions[i + 1]);
-        let (begin, end) = (m.i1 + m.chg1, next.i1);
-        let alnum = l1[begin as usize..end.max(begin) as usize]
-            .iter()
-            .any(|l| l.iter().any(u8::is_ascii_alphanumeric));
-        if m.mode != 0 || next.mode != 0 || (end - begin > 3 && alnum) {
-            i += 1;
-        } else {
-            regions[i].chg1 = next.i1 + next.chg1 - m.i1;
-            regions[i].chg2 = next.i2 + next.chg2 - m.i2;
-            regions.remove(i + 1);
+    let mut out: Vec<Region> = Vec::with_capacity(regions.len());
+    for next in regions.drain(..) {
+        if let Some(m) = out.last_mut()
+            && m.mode == 0
+            && next.mode == 0
+        {
+            let (begin, end) = (m.i1 + m.chg1, next.i1);
+            let keep_apart = end - begin > 3
+                && l1[begin as usize..end as usize]
+                    .iter()
+                    .any(|l| l.iter().any(u8::is_ascii_alphanumeric));
+            if !keep_apart {
+                m.chg1 = next.i1 + next.chg1 - m.i1;
+                m.chg2 = next.i2 + next.chg2 - m.i2;
+                continue;
+            }
         }
+        out.push(next);
     }
+    *regions = out;
 }
 
 /// xmerge.c's `is_eol_crlf`: 1 when line `i` ends in CRLF (for a last line
@@ -457,6 +459,72 @@ mod tests {
             "B",
         );
         assert_eq!((r.bytes.as_slice(), r.conflicts), (&b"a\nB2\nc\n"[..], 1));
+    }
+
+    /// 100,000 lines, a few edits on each side (two of them conflicting):
+    /// the diffs cost about the file's length (trimmed ends, Myers bounded
+    /// by xdiff's cost limit), not its square. No timing is asserted; it must
+    /// finish (in well under a second in a debug build).
+    #[test]
+    fn a_large_file_with_a_few_edits_on_each_side_merges_quickly() {
+        let base: Vec<String> = (0..100_000)
+            .map(|i| match i % 10 {
+                0 => "}\n".to_string(),
+                5 => "\n".to_string(),
+                _ => format!("line {}\n", i % 4_999),
+            })
+            .collect();
+        let (mut ours, mut theirs) = (base.clone(), base.clone());
+        // From the end, so that each index is the base's.
+        ours[99_998] = "ours near the end\n".into();
+        ours.insert(40_001, "ours in the middle\n".into());
+        ours[1] = "ours at the top\n".into();
+        theirs[99_998] = "theirs near the end\n".into();
+        theirs[40_001] = "theirs in the middle\n".into();
+        theirs.remove(20_003);
+        let cat = |v: &[String]| v.concat().into_bytes();
+        let r = merge(
+            &cat(&base),
+            &cat(&ours),
+            &cat(&theirs),
+            Favor::Markers,
+            "A",
+            "B",
+        );
+        // What git merge-file -p -L A -L base -L B gives (git 2.47.3).
+        assert_eq!(r.conflicts, 2);
+        let out = String::from_utf8(r.bytes).unwrap();
+        assert_eq!(out.lines().count(), 100_008);
+        assert!(out.starts_with("}\nours at the top\nline 2\n"));
+        assert!(out.contains(
+            "line 7\n}\n<<<<<<< A\nours in the middle\nline 9\n=======\ntheirs in the middle\n>>>>>>> B\nline 10\n"
+        ));
+        assert!(out.ends_with(
+            "line 17\n<<<<<<< A\nours near the end\n=======\ntheirs near the end\n>>>>>>> B\nline 19\n"
+        ));
+    }
+
+    /// 100,000 lines, each side changing every 20th line its own way: 5,000
+    /// conflicts, each kept apart by lines with letters (no pass over them
+    /// costs their count squared).
+    #[test]
+    fn a_large_file_with_many_conflicts_merges_quickly() {
+        let base: Vec<String> = (0..100_000).map(|i| format!("line {i}\n")).collect();
+        let (mut ours, mut theirs) = (base.clone(), base.clone());
+        for i in (0..100_000).step_by(20) {
+            ours[i] = format!("ours {i}\n");
+            theirs[i] = format!("theirs {i}\n");
+        }
+        let cat = |v: &[String]| v.concat().into_bytes();
+        let r = merge(
+            &cat(&base),
+            &cat(&ours),
+            &cat(&theirs),
+            Favor::Ours,
+            "A",
+            "B",
+        );
+        assert_eq!((r.conflicts, r.bytes), (5_000, cat(&ours)));
     }
 
     #[test]
