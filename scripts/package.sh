@@ -58,7 +58,7 @@ install -D -m 0644 "$stage/completions/storefs.bash" "$root/usr/share/bash-compl
 install -D -m 0644 "$stage/completions/_storefs" "$root/usr/share/zsh/vendor-completions/_storefs"
 install -D -m 0644 "$stage/completions/storefs.fish" "$root/usr/share/fish/vendor_completions.d/storefs.fish"
 install -d "$root/usr/share/doc/storefs"
-printf 'storefs %s\nLicense: MIT OR Apache-2.0\n' "$version" >"$root/usr/share/doc/storefs/copyright"
+printf 'storefs %s\nLicense: MIT OR Apache-2.0, except src/store/merge/xdiff/ (a port of git'"'"'s xdiff,\nCopyright (C) 2003 Davide Libenzi and the git contributors): LGPL-2.1-or-later\n' "$version" >"$root/usr/share/doc/storefs/copyright"
 
 install -d "$root/DEBIAN"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)

@@ -1,3 +1,17 @@
+// Derived from git's xdiff (LibXDiff by Davide Libenzi, Copyright (C) 2003
+// Davide Libenzi, and the git contributors' changes to it), as in git
+// 2.47.3. Like its source, this file is distributed under the GNU Lesser
+// General Public License, version 2.1 or (at your option) any later version
+// (SPDX: LGPL-2.1-or-later), not under storefs's MIT OR Apache-2.0: see
+// src/store/merge/xdiff/mod.rs.
+
+//! Licence: this module is a port of git's xdiff, which is LGPL-2.1-or-later,
+//! so it is distributed under that licence (each file says so), and the
+//! crate's licence expression is `(MIT OR Apache-2.0) AND LGPL-2.1-or-later`.
+//! A build that must not carry LGPL code would go back to a diff of its own
+//! (imara-diff's, which differs from git's decisions in about 0.2% of random
+//! merges: `tests/merge.rs` measures it).
+//!
 //! git's line diff (`xdiff/`, as in git 2.47.3), ported for the line merge:
 //! the Myers diff `git merge-file` runs, with the same preparation, the same
 //! heuristics and cost limit, and the same post-processing, so that it aligns

@@ -1,3 +1,10 @@
+// Derived from git's xdiff (LibXDiff by Davide Libenzi, Copyright (C) 2003
+// Davide Libenzi, and the git contributors' changes to it), as in git
+// 2.47.3. Like its source, this file is distributed under the GNU Lesser
+// General Public License, version 2.1 or (at your option) any later version
+// (SPDX: LGPL-2.1-or-later), not under storefs's MIT OR Apache-2.0: see
+// src/store/merge/xdiff/mod.rs.
+
 //! xdiffi.c's Myers: `xdl_do_diff` (the Myers part), `xdl_recs_cmp` and
 //! `xdl_split`, on the lines [`super::prepare`] left.
 //!

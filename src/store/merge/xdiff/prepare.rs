@@ -1,3 +1,10 @@
+// Derived from git's xdiff (LibXDiff by Davide Libenzi, Copyright (C) 2003
+// Davide Libenzi, and the git contributors' changes to it), as in git
+// 2.47.3. Like its source, this file is distributed under the GNU Lesser
+// General Public License, version 2.1 or (at your option) any later version
+// (SPDX: LGPL-2.1-or-later), not under storefs's MIT OR Apache-2.0: see
+// src/store/merge/xdiff/mod.rs.
+
 //! xprepare.c: classify the lines, trim the common ends, and discard the
 //! lines Myers need not see (`xdl_prepare_env` for the Myers algorithm).
 
