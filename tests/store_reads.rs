@@ -135,16 +135,7 @@ enum Target {
 /// A store with ref `s1` (a small snapshot), and the env holding it.
 fn store_with_snapshot() -> Env {
     let env = Env::new();
-    let origin = env.path("origin");
-    fs::create_dir_all(origin.join("d")).unwrap();
-    fs::write(origin.join("d/a.txt"), b"alpha\n").unwrap();
-    fs::write(origin.join("b.txt"), vec![7u8; 100_000]).unwrap();
-    env.ok([
-        "snapshot".as_ref(),
-        origin.as_os_str(),
-        "--ref".as_ref(),
-        "s1".as_ref(),
-    ]);
+    common::snapshot_small(&env);
     env
 }
 

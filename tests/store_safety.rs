@@ -15,7 +15,7 @@ use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
-use common::{Env, stderr};
+use common::{Env, snapshot_small as snapshot, stderr};
 
 /// A uid (and gid) no account on a test machine has.
 const STRANGER: u32 = 4_242_421;
@@ -27,21 +27,6 @@ fn victim(env: &Env, name: &str) -> (PathBuf, Vec<u8>) {
     fs::write(&p, &bytes).unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
     (p, bytes)
-}
-
-/// A small tree snapshotted into the env's store as ref `s1`; its origin.
-fn snapshot(env: &Env) -> PathBuf {
-    let origin = env.path("origin");
-    fs::create_dir_all(origin.join("d")).unwrap();
-    fs::write(origin.join("d/a.txt"), b"alpha\n").unwrap();
-    fs::write(origin.join("b.txt"), vec![7u8; 100_000]).unwrap();
-    env.ok([
-        "snapshot".as_ref(),
-        origin.as_os_str(),
-        "--ref".as_ref(),
-        "s1".as_ref(),
-    ]);
-    origin
 }
 
 /// The first 16 hex digits of sha256(`mp`): the key of a mountpoint's log and record.

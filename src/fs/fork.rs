@@ -890,11 +890,21 @@ mod tests {
 
     /// A fork of a checkpoint of {a, b, c, file}, served without a kernel.
     fn serve() -> (tempfile::TempDir, ForkView) {
+        let (tmp, fork) = fork_of(&["a", "b", "c", "file"], None);
+        (tmp, ForkView::new(fork))
+    }
+
+    /// Fork `t` of a checkpoint of `files` (paths; each file holds the
+    /// path's first component: `a` holds "a", `d/f` holds "d"), opened with
+    /// the default cache or `cache` bytes.
+    fn fork_of(files: &[&str], cache: Option<usize>) -> (tempfile::TempDir, Arc<Fork>) {
         let tmp = tempfile::tempdir().unwrap();
         let src = tmp.path().join("src");
         std::fs::create_dir(&src).unwrap();
-        for name in ["a", "b", "c", "file"] {
-            std::fs::write(src.join(name), name).unwrap();
+        for name in files {
+            let path = src.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, name.split('/').next().unwrap()).unwrap();
         }
         let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
         let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
@@ -902,8 +912,11 @@ mod tests {
             .write_checkpoint(&testing::checkpoint(snap.root, vec![], "base".into()))
             .unwrap();
         Fork::create(&store, "t", &base).unwrap();
-        let fork = Arc::new(Fork::open(store, "t").unwrap());
-        (tmp, ForkView::new(fork))
+        let fork = match cache {
+            Some(bytes) => Fork::open_sized(store, "t", bytes),
+            None => Fork::open(store, "t"),
+        };
+        (tmp, Arc::new(fork.unwrap()))
     }
 
     fn code(r: Result<impl std::fmt::Debug>) -> Errno {
@@ -993,20 +1006,9 @@ mod tests {
     /// a number given before.
     #[test]
     fn export_handles_resolve_by_number() {
-        let tmp = tempfile::tempdir().unwrap();
-        let src = tmp.path().join("src");
-        for d in ["d", "e", "g"] {
-            std::fs::create_dir_all(src.join(d)).unwrap();
-            std::fs::write(src.join(d).join("f"), d).unwrap();
-        }
-        let store = Arc::new(Store::open_or_create(&tmp.path().join("store")).unwrap());
-        let snap = ingest::snapshot(&store, &src, &SnapshotOptions::default()).unwrap();
-        let base = store
-            .write_checkpoint(&testing::checkpoint(snap.root, vec![], "base".into()))
-            .unwrap();
-        Fork::create(&store, "t", &base).unwrap();
-        // No cache: every directory but the last two loaded is parked.
-        let fork = Arc::new(Fork::open_sized(store, "t", 0).unwrap());
+        // Each d/f holds "d". No cache: every directory but the last two
+        // loaded is parked.
+        let (_tmp, fork) = fork_of(&["d/f", "e/f", "g/f"], Some(0));
         let fs = ForkView::new(fork.clone());
         let dot = |ino| crate::fs::dispatch::look_up(&fs, ROOT, ino, b".");
         let d = fs.lookup(ROOT, ROOT_INO, b"d").unwrap().attr.ino;

@@ -211,6 +211,22 @@ impl Drop for MountGuard {
 }
 
 /// Every path under `root` (relative), sorted, without following symlinks.
+/// A small tree (`d/a.txt`, a 100 kB `b.txt`) snapshotted into `env`'s
+/// store as ref `s1`; its origin.
+pub fn snapshot_small(env: &Env) -> PathBuf {
+    let origin = env.path("origin");
+    fs::create_dir_all(origin.join("d")).unwrap();
+    fs::write(origin.join("d/a.txt"), b"alpha\n").unwrap();
+    fs::write(origin.join("b.txt"), vec![7u8; 100_000]).unwrap();
+    env.ok([
+        "snapshot".as_ref(),
+        origin.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    origin
+}
+
 pub fn walk(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
