@@ -681,12 +681,20 @@ pub fn open_nofollow(path: &Path, flags: rustix::fs::OFlags, mode: u32) -> io::R
 /// no symlink inside a store)", "is not a regular file (a FIFO)"; their kind
 /// is `InvalidData`, a missing file stays `NotFound`.
 pub fn open_regular_nofollow(path: &Path) -> io::Result<(File, u64)> {
-    use rustix::fs::{FileType, OFlags};
+    use rustix::fs::OFlags;
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
     let f = open_nofollow(path, flags, 0).map_err(no_symlink)?;
-    let st = rustix::fs::fstat(&f)?;
+    let size = regular_size(&f)?;
+    Ok((f, size))
+}
+
+/// The size of `f`, refused unless it is a regular file (see
+/// [`open_regular_nofollow`] for the message).
+pub fn regular_size(f: &File) -> io::Result<u64> {
+    use rustix::fs::FileType;
+    let st = rustix::fs::fstat(f)?;
     let kind = match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile => return Ok((f, st.st_size as u64)),
+        FileType::RegularFile => return Ok(st.st_size as u64),
         FileType::Fifo => "a FIFO",
         FileType::Socket => "a socket",
         FileType::CharacterDevice => "a character device",
@@ -701,7 +709,7 @@ pub fn open_regular_nofollow(path: &Path) -> io::Result<(File, u64)> {
 }
 
 /// `ELOOP` from an open without symlinks, said as what it means there.
-fn no_symlink(e: io::Error) -> io::Error {
+pub fn no_symlink(e: io::Error) -> io::Error {
     if e.raw_os_error() != Some(libc::ELOOP) {
         return e;
     }

@@ -233,8 +233,13 @@ impl JournalIo for RealIo {
         } else {
             OFlags::RDWR
         };
-        let f = crate::sys::open_nofollow(path, flags, 0o600)?;
-        let hints = crate::sys::open_nofollow(path, OFlags::RDONLY, 0)?;
+        // O_NONBLOCK, then a regular-file check: a FIFO or a device planted
+        // under a segment's name is refused, never read (it would block or
+        // never end). O_NONBLOCK changes nothing for a regular file.
+        let f = crate::sys::open_nofollow(path, flags | OFlags::NONBLOCK, 0o600)
+            .map_err(crate::sys::no_symlink)?;
+        crate::sys::regular_size(&f)?;
+        let hints = crate::sys::open_nofollow(path, OFlags::RDONLY | OFlags::NONBLOCK, 0)?;
         Ok(Arc::new(RealFile(f, hints)))
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
