@@ -214,12 +214,19 @@ impl JournalIo for RealIo {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         match crate::sys::create_dir_nofollow(path, 0o755) {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && crate::sys::is_dir_nofollow(path) => {
+                Ok(())
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 let parent = path.parent().ok_or(e)?;
                 self.create_dir_all(parent)?;
                 match crate::sys::create_dir_nofollow(path, 0o755) {
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+                    Err(e)
+                        if e.kind() == ErrorKind::AlreadyExists
+                            && crate::sys::is_dir_nofollow(path) =>
+                    {
+                        Ok(())
+                    }
                     r => r,
                 }
             }
