@@ -301,6 +301,16 @@ fn encode(reply: Reply, out: &mut Vec<u8>) {
             abi::put(out, &open_out(h));
         }
         Reply::Offset(o) => abi::put(out, &abi::LseekOut { offset: o as u64 }),
+        Reply::Ioctl(d) => {
+            let head = abi::IoctlOut {
+                result: 0,
+                flags: 0,
+                in_iovs: 0,
+                out_iovs: 0,
+            };
+            abi::put(out, &head);
+            out.extend_from_slice(&d);
+        }
         Reply::StatFs(s) => abi::put(
             out,
             &abi::StatfsOut {
@@ -561,6 +571,9 @@ fn decode<'a>(
             let unrestricted = IoctlFlags::FUSE_IOCTL_UNRESTRICTED.bits();
             Op::Ioctl {
                 unrestricted: a.flags & unrestricted != 0,
+                cmd: a.cmd,
+                in_data: p.data(a.in_size)?,
+                out_size: a.out_size,
             }
         }
         op::FALLOCATE => {

@@ -1014,6 +1014,17 @@ impl Fork {
         })
     }
 
+    /// The `chattr` flags of `ino` (`FS_IOC_GETFLAGS`).
+    pub fn flags(&self, ino: u64) -> Result<u32> {
+        self.with_ino(ino, |st, _| st.flags(ino))
+    }
+
+    /// Set the `chattr` flags of `ino` (`FS_IOC_SETFLAGS`; who may is the
+    /// caller's to check: `CAP_LINUX_IMMUTABLE` for `i` and `a`).
+    pub fn set_flags(&self, ino: u64, flags: u32) -> Result<()> {
+        self.with_change(ino, |st, ctx| st.set_flags(ctx, ino, flags))
+    }
+
     /// `fallocate`. Mode 0 and `KeepSize` reserve the range's blocks
     /// (`prealloc.rs`): more than the free space left fails with
     /// [`Error::NoSpace`], as on ext4, before anything changes.
