@@ -789,7 +789,15 @@ impl View for ForkView {
         if (old ^ flags) & model_flags::PROTECTED != 0 && !c.has_linux_immutable() {
             return Err(Posix::Perm.into());
         }
-        self.on_behalf(c, None, || Ok(self.fork.set_flags(ino, flags)?))
+        self.on_behalf(c, None, || self.fork.set_flags(ino, flags))?;
+        // The ioctl's reply carries no attributes, and the kernel keeps the
+        // ctime it cached: without this `stat` shows the old one.
+        if let Some(kernel) = self.kernel.get()
+            && let Err(e) = kernel.forget_attributes(ino)
+        {
+            tracing::warn!(ino, error = %e, "cannot have the kernel forget a chattr's ctime");
+        }
+        Ok(())
     }
 
     // ------------------------------------------------------------ names
