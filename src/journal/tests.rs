@@ -2456,6 +2456,10 @@ fn an_append_only_file_takes_appends_and_nothing_else() {
     f.write(hello, 11, b"end").unwrap();
     refused(f.write(hello, 0, b"x"), "overwrite");
     assert_eq!(cat(&f, "hello.txt"), b"hello\nmore\nend");
+    // Writeback of the last page (the writeback cache) from its start: only
+    // the bytes past the end are written, the page's others are the file's.
+    f.write_back(hello, 0, b"HELLO\nMORE\nEND++").unwrap();
+    assert_eq!(cat(&f, "hello.txt"), b"hello\nmore\nend++");
     for a in [
         SetAttr {
             size: Some(0),
