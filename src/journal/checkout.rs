@@ -28,9 +28,11 @@
 //! by one, and a crash part way keeps a prefix of them. The state lock is
 //! held for each path in turn (a mount's other requests wait meanwhile), and
 //! nothing is compared: an entry the fork already has as the checkpoint has
-//! it is put in again. An immutable or append-only entry of the fork at a
-//! path is not removed (`EPERM`, as `rm` is refused; `chattr -i`/`-a` it
-//! first), and that refusal comes part way. Before changing
+//! it is put in again. An entry the fork has at a path is removed whatever
+//! its `chattr` flags (cleared first: a `SetFlags` record), and so is all it
+//! holds; but a directory above a path that is immutable (or append-only,
+//! for a removal) refuses the change with `EPERM` part way, as it refuses
+//! any process (`chattr -i` it first). Before changing
 //! anything every path is checked, so that a refusal (an unsafe path, the
 //! root, a fork file where the checkpoint has a directory above a path)
 //! leaves the fork as it was.
@@ -337,6 +339,11 @@ impl Put<'_, '_> {
     /// Remove `name` from `dir`, a directory with everything in it.
     fn remove(&mut self, dir: u64, name: &[u8]) -> Result<()> {
         let ino = self.st.lookup(self.ctx, dir, name)?;
+        // What it removes goes whatever its `chattr` flags (a checkout is
+        // the store owner's, not a process's through the mount).
+        if self.st.flags(ino)? != 0 {
+            self.st.set_flags(self.ctx, ino, 0)?;
+        }
         let is_dir = self.st.inode(ino)?.kind == Kind::Dir;
         if is_dir {
             let (_, kids) = self.st.readdir(self.ctx, ino)?;

@@ -2567,4 +2567,13 @@ fn flags_are_kept_by_commit_replay_and_checkout_and_unknown_ones_refused() {
         f.flags(ino(&f, "hello.txt")).unwrap(),
         APPEND | NODUMP | NOATIME
     );
+    // It replaces an entry whatever its flags, but not inside an immutable
+    // directory (as for any process).
+    f.set_flags(ino(&f, "big.bin"), IMMUTABLE).unwrap();
+    f.checkout(&env.base, &[b"big.bin".to_vec()]).unwrap();
+    assert_eq!(f.flags(ino(&f, "big.bin")).unwrap(), 0);
+    refused(
+        f.checkout(&env.base, &[b"dir/a.txt".to_vec()]),
+        "checkout in +i",
+    );
 }
