@@ -2577,3 +2577,35 @@ fn flags_are_kept_by_commit_replay_and_checkout_and_unknown_ones_refused() {
         "checkout in +i",
     );
 }
+
+#[test]
+fn a_merge_keeps_each_sides_flags_and_both_where_both_changed_them() {
+    use crate::store::merge::{Options, merge_trees};
+    use crate::store::model::flags::{APPEND, IMMUTABLE, NODUMP};
+    let env = env();
+    env.create("a");
+    env.create("b");
+    let (fa, fb) = (env.open("a"), env.open("b"));
+    fa.set_flags(ino(&fa, "hello.txt"), IMMUTABLE).unwrap();
+    fa.set_flags(ino(&fa, "link1"), NODUMP).unwrap();
+    fb.set_flags(ino(&fb, "hello.txt"), APPEND).unwrap();
+    fb.set_flags(ino(&fb, "sym"), NODUMP).unwrap();
+    let (ca, cb) = (fa.commit("a").unwrap(), fb.commit("b").unwrap());
+    let read = |id: &ObjectId| env.store.read_checkpoint(id).unwrap();
+    let out = merge_trees(
+        &env.store,
+        &read(&env.base),
+        &read(&ca),
+        &read(&cb),
+        &Options::default(),
+    )
+    .unwrap();
+    assert!(out.conflicts.is_empty(), "{:?}", out.conflicts);
+    let tree = |id: &ObjectId| env.store.get_tree(id, "test").unwrap();
+    let top = tree(&out.root.tree_id().unwrap());
+    let flags = |name: &[u8]| top.get(name).unwrap().flags;
+    assert_eq!(flags(b"hello.txt"), IMMUTABLE | APPEND);
+    assert_eq!(flags(b"link1"), NODUMP);
+    assert_eq!(flags(b"sym"), NODUMP);
+    assert_eq!(flags(b"big.bin"), 0);
+}
