@@ -1187,6 +1187,7 @@ fn meta(name: Vec<u8>, kind: Kind, perm: u32, time_ns: i64) -> Entry {
         link_id: 0,
         rdev: 0,
         xattrs: Vec::new(),
+        flags: 0,
         content: Content::None,
     }
 }

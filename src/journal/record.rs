@@ -244,6 +244,8 @@ records! {
         name: Vec<u8>,
         time_ns: i64,
     } names [Named::Inode(*ino)];
+    /// `chattr`: the inode flags of `ino` become `flags` (`state/flags.rs`).
+    15 SetFlags { ino: u64, flags: u32, time_ns: i64 } names [Named::Inode(*ino)];
 
     // Bookkeeping: inode numbering (`state/namespace.rs`, `state/replay.rs`).
     /// Base directory `dir` was loaded; its children got inode numbers from
@@ -768,6 +770,11 @@ mod tests {
                 name: b"user.a".to_vec(),
                 time_ns: 18,
             },
+            Record::SetFlags {
+                ino: 9,
+                flags: 0x30,
+                time_ns: 19,
+            },
             Record::LoadDir {
                 dir: 4,
                 first_ino: 100,
@@ -802,6 +809,7 @@ mod tests {
             "09090a0103000000000000001000000000000000",
             "0a0906757365722e610176011100000000000000",
             "0b0906757365722e611200000000000000",
+            "0f09301300000000000000",
             "010464",
             "0c63020102016102016203020001070802090a",
             "0e9221e80707707974686f6e33023737",
