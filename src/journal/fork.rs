@@ -38,8 +38,8 @@ use super::state::{Budget, Ctx, ForkState, INODE_BYTES, Src, check_name, now_ns}
 use super::wal::{Wal, segment_name};
 use super::{Error, Result};
 use crate::store::model::{
-    Attr, DirEntry, Fallocate, MAX_FILE_SIZE, NAME_MAX, Posix, RenameMode, SetAttr, StatFs,
-    XattrMode, ext4,
+    AtimeMode, AtimePolicy, Attr, DirEntry, Fallocate, MAX_FILE_SIZE, NAME_MAX, Posix, RenameMode,
+    SetAttr, StatFs, XattrMode, ext4,
 };
 use crate::store::readahead::{AHEAD_CHUNKS, DROP_BEHIND, ReadAhead};
 use crate::store::{Checkpoint, ChunkCache, ForkHead, Kind, ObjectId, Source, Store, acl};
@@ -731,6 +731,22 @@ impl Fork {
             }
         }
         Ok(out)
+    }
+
+    /// A read of `ino` (a file's `READ`, a directory's listing) under the
+    /// mount's atime `policy`: its atime becomes now when the policy says
+    /// so, one `SetAttr` record ([`ForkState::touch_atime`]); returns
+    /// whether it changed. Looked at under the state lock first, so a read
+    /// that changes nothing (relatime's usual case) writes nothing.
+    pub fn touch_atime(&self, ino: u64, policy: AtimePolicy) -> Result<bool> {
+        if policy.mode == AtimeMode::Never {
+            return Ok(false);
+        }
+        let now = now_ns();
+        if !self.with_ino(ino, |st, _| st.atime_due(ino, policy, now))? {
+            return Ok(false);
+        }
+        self.with_change(ino, |st, ctx| st.touch_atime(ctx, ino, policy, now))
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {

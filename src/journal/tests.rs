@@ -2335,3 +2335,77 @@ fn a_requester_is_journaled_once_until_it_changes() {
     assert!(three - two > append, "{one} {two} {three}");
     assert!(three - two < append + 40, "{one} {two} {three}");
 }
+
+// ------------------------------------------------------------------ atime
+
+/// A read's atime under each policy: never without an option, relatime's
+/// rule, every read under strictatime, directories left under nodiratime;
+/// one `SetAttr` of the atime alone (the ctime stays), replayed after a
+/// crash; a commit keeps no atime (the tree has none: it reads as the mtime).
+#[test]
+fn reads_update_atime_as_the_mount_option_says_and_replay_keeps_it() {
+    use crate::store::model::AtimePolicy;
+    let policy = |o: &str| AtimePolicy::from_options(o.split(',').filter(|o| !o.is_empty()));
+    let env = env();
+    let f = env.fork();
+    let file = ino(&f, "hello.txt");
+    let dir = ino(&f, "dir");
+    let before = f.getattr(file).unwrap();
+    // A base file's atime is its mtime.
+    assert_eq!(before.atime_ns, before.mtime_ns);
+
+    // No option (and noatime): nothing changes, nothing is logged.
+    assert!(!f.touch_atime(file, policy("")).unwrap());
+    assert!(!f.touch_atime(file, policy("strictatime,noatime")).unwrap());
+    assert_eq!(f.getattr(file).unwrap(), before);
+
+    // relatime: atime not after mtime, so updated once; then left.
+    assert!(f.touch_atime(file, policy("relatime")).unwrap());
+    let after = f.getattr(file).unwrap();
+    assert!(after.atime_ns > before.mtime_ns, "{after:?}");
+    assert_eq!(
+        (after.mtime_ns, after.ctime_ns),
+        (before.mtime_ns, before.ctime_ns),
+        "an access changes neither mtime nor ctime"
+    );
+    assert!(!f.touch_atime(file, policy("relatime")).unwrap());
+    assert_eq!(f.getattr(file).unwrap().atime_ns, after.atime_ns);
+    // A write makes it due again.
+    write_path(&f, "hello.txt", 0, b"H");
+    assert!(f.touch_atime(file, policy("relatime")).unwrap());
+
+    // strictatime: every read.
+    let a1 = f.getattr(file).unwrap().atime_ns;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(f.touch_atime(file, policy("strictatime")).unwrap());
+    let a2 = f.getattr(file).unwrap().atime_ns;
+    assert!(a2 > a1, "{a1} {a2}");
+
+    // Directories: updated, unless nodiratime.
+    let d = f.getattr(dir).unwrap();
+    assert!(
+        !f.touch_atime(dir, policy("strictatime,nodiratime"))
+            .unwrap()
+    );
+    assert_eq!(f.getattr(dir).unwrap().atime_ns, d.atime_ns);
+    assert!(f.touch_atime(dir, policy("strictatime")).unwrap());
+    let d2 = f.getattr(dir).unwrap();
+    assert!(d2.atime_ns > d.atime_ns);
+    assert_eq!(d2.ctime_ns, d.ctime_ns);
+
+    // Replayed after a crash.
+    let (file_attr, dir_attr) = (f.getattr(file).unwrap(), f.getattr(dir).unwrap());
+    f.sync().unwrap();
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert_eq!(f.getattr(file).unwrap(), file_attr);
+    assert_eq!(f.getattr(dir).unwrap(), dir_attr);
+
+    // A commit keeps no atime: the tree stores mtime and ctime only.
+    f.commit("c").unwrap();
+    drop(f);
+    let f = env.open("f");
+    let committed = f.getattr(file).unwrap();
+    assert_eq!(committed.atime_ns, committed.mtime_ns);
+}
