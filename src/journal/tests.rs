@@ -2409,3 +2409,49 @@ fn reads_update_atime_as_the_mount_option_says_and_replay_keeps_it() {
     let committed = f.getattr(file).unwrap();
     assert_eq!(committed.atime_ns, committed.mtime_ns);
 }
+
+/// generic/069 (issue 41): a file of tiny `O_APPEND` writes has a piece per
+/// write; its first read fetches the journal a span of nearby pieces at a
+/// time (`journal_spans`), not a `pread` per write, with another file's
+/// records between them too. A structural bound (pieces per read), no time.
+#[test]
+fn tiny_appends_are_read_back_a_span_at_a_time_not_a_read_per_write() {
+    let env = env();
+    let f = env.fork();
+    let file = f.create_open(ROOT_INO, b"log", 0o644, 0, 0).unwrap().ino;
+    let other = f
+        .create_open(ROOT_INO, b"other.log", 0o644, 0, 0)
+        .unwrap()
+        .ino;
+    let n = 20_000u32;
+    for i in 0..n {
+        f.append(file, &i.to_le_bytes()).unwrap();
+        if i % 100 == 0 {
+            f.append(other, &[7u8; 10]).unwrap();
+        }
+    }
+    let plan = f.with(|st, _| st.plan_read(file, 0, u64::MAX)).unwrap();
+    assert_eq!(plan.len(), n as usize, "a piece per append");
+    let spans = state::journal_spans(&plan);
+    // Every piece in exactly one span, in order.
+    let mut next = 0;
+    for &(first, count, _, _, len) in &spans {
+        assert_eq!(first, next);
+        assert!(len <= state::SPAN_MAX);
+        next += count;
+    }
+    assert_eq!(next, plan.len());
+    assert!(
+        spans.len() * 1000 <= plan.len(),
+        "{} reads for {} pieces",
+        spans.len(),
+        plan.len()
+    );
+    // And what the spans read is the file.
+    let data = read_all(&f, file);
+    assert_eq!(data.len(), 4 * n as usize);
+    for (i, w) in data.chunks(4).enumerate() {
+        assert_eq!(w, (i as u32).to_le_bytes(), "at {}", i * 4);
+    }
+    assert_eq!(read_all(&f, other), vec![7u8; 10 * (n as usize / 100)]);
+}

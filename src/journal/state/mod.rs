@@ -62,7 +62,7 @@ use std::sync::Arc;
 pub use extents::ReadPlan;
 #[cfg(test)]
 pub use extents::punch;
-pub use extents::{FileData, Piece, Src, data_ranges, plan};
+pub use extents::{FileData, Piece, SPAN_MAX, Src, data_ranges, journal_spans, plan};
 pub use inode::{Data, Dir, Inode, Parked, TreeCache};
 pub use namespace::check_name;
 pub use park::{Budget, INODE_BYTES};
