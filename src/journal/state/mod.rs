@@ -58,11 +58,10 @@ mod replay;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-#[cfg(test)]
 pub use extents::ReadPlan;
 #[cfg(test)]
-pub use extents::punch;
-pub use extents::{FileData, Piece, SPAN_MAX, Src, data_ranges, journal_spans, plan};
+pub use extents::{SPAN_MAX, punch};
+pub use extents::{FileData, Piece, Src, data_ranges, journal_spans, plan};
 pub use inode::{Data, Dir, Inode, Parked, TreeCache};
 pub use namespace::check_name;
 pub use park::{Budget, INODE_BYTES};
