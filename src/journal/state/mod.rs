@@ -59,9 +59,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 pub use extents::ReadPlan;
+pub use extents::{FileData, Piece, Src, data_ranges, journal_spans, plan};
 #[cfg(test)]
 pub use extents::{SPAN_MAX, punch};
-pub use extents::{FileData, Piece, Src, data_ranges, journal_spans, plan};
 pub use inode::{Data, Dir, Inode, Parked, TreeCache};
 pub use namespace::check_name;
 pub use park::{Budget, INODE_BYTES};
