@@ -765,3 +765,89 @@ fn chattr_immutable_and_append_only_hold_on_a_fork_and_after_a_commit() {
     );
     c.unmount();
 }
+
+/// A file's or directory's atime as `stat` shows it (ns).
+fn atime_of(p: &Path) -> i128 {
+    let m = fs::metadata(p).unwrap();
+    i128::from(m.atime()) * 1_000_000_000 + i128::from(m.atime_nsec())
+}
+
+/// Read the file at `p` through a new open, after a moment (so a new atime
+/// differs), and list directory `d`.
+fn access(p: &Path, d: &Path) {
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    fs::read(p).unwrap();
+    assert_eq!(fs::read_dir(d).unwrap().count(), 0);
+}
+
+/// generic/003 (issue 41): a fork updates atime on reads only under an
+/// explicit atime option: never by default; under relatime when the
+/// atime is not after the mtime (once after a write or a commit, then not);
+/// under strictatime at every read; a listing updates the directory's. The
+/// atime lives in the journal: a mount again without a commit replays it.
+/// Was: never updated.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn reads_update_atime_only_under_an_explicit_atime_option() {
+    let env = Env::new();
+    let m = mount_fork(&env);
+    let mnt = m.path().to_path_buf();
+    let (f, d) = (mnt.join("f"), mnt.join("d"));
+    fs::write(&f, b"data").unwrap();
+    fs::create_dir(&d).unwrap();
+    let remount = |m: common::MountGuard, commit: bool, opts: &[&str]| {
+        if commit {
+            m.unmount();
+        } else {
+            let mut m = m;
+            env.ok(["umount".as_ref(), "--no-commit".as_ref(), mnt.as_os_str()]);
+            m.mountpoint = None;
+        }
+        let mut args = vec!["mount".as_ref(), "f".as_ref(), mnt.as_os_str()];
+        args.extend(opts.iter().map(std::ffi::OsStr::new));
+        let out = env.run(args);
+        let guard = env.guard_for("f");
+        assert!(out.status.success(), "mount: {}", common::stderr(&out));
+        guard
+    };
+
+    // No option: reads leave atime.
+    let (fa, da) = (atime_of(&f), atime_of(&d));
+    access(&f, &d);
+    assert_eq!((atime_of(&f), atime_of(&d)), (fa, da), "default: no update");
+
+    // relatime, after a commit (atime reads as the mtime): updated once.
+    let m = remount(m, true, &["-o", "relatime"]);
+    let (fa, da) = (atime_of(&f), atime_of(&d));
+    access(&f, &d);
+    let (fb, db) = (atime_of(&f), atime_of(&d));
+    assert!(
+        fb > fa && db > da,
+        "relatime, atime == mtime: {fa} {fb}, {da} {db}"
+    );
+    access(&f, &d);
+    assert_eq!((atime_of(&f), atime_of(&d)), (fb, db), "relatime: once");
+
+    // strictatime: every read; the atime of before came back by replay.
+    let m = remount(m, false, &["-o", "strictatime"]);
+    assert_eq!((atime_of(&f), atime_of(&d)), (fb, db), "replayed");
+    access(&f, &d);
+    let fc = atime_of(&f);
+    assert!(fc > fb, "strictatime: {fb} {fc}");
+    access(&f, &d);
+    let (fd, dd) = (atime_of(&f), atime_of(&d));
+    assert!(fd > fc && dd > db, "strictatime again: {fc} {fd}");
+
+    // nodiratime: files still, directories not.
+    let m = remount(m, false, &["-o", "strictatime,nodiratime"]);
+    access(&f, &d);
+    assert!(atime_of(&f) > fd);
+    assert_eq!(atime_of(&d), dd, "nodiratime");
+
+    // Without an option again: nothing.
+    let m = remount(m, false, &[]);
+    let (fe, de) = (atime_of(&f), atime_of(&d));
+    access(&f, &d);
+    assert_eq!((atime_of(&f), atime_of(&d)), (fe, de), "default again");
+    m.unmount();
+}

@@ -457,3 +457,42 @@ fn through_mount_8_and_fstab(env: &Env) {
         "storefs-umount-all --target left it"
     );
 }
+
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn mount_8_passes_the_atime_options_on_and_drops_them_with_ro() {
+    with_helpers(
+        "mount_8_passes_the_atime_options_on_and_drops_them_with_ro",
+        atime_options,
+    );
+}
+
+/// mount(8)'s `-o strictatime` reaches the fork (a read updates atime);
+/// without an atime option, and with `ro,strictatime`, reads leave it.
+fn atime_options(env: &Env) {
+    use std::os::unix::fs::MetadataExt;
+    let name = format!("mh-at-{}", std::process::id());
+    fork(env, &name);
+    let mp = env.path("mnt");
+    fs::create_dir_all(&mp).unwrap();
+    let mps = mp.to_str().unwrap();
+    let file = mp.join("d/a.txt");
+    let atime = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.atime(), m.atime_nsec())
+    };
+    for (opts, updates) in [
+        ("", false),
+        (",strictatime", true),
+        (",ro,strictatime", false),
+    ] {
+        let opts = format!("store={}{opts}", env.store.display());
+        ok("mount", &["-t", "fuse.storefs", &name, mps, "-o", &opts]);
+        let unmount = Unmount(mp.clone(), env.store.clone());
+        let before = atime(&file);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(fs::read(&file).unwrap(), b"base\n");
+        assert_eq!(atime(&file) != before, updates, "-o {opts}");
+        drop(unmount);
+    }
+}

@@ -467,7 +467,9 @@ pub struct MountArgs {
     #[arg(short, long)]
     pub foreground: bool,
     /// FUSE mount options, comma-separated (e.g. allow_other); may repeat.
-    /// Always added: nosuid, nodev, default_permissions, and ro (rw for a fork)
+    /// Always added: nosuid, nodev, default_permissions, and ro (rw for a fork).
+    /// relatime, strictatime, nodiratime (and noatime, atime): a fork's reads
+    /// update atime only when one of them names a mode (none by default)
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Bound on the memory a mount's caches hold (K, M, G suffixes):

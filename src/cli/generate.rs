@@ -87,12 +87,16 @@ As \fB\-\-cache\-size\fR, \fB\-\-commit\-interval\fR, \fB\-\-threads\fR, \fB\-\-
 Dropped: mount(8) and fstab bookkeeping. storefs always mounts \fBnosuid,nodev\fR, read\-only,
 or read\-write for a fork.
 .TP
-\fBrelatime\fR, \fBstrictatime\fR, \fBnodiratime\fR, \fBlazytime\fR, \fBnoacl\fR, \fBiversion\fR, \fBsilent\fR, ...
-Accepted and ignored (their no\- forms too): the kernel refuses them in a FUSE mount; relatime is its
-default there, and POSIX ACLs are always served.
+\fBrelatime\fR, \fBstrictatime\fR, \fBnodiratime\fR, \fBatime\fR, \fBnoatime\fR (their no\- forms too)
+Passed to storefs: a fork updates atime on reads only when one of them names a mode (mount(8)'s
+default relatime is not named); dropped with \fBro\fR.
+.TP
+\fBlazytime\fR, \fBnoacl\fR, \fBiversion\fR, \fBsilent\fR, ...
+Accepted and ignored (their no\- forms too): the kernel refuses them in a FUSE mount, and POSIX
+ACLs are always served.
 .TP
 anything else
-Passed to storefs as FUSE options, e.g. \fBallow_other\fR, \fBnoatime\fR, \fBnoexec\fR, \fBsync\fR.
+Passed to storefs as FUSE options, e.g. \fBallow_other\fR, \fBnoexec\fR, \fBsync\fR.
 .TP
 \fBremount\fR
 \fBmount \-o remount,\fIOPTS MOUNTPOINT\fR changes the mount in place (\fBstorefs mount \-\-remount\fR;

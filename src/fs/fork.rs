@@ -104,7 +104,8 @@ use crate::journal::{self, Fork, NewNode};
 use crate::store::Kind;
 use crate::store::model::flags as model_flags;
 use crate::store::model::{
-    Attr, DirEntry, Fallocate, NAME_MAX, Posix, RenameMode, SetAttr, StatFs, XattrMode, ext4,
+    AtimeMode, AtimePolicy, Attr, DirEntry, Fallocate, NAME_MAX, Posix, RenameMode, SetAttr,
+    StatFs, XattrMode, ext4,
 };
 
 /// How long the kernel may cache entries (names found, and names absent)
@@ -176,6 +177,8 @@ pub struct ForkView {
     /// The mount's kernel, told to forget a file's attributes when they
     /// change without a reply that carries them ([`ForkView::kill_priv`]).
     kernel: std::sync::OnceLock<super::Invalidator>,
+    /// When reads update atime (the mount's atime options; default never).
+    atime: AtimePolicy,
 }
 
 /// The requesters of changes, as the journal records them.
@@ -300,6 +303,28 @@ impl ForkView {
             removed_dirs: Mutex::new(HashMap::new()),
             requesters: Requesters::default(),
             kernel: std::sync::OnceLock::new(),
+            atime: AtimePolicy::default(),
+        }
+    }
+
+    /// This view with reads updating atime as `policy` says (the mount's
+    /// atime options, [`AtimePolicy::from_options`]).
+    pub fn with_atime(self, policy: AtimePolicy) -> ForkView {
+        ForkView {
+            atime: policy,
+            ..self
+        }
+    }
+
+    /// A read of `ino` by `c`: its atime as the mount's policy says. A
+    /// failure is logged, not returned: the read itself succeeded, as on
+    /// Linux, where an atime that cannot be written fails no read.
+    fn accessed(&self, c: &Caller, ino: u64) {
+        if self.atime.mode == AtimeMode::Never {
+            return;
+        }
+        if let Err(e) = self.on_behalf(c, None, || self.fork.touch_atime(ino, self.atime)) {
+            tracing::warn!(ino, error = %e, "atime not updated");
         }
     }
 
@@ -540,8 +565,12 @@ impl View for ForkView {
         Ok(self.fork.readlink(ino)?)
     }
 
-    fn read(&self, _: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        Ok(self.fork.read(ino, offset, size)?)
+    /// Under an atime option, the file's atime is updated after the read
+    /// ([`ForkView::accessed`]).
+    fn read(&self, c: &Caller, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let data = self.fork.read(ino, offset, size)?;
+        self.accessed(c, ino);
+        Ok(data)
     }
 
     /// From the fork's extent map. Not under the writeback cache: the kernel
@@ -590,9 +619,10 @@ impl View for ForkView {
         })
     }
 
-    /// Offset 0 takes a fresh listing. With `plus`, entries gone since the
-    /// listing was taken are skipped.
-    fn readdir(&self, _: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
+    /// Offset 0 takes a fresh listing (and, under an atime option, updates
+    /// the directory's atime once: [`ForkView::accessed`]). With `plus`,
+    /// entries gone since the listing was taken are skipped.
+    fn readdir(&self, c: &Caller, ino: u64, at: Readdir, add: &mut AddItem<'_>) -> Result<()> {
         let Readdir { fh, offset, plus } = at;
         let known = self.dirs.lock().get(&fh).cloned();
         let listing = match known {
@@ -600,6 +630,7 @@ impl View for ForkView {
             _ => {
                 let l = Arc::new(self.listing(ino)?);
                 self.dirs.lock().insert(fh, l.clone());
+                self.accessed(c, ino);
                 l
             }
         };
@@ -642,7 +673,11 @@ impl View for ForkView {
 
     /// Zero-message opens: no handle state (the kernel's lookup count keeps
     /// a file alive, see the module docs). Truncates on `O_TRUNC` (the
-    /// kernel normally sends that as a setattr first).
+    /// kernel normally sends that as a setattr first). Under an atime
+    /// option, a handle without `FOPEN_KEEP_CACHE` instead: the kernel drops
+    /// the file's cached pages at each open, so the reads after it reach
+    /// the daemon and update atime (a read served from the page cache
+    /// would not).
     fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened> {
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             let attr = self.fork.getattr(ino)?;
@@ -653,6 +688,12 @@ impl View for ForkView {
                 };
                 self.setattr(c, ino, &truncate)?;
             }
+        }
+        if self.atime.mode != AtimeMode::Never {
+            return Ok(Opened::Handle {
+                fh: 0,
+                keep_cache: false,
+            });
         }
         Ok(Opened::Stateless)
     }

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use fuser::{Config, Errno, MountOption, Session, SessionACL, SessionUnmounter};
 
 use crate::journal::{self, Fork};
-use crate::store::model::{Posix, ext4};
+use crate::store::model::{AtimePolicy, Posix, ext4};
 use crate::store::{self, ObjectId, Store};
 use browse::BrowseView;
 pub use caches::{CacheUse, Caches};
@@ -69,7 +69,9 @@ pub struct MountConfig {
     /// `default_permissions` are always on, and `ro` for a checkpoint, `rw`
     /// for a fork; the other mode (`rw` on a checkpoint, `ro` on a fork: a
     /// read-only view of a fork is a mount of its head), `suid`, `dev`,
-    /// `auto_unmount`, `fsname=` and `subtype=` are refused.
+    /// `auto_unmount`, `fsname=` and `subtype=` are refused. The atime
+    /// ones (`relatime`, `strictatime`, `nodiratime`, …) are the daemon's:
+    /// a fork updates atime on reads only when one is given ([`atime_policy`]).
     pub extra_options: Vec<String>,
     /// The most bytes a checkpoint or browse mount keeps in its caches:
     /// decompressed chunks, directories and the inode numbering ([`Caches`]).
@@ -457,11 +459,12 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, MountEr
     check_mountpoint(cfg)?;
     let config = fuser_config(cfg, Mode::ReadWrite)?;
     let name = fork.name().to_string();
-    let view = Arc::new(if cfg.writeback_cache {
+    let view = if cfg.writeback_cache {
         ForkView::with_writeback_cache(fork)
     } else {
         ForkView::new(fork)
-    });
+    };
+    let view = Arc::new(view.with_atime(atime_policy(cfg)));
     let mounted = start_session(cfg, &config, view.clone())?;
     // Before it serves: a cleared setuid must reach the kernel's cache.
     view.tell_kernel(mounted.invalidator());
@@ -587,6 +590,13 @@ impl TransportUse {
     }
 }
 
+/// The atime policy the user's options name ([`AtimePolicy::from_options`]):
+/// what a fork mount does on reads. Read-only mounts never change atime.
+pub fn atime_policy(cfg: &MountConfig) -> AtimePolicy {
+    let options = cfg.extra_options.iter().flat_map(|o| o.split(','));
+    AtimePolicy::from_options(options.map(str::trim))
+}
+
 /// The fuser configuration: `ro` or `rw` by `mode`, plus the user's options.
 fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
     if cfg.fsname.contains(',') {
@@ -647,6 +657,9 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
             "noexec" => Some(MountOption::NoExec),
             "atime" => Some(MountOption::Atime),
             "noatime" => Some(MountOption::NoAtime),
+            // The daemon's own (a FUSE inode's atime is the daemon's to
+            // keep): see [`atime_policy`]. The kernel refuses them as options.
+            o if AtimePolicy::is_option(o) => None,
             "sync" => Some(MountOption::Sync),
             "async" => Some(MountOption::Async),
             "dirsync" => Some(MountOption::DirSync),

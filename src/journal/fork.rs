@@ -34,12 +34,14 @@ use super::fold::{fold, snapshot};
 use super::io::{JournalIo, RealIo};
 use super::prealloc::{self, Prealloc};
 use super::record::Record;
-use super::state::{Budget, Ctx, ForkState, INODE_BYTES, Src, check_name, now_ns};
+use super::state::{
+    Budget, Ctx, ForkState, INODE_BYTES, ReadPlan, Src, check_name, journal_spans, now_ns,
+};
 use super::wal::{Wal, segment_name};
 use super::{Error, Result};
 use crate::store::model::{
-    Attr, DirEntry, Fallocate, MAX_FILE_SIZE, NAME_MAX, Posix, RenameMode, SetAttr, StatFs,
-    XattrMode, ext4,
+    AtimeMode, AtimePolicy, Attr, DirEntry, Fallocate, MAX_FILE_SIZE, NAME_MAX, Posix, RenameMode,
+    SetAttr, StatFs, XattrMode, ext4,
 };
 use crate::store::readahead::{AHEAD_CHUNKS, DROP_BEHIND, ReadAhead};
 use crate::store::{Checkpoint, ChunkCache, ForkHead, Kind, ObjectId, Source, Store, acl};
@@ -685,21 +687,49 @@ impl Fork {
                 .ahead(&self.store, &self.cache, run, upcoming);
             self.readahead.drop_behind(&self.cache, passed);
         }
-        let mut out = Vec::with_capacity(plan.iter().map(|p| p.0 as usize).sum());
-        for (len, src, file) in plan {
+        let mut out = vec![0u8; plan.iter().map(|p| p.0 as usize).sum()];
+        // Where each piece goes in `out`.
+        let starts: Vec<usize> = plan
+            .iter()
+            .scan(0usize, |at, p| {
+                let start = *at;
+                *at += p.0 as usize;
+                Some(start)
+            })
+            .collect();
+        // Journal data: one read per span of nearby pieces (`journal_spans`).
+        let sources: ReadPlan = plan.iter().map(|p| (p.0, p.1)).collect();
+        let mut span_buf = Vec::new();
+        for (first, count, seg, off, len) in journal_spans(&sources) {
+            let file = plan[first].2.as_ref().expect("resolved above");
+            let io = |source| Error::Io {
+                path: self.dir.join("journal").join(segment_name(seg)),
+                source,
+            };
+            if count == 1 {
+                let at = starts[first];
+                file.read_at(&mut out[at..at + len as usize], off)
+                    .map_err(io)?;
+                continue;
+            }
+            span_buf.resize(len as usize, 0);
+            file.read_at(&mut span_buf, off).map_err(io)?;
+            for i in first..first + count {
+                let (plen, src, _) = &plan[i];
+                let Some(Src::Journal { off: poff, .. }) = *src else {
+                    unreachable!("a span holds journal pieces only");
+                };
+                let from = (poff - off) as usize;
+                let at = starts[i];
+                out[at..at + *plen as usize]
+                    .copy_from_slice(&span_buf[from..from + *plen as usize]);
+            }
+        }
+        for (i, (len, src, _)) in plan.into_iter().enumerate() {
             let len = len as usize;
-            let at = out.len();
-            out.resize(at + len, 0);
+            let at = starts[i];
             match src {
-                None => {}
-                Some(Src::Journal { seg, off }) => {
-                    let file = file.expect("resolved above");
-                    file.read_at(&mut out[at..], off)
-                        .map_err(|source| Error::Io {
-                            path: self.dir.join("journal").join(segment_name(seg)),
-                            source,
-                        })?
-                }
+                None | Some(Src::Journal { .. }) => {}
                 Some(Src::Base { id, off }) => {
                     // A small random read: only the frames it touches.
                     if !sequential && len as u64 <= PART_MAX {
@@ -710,7 +740,7 @@ impl Fork {
                         if let Some(part) = part
                             && part.len() == len
                         {
-                            out[at..].copy_from_slice(&part);
+                            out[at..at + len].copy_from_slice(&part);
                             continue;
                         }
                     }
@@ -726,11 +756,27 @@ impl Fork {
                         path: self.dir.clone(),
                         detail: format!("object {id} is shorter than its extent (inode {ino})"),
                     })?;
-                    out[at..].copy_from_slice(slice);
+                    out[at..at + len].copy_from_slice(slice);
                 }
             }
         }
         Ok(out)
+    }
+
+    /// A read of `ino` (a file's `READ`, a directory's listing) under the
+    /// mount's atime `policy`: its atime becomes now when the policy says
+    /// so, one `SetAttr` record ([`ForkState::touch_atime`]); returns
+    /// whether it changed. Looked at under the state lock first, so a read
+    /// that changes nothing (relatime's usual case) writes nothing.
+    pub fn touch_atime(&self, ino: u64, policy: AtimePolicy) -> Result<bool> {
+        if policy.mode == AtimeMode::Never {
+            return Ok(false);
+        }
+        let now = now_ns();
+        if !self.with_ino(ino, |st, _| st.atime_due(ino, policy, now))? {
+            return Ok(false);
+        }
+        self.with_change(ino, |st, ctx| st.touch_atime(ctx, ino, policy, now))
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {

@@ -2609,3 +2609,123 @@ fn a_merge_keeps_each_sides_flags_and_both_where_both_changed_them() {
     assert_eq!(flags(b"sym"), NODUMP);
     assert_eq!(flags(b"big.bin"), 0);
 }
+
+// ------------------------------------------------------------------ atime
+
+/// A read's atime under each policy: never without an option, relatime's
+/// rule, every read under strictatime, directories left under nodiratime;
+/// one `SetAttr` of the atime alone (the ctime stays), replayed after a
+/// crash; a commit keeps no atime (the tree has none: it reads as the mtime).
+#[test]
+fn reads_update_atime_as_the_mount_option_says_and_replay_keeps_it() {
+    use crate::store::model::AtimePolicy;
+    let policy = |o: &str| AtimePolicy::from_options(o.split(',').filter(|o| !o.is_empty()));
+    let env = env();
+    let f = env.fork();
+    let file = ino(&f, "hello.txt");
+    let dir = ino(&f, "dir");
+    let before = f.getattr(file).unwrap();
+    // A base file's atime is its mtime.
+    assert_eq!(before.atime_ns, before.mtime_ns);
+
+    // No option (and noatime): nothing changes, nothing is logged.
+    assert!(!f.touch_atime(file, policy("")).unwrap());
+    assert!(!f.touch_atime(file, policy("strictatime,noatime")).unwrap());
+    assert_eq!(f.getattr(file).unwrap(), before);
+
+    // relatime: atime not after mtime, so updated once; then left.
+    assert!(f.touch_atime(file, policy("relatime")).unwrap());
+    let after = f.getattr(file).unwrap();
+    assert!(after.atime_ns > before.mtime_ns, "{after:?}");
+    assert_eq!(
+        (after.mtime_ns, after.ctime_ns),
+        (before.mtime_ns, before.ctime_ns),
+        "an access changes neither mtime nor ctime"
+    );
+    assert!(!f.touch_atime(file, policy("relatime")).unwrap());
+    assert_eq!(f.getattr(file).unwrap().atime_ns, after.atime_ns);
+    // A write makes it due again.
+    write_path(&f, "hello.txt", 0, b"H");
+    assert!(f.touch_atime(file, policy("relatime")).unwrap());
+
+    // strictatime: every read.
+    let a1 = f.getattr(file).unwrap().atime_ns;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(f.touch_atime(file, policy("strictatime")).unwrap());
+    let a2 = f.getattr(file).unwrap().atime_ns;
+    assert!(a2 > a1, "{a1} {a2}");
+
+    // Directories: updated, unless nodiratime.
+    let d = f.getattr(dir).unwrap();
+    assert!(
+        !f.touch_atime(dir, policy("strictatime,nodiratime"))
+            .unwrap()
+    );
+    assert_eq!(f.getattr(dir).unwrap().atime_ns, d.atime_ns);
+    assert!(f.touch_atime(dir, policy("strictatime")).unwrap());
+    let d2 = f.getattr(dir).unwrap();
+    assert!(d2.atime_ns > d.atime_ns);
+    assert_eq!(d2.ctime_ns, d.ctime_ns);
+
+    // Replayed after a crash.
+    let (file_attr, dir_attr) = (f.getattr(file).unwrap(), f.getattr(dir).unwrap());
+    f.sync().unwrap();
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert_eq!(f.getattr(file).unwrap(), file_attr);
+    assert_eq!(f.getattr(dir).unwrap(), dir_attr);
+
+    // A commit keeps no atime: the tree stores mtime and ctime only.
+    f.commit("c").unwrap();
+    drop(f);
+    let f = env.open("f");
+    let committed = f.getattr(file).unwrap();
+    assert_eq!(committed.atime_ns, committed.mtime_ns);
+}
+
+/// generic/069 (issue 41): a file of tiny `O_APPEND` writes has a piece per
+/// write; its first read fetches the journal a span of nearby pieces at a
+/// time (`journal_spans`), not a `pread` per write, with another file's
+/// records between them too. A structural bound (pieces per read), no time.
+#[test]
+fn tiny_appends_are_read_back_a_span_at_a_time_not_a_read_per_write() {
+    let env = env();
+    let f = env.fork();
+    let file = f.create_open(ROOT_INO, b"log", 0o644, 0, 0).unwrap().ino;
+    let other = f
+        .create_open(ROOT_INO, b"other.log", 0o644, 0, 0)
+        .unwrap()
+        .ino;
+    let n = 20_000u32;
+    for i in 0..n {
+        f.append(file, &i.to_le_bytes()).unwrap();
+        if i % 100 == 0 {
+            f.append(other, &[7u8; 10]).unwrap();
+        }
+    }
+    let plan = f.with(|st, _| st.plan_read(file, 0, u64::MAX)).unwrap();
+    assert_eq!(plan.len(), n as usize, "a piece per append");
+    let spans = state::journal_spans(&plan);
+    // Every piece in exactly one span, in order.
+    let mut next = 0;
+    for &(first, count, _, _, len) in &spans {
+        assert_eq!(first, next);
+        assert!(len <= state::SPAN_MAX);
+        next += count;
+    }
+    assert_eq!(next, plan.len());
+    assert!(
+        spans.len() * 1000 <= plan.len(),
+        "{} reads for {} pieces",
+        spans.len(),
+        plan.len()
+    );
+    // And what the spans read is the file.
+    let data = read_all(&f, file);
+    assert_eq!(data.len(), 4 * n as usize);
+    for (i, w) in data.chunks(4).enumerate() {
+        assert_eq!(w, (i as u32).to_le_bytes(), "at {}", i * 4);
+    }
+    assert_eq!(read_all(&f, other), vec![7u8; 10 * (n as usize / 100)]);
+}

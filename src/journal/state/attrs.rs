@@ -8,7 +8,7 @@ use super::super::Result;
 use super::super::record::{Record, XATTR_CREATE, XATTR_REPLACE};
 use super::{Ctx, ForkState, Log, now_ns};
 use crate::store::acl;
-use crate::store::model::{NAME_MAX, Posix, SetAttr, Time, XATTR_SIZE_MAX, XattrMode};
+use crate::store::model::{AtimePolicy, NAME_MAX, Posix, SetAttr, Time, XATTR_SIZE_MAX, XattrMode};
 
 /// What `SetAttr` changes; `None` fields are left alone.
 pub(super) struct AttrChange {
@@ -65,6 +65,44 @@ impl ForkState {
             self.chmod_acl(ctx, ino, perm, t)?;
         }
         Ok(())
+    }
+
+    /// Whether a read of `ino` at `now` sets its atime under `policy`
+    /// ([`AtimePolicy::needs_update`]). Reads nothing but the inode.
+    pub fn atime_due(&self, ino: u64, policy: AtimePolicy, now: i64) -> Result<bool> {
+        let n = self.inode(ino)?;
+        let dir = n.kind == crate::store::Kind::Dir;
+        Ok(policy.needs_update(dir, n.atime, n.mtime, n.ctime, now))
+    }
+
+    /// A read of `ino` at `now` (a `READ`, or a directory's listing): when
+    /// `policy` says so, its atime becomes `now`, logged as a `SetAttr` of
+    /// the atime alone with the ctime it has (an access changes no ctime).
+    /// Returns whether it logged.
+    pub fn touch_atime(
+        &mut self,
+        ctx: &Ctx<'_>,
+        ino: u64,
+        policy: AtimePolicy,
+        now: i64,
+    ) -> Result<bool> {
+        if !self.atime_due(ino, policy, now)? {
+            return Ok(false);
+        }
+        let ctime = self.inode(ino)?.ctime;
+        self.log(
+            ctx,
+            Record::SetAttr {
+                ino,
+                perm: None,
+                uid: None,
+                gid: None,
+                atime: Some(now),
+                mtime: None,
+                ctime,
+            },
+        )?;
+        Ok(true)
     }
 
     /// After a chmod: an access ACL's owner, mask (or group) and other

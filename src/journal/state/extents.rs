@@ -174,6 +174,44 @@ pub fn plan(pieces: &PieceMap, start: u64, end: u64) -> ReadPlan {
     out
 }
 
+/// The most bytes of a journal segment one read of [`journal_spans`] covers.
+pub const SPAN_MAX: u64 = 1 << 20;
+/// The most bytes between two journal pieces that one read still covers
+/// (the frames of other records between them, read and dropped).
+pub const SPAN_GAP: u64 = 4 << 10;
+
+/// The reads of a journal segment that fetch the journal pieces of `plan`:
+/// `(first, count, seg, off, len)`: entries `first..first + count` of
+/// `plan`, all journal data of segment `seg` within `[off, off + len)`.
+/// Pieces that follow one another in the segment, at most [`SPAN_GAP`]
+/// apart and within [`SPAN_MAX`], share one read: a file grown by tiny
+/// `O_APPEND` writes has a piece per write, each a few bytes after the last
+/// one's frame, and one `pread` a piece made its first read a syscall per
+/// write (generic/069).
+pub fn journal_spans(plan: &ReadPlan) -> Vec<(usize, usize, u64, u64, u64)> {
+    let mut out: Vec<(usize, usize, u64, u64, u64)> = Vec::new();
+    for (i, (len, src)) in plan.iter().enumerate() {
+        let Some(Src::Journal { seg, off }) = *src else {
+            continue;
+        };
+        if let Some((first, count, s, start, span)) = out.last_mut() {
+            let end = *start + *span;
+            let joins = *first + *count == i
+                && *s == seg
+                && off >= end
+                && off - end <= SPAN_GAP
+                && off + len - *start <= SPAN_MAX;
+            if joins {
+                *count += 1;
+                *span = off + len - *start;
+                continue;
+            }
+        }
+        out.push((i, 1, seg, off, *len));
+    }
+    out
+}
+
 /// The most pieces a read-ahead hint looks at ([`base_ahead`],
 /// [`base_passed`]): a file of many small journal writes (a log grown by
 /// tiny `O_APPEND` writes has a piece per write) is not walked whole for a

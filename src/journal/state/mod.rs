@@ -61,11 +61,10 @@ mod replay;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-#[cfg(test)]
 pub use extents::ReadPlan;
+pub use extents::{FileData, Piece, Src, data_ranges, journal_spans, plan};
 #[cfg(test)]
-pub use extents::punch;
-pub use extents::{FileData, Piece, Src, data_ranges, plan};
+pub use extents::{SPAN_MAX, punch};
 pub use inode::{Data, Dir, Inode, Parked, TreeCache};
 pub use namespace::check_name;
 pub use park::{Budget, INODE_BYTES};

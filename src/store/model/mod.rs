@@ -5,15 +5,17 @@
 //! the limits ([`ROOT_INO`], [`NAME_MAX`], [`XATTR_SIZE_MAX`],
 //! [`MAX_FILE_SIZE`]), the POSIX outcomes of operations with their one errno
 //! table ([`Posix`]), and what ext4 would report for a file's blocks and
-//! holes ([`ext4`]).
+//! holes ([`ext4`]), and when a read updates atime ([`AtimePolicy`]).
 //!
 //! The read-only views of `fs/` and the fork of `journal/` both speak it, so
 //! it lives here, below both. No FUSE types: `fs/` turns [`Posix::errno`]
 //! into the kernel's reply.
 
+mod atime;
 pub mod ext4;
 mod posix;
 
+pub use atime::{AtimeMode, AtimePolicy};
 pub use posix::Posix;
 
 use super::Kind;
