@@ -2729,3 +2729,26 @@ fn tiny_appends_are_read_back_a_span_at_a_time_not_a_read_per_write() {
     }
     assert_eq!(read_all(&f, other), vec![7u8; 10 * (n as usize / 100)]);
 }
+
+/// chattr and atime together, as on Linux: `+A` (`FS_NOATIME_FL`) keeps an
+/// inode's atime whatever the policy; an immutable file's atime is still
+/// updated by a read (its other attributes are not).
+#[test]
+fn a_noatime_flag_keeps_atime_and_an_immutable_file_still_gets_one() {
+    use crate::store::model::AtimePolicy;
+    use crate::store::model::flags::{IMMUTABLE, NOATIME};
+    let strict = AtimePolicy::from_options(["strictatime"].into_iter());
+    let env = env();
+    let f = env.fork();
+    let file = ino(&f, "hello.txt");
+    f.set_flags(file, NOATIME).unwrap();
+    let before = f.getattr(file).unwrap();
+    assert!(!f.touch_atime(file, strict).unwrap());
+    assert_eq!(f.getattr(file).unwrap().atime_ns, before.atime_ns);
+    f.set_flags(file, IMMUTABLE).unwrap();
+    let before = f.getattr(file).unwrap();
+    assert!(f.touch_atime(file, strict).unwrap());
+    let after = f.getattr(file).unwrap();
+    assert!(after.atime_ns > before.atime_ns, "{before:?} {after:?}");
+    assert_eq!(after.ctime_ns, before.ctime_ns);
+}

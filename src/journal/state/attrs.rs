@@ -71,6 +71,10 @@ impl ForkState {
     /// ([`AtimePolicy::needs_update`]). Reads nothing but the inode.
     pub fn atime_due(&self, ino: u64, policy: AtimePolicy, now: i64) -> Result<bool> {
         let n = self.inode(ino)?;
+        // `chattr +A`: never, as Linux's `atime_needs_update` (S_NOATIME).
+        if n.flags & crate::store::model::flags::NOATIME != 0 {
+            return Ok(false);
+        }
         let dir = n.kind == crate::store::Kind::Dir;
         Ok(policy.needs_update(dir, n.atime, n.mtime, n.ctime, now))
     }

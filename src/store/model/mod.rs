@@ -40,7 +40,8 @@ pub mod flags {
     pub const APPEND: u32 = 0x20;
     /// `FS_NODUMP_FL` (`chattr +d`): kept, means nothing to storefs.
     pub const NODUMP: u32 = 0x40;
-    /// `FS_NOATIME_FL` (`chattr +A`): kept; storefs never updates atime anyway.
+    /// `FS_NOATIME_FL` (`chattr +A`): kept, and honoured where a fork
+    /// updates atime (mounted with an atime option): never for this inode.
     pub const NOATIME: u32 = 0x80;
     /// The flags a fork keeps; setting any other is `EOPNOTSUPP`, as ext4
     /// refuses the flags it does not know.
