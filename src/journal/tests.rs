@@ -2386,6 +2386,48 @@ fn row(
     )
 }
 
+/// The operation log: a tmpfile is `tmpfile` at `<unlinked inode N>` (left
+/// out of a revert) and its writes there, until a `link` names it; a
+/// whiteout rename is a `rename` (the whiteout is no line of its own) and
+/// the whiteout has the old name afterwards. The same after replay.
+#[test]
+fn the_operation_log_names_tmpfiles_and_whiteout_renames() {
+    let e = env();
+    e.create("p");
+    let f = e.open("p");
+    let dir = f.lookup(ROOT_INO, b"dir").unwrap().ino;
+    let alpha = who(10, "alpha");
+    let t = ops::on_behalf_of(alpha.clone(), || {
+        let t = tmpfile(&f, dir, 0o600).ino;
+        f.write(t, 0, b"abc").unwrap();
+        f.link(t, dir, b"named").unwrap();
+        f.rename_whiteout(dir, b"named", ROOT_INO, b"out", false, 0, 0)
+            .unwrap();
+        f.setattr(
+            ino(&f, "dir/named"),
+            &SetAttr {
+                perm: Some(0o600),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+        t
+    });
+    let unnamed = format!("<unlinked inode {t}>");
+    let want = vec![
+        row("tmpfile", &unnamed, None, 10, "alpha", 1, 0),
+        row("write", &unnamed, None, 10, "alpha", 1, 3),
+        row("link", "dir/named", None, 10, "alpha", 1, 0),
+        row("rename", "dir/named", Some("out"), 10, "alpha", 1, 0),
+        row("chmod", "dir/named", None, 10, "alpha", 1, 0),
+    ];
+    assert_eq!(rows(&f.uncommitted_ops()), want);
+    f.sync().unwrap();
+    drop(f);
+    let f = e.open("p");
+    assert_eq!(rows(&f.uncommitted_ops()), want, "replayed");
+}
+
 #[test]
 fn every_change_names_its_requester_across_replay_and_commit() {
     let e = env();
