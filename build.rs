@@ -16,6 +16,9 @@
 //!   scripts/setup-debian.sh installs) is on `PATH` when this script runs, so
 //!   the tests that check archives with it run; without it they are ignored,
 //!   with the reason (after installing it, `touch build.rs`).
+//! - `storefs_have_chattr`: `chattr`, `lsattr` (e2fsprogs) and `setpriv`
+//!   (util-linux) are on `PATH`, so the mount test of `chattr` runs; the
+//!   same otherwise.
 
 use std::path::Path;
 
@@ -40,6 +43,12 @@ fn main() {
     let path = std::env::var_os("PATH").unwrap_or_default();
     if std::env::split_paths(&path).any(|d| d.join("bsdtar").is_file()) {
         println!("cargo::rustc-cfg=storefs_have_bsdtar");
+    }
+    // chattr, lsattr (e2fsprogs) and setpriv (util-linux), likewise.
+    println!("cargo::rustc-check-cfg=cfg(storefs_have_chattr)");
+    let on_path = |tool: &str| std::env::split_paths(&path).any(|d| d.join(tool).is_file());
+    if ["chattr", "lsattr", "setpriv"].into_iter().all(on_path) {
+        println!("cargo::rustc-cfg=storefs_have_chattr");
     }
     let remotes = std::env::var("STOREFS_TEST_REMOTES").unwrap_or_default();
     for kind in ["s3", "azure", "gcs"] {

@@ -681,12 +681,20 @@ pub fn open_nofollow(path: &Path, flags: rustix::fs::OFlags, mode: u32) -> io::R
 /// no symlink inside a store)", "is not a regular file (a FIFO)"; their kind
 /// is `InvalidData`, a missing file stays `NotFound`.
 pub fn open_regular_nofollow(path: &Path) -> io::Result<(File, u64)> {
-    use rustix::fs::{FileType, OFlags};
+    use rustix::fs::OFlags;
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
     let f = open_nofollow(path, flags, 0).map_err(no_symlink)?;
-    let st = rustix::fs::fstat(&f)?;
+    let size = regular_size(&f)?;
+    Ok((f, size))
+}
+
+/// The size of `f`, refused unless it is a regular file (see
+/// [`open_regular_nofollow`] for the message).
+pub fn regular_size(f: &File) -> io::Result<u64> {
+    use rustix::fs::FileType;
+    let st = rustix::fs::fstat(f)?;
     let kind = match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile => return Ok((f, st.st_size as u64)),
+        FileType::RegularFile => return Ok(st.st_size as u64),
         FileType::Fifo => "a FIFO",
         FileType::Socket => "a socket",
         FileType::CharacterDevice => "a character device",
@@ -701,7 +709,7 @@ pub fn open_regular_nofollow(path: &Path) -> io::Result<(File, u64)> {
 }
 
 /// `ELOOP` from an open without symlinks, said as what it means there.
-fn no_symlink(e: io::Error) -> io::Error {
+pub fn no_symlink(e: io::Error) -> io::Error {
     if e.raw_os_error() != Some(libc::ELOOP) {
         return e;
     }
@@ -733,6 +741,35 @@ pub fn read_regular_nofollow(path: &Path, cap: u64, kind: &str) -> io::Result<Ve
         return Err(too_large(out.len() as u64));
     }
     Ok(out)
+}
+
+/// The metadata of what is at `path`, reached without following a symlink
+/// anywhere on its path: a symlink at the end is described, as by
+/// `symlink_metadata`, and a symlink on a directory of the path fails
+/// (`ELOOP`, said as [`no_symlink`] says it) where `symlink_metadata`
+/// would follow it. One `openat2(O_PATH)` and one `fstat`; a missing file
+/// costs the one failed `openat2`, as `lstat` would.
+pub fn metadata_nofollow(path: &Path) -> io::Result<fs::Metadata> {
+    use rustix::fs::OFlags;
+    let f = open_nofollow(path, OFlags::PATH | OFlags::NOFOLLOW, 0).map_err(no_symlink)?;
+    f.metadata()
+}
+
+/// Whether anything is at `path` ([`metadata_nofollow`]): a symlink there
+/// counts, and so does a path that cannot be reached without following
+/// one, so that the read that follows refuses it with its name. Only
+/// "no such file" and "not a directory" on the way are absent.
+pub fn exists_nofollow(path: &Path) -> bool {
+    match metadata_nofollow(path) {
+        Ok(_) => true,
+        Err(e) => !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)),
+    }
+}
+
+/// Whether `path` is a directory reached without following a symlink
+/// ([`metadata_nofollow`]).
+pub fn is_dir_nofollow(path: &Path) -> bool {
+    metadata_nofollow(path).is_ok_and(|m| m.is_dir())
 }
 
 /// The directory `dir`, opened for `*at` calls without following a symlink
@@ -1019,6 +1056,34 @@ mod tests {
         let (_, a) = create_temp_in(&dir, "t", 0o600).unwrap();
         let (_, b) = create_temp_in(&dir, "t", 0o600).unwrap();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn stats_describe_a_last_symlink_and_follow_none_on_the_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        fs::create_dir(&real).unwrap();
+        fs::write(real.join("f"), b"xyz").unwrap();
+        std::os::unix::fs::symlink(&real, tmp.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(real.join("f"), real.join("flink")).unwrap();
+        assert_eq!(metadata_nofollow(&real.join("f")).unwrap().len(), 3);
+        assert!(is_dir_nofollow(&real));
+        // A last symlink is described, as lstat does, never followed.
+        let m = metadata_nofollow(&real.join("flink")).unwrap();
+        assert!(m.file_type().is_symlink());
+        assert!(!is_dir_nofollow(&tmp.path().join("link")));
+        // Through a symlinked directory: refused, where symlink_metadata
+        // and exists() would follow the link and answer for the file.
+        let through = tmp.path().join("link/f");
+        assert!(fs::symlink_metadata(&through).is_ok());
+        let e = metadata_nofollow(&through).unwrap_err();
+        assert!(e.to_string().contains("is a symlink"), "{e}");
+        // "There" for exists_nofollow, so that the read that follows
+        // names the link; only a missing file is absent.
+        assert!(exists_nofollow(&through));
+        assert!(exists_nofollow(&real.join("flink")));
+        assert!(!exists_nofollow(&real.join("missing")));
+        assert!(!exists_nofollow(&real.join("f/below")));
     }
 
     #[test]

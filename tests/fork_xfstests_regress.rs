@@ -879,3 +879,170 @@ fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
     assert_eq!(fs::read(mnt.join("b")).unwrap(), b"moved data");
     m.unmount();
 }
+
+/// `lsattr -d PATH`'s flag letters (the first word), or its error.
+fn lsattr(p: &Path) -> Result<String, String> {
+    let out = std::process::Command::new("lsattr")
+        .arg("-d")
+        .arg(p)
+        .output()
+        .unwrap();
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .replace('-', "")),
+        false => Err(common::stderr(&out)),
+    }
+}
+
+/// `chattr ARG PATH`, as root or (`as_user`: uid and gid) through setpriv
+/// without capabilities; its stderr when it fails.
+fn chattr(arg: &str, p: &Path, as_user: Option<u32>) -> Result<(), String> {
+    let mut cmd = match as_user {
+        None => std::process::Command::new("chattr"),
+        Some(id) => {
+            let mut c = std::process::Command::new("setpriv");
+            c.arg(format!("--reuid={id}"))
+                .arg(format!("--regid={id}"))
+                .arg("--clear-groups")
+                .arg("chattr");
+            c
+        }
+    };
+    let out = cmd.arg(arg).arg(p).output().unwrap();
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(common::stderr(&out)),
+    }
+}
+
+/// The errno of an I/O result that must have failed.
+fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) -> i32 {
+    r.expect_err(&format!("{what} should fail"))
+        .raw_os_error()
+        .unwrap()
+}
+
+/// generic/079 and 545 (issue 41): `chattr +i`/`+a` on a fork, with the
+/// real chattr and lsattr (FS_IOC_SETFLAGS/GETFLAGS through FUSE_IOCTL): an
+/// immutable file takes no write, truncate or removal, an immutable
+/// directory no new or removed name, an append-only file only appends; the
+/// flags survive a commit and a mount of the fork, and show on a read-only
+/// mount of the checkpoint; a user without CAP_LINUX_IMMUTABLE sets only
+/// the other flags, and only on a file of their own. (Opening for writing
+/// is not refused: the kernel sends no open to a fork, so the first write
+/// fails instead; docs/design.md.)
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+#[cfg_attr(
+    all(storefs_root_tests, not(storefs_have_chattr)),
+    ignore = "needs chattr, lsattr and setpriv (e2fsprogs, util-linux)"
+)]
+fn chattr_immutable_and_append_only_hold_on_a_fork_and_after_a_commit() {
+    const EPERM: i32 = libc::EPERM;
+    let env = Env::new();
+    // Users other than root reach it.
+    let m = mount_fork_with(&env, &["-o", "allow_other"]);
+    let d = m.path().to_path_buf();
+    let (log, frozen, dir, mine) = (
+        d.join("log"),
+        d.join("frozen"),
+        d.join("dir"),
+        d.join("mine"),
+    );
+    fs::write(&log, b"one\n").unwrap();
+    fs::write(&frozen, b"ice").unwrap();
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("x"), b"x").unwrap();
+    fs::write(&mine, b"m").unwrap();
+    std::os::unix::fs::chown(&mine, Some(1000), Some(1000)).unwrap();
+    assert_eq!(lsattr(&log).unwrap(), "");
+
+    // Append-only: appends land, nothing else.
+    chattr("+a", &log, None).unwrap();
+    assert_eq!(lsattr(&log).unwrap(), "a");
+    let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+    f.write_all(b"two\n").unwrap();
+    drop(f);
+    let mut f = fs::OpenOptions::new().write(true).open(&log).unwrap();
+    assert_eq!(errno_of(f.write_all(b"X"), "overwrite of +a"), EPERM);
+    drop(f);
+    let trunc = fs::OpenOptions::new().write(true).truncate(true).open(&log);
+    assert_eq!(errno_of(trunc, "O_TRUNC of +a"), EPERM);
+    assert_eq!(errno_of(fs::remove_file(&log), "rm of +a"), EPERM);
+    assert_eq!(errno_of(fs::rename(&log, d.join("l2")), "mv of +a"), EPERM);
+    assert_eq!(fs::read(&log).unwrap(), b"one\ntwo\n");
+
+    // Immutable file and directory.
+    chattr("+i", &frozen, None).unwrap();
+    chattr("+i", &dir, None).unwrap();
+    assert_eq!(lsattr(&frozen).unwrap(), "i");
+    assert_eq!(lsattr(&dir).unwrap(), "i");
+    let mut f = fs::OpenOptions::new().write(true).open(&frozen).unwrap();
+    assert_eq!(errno_of(f.write_all(b"X"), "write to +i"), EPERM);
+    drop(f);
+    let trunc = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&frozen);
+    assert_eq!(errno_of(trunc, "O_TRUNC of +i"), EPERM);
+    let chmod = fs::set_permissions(&frozen, fs::Permissions::from_mode(0o600));
+    assert_eq!(errno_of(chmod, "chmod of +i"), EPERM);
+    assert_eq!(errno_of(fs::remove_file(&frozen), "rm of +i"), EPERM);
+    assert_eq!(
+        errno_of(fs::hard_link(&frozen, d.join("h")), "ln of +i"),
+        EPERM
+    );
+    assert_eq!(
+        errno_of(fs::write(dir.join("new"), b""), "create in +i"),
+        EPERM
+    );
+    assert_eq!(errno_of(fs::remove_file(dir.join("x")), "rm in +i"), EPERM);
+    fs::write(dir.join("x"), b"y").unwrap(); // the file itself is not immutable
+    assert_eq!(fs::read(&frozen).unwrap(), b"ice");
+
+    // Without CAP_LINUX_IMMUTABLE: the owner sets d, not i; others nothing.
+    assert!(chattr("+i", &mine, Some(1000)).is_err(), "+i by its owner");
+    chattr("+d", &mine, Some(1000)).unwrap();
+    assert!(
+        chattr("+d", &log, Some(1000)).is_err(),
+        "+d by another user"
+    );
+    assert!(
+        chattr("-a", &log, Some(1000)).is_err(),
+        "-a by another user"
+    );
+    assert_eq!(lsattr(&mine).unwrap(), "d");
+
+    // Kept by a commit, and by a mount of the fork after it.
+    let head = env.ok(["commit", "f", "-m", "flags"]);
+    let head = head.trim().to_string();
+    m.unmount();
+    let m = env.mount("f", Some(&d));
+    assert_eq!(lsattr(&log).unwrap(), "a");
+    assert_eq!(lsattr(&frozen).unwrap(), "i");
+    assert_eq!(lsattr(&dir).unwrap(), "i");
+    assert_eq!(lsattr(&mine).unwrap(), "d");
+    assert_eq!(
+        errno_of(fs::remove_file(&frozen), "rm of +i after a mount"),
+        EPERM
+    );
+    // Cleared, the file changes again.
+    chattr("-i", &frozen, None).unwrap();
+    fs::write(&frozen, b"water").unwrap();
+    m.unmount();
+
+    // A read-only mount of the checkpoint shows them, and changes none.
+    let ro = env.path("ro");
+    fs::create_dir(&ro).unwrap();
+    let c = env.mount(&head, Some(&ro));
+    assert_eq!(lsattr(&ro.join("log")).unwrap(), "a");
+    assert_eq!(lsattr(&ro.join("frozen")).unwrap(), "i");
+    assert!(
+        chattr("-i", &ro.join("frozen"), None).is_err(),
+        "chattr on a checkpoint"
+    );
+    c.unmount();
+}

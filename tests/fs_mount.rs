@@ -98,6 +98,7 @@ fn entry(name: &[u8], kind: Kind, perm: u32, content: Content) -> Entry {
         link_id: 0,
         rdev: 0,
         xattrs: vec![],
+        flags: 0,
         content,
     }
 }

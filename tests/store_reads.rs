@@ -338,3 +338,49 @@ fn a_symlinked_refs_directory_is_not_listed() {
         );
     }
 }
+
+/// A fork's journal segment swapped for a FIFO (or a symlink to a root-only
+/// file): `forks` (which scans the journal for uncommitted changes),
+/// `forks --delete` and `commit` (which open the fork) each fail at once
+/// with one line naming the segment, never wait on the FIFO and never read
+/// the file the link names.
+#[test]
+fn a_planted_journal_segment_is_not_read() {
+    for what in [Plant::Fifo, Plant::SecretLink] {
+        let env = store_with_snapshot();
+        env.ok(["fork", "s1", "--name", "f"]);
+        // An uncommitted change, so the fork has a journal segment.
+        env.ok(["checkout", "s1", "d", "--into", "f"]);
+        let journal = env.store.join("forks/f/journal");
+        let segments = with_suffix(&journal, ".wal");
+        assert!(!segments.is_empty(), "a new fork has a journal segment");
+        let seg = segments[0].clone();
+        plant(&env, &seg, what);
+        let name = seg.file_name().unwrap().to_str().unwrap().to_string();
+        let said = match what {
+            Plant::Fifo => "is not a regular file (a FIFO)",
+            _ => "is a symlink",
+        };
+        for args in [
+            vec!["forks"],
+            vec!["forks", "--delete", "f"],
+            vec!["commit", "f"],
+        ] {
+            let argv: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+            let ran = run(&env.store, &argv);
+            let out = String::from_utf8_lossy(&ran.stdout);
+            let ctx = format!("{what:?}, storefs {args:?}: {}{out}", ran.stderr);
+            assert_eq!(ran.code, Some(1), "should fail: {ctx}");
+            assert!(
+                !ran.stderr.contains(SECRET) && !out.contains(SECRET),
+                "{ctx}"
+            );
+            let line = ran
+                .stderr
+                .lines()
+                .find(|l| l.contains(&name))
+                .unwrap_or_else(|| panic!("no line names {name}: {ctx}"));
+            assert!(line.contains(said), "the line does not say {said:?}: {ctx}");
+        }
+    }
+}

@@ -140,7 +140,7 @@ fn of_ingest(e: &ingest::Error) -> Option<String> {
     match e {
         E::BadName { .. } | E::BadEntry { .. } => Some(", run `storefs verify`".into()),
         E::GitBlobTooLarge { .. } => {
-            Some("; import a checkout of it with `storefs snapshot` instead".into())
+            Some("; repack it so git keeps large blobs whole (`git -c core.bigFileThreshold=512m repack -a -d -F`), or import a checkout of it with `storefs snapshot`".into())
         }
         E::Store(e) => of_store(e),
         _ => None,

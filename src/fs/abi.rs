@@ -169,6 +169,8 @@ abi! {
     BmapIn(16) { block: u64, blocksize: u32, padding: u32 }
     /// `fuse_ioctl_in`.
     IoctlIn(32) { fh: u64, flags: u32, cmd: u32, arg: u64, in_size: u32, out_size: u32 }
+    /// `fuse_ioctl_out` (a restricted ioctl's out data follows it).
+    IoctlOut(16) { result: u32, flags: u32, in_iovs: u32, out_iovs: u32 }
     /// `fuse_poll_in`.
     PollIn(24) { fh: u64, kh: u64, flags: u32, events: u32 }
     /// `fuse_fallocate_in`.

@@ -474,6 +474,13 @@ impl View for BrowseView {
         }
     }
 
+    fn get_flags(&self, c: &Caller, ino: u64) -> Result<u32> {
+        match self.resolve(ino)? {
+            Resolved::Tree(_, fs, local) => fs.get_flags(c, local),
+            Resolved::Node(_) => Ok(0),
+        }
+    }
+
     fn listxattr(&self, c: &Caller, ino: u64, size: u32) -> Result<XattrReply> {
         match self.resolve(ino)? {
             Resolved::Tree(_, fs, local) => fs.listxattr(c, local, size),

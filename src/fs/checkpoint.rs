@@ -461,6 +461,11 @@ impl View for CheckpointView {
         })
     }
 
+    /// The flags the checkpoint's tree keeps for the entry.
+    fn get_flags(&self, _: &Caller, ino: u64) -> Result<u32> {
+        Ok(self.node(ino)?.entry.flags)
+    }
+
     fn getxattr(&self, _: &Caller, ino: u64, name: &[u8], size: u32) -> Result<XattrReply> {
         view::check_xattr_name(name)?;
         let node = self.node(ino)?;

@@ -138,9 +138,14 @@ pub(super) enum Op<'a> {
         whence: i32,
     },
     /// `unrestricted`: `FUSE_IOCTL_UNRESTRICTED` (fuser answers those
-    /// `ENOSYS` before any adapter sees them).
+    /// `ENOSYS` before any adapter sees them). A restricted one carries its
+    /// argument's bytes in (`in_data`) and how many it takes back
+    /// (`out_size`): the kernel's `fuse_priv_ioctl` (`chattr`, `lsattr`).
     Ioctl {
         unrestricted: bool,
+        cmd: u32,
+        in_data: &'a [u8],
+        out_size: u32,
     },
     /// From the request's node at `offset_in` to `ino_out` at `offset_out`.
     CopyFileRange {
@@ -253,6 +258,8 @@ pub(super) enum Reply {
     Written(u32),
     Offset(i64),
     StatFs(StatFs),
+    /// A restricted ioctl's out data (its result 0).
+    Ioctl(Vec<u8>),
 }
 
 /// The handle and `FOPEN_*` flags an open gives the kernel.
@@ -349,6 +356,72 @@ fn fallocate_mode(mode: i32) -> Result<Fallocate> {
         m if m == libc::FALLOC_FL_ZERO_RANGE | KEEP => Ok(Fallocate::ZeroRange { keep_size: true }),
         _ => Err(Posix::Unsupported("this fallocate mode").into()),
     }
+}
+
+/// `FS_IOC_GETFLAGS`, `FS_IOC_SETFLAGS` (`linux/fs.h`: `_IOR('f', 1,
+/// long)`, `_IOW('f', 2, long)`, though the argument is an `int`), their
+/// 32-bit forms, and `FS_IOC_FSGETXATTR`, `FS_IOC_FSSETXATTR` (`struct
+/// fsxattr`, 28 bytes).
+mod cmd {
+    pub const GETFLAGS: u32 = 0x8008_6601;
+    pub const SETFLAGS: u32 = 0x4008_6602;
+    pub const GETFLAGS32: u32 = 0x8004_6601;
+    pub const SETFLAGS32: u32 = 0x4004_6602;
+    pub const FSGETXATTR: u32 = 0x801c_581f;
+    pub const FSSETXATTR: u32 = 0x401c_5820;
+    /// `sizeof(struct fsxattr)`.
+    pub const FSXATTR: usize = 28;
+}
+
+/// A restricted ioctl: the inode flags the kernel asks for or sets for
+/// `chattr`/`lsattr` (`fuse_fileattr_get`/`_set`), as a 4-byte int or a
+/// `struct fsxattr`; any other command is `ENOTTY`, as before. The bytes
+/// given back are at most `out_size`.
+fn ioctl(
+    view: &dyn View,
+    c: &Caller,
+    ino: u64,
+    cmd: u32,
+    in_data: &[u8],
+    out_size: u32,
+) -> Result<Vec<u8>> {
+    use crate::store::model::flags;
+    let int = |d: &[u8]| -> Result<u32> {
+        let b = d
+            .get(..4)
+            .ok_or(Posix::Invalid("ioctl argument shorter than an int"))?;
+        Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    };
+    let mut out = match cmd {
+        cmd::GETFLAGS | cmd::GETFLAGS32 => view.get_flags(c, ino)?.to_le_bytes().to_vec(),
+        cmd::SETFLAGS | cmd::SETFLAGS32 => {
+            view.set_flags(c, ino, int(in_data)?)?;
+            Vec::new()
+        }
+        cmd::FSGETXATTR => {
+            let mut x = vec![0u8; cmd::FSXATTR];
+            let xflags = flags::to_xflags(view.get_flags(c, ino)?);
+            x[..4].copy_from_slice(&xflags.to_le_bytes());
+            x
+        }
+        cmd::FSSETXATTR => {
+            let x = in_data
+                .get(..cmd::FSXATTR)
+                .ok_or(Posix::Invalid("fsxattr argument too short"))?;
+            // Extent size hints and project ids are not kept: only zero.
+            if x[4..20].iter().any(|&b| b != 0) {
+                return Err(Posix::Unsupported("extent size hints and project ids").into());
+            }
+            let set = flags::from_xflags(int(x)?).ok_or(Posix::Unsupported(
+                "this inode flag (storefs keeps i, a, d and A)",
+            ))?;
+            view.set_flags(c, ino, set)?;
+            Vec::new()
+        }
+        _ => return Err(Posix::NoIoctl.into()),
+    };
+    out.truncate(out_size as usize);
+    Ok(out)
 }
 
 /// An open's answer: a handle, or `ENOSYS` for a stateless open
@@ -459,10 +532,17 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
             // Offsets come from i64 file sizes.
             Ok(Reply::Offset(found.min(i64::MAX as u64) as i64))
         }
-        Op::Ioctl { unrestricted: true } => Err(Errno::ENOSYS),
+        Op::Ioctl {
+            unrestricted: true, ..
+        } => Err(Errno::ENOSYS),
         Op::Ioctl {
             unrestricted: false,
-        } => Err(fail(Posix::NoIoctl.into())),
+            cmd,
+            in_data,
+            out_size,
+        } => ioctl(view, c, ino, cmd, in_data, out_size)
+            .map(Reply::Ioctl)
+            .map_err(fail),
         // The view's copy, at most what the reply's 32-bit count can say. A
         // view that does not copy answers ENOSYS: the kernel then copies
         // through read and write from now on (it stops asking).

@@ -102,6 +102,7 @@ use super::{FsError, Result};
 use crate::journal::ops::{Who, on_behalf_of};
 use crate::journal::{self, Fork, NewNode};
 use crate::store::Kind;
+use crate::store::model::flags as model_flags;
 use crate::store::model::{
     Attr, DirEntry, Fallocate, NAME_MAX, Posix, RenameMode, SetAttr, StatFs, XattrMode, ext4,
 };
@@ -780,6 +781,38 @@ impl View for ForkView {
         self.on_behalf(c, None, || Ok(self.fork.removexattr(ino, name)?))
     }
 
+    fn get_flags(&self, _: &Caller, ino: u64) -> Result<u32> {
+        Ok(self.fork.flags(ino)?)
+    }
+
+    /// As the kernel's `vfs_fileattr_set` (which checks the same before it
+    /// asks: these are for a caller that reaches the daemon another way):
+    /// the owner, or a caller with `CAP_FOWNER`, may change the flags, and
+    /// setting or clearing `i` or `a` takes `CAP_LINUX_IMMUTABLE` too; both
+    /// capabilities read from the caller's `/proc/PID/status`
+    /// ([`Caller::capable`]; uid 0 when it cannot be read).
+    fn set_flags(&self, c: &Caller, ino: u64, flags: u32) -> Result<()> {
+        const CAP_FOWNER: u32 = 3;
+        let old = self.fork.flags(ino)?;
+        let owner = self.fork.getattr(ino)?.uid;
+        let (uid, _) = c.fs_ids();
+        if uid != owner && !c.capable(CAP_FOWNER) {
+            return Err(Posix::Perm.into());
+        }
+        if (old ^ flags) & model_flags::PROTECTED != 0 && !c.has_linux_immutable() {
+            return Err(Posix::Perm.into());
+        }
+        self.on_behalf(c, None, || self.fork.set_flags(ino, flags))?;
+        // The ioctl's reply carries no attributes, and the kernel keeps the
+        // ctime it cached: without this `stat` shows the old one.
+        if let Some(kernel) = self.kernel.get()
+            && let Err(e) = kernel.forget_attributes(ino)
+        {
+            tracing::warn!(ino, error = %e, "cannot have the kernel forget a chattr's ctime");
+        }
+        Ok(())
+    }
+
     // ------------------------------------------------------------ names
 
     /// Regular files, fifos, sockets and device nodes; the fork keeps `rdev`
@@ -1140,6 +1173,69 @@ mod tests {
         );
         let sub = fs.mkdir(USER, dir, b"sub", 0o755).unwrap().attr;
         assert_eq!(sub.perm, 0o2755, "a new directory inherits S_ISGID");
+    }
+
+    /// `FS_IOC_GETFLAGS`/`SETFLAGS` as the kernel sends them for `lsattr`
+    /// and `chattr` (restricted, a 4-byte int), through the dispatcher.
+    fn ioctl(fs: &ForkView, c: &Caller, ino: u64, cmd: u32, arg: &[u8]) -> Result<Vec<u8>, Errno> {
+        let req = crate::fs::dispatch::Request {
+            unique: 1,
+            ino,
+            caller: *c,
+            op: crate::fs::dispatch::Op::Ioctl {
+                unrestricted: false,
+                cmd,
+                in_data: arg,
+                out_size: if arg.is_empty() { 4 } else { 0 },
+            },
+        };
+        match crate::fs::dispatch::dispatch(fs, req)? {
+            Reply::Ioctl(d) => Ok(d),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn chattr_takes_the_owner_and_for_i_and_a_the_capability() {
+        const GET: u32 = 0x8008_6601;
+        const SET: u32 = 0x4008_6602;
+        let (_tmp, fs) = serve();
+        let file = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
+        let to_user = SetAttr {
+            uid: Some(USER.uid),
+            ..SetAttr::default()
+        };
+        fs.setattr(ROOT, file, &to_user).unwrap();
+        let a = fs.lookup(ROOT, ROOT_INO, b"a").unwrap().attr.ino;
+        let flags = |ino| ioctl(&fs, ROOT, ino, GET, &[]).unwrap();
+        assert_eq!(flags(file), 0u32.to_le_bytes());
+        // The owner sets d and A; not i or a (no CAP_LINUX_IMMUTABLE).
+        let set = |c, ino, f: u32| ioctl(&fs, c, ino, SET, &f.to_le_bytes());
+        set(USER, file, 0x40 | 0x80).unwrap();
+        assert_eq!(flags(file), 0xc0u32.to_le_bytes());
+        assert_eq!(set(USER, file, 0x10).unwrap_err(), Errno::EPERM);
+        assert_eq!(set(USER, file, 0xc0 | 0x20).unwrap_err(), Errno::EPERM);
+        // Not the owner: nothing.
+        assert_eq!(set(USER, a, 0x40).unwrap_err(), Errno::EPERM);
+        // Root sets i; then the owner cannot clear it, nor change another flag.
+        set(ROOT, file, 0x10).unwrap();
+        assert_eq!(set(USER, file, 0).unwrap_err(), Errno::EPERM);
+        assert_eq!(flags(file), 0x10u32.to_le_bytes());
+        let w = WriteCtx {
+            offset: 0,
+            flags: libc::O_WRONLY,
+            writeback: false,
+            kill_suidgid: false,
+        };
+        assert_eq!(code(fs.write(ROOT, file, b"x", w)), Errno::EPERM);
+        // Flags storefs does not keep, and other ioctls.
+        assert_eq!(set(ROOT, a, 0x8).unwrap_err(), Errno::EOPNOTSUPP);
+        assert_eq!(ioctl(&fs, ROOT, a, 0x5401, &[]).unwrap_err(), Errno::ENOTTY);
+        // The xflags form: FS_XFLAG_APPEND.
+        let mut x = [0u8; 28];
+        x[..4].copy_from_slice(&0x10u32.to_le_bytes());
+        ioctl(&fs, ROOT, a, 0x401c_5820, &x).unwrap();
+        assert_eq!(flags(a), 0x20u32.to_le_bytes());
     }
 
     #[test]

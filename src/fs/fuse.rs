@@ -134,7 +134,7 @@ answer! {
     ReplyEmpty as r { Reply::Empty => r.ok() }
     ReplyDirectory as r { Reply::Empty => r.ok() }
     ReplyDirectoryPlus as r { Reply::Empty => r.ok() }
-    ReplyIoctl as r {}
+    ReplyIoctl as r { Reply::Ioctl(d) => r.ioctl(0, &d) }
     ReplyStatfs as r {
         Reply::StatFs(s) => r.statfs(
             s.blocks,
@@ -558,13 +558,19 @@ impl Filesystem for FuseAdapter {
         ino: INodeNo,
         _fh: FileHandle,
         flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
         reply: ReplyIoctl,
     ) {
         let unrestricted = flags.contains(IoctlFlags::FUSE_IOCTL_UNRESTRICTED);
-        self.serve(req, ino, Op::Ioctl { unrestricted }, reply);
+        let op = Op::Ioctl {
+            unrestricted,
+            cmd,
+            in_data,
+            out_size,
+        };
+        self.serve(req, ino, op, reply);
     }
 
     fn copy_file_range(

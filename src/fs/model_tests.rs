@@ -182,6 +182,10 @@ impl Served {
                 let ino = self.walk(p)?;
                 v.setxattr(ROOT, ino, XATTRS[x % XATTRS.len()], &value.make(), *mode)?;
             }
+            Op::SetFlags(p, flags) => {
+                let ino = self.walk(p)?;
+                v.set_flags(ROOT, ino, *flags)?;
+            }
             Op::RemoveXattr(p, x) => {
                 let ino = self.walk(p)?;
                 v.removexattr(ROOT, ino, XATTRS[x % XATTRS.len()])?;
@@ -292,6 +296,10 @@ impl Look for Served {
         };
         let names = list.strip_suffix(b"\0").expect("NUL-terminated");
         names.split(|&b| b == 0).map(<[u8]>::to_vec).collect()
+    }
+
+    fn flags(&self, ino: u64) -> u32 {
+        self.view.get_flags(ROOT, ino).unwrap()
     }
 
     /// A size probe, then the value.

@@ -29,6 +29,7 @@ pub fn entry(name: &str, kind: Kind, content: Content) -> Entry {
         link_id: 0,
         rdev: 0,
         xattrs: vec![],
+        flags: 0,
         content,
     }
 }

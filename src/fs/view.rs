@@ -97,6 +97,19 @@ impl Caller {
     /// no uid, [`NO_ID`]).
     pub fn has_fsetid(self) -> bool {
         const CAP_FSETID: u32 = 4;
+        self.capable(CAP_FSETID)
+    }
+
+    /// Whether the caller holds `CAP_LINUX_IMMUTABLE`, which setting or
+    /// clearing the immutable and append-only flags takes (`chattr +i`,
+    /// `+a`), decided as [`Caller::has_fsetid`] decides its capability.
+    pub fn has_linux_immutable(self) -> bool {
+        const CAP_LINUX_IMMUTABLE: u32 = 9;
+        self.capable(CAP_LINUX_IMMUTABLE)
+    }
+
+    /// Whether the caller holds capability `cap` (see [`Caller::has_fsetid`]).
+    pub fn capable(self, cap: u32) -> bool {
         if self.pid != 0
             && let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
             && let Some(caps) = status
@@ -107,7 +120,7 @@ impl Caller {
             let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/user")).ok();
             let theirs = ns(&self.pid.to_string());
             let same_ns = theirs.is_none() || theirs == ns("self");
-            return caps & (1 << CAP_FSETID) != 0 && same_ns;
+            return caps & (1 << cap) != 0 && same_ns;
         }
         self.uid == 0
     }
@@ -346,6 +359,12 @@ pub trait View: Send + Sync {
     /// `access(2)` (the kernel checks the mode bits: `default_permissions`).
     fn access(&self, c: &Caller, ino: u64, mask: i32) -> Result<()>;
 
+    /// The `chattr` flags of `ino` (`FS_IOC_GETFLAGS`, `lsattr`;
+    /// [`crate::store::model::flags`]). The default: no such ioctl.
+    fn get_flags(&self, c: &Caller, ino: u64) -> Result<u32> {
+        Err(Posix::NoIoctl.into())
+    }
+
     /// The last close of a handle [`View::open`] gave.
     fn release(&self, c: &Caller, ino: u64) {}
 
@@ -461,6 +480,11 @@ pub trait View: Send + Sync {
     }
 
     fn removexattr(&self, c: &Caller, ino: u64, name: &[u8]) -> Result<()> {
+        Err(Posix::ReadOnly.into())
+    }
+
+    /// Set the `chattr` flags of `ino` (`FS_IOC_SETFLAGS`).
+    fn set_flags(&self, c: &Caller, ino: u64, flags: u32) -> Result<()> {
         Err(Posix::ReadOnly.into())
     }
 

@@ -20,7 +20,8 @@ pub enum ChangeKind {
     /// Only in the first checkpoint.
     Removed,
     /// In both, differing in the listed aspects, joined by ",": any of
-    /// "type", "content", "target", "mode", "owner", "mtime", "xattrs", "links".
+    /// "type", "content", "target", "mode", "owner", "mtime", "xattrs",
+    /// "flags" (`chattr`), "links".
     Changed(String),
 }
 
@@ -149,6 +150,9 @@ fn differences(a: &Entry, b: &Entry) -> Vec<&'static str> {
     }
     if a.xattrs != b.xattrs {
         what.push("xattrs");
+    }
+    if a.flags != b.flags {
+        what.push("flags");
     }
     if a.kind != Kind::Dir && a.nlink != b.nlink {
         what.push("links");

@@ -36,7 +36,7 @@ use std::sync::mpsc;
 use gix::bstr::ByteSlice;
 use gix::objs::tree::EntryKind;
 
-use super::{Error, Result, escape, join};
+use super::{Error, Result, escape, gitblob, join};
 use crate::store::chunk::{ChunkJob, Counters, Hashers, Pending, hash_chunks, send_chunks};
 use crate::store::progress::{SharedProgress, no_progress};
 use crate::store::{
@@ -47,8 +47,11 @@ use crate::store::{
 /// Blobs whose chunks may still be hashing before the oldest half is waited for.
 const MAX_IN_FLIGHT: usize = 4096;
 
-/// The largest blob `import-git` reads (1 GiB, the store's largest object):
-/// gix reads an object whole, so this bounds what one blob costs in memory.
+/// The largest blob `import-git` reads whole (1 GiB): gix reads an object
+/// whole, so this bounds what one blob costs in memory. Larger blobs git
+/// keeps whole (loose, or a pack's base object, as git packs a blob over
+/// `core.bigFileThreshold`) are streamed ([`super::gitblob`]) whatever
+/// their size; only one git holds as a delta is refused over this.
 pub const MAX_GIT_BLOB: u64 = 1 << 30;
 
 /// Blobs stored in the run whose extents are kept between commits (about
@@ -770,15 +773,21 @@ impl TreeBuilder<'_> {
         Ok(out)
     }
 
-    /// A blob's bytes, whole (gix reads objects whole: a packed one may be
-    /// a delta), so one over [`MAX_GIT_BLOB`] is refused by its header's
-    /// size before anything is read.
-    fn read_blob(&self, id: &gix::ObjectId, path: &[u8]) -> Result<Vec<u8>> {
-        let size = self
+    /// A blob's size, by its header.
+    fn blob_size(&self, id: &gix::ObjectId, path: &[u8]) -> Result<u64> {
+        Ok(self
             .repo
             .find_header(*id)
             .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?
-            .size();
+            .size())
+    }
+
+    /// A blob's bytes, whole (gix reads objects whole: a packed one may be
+    /// a delta), so one over [`MAX_GIT_BLOB`] is refused by its header's
+    /// size before anything is read. Large blobs git keeps whole are
+    /// streamed instead ([`Self::send_blob`]).
+    fn read_blob(&self, id: &gix::ObjectId, path: &[u8]) -> Result<Vec<u8>> {
+        let size = self.blob_size(id, path)?;
         if size > MAX_GIT_BLOB {
             return Err(Error::GitBlobTooLarge {
                 repo: self.repo_path.to_path_buf(),
@@ -792,6 +801,32 @@ impl TreeBuilder<'_> {
             .find_blob(*id)
             .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?;
         Ok(blob.take_data())
+    }
+
+    /// Chunk blob `id` (at `path`) and send its chunks to the hashers. One
+    /// over [`gitblob::STREAM_ABOVE`] that git keeps whole (loose, or a
+    /// pack's base object) is read as a stream and checked against its id
+    /// as it passes; any other is read whole ([`Self::read_blob`]).
+    fn send_blob(&mut self, id: &gix::ObjectId, path: &[u8]) -> Result<Pending> {
+        let size = self.blob_size(id, path)?;
+        let io = |err: std::io::Error| Error::io(Path::new(&escape(path)), err);
+        if size > gitblob::STREAM_ABOVE {
+            let objects = self.repo.common_dir().join("objects");
+            let found = gitblob::open(&objects, id, size)
+                .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?;
+            if let gitblob::Found::Stream(mut r) = found {
+                let pend = send_chunks(&mut r, size, self.hashers, &**self.progress).map_err(io)?;
+                r.finish().map_err(|e| {
+                    self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path)))
+                })?;
+                self.blob_bytes += size;
+                return Ok(pend);
+            }
+        }
+        let data = self.read_blob(id, path)?;
+        self.blob_bytes += data.len() as u64;
+        let len = data.len() as u64;
+        send_chunks(data.as_slice(), len, self.hashers, &**self.progress).map_err(io)
     }
 
     /// Chunk and store every regular file's blob under `tree` that is not
@@ -827,13 +862,7 @@ impl TreeBuilder<'_> {
                         if same || self.blobs.contains_key(&e.id) || !queued.insert(e.id) {
                             continue;
                         }
-                        let data = self.read_blob(&e.id, &p)?;
-                        self.blob_bytes += data.len() as u64;
-                        let len = data.len() as u64;
-                        let io = |err: std::io::Error| Error::io(Path::new(&escape(&p)), err);
-                        let pend =
-                            send_chunks(data.as_slice(), len, self.hashers, &**self.progress)
-                                .map_err(io)?;
+                        let pend = self.send_blob(&e.id, &p)?;
                         pending.push_back((e.id, pend));
                         if pending.len() > MAX_IN_FLIGHT {
                             let oldest = pending.drain(..MAX_IN_FLIGHT / 2).collect();
@@ -1158,6 +1187,7 @@ fn meta(name: Vec<u8>, kind: Kind, perm: u32, time_ns: i64) -> Entry {
         link_id: 0,
         rdev: 0,
         xattrs: Vec::new(),
+        flags: 0,
         content: Content::None,
     }
 }

@@ -12,6 +12,7 @@ pub mod archive;
 pub mod diff;
 pub mod export;
 pub mod git;
+mod gitblob;
 mod lookahead;
 pub mod restore;
 pub mod snapshot;
@@ -112,7 +113,7 @@ pub enum Error {
     Git(String),
     /// A git blob over the size `import-git` holds in memory whole.
     #[error(
-        "{}: '{path}' is a blob of {size} bytes, over the {max_mib} MiB import-git reads (it holds a blob in memory whole); nothing was imported",
+        "{}: '{path}' is a blob of {size} bytes that git holds only as a delta (or in an alternate object directory), over the {max_mib} MiB import-git reads whole; nothing was imported",
         repo.display()
     )]
     GitBlobTooLarge {

@@ -395,6 +395,7 @@ fn entry_from(name: Vec<u8>, kind: Kind, m: &Meta) -> Entry {
             _ => 0,
         },
         xattrs: Vec::new(),
+        flags: 0,
         content: Content::None,
     }
 }
@@ -1464,6 +1465,7 @@ fn moved() -> Entry {
         link_id: 0,
         rdev: 0,
         xattrs: Vec::new(),
+        flags: 0,
         content: Content::None,
     }
 }

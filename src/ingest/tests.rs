@@ -500,6 +500,7 @@ fn entry(name: &[u8], kind: Kind, content: Content, size: u64) -> Entry {
         link_id: 0,
         rdev: 0,
         xattrs: vec![],
+        flags: 0,
         content,
     }
 }

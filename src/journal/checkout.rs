@@ -4,8 +4,8 @@
 //! Per path: whatever the fork has at it is removed (a directory with all
 //! it holds), then the checkpoint's entry is created in its place (a
 //! directory whole), or nothing when the checkpoint has none. Records used:
-//! `Unlink`, `Create`, `Link`, `Share`, `Truncate`, `SetXattr`, `SetAttr`;
-//! nothing new. What is exact and what is not (docs/guide.md, "Undo one
+//! `Unlink`, `Create`, `Link`, `Share`, `Truncate`, `SetXattr`, `SetAttr`,
+//! `SetFlags`. What is exact and what is not (docs/guide.md, "Undo one
 //! path: checkout"):
 //!
 //! - exact: type, permission bits (setuid, setgid, sticky too), owner and
@@ -13,7 +13,7 @@
 //!   holes (a file's data is one `Share` per stored extent, its holes stay
 //!   holes: chunks are shared, not copied), xattrs (ACLs included, byte for
 //!   byte, without the mode sync a setfacl does), symlink targets, device
-//!   numbers; hardlinks among the entries one checkout puts in (entries of
+//!   numbers, `chattr` flags (set last); hardlinks among the entries one checkout puts in (entries of
 //!   one inode in the checkpoint become one inode again);
 //! - not exact: ctime (now, as any change); inode numbers (new ones, even
 //!   for files that did not differ: a process holding an old file keeps
@@ -28,7 +28,11 @@
 //! by one, and a crash part way keeps a prefix of them. The state lock is
 //! held for each path in turn (a mount's other requests wait meanwhile), and
 //! nothing is compared: an entry the fork already has as the checkpoint has
-//! it is put in again. Before changing
+//! it is put in again. An entry the fork has at a path is removed whatever
+//! its `chattr` flags (cleared first: a `SetFlags` record), and so is all it
+//! holds; but a directory above a path that is immutable (or append-only,
+//! for a removal) refuses the change with `EPERM` part way, as it refuses
+//! any process (`chattr -i` it first). Before changing
 //! anything every path is checked, so that a refusal (an unsafe path, the
 //! root, a fork file where the checkpoint has a directory above a path)
 //! leaves the fork as it was.
@@ -335,6 +339,11 @@ impl Put<'_, '_> {
     /// Remove `name` from `dir`, a directory with everything in it.
     fn remove(&mut self, dir: u64, name: &[u8]) -> Result<()> {
         let ino = self.st.lookup(self.ctx, dir, name)?;
+        // What it removes goes whatever its `chattr` flags (a checkout is
+        // the store owner's, not a process's through the mount).
+        if self.st.flags(ino)? != 0 {
+            self.st.set_flags(self.ctx, ino, 0)?;
+        }
         let is_dir = self.st.inode(ino)?.kind == Kind::Dir;
         if is_dir {
             let (_, kids) = self.st.readdir(self.ctx, ino)?;
@@ -375,8 +384,13 @@ impl Put<'_, '_> {
                 }
             }
         }
-        // Last: creating the children moved a directory's mtime.
-        self.set_times(ino, e)
+        // Last: creating the children moved a directory's mtime; then the
+        // `chattr` flags, which would refuse both.
+        self.set_times(ino, e)?;
+        if e.flags != 0 {
+            self.st.set_flags(self.ctx, ino, e.flags)?;
+        }
+        Ok(())
     }
 
     /// A new inode for `e` in `dir`: type, mode, owner, device number or

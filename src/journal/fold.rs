@@ -335,6 +335,7 @@ impl Folder<'_> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            flags: n.flags,
             content: Content::None,
         }
     }

@@ -1009,9 +1009,25 @@ impl Fork {
     /// writeback cache: the kernel owns the file's times and sends them after
     /// the data (a `setattr`), so the file keeps its mtime (and its ctime
     /// becomes it) whichever of the two the daemon serves first.
+    ///
+    /// Of an append-only file, only what lies past its end is written: the
+    /// kernel writes back whole pages, and the bytes of a page before the end
+    /// are the file's own (nothing could change them: `flags.rs`).
     pub fn write_back(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.with_change(ino, |st, ctx| {
-            let t = st.inode(ino)?.mtime;
+            let n = st.inode(ino)?;
+            let t = n.mtime;
+            let (mut offset, mut data) = (offset, data);
+            if n.flags & crate::store::model::flags::APPEND != 0
+                && let super::state::Data::File(f) = &n.data
+            {
+                let size = f.size;
+                let skip = size.saturating_sub(offset).min(data.len() as u64);
+                (offset, data) = (offset + skip, &data[skip as usize..]);
+                if data.is_empty() {
+                    return Ok(offset);
+                }
+            }
             st.write_at_time(ctx, ino, Some(offset), data, t)
         })?;
         self.written(ino, offset, data.len() as u64);
@@ -1058,6 +1074,17 @@ impl Fork {
             }
             self.attr_of(st, ino)
         })
+    }
+
+    /// The `chattr` flags of `ino` (`FS_IOC_GETFLAGS`).
+    pub fn flags(&self, ino: u64) -> Result<u32> {
+        self.with_ino(ino, |st, _| st.flags(ino))
+    }
+
+    /// Set the `chattr` flags of `ino` (`FS_IOC_SETFLAGS`; who may is the
+    /// caller's to check: `CAP_LINUX_IMMUTABLE` for `i` and `a`).
+    pub fn set_flags(&self, ino: u64, flags: u32) -> Result<()> {
+        self.with_change(ino, |st, ctx| st.set_flags(ctx, ino, flags))
     }
 
     /// `fallocate`. Mode 0 and `KeepSize` reserve the range's blocks

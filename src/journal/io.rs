@@ -214,12 +214,19 @@ impl JournalIo for RealIo {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         match crate::sys::create_dir_nofollow(path, 0o755) {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && crate::sys::is_dir_nofollow(path) => {
+                Ok(())
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 let parent = path.parent().ok_or(e)?;
                 self.create_dir_all(parent)?;
                 match crate::sys::create_dir_nofollow(path, 0o755) {
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+                    Err(e)
+                        if e.kind() == ErrorKind::AlreadyExists
+                            && crate::sys::is_dir_nofollow(path) =>
+                    {
+                        Ok(())
+                    }
                     r => r,
                 }
             }
@@ -233,8 +240,13 @@ impl JournalIo for RealIo {
         } else {
             OFlags::RDWR
         };
-        let f = crate::sys::open_nofollow(path, flags, 0o600)?;
-        let hints = crate::sys::open_nofollow(path, OFlags::RDONLY, 0)?;
+        // O_NONBLOCK, then a regular-file check: a FIFO or a device planted
+        // under a segment's name is refused, never read (it would block or
+        // never end). O_NONBLOCK changes nothing for a regular file.
+        let f = crate::sys::open_nofollow(path, flags | OFlags::NONBLOCK, 0o600)
+            .map_err(crate::sys::no_symlink)?;
+        crate::sys::regular_size(&f)?;
+        let hints = crate::sys::open_nofollow(path, OFlags::RDONLY | OFlags::NONBLOCK, 0)?;
         Ok(Arc::new(RealFile(f, hints)))
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {

@@ -8,7 +8,8 @@
 //! operation on a path of at most three components named `a`, `b` or `c`
 //! (create, mkdir, symlink, each by one of three creators with its own ids
 //! and umask; write at an offset, append, truncate, fallocate,
-//! unlink, rmdir, rename, link, chmod, xattr set and remove, each in all its
+//! unlink, rmdir, rename, link, chmod, xattr set and remove, chattr (of the
+//! flags that change no outcome), each in all its
 //! modes; open, write through and release a handle, possibly of an unlinked
 //! file) or one event of the fork (sync, commit, drop and reopen: replay;
 //! crash: drop, lose what was not synced, replay; a crash after each step of
@@ -16,7 +17,8 @@
 //!
 //! The model predicts each operation's outcome, errors included. After every
 //! step the whole fork is compared with the model: names, kinds, permission
-//! bits, owners and groups, link counts, sizes, contents, symlink targets, xattrs, hardlinks
+//! bits, owners and groups, link counts, sizes, contents, symlink targets, xattrs,
+//! flags, hardlinks
 //! (one inode) and what the open handles read. After a commit the new head
 //! checkpoint, read through the store, is compared the same way (hardlinks by
 //! link id). Proptest shrinks a failing sequence; the failures it finds are
@@ -144,6 +146,9 @@ pub(crate) enum Op {
     Chmod(P, u32),
     SetXattr(P, usize, Bytes, XattrMode),
     RemoveXattr(P, usize),
+    /// `chattr`: no-dump and no-atime only (`i` and `a` change outcomes the
+    /// model does not predict; `journal::tests` checks those).
+    SetFlags(P, u32),
     /// Open a file and keep the handle (anything else opens and is let go).
     Open(P),
     /// Write through handle `h % handles`.
@@ -220,6 +225,7 @@ struct Node {
     uid: u32,
     gid: u32,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    flags: u32,
     data: Data,
 }
 
@@ -249,6 +255,9 @@ impl Node {
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:o} {}:{} ", self.perm, self.uid, self.gid)?;
+        if self.flags != 0 {
+            write!(f, "flags {:#x} ", self.flags)?;
+        }
         match &self.data {
             Data::File(d) => write!(
                 f,
@@ -372,6 +381,7 @@ impl Tree {
                 uid: owner.0,
                 gid: owner.1,
                 xattrs: BTreeMap::new(),
+                flags: 0,
                 data,
             },
         );
@@ -479,6 +489,7 @@ fn base_tree() -> Tree {
             uid: me.0,
             gid: me.1,
             xattrs: BTreeMap::new(),
+            flags: 0,
             data: dir(ROOT),
         },
     );
@@ -712,6 +723,10 @@ impl Model {
                 let id = t.walk(&p.comps())?;
                 t.node_mut(id).perm = perm & 0o7777;
             }
+            Op::SetFlags(p, flags) => {
+                let id = t.walk(&p.comps())?;
+                t.node_mut(id).flags = *flags;
+            }
             Op::SetXattr(p, x, v, mode) => {
                 let id = t.walk(&p.comps())?;
                 let name = XATTRS[x % XATTRS.len()];
@@ -884,6 +899,8 @@ impl<S: Surface, const PARK: bool> ReferenceStateMachine for ForkModel<S, PARK> 
                 .prop_map(|(a, b, m)| Op::Rename(a, b, m)),
             2 => (p.clone(), fresh).prop_map(|(a, b)| Op::Link(a, b)),
             1 => (p.clone(), perm()).prop_map(|(p, m)| Op::Chmod(p, m)),
+            1 => (p.clone(), prop_oneof![Just(0u32), Just(0x40), Just(0x80), Just(0xc0)])
+                .prop_map(|(p, f)| Op::SetFlags(p, f)),
             2 => (p.clone(), 0usize..2, bytes(), xmode).prop_map(|(p, x, v, m)| Op::SetXattr(p, x, v, m)),
             1 => (p.clone(), 0usize..2).prop_map(|(p, x)| Op::RemoveXattr(p, x)),
             2 => file.prop_map(Op::Open),
@@ -949,6 +966,8 @@ pub(crate) trait Look {
     fn readlink(&self, ino: u64) -> Vec<u8>;
     fn listxattr(&self, ino: u64) -> Vec<Vec<u8>>;
     fn getxattr(&self, ino: u64, name: &[u8]) -> Vec<u8>;
+    /// The `chattr` flags.
+    fn flags(&self, ino: u64) -> u32;
 }
 
 /// The fork itself.
@@ -1071,6 +1090,10 @@ impl Direct {
                 self.f()
                     .setxattr(ino, XATTRS[x % XATTRS.len()], &v.make(), *mode)?;
             }
+            Op::SetFlags(p, flags) => {
+                let ino = self.walk(p)?;
+                self.f().set_flags(ino, *flags)?;
+            }
             Op::RemoveXattr(p, x) => {
                 let ino = self.walk(p)?;
                 self.f().removexattr(ino, XATTRS[x % XATTRS.len()])?;
@@ -1133,6 +1156,9 @@ impl Look for Direct {
     }
     fn getxattr(&self, ino: u64, name: &[u8]) -> Vec<u8> {
         self.f().getxattr(ino, name).unwrap()
+    }
+    fn flags(&self, ino: u64) -> u32 {
+        self.f().flags(ino).unwrap()
     }
 }
 
@@ -1336,6 +1362,7 @@ fn compare_fork(f: &dyn Look, handles: &[u64], model: &Model) {
             node.perm
         };
         assert_eq!(a.perm, perm, "{at}: perm {:o} want {perm:o}", a.perm);
+        assert_eq!(f.flags(ino), node.flags, "{at}: flags");
         assert_eq!(
             a.nlink,
             nlinks.get(&id).copied().unwrap_or(0),
@@ -1419,6 +1446,7 @@ fn compare_checkpoint(store: &Store, id: &ObjectId, t: &Tree) {
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect();
         assert!(e.xattrs == xattrs, "{ctx}: xattrs");
+        assert_eq!(e.flags, node.flags, "{ctx}: flags");
         let n = nlinks.get(&node_id).copied().unwrap_or(0);
         if node.kind() != Kind::Dir {
             assert_eq!(e.nlink, n, "{ctx}: nlink");

@@ -194,7 +194,7 @@ records! {
     /// `parent`, which it is not an entry of): no link, kept while open,
     /// until a `Link` gives it a name. Format 2026-12-07; an older storefs
     /// refuses a journal holding it.
-    15 Tmpfile {
+    16 Tmpfile {
         parent: u64,
         ino: u64,
         perm: u32,
@@ -206,7 +206,7 @@ records! {
     /// `RENAME_NOREPLACE`): the rename, then a whiteout `ino` (a character
     /// device 0:0, mode 0, owned by `uid`:`gid`) at the old name, as one
     /// step. Format 2026-12-07, as `Tmpfile`.
-    16 RenameWhiteout {
+    17 RenameWhiteout {
         parent: u64,
         name: Vec<u8>,
         new_parent: u64,
@@ -277,6 +277,8 @@ records! {
         name: Vec<u8>,
         time_ns: i64,
     } names [Named::Inode(*ino)];
+    /// `chattr`: the inode flags of `ino` become `flags` (`state/flags.rs`).
+    15 SetFlags { ino: u64, flags: u32, time_ns: i64 } names [Named::Inode(*ino)];
 
     // Bookkeeping: inode numbering (`state/namespace.rs`, `state/replay.rs`).
     /// Base directory `dir` was loaded; its children got inode numbers from
@@ -801,6 +803,11 @@ mod tests {
                 name: b"user.a".to_vec(),
                 time_ns: 18,
             },
+            Record::SetFlags {
+                ino: 9,
+                flags: 0x30,
+                time_ns: 19,
+            },
             Record::Tmpfile {
                 parent: 2,
                 ino: 300,
@@ -854,8 +861,9 @@ mod tests {
             "09090a0103000000000000001000000000000000",
             "0a0906757365722e610176011100000000000000",
             "0b0906757365722e611200000000000000",
-            "0f02ac028003e807071400000000000000",
-            "1002017103017201ad0200001500000000000000",
+            "0f09301300000000000000",
+            "1002ac028003e807071400000000000000",
+            "1102017103017201ad0200001500000000000000",
             "010464",
             "0c63020102016102016203020001070802090a",
             "0e9221e80707707974686f6e33023737",

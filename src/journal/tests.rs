@@ -142,8 +142,14 @@ fn dump_with(f: &Fork, times: bool) -> BTreeMap<String, String> {
             out.insert(
                 p,
                 format!(
-                    "{:?} {:o} {}:{} nlink {} {t} size {} {content} {xattrs:?}",
-                    a.kind, a.perm, a.uid, a.gid, a.nlink, a.size
+                    "{:?} {:o} {}:{} nlink {} {t} size {} {content} {xattrs:?} flags {:x}",
+                    a.kind,
+                    a.perm,
+                    a.uid,
+                    a.gid,
+                    a.nlink,
+                    a.size,
+                    f.flags(e.ino).unwrap()
                 ),
             );
         }
@@ -243,6 +249,11 @@ fn sample_records() -> Vec<Record> {
             ino: 10,
             name: b"user.k".to_vec(),
             time_ns: 14,
+        },
+        Record::SetFlags {
+            ino: 10,
+            flags: 0x30,
+            time_ns: 15,
         },
         Record::Tmpfile {
             parent: 1,
@@ -1073,7 +1084,7 @@ fn random_op(f: &Fork, rng: &mut Rng) {
         Some((di, n.as_bytes().to_vec()))
     };
     let p = pick(rng);
-    match rng.below(13) {
+    match rng.below(14) {
         0 => {
             if let Some((d, n)) = split(p) {
                 let _ = f.mknod(d, &n, Kind::File, 0o644, 0, 0, 0);
@@ -1150,6 +1161,13 @@ fn random_op(f: &Fork, rng: &mut Rng) {
         11 => {
             if let Some((d, n)) = split(p) {
                 let _ = f.symlink(d, &n, b"target", 0, 0);
+            }
+        }
+        12 => {
+            if let Some(i) = lookup(p) {
+                use crate::store::model::flags::{APPEND, IMMUTABLE, NODUMP};
+                let flags = [0, IMMUTABLE, APPEND, NODUMP][rng.below(4) as usize];
+                let _ = f.set_flags(i, flags);
             }
         }
         _ => {
@@ -1573,6 +1591,18 @@ fn only_a_tmpfile_not_yet_named_nor_committed_may_be_linked() {
     // Only files: a tmpfile of a directory is refused.
     let dir = NewNode::new(Kind::Dir, 0o755, 0, 0);
     assert!(f.tmpfile(ROOT_INO, &dir).is_err());
+    // chattr: no tmpfile in an immutable directory, no whiteout rename out
+    // of an append-only one (it would lose the name); EPERM, as ext4.
+    let dir = ino(&f, "dir");
+    f.set_flags(dir, 0x10).unwrap();
+    let node = NewNode::new(Kind::File, 0o600, 0, 0);
+    let perm = |r: Result<()>| matches!(r, Err(Error::Posix(Posix::Immutable | Posix::AppendOnly)));
+    assert!(perm(f.tmpfile(dir, &node).map(|_| ())));
+    f.set_flags(dir, 0x20).unwrap();
+    f.tmpfile(dir, &node).unwrap();
+    let out = f.rename_whiteout(dir, b"a.txt", ROOT_INO, b"out", false, 0, 0);
+    assert!(perm(out));
+    f.set_flags(dir, 0).unwrap();
     // Released before it is named, it is gone.
     let d = tmpfile(&f, ROOT_INO, 0o600);
     f.release(d.ino);
@@ -2585,4 +2615,260 @@ fn a_requester_is_journaled_once_until_it_changes() {
     let append = two - one;
     assert!(three - two > append, "{one} {two} {three}");
     assert!(three - two < append + 40, "{one} {two} {three}");
+}
+
+// ------------------------------------------------------------------ chattr flags
+
+/// Whether `r` failed with `EPERM` (immutable or append-only).
+fn refused<T: std::fmt::Debug>(r: Result<T>, what: &str) {
+    match r {
+        Err(Error::Posix(Posix::Immutable | Posix::AppendOnly)) => {}
+        other => panic!("{what}: {other:?}, not EPERM"),
+    }
+}
+
+#[test]
+fn an_immutable_inode_refuses_every_change_until_the_flag_is_cleared() {
+    use crate::store::model::flags::{APPEND, IMMUTABLE, NODUMP};
+    let env = env();
+    let f = env.fork();
+    let root = ROOT_INO;
+    let hello = ino(&f, "hello.txt");
+    let dir = ino(&f, "dir");
+    f.set_flags(hello, IMMUTABLE).unwrap();
+    f.set_flags(dir, IMMUTABLE).unwrap();
+    assert_eq!(f.flags(hello).unwrap(), IMMUTABLE);
+    let before = dump(&f);
+    refused(f.write(hello, 0, b"x"), "write");
+    refused(f.append(hello, b"x"), "append");
+    let size = SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    };
+    refused(f.setattr(hello, &size), "truncate");
+    for a in [
+        SetAttr {
+            perm: Some(0o600),
+            ..SetAttr::default()
+        },
+        SetAttr {
+            uid: Some(5),
+            ..SetAttr::default()
+        },
+        SetAttr {
+            mtime: Some(Time::Now),
+            ..SetAttr::default()
+        },
+    ] {
+        refused(f.setattr(hello, &a), "setattr");
+    }
+    refused(f.fallocate(hello, 0, 10, Fallocate::Extend), "fallocate");
+    refused(f.fallocate(hello, 0, 1, Fallocate::PunchHole), "punch");
+    refused(
+        f.setxattr(hello, b"user.k", b"v", XattrMode::Any),
+        "setxattr",
+    );
+    refused(f.unlink(root, b"hello.txt"), "unlink");
+    refused(
+        f.rename(root, b"hello.txt", root, b"moved", RenameMode::Replace),
+        "rename",
+    );
+    refused(
+        f.rename(root, b"link1", root, b"hello.txt", RenameMode::Replace),
+        "rename over",
+    );
+    refused(f.link(hello, root, b"second"), "link");
+    let big = ino(&f, "big.bin");
+    refused(f.copy_range(big, 0, hello, 0, 10), "copy_file_range into");
+    // The directory: no new name, none removed, none renamed in or out.
+    refused(f.mkdir(dir, b"new", 0o755, 0, 0), "mkdir in");
+    refused(f.create_open(dir, b"new", 0o644, 0, 0), "create in");
+    refused(f.unlink(dir, b"a.txt"), "unlink in");
+    refused(
+        f.rename(dir, b"a.txt", root, b"out", RenameMode::Replace),
+        "rename out",
+    );
+    refused(
+        f.rename(root, b"sym", dir, b"in", RenameMode::Replace),
+        "rename in",
+    );
+    // Other flags do not change while it stays immutable (as ext4).
+    refused(f.set_flags(hello, IMMUTABLE | NODUMP), "another flag");
+    refused(f.set_flags(hello, IMMUTABLE | APPEND), "append too");
+    assert_eq!(dump(&f), before, "nothing changed");
+    // Its contents change: a file in an immutable directory is not.
+    f.write(ino(&f, "dir/a.txt"), 0, b"b").unwrap();
+    // Cleared, everything works again.
+    f.set_flags(hello, 0).unwrap();
+    f.write(hello, 0, b"J").unwrap();
+    f.unlink(root, b"hello.txt").unwrap();
+    f.set_flags(dir, 0).unwrap();
+    f.mkdir(dir, b"new", 0o755, 0, 0).unwrap();
+}
+
+#[test]
+fn an_append_only_file_takes_appends_and_nothing_else() {
+    use crate::store::model::flags::APPEND;
+    let env = env();
+    let f = env.fork();
+    let root = ROOT_INO;
+    let hello = ino(&f, "hello.txt");
+    f.set_flags(hello, APPEND).unwrap();
+    f.append(hello, b"more\n").unwrap();
+    // A write at its end is an append; before it, not.
+    f.write(hello, 11, b"end").unwrap();
+    refused(f.write(hello, 0, b"x"), "overwrite");
+    assert_eq!(cat(&f, "hello.txt"), b"hello\nmore\nend");
+    // Writeback of the last page (the writeback cache) from its start: only
+    // the bytes past the end are written, the page's others are the file's.
+    f.write_back(hello, 0, b"HELLO\nMORE\nEND++").unwrap();
+    assert_eq!(cat(&f, "hello.txt"), b"hello\nmore\nend++");
+    for a in [
+        SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        },
+        SetAttr {
+            size: Some(100),
+            ..SetAttr::default()
+        },
+        SetAttr {
+            perm: Some(0o600),
+            ..SetAttr::default()
+        },
+        SetAttr {
+            atime: Some(Time::At(5)),
+            mtime: Some(Time::At(5)),
+            ..SetAttr::default()
+        },
+    ] {
+        refused(f.setattr(hello, &a), "setattr");
+    }
+    // Times set to now (touch) are allowed, as on Linux.
+    let now = SetAttr {
+        atime: Some(Time::Now),
+        mtime: Some(Time::Now),
+        ..SetAttr::default()
+    };
+    f.setattr(hello, &now).unwrap();
+    // fallocate: the plain modes only (vfs_fallocate).
+    f.fallocate(hello, 0, 4096, Fallocate::KeepSize).unwrap();
+    f.fallocate(hello, 0, 8192, Fallocate::Extend).unwrap();
+    refused(f.fallocate(hello, 0, 1, Fallocate::PunchHole), "punch");
+    let zero = Fallocate::ZeroRange { keep_size: true };
+    refused(f.fallocate(hello, 0, 1, zero), "zero range");
+    refused(
+        f.setxattr(hello, b"user.k", b"v", XattrMode::Any),
+        "setxattr",
+    );
+    refused(f.unlink(root, b"hello.txt"), "unlink");
+    refused(
+        f.rename(root, b"hello.txt", root, b"m", RenameMode::Replace),
+        "rename",
+    );
+    refused(f.link(hello, root, b"second"), "link");
+    // An append-only directory takes new names but loses none.
+    let dir = ino(&f, "dir");
+    f.set_flags(dir, APPEND).unwrap();
+    f.mkdir(dir, b"new", 0o755, 0, 0).unwrap();
+    f.rename(root, b"sym", dir, b"sym", RenameMode::Replace)
+        .unwrap();
+    refused(f.unlink(dir, b"a.txt"), "unlink in");
+    refused(
+        f.rename(dir, b"a.txt", root, b"out", RenameMode::Replace),
+        "rename out",
+    );
+    refused(
+        f.rename(root, b"link1", dir, b"a.txt", RenameMode::Replace),
+        "rename over",
+    );
+}
+
+#[test]
+fn flags_are_kept_by_commit_replay_and_checkout_and_unknown_ones_refused() {
+    use crate::store::model::flags::{APPEND, IMMUTABLE, NOATIME, NODUMP};
+    let env = env();
+    let f = env.fork();
+    let (hello, dir) = (ino(&f, "hello.txt"), ino(&f, "dir"));
+    match f.set_flags(hello, 0x8) {
+        Err(Error::Posix(Posix::Unsupported(_))) => {}
+        other => panic!("FS_SYNC_FL: {other:?}"),
+    }
+    f.set_flags(hello, APPEND | NODUMP | NOATIME).unwrap();
+    f.set_flags(dir, IMMUTABLE).unwrap();
+    // Replayed after a crash.
+    f.sync().unwrap();
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert_eq!(
+        f.flags(ino(&f, "hello.txt")).unwrap(),
+        APPEND | NODUMP | NOATIME
+    );
+    assert_eq!(f.flags(ino(&f, "dir")).unwrap(), IMMUTABLE);
+    // Committed: in the checkpoint's tree, and in the fork reopened on it.
+    let head = f.commit("flags").unwrap();
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(f.flags(ino(&f, "dir")).unwrap(), IMMUTABLE);
+    refused(f.unlink(ino(&f, "dir"), b"a.txt"), "after reopening");
+    let cp = env.store.read_checkpoint(&head).unwrap();
+    let tree = |id: &ObjectId| env.store.get_tree(id, "test").unwrap();
+    let top = tree(&tree(&cp.root).entries[0].tree_id().unwrap());
+    assert_eq!(
+        top.get(b"hello.txt").unwrap().flags,
+        APPEND | NODUMP | NOATIME
+    );
+    let d = top.get(b"dir").unwrap();
+    assert_eq!(d.flags, IMMUTABLE);
+    assert_eq!(tree(&d.tree_id().unwrap()).get(b"a.txt").unwrap().flags, 0);
+    // Checkout puts them back where they were cleared.
+    f.set_flags(ino(&f, "hello.txt"), 0).unwrap();
+    f.unlink(ROOT_INO, b"hello.txt").unwrap();
+    f.checkout(&head, &[b"hello.txt".to_vec()]).unwrap();
+    assert_eq!(
+        f.flags(ino(&f, "hello.txt")).unwrap(),
+        APPEND | NODUMP | NOATIME
+    );
+    // It replaces an entry whatever its flags, but not inside an immutable
+    // directory (as for any process).
+    f.set_flags(ino(&f, "big.bin"), IMMUTABLE).unwrap();
+    f.checkout(&env.base, &[b"big.bin".to_vec()]).unwrap();
+    assert_eq!(f.flags(ino(&f, "big.bin")).unwrap(), 0);
+    refused(
+        f.checkout(&env.base, &[b"dir/a.txt".to_vec()]),
+        "checkout in +i",
+    );
+}
+
+#[test]
+fn a_merge_keeps_each_sides_flags_and_both_where_both_changed_them() {
+    use crate::store::merge::{Options, merge_trees};
+    use crate::store::model::flags::{APPEND, IMMUTABLE, NODUMP};
+    let env = env();
+    env.create("a");
+    env.create("b");
+    let (fa, fb) = (env.open("a"), env.open("b"));
+    fa.set_flags(ino(&fa, "hello.txt"), IMMUTABLE).unwrap();
+    fa.set_flags(ino(&fa, "link1"), NODUMP).unwrap();
+    fb.set_flags(ino(&fb, "hello.txt"), APPEND).unwrap();
+    fb.set_flags(ino(&fb, "sym"), NODUMP).unwrap();
+    let (ca, cb) = (fa.commit("a").unwrap(), fb.commit("b").unwrap());
+    let read = |id: &ObjectId| env.store.read_checkpoint(id).unwrap();
+    let out = merge_trees(
+        &env.store,
+        &read(&env.base),
+        &read(&ca),
+        &read(&cb),
+        &Options::default(),
+    )
+    .unwrap();
+    assert!(out.conflicts.is_empty(), "{:?}", out.conflicts);
+    let tree = |id: &ObjectId| env.store.get_tree(id, "test").unwrap();
+    let top = tree(&out.root.tree_id().unwrap());
+    let flags = |name: &[u8]| top.get(name).unwrap().flags;
+    assert_eq!(flags(b"hello.txt"), IMMUTABLE | APPEND);
+    assert_eq!(flags(b"link1"), NODUMP);
+    assert_eq!(flags(b"sym"), NODUMP);
+    assert_eq!(flags(b"big.bin"), 0);
 }

@@ -611,14 +611,13 @@ pub fn any_record(
     mut wanted: impl FnMut(&Record) -> bool,
 ) -> io::Result<bool> {
     use std::os::unix::fs::FileExt;
-    let names = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
+    let names = match crate::sys::list_dir_nofollow(dir) {
+        Ok(names) => names,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e),
     };
     let mut seqs = Vec::new();
-    for ent in names {
-        let name = ent?.file_name();
+    for (name, _) in names {
         if let Some(seq) = name.to_str().and_then(parse_segment_name)
             && seq >= from
         {
@@ -627,12 +626,18 @@ pub fn any_record(
     }
     seqs.sort_unstable();
     for seq in seqs {
-        let file = match std::fs::File::open(dir.join(segment_name(seq))) {
+        // No symlink followed, nothing but a regular file read (a FIFO
+        // planted under a segment's name would block the scan).
+        let (file, len) = match crate::sys::open_regular_nofollow(&dir.join(segment_name(seq))) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", segment_name(seq)),
+                ));
+            }
         };
-        let len = file.metadata()?.len();
         let mut h = [0u8; SEGMENT_HEADER as usize];
         if len < SEGMENT_HEADER
             || file.read_exact_at(&mut h, 0).is_err()

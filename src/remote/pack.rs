@@ -536,7 +536,7 @@ pub async fn refresh(
         let name = name.to_str().unwrap_or("");
         let stale_temp = || {
             name.ends_with(".tmp")
-                && std::fs::symlink_metadata(&path)
+                && crate::sys::metadata_nofollow(&path)
                     .and_then(|m| m.modified())
                     .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 3600))
         };
@@ -588,7 +588,7 @@ async fn fetch_idx(
     let name = p.cache_name();
     let cache_key = name.strip_suffix(".idx").expect("a cache name").to_string();
     let cached = dir.join(&name);
-    if std::fs::metadata(&cached).is_ok() {
+    if crate::sys::exists_nofollow(&cached) {
         return Ok((cache_key, cached));
     }
     let key = idx_key(&p.stem);

@@ -80,7 +80,7 @@ fn open_lock(path: &Path) -> Result<File> {
 fn check_no_symlinks(root: &Path) -> Result<()> {
     for rel in ["objects", "objects/packs", "checkpoints"] {
         let p = root.join(rel);
-        if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.is_dir()) {
+        if crate::sys::metadata_nofollow(&p).is_ok_and(|m| !m.is_dir()) {
             return Err(Error::Invalid(format!(
                 "{} is not a directory (a symlink?); gc deletes only inside its own store: make it a directory of this store again",
                 p.display()

@@ -69,7 +69,7 @@ impl Store {
     /// Make the names of the records written by [`Store::set_git_record`] durable.
     pub fn sync_git_index(&self) -> Result<()> {
         let dir = self.git_dir();
-        if dir.exists() {
+        if crate::sys::exists_nofollow(&dir) {
             super::fsync_dir(&dir).at(&dir)?;
         }
         Ok(())

@@ -15,7 +15,8 @@
 //!   base's bytes, the base, then ours' appended bytes, then theirs'; else
 //!   when all three are text, the line merge of [`text`]; else a conflict;
 //! - metadata changed on both sides: mode, owner and xattrs each merged
-//!   three-way (different changes of one are a conflict), mtime the later;
+//!   three-way (different changes of one are a conflict), mtime the later,
+//!   `chattr` flags three-way, both sides' together when both changed them;
 //! - conflicts: both edited the same lines, edit against delete, a change
 //!   of type (file against directory, ...), different symlink targets,
 //!   different modes, owners, xattrs or device numbers, binary files.
@@ -247,6 +248,7 @@ fn same(x: Option<&Entry>, y: Option<&Entry>) -> bool {
                 && x.nlink == y.nlink
                 && x.rdev == y.rdev
                 && x.xattrs == y.xattrs
+                && x.flags == y.flags
                 && x.content == y.content
         }
         _ => false,
@@ -460,6 +462,9 @@ impl Merger<'_> {
                 }
             }
         }
+        // `chattr` flags: changed differently on both sides, both sides'
+        // flags are kept (neither side's protection is lost).
+        out.flags = pick(base.map(|e| e.flags), ea.flags, eb.flags).unwrap_or(ea.flags | eb.flags);
         out.mtime_ns = pick(base.map(|e| e.mtime_ns), ea.mtime_ns, eb.mtime_ns)
             .unwrap_or(ea.mtime_ns.max(eb.mtime_ns));
         out.ctime_ns = ea.ctime_ns.max(eb.ctime_ns);

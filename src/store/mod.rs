@@ -639,7 +639,7 @@ impl Store {
 
     fn write_checkpoint_record(&self, id: &ObjectId, bytes: &[u8]) -> Result<()> {
         let path = self.checkpoint_path(id);
-        if !path.exists() {
+        if !crate::sys::exists_nofollow(&path) {
             write_store_file(&path, bytes, 0o444, true).at(&path)?;
         }
         Ok(())
@@ -714,7 +714,7 @@ impl Store {
 
     /// Whether checkpoint `id` is partial ([`Store::mark_partial`]).
     pub fn is_partial(&self, id: &ObjectId) -> bool {
-        self.partial_path(id).exists()
+        crate::sys::exists_nofollow(&self.partial_path(id))
     }
 
     /// Checkpoint `id` is complete now (every object it reaches is local and
@@ -730,14 +730,14 @@ impl Store {
 
     /// Whether the store holds checkpoint `id`'s record (not checked).
     pub fn has_checkpoint(&self, id: &ObjectId) -> bool {
-        self.checkpoint_path(id).exists()
+        crate::sys::exists_nofollow(&self.checkpoint_path(id))
     }
 
     /// The file metadata of checkpoint `id`'s record (its size and time), or
     /// `None` when the store does not hold it.
     pub fn checkpoint_record_metadata(&self, id: &ObjectId) -> Result<Option<fs::Metadata>> {
         let path = self.checkpoint_path(id);
-        match fs::symlink_metadata(&path) {
+        match crate::sys::metadata_nofollow(&path) {
             Ok(meta) => Ok(Some(meta)),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).at(&path),
@@ -1076,7 +1076,7 @@ pub fn remove_own_temps(root: &Path) -> (usize, u64) {
                 continue;
             }
             let path = dir.join(&name);
-            let size = fs::symlink_metadata(&path).map_or(0, |m| m.len());
+            let size = crate::sys::metadata_nofollow(&path).map_or(0, |m| m.len());
             if crate::sys::remove_nofollow(&path).is_ok() {
                 removed.0 += 1;
                 removed.1 += size;

@@ -237,7 +237,7 @@ const WRITE_BUFFER: usize = 1 << 20;
 impl PackWriter {
     /// A new, empty pack in `dir` (created if missing).
     pub fn create(dir: &Path) -> io::Result<PackWriter> {
-        if !dir.is_dir() {
+        if !crate::sys::is_dir_nofollow(dir) {
             fs::create_dir_all(dir)?;
             if let Some(parent) = dir.parent() {
                 fsync_dir(parent)?;

@@ -22,6 +22,7 @@ fn file_entry(name: &[u8], id: ObjectId, len: u64) -> Entry {
         link_id: 0,
         rdev: 0,
         xattrs: vec![],
+        flags: 0,
         content: Content::Extents(vec![Extent { len, id: Some(id) }]),
     }
 }

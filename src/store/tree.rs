@@ -11,6 +11,11 @@ use super::id::ObjectId;
 /// Magic and version at the start of every tree object.
 pub const TREE_MAGIC: &[u8; 4] = b"SFT1";
 
+/// Set in an entry's kind byte when a varint of inode flags follows it
+/// ([`Entry::flags`]); an entry without flags is encoded as before flags
+/// existed, so trees written earlier decode, and hash, the same.
+const KIND_HAS_FLAGS: u8 = 0x80;
+
 /// What kind of file an entry is. Sockets and devices are kept as metadata only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -122,6 +127,9 @@ pub struct Entry {
     pub rdev: u64,
     /// Extended attributes, sorted by name.
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Inode flags as `chattr` sets them (`FS_IOC_SETFLAGS`: only those of
+    /// [`model::flags::KEPT`](super::model::flags::KEPT)); 0 for almost every entry.
+    pub flags: u32,
     pub content: Content,
 }
 
@@ -185,7 +193,12 @@ impl Tree {
         put_var(&mut out, self.entries.len() as u64);
         for e in &self.entries {
             put_bytes(&mut out, &e.name);
-            out.push(e.kind as u8);
+            if e.flags == 0 {
+                out.push(e.kind as u8);
+            } else {
+                out.push(e.kind as u8 | KIND_HAS_FLAGS);
+                put_var(&mut out, e.flags as u64);
+            }
             put_var(&mut out, e.perm as u64);
             put_var(&mut out, e.uid as u64);
             put_var(&mut out, e.gid as u64);
@@ -243,7 +256,15 @@ impl Tree {
         let mut entries = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let name = r.bytes()?.to_vec();
-            let kind = r.kind()?;
+            let byte = r.u8()?;
+            let kind = Kind::from_u8(byte & !KIND_HAS_FLAGS).ok_or(DecodeError("unknown kind"))?;
+            let flags = match byte & KIND_HAS_FLAGS {
+                0 => 0,
+                _ => match r.var32()? {
+                    0 => return Err(DecodeError("flags marked present but zero")),
+                    f => f,
+                },
+            };
             let perm = r.var32()?;
             let uid = r.var32()?;
             let gid = r.var32()?;
@@ -296,6 +317,7 @@ impl Tree {
                 link_id,
                 rdev,
                 xattrs,
+                flags,
                 content,
             });
         }
@@ -345,6 +367,7 @@ mod tests {
             link_id: 7,
             rdev: 0x0801,
             xattrs: vec![(b"user.k".to_vec(), vec![0, 255, 1])],
+            flags: 0,
             content,
         }
     }
@@ -379,6 +402,33 @@ mod tests {
         assert_eq!(Tree::decode(&enc).unwrap(), t);
         assert!(t.get(b"\xffnot-utf8").is_some());
         assert!(t.get(b"zz").is_none());
+    }
+
+    #[test]
+    fn flags_ride_on_the_kind_byte_and_an_entry_without_is_encoded_as_before() {
+        let id = ObjectId::of(b"x");
+        let plain = Tree {
+            entries: vec![entry(b"d", Kind::Dir, Content::Tree(id))],
+        };
+        let before = plain.encode();
+        // name "d", then the kind byte alone: what a tree without flags
+        // always had (its bytes, and so its id, unchanged).
+        assert_eq!(&before[4..8], &[1, 1, b'd', Kind::Dir as u8]);
+        let mut flagged = plain.clone();
+        flagged.entries[0].flags = 0x30;
+        let enc = flagged.encode();
+        assert_eq!(&enc[4..9], &[1, 1, b'd', Kind::Dir as u8 | 0x80, 0x30]);
+        assert_eq!(enc.len(), before.len() + 1);
+        assert_eq!(Tree::decode(&enc).unwrap(), flagged);
+        assert_eq!(Tree::decode(&before).unwrap(), plain);
+        // Flags marked present but zero: not the one encoding, refused.
+        let mut zero = enc.clone();
+        zero[8] = 0;
+        assert!(Tree::decode(&zero).is_err());
+        // An unknown kind with the flag bit is still an unknown kind.
+        let mut bad = enc.clone();
+        bad[7] = 0x80 | 9;
+        assert!(Tree::decode(&bad).is_err());
     }
 
     #[test]

@@ -303,7 +303,7 @@ impl Store {
             Err(Error::Missing { .. }) => {
                 let q = self.root().join("quarantine").join(id.to_hex());
                 Err(Bad::Missing {
-                    quarantined: q.exists().then_some(q),
+                    quarantined: crate::sys::exists_nofollow(&q).then_some(q),
                 })
             }
             Err(Error::Corrupt { detail, .. }) => {

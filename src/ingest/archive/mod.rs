@@ -599,6 +599,7 @@ fn meta_of(e: &TarEntry, kind: Kind) -> Result<Entry> {
         link_id: 0,
         rdev,
         xattrs,
+        flags: 0,
         content: Content::None,
     })
 }

@@ -84,6 +84,7 @@ impl Node {
                 link_id: 0,
                 rdev: 0,
                 xattrs: Vec::new(),
+                flags: 0,
                 content: Content::None,
             },
             children: BTreeMap::new(),

@@ -23,6 +23,7 @@ impl ForkState {
     // ------------------------------------------------------------ live ops
 
     pub fn setattr(&mut self, ctx: &Ctx<'_>, ino: u64, a: &SetAttr) -> Result<()> {
+        self.guard_setattr(ino, a)?;
         let t = now_ns();
         if let Some(size) = a.size {
             self.log(

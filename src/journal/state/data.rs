@@ -84,6 +84,7 @@ impl ForkState {
     ) -> Result<u64> {
         let f = self.inode(ino)?.file()?;
         let offset = offset.unwrap_or(f.size);
+        self.guard_write(ino, offset)?;
         if offset
             .checked_add(data.len() as u64)
             .is_none_or(|e| e > MAX_FILE_SIZE)
@@ -234,6 +235,7 @@ impl ForkState {
             return Err(Posix::Invalid("fallocate of 0 bytes").into());
         }
         let size = self.inode(ino)?.file()?.size;
+        self.guard_fallocate(ino, mode)?;
         let end = offset.checked_add(len).ok_or(Posix::FileTooLarge)?;
         let t = now_ns();
         match mode {

@@ -69,6 +69,8 @@ pub struct Inode {
     pub ctime: i64,
     pub nlink: u32,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// `chattr` flags ([`crate::store::model::flags`]; `flags.rs`).
+    pub flags: u32,
     pub data: Data,
     /// Directories: the directory holding them (the root: itself).
     pub parent: u64,
@@ -122,6 +124,7 @@ impl Inode {
             ctime: t,
             nlink: 1,
             xattrs: BTreeMap::new(),
+            flags: 0,
             data,
             parent: 0,
             open: 0,
@@ -156,6 +159,7 @@ impl Inode {
             ctime: e.ctime_ns,
             nlink: e.nlink.max(1),
             xattrs: e.xattrs.iter().cloned().collect(),
+            flags: e.flags,
             data,
             parent,
             open: 0,
@@ -185,6 +189,7 @@ impl Inode {
             ctime: self.ctime,
             nlink: self.nlink,
             xattrs: self.xattrs.clone(),
+            flags: self.flags,
             data: Data::Special,
             parent: self.parent,
             open: self.open,

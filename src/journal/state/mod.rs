@@ -15,6 +15,8 @@
 //!   `Unlink`, `Rename` and the operations that log them.
 //! - `data.rs`: `Write`, `Truncate`, `PunchHole`; write, fallocate, reads.
 //! - `attrs.rs`: `SetAttr`, `SetXattr`, `RemoveXattr`; setattr, ACLs.
+//! - `flags.rs`: `SetFlags` (`chattr`), and what immutable and append-only
+//!   inodes refuse ([`ForkState::log`] asks it of every live record).
 //! - `replay.rs`: replay and the `InodeMap` a commit writes.
 //! - `park.rs`: bounding the table: unchanged directories put away and
 //!   brought back with the same numbers.
@@ -48,6 +50,7 @@
 mod attrs;
 mod data;
 mod extents;
+mod flags;
 mod inode;
 mod namespace;
 mod park;
@@ -244,6 +247,7 @@ impl ForkState {
     /// A live operation's change: check `rec`, append it to the journal, apply it.
     fn log(&mut self, ctx: &Ctx<'_>, rec: Record) -> Result<()> {
         if !matches!(rec, Record::LoadDir { .. }) {
+            self.guard(&rec)?;
             self.claim(ctx)?;
         }
         let log = Log::Append {
@@ -384,6 +388,11 @@ impl ForkState {
             Record::RemoveXattr { ino, name, time_ns } => {
                 self.record_remove_xattr(*ino, name, *time_ns, log)?
             }
+            Record::SetFlags {
+                ino,
+                flags,
+                time_ns,
+            } => self.record_set_flags(*ino, *flags, *time_ns, log)?,
             Record::InodeMap(_) | Record::Who(_) => {
                 unreachable!("an inode map or a requester is taken by apply()")
             }

@@ -222,6 +222,9 @@ impl ForkState {
             Record::RemoveXattr { ino, time_ns, .. } => {
                 ("removexattr", *ino, self.path(*ino), None, *time_ns)
             }
+            Record::SetFlags { ino, time_ns, .. } => {
+                ("chattr", *ino, self.path(*ino), None, *time_ns)
+            }
             Record::LoadDir { .. } | Record::InodeMap(_) | Record::Who(_) => return Note::None,
         };
         Note::New(self.op(op, ino, path, new_path, t), Vec::new())

@@ -28,6 +28,52 @@ pub const NAME_MAX: usize = 255;
 /// The largest xattr value (as Linux's XATTR_SIZE_MAX).
 pub const XATTR_SIZE_MAX: usize = 64 * 1024;
 
+/// Inode flags as `chattr` and `lsattr` speak them (`FS_IOC_GETFLAGS`,
+/// `FS_IOC_SETFLAGS`; `linux/fs.h`'s `FS_*_FL`), and their `FS_XFLAG_*`
+/// forms (`FS_IOC_FSGETXATTR`, `FS_IOC_FSSETXATTR`).
+pub mod flags {
+    /// `FS_IMMUTABLE_FL` (`chattr +i`): no change to the inode at all.
+    pub const IMMUTABLE: u32 = 0x10;
+    /// `FS_APPEND_FL` (`chattr +a`): data only appended, nothing else changed.
+    pub const APPEND: u32 = 0x20;
+    /// `FS_NODUMP_FL` (`chattr +d`): kept, means nothing to storefs.
+    pub const NODUMP: u32 = 0x40;
+    /// `FS_NOATIME_FL` (`chattr +A`): kept; storefs never updates atime anyway.
+    pub const NOATIME: u32 = 0x80;
+    /// The flags a fork keeps; setting any other is `EOPNOTSUPP`, as ext4
+    /// refuses the flags it does not know.
+    pub const KEPT: u32 = IMMUTABLE | APPEND | NODUMP | NOATIME;
+    /// Both flags that need `CAP_LINUX_IMMUTABLE` to set or clear.
+    pub const PROTECTED: u32 = IMMUTABLE | APPEND;
+
+    /// `FS_XFLAG_IMMUTABLE`, `_APPEND`, `_NODUMP`, `_NOATIME`.
+    const X: [(u32, u32); 4] = [
+        (IMMUTABLE, 0x8),
+        (APPEND, 0x10),
+        (NODUMP, 0x80),
+        (NOATIME, 0x40),
+    ];
+
+    /// The `FS_XFLAG_*` form of `flags` (only [`KEPT`] ones).
+    pub fn to_xflags(flags: u32) -> u32 {
+        X.iter()
+            .filter(|(f, _)| flags & f != 0)
+            .map(|(_, x)| x)
+            .sum()
+    }
+
+    /// The `FS_*_FL` form of `xflags`; `None` when it holds one we do not keep.
+    pub fn from_xflags(xflags: u32) -> Option<u32> {
+        let known: u32 = X.iter().map(|(_, x)| x).sum();
+        (xflags & !known == 0).then(|| {
+            X.iter()
+                .filter(|(_, x)| xflags & x != 0)
+                .map(|(f, _)| f)
+                .sum()
+        })
+    }
+}
+
 /// What `stat` shows of an inode, on every mount: a checkpoint's, the
 /// browse mount's and a fork's.
 #[derive(Clone, Debug, PartialEq, Eq)]

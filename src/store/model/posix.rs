@@ -62,6 +62,13 @@ pub enum Posix {
     /// ENOTTY: an `ioctl` (none is implemented; each `isatty()` asks `TCGETS`).
     #[error("inappropriate ioctl for a storefs file")]
     NoIoctl,
+    /// EPERM: a change to an inode flagged immutable (`chattr +i`).
+    #[error("operation not permitted: the file is immutable (`chattr -i` it first, as root)")]
+    Immutable,
+    /// EPERM: a change other than an append to an inode flagged append-only
+    /// (`chattr +a`), or a removal of a name from such a directory.
+    #[error("operation not permitted: the file is append-only (`chattr -a` it first, as root)")]
+    AppendOnly,
     /// EOPNOTSUPP: a mode of an operation that is not implemented.
     #[error("not supported: {0}")]
     Unsupported(&'static str),
@@ -78,7 +85,7 @@ impl Posix {
             Posix::NotDir => libc::ENOTDIR,
             Posix::IsDir => libc::EISDIR,
             Posix::Invalid(_) | Posix::NotSymlink => libc::EINVAL,
-            Posix::Perm => libc::EPERM,
+            Posix::Perm | Posix::Immutable | Posix::AppendOnly => libc::EPERM,
             Posix::NameTooLong => libc::ENAMETOOLONG,
             Posix::NoXattr => libc::ENODATA,
             Posix::TooBig => libc::E2BIG,
@@ -109,6 +116,8 @@ mod tests {
             (Posix::IsDir, libc::EISDIR),
             (Posix::Invalid("x"), libc::EINVAL),
             (Posix::Perm, libc::EPERM),
+            (Posix::Immutable, libc::EPERM),
+            (Posix::AppendOnly, libc::EPERM),
             (Posix::NameTooLong, libc::ENAMETOOLONG),
             (Posix::NoXattr, libc::ENODATA),
             (Posix::XattrExists, libc::EEXIST),

@@ -85,7 +85,7 @@ impl LocalBackend {
         for (i, id) in ids.iter().enumerate() {
             let path = self.path_of(id);
             let gone = if dry_run {
-                fs::symlink_metadata(&path).map(|_| ())
+                crate::sys::metadata_nofollow(&path).map(|_| ())
             } else {
                 crate::sys::remove_nofollow(&path)
             };
@@ -257,7 +257,7 @@ impl ObjectMaintenance for LocalBackend {
     }
 
     fn stat(&self, id: &ObjectId) -> io::Result<Option<(u64, SystemTime)>> {
-        match fs::symlink_metadata(self.path_of(id)) {
+        match crate::sys::metadata_nofollow(&self.path_of(id)) {
             Ok(m) => Ok(Some((m.len(), m.modified()?))),
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 let Some(loc) = self.lookup_pack(id, true)? else {
@@ -265,7 +265,8 @@ impl ObjectMaintenance for LocalBackend {
                 };
                 let mtime = match loc.mtime {
                     Some(t) => t,
-                    None => match fs::metadata(self.pack_path(&loc.pack, "pack")) {
+                    None => match crate::sys::metadata_nofollow(&self.pack_path(&loc.pack, "pack"))
+                    {
                         Ok(m) => m.modified()?,
                         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
                         Err(e) => return Err(e),
@@ -334,7 +335,7 @@ impl ObjectMaintenance for LocalBackend {
     ) -> io::Result<Vec<(PathBuf, u64)>> {
         let mut out = Vec::new();
         let mut stale = |path: PathBuf, writer_gone: bool| -> io::Result<()> {
-            let m = match fs::symlink_metadata(&path) {
+            let m = match crate::sys::metadata_nofollow(&path) {
                 Ok(m) => m,
                 Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
                 Err(e) => return Err(e),
@@ -365,7 +366,7 @@ impl ObjectMaintenance for LocalBackend {
                 let orphan = packs
                     && name
                         .strip_suffix(".pack")
-                        .is_some_and(|n| !self.pack_path(n, "idx").exists());
+                        .is_some_and(|n| !crate::sys::exists_nofollow(&self.pack_path(n, "idx")));
                 if (temp && (packs || name.starts_with(".obj."))) || orphan {
                     // A temp file whose writer is gone is garbage whatever its age.
                     let gone = temp && crate::store::atomic::temp_writer_gone(name);

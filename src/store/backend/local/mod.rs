@@ -4,7 +4,7 @@
 //! [`write`] and [`gc`] implement the three traits of [`super`].
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, ErrorKind};
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -169,7 +169,7 @@ impl MidxView {
             GONE => Ok(false),
             _ => {
                 let idx = self.packs_dir.join(format!("{}.idx", self.midx.names[i]));
-                let there = match fs::symlink_metadata(&idx) {
+                let there = match crate::sys::metadata_nofollow(&idx) {
                     Ok(_) => true,
                     Err(e) if e.kind() == ErrorKind::NotFound => false,
                     Err(e) => return Err(e),
@@ -336,7 +336,7 @@ impl LocalBackend {
     /// a regular file no larger than its pack's records could need
     /// ([`max_index_len`]).
     fn load_pack(&self, name: &str) -> io::Result<Option<Pack>> {
-        let pack = match fs::symlink_metadata(self.pack_path(name, "pack")) {
+        let pack = match crate::sys::metadata_nofollow(&self.pack_path(name, "pack")) {
             Ok(m) => m,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),

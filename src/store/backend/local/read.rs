@@ -1,7 +1,7 @@
 //! [`ObjectRead`] for [`LocalBackend`]: whole reads (pending, packed or
 //! loose), look-ups, and where a partial read finds an object's bytes.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -185,7 +185,7 @@ impl ObjectRead for LocalBackend {
     /// A loose file, or a range of a pack (published objects only).
     fn locate(&self, id: &ObjectId) -> io::Result<Option<(PathBuf, u64, u64)>> {
         let loose = self.path_of(id);
-        if let Ok(m) = fs::symlink_metadata(&loose) {
+        if let Ok(m) = crate::sys::metadata_nofollow(&loose) {
             return Ok(Some((loose, 0, m.len())));
         }
         Ok(self.lookup_pack(id, true)?.map(|loc| {

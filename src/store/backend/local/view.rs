@@ -3,7 +3,6 @@
 //! packs directory, and look-ups through them.
 
 use std::collections::{BTreeSet, HashSet};
-use std::fs;
 use std::io::{self, ErrorKind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -101,7 +100,7 @@ impl LocalBackend {
             (packs.midx.clone(), packs.bad_midx)
         };
         let midx_path = self.packs_dir.join(MIDX);
-        match fs::metadata(&midx_path) {
+        match crate::sys::metadata_nofollow(&midx_path) {
             Ok(m) => {
                 let identity = midx::identity(&m);
                 if Some(identity) == bad {
