@@ -739,12 +739,13 @@ fn directories_and_renames() {
         libc::EEXIST
     );
     renameat2(&fx.path("three"), &fx.path("four"), libc::RENAME_NOREPLACE).unwrap();
-    // Flags the fork does not do.
+    // Flags the kernel refuses (RENAME_WHITEOUT alone is
+    // fork_xfstests_regress's).
     assert_eq!(
         os_error(renameat2(
             &fx.path("four"),
             &fx.path("five"),
-            libc::RENAME_WHITEOUT
+            libc::RENAME_WHITEOUT | libc::RENAME_EXCHANGE
         )),
         libc::EINVAL
     );

@@ -91,8 +91,10 @@ FSX_OPS=${FSX_OPS:-30000} FSX_COPY_OPS=${FSX_COPY_OPS:-15000} bash tests/conform
 # The binaries whose mounts exercise the transport: every operation on a
 # fork and on a checkpoint (fork_mount, fs_mount, mount_views), ACL xattrs
 # (fork_acl), large reads and writes (large_file_reads), a whole tree's
-# listing and attributes compared by rsync (lossless_tree), and fork_cli,
-# which checks that the rings answered. Both transports decode into one
+# listing and attributes compared by rsync (lossless_tree), fork_cli,
+# which checks that the rings answered, and fork_xfstests_regress, whose
+# O_TMPFILE test runs in full only where the transport carries
+# FUSE_TMPFILE (the ring's codec; on /dev/fuse it is counted as skipped). Both transports decode into one
 # request type and call one dispatcher (src/fs/dispatch.rs; wire.rs's
 # differential tests pin the ring's decoding to fuser's byte for byte), so
 # the binaries that test what a view decides (mount_origin, hostile,
@@ -100,6 +102,6 @@ FSX_OPS=${FSX_OPS:-30000} FSX_COPY_OPS=${FSX_COPY_OPS:-15000} bash tests/conform
 # about 4 minutes of CI.
 cargo test --locked --no-fail-fast \
     --test fork_mount --test fs_mount --test fork_cli --test fork_acl --test mount_views \
-    --test large_file_reads --test lossless_tree \
+    --test large_file_reads --test lossless_tree --test fork_xfstests_regress \
     -- --test-threads=2
 say "every mount above was served over FUSE io_uring (switch put back to $WAS on exit)"

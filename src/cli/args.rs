@@ -745,8 +745,9 @@ One line per operation, oldest first: time (UTC), operation, path (a rename's ne
 '->'), pid, command (/proc/PID/comm), uid, the run (inside `storefs run`) and bytes. Paths are \
 relative to the fork's root, as they were when the change was made. A process's consecutive \
 writes to one file are one line (their count, bytes and range). Operations: create, mkdir, \
-mknod, symlink, link, write, copy_file_range, truncate (also fallocate past the end), \
-punch_hole, rename, exchange, unlink, rmdir, chmod, chown, utimes, setxattr, removexattr, chattr.
+mknod, symlink, tmpfile (O_TMPFILE: a file with no name until a link), link, write, \
+copy_file_range, truncate (also fallocate past the end), punch_hole, rename (a whiteout rename \
+too), exchange, unlink, rmdir, chmod, chown, utimes, setxattr, removexattr, chattr.
 
 For a checkpoint: what its commit folded (checkpoints that are not commits, and commits made \
 before storefs recorded operations, have no operation log). For a fork: each commit since the \

@@ -54,6 +54,8 @@ pub(super) mod op {
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
     pub const COPY_FILE_RANGE: u32 = 47;
+    /// 7.39; fuser 0.18 does not know it (`wire.rs` serves it).
+    pub const TMPFILE: u32 = 51;
     pub const CUSE_INIT: u32 = 4096;
 }
 

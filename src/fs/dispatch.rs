@@ -91,6 +91,13 @@ pub(super) enum Op<'a> {
         umask: u32,
         flags: i32,
     },
+    /// `O_TMPFILE` in the request's node (`FUSE_TMPFILE`; the kernel sends
+    /// the name "/", which is not passed on).
+    Tmpfile {
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    },
     Unlink {
         name: &'a [u8],
     },
@@ -201,6 +208,7 @@ impl Op<'_> {
             Op::MkNod { .. } => "mknod",
             Op::MkDir { .. } => "mkdir",
             Op::Create { .. } => "create",
+            Op::Tmpfile { .. } => "tmpfile",
             Op::Unlink { .. } => "unlink",
             Op::RmDir { .. } => "rmdir",
             Op::Rename { .. } => "rename",
@@ -311,13 +319,17 @@ fn seek_whence(whence: i32) -> Result<Seek> {
     }
 }
 
-/// `renameat2`'s flags as the journal's mode (the kernel refuses other
-/// combinations itself; a request with one gets `EINVAL`).
-fn rename_mode(flags: u32) -> Result<RenameMode> {
+/// `renameat2`'s flags as the journal's mode, and whether a whiteout is
+/// left (`RENAME_WHITEOUT`, alone or with `RENAME_NOREPLACE`; the kernel
+/// refuses other combinations itself, and a request with one gets `EINVAL`).
+fn rename_mode(flags: u32) -> Result<(RenameMode, bool)> {
+    const WHITEOUT: u32 = libc::RENAME_WHITEOUT;
     match flags {
-        0 => Ok(RenameMode::Replace),
-        libc::RENAME_NOREPLACE => Ok(RenameMode::NoReplace),
-        libc::RENAME_EXCHANGE => Ok(RenameMode::Exchange),
+        0 => Ok((RenameMode::Replace, false)),
+        libc::RENAME_NOREPLACE => Ok((RenameMode::NoReplace, false)),
+        libc::RENAME_EXCHANGE => Ok((RenameMode::Exchange, false)),
+        WHITEOUT => Ok((RenameMode::Replace, true)),
+        f if f == WHITEOUT | libc::RENAME_NOREPLACE => Ok((RenameMode::NoReplace, true)),
         _ => Err(Posix::Invalid("rename flags").into()),
     }
 }
@@ -471,6 +483,13 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
             let g = generation(view, e.attr.ino);
             Ok(Reply::Created(e, g, o.into()))
         }
+        Op::Tmpfile { mode, umask, flags } => {
+            let (e, o) = view
+                .tmpfile(&with_umask(umask), ino, mode, flags)
+                .map_err(fail)?;
+            let g = generation(view, e.attr.ino);
+            Ok(Reply::Created(e, g, o.into()))
+        }
         Op::Unlink { name } => done(view.unlink(c, ino, name)),
         Op::RmDir { name } => done(view.rmdir(c, ino, name)),
         Op::Rename {
@@ -478,9 +497,13 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
             new_parent,
             new_name,
             flags,
-        } => done(
-            rename_mode(flags).and_then(|m| view.rename(c, ino, name, new_parent, new_name, m)),
-        ),
+        } => done(rename_mode(flags).and_then(|(m, whiteout)| match whiteout {
+            false => view.rename(c, ino, name, new_parent, new_name, m),
+            true => {
+                let noreplace = m == RenameMode::NoReplace;
+                view.rename_whiteout(c, ino, name, new_parent, new_name, noreplace)
+            }
+        })),
         Op::Link { ino: old, new_name } => entry(view.link(c, old, ino, new_name)),
         Op::Open { flags } => opened(view.open(c, ino, flags).map_err(fail)?),
         Op::Read { offset, size } => data(view.read(c, ino, off_t(offset)?, size)),
@@ -708,9 +731,12 @@ mod tests {
             new_name: b"b",
             flags,
         };
-        assert_eq!(refused(rename(libc::RENAME_WHITEOUT)), Errno::EINVAL);
         let both = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
         assert_eq!(refused(rename(both)), Errno::EINVAL);
+        let whiteout_exchange = libc::RENAME_WHITEOUT | libc::RENAME_EXCHANGE;
+        assert_eq!(refused(rename(whiteout_exchange)), Errno::EINVAL);
+        assert_eq!(refused(rename(whiteout_exchange | 1)), Errno::EINVAL);
+        assert_eq!(refused(rename(8)), Errno::EINVAL);
         let setxattr = Op::SetXattr {
             name: b"user.k",
             value: b"v",
@@ -740,15 +766,15 @@ mod tests {
 
     #[test]
     fn the_journals_modes_are_decoded_from_the_kernels_flags() {
-        assert_eq!(rename_mode(0).unwrap(), RenameMode::Replace);
-        assert_eq!(
-            rename_mode(libc::RENAME_NOREPLACE).unwrap(),
-            RenameMode::NoReplace
-        );
+        let (w, n) = (libc::RENAME_WHITEOUT, libc::RENAME_NOREPLACE);
+        assert_eq!(rename_mode(0).unwrap(), (RenameMode::Replace, false));
+        assert_eq!(rename_mode(n).unwrap(), (RenameMode::NoReplace, false));
         assert_eq!(
             rename_mode(libc::RENAME_EXCHANGE).unwrap(),
-            RenameMode::Exchange
+            (RenameMode::Exchange, false)
         );
+        assert_eq!(rename_mode(w).unwrap(), (RenameMode::Replace, true));
+        assert_eq!(rename_mode(w | n).unwrap(), (RenameMode::NoReplace, true));
         assert_eq!(xattr_mode(0).unwrap(), XattrMode::Any);
         assert_eq!(xattr_mode(libc::XATTR_CREATE).unwrap(), XattrMode::Create);
         assert_eq!(xattr_mode(libc::XATTR_REPLACE).unwrap(), XattrMode::Replace);
@@ -761,6 +787,37 @@ mod tests {
         let zeroed = |keep_size| Fallocate::ZeroRange { keep_size };
         assert_eq!(fallocate_mode(zero).unwrap(), zeroed(false));
         assert_eq!(fallocate_mode(zero | keep).unwrap(), zeroed(true));
+    }
+
+    /// A view that serves no writes (a checkpoint's, browse's) answers
+    /// `O_TMPFILE` and a whiteout rename as every write: `EROFS`.
+    #[test]
+    fn a_read_only_view_refuses_tmpfile_and_whiteout_with_erofs() {
+        let req = |op| Request {
+            unique: 1,
+            ino: 1,
+            caller: Caller::default(),
+            op,
+        };
+        let tmpfile = Op::Tmpfile {
+            mode: 0o100_600,
+            umask: 0o022,
+            flags: libc::O_RDWR,
+        };
+        assert_eq!(
+            dispatch(&Untouched, req(tmpfile)).unwrap_err(),
+            Errno::EROFS
+        );
+        let whiteout = Op::Rename {
+            name: b"a",
+            new_parent: 1,
+            new_name: b"b",
+            flags: libc::RENAME_WHITEOUT,
+        };
+        assert_eq!(
+            dispatch(&Untouched, req(whiteout)).unwrap_err(),
+            Errno::EROFS
+        );
     }
 
     #[test]

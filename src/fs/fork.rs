@@ -716,6 +716,19 @@ impl View for ForkView {
         Ok((entry(attr), Opened::Stateless))
     }
 
+    /// `O_TMPFILE`: a create without a name ([`Fork::tmpfile`]), mode,
+    /// umask, owner and setgid rules as a create's. The file is open in the
+    /// fork for the kernel's reference, as a file unlinked while open is
+    /// (module docs); a `link` may name it (`linkat` with `AT_EMPTY_PATH`
+    /// or through `/proc/self/fd`), until the next commit.
+    fn tmpfile(&self, c: &Caller, parent: u64, mode: u32, _flags: i32) -> Result<(Entry, Opened)> {
+        let node = self.new_node(parent, Kind::File, mode, c)?;
+        let who = self.requesters.who(c, self.fork.run(), None);
+        let attr = on_behalf_of(who.clone(), || self.fork.tmpfile(parent, &node))?;
+        self.requesters.wrote(attr.ino, who);
+        Ok((entry(attr), Opened::Stateless))
+    }
+
     /// An `O_APPEND` write lands at the journal's end of file (the kernel's
     /// too); page-cache writeback (mmap) always carries its page's own offset.
     /// Under the writeback cache every write carries its offset (the kernel
@@ -912,8 +925,8 @@ impl View for ForkView {
         Ok(())
     }
 
-    /// None, `RENAME_NOREPLACE` or `RENAME_EXCHANGE`; anything else
-    /// (`RENAME_WHITEOUT`, combinations) is `EINVAL`.
+    /// None, `RENAME_NOREPLACE` or `RENAME_EXCHANGE` (`RENAME_WHITEOUT`
+    /// is [`View::rename_whiteout`]; other combinations are `EINVAL`).
     fn rename(
         &self,
         c: &Caller,
@@ -933,6 +946,53 @@ impl View for ForkView {
         };
         self.on_behalf(c, None, || {
             self.fork.rename(parent, name, new_parent, new_name, mode)
+        })?;
+        if let Some(d) = over
+            && self.fork.getattr(d.ino).is_err()
+        {
+            self.removed_dir(d);
+        }
+        Ok(())
+    }
+
+    fn rename_whiteout(
+        &self,
+        c: &Caller,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        noreplace: bool,
+    ) -> Result<()> {
+        self.whiteout_rename(c, (parent, name), (new_parent, new_name), noreplace)
+    }
+}
+
+impl ForkView {
+    /// [`View::rename_whiteout`]: the whiteout is owned as a new node
+    /// (the caller's ids, the directory's group when it is setgid); the
+    /// ids come with the request (the kernel sends them with a whiteout
+    /// rename, as with a create), else the process's.
+    fn whiteout_rename(
+        &self,
+        c: &Caller,
+        (parent, name): (u64, &[u8]),
+        (new_parent, new_name): (u64, &[u8]),
+        noreplace: bool,
+    ) -> Result<()> {
+        check_name(name)?;
+        check_name(new_name)?;
+        let (uid, gid) = c.fs_ids();
+        let owner = Caller { uid, gid, ..*c };
+        let node = self.new_node(parent, Kind::CharDev, 0, &owner)?;
+        let over = match noreplace {
+            true => None,
+            false => self.dir_at(new_parent, new_name),
+        };
+        self.on_behalf(c, None, || {
+            self.fork.rename_whiteout(
+                parent, name, new_parent, new_name, noreplace, node.uid, node.gid,
+            )
         })?;
         if let Some(d) = over
             && self.fork.getattr(d.ino).is_err()
@@ -1363,6 +1423,103 @@ mod tests {
             .unwrap()
             .attr;
         assert_eq!((p.kind, p.gid, p.rdev), (Kind::Fifo, 1000, 0), "no rdev");
+    }
+
+    /// `FUSE_TMPFILE` and a whiteout `FUSE_RENAME2` through the
+    /// dispatcher, as either transport hands them over: the tmpfile is a
+    /// create with no name (umask, setgid group, nlink 0), held by the
+    /// kernel's reference until a link names it; the whiteout is the
+    /// caller's 0:0 character device at the old name.
+    #[test]
+    fn tmpfiles_and_whiteouts_through_the_dispatcher() {
+        use crate::fs::dispatch::{Op, Request, dispatch};
+        let (_tmp, fs) = serve();
+        let g = fs.mkdir(ROOT, ROOT_INO, b"g", 0o777).unwrap().attr;
+        let sgid = SetAttr {
+            perm: Some(0o2777),
+            gid: Some(50),
+            ..SetAttr::default()
+        };
+        fs.setattr(ROOT, g.ino, &sgid).unwrap();
+        let req = |ino, op| Request {
+            unique: 1,
+            ino,
+            caller: *USER,
+            op,
+        };
+        let tmpfile = Op::Tmpfile {
+            mode: libc::S_IFREG | 0o666,
+            umask: 0o022,
+            flags: libc::O_RDWR,
+        };
+        let Ok(Reply::Created(e, _, h)) = dispatch(&fs, req(g.ino, tmpfile)) else {
+            panic!("a tmpfile is created");
+        };
+        let t = e.attr;
+        assert_eq!((t.kind, t.nlink, t.perm), (Kind::File, 0, 0o644));
+        assert_eq!((t.uid, t.gid, h.fh), (1000, 50, 0));
+        assert!(
+            !fs.listing(g.ino)
+                .unwrap()
+                .entries
+                .iter()
+                .any(|e| e.ino == t.ino)
+        );
+        fs.write(USER, t.ino, b"tmp", appending(false)).unwrap();
+        let link = Op::Link {
+            ino: t.ino,
+            new_name: b"named",
+        };
+        assert!(matches!(
+            dispatch(&fs, req(g.ino, link)),
+            Ok(Reply::Entry(..))
+        ));
+        // Two references now (the tmpfile's and the link's): the name keeps
+        // it after both are forgotten.
+        fs.forget(t.ino, 2);
+        let named = fs.lookup(USER, g.ino, b"named").unwrap().attr;
+        assert_eq!((named.ino, named.nlink), (t.ino, 1));
+        assert_eq!(fs.read(USER, t.ino, 0, 10).unwrap(), b"tmp");
+        // One never named goes with the kernel's reference.
+        let tmpfile = Op::Tmpfile {
+            mode: libc::S_IFREG | 0o600,
+            umask: 0,
+            flags: libc::O_RDWR,
+        };
+        let Ok(Reply::Created(gone, ..)) = dispatch(&fs, req(ROOT_INO, tmpfile)) else {
+            panic!("a tmpfile is created");
+        };
+        fs.forget(gone.attr.ino, 1);
+        assert!(fs.getattr(USER, gone.attr.ino).is_err());
+
+        let whiteout = |name, flags| Op::Rename {
+            name,
+            new_parent: ROOT_INO,
+            new_name: b"moved",
+            flags,
+        };
+        let w = libc::RENAME_WHITEOUT;
+        let done = dispatch(&fs, req(g.ino, whiteout(b"named", w)));
+        assert!(matches!(done, Ok(Reply::Empty)));
+        let wo = fs.lookup(USER, g.ino, b"named").unwrap().attr;
+        assert_eq!((wo.kind, wo.rdev, wo.perm), (Kind::CharDev, 0, 0));
+        assert_eq!(
+            (wo.uid, wo.gid),
+            (1000, 50),
+            "the caller's, the setgid group"
+        );
+        let moved = fs.lookup(USER, ROOT_INO, b"moved").unwrap().attr.ino;
+        assert_eq!(moved, t.ino);
+        // With NOREPLACE over a name: EEXIST, nothing changed.
+        let refused = dispatch(
+            &fs,
+            req(ROOT_INO, whiteout(b"a", w | libc::RENAME_NOREPLACE)),
+        );
+        assert_eq!(refused.unwrap_err(), Errno::EEXIST);
+        assert_eq!(
+            fs.lookup(USER, ROOT_INO, b"a").unwrap().attr.kind,
+            Kind::File
+        );
     }
 
     #[test]

@@ -437,6 +437,30 @@ pub trait View: Send + Sync {
         Err(Posix::ReadOnly.into())
     }
 
+    /// `open(2)` with `O_TMPFILE` in directory `parent` (`FUSE_TMPFILE`):
+    /// a regular file with no name (nlink 0), open, which a `link` may name
+    /// later (the kernel refuses that for an `O_EXCL` one itself). Mode,
+    /// umask and owner as [`View::create`].
+    fn tmpfile(&self, c: &Caller, parent: u64, mode: u32, flags: i32) -> Result<(Entry, Opened)> {
+        Err(Posix::ReadOnly.into())
+    }
+
+    /// `renameat2(2)` with `RENAME_WHITEOUT` (and `RENAME_NOREPLACE` when
+    /// `noreplace`): the rename, and a whiteout (a character device 0:0,
+    /// mode 0, the caller's) at the old name, in one step. The kernel
+    /// checks `CAP_MKNOD` before it asks.
+    fn rename_whiteout(
+        &self,
+        c: &Caller,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        noreplace: bool,
+    ) -> Result<()> {
+        Err(Posix::ReadOnly.into())
+    }
+
     /// Write `data` to file `ino` through handle `how.fh` at `how.offset`;
     /// returns the bytes written.
     fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {

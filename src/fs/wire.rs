@@ -24,11 +24,15 @@
 //! **Which answers.** Every opcode fuser parses is answered as fuser with
 //! `FuseAdapter` answers it, including fuser's uid filter ([`Access`]: a
 //! request of another user gets `EACCES` unless it is one of the ops the
-//! kernel may send on anyone's behalf). Opcodes fuser does not know
-//! (`FUSE_SYNCFS`, `FUSE_TMPFILE`, `FUSE_STATX`, `FUSE_COPY_FILE_RANGE_64`,
-//! …) get `ENOSYS`, before the uid filter, as from fuser; for
-//! `FUSE_COPY_FILE_RANGE_64` (7.45) that makes the kernel fall back to
-//! `FUSE_COPY_FILE_RANGE` for good, as it does today.
+//! kernel may send on anyone's behalf). One opcode fuser does not know is
+//! served here: `FUSE_TMPFILE` (`O_TMPFILE`, [`View::tmpfile`]; decoded
+//! as `FUSE_CREATE`, uid filter included), which fuser answers `ENOSYS`, so
+//! on the classic transport the kernel answers `O_TMPFILE` with
+//! `EOPNOTSUPP` until that transport uses this codec too. The other
+//! opcodes fuser does not know (`FUSE_SYNCFS`, `FUSE_STATX`,
+//! `FUSE_COPY_FILE_RANGE_64`, …) get `ENOSYS`, before the uid filter, as
+//! from fuser; for `FUSE_COPY_FILE_RANGE_64` (7.45) that makes the kernel
+//! fall back to `FUSE_COPY_FILE_RANGE` for good, as it does today.
 //!
 //! `FORGET`, `BATCH_FORGET`, `INTERRUPT`, `NOTIFY_REPLY`, `INIT`, `DESTROY`
 //! and `CUSE_INIT` never come on a ring (the kernel keeps them on
@@ -563,6 +567,19 @@ fn decode<'a>(
             let a: abi::CreateIn = arg(op_in)?;
             Op::Create {
                 name: p.name()?,
+                mode: a.mode,
+                umask: a.umask,
+                flags: a.flags as i32,
+            }
+        }
+        // Not one fuser knows (it answers ENOSYS, and the kernel then
+        // answers every O_TMPFILE with EOPNOTSUPP itself): its arguments
+        // are `FUSE_CREATE`'s, the name always "/" (`vfs_tmpfile`'s
+        // dentry), read and dropped.
+        op::TMPFILE => {
+            let a: abi::CreateIn = arg(op_in)?;
+            p.name()?;
+            Op::Tmpfile {
                 mode: a.mode,
                 umask: a.umask,
                 flags: a.flags as i32,
@@ -1125,6 +1142,30 @@ mod tests {
             };
             Ok((entry_of(303, Kind::File), opened))
         }
+        fn tmpfile(
+            &self,
+            c: &Caller,
+            parent: u64,
+            mode: u32,
+            flags: i32,
+        ) -> Result<(Entry, Opened)> {
+            self.log(format!("tmpfile {c:?} {parent} {mode:o} {flags}"));
+            Ok((entry_of(303, Kind::File), Opened::Stateless))
+        }
+        fn rename_whiteout(
+            &self,
+            c: &Caller,
+            parent: u64,
+            name: &[u8],
+            new_parent: u64,
+            new_name: &[u8],
+            noreplace: bool,
+        ) -> Result<()> {
+            self.log(format!(
+                "rename_whiteout {c:?} {parent} {name:?} {new_parent} {new_name:?} {noreplace}"
+            ));
+            refusal(name)
+        }
         fn write(&self, c: &Caller, ino: u64, data: &[u8], how: WriteCtx) -> Result<u32> {
             self.log(format!("write {c:?} {ino} {data:?} {how:?}"));
             if ino == 99 {
@@ -1534,10 +1575,10 @@ mod tests {
             Req::new(op::SETLKW, 5).arg(B::default().zeros(48)),
             Req::new(op::BMAP, 5).arg(B::default().zeros(16)),
             Req::new(op::POLL, 5).arg(B::default().zeros(24)),
-            // Opcodes fuser does not know: syncfs, tmpfile, statx,
-            // copy_file_range_64, and nonsense.
+            // Opcodes fuser does not know: syncfs, statx,
+            // copy_file_range_64, and nonsense (tmpfile is served:
+            // `tmpfile_is_served_as_a_create_without_a_name`).
             Req::new(50, 1).arg(B::default().zeros(8)),
-            Req::new(51, 1).arg(B::default().zeros(16)),
             Req::new(52, 1).arg(B::default().zeros(16)),
             Req::new(53, 5).arg(B::default().zeros(56)),
             Req::new(0, 1),
@@ -1991,12 +2032,28 @@ mod tests {
                 "rename {ROOT_CALLER} 1 [111, 108, 100] 8 [110, 101, 119] Exchange"
             )]
         );
-        // Flags outside the journal's modes never reach the view.
-        let r = Req::new(op::RENAME2, 1)
-            .arg(B::default().u64(8).u32(libc::RENAME_WHITEOUT).u32(0))
-            .name(b"old")
-            .name(b"new");
-        assert!(calls(r).is_empty());
+        // A whiteout rename, alone or with NOREPLACE, is the view's
+        // rename_whiteout; with EXCHANGE (or anything else) it never
+        // reaches the view.
+        let whiteout = |flags| {
+            Req::new(op::RENAME2, 1)
+                .arg(B::default().u64(8).u32(flags).u32(0))
+                .name(b"old")
+                .name(b"new")
+        };
+        let (w, x, n) = (
+            libc::RENAME_WHITEOUT,
+            libc::RENAME_EXCHANGE,
+            libc::RENAME_NOREPLACE,
+        );
+        let to = format!("{ROOT_CALLER} 1 [111, 108, 100] 8 [110, 101, 119]");
+        assert_eq!(calls(whiteout(w)), [format!("rename_whiteout {to} false")]);
+        assert_eq!(
+            calls(whiteout(w | n)),
+            [format!("rename_whiteout {to} true")]
+        );
+        assert!(calls(whiteout(w | x)).is_empty());
+        assert!(calls(whiteout(8)).is_empty());
         let r = Req::new(op::RENAME, 1)
             .arg(B::default().u64(8))
             .name(b"a")
@@ -2063,6 +2120,45 @@ mod tests {
         // link: the old inode from link_in, the new parent from the header.
         let r = Req::new(op::LINK, 3).arg(B::default().u64(12)).name(b"h");
         assert_eq!(calls(r), [format!("link {ROOT_CALLER} 12 3 [104]")]);
+    }
+
+    /// `FUSE_TMPFILE` (which fuser does not know): decoded as a create
+    /// whose name ("/") is dropped, the umask in the caller, and answered
+    /// with the bytes a create's answer has (`fuse_entry_out`, then
+    /// `fuse_open_out`); fuser's uid filter applies as to a create; a
+    /// request without its name is malformed.
+    #[test]
+    fn tmpfile_is_served_as_a_create_without_a_name() {
+        let create_in = || {
+            B::default()
+                .u32((libc::O_RDWR | libc::O_EXCL) as u32)
+                .u32(0o100_640)
+                .u32(0o027)
+                .u32(0)
+        };
+        let r = Req::new(op::TMPFILE, 1)
+            .arg(create_in())
+            .name(b"/")
+            .by(5, 6, 7);
+        let c = "Caller { uid: 5, gid: 6, pid: 7, umask: 23 }";
+        let flags = libc::O_RDWR | libc::O_EXCL;
+        assert_eq!(calls(r.clone()), [format!("tmpfile {c} 1 100640 {flags}")]);
+        let view = Recorder::default();
+        let tmpfile = r.serve(&view, &policy(Access::All)).unwrap();
+        let create = Req::new(op::CREATE, 1)
+            .arg(create_in())
+            .name(b"x")
+            .by(5, 6, 7)
+            .serve(&view, &policy(Access::All))
+            .unwrap();
+        assert_eq!(tmpfile, create);
+        let stranger = Policy {
+            access: Access::Owner,
+            owner_uid: 1000,
+        };
+        assert_eq!(r.serve(&view, &stranger), Err(libc::EACCES));
+        let unnamed = Req::new(op::TMPFILE, 1).arg(create_in());
+        assert_eq!(unnamed.serve(&view, &policy(Access::All)), Err(libc::EIO));
     }
 
     // ----------------------------------------------------- malformed input

@@ -839,6 +839,29 @@ impl Fork {
     /// ([`acl::Acl::create_masq`], as ext4). With `open`, the new file is
     /// also opened (O_CREAT|O_EXCL).
     pub fn make(&self, parent: u64, name: &[u8], node: &NewNode<'_>, open: bool) -> Result<Attr> {
+        self.make_in(parent, Some(name), node, open)
+    }
+
+    /// A regular file with no name, open, as if made in `parent`
+    /// (`O_TMPFILE`): nlink 0, its mode and ACLs as [`Fork::make`] gives a
+    /// new file there. It lives while open, as a file unlinked while open;
+    /// a [`Fork::link`] may give it a name, until the next commit (which
+    /// keeps it alive but no longer linkable: docs/journal.md).
+    pub fn tmpfile(&self, parent: u64, node: &NewNode<'_>) -> Result<Attr> {
+        if node.kind != Kind::File {
+            return Err(Posix::Invalid("O_TMPFILE of something other than a file").into());
+        }
+        self.make_in(parent, None, node, true)
+    }
+
+    /// [`Fork::make`], or with no name [`Fork::tmpfile`].
+    fn make_in(
+        &self,
+        parent: u64,
+        name: Option<&[u8]>,
+        node: &NewNode<'_>,
+        open: bool,
+    ) -> Result<Attr> {
         let kind = node.kind;
         if kind == Kind::Symlink && node.target.is_none_or(<[u8]>::is_empty) {
             return Err(Posix::NotFound.into());
@@ -863,17 +886,20 @@ impl Fork {
                 }
                 None => (node.perm & !(node.umask & 0o777), None),
             };
-            let ino = st.create(
-                ctx,
-                parent,
-                name,
-                kind,
-                perm,
-                node.uid,
-                node.gid,
-                node.rdev,
-                node.target.map(<[u8]>::to_vec),
-            )?;
+            let ino = match name {
+                Some(name) => st.create(
+                    ctx,
+                    parent,
+                    name,
+                    kind,
+                    perm,
+                    node.uid,
+                    node.gid,
+                    node.rdev,
+                    node.target.map(<[u8]>::to_vec),
+                )?,
+                None => st.tmpfile(ctx, parent, perm, node.uid, node.gid)?,
+            };
             if let (Kind::Dir, Some((_, value))) = (kind, &default) {
                 st.setxattr(ctx, ino, acl::DEFAULT, value, XattrMode::Any)?;
             }
@@ -978,6 +1004,26 @@ impl Fork {
         mode: RenameMode,
     ) -> Result<()> {
         self.with(|st, ctx| st.rename(ctx, parent, name, new_parent, new_name, mode))
+    }
+
+    /// [`Fork::rename`] that leaves a whiteout at the old name
+    /// (`renameat2(RENAME_WHITEOUT)`, with `RENAME_NOREPLACE` when
+    /// `noreplace`): a character device 0:0 with mode 0 owned by
+    /// `uid`:`gid`, made in the same journal record as the rename.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rename_whiteout(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        noreplace: bool,
+        uid: u32,
+        gid: u32,
+    ) -> Result<()> {
+        self.with(|st, ctx| {
+            st.rename_whiteout(ctx, parent, name, new_parent, new_name, noreplace, uid, gid)
+        })
     }
 
     /// Count an open handle of `ino` (files stay alive while open).
@@ -1239,6 +1285,9 @@ impl Fork {
             }
             let map = st.inode_map_record(&self.store)?;
             let seg = self.wal.rotate(&map)?;
+            // The map lists unnamed open files as orphans, which a replay
+            // from it binds empty: none may be given a name from now on.
+            st.seal_tmpfiles();
             (seg, snapshot(&st), st.changes, st.ops.seal())
         };
         step(CommitStep::Rotated)?;

@@ -190,6 +190,39 @@ records! {
         Named::Entry(*new_parent, new_name),
     ];
 
+    /// A new regular file `ino` with no name (`O_TMPFILE` in directory
+    /// `parent`, which it is not an entry of): no link, kept while open,
+    /// until a `Link` gives it a name. Format 2026-12-07; an older storefs
+    /// refuses a journal holding it.
+    16 Tmpfile {
+        parent: u64,
+        ino: u64,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        time_ns: i64,
+    } names [Named::Dir(*parent)];
+    /// renameat2(2) with `RENAME_WHITEOUT` (`flags`: 0 or
+    /// `RENAME_NOREPLACE`): the rename, then a whiteout `ino` (a character
+    /// device 0:0, mode 0, owned by `uid`:`gid`) at the old name, as one
+    /// step. Format 2026-12-07, as `Tmpfile`.
+    17 RenameWhiteout {
+        parent: u64,
+        name: Vec<u8>,
+        new_parent: u64,
+        new_name: Vec<u8>,
+        flags: u32,
+        ino: u64,
+        uid: u32,
+        gid: u32,
+        time_ns: i64,
+    } names [
+        Named::Dir(*parent),
+        Named::Dir(*new_parent),
+        Named::Entry(*parent, name),
+        Named::Entry(*new_parent, new_name),
+    ];
+
     // Data (`state/data.rs`).
     /// `data` at `offset` of file `ino`. The data is last (see `write_head`).
     6 Write {
@@ -775,6 +808,25 @@ mod tests {
                 flags: 0x30,
                 time_ns: 19,
             },
+            Record::Tmpfile {
+                parent: 2,
+                ino: 300,
+                perm: 0o600,
+                uid: 1000,
+                gid: 7,
+                time_ns: 20,
+            },
+            Record::RenameWhiteout {
+                parent: 2,
+                name: b"q".to_vec(),
+                new_parent: 3,
+                new_name: b"r".to_vec(),
+                flags: RENAME_NOREPLACE,
+                ino: 301,
+                uid: 0,
+                gid: 0,
+                time_ns: 21,
+            },
             Record::LoadDir {
                 dir: 4,
                 first_ino: 100,
@@ -810,6 +862,8 @@ mod tests {
             "0a0906757365722e610176011100000000000000",
             "0b0906757365722e611200000000000000",
             "0f09301300000000000000",
+            "1002ac028003e807071400000000000000",
+            "1102017103017201ad0200001500000000000000",
             "010464",
             "0c63020102016102016203020001070802090a",
             "0e9221e80707707974686f6e33023737",

@@ -255,6 +255,25 @@ fn sample_records() -> Vec<Record> {
             flags: 0x30,
             time_ns: 15,
         },
+        Record::Tmpfile {
+            parent: 1,
+            ino: 11,
+            perm: 0o600,
+            uid: 7,
+            gid: 8,
+            time_ns: 15,
+        },
+        Record::RenameWhiteout {
+            parent: 1,
+            name: b"f".to_vec(),
+            new_parent: 2,
+            new_name: b"g".to_vec(),
+            flags: 1,
+            ino: 12,
+            uid: 0,
+            gid: 0,
+            time_ns: 16,
+        },
         Record::InodeMap(InodeMap {
             next_ino: 11,
             dirs: vec![(1, vec![(b"a".to_vec(), 2), (b"b".to_vec(), 3)])],
@@ -1474,6 +1493,208 @@ fn open_unlinked_file_survives_a_commit() {
     ));
 }
 
+// ------------------------------------------------- O_TMPFILE and whiteouts
+
+/// A file as `O_TMPFILE` makes it, in directory `dir`.
+fn tmpfile(f: &Fork, dir: u64, perm: u32) -> Attr {
+    let node = NewNode {
+        umask: 0o022,
+        ..NewNode::new(Kind::File, perm, 1000, 100)
+    };
+    f.tmpfile(dir, &node).unwrap()
+}
+
+#[test]
+fn a_tmpfile_never_linked_is_gone_after_a_crash_and_a_commit() {
+    let env = env();
+    let f = env.fork();
+    let before = dump(&f);
+    let a = tmpfile(&f, ROOT_INO, 0o666);
+    assert_eq!(
+        (a.kind, a.nlink, a.perm, a.uid, a.gid),
+        (Kind::File, 0, 0o644, 1000, 100)
+    );
+    f.write(a.ino, 0, b"scratch").unwrap();
+    assert_eq!(read_all(&f, a.ino), b"scratch");
+    // No name anywhere, and the directory is as it was (times too).
+    assert_eq!(dump(&f), before);
+    f.sync().unwrap();
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert_eq!(dump(&f), before);
+    assert!(matches!(
+        f.getattr(a.ino),
+        Err(Error::Posix(Posix::NotFound))
+    ));
+    // Nor does a commit store it (it is open here: an orphan).
+    let b = tmpfile(&f, ino(&f, "dir"), 0o600);
+    f.write(b.ino, 0, b"more").unwrap();
+    f.commit("with an unnamed file").unwrap();
+    assert_eq!(read_all(&f, b.ino), b"more");
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(dump(&f), before);
+    assert!(f.getattr(b.ino).is_err());
+}
+
+#[test]
+fn a_linked_tmpfile_survives_a_crash_after_sync() {
+    let env = env();
+    let f = env.fork();
+    let a = tmpfile(&f, ROOT_INO, 0o640);
+    f.write(a.ino, 0, b"published").unwrap();
+    let linked = f.link(a.ino, ino(&f, "dir"), b"named").unwrap();
+    assert_eq!((linked.ino, linked.nlink), (a.ino, 1));
+    f.sync().unwrap();
+    let live = dump(&f);
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert_eq!(dump(&f), live);
+    assert_eq!(cat(&f, "dir/named"), b"published");
+    let got = f.getattr(ino(&f, "dir/named")).unwrap();
+    assert_eq!(
+        (got.perm, got.uid, got.gid, got.nlink),
+        (0o640, 1000, 100, 1)
+    );
+    f.commit("c").unwrap();
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(cat(&f, "dir/named"), b"published");
+}
+
+/// A link gives a tmpfile its first name only: once linked (and unlinked
+/// again), or for a file unlinked while open, it is `ENOENT`, as the
+/// kernel answers itself; and so after a commit, whose inode map keeps
+/// the file but not its data.
+#[test]
+fn only_a_tmpfile_not_yet_named_nor_committed_may_be_linked() {
+    let env = env();
+    let f = env.fork();
+    let not_found = |r: Result<Attr>| matches!(r, Err(Error::Posix(Posix::NotFound)));
+    let a = tmpfile(&f, ROOT_INO, 0o600);
+    f.link(a.ino, ROOT_INO, b"one").unwrap();
+    f.unlink(ROOT_INO, b"one").unwrap();
+    assert!(not_found(f.link(a.ino, ROOT_INO, b"two")));
+    let o = f.create_open(ROOT_INO, b"tmp", 0o600, 0, 0).unwrap().ino;
+    f.unlink(ROOT_INO, b"tmp").unwrap();
+    assert!(not_found(f.link(o, ROOT_INO, b"back")));
+    let b = tmpfile(&f, ROOT_INO, 0o600);
+    f.write(b.ino, 0, b"before the commit").unwrap();
+    f.commit("c").unwrap();
+    assert!(not_found(f.link(b.ino, ROOT_INO, b"late")));
+    assert_eq!(read_all(&f, b.ino), b"before the commit");
+    // A new one after the commit may be.
+    let c = tmpfile(&f, ROOT_INO, 0o600);
+    f.link(c.ino, ROOT_INO, b"fresh").unwrap();
+    // Only files: a tmpfile of a directory is refused.
+    let dir = NewNode::new(Kind::Dir, 0o755, 0, 0);
+    assert!(f.tmpfile(ROOT_INO, &dir).is_err());
+    // chattr: no tmpfile in an immutable directory, no whiteout rename out
+    // of an append-only one (it would lose the name); EPERM, as ext4.
+    let dir = ino(&f, "dir");
+    f.set_flags(dir, 0x10).unwrap();
+    let node = NewNode::new(Kind::File, 0o600, 0, 0);
+    let perm = |r: Result<()>| matches!(r, Err(Error::Posix(Posix::Immutable | Posix::AppendOnly)));
+    assert!(perm(f.tmpfile(dir, &node).map(|_| ())));
+    f.set_flags(dir, 0x20).unwrap();
+    f.tmpfile(dir, &node).unwrap();
+    let out = f.rename_whiteout(dir, b"a.txt", ROOT_INO, b"out", false, 0, 0);
+    assert!(perm(out));
+    f.set_flags(dir, 0).unwrap();
+    // Released before it is named, it is gone.
+    let d = tmpfile(&f, ROOT_INO, 0o600);
+    f.release(d.ino);
+    assert!(not_found(f.link(d.ino, ROOT_INO, b"gone")));
+}
+
+#[test]
+fn a_whiteout_rename_is_one_record_and_replays() {
+    let env = env();
+    let f = env.fork();
+    let d = ino(&f, "dir");
+    // The records in the journal, but for loads and requesters.
+    let changes = |f: &Fork| {
+        f.sync().unwrap();
+        let seg = journal_dir(&env, "f").join(wal::segment_name(0));
+        let bytes = env.io.contents(&seg).unwrap();
+        let payload = |at: usize| {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            Record::decode(&bytes[at + 8..at + 8 + len]).unwrap()
+        };
+        let recs = frames(&bytes).0.into_iter().map(payload);
+        recs.filter(|r| !matches!(r, Record::LoadDir { .. } | Record::Who(_)))
+            .collect::<Vec<_>>()
+    };
+    let n = changes(&f).len();
+    f.rename_whiteout(ROOT_INO, b"hello.txt", d, b"moved", false, 1000, 100)
+        .unwrap();
+    let after = changes(&f);
+    assert_eq!(after.len(), n + 1, "one record: {after:?}");
+    assert!(matches!(after[n], Record::RenameWhiteout { .. }));
+    assert_eq!(cat(&f, "dir/moved"), b"hello\n");
+    let w = f.lookup(ROOT_INO, b"hello.txt").unwrap();
+    assert_eq!(
+        (w.kind, w.rdev, w.perm, w.uid, w.gid, w.nlink),
+        (Kind::CharDev, 0, 0, 1000, 100, 1)
+    );
+    // NOREPLACE: refused over a name, nothing changed; a directory moves
+    // too, leaving a whiteout.
+    let before = dump(&f);
+    let exists = f.rename_whiteout(ROOT_INO, b"sym", d, b"moved", true, 0, 0);
+    assert!(matches!(exists, Err(Error::Posix(Posix::Exists))));
+    assert_eq!(dump(&f), before);
+    f.rename_whiteout(ROOT_INO, b"empty", d, b"e2", true, 0, 0)
+        .unwrap();
+    assert_eq!(f.lookup(ROOT_INO, b"empty").unwrap().kind, Kind::CharDev);
+    assert_eq!(f.lookup(d, b"e2").unwrap().kind, Kind::Dir);
+    f.sync().unwrap();
+    let live = dump(&f);
+    drop(f);
+    env.io.crash();
+    let f = env.open("f");
+    assert_eq!(dump(&f), live);
+    f.commit("whiteouts").unwrap();
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(dump(&f), live);
+}
+
+/// Cut anywhere (a torn tail, as a power loss leaves one), the journal
+/// holds the whole whiteout rename or none of it: after replay the source
+/// is at its old name and nothing at the new one, or it moved and a
+/// whiteout is left; never one without the other.
+#[test]
+fn a_torn_whiteout_rename_is_all_or_nothing() {
+    let env = env();
+    let f = env.fork();
+    let d = ino(&f, "dir");
+    f.readdir(d).unwrap();
+    f.sync().unwrap();
+    let seg = journal_dir(&env, "f").join(wal::segment_name(0));
+    let start = frames(&env.io.contents(&seg).unwrap()).1;
+    f.rename_whiteout(ROOT_INO, b"hello.txt", d, b"moved", false, 0, 0)
+        .unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let whole = env.io.contents(&seg).unwrap();
+    let end = frames(&whole).1;
+    let mut outcomes = std::collections::BTreeSet::new();
+    for cut in start..=end {
+        env.io.set_contents(&seg, whole[..cut].to_vec());
+        let f = env.open("f");
+        let old = f.lookup(ROOT_INO, b"hello.txt").map(|a| a.kind);
+        let moved = f.lookup(d, b"moved").ok().map(|a| a.kind);
+        match (old, moved) {
+            (Ok(Kind::File), None) => outcomes.insert("before"),
+            (Ok(Kind::CharDev), Some(Kind::File)) => outcomes.insert("after"),
+            other => panic!("cut at {cut} of {start}..{end}: {other:?}"),
+        };
+    }
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+}
+
 // ------------------------------------------------------------------ fold
 
 #[test]
@@ -2193,6 +2414,48 @@ fn row(
         count,
         bytes,
     )
+}
+
+/// The operation log: a tmpfile is `tmpfile` at `<unlinked inode N>` (left
+/// out of a revert) and its writes there, until a `link` names it; a
+/// whiteout rename is a `rename` (the whiteout is no line of its own) and
+/// the whiteout has the old name afterwards. The same after replay.
+#[test]
+fn the_operation_log_names_tmpfiles_and_whiteout_renames() {
+    let e = env();
+    e.create("p");
+    let f = e.open("p");
+    let dir = f.lookup(ROOT_INO, b"dir").unwrap().ino;
+    let alpha = who(10, "alpha");
+    let t = ops::on_behalf_of(alpha.clone(), || {
+        let t = tmpfile(&f, dir, 0o600).ino;
+        f.write(t, 0, b"abc").unwrap();
+        f.link(t, dir, b"named").unwrap();
+        f.rename_whiteout(dir, b"named", ROOT_INO, b"out", false, 0, 0)
+            .unwrap();
+        f.setattr(
+            ino(&f, "dir/named"),
+            &SetAttr {
+                perm: Some(0o600),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+        t
+    });
+    let unnamed = format!("<unlinked inode {t}>");
+    let want = vec![
+        row("tmpfile", &unnamed, None, 10, "alpha", 1, 0),
+        row("write", &unnamed, None, 10, "alpha", 1, 3),
+        row("link", "dir/named", None, 10, "alpha", 1, 0),
+        row("rename", "dir/named", Some("out"), 10, "alpha", 1, 0),
+        row("chmod", "dir/named", None, 10, "alpha", 1, 0),
+    ];
+    assert_eq!(rows(&f.uncommitted_ops()), want);
+    f.sync().unwrap();
+    drop(f);
+    let f = e.open("p");
+    assert_eq!(rows(&f.uncommitted_ops()), want, "replayed");
 }
 
 #[test]

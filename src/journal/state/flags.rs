@@ -85,6 +85,27 @@ impl ForkState {
     pub(super) fn guard(&self, rec: &Record) -> Result<()> {
         match rec {
             Record::Create { parent, .. } => self.refuse(*parent, I),
+            // O_TMPFILE in an immutable directory: EPERM, as the kernel's
+            // write permission check of the directory on ext4.
+            Record::Tmpfile { parent, .. } => self.refuse(*parent, I),
+            // A rename's checks (the whiteout takes the name the directory
+            // loses, so an append-only one still refuses it).
+            Record::RenameWhiteout {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+                time_ns,
+                ..
+            } => self.guard(&Record::Rename {
+                parent: *parent,
+                name: name.clone(),
+                new_parent: *new_parent,
+                new_name: new_name.clone(),
+                flags: *flags,
+                time_ns: *time_ns,
+            }),
             Record::Link { ino, parent, .. } => {
                 self.refuse(*ino, IA)?;
                 self.refuse(*parent, I)

@@ -76,6 +76,11 @@ pub struct Inode {
     pub parent: u64,
     /// Open handles (files only; not journaled).
     pub open: u32,
+    /// A file made with no name (`Tmpfile`) and not linked since: the one
+    /// kind of unlinked file a `Link` may give a name (the kernel refuses
+    /// the others, and an `O_TMPFILE | O_EXCL` one, itself: `I_LINKABLE`).
+    /// Cleared at a commit ([`ForkState::seal_tmpfiles`]).
+    pub tmpfile: bool,
     /// The base checkpoint's `link_id` of this inode (0: none).
     pub link_id: u64,
     /// Changed since it was loaded from the base, or since a commit stored
@@ -123,6 +128,7 @@ impl Inode {
             data,
             parent: 0,
             open: 0,
+            tmpfile: false,
             link_id: 0,
             dirty: true,
             dsize: 0,
@@ -157,6 +163,7 @@ impl Inode {
             data,
             parent,
             open: 0,
+            tmpfile: false,
             link_id: if e.kind == Kind::Dir { 0 } else { e.link_id },
             dirty: false,
             dsize: if matches!(e.kind, Kind::File | Kind::Symlink) {
@@ -186,6 +193,7 @@ impl Inode {
             data: Data::Special,
             parent: self.parent,
             open: self.open,
+            tmpfile: self.tmpfile,
             link_id: self.link_id,
             dirty: self.dirty,
             dsize: self.dsize,

@@ -120,6 +120,33 @@ impl ForkState {
         Ok(ino)
     }
 
+    /// A regular file with no name, made as from directory `parent`
+    /// (`O_TMPFILE`): nlink 0, kept while open; a [`ForkState::link`] may
+    /// give it a name.
+    pub fn tmpfile(
+        &mut self,
+        ctx: &Ctx<'_>,
+        parent: u64,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<u64> {
+        self.ensure_loaded(ctx, parent)?;
+        let ino = self.next_ino;
+        self.log(
+            ctx,
+            Record::Tmpfile {
+                parent,
+                ino,
+                perm,
+                uid,
+                gid,
+                time_ns: now_ns(),
+            },
+        )?;
+        Ok(ino)
+    }
+
     pub fn link(&mut self, ctx: &Ctx<'_>, ino: u64, parent: u64, name: &[u8]) -> Result<()> {
         self.ensure_loaded(ctx, parent)?;
         self.log(
@@ -188,7 +215,92 @@ impl ForkState {
         )
     }
 
+    /// [`ForkState::rename`] (not exchanging: `noreplace` or not) leaving
+    /// a whiteout owned by `uid`:`gid` at the old name
+    /// (`RENAME_WHITEOUT`), in one record.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rename_whiteout(
+        &mut self,
+        ctx: &Ctx<'_>,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        noreplace: bool,
+        uid: u32,
+        gid: u32,
+    ) -> Result<()> {
+        self.ensure_loaded(ctx, parent)?;
+        self.ensure_loaded(ctx, new_parent)?;
+        if let Some(&dst) = self.dir(new_parent)?.get(new_name)
+            && self.inodes[&dst].kind == Kind::Dir
+        {
+            self.ensure_loaded(ctx, dst)?;
+        }
+        self.log(
+            ctx,
+            Record::RenameWhiteout {
+                parent,
+                name: name.to_vec(),
+                new_parent,
+                new_name: new_name.to_vec(),
+                flags: if noreplace { RENAME_NOREPLACE } else { 0 },
+                ino: self.next_ino,
+                uid,
+                gid,
+                time_ns: now_ns(),
+            },
+        )
+    }
+
+    /// A commit began: its inode map lists the files with no name as
+    /// orphans, which a replay from it binds empty (their data went to
+    /// objects no record names). So from now on none of them may be given
+    /// a name: a replay could not give it its data back.
+    pub fn seal_tmpfiles(&mut self) {
+        for n in self.inodes.values_mut() {
+            n.tmpfile = false;
+        }
+    }
+
     // ------------------------------------------------------------ records
+
+    /// `Tmpfile`: new file `ino` (always `next_ino`) with no name, made as
+    /// from `parent` (which is not changed: ext4 leaves the directory's
+    /// times alone too).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record_tmpfile(
+        &mut self,
+        parent: u64,
+        ino: u64,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        t: i64,
+        log: Log<'_>,
+    ) -> Result<()> {
+        self.dir(parent)?;
+        if ino != self.next_ino {
+            return Err(corrupt(format!(
+                "new inode {ino}, expected {}",
+                self.next_ino
+            )));
+        }
+        log.append()?;
+        self.inodes.insert(
+            ino,
+            Box::new(Inode {
+                perm: perm & 0o7777,
+                uid,
+                gid,
+                nlink: 0,
+                tmpfile: true,
+                ..Inode::fresh(Kind::File, Data::File(FileData::empty()), t)
+            }),
+        );
+        self.next_ino = ino + 1;
+        Ok(())
+    }
 
     /// `LoadDir`: base directory `dir` gets its children numbered from `first_ino`.
     pub(super) fn record_load_dir(
@@ -291,7 +403,7 @@ impl ForkState {
         if n.kind == Kind::Dir {
             return Err(Posix::Perm.into());
         }
-        if n.nlink == 0 {
+        if n.nlink == 0 && !n.tmpfile {
             return Err(Posix::NotFound.into());
         }
         if n.nlink == u32::MAX {
@@ -304,6 +416,7 @@ impl ForkState {
         log.append()?;
         let n = self.inode_mut(ino);
         n.nlink += 1;
+        n.tmpfile = false;
         n.touch_meta(t);
         let p = self.inode_mut(parent);
         p.children_mut().insert(name.to_vec(), ino);
@@ -364,22 +477,88 @@ impl ForkState {
             if dst == Some(src) {
                 return Ok(());
             }
-            self.inode_mut(parent).children_mut().remove(name);
-            if let Some(dst) = dst {
-                self.drop_link(np, dst, t);
-            }
-            self.inode_mut(np).children_mut().insert(nn.to_vec(), src);
-            let n = self.inode_mut(src);
-            n.touch_meta(t);
-            if n.kind == Kind::Dir {
-                n.parent = np;
-                self.inode_mut(parent).nlink -= 1;
-                self.inode_mut(np).nlink += 1;
-            }
+            self.move_entry(parent, name, np, nn, src, dst, t);
         }
         touch_dir(self.inode_mut(parent), t);
         touch_dir(self.inode_mut(np), t);
         Ok(())
+    }
+
+    /// `RenameWhiteout`: a rename (`flags`: 0 or `RENAME_NOREPLACE`), then
+    /// whiteout `ino` (always `next_ino`: a character device 0:0 with mode
+    /// 0, as ext4's `ext4_whiteout_for_rename`) at the old name. A rename
+    /// of a name onto another link of the same inode changes nothing and
+    /// makes no whiteout (the kernel does not ask for it anyway).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record_rename_whiteout(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        np: u64,
+        nn: &[u8],
+        flags: u32,
+        ino: u64,
+        (uid, gid): (u32, u32),
+        t: i64,
+        log: Log<'_>,
+    ) -> Result<()> {
+        if flags & !RENAME_NOREPLACE != 0 {
+            return Err(Posix::Invalid("rename flags with RENAME_WHITEOUT").into());
+        }
+        let (src, dst) = self.check_rename(parent, name, np, nn, flags)?;
+        if ino != self.next_ino {
+            return Err(corrupt(format!(
+                "new inode {ino}, expected {}",
+                self.next_ino
+            )));
+        }
+        log.append()?;
+        if dst == Some(src) {
+            return Ok(());
+        }
+        self.move_entry(parent, name, np, nn, src, dst, t);
+        self.inodes.insert(
+            ino,
+            Box::new(Inode {
+                uid,
+                gid,
+                ..Inode::fresh(Kind::CharDev, Data::Special, t)
+            }),
+        );
+        self.next_ino = ino + 1;
+        self.inode_mut(parent)
+            .children_mut()
+            .insert(name.to_vec(), ino);
+        touch_dir(self.inode_mut(parent), t);
+        touch_dir(self.inode_mut(np), t);
+        Ok(())
+    }
+
+    /// Entry `name` of `parent` (inode `src`) moves to `nn` in `np`,
+    /// replacing `dst` there if any (a rename that is not an exchange).
+    #[allow(clippy::too_many_arguments)]
+    fn move_entry(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        np: u64,
+        nn: &[u8],
+        src: u64,
+        dst: Option<u64>,
+        t: i64,
+    ) {
+        self.inode_mut(parent).children_mut().remove(name);
+        if let Some(dst) = dst {
+            self.drop_link(np, dst, t);
+        }
+        self.inode_mut(np).children_mut().insert(nn.to_vec(), src);
+        let n = self.inode_mut(src);
+        n.touch_meta(t);
+        if n.kind == Kind::Dir {
+            n.parent = np;
+            self.inode_mut(parent).nlink -= 1;
+            self.inode_mut(np).nlink += 1;
+        }
     }
 
     /// The checks of a rename; the source inode and the destination's, if any.

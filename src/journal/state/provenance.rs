@@ -132,6 +132,40 @@ impl ForkState {
                 }
                 return Note::New(self.op(op, src, path, Some(to), *time_ns), naming);
             }
+            // A file with no name: its path is `<unlinked inode N>` (left
+            // out of a revert) until a `link` names it.
+            Record::Tmpfile { ino, time_ns, .. } => {
+                let op = self.op("tmpfile", *ino, unlinked(*ino), None, *time_ns);
+                return Note::New(op, Vec::new());
+            }
+            // A rename, as any; the whiteout left at the old name is not an
+            // entry of its own.
+            Record::RenameWhiteout {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                ino,
+                time_ns,
+                ..
+            } => {
+                self.ops.last_path = None;
+                let src = self.child(*parent, name).unwrap_or(0);
+                let path = self.child_path(*parent, name);
+                let to = self.child_path(*new_parent, new_name);
+                let naming = vec![
+                    (src, *new_parent, to.name.clone()),
+                    (*ino, *parent, path.name.clone()),
+                ];
+                let is_dir = |i: Option<u64>| {
+                    i.and_then(|i| self.inodes.get(&i))
+                        .is_some_and(|n| n.kind == Kind::Dir)
+                };
+                if is_dir(Some(src)) || is_dir(self.child(*new_parent, new_name)) {
+                    self.ops.dir_paths.clear();
+                }
+                return Note::New(self.op("rename", src, path, Some(to), *time_ns), naming);
+            }
             Record::Write {
                 ino,
                 offset,
