@@ -692,6 +692,5 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
     let mut config = Config::default();
     config.mount_options = options;
     config.acl = acl;
-    config.n_threads = Some(cfg.threads.max(1));
     Ok(config)
 }
