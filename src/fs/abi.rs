@@ -106,6 +106,12 @@ abi! {
     }
     /// `fuse_attr_out`.
     AttrOut(104) { attr_valid: u64, attr_valid_nsec: u32, dummy: u32, attr: FuseAttr }
+    /// `fuse_forget_in`.
+    ForgetIn(8) { nlookup: u64 }
+    /// `fuse_batch_forget_in` (its `fuse_forget_one`s follow).
+    BatchForgetIn(8) { count: u32, dummy: u32 }
+    /// `fuse_forget_one`.
+    ForgetOne(16) { nodeid: u64, nlookup: u64 }
     /// `fuse_getattr_in`.
     GetattrIn(16) { getattr_flags: u32, dummy: u32, fh: u64 }
     /// `fuse_setattr_in`.

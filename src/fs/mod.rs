@@ -7,8 +7,12 @@
 //!   numbers, and the types it speaks (`Entry`, `DirItem`, `Caller`, …, and
 //!   the file system model of [`crate::store::model`]: `Attr`, `SetAttr`,
 //!   …); no FUSE types.
-//! - [`fuse`]: the one fuser adapter, for any view: arguments in, replies
-//!   and errno out; no policy.
+//! - [`wire`] (with [`abi`], the `fuse.h` structs): the one codec, for any
+//!   view and both transports: a request's bytes in, through [`dispatch`],
+//!   its reply's bytes and errno out; no policy. The transports move bytes
+//!   only: [`devfuse`] (worker threads reading `/dev/fuse`) and [`uring`]
+//!   (FUSE over io_uring). [`fuse`] is what is left of fuser: it mounts
+//!   and answers INIT.
 //! - [`checkpoint`]: the checkpoint view, one checkpoint's tree read-only,
 //!   over [`inode`], the inode table (stable numbers, hardlinks share one
 //!   inode).
@@ -28,9 +32,12 @@ mod abi;
 mod browse;
 mod caches;
 mod checkpoint;
+mod devfuse;
 mod dispatch;
 mod fork;
 mod fuse;
+#[cfg(test)]
+mod fuser_reference;
 mod inode;
 #[cfg(test)]
 mod model_tests;
@@ -95,7 +102,7 @@ pub enum Transport {
     /// `uring::WakeHere`), else `/dev/fuse`.
     #[default]
     Auto,
-    /// fuser's threads reading `/dev/fuse`.
+    /// Worker threads reading `/dev/fuse` ([`devfuse`]).
     Classic,
     /// FUSE over io_uring ([`uring`]); the mount fails if the kernel does
     /// not offer it.
@@ -270,6 +277,14 @@ impl MountRelease {
 /// A mounted checkpoint, fork or store, not yet serving. Dropping it unmounts.
 pub struct Mounted {
     session: Session<FuseAdapter>,
+    /// What serves its requests ([`devfuse`], and the rings).
+    view: Arc<dyn View>,
+    /// The uid filter (fuser's `SessionACL`, applied by [`wire`]).
+    policy: wire::Policy,
+    /// `/dev/fuse` worker threads ([`MountConfig::threads`]).
+    threads: usize,
+    /// Releases the mount once the workers end (see [`MountRelease`]).
+    release: MountRelease,
     /// The io_uring queues, when the kernel agreed to them.
     rings: Option<uring::Rings>,
     mountpoint: PathBuf,
@@ -374,16 +389,17 @@ fn start_session(
                 .into(),
         ));
     }
+    let policy = wire::Policy {
+        access: config.acl.into(),
+        owner_uid: rustix::process::geteuid().as_raw(),
+    };
     let rings = if agreed {
-        let policy = wire::Policy {
-            access: config.acl.into(),
-            owner_uid: rustix::process::geteuid().as_raw(),
-        };
         let dev = session
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| mount_error(cfg, e))?;
-        let rings = uring::start(dev, view, policy, wake_here).map_err(|e| mount_error(cfg, e))?;
+        let rings =
+            uring::start(dev, view.clone(), policy, wake_here).map_err(|e| mount_error(cfg, e))?;
         tracing::info!(queues = rings.queues(), "serving over FUSE io_uring");
         Some(rings)
     } else {
@@ -391,6 +407,10 @@ fn start_session(
     };
     Ok(Mounted {
         session,
+        view,
+        policy,
+        threads: cfg.threads.max(1),
+        release,
         rings,
         mountpoint: cfg.mountpoint.clone(),
         caches: None,
@@ -504,15 +524,26 @@ impl Mounted {
         self.session.unmount_callable()
     }
 
-    /// Serve requests on the calling thread until unmounted (by `umount`,
-    /// `fusermount3 -u` or an [`Mounted::unmounter`]). Ok on a clean unmount.
-    /// The FUSE worker threads inherit the calling thread's signal mask.
+    /// Serve requests until unmounted (by `umount`, `fusermount3 -u` or an
+    /// [`Mounted::unmounter`]): the `/dev/fuse` worker threads
+    /// ([`devfuse`]), and the rings if the kernel agreed to them. Ok on a
+    /// clean unmount. The worker threads inherit the calling thread's
+    /// signal mask.
     pub fn run(self) -> io::Result<()> {
-        let result = self.session.run();
+        let result = devfuse::serve(
+            self.session.as_fd(),
+            &*self.view,
+            &self.policy,
+            self.threads,
+        );
         // The kernel ended the rings' entries with the connection.
         if let Some(rings) = self.rings {
             rings.join();
         }
+        // What fuser's session did at the end of its loop (its adapter's
+        // `destroy`): take the mount out of fuser's hands, unmounting it if
+        // the connection was aborted rather than unmounted.
+        self.release.release();
         tracing::info!(mountpoint = %self.mountpoint.display(), ?result, "stopped serving");
         result
     }
@@ -674,6 +705,5 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
     let mut config = Config::default();
     config.mount_options = options;
     config.acl = acl;
-    config.n_threads = Some(cfg.threads.max(1));
     Ok(config)
 }

@@ -1,7 +1,7 @@
 //! FUSE over io_uring: the second transport (issue 18).
 //!
-//! The classic transport is fuser's: worker threads `read(2)` requests from
-//! `/dev/fuse` and `write(2)` replies, and a request made on one core is
+//! The classic transport ([`super::devfuse`]): worker threads `read(2)`
+//! requests from `/dev/fuse` and `write(2)` replies, and a request made on one core is
 //! usually answered by a thread woken on the other. With
 //! `FUSE_OVER_IO_URING` (kernel 6.14+, `enable_uring=Y`) the kernel keeps
 //! one queue per possible CPU; a request lands in the queue of the CPU that
@@ -13,15 +13,16 @@
 //! buffer each, `FUSE_IO_URING_CMD_REGISTER`), then answers every request
 //! that completes on an entry and fetches the next with
 //! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`. The request itself is decoded and
-//! its reply encoded by [`super::wire`], the ring's counterpart of
-//! [`super::fuse`], and served by [`super::dispatch`] as the classic
-//! transport's are; the view does not know which transport asked.
+//! its reply encoded by [`super::wire`], the codec the classic transport
+//! uses too, and served by [`super::dispatch`]; the view does not know
+//! which transport asked.
 //!
-//! fuser's session stays: INIT goes through it (the adapter asks for the
-//! flag there), and so do what the kernel never sends on a ring (FORGET,
-//! INTERRUPT) and every request before all queues have an entry. If a ring
-//! cannot be set up or registered, the kernel never uses the rings and the
-//! classic threads serve everything: a fallback, logged once. A queue's
+//! INIT goes through fuser's session (the adapter, [`super::fuse`], asks
+//! for the flag there); the `/dev/fuse` workers serve what the kernel never
+//! sends on a ring (FORGET, INTERRUPT) and every request before all queues
+//! have an entry. If a ring cannot be set up or registered, the kernel
+//! never uses the rings and the classic threads serve everything: a
+//! fallback, logged once. A queue's
 //! thread ends when the kernel ends its entries (unmount, abort).
 //!
 //! Kernel reference: Documentation/filesystems/fuse/fuse-io-uring.rst,

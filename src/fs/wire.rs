@@ -1,18 +1,28 @@
-//! The io_uring transport's codec: a request that arrives on a ring entry
-//! is decoded from its `fuse.h` structs ([`super::abi`]) into a
-//! [`dispatch::Request`], served by [`dispatch::dispatch`] (the same path
-//! as the classic transport's, [`super::fuse`]), and its [`Reply`] encoded
-//! as fuser would have sent it on `/dev/fuse`.
+//! storefs's FUSE codec, for both transports: a request is decoded from its
+//! `fuse.h` structs ([`super::abi`]) into a [`dispatch::Request`], served by
+//! [`dispatch::dispatch`], and its [`Reply`] encoded as fuser 0.18 would
+//! have sent it. The ring transport (`uring.rs`) hands each entry to
+//! [`serve`]; the `/dev/fuse` workers (`devfuse.rs`) hand each request they
+//! read to [`serve_dev`], which also takes what only `/dev/fuse` carries
+//! (forgets, interrupts, DESTROY). This file and `abi.rs` are the only
+//! transport-side place an operation is spelled; fuser only mounts and
+//! answers INIT (`fuse.rs`).
 //!
-//! fuser 0.18 cannot serve ring requests (its parser and reply types are
-//! crate-private), so this is storefs's own codec for the requests it
-//! serves; the ring transport (`uring.rs`) hands each entry to [`serve`].
-//! The contract is byte-for-byte equality with the classic transport: the
-//! same view calls with the same arguments and [`Caller`], the same errno,
-//! the same reply bytes (the unit tests check it against fuser itself,
-//! serving the same requests through `FuseAdapter` over a socket).
+//! fuser 0.18's parser and reply types are crate-private, so this is
+//! storefs's own codec. The contract is byte-for-byte equality with fuser
+//! 0.18 serving the same view, which was the classic transport until
+//! storefs served `/dev/fuse` itself: the same view calls with the same
+//! arguments and [`Caller`], the same errno, the same reply bytes. The unit
+//! tests check it against fuser itself, run over a socket pair with fuser's
+//! own parsing of every op (`fuser_reference.rs`, test only): a second
+//! implementation, on both transports' forms of each request.
 //!
-//! **Where the arguments are.** On a ring the kernel
+//! **Where the arguments are.** On `/dev/fuse` a request is
+//! `fuse_in_header`, the op's fixed struct, then its other arguments (names
+//! with their NULs, data); [`arg`] reads the struct and the payload starts
+//! after what it read.
+//!
+//! On a ring the kernel
 //! (`fuse_uring_args_to_ring`, fs/fuse/dev_uring.c) copies a request's first
 //! in-argument into the entry's 128-byte `op_in` when it has a non-zero size
 //! (the op's fixed struct: `fuse_write_in`, …) and concatenates the others
@@ -21,8 +31,8 @@
 //! (`fuse_set_zero_arg0`, 6.14, the same release as the ring), so every name
 //! is in the payload, NUL-terminated, and `op_in` is not read for them.
 //!
-//! **Which answers.** Every opcode fuser parses is answered as fuser with
-//! `FuseAdapter` answers it, including fuser's uid filter ([`Access`]: a
+//! **Which answers.** Every opcode fuser parses is answered as fuser 0.18
+//! serving the view answered it, including fuser's uid filter ([`Access`]: a
 //! request of another user gets `EACCES` unless it is one of the ops the
 //! kernel may send on anyone's behalf). One opcode fuser does not know is
 //! served here: `FUSE_TMPFILE` (`O_TMPFILE`, [`View::tmpfile`]; decoded
@@ -36,8 +46,8 @@
 //!
 //! `FORGET`, `BATCH_FORGET`, `INTERRUPT`, `NOTIFY_REPLY`, `INIT`, `DESTROY`
 //! and `CUSE_INIT` never come on a ring (the kernel keeps them on
-//! `/dev/fuse`, which fuser still serves): if one did, it gets `ENOSYS` here
-//! (a forget is not passed to the view).
+//! `/dev/fuse`, [`serve_dev`]): if one did, [`serve`] answers `ENOSYS` (a
+//! forget is not passed to the view).
 //!
 //! **Where this differs from fuser.** A request too short for its arguments
 //! (an `op_in` or header shorter than the op's struct, a name without its
@@ -52,6 +62,7 @@
 //! on a ring its size does not matter anyway, since the name and value are
 //! in the payload, apart from `op_in`.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use fuser::{IoctlFlags, WriteFlags};
@@ -140,46 +151,95 @@ pub(crate) fn unique(in_header: &[u8]) -> u64 {
     abi::read::<abi::InHeader>(in_header).map_or(0, |h| h.unique)
 }
 
+/// Where a request's fixed struct is: a ring entry's `op_in`, or on
+/// `/dev/fuse` the start of the arguments that follow `fuse_in_header`.
+/// It records how many bytes [`arg`] read, so that on `/dev/fuse` the
+/// payload starts after them ([`Payload`]).
+struct OpIn<'a> {
+    bytes: &'a [u8],
+    read: Cell<usize>,
+}
+
+impl<'a> OpIn<'a> {
+    fn new(bytes: &'a [u8]) -> OpIn<'a> {
+        OpIn {
+            bytes,
+            read: Cell::new(0),
+        }
+    }
+}
+
 /// The op's fixed struct, read from `op_in` (`EIO` if it is shorter).
+/// Every decode arm reads it before its payload.
 fn arg<T: zerocopy::FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(
-    op_in: &[u8],
+    op_in: &OpIn<'_>,
 ) -> Result<T, i32> {
-    abi::read(op_in).ok_or(MALFORMED)
+    let t = abi::read(op_in.bytes).ok_or(MALFORMED)?;
+    op_in.read.set(size_of::<T>());
+    Ok(t)
 }
 
 /// The payload's arguments, in order: NUL-terminated names, then the rest.
-struct Payload<'a>(&'a [u8]);
+/// On a ring the payload is apart from `op_in`; on `/dev/fuse` it is the
+/// same bytes, and starts after what [`arg`] read (`after`).
+struct Payload<'a, 'b> {
+    bytes: &'a [u8],
+    after: Option<&'b Cell<usize>>,
+}
 
-impl<'a> Payload<'a> {
+impl<'a, 'b> Payload<'a, 'b> {
+    /// A ring entry's payload.
+    fn apart(bytes: &'a [u8]) -> Payload<'a, 'b> {
+        Payload { bytes, after: None }
+    }
+
+    /// The arguments on `/dev/fuse`: `op_in`'s own bytes, past its struct.
+    fn after(op_in: &'b OpIn<'a>) -> Payload<'a, 'b> {
+        Payload {
+            bytes: op_in.bytes,
+            after: Some(&op_in.read),
+        }
+    }
+
+    /// The bytes not read yet (on `/dev/fuse`, past the op's struct).
+    fn rest(&mut self) -> &'a [u8] {
+        if let Some(read) = self.after.take() {
+            self.bytes = self.bytes.get(read.get()..).unwrap_or_default();
+        }
+        self.bytes
+    }
+
     /// The next NUL-terminated string, without its NUL.
     fn name(&mut self) -> Result<&'a [u8], i32> {
-        let end = self.0.iter().position(|&b| b == 0).ok_or(MALFORMED)?;
-        let (name, rest) = self.0.split_at(end);
-        self.0 = rest.get(1..).unwrap_or_default();
+        let bytes = self.rest();
+        let end = bytes.iter().position(|&b| b == 0).ok_or(MALFORMED)?;
+        let (name, rest) = bytes.split_at(end);
+        self.bytes = rest.get(1..).unwrap_or_default();
         Ok(name)
     }
 
     /// The next `len` bytes (write data, an xattr value).
     fn data(&mut self, len: u32) -> Result<&'a [u8], i32> {
+        let bytes = self.rest();
         let len = usize::try_from(len).map_err(|_| MALFORMED)?;
-        let data = self.0.get(..len).ok_or(MALFORMED)?;
-        self.0 = self.0.get(len..).unwrap_or_default();
+        let data = bytes.get(..len).ok_or(MALFORMED)?;
+        self.bytes = bytes.get(len..).unwrap_or_default();
         Ok(data)
     }
 }
 
 /// A time the kernel sent (seconds, nanoseconds; the nanoseconds always
 /// added, as in a `timespec`) as nanoseconds since the epoch, saturating:
-/// (-2 s, +0.5 s) is -1.5 s. `FuseAdapter` reads fuser's times to the same
-/// value (`fuse::sent_nanos`, which undoes fuser's reading of times before
-/// the epoch).
+/// (-2 s, +0.5 s) is -1.5 s. fuser 0.18 read such a time as -2.5 s; the
+/// differential tests' reference adapter undoes that
+/// (`fuser_reference::sent_nanos`).
 fn sent_time(secs: i64, nsec: u32) -> i64 {
     let ns = i128::from(secs) * 1_000_000_000 + i128::from(nsec);
     ns.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
 /// A negative entry's `fuse_attr`: node id 0, a regular file with nothing
-/// set but `st_blksize` (`FuseAdapter`'s `negative_attr`).
+/// set but `st_blksize` (what fuser sent for a negative entry).
 fn negative_attr() -> abi::FuseAttr {
     abi::FuseAttr {
         mode: libc::S_IFREG,
@@ -255,7 +315,7 @@ fn push_dirent(
 
 /// One readdir item into a listing reply of at most `max` bytes: true once
 /// full. With `plus`, an item without attributes is skipped (not full), and
-/// the entry's node id and type are its attributes', as `FuseAdapter`,
+/// the entry's node id and type are its attributes', as fuser's,
 /// its generation `view`'s ([`dispatch::generation`]).
 fn add_item(out: &mut Vec<u8>, max: usize, plus: bool, view: &dyn View, item: DirItem<'_>) -> bool {
     if !plus {
@@ -369,8 +429,122 @@ pub(crate) fn serve(
         // Never on a ring (see the module doc).
         return Err(libc::ENOSYS);
     }
+    let op_in = OpIn::new(op_in);
+    answer(view, policy, &h, &op_in, Payload::apart(payload), out)
+}
+
+/// What to send back for a request read from `/dev/fuse` ([`serve_dev`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DevReply {
+    /// A reply to `unique`: the bytes in `out`, or the errno.
+    Reply(u64, std::result::Result<(), i32>),
+    /// Nothing (a forget).
+    None,
+    /// The empty reply to `DESTROY` (`unique`); the thread that read it
+    /// stops, as fuser's.
+    Destroy(u64),
+}
+
+/// Serve one request read from `/dev/fuse` (`request`: `fuse_in_header`
+/// and its arguments, as one `read(2)` gave them) as fuser 0.18's session
+/// loop does, and say what to send back; the reply's bytes go to `out`
+/// (cleared first).
+///
+/// Besides every op [`serve`] decodes: `FORGET` and `BATCH_FORGET` reach
+/// the view ([`dispatch::Op::Forget`], one per node) and get no reply;
+/// `INTERRUPT` gets `ENOSYS` (the kernel then sends no more interrupts, as
+/// with fuser), and so do `NOTIFY_REPLY` and `CUSE_INIT`; a second `INIT`
+/// gets `EIO`; `DESTROY` the empty reply. A request whose header is short
+/// or whose length disagrees with what was read gets no reply (there is no
+/// `unique` to answer) or `EIO`; fuser's loop stops its thread on those.
+pub(crate) fn serve_dev(
+    view: &dyn View,
+    policy: &Policy,
+    request: &[u8],
+    out: &mut Vec<u8>,
+) -> DevReply {
+    out.clear();
+    let Some(h) = abi::read::<abi::InHeader>(request) else {
+        tracing::error!(
+            len = request.len(),
+            "a /dev/fuse request shorter than its header"
+        );
+        return DevReply::None;
+    };
+    if h.len as usize != request.len() {
+        tracing::error!(
+            len = request.len(),
+            header = h.len,
+            "a /dev/fuse request of the wrong length"
+        );
+        return DevReply::Reply(h.unique, Err(MALFORMED));
+    }
+    let args = &request[IN_HEADER..];
+    let refused = |errno| {
+        let admitted = policy.admits(h.uid, h.opcode);
+        DevReply::Reply(h.unique, Err(if admitted { errno } else { libc::EACCES }))
+    };
+    let forget = |ino, nlookup| {
+        let caller = Caller {
+            uid: h.uid,
+            gid: h.gid,
+            pid: h.pid,
+            umask: 0,
+        };
+        let op = Op::Forget { nlookup };
+        let req = dispatch::Request {
+            unique: h.unique,
+            ino,
+            caller,
+            op,
+        };
+        // No reply: the answer is `Reply::Nothing`.
+        let _ = dispatch::dispatch(view, req);
+    };
+    match h.opcode {
+        op::DESTROY => DevReply::Destroy(h.unique),
+        op::FORGET => {
+            match abi::read::<abi::ForgetIn>(args) {
+                Some(a) => forget(h.nodeid, a.nlookup),
+                None => tracing::error!("a FORGET shorter than its struct"),
+            }
+            DevReply::None
+        }
+        op::BATCH_FORGET => {
+            let count = abi::read::<abi::BatchForgetIn>(args).map_or(0, |a| a.count as usize);
+            let nodes = args
+                .get(size_of::<abi::BatchForgetIn>()..)
+                .unwrap_or_default();
+            let nodes = nodes.chunks_exact(size_of::<abi::ForgetOne>());
+            if nodes.len() < count {
+                tracing::error!(count, "a BATCH_FORGET shorter than its count");
+            }
+            for node in nodes.take(count).filter_map(abi::read::<abi::ForgetOne>) {
+                forget(node.nodeid, node.nlookup);
+            }
+            DevReply::None
+        }
+        op::INIT => refused(libc::EIO),
+        op::INTERRUPT | op::NOTIFY_REPLY | op::CUSE_INIT => refused(libc::ENOSYS),
+        _ => {
+            let op_in = OpIn::new(args);
+            let payload = Payload::after(&op_in);
+            DevReply::Reply(h.unique, answer(view, policy, &h, &op_in, payload, out))
+        }
+    }
+}
+
+/// Decode, filter, dispatch and encode one request (either transport's).
+fn answer(
+    view: &dyn View,
+    policy: &Policy,
+    h: &abi::InHeader,
+    op_in: &OpIn<'_>,
+    payload: Payload<'_, '_>,
+    out: &mut Vec<u8>,
+) -> std::result::Result<(), i32> {
     let listed = {
-        let op = decode(h.opcode, op_in, Payload(payload), out, view)?;
+        let op = decode(h.opcode, op_in, payload, out, view)?;
         if !policy.admits(h.uid, h.opcode) {
             return Err(libc::EACCES);
         }
@@ -427,8 +601,8 @@ fn set_attr(a: &abi::SetattrIn) -> SetAttr {
 /// (with `view`'s generation).
 fn decode<'a>(
     opcode: u32,
-    op_in: &[u8],
-    mut p: Payload<'a>,
+    op_in: &OpIn<'_>,
+    mut p: Payload<'a, '_>,
     out: &'a mut Vec<u8>,
     view: &'a dyn View,
 ) -> Result<Op<'a>, i32> {
@@ -651,19 +825,20 @@ pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::OwnedFd;
+    use std::os::fd::{AsFd, OwnedFd};
     use std::os::unix::net::UnixDatagram;
     use std::sync::Arc;
 
-    use fuser::{BackgroundSession, Config, Session, SessionACL};
+    use fuser::{Config, Session, SessionACL};
     use parking_lot::Mutex;
 
     use super::*;
     use crate::fs::FsError;
+    use crate::fs::Result;
+    use crate::fs::devfuse;
     use crate::fs::dispatch::kernel_dev;
-    use crate::fs::fuse::FuseAdapter;
+    use crate::fs::fuser_reference::Reference;
     use crate::fs::view::{AddItem, Capability, Entry, Opened, WriteCtx, sized, xattr_list};
-    use crate::fs::{MountRelease, Result};
     use crate::store::Kind;
     use crate::store::model::ext4::Seek;
     use crate::store::model::{Attr, Fallocate, Posix, RenameMode, StatFs, XattrMode};
@@ -1229,20 +1404,29 @@ mod tests {
 
     const INIT_EXT: u32 = 1 << 30;
 
-    /// fuser 0.18 serving `FuseAdapter` over one end of a datagram socket
-    /// pair (one request or reply per datagram, as `/dev/fuse`), the test
-    /// playing the kernel at the other end.
-    struct Fuser {
+    /// A classic transport serving over one end of a datagram socket pair
+    /// (one request or reply per datagram, as `/dev/fuse`), the test
+    /// playing the kernel at the other end: fuser 0.18 with its own parsing
+    /// ([`Peer::fuser`]), or storefs's workers ([`Peer::ours`]).
+    struct Peer {
         sock: UnixDatagram,
-        session: Option<BackgroundSession>,
+        /// Waits for the serving thread once it was told DESTROY.
+        join: Option<Box<dyn FnOnce()>>,
         unique: u64,
     }
 
-    impl Fuser {
-        fn start(view: Box<dyn View>, acl: SessionACL) -> Fuser {
+    impl Peer {
+        fn pair() -> (UnixDatagram, OwnedFd) {
             let (sock, theirs) = UnixDatagram::pair().unwrap();
             sock.set_read_timeout(Some(Duration::from_secs(20)))
                 .unwrap();
+            (sock, OwnedFd::from(theirs))
+        }
+
+        /// fuser, serving `view` through [`Reference`] (fuser's parsing of
+        /// every op) after its INIT handshake.
+        fn fuser(view: Arc<dyn View>, acl: SessionACL) -> Peer {
+            let (sock, theirs) = Peer::pair();
             let init_in = B::default()
                 .u32(7)
                 .u32(45)
@@ -1252,23 +1436,44 @@ mod tests {
                 .zeros(44);
             sock.send(&Req::new(op::INIT, 0).arg(init_in).classic(1))
                 .unwrap();
-            let adapter = FuseAdapter::new(view.into(), MountRelease::default(), None);
-            let session = Session::from_fd(adapter, OwnedFd::from(theirs), acl, Config::default())
+            let session = Session::from_fd(Reference::new(view), theirs, acl, Config::default())
                 .expect("fuser's handshake");
             let mut buf = vec![0; 4096];
             let n = sock.recv(&mut buf).unwrap();
             assert!(n >= 16 && buf[4..8] == [0; 4], "INIT answered");
-            Fuser {
+            let session = session.spawn().unwrap();
+            Peer {
                 sock,
-                session: Some(session.spawn().unwrap()),
+                join: Some(Box::new(move || {
+                    let _ = session.join();
+                })),
                 unique: 1,
             }
         }
 
-        /// fuser's reply to `r`: the bytes after `fuse_out_header`, or the errno.
-        fn call(&mut self, r: &Req) -> std::result::Result<Vec<u8>, i32> {
+        /// storefs's `/dev/fuse` workers ([`devfuse::serve`], one thread).
+        fn ours(view: Arc<dyn View>, policy: Policy) -> Peer {
+            let (sock, theirs) = Peer::pair();
+            let worker =
+                std::thread::spawn(move || devfuse::serve(theirs.as_fd(), &*view, &policy, 1));
+            Peer {
+                sock,
+                join: Some(Box::new(move || {
+                    worker.join().unwrap().unwrap();
+                })),
+                unique: 1,
+            }
+        }
+
+        /// Send `r`, which gets no reply (a forget).
+        fn tell(&mut self, r: &Req) {
             self.unique += 1;
             self.sock.send(&r.classic(self.unique)).unwrap();
+        }
+
+        /// The reply to `r`: the bytes after `fuse_out_header`, or the errno.
+        fn call(&mut self, r: &Req) -> std::result::Result<Vec<u8>, i32> {
+            self.tell(r);
             let mut buf = vec![0; 1 << 20];
             let n = self.sock.recv(&mut buf).unwrap();
             assert!(n >= 16);
@@ -1284,11 +1489,12 @@ mod tests {
         }
     }
 
-    impl Drop for Fuser {
+    impl Drop for Peer {
         fn drop(&mut self) {
-            let _ = self.call(&Req::new(op::DESTROY, 0));
-            if let Some(s) = self.session.take() {
-                let _ = s.join();
+            let destroyed = self.call(&Req::new(op::DESTROY, 0));
+            assert_eq!(destroyed, Ok(vec![]), "DESTROY answered");
+            if let Some(join) = self.join.take() {
+                join();
             }
         }
     }
@@ -1304,9 +1510,12 @@ mod tests {
         }
     }
 
-    /// Serve each request through fuser and through [`serve`] (policy
-    /// `access`, fuser's owner: this process's euid): the same reply bytes
-    /// or errno, and the same view calls with the same arguments.
+    /// Serve each request through fuser, through storefs's `/dev/fuse`
+    /// workers and through [`serve`] (policy `access`, fuser's owner: this
+    /// process's euid): the same reply bytes or errno, and the same view
+    /// calls with the same arguments. A forget gets no reply on
+    /// `/dev/fuse`: a statfs after it shows its calls were made and that
+    /// nothing was sent for it (the next reply is the statfs's).
     fn same_as_fuser(access: Access, requests: &[Req]) {
         let acl = match access {
             Access::Owner => SessionACL::Owner,
@@ -1315,20 +1524,46 @@ mod tests {
         };
         assert_eq!(Access::from(acl), access);
         let view = Recorder::default();
-        let mut fuser = Fuser::start(Box::new(view.clone()), acl);
         let policy = policy(access);
+        let mut fuser = Peer::fuser(Arc::new(view.clone()), acl);
+        let mut ours = Peer::ours(Arc::new(view.clone()), policy);
+        let fence = Req::new(op::STATFS, 1);
         for (i, r) in requests.iter().enumerate() {
+            let what = format!("request {i}: opcode {} nodeid {}", r.opcode, r.nodeid);
+            if matches!(r.opcode, op::FORGET | op::BATCH_FORGET) {
+                fuser.tell(r);
+                let want = fuser.call(&fence);
+                let want_calls = view.take();
+                ours.tell(r);
+                assert_eq!(ours.call(&fence), want, "{what}: the reply after it");
+                assert_eq!(view.take(), want_calls, "{what}: view calls");
+                // Never on a ring.
+                assert_eq!(r.serve(&view, &policy), Err(libc::ENOSYS), "{what}: ring");
+                assert_eq!(view.take(), Vec::<String>::new(), "{what}: ring");
+                continue;
+            }
             let want = fuser.call(r);
             let want_calls = view.take();
-            let got = r.serve(&view, &policy);
-            let got_calls = view.take();
-            let what = format!("request {i}: opcode {} nodeid {}", r.opcode, r.nodeid);
-            assert_eq!(got, want, "{what}: reply");
-            assert_eq!(got_calls, want_calls, "{what}: view calls");
+            let dev = ours.call(r);
+            let dev_calls = view.take();
+            assert_eq!(dev, want, "{what}: /dev/fuse reply");
+            assert_eq!(dev_calls, want_calls, "{what}: /dev/fuse view calls");
+            let ring = r.serve(&view, &policy);
+            let ring_calls = view.take();
+            if matches!(
+                r.opcode,
+                op::INTERRUPT | op::NOTIFY_REPLY | op::INIT | op::CUSE_INIT
+            ) {
+                // Never on a ring.
+                assert_eq!(ring, Err(libc::ENOSYS), "{what}: ring reply");
+            } else {
+                assert_eq!(ring, want, "{what}: ring reply");
+            }
+            assert_eq!(ring_calls, want_calls, "{what}: ring view calls");
         }
     }
 
-    /// Requests for every op `FuseAdapter` serves, and their failures.
+    /// Requests for every op fuser parses, and their failures.
     fn every_op() -> Vec<Req> {
         let fsync_in = || B::default().u64(4).u32(1).u32(0);
         let release_in = || B::default().u64(4).u32(2).u32(1).u64(0);
@@ -1575,6 +1810,25 @@ mod tests {
             Req::new(op::SETLKW, 5).arg(B::default().zeros(48)),
             Req::new(op::BMAP, 5).arg(B::default().zeros(16)),
             Req::new(op::POLL, 5).arg(B::default().zeros(24)),
+            // What only /dev/fuse carries: forgets (no reply), an
+            // interrupt, a notify reply, a second INIT, CUSE_INIT.
+            Req::new(op::FORGET, 5).arg(B::default().u64(3)),
+            Req::new(op::BATCH_FORGET, 0).arg(
+                B::default()
+                    .u32(3)
+                    .u32(0)
+                    .u64(5)
+                    .u64(1)
+                    .u64(6)
+                    .u64(u64::MAX)
+                    .u64(1)
+                    .u64(2),
+            ),
+            Req::new(op::BATCH_FORGET, 0).arg(B::default().u32(0).u32(0)),
+            Req::new(op::INTERRUPT, 0).arg(B::default().u64(12)),
+            Req::new(op::NOTIFY_REPLY, 0).arg(B::default().zeros(24)),
+            Req::new(op::INIT, 0).arg(B::default().u32(7).u32(45).zeros(56)),
+            Req::new(op::CUSE_INIT, 0).arg(B::default().u32(7).u32(45).zeros(56)),
             // Opcodes fuser does not know: syncfs, statx,
             // copy_file_range_64, and nonsense (tmpfile is served:
             // `tmpfile_is_served_as_a_create_without_a_name`).
@@ -2185,6 +2439,26 @@ mod tests {
             serve(&view, &p, &header, &[], b"", &mut out),
             Err(libc::EIO)
         );
+        // On /dev/fuse: a request shorter than its header gets no reply
+        // (there is no unique to answer), one whose header says another
+        // length gets EIO, and a name must end within the request.
+        let dev = |r: &[u8]| serve_dev(&view, &p, r, &mut vec![]);
+        assert_eq!(dev(&lookup.classic(9)[..39]), DevReply::None);
+        assert_eq!(
+            dev(&lookup.classic(9)[..41]),
+            DevReply::Reply(9, Err(libc::EIO))
+        );
+        let unterminated = Req::new(op::LOOKUP, 1).data(b"f");
+        assert_eq!(
+            dev(&unterminated.classic(9)),
+            DevReply::Reply(9, Err(libc::EIO))
+        );
+        let mkdir = Req::new(op::MKDIR, 1).arg(B::default().u32(0o755).u32(0));
+        assert_eq!(
+            dev(&mkdir.classic(9)),
+            DevReply::Reply(9, Err(libc::EIO)),
+            "no name"
+        );
         let symlink = Req::new(op::SYMLINK, 1).name(b"l");
         assert_eq!(symlink.serve(&view, &p), Err(libc::EIO), "no target");
         // An op_in shorter than the op's struct.
@@ -2245,6 +2519,17 @@ mod tests {
                 match serve(&view, &p, &header, &op_in, &payload, &mut out) {
                     Ok(()) => {}
                     Err(e) => assert!(e > 0, "a positive errno: {e}"),
+                }
+                // The same bytes as one /dev/fuse request, its length
+                // right (every other round) or not.
+                let mut request = [header, op_in, payload].concat();
+                if round % 2 == 0 {
+                    let len = request.len() as u32;
+                    request[..4].copy_from_slice(&len.to_ne_bytes());
+                }
+                match serve_dev(&view, &p, &request, &mut out) {
+                    DevReply::Reply(_, Err(e)) => assert!(e > 0, "a positive errno: {e}"),
+                    DevReply::Reply(_, Ok(())) | DevReply::None | DevReply::Destroy(_) => {}
                 }
             }
         }
