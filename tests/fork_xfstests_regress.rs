@@ -668,11 +668,9 @@ fn umask() -> u32 {
 /// generic/004, 530, 531 and overlayfs (699): `O_TMPFILE` makes a file
 /// with no name, open, which `linkat` names later (through
 /// `/proc/self/fd` or with `AT_EMPTY_PATH`), unless it was opened
-/// `O_EXCL`; one never named leaves nothing behind. The ring transport's
-/// codec serves `FUSE_TMPFILE`; fuser on /dev/fuse answers it `ENOSYS`,
-/// and the kernel then answers `EOPNOTSUPP` (at once, never a hang): this
-/// test checks that and is counted as skipped there, until the /dev/fuse
-/// transport decodes with the same codec (then it runs in full).
+/// `O_EXCL`; one never named leaves nothing behind. Both transports decode
+/// `FUSE_TMPFILE` with storefs's own codec (fuser, which answered it
+/// `ENOSYS`, no longer serves requests), so it runs in full on either.
 #[test]
 #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn o_tmpfile_makes_an_unnamed_file_that_linkat_names() {
@@ -681,24 +679,8 @@ fn o_tmpfile_makes_an_unnamed_file_that_linkat_names() {
     let mnt = m.path().to_path_buf();
     fs::create_dir(mnt.join("dir")).unwrap();
     let transport = served_over(&env);
-    let first = open_tmpfile(&mnt.join("dir"), 0, 0o666);
-    let mut t = match (first, transport.as_str()) {
-        (Ok(t), _) => t,
-        (Err(libc::EOPNOTSUPP), "/dev/fuse") => {
-            // Asked again: the kernel remembers, and still answers at once.
-            let again = open_tmpfile(&mnt, 0, 0o600).err();
-            assert_eq!(again, Some(libc::EOPNOTSUPP));
-            assert_eq!(fs::read_dir(mnt.join("dir")).unwrap().count(), 0);
-            m.unmount();
-            eprintln!(
-                "skipped: O_TMPFILE on a fork over /dev/fuse: EOPNOTSUPP, as expected while \
-                 that transport is fuser's (it answers FUSE_TMPFILE with ENOSYS); run with \
-                 STOREFS_TRANSPORT=uring to test it"
-            );
-            return;
-        }
-        (Err(e), t) => panic!("O_TMPFILE over {t}: errno {e}"),
-    };
+    let mut t = open_tmpfile(&mnt.join("dir"), 0, 0o666)
+        .unwrap_or_else(|e| panic!("O_TMPFILE over {transport}: errno {e}"));
     // An open file with no name: nlink 0, the create's mode and owner.
     t.write_all(b"tmpfile data").unwrap();
     let st = fstat(&t).unwrap();

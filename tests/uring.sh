@@ -92,11 +92,10 @@ FSX_OPS=${FSX_OPS:-30000} FSX_COPY_OPS=${FSX_COPY_OPS:-15000} bash tests/conform
 # fork and on a checkpoint (fork_mount, fs_mount, mount_views), ACL xattrs
 # (fork_acl), large reads and writes (large_file_reads), a whole tree's
 # listing and attributes compared by rsync (lossless_tree), fork_cli,
-# which checks that the rings answered, and fork_xfstests_regress, whose
-# O_TMPFILE test runs in full only where the transport carries
-# FUSE_TMPFILE (the ring's codec; on /dev/fuse it is counted as skipped). Both transports decode into one
-# request type and call one dispatcher (src/fs/dispatch.rs; wire.rs's
-# differential tests pin the ring's decoding to fuser's byte for byte), so
+# which checks that the rings answered, and fork_xfstests_regress (O_TMPFILE,
+# whiteouts, chattr, atime, file handles over the rings). Both transports decode with one
+# codec (src/fs/wire.rs) and call one dispatcher (src/fs/dispatch.rs); they
+# differ only in how the bytes move (src/fs/devfuse.rs, src/fs/uring.rs), so
 # the binaries that test what a view decides (mount_origin, hostile,
 # memory_bound, archive, browse, cli_manners, maint) run on /dev/fuse only:
 # about 4 minutes of CI.

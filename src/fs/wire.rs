@@ -36,9 +36,8 @@
 //! request of another user gets `EACCES` unless it is one of the ops the
 //! kernel may send on anyone's behalf). One opcode fuser does not know is
 //! served here: `FUSE_TMPFILE` (`O_TMPFILE`, [`View::tmpfile`]; decoded
-//! as `FUSE_CREATE`, uid filter included), which fuser answers `ENOSYS`, so
-//! on the classic transport the kernel answers `O_TMPFILE` with
-//! `EOPNOTSUPP` until that transport uses this codec too. The other
+//! as `FUSE_CREATE`, uid filter included), which fuser would answer
+//! `ENOSYS` (it is only the differential tests' reference now). The other
 //! opcodes fuser does not know (`FUSE_SYNCFS`, `FUSE_STATX`,
 //! `FUSE_COPY_FILE_RANGE_64`, …) get `ENOSYS`, before the uid filter, as
 //! from fuser; for `FUSE_COPY_FILE_RANGE_64` (7.45) that makes the kernel
@@ -746,8 +745,8 @@ fn decode<'a>(
                 flags: a.flags as i32,
             }
         }
-        // Not one fuser knows (it answers ENOSYS, and the kernel then
-        // answers every O_TMPFILE with EOPNOTSUPP itself): its arguments
+        // Not one fuser knows (it would answer ENOSYS, and the kernel then
+        // every O_TMPFILE with EOPNOTSUPP itself): its arguments
         // are `FUSE_CREATE`'s, the name always "/" (`vfs_tmpfile`'s
         // dentry), read and dropped.
         op::TMPFILE => {
