@@ -447,8 +447,9 @@ pub trait View: Send + Sync {
 
     /// `renameat2(2)` with `RENAME_WHITEOUT` (and `RENAME_NOREPLACE` when
     /// `noreplace`): the rename, and a whiteout (a character device 0:0,
-    /// mode 0, the caller's) at the old name, in one step. The kernel
-    /// checks `CAP_MKNOD` before it asks.
+    /// mode 0, the caller's) at the old name, in one step. Any user may
+    /// (Linux 5.8 dropped the `CAP_MKNOD` check); the kernel refuses
+    /// `RENAME_WHITEOUT | RENAME_EXCHANGE` before it asks.
     fn rename_whiteout(
         &self,
         c: &Caller,

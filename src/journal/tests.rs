@@ -3000,7 +3000,7 @@ fn tiny_appends_are_read_back_a_span_at_a_time_not_a_read_per_write() {
 fn a_noatime_flag_keeps_atime_and_an_immutable_file_still_gets_one() {
     use crate::store::model::AtimePolicy;
     use crate::store::model::flags::{IMMUTABLE, NOATIME};
-    let strict = AtimePolicy::from_options(["strictatime"].into_iter());
+    let strict = AtimePolicy::from_options(["strictatime"]);
     let env = env();
     let f = env.fork();
     let file = ino(&f, "hello.txt");

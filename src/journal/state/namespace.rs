@@ -180,6 +180,25 @@ impl ForkState {
         )
     }
 
+    /// What a rename must have loaded: both directories, and a directory
+    /// it would replace (to know it is empty).
+    fn load_for_rename(
+        &mut self,
+        ctx: &Ctx<'_>,
+        parent: u64,
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<()> {
+        self.ensure_loaded(ctx, parent)?;
+        self.ensure_loaded(ctx, new_parent)?;
+        if let Some(&dst) = self.dir(new_parent)?.get(new_name)
+            && self.inodes[&dst].kind == Kind::Dir
+        {
+            self.ensure_loaded(ctx, dst)?;
+        }
+        Ok(())
+    }
+
     pub fn rename(
         &mut self,
         ctx: &Ctx<'_>,
@@ -189,14 +208,7 @@ impl ForkState {
         new_name: &[u8],
         mode: RenameMode,
     ) -> Result<()> {
-        self.ensure_loaded(ctx, parent)?;
-        self.ensure_loaded(ctx, new_parent)?;
-        // Replacing a directory needs to know it is empty.
-        if let Some(&dst) = self.dir(new_parent)?.get(new_name)
-            && self.inodes[&dst].kind == Kind::Dir
-        {
-            self.ensure_loaded(ctx, dst)?;
-        }
+        self.load_for_rename(ctx, parent, new_parent, new_name)?;
         let flags = match mode {
             RenameMode::Replace => 0,
             RenameMode::NoReplace => RENAME_NOREPLACE,
@@ -230,13 +242,7 @@ impl ForkState {
         uid: u32,
         gid: u32,
     ) -> Result<()> {
-        self.ensure_loaded(ctx, parent)?;
-        self.ensure_loaded(ctx, new_parent)?;
-        if let Some(&dst) = self.dir(new_parent)?.get(new_name)
-            && self.inodes[&dst].kind == Kind::Dir
-        {
-            self.ensure_loaded(ctx, dst)?;
-        }
+        self.load_for_rename(ctx, parent, new_parent, new_name)?;
         self.log(
             ctx,
             Record::RenameWhiteout {
