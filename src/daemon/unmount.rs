@@ -16,9 +16,28 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 /// The same for a fork's daemon, which commits on its way out.
 const FORK_EXIT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How long a busy mount is tried again before it counts as busy: a
+/// reference on its way out (a file just closed whose last copy a forked
+/// child holds until its `exec`, a path lookup in flight) goes in
+/// milliseconds; a process that keeps a file open does not.
+const BUSY_RETRY: Duration = Duration::from_secs(1);
+
 /// Unmount a FUSE mount point: `umount2` as root, else `fusermount3 -u`.
-/// A busy mount fails with [`io::ErrorKind::ResourceBusy`].
+/// A mount still busy after [`BUSY_RETRY`] fails with
+/// [`io::ErrorKind::ResourceBusy`].
 pub fn unmount(path: &Path) -> io::Result<()> {
+    let started = Instant::now();
+    loop {
+        match unmount_once(path) {
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy && started.elapsed() < BUSY_RETRY => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
+fn unmount_once(path: &Path) -> io::Result<()> {
     let named = |e: io::Error| io::Error::new(e.kind(), format!("unmount {}: {e}", path.display()));
     if sys::is_root() {
         return sys::unmount(path).map_err(named);
@@ -36,10 +55,15 @@ pub fn unmount(path: &Path) -> io::Result<()> {
         })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(named(io::Error::other(format!(
-            "fusermount3 -u failed: {}",
-            stderr.trim()
-        ))));
+        let kind = if stderr.contains("busy") {
+            io::ErrorKind::ResourceBusy
+        } else {
+            io::ErrorKind::Other
+        };
+        return Err(named(io::Error::new(
+            kind,
+            format!("fusermount3 -u failed: {}", stderr.trim()),
+        )));
     }
     Ok(())
 }
