@@ -100,23 +100,31 @@ impl ForkState {
         rdev: u64,
         target: Option<Vec<u8>>,
     ) -> Result<u64> {
+        self.log_new_inode(ctx, parent, |ino| Record::Create {
+            parent,
+            name: name.to_vec(),
+            ino,
+            kind,
+            perm,
+            uid,
+            gid,
+            rdev,
+            time_ns: now_ns(),
+            target,
+        })
+    }
+
+    /// Log the record `make` builds for a new inode in directory `parent`
+    /// (loaded first), numbered the fork's next number; that number.
+    fn log_new_inode(
+        &mut self,
+        ctx: &Ctx<'_>,
+        parent: u64,
+        make: impl FnOnce(u64) -> Record,
+    ) -> Result<u64> {
         self.ensure_loaded(ctx, parent)?;
         let ino = self.next_ino;
-        self.log(
-            ctx,
-            Record::Create {
-                parent,
-                name: name.to_vec(),
-                ino,
-                kind,
-                perm,
-                uid,
-                gid,
-                rdev,
-                time_ns: now_ns(),
-                target,
-            },
-        )?;
+        self.log(ctx, make(ino))?;
         Ok(ino)
     }
 
@@ -131,20 +139,14 @@ impl ForkState {
         uid: u32,
         gid: u32,
     ) -> Result<u64> {
-        self.ensure_loaded(ctx, parent)?;
-        let ino = self.next_ino;
-        self.log(
-            ctx,
-            Record::Tmpfile {
-                parent,
-                ino,
-                perm,
-                uid,
-                gid,
-                time_ns: now_ns(),
-            },
-        )?;
-        Ok(ino)
+        self.log_new_inode(ctx, parent, |ino| Record::Tmpfile {
+            parent,
+            ino,
+            perm,
+            uid,
+            gid,
+            time_ns: now_ns(),
+        })
     }
 
     pub fn link(&mut self, ctx: &Ctx<'_>, ino: u64, parent: u64, name: &[u8]) -> Result<()> {
