@@ -88,24 +88,22 @@ impl ForkState {
             // O_TMPFILE in an immutable directory: EPERM, as the kernel's
             // write permission check of the directory on ext4.
             Record::Tmpfile { parent, .. } => self.refuse(*parent, I),
-            // A rename's checks (the whiteout takes the name the directory
-            // loses, so an append-only one still refuses it).
             Record::RenameWhiteout {
                 parent,
                 name,
                 new_parent,
                 new_name,
                 flags,
-                time_ns,
                 ..
-            } => self.guard(&Record::Rename {
-                parent: *parent,
-                name: name.clone(),
-                new_parent: *new_parent,
-                new_name: new_name.clone(),
-                flags: *flags,
-                time_ns: *time_ns,
-            }),
+            }
+            | Record::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+                ..
+            } => self.guard_rename(*parent, name, *new_parent, new_name, *flags),
             Record::Link { ino, parent, .. } => {
                 self.refuse(*ino, IA)?;
                 self.refuse(*parent, I)
@@ -114,33 +112,6 @@ impl ForkState {
                 self.refuse(*parent, IA)?;
                 match self.child_of(*parent, name) {
                     Some(victim) => self.refuse(victim, IA),
-                    None => Ok(()),
-                }
-            }
-            Record::Rename {
-                parent,
-                name,
-                new_parent,
-                new_name,
-                flags,
-                ..
-            } => {
-                self.refuse(*parent, IA)?;
-                if let Some(moved) = self.child_of(*parent, name) {
-                    self.refuse(moved, IA)?;
-                }
-                let exchange = flags & RENAME_EXCHANGE != 0;
-                let replaced = self.child_of(*new_parent, new_name);
-                // An append-only directory takes a new name, but loses none
-                // (a replaced entry, or one exchanged away).
-                let lost = if replaced.is_some() || exchange {
-                    IA
-                } else {
-                    I
-                };
-                self.refuse(*new_parent, lost)?;
-                match replaced {
-                    Some(other) => self.refuse(other, IA),
                     None => Ok(()),
                 }
             }
@@ -175,6 +146,37 @@ impl ForkState {
             // The flags themselves: `record_set_flags` checks.
             Record::SetFlags { .. } => Ok(()),
             Record::LoadDir { .. } | Record::InodeMap(_) | Record::Who(_) => Ok(()),
+        }
+    }
+
+    /// A rename's checks (and a whiteout rename's: the whiteout takes the
+    /// name the directory loses, so an append-only one still refuses it):
+    /// neither directory nor the moved entry immutable or append-only, but
+    /// an append-only target directory takes a new name unless it loses one
+    /// (a replaced entry, or one exchanged away).
+    fn guard_rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.refuse(parent, IA)?;
+        if let Some(moved) = self.child_of(parent, name) {
+            self.refuse(moved, IA)?;
+        }
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        let replaced = self.child_of(new_parent, new_name);
+        let lost = if replaced.is_some() || exchange {
+            IA
+        } else {
+            I
+        };
+        self.refuse(new_parent, lost)?;
+        match replaced {
+            Some(other) => self.refuse(other, IA),
+            None => Ok(()),
         }
     }
 
