@@ -773,12 +773,18 @@ impl TreeBuilder<'_> {
         Ok(out)
     }
 
+    /// Blob `id` at `path` could not be read as it should: the repository
+    /// is corrupt or incomplete.
+    fn blob_error(&self, id: &gix::ObjectId, path: &[u8], e: impl std::fmt::Display) -> Error {
+        self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path)))
+    }
+
     /// A blob's size, by its header.
     fn blob_size(&self, id: &gix::ObjectId, path: &[u8]) -> Result<u64> {
         Ok(self
             .repo
             .find_header(*id)
-            .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?
+            .map_err(|e| self.blob_error(id, path, e))?
             .size())
     }
 
@@ -787,7 +793,11 @@ impl TreeBuilder<'_> {
     /// size before anything is read. Large blobs git keeps whole are
     /// streamed instead ([`Self::send_blob`]).
     fn read_blob(&self, id: &gix::ObjectId, path: &[u8]) -> Result<Vec<u8>> {
-        let size = self.blob_size(id, path)?;
+        self.read_blob_of(id, path, self.blob_size(id, path)?)
+    }
+
+    /// [`Self::read_blob`] of a blob whose header said `size`.
+    fn read_blob_of(&self, id: &gix::ObjectId, path: &[u8], size: u64) -> Result<Vec<u8>> {
         if size > MAX_GIT_BLOB {
             return Err(Error::GitBlobTooLarge {
                 repo: self.repo_path.to_path_buf(),
@@ -799,7 +809,7 @@ impl TreeBuilder<'_> {
         let mut blob = self
             .repo
             .find_blob(*id)
-            .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?;
+            .map_err(|e| self.blob_error(id, path, e))?;
         Ok(blob.take_data())
     }
 
@@ -812,18 +822,16 @@ impl TreeBuilder<'_> {
         let io = |err: std::io::Error| Error::io(Path::new(&escape(path)), err);
         if size > gitblob::STREAM_ABOVE {
             let objects = self.repo.common_dir().join("objects");
-            let found = gitblob::open(&objects, id, size)
-                .map_err(|e| self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path))))?;
+            let found =
+                gitblob::open(&objects, id, size).map_err(|e| self.blob_error(id, path, e))?;
             if let gitblob::Found::Stream(mut r) = found {
                 let pend = send_chunks(&mut r, size, self.hashers, &**self.progress).map_err(io)?;
-                r.finish().map_err(|e| {
-                    self.corrupt(format_args!("blob {id} of '{}' ({e})", escape(path)))
-                })?;
+                r.finish().map_err(|e| self.blob_error(id, path, e))?;
                 self.blob_bytes += size;
                 return Ok(pend);
             }
         }
-        let data = self.read_blob(id, path)?;
+        let data = self.read_blob_of(id, path, size)?;
         self.blob_bytes += data.len() as u64;
         let len = data.len() as u64;
         send_chunks(data.as_slice(), len, self.hashers, &**self.progress).map_err(io)
