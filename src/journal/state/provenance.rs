@@ -108,29 +108,14 @@ impl ForkState {
                 flags,
                 time_ns,
             } => {
-                self.ops.last_path = None;
-                let src = self.child(*parent, name).unwrap_or(0);
-                let path = self.child_path(*parent, name);
-                let to = self.child_path(*new_parent, new_name);
-                let mut naming = vec![(src, *new_parent, to.name.clone())];
-                let op = if flags & RENAME_EXCHANGE != 0 {
-                    if let Some(dst) = self.child(*new_parent, new_name) {
-                        naming.push((dst, *parent, path.name.clone()));
-                    }
-                    "exchange"
-                } else {
-                    "rename"
-                };
-                // A directory moved: the paths below it change (a directory
-                // replaced is gone).
-                let is_dir = |i: Option<u64>| {
-                    i.and_then(|i| self.inodes.get(&i))
-                        .is_some_and(|n| n.kind == Kind::Dir)
-                };
-                if is_dir(Some(src)) || is_dir(self.child(*new_parent, new_name)) {
-                    self.ops.dir_paths.clear();
-                }
-                return Note::New(self.op(op, src, path, Some(to), *time_ns), naming);
+                let exchange = flags & RENAME_EXCHANGE != 0;
+                return self.note_rename(
+                    (*parent, name),
+                    (*new_parent, new_name),
+                    exchange,
+                    None,
+                    *time_ns,
+                );
             }
             // A file with no name: its path is `<unlinked inode N>` (left
             // out of a revert) until a `link` names it.
@@ -149,22 +134,13 @@ impl ForkState {
                 time_ns,
                 ..
             } => {
-                self.ops.last_path = None;
-                let src = self.child(*parent, name).unwrap_or(0);
-                let path = self.child_path(*parent, name);
-                let to = self.child_path(*new_parent, new_name);
-                let naming = vec![
-                    (src, *new_parent, to.name.clone()),
-                    (*ino, *parent, path.name.clone()),
-                ];
-                let is_dir = |i: Option<u64>| {
-                    i.and_then(|i| self.inodes.get(&i))
-                        .is_some_and(|n| n.kind == Kind::Dir)
-                };
-                if is_dir(Some(src)) || is_dir(self.child(*new_parent, new_name)) {
-                    self.ops.dir_paths.clear();
-                }
-                return Note::New(self.op("rename", src, path, Some(to), *time_ns), naming);
+                return self.note_rename(
+                    (*parent, name),
+                    (*new_parent, new_name),
+                    false,
+                    Some(*ino),
+                    *time_ns,
+                );
             }
             Record::Write {
                 ino,
@@ -228,6 +204,41 @@ impl ForkState {
             Record::LoadDir { .. } | Record::InodeMap(_) | Record::Who(_) => return Note::None,
         };
         Note::New(self.op(op, ino, path, new_path, t), Vec::new())
+    }
+
+    /// A rename of `from` (directory, name) to `to`: an exchange when
+    /// `exchange` (the other entry gets `from`'s name), or leaving whiteout
+    /// `whiteout` at `from`'s name. A directory moved changes the paths
+    /// below it (and a directory replaced is gone): the directory paths
+    /// are forgotten.
+    fn note_rename(
+        &mut self,
+        (parent, name): (u64, &[u8]),
+        (new_parent, new_name): (u64, &[u8]),
+        exchange: bool,
+        whiteout: Option<u64>,
+        time_ns: i64,
+    ) -> Note {
+        self.ops.last_path = None;
+        let src = self.child(parent, name).unwrap_or(0);
+        let path = self.child_path(parent, name);
+        let to = self.child_path(new_parent, new_name);
+        let mut naming = vec![(src, new_parent, to.name.clone())];
+        if exchange && let Some(dst) = self.child(new_parent, new_name) {
+            naming.push((dst, parent, path.name.clone()));
+        }
+        if let Some(w) = whiteout {
+            naming.push((w, parent, path.name.clone()));
+        }
+        let is_dir = |i: Option<u64>| {
+            i.and_then(|i| self.inodes.get(&i))
+                .is_some_and(|n| n.kind == Kind::Dir)
+        };
+        if is_dir(Some(src)) || is_dir(self.child(new_parent, new_name)) {
+            self.ops.dir_paths.clear();
+        }
+        let op = if exchange { "exchange" } else { "rename" };
+        Note::New(self.op(op, src, path, Some(to), time_ns), naming)
     }
 
     /// What a write of `len` bytes at `offset` of `ino` adds: more of the
