@@ -67,15 +67,6 @@ impl ForkState {
         Ok(())
     }
 
-    /// The child `name` of `dir`, if `dir` is loaded and has it.
-    fn child_of(&self, dir: u64, name: &[u8]) -> Option<u64> {
-        self.children_of(dir)?.get(name).copied()
-    }
-
-    fn children_of(&self, dir: u64) -> Option<&std::collections::BTreeMap<Vec<u8>, u64>> {
-        self.inodes.get(&dir)?.children()
-    }
-
     /// Whether the flags let live record `rec` be made. Names: a directory
     /// flagged immutable gets no new name and loses none, one flagged
     /// append-only gets new names but loses none; an immutable or
@@ -110,7 +101,7 @@ impl ForkState {
             }
             Record::Unlink { parent, name, .. } => {
                 self.refuse(*parent, IA)?;
-                match self.child_of(*parent, name) {
+                match self.child(*parent, name) {
                     Some(victim) => self.refuse(victim, IA),
                     None => Ok(()),
                 }
@@ -163,11 +154,11 @@ impl ForkState {
         flags: u32,
     ) -> Result<()> {
         self.refuse(parent, IA)?;
-        if let Some(moved) = self.child_of(parent, name) {
+        if let Some(moved) = self.child(parent, name) {
             self.refuse(moved, IA)?;
         }
         let exchange = flags & RENAME_EXCHANGE != 0;
-        let replaced = self.child_of(new_parent, new_name);
+        let replaced = self.child(new_parent, new_name);
         let lost = if replaced.is_some() || exchange {
             IA
         } else {

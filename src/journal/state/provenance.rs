@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::super::ops::{LogPath, MAX_DIR_PATHS, MAX_NAMES, Op, Who};
 use super::super::record::{RENAME_EXCHANGE, Record};
-use super::inode::{Data, Dir, Inode};
+use super::inode::Inode;
 use super::{Ctx, ForkState};
 use crate::journal::Result;
 use crate::store::Kind;
@@ -317,7 +317,7 @@ impl ForkState {
     }
 
     /// The inode named `name` in loaded directory `dir`.
-    fn child(&self, dir: u64, name: &[u8]) -> Option<u64> {
+    pub(super) fn child(&self, dir: u64, name: &[u8]) -> Option<u64> {
         entries(&self.inodes, dir)?.get(name).copied()
     }
 
@@ -427,10 +427,7 @@ fn entries(
     inodes: &HashMap<u64, Box<Inode>>,
     dir: u64,
 ) -> Option<&std::collections::BTreeMap<Vec<u8>, u64>> {
-    match &inodes.get(&dir)?.data {
-        Data::Dir(Dir::Loaded(k)) => Some(k),
-        _ => None,
-    }
+    inodes.get(&dir)?.children()
 }
 
 /// Where `ino` is named: the name remembered if its directory still has
