@@ -1,7 +1,8 @@
 //! Memory and depth stay bounded whatever the input (issue 38, "Medium 6"
 //! and "Medium 7"): a control-socket client that sends nothing or one
 //! endless line, a remote pack index entry past its pack's end, an
-//! oversized checkpoint record (local and on a remote), a tar with a
+//! oversized checkpoint record (local and on a remote), a remote ref,
+//! loose object or tree pack larger than it may be, a tar with a
 //! sparse map of many 1-byte segments, a git blob over the cap, and trees
 //! 6,000 directories deep through snapshot, restore, diff, verify, gc and
 //! import-git. Peak memory is measured (`VmHWM`, or `getrusage` of a
@@ -340,6 +341,157 @@ fn an_oversized_checkpoint_record_is_refused_unread() {
         "pull peaked at {peak} bytes: it downloaded the record"
     );
     assert!(!path.exists(), "nothing published");
+}
+
+// ------------------------------------------------------------ remote reads
+
+/// The directory a `file://` remote URL names.
+fn remote_dir(url: &str) -> std::path::PathBuf {
+    Path::new(url.strip_prefix("file://").expect("a file:// remote")).to_path_buf()
+}
+
+/// A file of `len` bytes at `path`, all a hole (no disk, no time).
+fn sparse_file(path: &Path, len: u64) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::File::create(path).unwrap().set_len(len).unwrap();
+}
+
+/// What a remote holds is read up to a cap, whatever it lists or sends: a
+/// ref of 64 MiB, and a loose object of 2 GiB (a checkpoint's root tree
+/// in no pack) are refused unread, by pull, in one line naming the cap.
+#[test]
+fn a_remote_ref_or_loose_object_past_its_cap_is_refused_unread() {
+    let (env, url, _remote) = env_with_remote(RemoteKind::File, "caps");
+    let dir = remote_dir(&url);
+    env.ok(["init"]);
+    env.ok(["remote", "add", "team", &url]);
+
+    sparse_file(&dir.join("refs/big"), 64 * MIB);
+    let (status, _, err, peak) = run_measured(
+        &env.store,
+        &["pull".as_ref(), "team".as_ref(), "big".as_ref()],
+        Duration::from_secs(120),
+    );
+    // Shortened: a regression puts the whole file in the message.
+    let err: String = err.chars().take(600).collect();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("refs/big") && err.contains("a ref may have"),
+        "{err}"
+    );
+    assert!(
+        peak < 48 * MIB,
+        "pull peaked at {peak} bytes: it read the ref"
+    );
+
+    // A record whose root tree is nowhere but a 2 GiB `objects/<root>`.
+    let root = storefs::store::ObjectId::of(b"no such tree").to_hex();
+    let record = format!(
+        "{{\n  \"version\": 1,\n  \"root\": \"{root}\",\n  \"parents\": [],\n  \"time_ns\": 0,\n  \"source\": {{\"kind\": \"snapshot\"}},\n  \"message\": \"loose\"\n}}\n"
+    );
+    let id = storefs::store::ObjectId::of(record.as_bytes()).to_hex();
+    fs::create_dir_all(dir.join("checkpoints")).unwrap();
+    fs::write(dir.join(format!("checkpoints/{id}.json")), &record).unwrap();
+    fs::write(dir.join("refs/loose"), format!("{id}\n")).unwrap();
+    sparse_file(&dir.join(format!("objects/{root}")), 2 << 30);
+    let (status, _, err, peak) = run_measured(
+        &env.store,
+        &["pull".as_ref(), "team".as_ref(), "loose".as_ref()],
+        Duration::from_secs(120),
+    );
+    // Shortened: a regression puts the whole file in the message.
+    let err: String = err.chars().take(600).collect();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("objects/{root}")) && err.contains("a stored object may have"),
+        "{err}"
+    );
+    assert!(
+        peak < 128 * MIB,
+        "pull peaked at {peak} bytes: it read the object"
+    );
+}
+
+/// A remote whose one tree pack has a 2 GiB hole after its records, with
+/// (`claimed`) or without an index entry at the hole's end; then a pull of
+/// it into a fresh store: its exit status, stderr (shortened) and peak RSS.
+fn pull_of_a_padded_tree_pack(claimed: bool) -> (ExitStatus, String, u64, Env) {
+    let (env, url, remote) = env_with_remote(RemoteKind::File, "treepack");
+    let a = env.path("a");
+    let origin = env.path("srv/tree");
+    for d in 0..30u64 {
+        let sub = origin.join(format!("d{d:02}"));
+        fs::create_dir_all(&sub).unwrap();
+        fs::write(sub.join("f"), common::pseudo_random(100, d + 1)).unwrap();
+    }
+    env.output_ok_in(&a, &["snapshot", origin.to_str().unwrap(), "--ref", "s1"]);
+    env.output_ok_in(&a, &["remote", "add", "team", &url]);
+    env.output_ok_in(&a, &["push", "team", "s1"]);
+    let packs = remote.list_packs().unwrap();
+    let (stem, entries) = packs
+        .iter()
+        .find(|(stem, _)| stem.starts_with("t-"))
+        .expect("a tree pack");
+    let pack = remote_dir(&url).join(format!("packs/{stem}.pack"));
+    let len = fs::metadata(&pack).unwrap().len() + (2 << 30);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&pack)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+    if claimed {
+        // An entry for an object nobody needs, in the hole's last bytes:
+        // the index now says the pack is 2 GiB long.
+        let mut entries = entries.clone();
+        let mut last = entries[0];
+        last.id = storefs::store::ObjectId::of(b"unneeded");
+        last.offset = len - 64;
+        last.len = 64;
+        entries.push(last);
+        remote
+            .put_bytes(
+                &format!("packs/{stem}.idx"),
+                &storefs::store::encode_index(&mut entries),
+            )
+            .unwrap();
+    }
+    env.output_ok_in(&env.store, &["remote", "add", "team", &url]);
+    let (status, _, err, peak) = run_measured(
+        &env.store,
+        &["pull".as_ref(), "team".as_ref(), "s1".as_ref()],
+        Duration::from_secs(300),
+    );
+    (status, err.chars().take(600).collect(), peak, env)
+}
+
+/// A tree pack on a remote is read no further than its index's last
+/// record, whatever the file holds past it: padded with a 2 GiB hole, the
+/// pull works and stays small.
+#[test]
+fn a_tree_pack_longer_than_its_records_is_read_only_as_far_as_they_go() {
+    let (status, err, peak, env) = pull_of_a_padded_tree_pack(false);
+    assert!(status.success(), "{err}");
+    assert!(
+        peak < 192 * MIB,
+        "pull peaked at {peak} bytes: it read the padding"
+    );
+    env.ok(["verify"]);
+}
+
+/// A tree pack over 32 MiB (its index says 2 GiB) is not read whole: its
+/// trees are read a range each, and the pull stays small.
+#[test]
+fn a_tree_pack_over_the_cap_is_read_a_tree_at_a_time() {
+    let (status, err, peak, env) = pull_of_a_padded_tree_pack(true);
+    assert!(status.success(), "{err}");
+    assert!(
+        peak < 192 * MIB,
+        "pull peaked at {peak} bytes: it read the pack whole"
+    );
+    env.ok(["verify"]);
 }
 
 // ------------------------------------------------------------ sparse maps

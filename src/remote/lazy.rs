@@ -35,6 +35,10 @@ const SYNC_EVERY_OBJECTS: usize = 64;
 const SYNC_EVERY: Duration = Duration::from_secs(2);
 /// Background prefetch requests in flight at most; further hints are dropped.
 const MAX_PREFETCH: usize = 16;
+/// The longest span of a tree pack one prefetch reads (storefs's packs
+/// are about [`super::pack::PACK_TARGET`]; a longer span is another
+/// writer's pack, and what lies past it is fetched when read).
+const MAX_SPAN: u64 = 2 * super::pack::PACK_TARGET as u64;
 /// A range of a tree pack and the trees wholly inside it.
 type Span = (std::ops::Range<u64>, Vec<PackEntry>);
 
@@ -147,7 +151,7 @@ fn fetch_head(store: &Store, remote: &str, name: &str) -> Result<(ObjectId, Vec<
                 }
                 None => {
                     let key = format!("objects/{root}");
-                    r.get_async(&key).await?.ok_or_else(|| Error::MissingObject {
+                    r.get_async(&key, store::MAX_LOOSE_FILE, "a stored object").await?.ok_or_else(|| Error::MissingObject {
                         remote: remote.to_string(),
                         id: root,
                         context: format!(
@@ -431,14 +435,24 @@ impl Shared {
         id: ObjectId,
     ) -> io::Result<HashMap<ObjectId, Fetched>> {
         let key = format!("objects/{id}");
-        let raw = objects
+        let got = objects
             .get(&ObjPath::from(key.as_str()))
             .await
-            .map_err(|e| self.remote_io(&key, e))?
-            .bytes()
-            .await
-            .map_err(|e| self.remote_io(&key, e))?
-            .to_vec();
+            .map_err(|e| self.remote_io(&key, e))?;
+        let raw = match super::read_capped(got, store::MAX_LOOSE_FILE).await {
+            Ok(raw) => raw,
+            Err(super::Capped::Backend(e)) => return Err(self.remote_io(&key, e)),
+            Err(super::Capped::Over(n)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "remote '{}': {key} holds {n} bytes or more, over the {} a stored object may have",
+                        self.remote,
+                        store::MAX_LOOSE_FILE
+                    ),
+                ));
+            }
+        };
         let f = tokio::task::spawn_blocking(move || self.keep(id, raw))
             .await
             .map_err(|e| io::Error::other(e.to_string()))??;
@@ -732,13 +746,16 @@ impl ObjectRead for LazyBackend {
             // and every tree inside it is claimed, so a reader of one of them
             // (a walk going deeper) waits for this request instead of
             // fetching it alone (see fetch_span). Chunks: the hinted ones.
+            // A span is at most MAX_SPAN: hinted trees past it are left
+            // to be fetched when read.
             let (span, claimed): (Option<Span>, Vec<_>) = if info.kind == PackKind::Trees {
                 let start = group.iter().map(|(_, l)| l.offset).min().unwrap_or(0);
                 let end = group
                     .iter()
                     .map(|(_, l)| l.offset + l.len as u64)
+                    .filter(|end| end - start <= MAX_SPAN)
                     .max()
-                    .unwrap_or(0);
+                    .unwrap_or(start);
                 let inside: Vec<PackEntry> = info
                     .entries
                     .iter()

@@ -126,7 +126,7 @@ impl Remote {
                 continue;
             }
             let text = match self.objects.get(&m.location).await {
-                Ok(g) => match g.bytes().await {
+                Ok(g) => match super::read_capped(g, crate::store::MAX_SMALL_RECORD).await {
                     Ok(b) => String::from_utf8_lossy(&b).into_owned(),
                     Err(_) => continue,
                 },

@@ -126,6 +126,16 @@ pub enum Error {
     #[error("remote pack {key} is damaged ({detail})")]
     BadPack { key: String, detail: String },
     #[error(
+        "remote '{remote}': {key} holds {size} bytes or more, over the {cap} bytes {what} may have; refused (storefs never pushes one that large: the remote is damaged or not storefs's)"
+    )]
+    TooLarge {
+        remote: String,
+        key: String,
+        size: u64,
+        cap: u64,
+        what: &'static str,
+    },
+    #[error(
         "remote '{remote}' is busy: {what}; this {ours} did nothing. Run it again when that ends (a lock untouched for 30 minutes is ignored)"
     )]
     Locked {
@@ -327,9 +337,31 @@ impl Remote {
 
     // ---- raw access (blocking); push/pull and the tests use these ----
 
-    /// The bytes at `key` (relative to the remote's prefix), or `None`.
+    /// The bytes at `key` (relative to the remote's prefix), or `None`;
+    /// read whole, whatever its size (the tests' raw access).
     pub fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.rt.block_on(self.get_async(key))
+        self.rt.block_on(self.get_async(key, u64::MAX, "a file"))
+    }
+
+    /// The body of `got` (a GET of `key`), at most `cap` bytes
+    /// ([`read_capped`]); past it, [`Error::TooLarge`] naming `what`.
+    async fn body(
+        &self,
+        got: object_store::GetResult,
+        key: &str,
+        cap: u64,
+        what: &'static str,
+    ) -> Result<Vec<u8>> {
+        read_capped(got, cap).await.map_err(|e| match e {
+            Capped::Over(size) => Error::TooLarge {
+                remote: self.name.clone(),
+                key: key.to_string(),
+                size,
+                cap,
+                what,
+            },
+            Capped::Backend(e) => self.backend_err(format!("reading {key}"), e),
+        })
     }
 
     /// Write `bytes` at `key`, replacing what is there.
@@ -375,7 +407,10 @@ impl Remote {
         for p in listing.published {
             let stem = p.stem;
             let key = pack::idx_key(&stem);
-            let bytes = self.get_async(&key).await?.unwrap_or_default();
+            let bytes = self
+                .get_async(&key, pack::MAX_CACHED_INDEX, "a pack index")
+                .await?
+                .unwrap_or_default();
             let entries = store::decode_index(&bytes).map_err(|e| Error::BadPack {
                 key,
                 detail: e.to_string(),
@@ -565,18 +600,15 @@ impl Remote {
         .await
     }
 
-    async fn get_async(&self, key: &str) -> Result<Option<Vec<u8>>> {
+    /// The bytes at `key`, or `None`; refused past `cap` bytes ([`Remote::body`]).
+    async fn get_async(&self, key: &str, cap: u64, what: &'static str) -> Result<Option<Vec<u8>>> {
         let path = ObjPath::from(key);
         let got = match self.objects.get(&path).await {
             Ok(g) => g,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.backend_err(format!("reading {key}"), e)),
         };
-        let bytes = got
-            .bytes()
-            .await
-            .map_err(|e| self.backend_err(format!("reading {key}"), e))?;
-        Ok(Some(bytes.to_vec()))
+        self.body(got, key, cap, what).await.map(Some)
     }
 
     /// The checkpoint remote ref `name` names.
@@ -620,15 +652,15 @@ impl Remote {
             }
             Err(e) => return Err(self.backend_err(format!("reading {key}"), e)),
         };
-        // Refused by its listed size before its bytes are read.
-        if let Some(why) = store::record_too_large(got.meta.size, &key) {
-            return Err(bad(why));
-        }
-        let bytes = got
-            .bytes()
-            .await
-            .map_err(|e| self.backend_err(format!("reading {key}"), e))?
-            .to_vec();
+        // Refused by its listed size before its bytes are read, and by what
+        // arrives (a server may send more than it listed).
+        let bytes = match read_capped(got, store::MAX_CHECKPOINT_RECORD).await {
+            Ok(b) => b,
+            Err(Capped::Over(size)) => {
+                return Err(bad(store::record_too_large(size, &key).unwrap_or_default()));
+            }
+            Err(Capped::Backend(e)) => return Err(self.backend_err(format!("reading {key}"), e)),
+        };
         let ckpt =
             store::Store::verify_record(&id, &bytes, &key).map_err(|e| bad(e.to_string()))?;
         Ok((ckpt, bytes))
@@ -658,10 +690,7 @@ impl Remote {
             e_tag: got.meta.e_tag.clone(),
             version: got.meta.version.clone(),
         };
-        let bytes = got
-            .bytes()
-            .await
-            .map_err(|e| self.backend_err(format!("reading {key}"), e))?;
+        let bytes = self.body(got, &key, store::MAX_REF_FILE, "a ref").await?;
         Ok(Some(RefState {
             content: String::from_utf8_lossy(&bytes).trim().to_string(),
             version,
@@ -897,6 +926,40 @@ fn object_store_for(
             (Arc::new(fs), Some(dir))
         }
     })
+}
+
+/// Why [`read_capped`] stopped.
+pub(crate) enum Capped {
+    /// Over the cap: the size listed, or the bytes that had arrived.
+    Over(u64),
+    Backend(object_store::Error),
+}
+
+/// The body of a GET, at most `cap` bytes: refused by the size the server
+/// lists before a byte is read, and as soon as more than `cap` bytes have
+/// arrived (a server may send more than it listed), so a hostile remote
+/// costs at most `cap` bytes of memory per read.
+pub(crate) async fn read_capped(
+    got: object_store::GetResult,
+    cap: u64,
+) -> std::result::Result<Vec<u8>, Capped> {
+    use futures::StreamExt;
+    // The bytes this GET answers with: the object's, or its range's.
+    let listed = got.range.end.saturating_sub(got.range.start);
+    if listed > cap {
+        return Err(Capped::Over(listed));
+    }
+    let mut out = Vec::with_capacity(listed as usize);
+    let mut stream = got.into_stream();
+    while let Some(part) = stream.next().await {
+        let part = part.map_err(Capped::Backend)?;
+        let len = out.len() as u64 + part.len() as u64;
+        if len > cap {
+            return Err(Capped::Over(len));
+        }
+        out.extend_from_slice(&part);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

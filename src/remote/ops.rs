@@ -16,6 +16,40 @@ use crate::store::{self, Checkpoint, Content, ObjectBackend, ObjectId, Store, Tr
 /// Packs uploaded at once (each up to [`pack::PACK_TARGET`] in memory).
 const PACK_UPLOADS: usize = 4;
 
+/// A tree pack a tree walk reads whole, at most: storefs closes a pack
+/// once it passes [`pack::PACK_TARGET`], so only one holding a huge tree
+/// (or another writer's) is larger; its trees are read a range each.
+const TREE_PACK_WHOLE: u64 = 2 * pack::PACK_TARGET as u64;
+/// Tree packs downloaded at once by a walk (each up to [`TREE_PACK_WHOLE`]).
+const TREE_PACK_DOWNLOADS: usize = 4;
+/// The bytes of tree packs a walk keeps between its levels; past it the
+/// oldest go, and a later level that needs one reads it again.
+const TREE_PACKS_KEPT: u64 = 256 << 20;
+
+/// The tree packs a walk keeps, oldest first, within [`TREE_PACKS_KEPT`].
+#[derive(Default)]
+struct KeptPacks {
+    packs: VecDeque<(u32, bytes::Bytes)>,
+    bytes: u64,
+}
+
+impl KeptPacks {
+    fn get(&self, pack: u32) -> Option<&bytes::Bytes> {
+        self.packs.iter().find(|(p, _)| *p == pack).map(|(_, b)| b)
+    }
+
+    fn keep(&mut self, pack: u32, b: bytes::Bytes) {
+        self.bytes += b.len() as u64;
+        self.packs.push_back((pack, b));
+        while self.bytes > TREE_PACKS_KEPT {
+            let Some((_, old)) = self.packs.pop_front() else {
+                break;
+            };
+            self.bytes -= old.len() as u64;
+        }
+    }
+}
+
 /// How a push behaves.
 #[derive(Clone, Debug)]
 pub struct PushOptions {
@@ -399,7 +433,7 @@ impl Remote {
         let mut seen: HashSet<ObjectId> = HashSet::new();
         let mut frontier: Vec<(ObjectId, ObjectId)> =
             roots.into_iter().filter(|(t, _)| seen.insert(*t)).collect();
-        let mut tree_packs: HashMap<u32, bytes::Bytes> = HashMap::new();
+        let mut tree_packs = KeptPacks::default();
         let mut chunks = Vec::new();
         while !frontier.is_empty() {
             let trees = self
@@ -434,15 +468,18 @@ impl Remote {
 
     /// Decode the trees `wanted` (id, the checkpoint that needs it): read
     /// here when the store has them, else taken from their tree pack
-    /// (downloaded whole once into `tree_packs`), or a GET each for objects
-    /// not in a pack; every fetched one is verified, and written here when
-    /// `write_here` (a pull; gc --remote only reads).
+    /// (downloaded whole once and kept in `tree_packs` while it fits, or a
+    /// range each when the pack is over [`TREE_PACK_WHOLE`]), or a GET each
+    /// for objects not in a pack; every fetched one is verified, and written
+    /// here when `write_here` (a pull; gc --remote only reads). Memory: the
+    /// kept packs, [`TREE_PACK_DOWNLOADS`] packs in flight, and this level's
+    /// trees.
     async fn fetch_trees(
         &self,
         index: &PackIndex,
         backend: &Arc<dyn ObjectBackend>,
         wanted: &[(ObjectId, ObjectId)],
-        tree_packs: &mut HashMap<u32, bytes::Bytes>,
+        tree_packs: &mut KeptPacks,
         moved: &mut Moved,
         write_here: bool,
     ) -> Result<Vec<(Vec<Child>, ObjectId)>> {
@@ -460,65 +497,84 @@ impl Remote {
             .iter()
             .map(|here| if *here { None } else { found.next().flatten() })
             .collect();
-        let packs: HashSet<u32> = locs
-            .iter()
-            .flatten()
-            .filter(|l| index.pack(l).kind == PackKind::Trees && !tree_packs.contains_key(&l.pack))
-            .map(|l| l.pack)
-            .collect();
+        // The stored bytes of each wanted tree that a tree pack read whole
+        // holds: from the packs kept, then from those downloaded now.
+        let mut raw: HashMap<ObjectId, Vec<u8>> = HashMap::new();
+        let mut by_pack: HashMap<u32, Vec<(ObjectId, pack::Loc)>> = HashMap::new();
+        let slice = |b: &bytes::Bytes, l: &pack::Loc| {
+            b.get(l.offset as usize..(l.offset + l.len as u64) as usize)
+                .map(|s| s.to_vec())
+        };
+        for ((id, _), loc) in wanted.iter().zip(&locs) {
+            let Some(l) = loc else { continue };
+            let info = index.pack(l);
+            if info.kind != PackKind::Trees || info.size > TREE_PACK_WHOLE {
+                continue;
+            }
+            match tree_packs.get(l.pack) {
+                Some(b) => {
+                    if let Some(r) = slice(b, l) {
+                        raw.insert(*id, r);
+                    }
+                }
+                None => by_pack.entry(l.pack).or_default().push((*id, *l)),
+            }
+        }
         let err = |what: String, e| self.backend_err(what, e);
-        let got: Vec<(u32, bytes::Bytes)> = futures::stream::iter(packs)
-            .map(|p| {
+        let mut downloads = futures::stream::iter(by_pack)
+            .map(|(p, trees)| {
                 let err = &err;
                 async move {
                     let info = &index.packs[p as usize];
-                    let b = pack::read_whole(&self.objects, &info.stem, err)
+                    let b = pack::read_whole(&self.objects, &info.stem, info.size, err)
                         .await
                         .map_err(|e| self.pack_gone(e, &info.stem, info.entries[0].id))?;
-                    Ok::<_, Error>((p, b))
+                    Ok::<_, Error>((p, b, trees))
+                }
+            })
+            .buffer_unordered(TREE_PACK_DOWNLOADS);
+        while let Some((p, b, trees)) = downloads.try_next().await? {
+            moved.bytes += b.len() as u64;
+            for (id, l) in trees {
+                if let Some(r) = slice(&b, &l) {
+                    raw.insert(id, r);
+                }
+            }
+            tree_packs.keep(p, b);
+        }
+        drop(downloads);
+        let inputs: Vec<_> = wanted
+            .iter()
+            .zip(present)
+            .map(|(&(id, ck), here)| (id, ck, here, raw.remove(&id)))
+            .collect();
+        let results: Vec<(Vec<Child>, ObjectId, bool)> = futures::stream::iter(inputs)
+            .map(|(id, ck, here, from_pack)| {
+                let backend = backend.clone();
+                async move {
+                    let (bytes, fetched) = match (here, from_pack) {
+                        (true, _) => (read_local(backend, id).await?, false),
+                        (false, Some(raw)) => {
+                            (self.keep(backend, id, raw, write_here).await?, true)
+                        }
+                        (false, None) => {
+                            let raw = self.fetch_single(index, id, ck).await?;
+                            (self.keep(backend, id, raw, true).await?, true)
+                        }
+                    };
+                    let tree = Tree::decode(&bytes).map_err(|e| Error::CorruptObject {
+                        remote: self.name.clone(),
+                        id,
+                        detail: format!("tree: {e}"),
+                    })?;
+                    // Only what the walk needs: a level's decoded trees
+                    // (names, metadata) were most of a pull's memory.
+                    Ok::<_, Error>((Child::of(tree), ck, fetched))
                 }
             })
             .buffer_unordered(PARALLEL)
             .try_collect()
             .await?;
-        for (p, b) in got {
-            moved.bytes += b.len() as u64;
-            tree_packs.insert(p, b);
-        }
-        let tree_packs = &*tree_packs;
-        let results: Vec<(Vec<Child>, ObjectId, bool)> =
-            futures::stream::iter(wanted.iter().zip(present).zip(locs))
-                .map(|((&(id, ck), here), loc)| {
-                    let backend = backend.clone();
-                    async move {
-                        let from_pack = loc.and_then(|l| {
-                            let b = tree_packs.get(&l.pack)?;
-                            b.get(l.offset as usize..(l.offset + l.len as u64) as usize)
-                                .map(|s| s.to_vec())
-                        });
-                        let (bytes, fetched) = match (here, from_pack) {
-                            (true, _) => (read_local(backend, id).await?, false),
-                            (false, Some(raw)) => {
-                                (self.keep(backend, id, raw, write_here).await?, true)
-                            }
-                            (false, None) => {
-                                let raw = self.fetch_single(index, id, ck).await?;
-                                (self.keep(backend, id, raw, true).await?, true)
-                            }
-                        };
-                        let tree = Tree::decode(&bytes).map_err(|e| Error::CorruptObject {
-                            remote: self.name.clone(),
-                            id,
-                            detail: format!("tree: {e}"),
-                        })?;
-                        // Only what the walk needs: a level's decoded trees
-                        // (names, metadata) were most of a pull's memory.
-                        Ok::<_, Error>((Child::of(tree), ck, fetched))
-                    }
-                })
-                .buffer_unordered(PARALLEL)
-                .try_collect()
-                .await?;
         Ok(results
             .into_iter()
             .map(|(children, ck, fetched)| {
@@ -620,7 +676,7 @@ impl Remote {
             return Ok(got.pop().map(|(_, raw)| raw).unwrap_or_default());
         }
         let key = format!("objects/{id}");
-        self.get_async(&key)
+        self.get_async(&key, store::MAX_LOOSE_FILE, "a stored object")
             .await?
             .ok_or_else(|| Error::MissingObject {
                 remote: self.name.clone(),

@@ -592,13 +592,27 @@ async fn fetch_idx(
         return Ok((cache_key, cached));
     }
     let key = idx_key(&p.stem);
-    let bytes = objects
+    let got = objects
         .get(&ObjPath::from(key.as_str()))
         .await
-        .map_err(|e| err(format!("reading {key}"), e))?
-        .bytes()
-        .await
         .map_err(|e| err(format!("reading {key}"), e))?;
+    // No more than its pack's records can need (the pack's listed size),
+    // and never more than a cached index may hold.
+    let cap = pack_size.map_or(MAX_CACHED_INDEX, |n| {
+        store::max_index_len(n).min(MAX_CACHED_INDEX)
+    });
+    let bytes = match super::read_capped(got, cap).await {
+        Ok(b) => b,
+        Err(super::Capped::Backend(e)) => return Err(err(format!("reading {key}"), e)),
+        Err(super::Capped::Over(n)) => {
+            return Err(Error::BadPack {
+                key,
+                detail: format!(
+                    "{n} bytes or more, over the {cap} bytes its pack's records can need; refused"
+                ),
+            });
+        }
+    };
     let entries = store::decode_index(&bytes).map_err(|e| Error::BadPack {
         key: key.clone(),
         detail: e.to_string(),
@@ -721,16 +735,29 @@ pub async fn upload(
 pub async fn read_whole(
     objects: &Arc<dyn ObjectStore>,
     stem: &str,
+    len: u64,
     err: &(dyn Fn(String, object_store::Error) -> Error + Sync),
 ) -> Result<bytes::Bytes> {
     let key = pack_key(stem);
-    objects
-        .get(&ObjPath::from(key.as_str()))
+    if len == 0 {
+        return Ok(bytes::Bytes::new());
+    }
+    let opts = object_store::GetOptions {
+        range: Some((0..len).into()),
+        ..Default::default()
+    };
+    let got = objects
+        .get_opts(&ObjPath::from(key.as_str()), opts)
         .await
-        .map_err(|e| err(format!("reading {key}"), e))?
-        .bytes()
-        .await
-        .map_err(|e| err(format!("reading {key}"), e))
+        .map_err(|e| err(format!("reading {key}"), e))?;
+    match super::read_capped(got, len).await {
+        Ok(b) => Ok(b.into()),
+        Err(super::Capped::Backend(e)) => Err(err(format!("reading {key}"), e)),
+        Err(super::Capped::Over(n)) => Err(Error::BadPack {
+            key,
+            detail: format!("the server sent {n} bytes or more for the first {len}"),
+        }),
+    }
 }
 
 /// The stored bytes of the objects at `locs` (id, offset, length; all in
@@ -746,7 +773,14 @@ pub async fn read_objects(
 ) -> Result<(Vec<(ObjectId, Vec<u8>)>, u64)> {
     let key = pack_key(stem);
     if whole {
-        let bytes = read_whole(objects, stem, err).await?;
+        // The pack up to the end of its last wanted object: never more
+        // than the index (checked against the pack's listed size) names.
+        let end = locs
+            .iter()
+            .map(|(_, off, len)| off + u64::from(*len))
+            .max()
+            .unwrap_or(0);
+        let bytes = read_whole(objects, stem, end, err).await?;
         let objs = locs
             .iter()
             .map(|(id, off, len)| {

@@ -44,8 +44,8 @@ pub use atomic::{
     open_store_file, read_store_file, read_store_file_capped, write_file, write_store_file,
 };
 pub use backend::{
-    Got, LocalBackend, ObjectBackend, ObjectMaintenance, ObjectRead, ObjectWrite, REPACK_UNUSED,
-    SYNC_OBJECTS, Stored, StoredFile,
+    Got, LocalBackend, MAX_LOOSE_FILE, ObjectBackend, ObjectMaintenance, ObjectRead, ObjectWrite,
+    REPACK_UNUSED, SYNC_OBJECTS, Stored, StoredFile,
 };
 pub use cache::ChunkCache;
 pub use checkpoint::{
@@ -55,7 +55,7 @@ pub use forks::ForkHead;
 pub use gc::{GcOptions, GcReport, WriteLease, parse_duration};
 pub use gitindex::GitRecord;
 pub use id::{ObjectId, is_hex, to_hex};
-pub use pack::{PackEntry, decode_index, encode_index};
+pub use pack::{PackEntry, decode_index, encode_index, max_index_len};
 #[cfg(test)]
 pub(crate) use tree::flatten;
 pub use tree::{Content, DecodeError, Entry, Extent, Kind, Tree};

@@ -23,9 +23,9 @@ use super::pack::PackFile;
 
 mod local;
 
-pub use local::{LocalBackend, REPACK_UNUSED, SYNC_OBJECTS};
+pub use local::{LocalBackend, MAX_LOOSE_FILE, REPACK_UNUSED, SYNC_OBJECTS};
 #[cfg(test)]
-pub use local::{MAX_LOOSE_FILE, MIDX_TAIL_PACKS, PUBLISHED};
+pub use local::{MIDX_TAIL_PACKS, PUBLISHED};
 
 /// An object as [`ObjectRead::read_for_use`] hands it over.
 pub enum Got {

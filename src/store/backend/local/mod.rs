@@ -28,7 +28,6 @@ mod view;
 mod write;
 
 pub use gc::REPACK_UNUSED;
-#[cfg(test)]
 pub use read::MAX_LOOSE_FILE;
 #[cfg(test)]
 pub use write::MIDX_TAIL_PACKS;
