@@ -950,7 +950,6 @@ impl Store {
     }
 }
 
-/// Make a path absolute against the current directory, without resolving symlinks.
 /// Whether [`SAFE_STORES_ENV`] names the store (or `file://` remote) at
 /// `root`, or is `*`.
 pub fn is_trusted(root: &Path) -> bool {
@@ -1043,6 +1042,7 @@ pub fn ownership_problem(root: &Path) -> Result<Option<String>> {
     Ok(None)
 }
 
+/// Make a path absolute against the current directory, without resolving symlinks.
 pub fn absolute(p: &Path) -> Result<PathBuf> {
     std::path::absolute(p).at(p)
 }
