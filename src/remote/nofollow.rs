@@ -24,12 +24,11 @@
 //! Semantics follow `LocalFileSystem` where storefs relies on them (a
 //! missing key, or a directory, is `NotFound`; listing a missing prefix is
 //! empty; `PutMode::Update` is not implemented: the `file://` ref lock,
-//! `Remote::lock_ref`, stands in for it), with three differences: a symlink
-//! or a file that is not regular is an error wherever it is met (listings
-//! included) instead of being followed; `copy` writes a new file (a copy of
-//! the bytes, never a hard link, which could link a symlink in); and
-//! deletes do not remove emptied directories (nor does `LocalFileSystem`
-//! by default).
+//! `Remote::lock_ref`, stands in for it; deletes leave emptied
+//! directories), with two differences: a symlink or a file that is not
+//! regular is an error wherever it is met (listings included) instead of
+//! being followed; `copy` writes a new file (a copy of the bytes, never a
+//! hard link, which could link a symlink in).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
