@@ -15,7 +15,8 @@
 //! - device numbers: a `dev_t` from its major and minor, and back;
 //! - random bytes for unique names;
 //! - files opened, created, renamed and removed without following a symlink
-//!   anywhere on their path (`openat2`'s `RESOLVE_NO_SYMLINKS`), temp files
+//!   anywhere on their path (`openat2`'s `RESOLVE_NO_SYMLINKS`), or opened
+//!   beneath an open directory without one (`RESOLVE_BENEATH`), temp files
 //!   with unguessable names, and a process's identity (start time, name).
 //! - `sync_file_range` and `cachestat`, which neither rustix nor nix offers,
 //!   written against libc (with `mallopt` in `daemon::run` and the ring
@@ -829,6 +830,92 @@ pub fn create_dir_nofollow(path: &Path, mode: u32) -> io::Result<()> {
     }
 }
 
+/// Open `rel` (relative, no `..`) beneath the open directory `dir`,
+/// following no symlink on the way or at its end: `openat2` with
+/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (no magic links either), so a
+/// symlink anywhere fails with `ELOOP` and nothing outside `dir` is ever
+/// reached, whatever is swapped in meanwhile. `O_CLOEXEC` is added; an
+/// empty `rel` opens `dir` itself. Where the kernel has no `openat2`
+/// (before 5.6) the path is walked a component at a time with
+/// `O_NOFOLLOW` ([`open_beneath_walk`]), which promises the same.
+pub fn open_beneath(
+    dir: impl AsFd,
+    rel: &Path,
+    flags: rustix::fs::OFlags,
+    mode: u32,
+) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let flags = flags | OFlags::CLOEXEC;
+    let mode = if flags.contains(OFlags::CREATE) {
+        Mode::from_raw_mode(mode)
+    } else {
+        Mode::empty()
+    };
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    // EAGAIN: a rename raced the lookup (openat2 asks to try again).
+    for _ in 0..8 {
+        match rustix::fs::openat2(dir.as_fd(), rel, flags, mode, how) {
+            Ok(fd) => return Ok(File::from(fd)),
+            Err(Errno::AGAIN) => continue,
+            Err(Errno::NOSYS) => return open_beneath_walk(dir.as_fd(), rel, flags, mode),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Errno::AGAIN.into())
+}
+
+/// [`open_beneath`] without `openat2`: each directory of `rel` opened in
+/// turn with `O_NOFOLLOW | O_DIRECTORY` from the one before, the last
+/// component with `O_NOFOLLOW`. A symlink is `ELOOP` (also where
+/// `O_DIRECTORY` said `ENOTDIR` of one), an absolute path or `..` is
+/// `EXDEV`, as `RESOLVE_BENEATH` says it.
+fn open_beneath_walk(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    flags: rustix::fs::OFlags,
+    mode: rustix::fs::Mode,
+) -> io::Result<File> {
+    use rustix::fs::{AtFlags, FileType, OFlags};
+    use std::path::Component;
+    let mut names = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => names.push(n),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(Errno::XDEV.into());
+            }
+        }
+    }
+    let Some(last) = names.pop() else {
+        return Ok(File::from(rustix::fs::openat(dir, ".", flags, mode)?));
+    };
+    // ENOTDIR from O_DIRECTORY | O_NOFOLLOW: ELOOP when a symlink is there.
+    let why = |at: BorrowedFd<'_>, name: &std::ffi::OsStr, e: Errno| -> io::Error {
+        let link = e == Errno::NOTDIR
+            && rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+        if link { Errno::LOOP.into() } else { e.into() }
+    };
+    let walk = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut cur: Option<rustix::fd::OwnedFd> = None;
+    for name in names {
+        let at = cur.as_ref().map_or(dir, |f| f.as_fd());
+        let next = rustix::fs::openat(at, name, walk, rustix::fs::Mode::empty())
+            .map_err(|e| why(at, name, e))?;
+        cur = Some(next);
+    }
+    let at = cur.as_ref().map_or(dir, |f| f.as_fd());
+    rustix::fs::openat(at, last, flags | OFlags::NOFOLLOW, mode)
+        .map(File::from)
+        .map_err(|e| why(at, last, e))
+}
+
 /// A temp-file name nobody can guess that names its writer:
 /// `.PREFIX.PID.RANDOM.tmp`, RANDOM 64 random bits in decimal.
 pub fn temp_file_name(prefix: &str) -> String {
@@ -1023,6 +1110,71 @@ pub fn raise_open_files_limit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    /// `open_beneath` (openat2) and its fallback walk give the same
+    /// answers: a symlink anywhere, the last component too (also with
+    /// `O_DIRECTORY`), is `ELOOP`; `..` and absolute paths are `EXDEV`;
+    /// plain paths open, and create with `O_CREAT`.
+    fn beneath_opens_refuse_symlinks_and_escapes() {
+        use rustix::fs::{Mode, OFlags};
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        fs::create_dir_all(root.join("d/e")).unwrap();
+        fs::write(root.join("d/e/f"), b"x").unwrap();
+        fs::write(tmp.path().join("outside"), b"o").unwrap();
+        std::os::unix::fs::symlink(root.join("d"), root.join("dlink")).unwrap();
+        std::os::unix::fs::symlink(root.join("d/e/f"), root.join("d/flink")).unwrap();
+        let dir = open_dir_nofollow(&root).unwrap();
+        let rd = OFlags::RDONLY | OFlags::CLOEXEC;
+        let dir_flags = rd | OFlags::DIRECTORY;
+        type Open<'a> = dyn Fn(&str, OFlags) -> io::Result<File> + 'a;
+        let via_openat2: &Open = &|p, f| open_beneath(&dir, Path::new(p), f, 0o644);
+        let via_walk: &Open =
+            &|p, f| open_beneath_walk(dir.as_fd(), Path::new(p), f, Mode::from_raw_mode(0o644));
+        for open in [via_openat2, via_walk] {
+            let mut got = String::new();
+            std::io::Read::read_to_string(&mut open("d/e/f", rd).unwrap(), &mut got).unwrap();
+            assert_eq!(got, "x");
+            assert!(open("", dir_flags).is_ok());
+            assert!(open("d/e", dir_flags).is_ok());
+            for (p, f) in [
+                ("dlink/e/f", rd),
+                ("d/flink", rd),
+                ("dlink", dir_flags),
+                ("dlink", rd),
+                ("dlink/new", rd | OFlags::CREATE | OFlags::WRONLY),
+            ] {
+                let e = open(p, f).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{p}");
+            }
+            for p in ["../outside", "d/../../outside", "/etc/passwd"] {
+                let e = open(p, rd).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::EXDEV), "{p}");
+            }
+            let e = open("d/missing/f", rd).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+            let e = open("d/e/f/g", rd).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR));
+        }
+        open_beneath(
+            &dir,
+            Path::new("d/new1"),
+            OFlags::WRONLY | OFlags::CREATE,
+            0o600,
+        )
+        .unwrap();
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC;
+        open_beneath_walk(
+            dir.as_fd(),
+            Path::new("d/new2"),
+            flags,
+            Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        assert!(root.join("d/new1").is_file() && root.join("d/new2").is_file());
+        assert!(!root.join("d/e/new").exists());
+    }
 
     #[test]
     fn nofollow_opens_refuse_a_symlink_anywhere_on_the_path() {

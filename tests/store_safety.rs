@@ -312,6 +312,138 @@ fn gc_remote_with_packs_symlinked_deletes_nothing_through_it() {
     assert_eq!(files_under(&private.join("packs")), before);
 }
 
+/// A `file://` remote opened (its check passed: nothing in it was a
+/// symlink), then, before the operation, `packs` (or a file in it) swapped
+/// for a symlink: what a writer of the remote could do between the check
+/// and the writes. Push, pull and `gc --remote` go through the remote's own
+/// store, which follows no symlink: each fails naming the link, and nothing
+/// is written, read or deleted where it leads.
+mod swapped_after_the_check {
+    use super::*;
+    use storefs::remote::{PullOptions, PushOptions, Remote, RemoteGcOptions};
+    use storefs::store::{Store, progress::no_progress};
+
+    fn url(dir: &Path) -> String {
+        format!("file://{}", dir.display())
+    }
+
+    fn push_opts() -> PushOptions {
+        PushOptions {
+            force: false,
+            progress: no_progress(),
+        }
+    }
+
+    /// A store with checkpoint `s1`, pushed to the remote at `dir` as
+    /// `s1`; the store and the checkpoint.
+    fn pushed(env: &Env, dir: &Path) -> (Store, storefs::store::ObjectId) {
+        snapshot(env);
+        let store = Store::open(&env.store).unwrap();
+        let id = store.get_ref("s1").unwrap().unwrap();
+        let remote = Remote::open_url("r", &url(dir)).unwrap();
+        remote.push(&store, &id, "s1", &push_opts()).unwrap();
+        (store, id)
+    }
+
+    fn says_symlink(err: &str) {
+        assert!(
+            err.contains("is a symlink") && err.contains("packs") && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn push_writes_nothing_through_a_symlinked_packs() {
+        let env = Env::new();
+        snapshot(&env);
+        let store = Store::open(&env.store).unwrap();
+        let id = store.get_ref("s1").unwrap().unwrap();
+        let dir = env.path("remote");
+        let (victim, _) = victim(&env, "victim-file");
+        let elsewhere = env.path("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        fs::copy(&victim, elsewhere.join("keep")).unwrap();
+        let before = files_under(&elsewhere);
+
+        let remote = Remote::open_url("r", &url(&dir)).unwrap();
+        symlink(&elsewhere, dir.join("packs")).unwrap();
+        let err = remote
+            .push(&store, &id, "s1", &push_opts())
+            .unwrap_err()
+            .to_string();
+        says_symlink(&err);
+        assert_eq!(files_under(&elsewhere), before);
+        assert!(remote.get_ref("s1").unwrap().is_none(), "no ref published");
+    }
+
+    #[test]
+    fn pull_reads_nothing_through_a_symlinked_pack_file_or_packs() {
+        let env = Env::new();
+        let dir = env.path("remote");
+        pushed(&env, &dir);
+        let other = Env::new();
+        let theirs = Store::open_or_create(&other.store).unwrap();
+        let pull = |remote: &Remote| {
+            let opts = PullOptions {
+                force: false,
+                progress: no_progress(),
+            };
+            remote.pull(&theirs, "s1", Some("s1"), &opts)
+        };
+
+        // A file in packs/: its index, replaced by a link to a copy of itself.
+        let idx = fs::read_dir(dir.join("packs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "idx"))
+            .unwrap();
+        let copy = env.path("idx-copy");
+        let remote = Remote::open_url("r", &url(&dir)).unwrap();
+        fs::rename(&idx, &copy).unwrap();
+        symlink(&copy, &idx).unwrap();
+        says_symlink(&pull(&remote).unwrap_err().to_string());
+        fs::remove_file(&idx).unwrap();
+        fs::rename(&copy, &idx).unwrap();
+
+        // packs/ itself, a link to where it was moved.
+        let remote = Remote::open_url("r", &url(&dir)).unwrap();
+        let moved = env.path("packs-moved");
+        fs::rename(dir.join("packs"), &moved).unwrap();
+        symlink(&moved, dir.join("packs")).unwrap();
+        says_symlink(&pull(&remote).unwrap_err().to_string());
+        assert!(theirs.get_ref("s1").unwrap().is_none(), "nothing pulled");
+
+        // Put back, the same pull goes through.
+        fs::remove_file(dir.join("packs")).unwrap();
+        fs::rename(&moved, dir.join("packs")).unwrap();
+        pull(&remote).unwrap();
+    }
+
+    #[test]
+    fn gc_deletes_nothing_through_a_symlinked_packs() {
+        let env = Env::new();
+        let dir = env.path("remote");
+        let (store, _) = pushed(&env, &dir);
+        // Its ref gone, everything in packs/ is garbage to a gc.
+        let remote = Remote::open_url("r", &url(&dir)).unwrap();
+        remote.delete_ref("s1").unwrap();
+        let elsewhere = env.path("elsewhere");
+        fs::rename(dir.join("packs"), &elsewhere).unwrap();
+        let before = files_under(&elsewhere);
+        assert!(!before.is_empty());
+
+        let remote = Remote::open_url("r", &url(&dir)).unwrap();
+        symlink(&elsewhere, dir.join("packs")).unwrap();
+        let opts = RemoteGcOptions {
+            dry_run: false,
+            grace: std::time::Duration::ZERO,
+            progress: no_progress(),
+        };
+        says_symlink(&remote.gc(&store, &opts).unwrap_err().to_string());
+        assert_eq!(files_under(&elsewhere), before);
+    }
+}
+
 #[test]
 #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_forged_mount_record_unmounts_and_waits_on_nothing() {

@@ -20,6 +20,7 @@ mod config;
 mod gc;
 mod lazy;
 mod lock;
+mod nofollow;
 mod ops;
 mod pack;
 
@@ -249,14 +250,17 @@ pub enum Skipped {
     },
 }
 
+/// A `file://` remote's store, as [`Remote`] keeps it beside its `objects`.
+type LocalStore = Arc<nofollow::NoFollowFs>;
+
 /// An open remote: its object store and the runtime that drives it.
 pub struct Remote {
     name: String,
     url: String,
     objects: Arc<dyn ObjectStore>,
-    /// `file://` remotes: the directory, for the ref lock (LocalFileSystem has
-    /// no conditional update).
-    local_root: Option<PathBuf>,
+    /// `file://` remotes: the same store as `objects`, for the ref lock
+    /// (it has no conditional update) and the listing of `refs/`.
+    local: Option<LocalStore>,
     rt: tokio::runtime::Runtime,
 }
 
@@ -295,7 +299,7 @@ impl Remote {
     }
 
     fn open_url_with(name: &str, url: &str, lazy: bool) -> Result<Remote> {
-        let (objects, local_root) = object_store_for(name, url, lazy)?;
+        let (objects, local) = object_store_for(name, url, lazy)?;
         let mut builder = if lazy {
             tokio::runtime::Builder::new_current_thread()
         } else {
@@ -313,7 +317,7 @@ impl Remote {
             name: name.to_string(),
             url: url.to_string(),
             objects,
-            local_root,
+            local,
             rt,
         })
     }
@@ -441,7 +445,7 @@ impl Remote {
     ) -> Result<bool> {
         let _lock = self.lock_ref(name)?;
         self.rt.block_on(async {
-            if self.local_root.is_some() {
+            if self.local.is_some() {
                 let cur = self.read_ref(name).await?.map(|c| c.version);
                 if cur != version {
                     return Ok(false);
@@ -518,7 +522,7 @@ impl Remote {
     /// is read here, so that a name object_store cannot take (not UTF-8,
     /// a stray `%`) is reported in `skipped` rather than ending the listing.
     async fn ref_names(&self, skipped: &mut Vec<Skipped>) -> Result<Vec<String>> {
-        let Some(root) = &self.local_root else {
+        let Some(local) = &self.local else {
             let metas = self.list_metas("refs").await?;
             return Ok(metas
                 .iter()
@@ -526,27 +530,21 @@ impl Remote {
                 .filter_map(|m| m.location.filename().map(str::to_string))
                 .collect());
         };
-        let dir = root.join("refs");
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => return Err(Error::Io { path: dir, source }),
-        };
+        let entries = local.names_in("refs").map_err(|source| Error::Io {
+            path: local.path().join("refs"),
+            source,
+        })?;
         let mut names = Vec::new();
-        for ent in entries {
-            let ent = ent.map_err(|source| Error::Io {
-                path: dir.clone(),
-                source,
-            })?;
-            let name = ent.file_name();
+        for (name, is_file) in entries {
             match name.to_str() {
-                // object_store's file of a put under way (`NAME#1`).
+                // The file of a put under way (`NAME#DIGITS`).
                 Some(n)
                     if n.split_once('#').is_some_and(|(_, k)| {
                         !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit())
                     }) => {}
-                Some(n) if ent.file_type().is_ok_and(|t| t.is_file()) => names.push(n.to_string()),
-                // object_store's own files (`x#1` while a put is under way) and directories.
+                Some(n) if is_file => names.push(n.to_string()),
+                // Directories, symlinks (never followed) and other files
+                // that are not regular.
                 Some(_) => {}
                 None => skipped.push(Skipped::Other(format!(
                     "skipping remote ref file {}/refs/{}: the name is not UTF-8",
@@ -583,7 +581,7 @@ impl Remote {
     /// Whether the backend itself checks ref versions (S3, GCS, Azure: yes,
     /// a conditional put; `file://`: no, a lock file stands in).
     pub fn has_conditional_put(&self) -> bool {
-        self.local_root.is_none()
+        self.local.is_none()
     }
 
     // ---- async helpers ----
@@ -700,7 +698,7 @@ impl Remote {
     /// Write ref `name` = `content` if it is still at `version` (`None`: only
     /// if absent). `Ok(false)` when the precondition failed. For `file://`
     /// the caller holds [`Remote::lock_ref`] and the write is unconditional
-    /// (LocalFileSystem has no conditional update).
+    /// (the `file://` store has no conditional update).
     pub(crate) async fn write_ref(
         &self,
         name: &str,
@@ -709,7 +707,7 @@ impl Remote {
     ) -> Result<bool> {
         let key = format!("refs/{name}");
         let path = ObjPath::from(key.as_str());
-        let mode = match (&self.local_root, version) {
+        let mode = match (&self.local, version) {
             (Some(_), _) => PutMode::Overwrite,
             (None, Some(v)) => PutMode::Update(v),
             (None, None) => PutMode::Create,
@@ -737,18 +735,15 @@ impl Remote {
     /// held while a ref is read, checked and written. `None` for S3, GCS and Azure, where
     /// the conditional put does that job.
     pub(crate) fn lock_ref(&self, name: &str) -> Result<Option<std::fs::File>> {
-        let Some(root) = &self.local_root else {
+        let Some(local) = &self.local else {
             return Ok(None);
         };
-        let dir = root.join("locks");
-        let path = dir.join(format!("ref-{name}"));
+        let key = format!("locks/ref-{name}");
         let io = |source| Error::Io {
-            path: path.clone(),
+            path: local.path().join(&key),
             source,
         };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CREATE;
-        let f = crate::sys::open_nofollow(&path, flags, 0o644).map_err(io)?;
+        let f = local.open_lock_file(&key).map_err(io)?;
         crate::sys::lock(&f, crate::sys::Lock::Exclusive).map_err(io)?;
         Ok(Some(f))
     }
@@ -772,11 +767,13 @@ fn corrupt_object(remote: &str, id: ObjectId, e: store::Error) -> Error {
 }
 
 /// A `file://` remote that push, pull and `gc --remote` write in or delete
-/// from (object_store's `LocalFileSystem` follows symlinks): nothing in it
-/// may be a symlink (storefs never makes one there), and unless
-/// `STOREFS_SAFE_STORES` names it, every directory must be the caller's and
-/// writable by nobody else, who could plant one between this check and the
-/// writes. One line naming the remote, the path and the fix.
+/// from: nothing in it may be a symlink (storefs never makes one there), and
+/// unless `STOREFS_SAFE_STORES` names it, every directory must be the
+/// caller's and writable by nobody else. The store never follows a symlink
+/// ([`nofollow::NoFollowFs`]), so one planted after this check fails the
+/// operation that meets it; the check is what keeps other users out of the
+/// remote (they could still replace or delete its files). One line naming
+/// the remote, the path and the fix.
 fn check_local_remote(name: &str, dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let refuse = |what: String| {
@@ -839,7 +836,9 @@ pub fn install_tls_provider() {
     });
 }
 
-/// The `object_store` for `url`, and for `file://` its directory. For push
+/// The `object_store` for `url`, and for `file://` the same store, whose
+/// directory is opened here once ([`nofollow::NoFollowFs`]: nothing beneath
+/// it is reached through a symlink). For push
 /// and pull (`lazy` false) a missing `file://` directory is created and cloud
 /// requests are retried as `object_store` does by default (up to minutes).
 /// For a lazy mount a missing directory is an error (a vanished remote must
@@ -849,7 +848,7 @@ fn object_store_for(
     name: &str,
     url: &str,
     lazy: bool,
-) -> Result<(Arc<dyn ObjectStore>, Option<PathBuf>)> {
+) -> Result<(Arc<dyn ObjectStore>, Option<LocalStore>)> {
     let backend = |what: &str, source| Error::Backend {
         remote: name.to_string(),
         url: url.to_string(),
@@ -920,10 +919,8 @@ fn object_store_for(
                     "the remote directory is not there",
                 )));
             }
-            let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                .map_err(|e| backend("opening the directory", e))?
-                .with_fsync(true);
-            (Arc::new(fs), Some(dir))
+            let fs = Arc::new(nofollow::NoFollowFs::open(&dir).map_err(io)?);
+            (fs.clone(), Some(fs))
         }
     })
 }
