@@ -1010,10 +1010,11 @@ pub fn list_dir_nofollow(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, bool
     Ok(out)
 }
 
-/// Whether the kernel protects symlinks in sticky world-writable
-/// directories (`fs.protected_symlinks`); `None` when it cannot be read.
-pub fn protected_symlinks() -> Option<bool> {
-    let text = fs::read_to_string("/proc/sys/fs/protected_symlinks").ok()?;
+/// Whether the kernel's protection `fs.NAME` is on (`protected_symlinks`:
+/// symlinks in sticky world-writable directories; `protected_hardlinks`:
+/// hard links to files one does not own); `None` when it cannot be read.
+pub fn protected(name: &str) -> Option<bool> {
+    let text = fs::read_to_string(format!("/proc/sys/fs/{name}")).ok()?;
     Some(text.trim() != "0")
 }
 

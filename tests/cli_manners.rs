@@ -359,9 +359,13 @@ fn doctor_reports_one_line_per_check_with_fixes() {
     let env = Env::new();
     let out = env.ok(["doctor"]);
     let lines: Vec<&str> = out.lines().collect();
-    // Five about mounting, one about user namespaces (`storefs run`), one
-    // about fs.protected_symlinks (no store here).
-    assert_eq!(lines.len(), 7, "{out}");
+    // Five about mounting, one about user namespaces (`storefs run`), two
+    // about fs.protected_symlinks and fs.protected_hardlinks (no store here).
+    assert_eq!(lines.len(), 8, "{out}");
+    assert!(
+        lines.iter().any(|l| l.contains("fs.protected_hardlinks:")),
+        "{out}"
+    );
     assert!(
         lines.iter().any(|l| l.contains("user namespaces:")),
         "{out}"

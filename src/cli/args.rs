@@ -113,7 +113,8 @@ pub enum Command {
     #[command(after_help = "\
 Checks /dev/fuse, fusermount3 (users other than root mount through it), user_allow_other in \
 /etc/fuse.conf (-o allow_other for users other than root), and the kernel's FUSE passthrough \
-and FUSE over io_uring; then what weakens the store's safety: fs.protected_symlinks = 0, and \
+and FUSE over io_uring; then what weakens the store's safety: fs.protected_symlinks or \
+fs.protected_hardlinks = 0, and \
 a store (--store) owned by another user, with a symlinked directory, or writable by group or \
 others. One line each: ok, missing (mounts fail without it), note (optional) or warning, with \
 the fix. Exit status 1 when something is missing.")]

@@ -48,30 +48,45 @@ fn check(what: &'static str, verdict: Verdict, found: impl Into<String>, fix: &s
 pub fn checks(store: Option<&Path>) -> Vec<Check> {
     let root = rustix::process::geteuid().is_root();
     let mut out = machine_checks(root);
-    out.push(protected_symlinks());
+    out.extend(protections());
     if let Some(store) = store {
         out.extend(store_ownership(store));
     }
     out
 }
 
-fn protected_symlinks() -> Check {
-    const WHAT: &str = "fs.protected_symlinks";
-    match crate::sys::protected_symlinks() {
-        Some(true) => check(WHAT, Verdict::Ok, "1", ""),
-        Some(false) => check(
-            WHAT,
-            Verdict::Warn,
-            "0: symlinks in world-writable sticky directories (/tmp) are followed for anyone",
-            "sysctl -w fs.protected_symlinks=1 (and set it in /etc/sysctl.d)",
+/// `fs.protected_symlinks` and `fs.protected_hardlinks`: with either off, a
+/// user who can write a store (or /tmp) can make root's storefs reach a
+/// file it should not (docs/security.md, "Files inside a store").
+fn protections() -> [Check; 2] {
+    let one = |what: &'static str, off: &str| {
+        let name = what.trim_start_matches("fs.");
+        match crate::sys::protected(name) {
+            Some(true) => check(what, Verdict::Ok, "1", ""),
+            Some(false) => check(
+                what,
+                Verdict::Warn,
+                &format!("0: {off}"),
+                &format!("sysctl -w fs.{name}=1 (and set it in /etc/sysctl.d)"),
+            ),
+            None => check(
+                what,
+                Verdict::Note,
+                &format!("cannot read /proc/sys/fs/{name}"),
+                &format!("check it with `sysctl fs.{name}` (1 is the safe setting)"),
+            ),
+        }
+    };
+    [
+        one(
+            "fs.protected_symlinks",
+            "symlinks in world-writable sticky directories (/tmp) are followed for anyone",
         ),
-        None => check(
-            WHAT,
-            Verdict::Note,
-            "cannot read /proc/sys/fs/protected_symlinks",
-            "check it with `sysctl fs.protected_symlinks` (1 keeps links in /tmp from being followed)",
+        one(
+            "fs.protected_hardlinks",
+            "anyone may hard-link a file they do not own, e.g. into a store root reads",
         ),
-    }
+    ]
 }
 
 /// The store at `dir`, if there is one: owned by the caller, no symlinked
