@@ -66,13 +66,13 @@ fn protections() -> [Check; 2] {
             Some(false) => check(
                 what,
                 Verdict::Warn,
-                &format!("0: {off}"),
+                format!("0: {off}"),
                 &format!("sysctl -w fs.{name}=1 (and set it in /etc/sysctl.d)"),
             ),
             None => check(
                 what,
                 Verdict::Note,
-                &format!("cannot read /proc/sys/fs/{name}"),
+                format!("cannot read /proc/sys/fs/{name}"),
                 &format!("check it with `sysctl fs.{name}` (1 is the safe setting)"),
             ),
         }
