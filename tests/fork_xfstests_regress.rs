@@ -1151,7 +1151,11 @@ fn atimes_outlive_the_commit_an_unmount_makes() {
 
     m.unmount();
     let m = env.mount("f", Some(&mnt));
-    assert_eq!(atime_of(&f), fa, "a read's atime after the unmount's commit");
+    assert_eq!(
+        atime_of(&f),
+        fa,
+        "a read's atime after the unmount's commit"
+    );
     assert_eq!(atime_of(&d), da, "a listing's atime after the commit");
     assert_eq!(atime_of(&t), ta, "touch -a after the commit");
     // The commit made a checkpoint (the files are new): its read-only

@@ -17,7 +17,7 @@
 //! - `attrs.rs`: `SetAttr`, `SetXattr`, `RemoveXattr`; setattr, ACLs.
 //! - `flags.rs`: `SetFlags` (`chattr`), and what immutable and append-only
 //!   inodes refuse ([`ForkState::log`] asks it of every live record).
-//! - `replay.rs`: replay and the `InodeMap` a commit writes.
+//! - `replay.rs`: replay, and the `InodeMap` and `Atimes` a commit writes.
 //! - `park.rs`: bounding the table: unchanged directories put away and
 //!   brought back with the same numbers.
 //!
