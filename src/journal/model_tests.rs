@@ -9,8 +9,7 @@
 //! (create, mkdir, symlink, each by one of three creators with its own ids
 //! and umask; write at an offset, append, truncate, fallocate,
 //! unlink, rmdir, rename, link, chmod, an explicit atime, xattr set and
-//! remove, chattr (of the
-//! flags that change no outcome), each in all its
+//! remove, chattr (of the flags that change no outcome), each in all its
 //! modes; open, write through and release a handle, possibly of an unlinked
 //! file) or one event of the fork (sync, commit, drop and reopen: replay;
 //! crash: drop, lose what was not synced, replay; a crash after each step of
@@ -22,8 +21,9 @@
 //! flags, the atimes set explicitly (kept by commits: a fork's own), hardlinks
 //! (one inode) and what the open handles read. After a commit the new head
 //! checkpoint, read through the store, is compared the same way (hardlinks by
-//! link id; not atimes: a tree has none). Proptest shrinks a failing sequence; the failures it finds are
-//! kept in `proptest-regressions/journal/model_tests.txt` and replayed first.
+//! link id; not atimes: a tree has none). Proptest shrinks a failing
+//! sequence; the failures it finds are kept in
+//! `proptest-regressions/journal/model_tests.txt` and replayed first.
 //!
 //! The operations run against a [`Surface`]: here the fork itself
 //! ([`Direct`]); `fs/model_tests.rs` runs the same model against the fork's
