@@ -2089,9 +2089,13 @@ fn move_head_needs_a_clean_journal_and_a_descendant() {
     ));
     let f = Fork::open(env.store.clone(), "f").unwrap();
     let given = ino(&f, "hello.txt").max(ino(&f, "dir/sub/deeper/deep.txt"));
+    // The write left hello.txt's atime before its mtime: the commit kept it.
+    assert!(kept_atimes(&f).contains_key("/hello.txt"));
     assert_eq!(f.move_head(&env.base, true).unwrap(), mine);
     let f = Fork::open(env.store.clone(), "f").unwrap();
     assert_eq!(cat(&f, "hello.txt"), b"hello\n");
+    // A head move starts from a fresh state: the fork's atimes are dropped.
+    assert_eq!(kept_atimes(&f), BTreeMap::new());
     // Numbering goes on past the numbers given before the move: a file
     // handle of an inode from then never names another one (export).
     assert!(ino(&f, "hello.txt") > given);
