@@ -49,7 +49,7 @@
 //! directories above them stay loaded), hardlinked files (never parked:
 //! `by_link` points at them), the 12 bytes an entry of parked directories,
 //! the directories' own inodes (one each), and a parked file's atime
-//! where it differs from its mtime (a slot of about 20 bytes).
+//! where it differs from its mtime (a hash slot, 20 to 40 bytes).
 //! A parked file's access time, when it is not its modification time,
 //! waits in [`ForkState::parked_atimes`] (trees keep no atime) and comes
 //! back with the file.
