@@ -33,9 +33,9 @@
 //!    (`provenance.rs`: what the operation log says of it).
 //!
 //! A record that changes nothing in the tree (as `LoadDir`, `InodeMap`,
-//! `Atimes`, `Who`) is also left out of what counts as a change: [`ForkState::log`]
-//! and [`ForkState::run`] here, and `has_uncommitted_changes` and the
-//! replay's count in `fork.rs`. A new tag is a format change
+//! `Atimes`, `Who`) is also left out of what counts as a change:
+//! [`ForkState::log`] and [`ForkState::run`] here, and
+//! `has_uncommitted_changes` and the replay's count in `fork.rs`. A new tag is a format change
 //! (docs/journal.md: an older storefs refuses a journal holding it).
 //!
 //! **Inode numbers** must come out the same on replay, because records name

@@ -111,8 +111,9 @@ impl ForkState {
 
     /// The atimes a commit keeps (the tree has none): (ino, atime) in
     /// number order, for each inode with a link whose atime is not its
-    /// mtime, parked files' included. Empty for a fork never read under an
-    /// atime option nor given an atime by `utimensat`.
+    /// mtime, parked files' included: one read under an atime option, given
+    /// an atime by `utimensat`, or written since it was made or last read.
+    /// Empty for a fork that only read without an atime option.
     pub fn atimes(&self) -> Vec<(u64, i64)> {
         let mut out: Vec<(u64, i64)> = self
             .inodes
