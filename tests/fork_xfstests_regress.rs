@@ -1079,7 +1079,8 @@ fn reads_update_atime_only_under_an_explicit_atime_option() {
     access(&f, &d);
     assert_eq!((atime_of(&f), atime_of(&d)), (fa, da), "default: no update");
 
-    // relatime, after a commit (atime reads as the mtime): updated once.
+    // relatime, the atime not after the mtime (the file was written after
+    // it was made, the directory is as made): updated once.
     let m = remount(m, true, &["-o", "relatime"]);
     let (fa, da) = (atime_of(&f), atime_of(&d));
     access(&f, &d);
@@ -1112,5 +1113,64 @@ fn reads_update_atime_only_under_an_explicit_atime_option() {
     let (fe, de) = (atime_of(&f), atime_of(&d));
     access(&f, &d);
     assert_eq!((atime_of(&f), atime_of(&d)), (fe, de), "default again");
+    m.unmount();
+}
+
+/// generic/003 (issue 41): atimes outlive the commit an unmount makes.
+/// Mounted with `-o relatime`, a read sets a file's and a listing a
+/// directory's atime, and `touch -a` another's (before its mtime); the
+/// unmount commits; the next mount (without an atime option) shows the
+/// same atimes. A checkpoint's read-only mount shows atime = mtime (a tree
+/// keeps none; the atimes are the fork's). Was: every atime read as the
+/// mtime after the commit.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn atimes_outlive_the_commit_an_unmount_makes() {
+    let env = Env::new();
+    let m = mount_fork_with(&env, &["-o", "relatime"]);
+    let mnt = m.path().to_path_buf();
+    let (f, d, t) = (mnt.join("f"), mnt.join("d"), mnt.join("t"));
+    fs::write(&f, b"data").unwrap();
+    fs::create_dir(&d).unwrap();
+    fs::write(&t, b"touched").unwrap();
+    access(&f, &d);
+    let (fa, da) = (atime_of(&f), atime_of(&d));
+    let mtime_of = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec())
+    };
+    assert!(fa > mtime_of(&f) && da > mtime_of(&d), "relatime read");
+    // `touch -a -d @1600000000.000000005`: an atime before the mtime.
+    let past = std::time::UNIX_EPOCH + std::time::Duration::new(1_600_000_000, 5);
+    fs::File::open(&t)
+        .unwrap()
+        .set_times(fs::FileTimes::new().set_accessed(past))
+        .unwrap();
+    let ta = atime_of(&t);
+    assert_eq!(ta, 1_600_000_000_000_000_005);
+
+    m.unmount();
+    let m = env.mount("f", Some(&mnt));
+    assert_eq!(
+        atime_of(&f),
+        fa,
+        "a read's atime after the unmount's commit"
+    );
+    assert_eq!(atime_of(&d), da, "a listing's atime after the commit");
+    assert_eq!(atime_of(&t), ta, "touch -a after the commit");
+    // The commit made a checkpoint (the files are new): its read-only
+    // mount has no atimes of its own.
+    let head = env.ok(["commit", "f", "-m", "nothing new"]);
+    m.unmount();
+    let ro = env.path("ro");
+    fs::create_dir(&ro).unwrap();
+    let c = env.mount(head.trim(), Some(&ro));
+    for p in ["f", "d", "t"] {
+        assert_eq!(atime_of(&ro.join(p)), mtime_of(&ro.join(p)), "{p}");
+    }
+    c.unmount();
+    // And the fork, mounted again, still has them.
+    let m = env.mount("f", Some(&mnt));
+    assert_eq!((atime_of(&f), atime_of(&d), atime_of(&t)), (fa, da, ta));
     m.unmount();
 }

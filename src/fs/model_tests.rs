@@ -178,6 +178,10 @@ impl Served {
                 };
                 v.setattr(ROOT, ino, &set)?;
             }
+            Op::SetAtime(p, atime) => {
+                let ino = self.walk(p)?;
+                v.setattr(ROOT, ino, &crate::journal::model_tests::set_atime(*atime))?;
+            }
             Op::SetXattr(p, x, value, mode) => {
                 let ino = self.walk(p)?;
                 v.setxattr(ROOT, ino, XATTRS[x % XATTRS.len()], &value.make(), *mode)?;

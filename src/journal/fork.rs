@@ -192,7 +192,7 @@ pub fn has_uncommitted_changes(store: &Store, name: &str) -> Result<bool> {
     super::wal::any_record(&dir, head.journal_from, |r| {
         !matches!(
             r,
-            Record::InodeMap(_) | Record::LoadDir { .. } | Record::Who(_)
+            Record::InodeMap(_) | Record::Atimes(_) | Record::LoadDir { .. } | Record::Who(_)
         )
     })
     .map_err(io_at(&dir))
@@ -437,7 +437,7 @@ impl Fork {
             first = false;
             if !matches!(
                 rec,
-                Record::InodeMap(_) | Record::LoadDir { .. } | Record::Who(_)
+                Record::InodeMap(_) | Record::Atimes(_) | Record::LoadDir { .. } | Record::Who(_)
             ) {
                 changes += 1;
             }
@@ -1284,7 +1284,11 @@ impl Fork {
                 return Ok(head.checkpoint);
             }
             let map = st.inode_map_record(&self.store)?;
-            let seg = self.wal.rotate(&map)?;
+            // The atimes the tree does not keep follow the map, in the same
+            // synced write: a crash keeps both or neither.
+            let atimes = st.atimes_record();
+            let first: Vec<&[u8]> = std::iter::once(&map[..]).chain(atimes.as_deref()).collect();
+            let seg = self.wal.rotate(&first)?;
             // The map lists unnamed open files as orphans, which a replay
             // from it binds empty: none may be given a name from now on.
             st.seal_tmpfiles();
@@ -1446,7 +1450,7 @@ impl Fork {
         *self.head.lock() = head;
         // A crash here leaves no segment S+1: the next open creates it and
         // writes its map (see `open_with`).
-        let made = self.wal.rotate(&map)?;
+        let made = self.wal.rotate(&[&map])?;
         debug_assert_eq!(made, seg);
         self.wal.trim(seg)?;
         Ok(old)

@@ -8,8 +8,8 @@
 //! operation on a path of at most three components named `a`, `b` or `c`
 //! (create, mkdir, symlink, each by one of three creators with its own ids
 //! and umask; write at an offset, append, truncate, fallocate,
-//! unlink, rmdir, rename, link, chmod, xattr set and remove, chattr (of the
-//! flags that change no outcome), each in all its
+//! unlink, rmdir, rename, link, chmod, an explicit atime, xattr set and
+//! remove, chattr (of the flags that change no outcome), each in all its
 //! modes; open, write through and release a handle, possibly of an unlinked
 //! file) or one event of the fork (sync, commit, drop and reopen: replay;
 //! crash: drop, lose what was not synced, replay; a crash after each step of
@@ -18,11 +18,12 @@
 //! The model predicts each operation's outcome, errors included. After every
 //! step the whole fork is compared with the model: names, kinds, permission
 //! bits, owners and groups, link counts, sizes, contents, symlink targets, xattrs,
-//! flags, hardlinks
+//! flags, the atimes set explicitly (kept by commits: a fork's own), hardlinks
 //! (one inode) and what the open handles read. After a commit the new head
 //! checkpoint, read through the store, is compared the same way (hardlinks by
-//! link id). Proptest shrinks a failing sequence; the failures it finds are
-//! kept in `proptest-regressions/journal/model_tests.txt` and replayed first.
+//! link id; not atimes: a tree has none). Proptest shrinks a failing
+//! sequence; the failures it finds are kept in
+//! `proptest-regressions/journal/model_tests.txt` and replayed first.
 //!
 //! The operations run against a [`Surface`]: here the fork itself
 //! ([`Direct`]); `fs/model_tests.rs` runs the same model against the fork's
@@ -144,6 +145,8 @@ pub(crate) enum Op {
     Rename(P, P, RenameMode),
     Link(P, P),
     Chmod(P, u32),
+    /// `touch -a -d @T`: an explicit atime (a fork keeps it across commits).
+    SetAtime(P, i64),
     SetXattr(P, usize, Bytes, XattrMode),
     RemoveXattr(P, usize),
     /// `chattr`: no-dump and no-atime only (`i` and `a` change outcomes the
@@ -226,6 +229,9 @@ struct Node {
     gid: u32,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     flags: u32,
+    /// The atime [`Op::SetAtime`] gave it; `None`: not predicted (a new or
+    /// base node's atime is a time the model does not keep).
+    atime: Option<i64>,
     data: Data,
 }
 
@@ -257,6 +263,9 @@ impl fmt::Debug for Node {
         write!(f, "{:o} {}:{} ", self.perm, self.uid, self.gid)?;
         if self.flags != 0 {
             write!(f, "flags {:#x} ", self.flags)?;
+        }
+        if let Some(a) = self.atime {
+            write!(f, "atime {a} ")?;
         }
         match &self.data {
             Data::File(d) => write!(
@@ -382,6 +391,7 @@ impl Tree {
                 gid: owner.1,
                 xattrs: BTreeMap::new(),
                 flags: 0,
+                atime: None,
                 data,
             },
         );
@@ -490,6 +500,7 @@ fn base_tree() -> Tree {
             gid: me.1,
             xattrs: BTreeMap::new(),
             flags: 0,
+            atime: None,
             data: dir(ROOT),
         },
     );
@@ -727,6 +738,10 @@ impl Model {
                 let id = t.walk(&p.comps())?;
                 t.node_mut(id).flags = *flags;
             }
+            Op::SetAtime(p, atime) => {
+                let id = t.walk(&p.comps())?;
+                t.node_mut(id).atime = Some(*atime);
+            }
             Op::SetXattr(p, x, v, mode) => {
                 let id = t.walk(&p.comps())?;
                 let name = XATTRS[x % XATTRS.len()];
@@ -899,6 +914,7 @@ impl<S: Surface, const PARK: bool> ReferenceStateMachine for ForkModel<S, PARK> 
                 .prop_map(|(a, b, m)| Op::Rename(a, b, m)),
             2 => (p.clone(), fresh).prop_map(|(a, b)| Op::Link(a, b)),
             1 => (p.clone(), perm()).prop_map(|(p, m)| Op::Chmod(p, m)),
+            1 => (p.clone(), 1i64..1_000_000).prop_map(|(p, a)| Op::SetAtime(p, a)),
             1 => (p.clone(), prop_oneof![Just(0u32), Just(0x40), Just(0x80), Just(0xc0)])
                 .prop_map(|(p, f)| Op::SetFlags(p, f)),
             2 => (p.clone(), 0usize..2, bytes(), xmode).prop_map(|(p, x, v, m)| Op::SetXattr(p, x, v, m)),
@@ -968,6 +984,14 @@ pub(crate) trait Look {
     fn getxattr(&self, ino: u64, name: &[u8]) -> Vec<u8>;
     /// The `chattr` flags.
     fn flags(&self, ino: u64) -> u32;
+}
+
+/// A setattr of the atime alone, to `atime`.
+pub(crate) fn set_atime(atime: i64) -> SetAttr {
+    SetAttr {
+        atime: Some(crate::store::model::Time::At(atime)),
+        ..SetAttr::default()
+    }
 }
 
 /// The fork itself.
@@ -1084,6 +1108,10 @@ impl Direct {
                     ..Default::default()
                 };
                 self.f().setattr(ino, &set)?;
+            }
+            Op::SetAtime(p, atime) => {
+                let ino = self.walk(p)?;
+                self.f().setattr(ino, &set_atime(*atime))?;
             }
             Op::SetXattr(p, x, v, mode) => {
                 let ino = self.walk(p)?;
@@ -1363,6 +1391,9 @@ fn compare_fork(f: &dyn Look, handles: &[u64], model: &Model) {
         };
         assert_eq!(a.perm, perm, "{at}: perm {:o} want {perm:o}", a.perm);
         assert_eq!(f.flags(ino), node.flags, "{at}: flags");
+        if let Some(atime) = node.atime {
+            assert_eq!(a.atime_ns, atime, "{at}: atime");
+        }
         assert_eq!(
             a.nlink,
             nlinks.get(&id).copied().unwrap_or(0),

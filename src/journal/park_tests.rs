@@ -390,3 +390,53 @@ fn a_commit_that_loads_everything_for_a_hardlink_is_the_last_one_to() {
         assert!(!f.needs_full_load(), "{name} reopened");
     }
 }
+
+/// A parked file's atime, when it is not its mtime, comes back with it
+/// (its tree keeps none): after a commit made its directory parkable, and
+/// after a replay that parked what the commit's inode map bound before its
+/// `Atimes` record came. The same atimes as a fork that never parks.
+#[test]
+fn a_parked_file_keeps_its_atime_across_a_commit_and_a_replay() {
+    let (_tmp, store, base) = env();
+    let mut atimes = Vec::new();
+    for (name, budget) in [("a", Some(0)), ("b", None)] {
+        let f = open(&store, &base, name, budget);
+        let seen = walked(&f);
+        let files: Vec<u64> = seen
+            .iter()
+            .filter(|(p, _)| p.starts_with("/top/d03/f") || p.starts_with("/top/d04/f"))
+            .map(|(_, a)| a.ino)
+            .collect();
+        assert_eq!(files.len(), 100);
+        for (i, &ino) in files.iter().enumerate() {
+            let set = SetAttr {
+                atime: Some(Time::At(1_000 + i as i64)),
+                ..SetAttr::default()
+            };
+            f.setattr(ino, &set).unwrap();
+        }
+        let all = |f: &Fork| -> Vec<i64> {
+            files
+                .iter()
+                .map(|&i| f.getattr(i).unwrap().atime_ns)
+                .collect()
+        };
+        let want: Vec<i64> = (0..100).map(|i| 1_000 + i).collect();
+        assert_eq!(all(&f), want, "{name}");
+        f.commit("atimes").unwrap();
+        // The commit settled d03 and d04: walked again, they are parked
+        // (with a budget) and brought back, each file's atime with it.
+        walked(&f);
+        if budget.is_some() {
+            assert!(f.table().1 > 0, "parked");
+        }
+        assert_eq!(all(&f), want, "{name}: after the commit");
+        drop(f);
+        let f = open(&store, &base, name, budget);
+        assert_eq!(all(&f), want, "{name}: replayed");
+        walked(&f);
+        assert_eq!(all(&f), want, "{name}: replayed and walked");
+        atimes.push(all(&f));
+    }
+    assert_eq!(atimes[0], atimes[1]);
+}

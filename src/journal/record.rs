@@ -287,6 +287,12 @@ records! {
     /// First record of a segment started by a commit: how the live inode
     /// numbers map onto the committed tree (see `ForkState::inode_map`).
     12 InodeMap(map: InodeMap) names [];
+    /// Second record of a segment started by a commit, when the fork has
+    /// any: the access times its tree does not keep (`ForkState::atimes`):
+    /// (ino, atime) in number order, for each live inode whose atime is not
+    /// its mtime. Fork-local, as the numbering. Format 2026-12-07, as
+    /// `Tmpfile`.
+    18 Atimes(atimes: Vec<(u64, i64)>) names [];
 
     // Provenance (`state/provenance.rs`).
     /// Every later change record of this segment (until the next `Who`) was
@@ -534,6 +540,25 @@ impl Field for Who {
             command: get(f)?,
             run: get(f)?,
         })
+    }
+}
+
+/// A counted list of (varint ino, i64le atime).
+impl Field for Vec<(u64, i64)> {
+    fn put(&self, o: &mut Vec<u8>) {
+        put_var(o, self.len() as u64);
+        for (ino, t) in self {
+            ino.put(o);
+            t.put(o);
+        }
+    }
+    fn get(f: &mut Fields<'_, '_>) -> Result<Vec<(u64, i64)>, Malformed> {
+        let n = f.r.count()?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push((u64::get(f)?, i64::get(f)?));
+        }
+        Ok(out)
     }
 }
 
@@ -846,6 +871,7 @@ mod tests {
                 command: b"python3".to_vec(),
                 run: b"77".to_vec(),
             }),
+            Record::Atimes(vec![(9, 5), (300, -1)]),
         ];
         let pinned = [
             "02010161ac0201a403e8070700fbffffffffffffff00",
@@ -867,6 +893,7 @@ mod tests {
             "010464",
             "0c63020102016102016203020001070802090a",
             "0e9221e80707707974686f6e33023737",
+            "1202090500000000000000ac02ffffffffffffffff",
         ];
         assert_eq!(recs.len(), pinned.len());
         for (r, hex) in recs.iter().zip(pinned) {

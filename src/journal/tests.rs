@@ -280,6 +280,8 @@ fn sample_records() -> Vec<Record> {
             links: vec![(1, 2)],
             orphans: vec![10],
         }),
+        Record::Atimes(vec![(2, -7), (1 << 40, i64::MAX)]),
+        Record::Atimes(Vec::new()),
     ]
 }
 
@@ -547,7 +549,7 @@ fn rotation_cuts_the_preallocated_zeros_of_the_segment_it_leaves() {
     let end = w.end().offset as usize;
     let seg0 = dir.join(wal::segment_name(0));
     assert_eq!(io.contents(&seg0).unwrap().len() as u64, wal::PREALLOCATE);
-    assert_eq!(w.rotate(&payload).unwrap(), 1);
+    assert_eq!(w.rotate(&[&payload]).unwrap(), 1);
     assert_eq!(
         io.contents(&seg0).unwrap().len(),
         end,
@@ -2087,9 +2089,13 @@ fn move_head_needs_a_clean_journal_and_a_descendant() {
     ));
     let f = Fork::open(env.store.clone(), "f").unwrap();
     let given = ino(&f, "hello.txt").max(ino(&f, "dir/sub/deeper/deep.txt"));
+    // The write left hello.txt's atime before its mtime: the commit kept it.
+    assert!(kept_atimes(&f).contains_key("/hello.txt"));
     assert_eq!(f.move_head(&env.base, true).unwrap(), mine);
     let f = Fork::open(env.store.clone(), "f").unwrap();
     assert_eq!(cat(&f, "hello.txt"), b"hello\n");
+    // A head move starts from a fresh state: the fork's atimes are dropped.
+    assert_eq!(kept_atimes(&f), BTreeMap::new());
     // Numbering goes on past the numbers given before the move: a file
     // handle of an inode from then never names another one (export).
     assert!(ino(&f, "hello.txt") > given);
@@ -2878,7 +2884,8 @@ fn a_merge_keeps_each_sides_flags_and_both_where_both_changed_them() {
 /// A read's atime under each policy: never without an option, relatime's
 /// rule, every read under strictatime, directories left under nodiratime;
 /// one `SetAttr` of the atime alone (the ctime stays), replayed after a
-/// crash; a commit keeps no atime (the tree has none: it reads as the mtime).
+/// crash; kept by a commit (the tree has none: the `Atimes` record after
+/// the commit's inode map has it).
 #[test]
 fn reads_update_atime_as_the_mount_option_says_and_replay_keeps_it() {
     use crate::store::model::AtimePolicy;
@@ -2939,12 +2946,222 @@ fn reads_update_atime_as_the_mount_option_says_and_replay_keeps_it() {
     assert_eq!(f.getattr(file).unwrap(), file_attr);
     assert_eq!(f.getattr(dir).unwrap(), dir_attr);
 
-    // A commit keeps no atime: the tree stores mtime and ctime only.
+    // A commit keeps them, though the tree stores mtime and ctime only.
     f.commit("c").unwrap();
     drop(f);
     let f = env.open("f");
-    let committed = f.getattr(file).unwrap();
-    assert_eq!(committed.atime_ns, committed.mtime_ns);
+    assert_eq!(f.getattr(file).unwrap(), file_attr);
+    assert_eq!(f.getattr(dir).unwrap(), dir_attr);
+    assert_ne!(file_attr.atime_ns, file_attr.mtime_ns);
+}
+
+/// Every path (the root is "/") whose atime is not its mtime, with that
+/// atime: what a commit must keep.
+fn kept_atimes(f: &Fork) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((ino, path)) = stack.pop() {
+        let a = f.getattr(ino).unwrap();
+        if a.atime_ns != a.mtime_ns {
+            let shown = if path.is_empty() { "/" } else { &path };
+            out.insert(shown.to_string(), a.atime_ns);
+        }
+        if a.kind == Kind::Dir {
+            for e in f.readdir(ino).unwrap().1 {
+                stack.push((
+                    e.ino,
+                    format!("{path}/{}", String::from_utf8_lossy(&e.name)),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The records of the segment HEAD's replay starts at, as written.
+fn head_segment_records(env: &Env, name: &str) -> Vec<Record> {
+    let head = read_json_head(env, name);
+    let seg = journal_dir(env, name).join(wal::segment_name(head.journal_from));
+    let bytes = env.io.contents(&seg).unwrap();
+    frames(&bytes)
+        .0
+        .into_iter()
+        .map(|at| {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            Record::decode(&bytes[at + 8..at + 8 + len]).unwrap()
+        })
+        .collect()
+}
+
+/// An explicit atime, as `touch -a -d` sets it.
+fn set_atime(f: &Fork, ino: u64, t: i64) {
+    let a = SetAttr {
+        atime: Some(Time::At(t)),
+        ..Default::default()
+    };
+    f.setattr(ino, &a).unwrap();
+}
+
+/// generic/003 (issue 41): atimes are fork-local, as the inode numbers. A
+/// commit writes those that differ from the mtime (reads under an atime
+/// option, an explicit `utimensat`, a write after the last access) in an
+/// `Atimes` record right after its inode map, and a replay from that
+/// commit binds them: a remount after a commit shows the atimes of before.
+/// A second commit keeps them (with changes and without reads); an inode
+/// that is gone leaves the table; a fork whose atimes are all their mtimes
+/// writes no such record.
+#[test]
+fn a_commit_keeps_atimes_and_a_replay_from_it_binds_them() {
+    use crate::store::model::AtimePolicy;
+    let strict = AtimePolicy::from_options(["strictatime"]);
+    let env = env();
+    let f = env.fork();
+    // A chmod only: every atime is its mtime, so no record follows the map.
+    f.setattr(
+        ino(&f, "big.bin"),
+        &SetAttr {
+            perm: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    f.commit("chmod").unwrap();
+    let recs = head_segment_records(&env, "f");
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert!(matches!(recs[0], Record::InodeMap(_)));
+    assert!(kept_atimes(&f).is_empty());
+
+    // Reads (a file, a hardlinked file, a directory, the root, a deep
+    // file), an atime before the mtime, a written file.
+    for p in ["hello.txt", "link1", "dir", "", "dir/sub/deeper/deep.txt"] {
+        assert!(f.touch_atime(ino(&f, p), strict).unwrap(), "{p}");
+    }
+    set_atime(&f, ino(&f, "other/x/y.txt"), 12345);
+    write_path(&f, "dir/a.txt", 0, b"b");
+    let kept = kept_atimes(&f);
+    for p in [
+        "/",
+        "/hello.txt",
+        "/link1",
+        "/dir/link2",
+        "/dir",
+        "/dir/sub/deeper/deep.txt",
+        "/other/x/y.txt",
+        "/dir/a.txt",
+    ] {
+        assert!(kept.contains_key(p), "{p}: {kept:?}");
+    }
+    assert_eq!(kept["/other/x/y.txt"], 12345);
+    f.commit("reads").unwrap();
+    assert_eq!(kept_atimes(&f), kept, "live, after the commit");
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(kept_atimes(&f), kept, "replayed from the commit");
+    let recs = head_segment_records(&env, "f");
+    assert!(matches!(recs[1], Record::Atimes(_)), "{recs:?}");
+
+    // A second commit with a change and no read keeps them.
+    f.mkdir(ROOT_INO, b"new", 0o755, 0, 0).unwrap();
+    f.commit("mkdir").unwrap();
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(kept_atimes(&f), kept, "after a second commit");
+    // One with nothing to commit leaves the journal as it is.
+    f.commit("nothing").unwrap();
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(kept_atimes(&f), kept, "after an empty commit");
+
+    // A removed file leaves the table: its number is in no record.
+    let gone = ino(&f, "hello.txt");
+    f.unlink(ROOT_INO, b"hello.txt").unwrap();
+    let kept = kept_atimes(&f);
+    assert!(!kept.contains_key("/hello.txt"));
+    f.commit("rm").unwrap();
+    let Some(Record::Atimes(list)) = head_segment_records(&env, "f").get(1).cloned() else {
+        panic!("no atimes record");
+    };
+    assert!(list.iter().all(|&(i, _)| i != gone), "{list:?}");
+    assert!(list.windows(2).all(|w| w[0].0 < w[1].0), "in number order");
+    // Each listed number is a path kept_atimes found (a hardlink twice).
+    let inos: std::collections::BTreeSet<u64> = kept.keys().map(|p| ino(&f, p)).collect();
+    assert_eq!(
+        list.iter().map(|&(i, _)| i).collect::<Vec<_>>(),
+        Vec::from_iter(inos)
+    );
+    drop(f);
+    let f = env.open("f");
+    assert_eq!(kept_atimes(&f), kept, "after the removal's commit");
+}
+
+/// A crash at every step of a commit keeps the atimes of before it or of
+/// after it (they are equal: the `Atimes` record is written and synced with
+/// the inode map, before HEAD moves), and reads after the interrupted
+/// commit too.
+#[test]
+fn a_crash_at_every_commit_step_keeps_the_atimes() {
+    use crate::store::model::AtimePolicy;
+    let strict = AtimePolicy::from_options(["strictatime"]);
+    for stop in [
+        Some(CommitStep::Rotated),
+        Some(CommitStep::Folded),
+        Some(CommitStep::CheckpointWritten),
+        Some(CommitStep::HeadMoved),
+        Some(CommitStep::Rebased),
+        None,
+    ] {
+        let env = env();
+        let f = env.fork();
+        for p in ["hello.txt", "dir", "dir/a.txt"] {
+            f.touch_atime(ino(&f, p), strict).unwrap();
+        }
+        set_atime(&f, ino(&f, "sym"), -3);
+        write_path(&f, "dir/sub/deeper/deep.txt", 0, b"D");
+        f.sync().unwrap();
+        let before = kept_atimes(&f);
+        assert_eq!(before.len(), 5, "{before:?}");
+        assert_eq!(f.commit_until("c", stop).is_ok(), stop.is_none());
+        assert_eq!(kept_atimes(&f), before, "{stop:?}: live");
+        // A read after it, synced.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        f.touch_atime(ino(&f, "other/x/y.txt"), strict).unwrap();
+        f.sync().unwrap();
+        let after = kept_atimes(&f);
+        assert_eq!(after.len(), 6);
+        drop(f);
+        env.io.crash();
+        let f = env.open("f");
+        assert_eq!(kept_atimes(&f), after, "{stop:?}: after a crash");
+        // A second commit finishes what the first left.
+        f.commit("again").unwrap();
+        drop(f);
+        env.io.crash();
+        let f = env.open("f");
+        assert_eq!(kept_atimes(&f), after, "{stop:?}: after the second commit");
+    }
+}
+
+/// An `Atimes` record is read only right after an inode map: anywhere else
+/// the journal is corrupt; after a map checked mid-replay (its commit did
+/// not move HEAD) it is skipped.
+#[test]
+fn an_atimes_record_anywhere_but_after_an_inode_map_is_corrupt() {
+    let env = env();
+    let f = env.fork();
+    let file = ino(&f, "hello.txt");
+    f.with(|_, ctx| {
+        ctx.wal
+            .append(&Record::Atimes(vec![(file, 5)]).encode())
+            .map(|_| ())
+    })
+    .unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let err = Fork::open_with(env.store.clone(), Arc::new(env.io.clone()), "f").err();
+    assert!(
+        matches!(&err, Some(Error::Corrupt { detail, .. }) if detail.contains("atime table")),
+        "{err:?}"
+    );
 }
 
 /// generic/069 (issue 41): a file of tiny `O_APPEND` writes has a piece per

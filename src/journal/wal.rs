@@ -236,7 +236,7 @@ impl Wal {
         let mut segs = BTreeMap::new();
         let mut cur = None;
         if seqs.is_empty() {
-            let (file, end) = Self::create_segment(&*io, dir, from, None)?;
+            let (file, end) = Self::create_segment(&*io, dir, from, &[])?;
             segs.insert(from, file.clone());
             cur = Some((from, file, end));
         }
@@ -292,7 +292,7 @@ impl Wal {
         io: &dyn JournalIo,
         dir: &Path,
         seq: u64,
-        first: Option<&[u8]>,
+        first: &[&[u8]],
     ) -> Result<(Arc<dyn JournalFile>, u64)> {
         let path = dir.join(segment_name(seq));
         let err = |source| Error::Io {
@@ -301,7 +301,7 @@ impl Wal {
         };
         let file = io.open(&path, true).map_err(err)?;
         let mut bytes = header(seq);
-        if let Some(p) = first {
+        for p in first {
             bytes.extend_from_slice(&record::frame(p));
         }
         file.set_len(0).map_err(err)?;
@@ -486,10 +486,12 @@ impl Wal {
         })
     }
 
-    /// Start segment `current + 1` whose first record is `first`, after making
-    /// the current segment durable (records of the new segment may depend on
-    /// any record of the old one). Returns the new segment's number.
-    pub fn rotate(&self, first: &[u8]) -> Result<u64> {
+    /// Start segment `current + 1` whose first records are `first` (record
+    /// payloads, written and synced with the segment's header in one go),
+    /// after making the current segment durable (records of the new segment
+    /// may depend on any record of the old one). Returns the new segment's
+    /// number.
+    pub fn rotate(&self, first: &[&[u8]]) -> Result<u64> {
         let mut c = self.cur.lock();
         if let Some(why) = &c.poisoned {
             return Err(self.poisoned_err(c.seq, why));
@@ -514,7 +516,7 @@ impl Wal {
         }
         c.alloc = c.end;
         let seq = c.seq + 1;
-        let (file, end) = match Self::create_segment(&*self.io, &self.dir, seq, Some(first)) {
+        let (file, end) = match Self::create_segment(&*self.io, &self.dir, seq, first) {
             Ok(x) => x,
             // A full file system: without the new segment (its name removed
             // for good), appends go on in this one.

@@ -136,7 +136,9 @@ impl ForkState {
             | Record::RemoveXattr { ino, .. } => self.refuse(*ino, IA),
             // The flags themselves: `record_set_flags` checks.
             Record::SetFlags { .. } => Ok(()),
-            Record::LoadDir { .. } | Record::InodeMap(_) | Record::Who(_) => Ok(()),
+            Record::LoadDir { .. } | Record::InodeMap(_) | Record::Atimes(_) | Record::Who(_) => {
+                Ok(())
+            }
         }
     }
 

@@ -17,7 +17,7 @@
 //! - `attrs.rs`: `SetAttr`, `SetXattr`, `RemoveXattr`; setattr, ACLs.
 //! - `flags.rs`: `SetFlags` (`chattr`), and what immutable and append-only
 //!   inodes refuse ([`ForkState::log`] asks it of every live record).
-//! - `replay.rs`: replay and the `InodeMap` a commit writes.
+//! - `replay.rs`: replay, and the `InodeMap` and `Atimes` a commit writes.
 //! - `park.rs`: bounding the table: unchanged directories put away and
 //!   brought back with the same numbers.
 //!
@@ -33,9 +33,9 @@
 //!    (`provenance.rs`: what the operation log says of it).
 //!
 //! A record that changes nothing in the tree (as `LoadDir`, `InodeMap`,
-//! `Who`) is also left out of what counts as a change: [`ForkState::log`]
-//! and [`ForkState::run`] here, and `has_uncommitted_changes` and the
-//! replay's count in `fork.rs`. A new tag is a format change
+//! `Atimes`, `Who`) is also left out of what counts as a change:
+//! [`ForkState::log`] and [`ForkState::run`] here, and
+//! `has_uncommitted_changes` and the replay's count in `fork.rs`. A new tag is a format change
 //! (docs/journal.md: an older storefs refuses a journal holding it).
 //!
 //! **Inode numbers** must come out the same on replay, because records name
@@ -93,6 +93,10 @@ pub struct ForkState {
     /// The next record applied is the first of the replay: an `InodeMap`
     /// there rebinds numbers instead of being checked.
     pub fresh: bool,
+    /// The record replayed last was an `InodeMap`: bound (`Some(true)`, the
+    /// first of the replay) or checked (`Some(false)`). An `Atimes` record
+    /// may follow only one (`replay.rs`).
+    pub after_map: Option<bool>,
     /// Records that changed the tree (not directory loads), replayed or
     /// appended, that no commit has folded yet: a commit with none to fold
     /// has nothing to do.
@@ -103,11 +107,14 @@ pub struct ForkState {
     /// was loaded from (or a commit stored for it since), the loaded directories in the order to
     /// park them, the parked files' inode numbers as runs (first → (length,
     /// directory)), how many inodes are parked, how many times a directory
-    /// was brought back, and the table's bound.
+    /// was brought back, and the table's bound; the parked files' atimes.
     pub base_trees: HashMap<u64, ObjectId>,
     pub park_queue: VecDeque<u64>,
     pub parked_runs: BTreeMap<u64, (u64, u64)>,
     pub parked: u64,
+    /// The access times of parked files whose atime is not their mtime
+    /// (a parked file comes back from its tree, which keeps no atime).
+    pub parked_atimes: HashMap<u64, i64>,
     pub unparked: u64,
     pub budget: park::Budget,
     /// The operations since the last commit, and who the journal's next
@@ -185,12 +192,14 @@ impl ForkState {
             by_link: HashMap::new(),
             replaying: false,
             fresh: true,
+            after_map: None,
             changes: 0,
             stamp: 0,
             base_trees: HashMap::new(),
             park_queue: VecDeque::new(),
             parked_runs: BTreeMap::new(),
             parked: 0,
+            parked_atimes: HashMap::new(),
             unparked: 0,
             budget: park::Budget::unbounded(),
             ops: OpsLog::default(),
@@ -213,6 +222,7 @@ impl ForkState {
             + self.base_trees.capacity() * slot(32)
             + self.park_queue.capacity() * 8
             + self.parked_runs.len() * (24 + BTREE_ENTRY)
+            + self.parked_atimes.capacity() * slot(8)
             + self.ops.memory_estimate();
         for inode in self.inodes.values() {
             bytes += inode
@@ -392,8 +402,8 @@ impl ForkState {
                 flags,
                 time_ns,
             } => self.record_set_flags(*ino, *flags, *time_ns, log)?,
-            Record::InodeMap(_) | Record::Who(_) => {
-                unreachable!("an inode map or a requester is taken by apply()")
+            Record::InodeMap(_) | Record::Atimes(_) | Record::Who(_) => {
+                unreachable!("an inode map, atimes or a requester are taken by apply()")
             }
         }
         self.noted(note);

@@ -201,7 +201,9 @@ impl ForkState {
             Record::SetFlags { ino, time_ns, .. } => {
                 ("chattr", *ino, self.path(*ino), None, *time_ns)
             }
-            Record::LoadDir { .. } | Record::InodeMap(_) | Record::Who(_) => return Note::None,
+            Record::LoadDir { .. } | Record::InodeMap(_) | Record::Atimes(_) | Record::Who(_) => {
+                return Note::None;
+            }
         };
         Note::New(self.op(op, ino, path, new_path, t), Vec::new())
     }

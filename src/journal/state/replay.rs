@@ -17,6 +17,7 @@ impl ForkState {
     /// Replay one record read from the journal, whose frame is at `pos` with
     /// a payload of `plen` bytes.
     pub fn apply(&mut self, store: &Store, rec: &Record, pos: Pos, plen: u64) -> Result<()> {
+        let after_map = self.after_map.take();
         if let Record::Who(w) = rec {
             self.replay_who(w);
             return Ok(());
@@ -25,10 +26,23 @@ impl ForkState {
             // A segment's changes start with an unknown requester.
             self.ops.current = super::super::ops::unknown();
             let fresh = std::mem::replace(&mut self.fresh, false);
+            self.after_map = Some(fresh);
             return if fresh {
                 self.bind_inode_map(store, m)
             } else {
                 self.check_inode_map(store, m)
+            };
+        }
+        if let Record::Atimes(list) = rec {
+            return match after_map {
+                Some(true) => {
+                    self.bind_atimes(list);
+                    Ok(())
+                }
+                // Met mid-replay (its commit did not move HEAD): the state
+                // replayed so far has these atimes from its own records.
+                Some(false) => Ok(()),
+                None => Err(corrupt("an atime table that does not follow an inode map")),
             };
         }
         self.unpark_for(store, rec)?;
@@ -41,6 +55,7 @@ impl ForkState {
     pub fn finish_replay(&mut self) {
         self.replaying = false;
         self.fresh = false;
+        self.after_map = None;
         self.inodes
             .retain(|_, n| n.kind == Kind::Dir || n.nlink > 0 || n.open > 0);
     }
@@ -92,6 +107,43 @@ impl ForkState {
             }
         }
         Ok(w.finish(&links, &orphans))
+    }
+
+    /// The atimes a commit keeps (the tree has none): (ino, atime) in
+    /// number order, for each inode with a link whose atime is not its
+    /// mtime, parked files' included: one read under an atime option, given
+    /// an atime by `utimensat`, or written since it was made or last read.
+    /// Empty for a fork that only read without an atime option.
+    pub fn atimes(&self) -> Vec<(u64, i64)> {
+        let mut out: Vec<(u64, i64)> = self
+            .inodes
+            .iter()
+            .filter(|(_, n)| n.nlink > 0 && n.atime != n.mtime)
+            .map(|(&i, n)| (i, n.atime))
+            .chain(self.parked_atimes.iter().map(|(&i, &a)| (i, a)))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The `Atimes` record a commit writes after its inode map, if the fork
+    /// has any ([`ForkState::atimes`]).
+    pub fn atimes_record(&self) -> Option<Vec<u8>> {
+        let list = self.atimes();
+        (!list.is_empty()).then(|| Record::Atimes(list).encode())
+    }
+
+    /// After the inode map that starts a replay: the atimes it kept. An
+    /// inode the map did not bind (none of a well-formed journal) is
+    /// dropped: an atime is not worth refusing the fork for.
+    fn bind_atimes(&mut self, list: &[(u64, i64)]) {
+        for &(ino, atime) in list {
+            if let Some(n) = self.inodes.get_mut(&ino) {
+                n.atime = atime;
+            } else if self.parked_dir_of(ino).is_some() {
+                self.parked_atimes.insert(ino, atime);
+            }
+        }
     }
 
     /// What an inode map lists, borrowed from the state.
