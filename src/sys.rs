@@ -947,6 +947,30 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The 4 bytes at `addr` in process `pid`'s memory, as a native-endian
+/// `u32` (`process_vm_readv(2)`: the caller must be allowed to ptrace it,
+/// as root or the same user without a ptrace restriction).
+pub fn read_process_u32(pid: u32, addr: u64) -> io::Result<u32> {
+    use nix::sys::uio::{RemoteIoVec, process_vm_readv};
+    let pid = i32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let base = usize::try_from(addr).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut buf = [0u8; 4];
+    let remote = [RemoteIoVec { base, len: 4 }];
+    let n = process_vm_readv(
+        nix::unistd::Pid::from_raw(pid),
+        &mut [io::IoSliceMut::new(&mut buf)],
+        &remote,
+    )
+    .map_err(io::Error::from)?;
+    if n != 4 {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok(u32::from_ne_bytes(buf))
+}
+
 /// The name of process `pid`'s executable as the kernel keeps it
 /// (`/proc/PID/comm`, at most 15 bytes). `None` if it is gone.
 pub fn process_name(pid: u32) -> Option<String> {

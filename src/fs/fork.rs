@@ -95,8 +95,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::view::{
-    self, AddItem, Caller, Capability, DirItem, Entry, NO_ID, Opened, Readdir, View, WriteCtx,
-    XattrReply,
+    self, AddItem, Caller, Capability, DirItem, Entry, NO_ID, Opened, Readdir, Shutdown, View,
+    WriteCtx, XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal::ops::{Who, on_behalf_of};
@@ -155,6 +155,10 @@ const WRITEBACK_CAPABILITIES: &[Capability] = &[
     Capability::AllowIdmap,
     Capability::WritebackCache,
 ];
+
+/// How long a shutdown waits for the kernel to drop its caches
+/// ([`ForkView::drop_kernel_caches`]).
+const SHUTDOWN_DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// A directory listing taken at opendir: ".", ".." and the entries.
 struct Listing {
@@ -420,6 +424,40 @@ impl ForkView {
             }
         }
         Ok(())
+    }
+
+    /// After a shutdown: have the kernel drop the attributes and pages it
+    /// holds of every inode the fork has in its table (an inode it parked
+    /// keeps its attributes cached; the kernel may hold those of a parked
+    /// directory). From a thread of its own: the kernel may wait for a read
+    /// in flight on a page it drops, and the thread serving this request
+    /// may be the one to answer it (a ring serves one request at a time).
+    /// Waited for up to [`SHUTDOWN_DROP_WAIT`], so that the ioctl usually
+    /// returns with the caches gone.
+    fn drop_kernel_caches(&self) {
+        let Some(kernel) = self.kernel.get().cloned() else {
+            return;
+        };
+        let inodes = self.fork.resident_inodes();
+        let (done, wait) = std::sync::mpsc::channel();
+        let dropped = crate::sys::spawn_unsignalled("storefs-shutdown", move || {
+            for ino in inodes {
+                if let Err(e) = kernel.forget_cached(ino) {
+                    tracing::debug!(ino, error = %e, "the kernel kept what it caches after the shutdown");
+                }
+            }
+            let _ = done.send(());
+        });
+        match dropped {
+            Ok(_) => {
+                if wait.recv_timeout(SHUTDOWN_DROP_WAIT).is_err() {
+                    tracing::info!("the kernel still drops its caches after the shutdown");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the thread that drops the kernel's caches at shutdown")
+            }
+        }
     }
 
     /// Have the kernel of the mount that serves this view forget what it
@@ -852,6 +890,35 @@ impl View for ForkView {
             tracing::warn!(ino, error = %e, "cannot have the kernel forget a chattr's ctime");
         }
         Ok(())
+    }
+
+    /// `FS_IOC_SHUTDOWN` (xfstests' `godown`), by a caller with
+    /// `CAP_SYS_ADMIN` (`EPERM` otherwise, as on xfs and ext4): the fork
+    /// goes down as [`Fork::shut_down`] says, synced first unless the flag
+    /// is `NOLOGFLUSH`; from then on the dispatcher answers `EIO`
+    /// ([`View::is_shut_down`]) and the daemon does not commit on unmount.
+    /// What the kernel caches of the fork is dropped ([`Self::drop_kernel_caches`]),
+    /// so that a `stat` or a read of a page it holds asks, and fails, too.
+    /// A failed sync is logged: the fork is shut down all the same and the
+    /// ioctl succeeds (xfs does not report it either).
+    fn shut_down(&self, c: &Caller, flag: Option<u32>) -> Result<()> {
+        const CAP_SYS_ADMIN: u32 = 21;
+        if !c.capable(CAP_SYS_ADMIN) {
+            return Err(Posix::Perm.into());
+        }
+        let how = Shutdown::from_flag(flag)?;
+        if self.fork.is_shut_down() {
+            return Ok(());
+        }
+        if let Err(e) = self.fork.shut_down(how.flushes()) {
+            tracing::warn!(error = %e, ?how, "the fork's journal could not be synced or cut at shutdown");
+        }
+        self.drop_kernel_caches();
+        Ok(())
+    }
+
+    fn is_shut_down(&self) -> bool {
+        self.fork.is_shut_down()
     }
 
     // ------------------------------------------------------------ names
