@@ -1293,6 +1293,7 @@ mod tests {
             op: crate::fs::dispatch::Op::Ioctl {
                 unrestricted: false,
                 cmd,
+                arg: 0,
                 in_data: arg,
                 out_size: if arg.is_empty() { 4 } else { 0 },
             },
@@ -1301,6 +1302,90 @@ mod tests {
             Reply::Ioctl(d) => Ok(d),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// `FS_IOC_SHUTDOWN` through the dispatcher: `EPERM` without
+    /// `CAP_SYS_ADMIN` (nothing changes); by root (no pid: the flag cannot
+    /// be read, so LOGFLUSH) the fork goes down, and from then on every
+    /// request that reads or changes it is `EIO`, the chattr ioctls too,
+    /// while forget, release, statfs and a second shutdown are answered.
+    #[test]
+    fn a_shutdown_takes_cap_sys_admin_and_then_every_request_is_eio() {
+        use crate::fs::dispatch::{Op, Request, dispatch};
+        const GOINGDOWN: u32 = 0x8004_587d;
+        const GETFLAGS: u32 = 0x8008_6601;
+        let (_tmp, fs) = serve();
+        let file = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
+        assert_eq!(
+            ioctl(&fs, USER, ROOT_INO, GOINGDOWN, &[]),
+            Err(Errno::EPERM)
+        );
+        assert!(!fs.is_shut_down());
+        assert_eq!(fs.read(ROOT, file, 0, 10).unwrap(), b"file");
+        assert_eq!(ioctl(&fs, ROOT, ROOT_INO, GOINGDOWN, &[]), Ok(vec![]));
+        assert!(fs.is_shut_down());
+        let ask = |ino, op| {
+            let caller = *ROOT;
+            dispatch(
+                &fs,
+                Request {
+                    unique: 2,
+                    ino,
+                    caller,
+                    op,
+                },
+            )
+        };
+        let eio = |r: Result<Reply, Errno>| matches!(r, Err(e) if e == Errno::EIO);
+        assert!(eio(ask(ROOT_INO, Op::Lookup { name: b"file" })), "lookup");
+        assert!(eio(ask(file, Op::GetAttr)), "getattr");
+        assert!(
+            eio(ask(
+                file,
+                Op::Read {
+                    offset: 0,
+                    size: 10
+                }
+            )),
+            "read"
+        );
+        assert!(eio(ask(ROOT_INO, Op::OpenDir)), "opendir");
+        assert!(eio(ask(file, Op::Sync)), "fsync");
+        assert!(
+            eio(ask(
+                ROOT_INO,
+                Op::MkDir {
+                    name: b"d",
+                    mode: 0o755,
+                    umask: 0
+                }
+            )),
+            "mkdir"
+        );
+        assert!(eio(ask(ROOT_INO, Op::Unlink { name: b"a" })), "unlink");
+        assert_eq!(
+            ioctl(&fs, ROOT, file, GETFLAGS, &[]),
+            Err(Errno::EIO),
+            "lsattr"
+        );
+        assert!(
+            matches!(ask(ROOT_INO, Op::StatFs), Ok(Reply::StatFs(_))),
+            "statfs"
+        );
+        assert!(matches!(
+            ask(file, Op::Forget { nlookup: 1 }),
+            Ok(Reply::Nothing)
+        ));
+        assert!(matches!(ask(file, Op::Release), Ok(Reply::Empty)));
+        assert_eq!(
+            ioctl(&fs, ROOT, ROOT_INO, GOINGDOWN, &[]),
+            Ok(vec![]),
+            "again"
+        );
+        assert_eq!(
+            ioctl(&fs, USER, ROOT_INO, GOINGDOWN, &[]),
+            Err(Errno::EPERM)
+        );
     }
 
     #[test]
