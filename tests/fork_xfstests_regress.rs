@@ -1136,9 +1136,9 @@ fn godown(f: &fs::File, flag: u32) -> i32 {
 /// every lookup, `stat`, read, listing and change with `EIO` (pages the
 /// kernel cached included), still answers `statfs` and a second shutdown;
 /// `storefs umount` then unmounts without a commit (the head stays, the
-/// journal is kept), and the next mount replays what was synced: the file
+/// journal is kept), and the next mount replays what was durable: the file
 /// fsynced before the shutdown is there, the one written without a sync is
-/// not (the journal was cut back as a power cut would leave it).
+/// not, or as a power cut would leave it.
 #[test]
 #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 fn a_fork_shut_down_answers_eio_and_the_next_mount_replays_what_was_synced() {
@@ -1193,7 +1193,14 @@ fn a_fork_shut_down_answers_eio_and_the_next_mount_replays_what_was_synced() {
 
     let m = env.mount("f", Some(&d));
     assert_eq!(fs::read(d.join("synced")).unwrap(), b"kept");
-    assert!(!d.join("unsynced").exists(), "written without a sync: cut");
+    // Written without a sync: cut, unless the kernel wrote the journal's
+    // page back before the shutdown (its writeback: then as a power cut
+    // would leave it, part of it or all). The exact cut is checked in
+    // `journal::tests::a_shut_down_fork_…`.
+    match fs::read(d.join("unsynced")) {
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),
+        Ok(b) => assert!(b.is_empty() || b == b"cut", "{b:?}"),
+    }
     m.unmount();
     assert_ne!(
         store.fork_head("f").unwrap(),

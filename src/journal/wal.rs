@@ -33,10 +33,11 @@
 //! has zeros after its records.
 //!
 //! Shutdown: [`Wal::shut_down`] ends the log as a power cut would at that
-//! moment: the current segment is cut back to what was synced (or was on
-//! disk when the log was opened), and every later append, sync or rotation
-//! fails with [`Error::ShutDown`]. Nothing acknowledged durable is cut: a
-//! sync running then is waited for first.
+//! moment: the current segment is cut back to what is on disk (synced, on
+//! disk when the log was opened, or written back by the kernel since), and
+//! every later append, sync or rotation fails with [`Error::ShutDown`].
+//! Nothing acknowledged durable is cut: a sync running then is waited for
+//! first.
 //!
 //! Write-behind: [`Wal::write_behind`] hands every further 8 MiB appended to a
 //! helper thread that starts their writeback without waiting, so a large
@@ -577,9 +578,13 @@ impl Wal {
 
     /// End the log as a power cut would now: from here on every append,
     /// sync (of anything not yet synced) and rotation fails with
-    /// [`Error::ShutDown`], and the current segment is cut back to the
-    /// records that were synced, or were on disk when the log was opened
-    /// (whichever ends later), and that cut is synced. A sync running now is
+    /// [`Error::ShutDown`], and the current segment is cut back to what is
+    /// on disk: the records that were synced, or were on disk when the log
+    /// was opened (whichever ends later), and after them what the kernel
+    /// has written back meanwhile ([`JournalFile::written_back`]: its own
+    /// writeback, a `sync`; up to the first page that is not, which may
+    /// cut a record in two: a torn tail, dropped when the fork reopens);
+    /// and that cut is synced. A sync running now is
     /// waited for (what it acknowledges is kept). Returns how many bytes of
     /// records were cut. The log stays open for reads of what is left;
     /// reopening the fork replays it. Idempotent.
@@ -597,16 +602,19 @@ impl Wal {
         if keep.seg != c.seq || keep.offset >= c.end {
             return Ok(0);
         }
-        let cut = c.end - keep.offset;
-        c.end = keep.offset;
+        // What the kernel wrote back of the rest (its writeback, a `sync`)
+        // is on disk too: a power cut would keep it. A record cut in two
+        // there is a torn tail, which reopening drops.
+        let keep = c.file.written_back(keep.offset, c.end);
+        if keep >= c.end {
+            return Ok(0);
+        }
+        let cut = c.end - keep;
+        c.end = keep;
         c.alloc = c.end;
         c.no_alloc = true;
         c.behind = c.behind.min(c.end);
-        if let Err(source) = c
-            .file
-            .set_len(keep.offset)
-            .and_then(|()| c.file.sync_data())
-        {
+        if let Err(source) = c.file.set_len(keep).and_then(|()| c.file.sync_data()) {
             c.poisoned = Some(source.to_string());
             self.sync.lock().poisoned = Some(source.to_string());
             return Err(Error::Io {
