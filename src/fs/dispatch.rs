@@ -453,7 +453,7 @@ fn ioctl(
         // Nothing given back: the kernel would copy it over the caller's
         // flag.
         cmd::GOINGDOWN => {
-            view.shut_down(c, shutdown_flag(c, arg))?;
+            view.shut_down(c, &|| shutdown_flag(c, arg))?;
             Vec::new()
         }
         _ => return Err(Posix::NoIoctl.into()),

@@ -901,12 +901,12 @@ impl View for ForkView {
     /// so that a `stat` or a read of a page it holds asks, and fails, too.
     /// A failed sync is logged: the fork is shut down all the same and the
     /// ioctl succeeds (xfs does not report it either).
-    fn shut_down(&self, c: &Caller, flag: Option<u32>) -> Result<()> {
+    fn shut_down(&self, c: &Caller, flag: &dyn Fn() -> Option<u32>) -> Result<()> {
         const CAP_SYS_ADMIN: u32 = 21;
         if !c.capable(CAP_SYS_ADMIN) {
             return Err(Posix::Perm.into());
         }
-        let how = Shutdown::from_flag(flag)?;
+        let how = Shutdown::from_flag(flag())?;
         if self.fork.is_shut_down() {
             return Ok(());
         }

@@ -396,11 +396,12 @@ pub trait View: Send + Sync {
         Err(Posix::NoIoctl.into())
     }
 
-    /// Shut the file system down (`FS_IOC_SHUTDOWN`): `flag` is the
-    /// caller's argument ([`Shutdown::from_flag`]; `None`: unreadable).
-    /// From then on [`View::is_shut_down`] is true. The default: no such
-    /// ioctl (read-only views).
-    fn shut_down(&self, c: &Caller, flag: Option<u32>) -> Result<()> {
+    /// Shut the file system down (`FS_IOC_SHUTDOWN`): `flag` reads the
+    /// caller's argument ([`Shutdown::from_flag`]; `None`: unreadable),
+    /// called once the caller may shut it down. From then on
+    /// [`View::is_shut_down`] is true. The default: no such ioctl
+    /// (read-only views).
+    fn shut_down(&self, c: &Caller, flag: &dyn Fn() -> Option<u32>) -> Result<()> {
         Err(Posix::NoIoctl.into())
     }
 
