@@ -1322,6 +1322,8 @@ mod tests {
         );
         assert!(!fs.is_shut_down());
         assert_eq!(fs.read(ROOT, file, 0, 10).unwrap(), b"file");
+        // A directory open before, listed from its snapshot without the fork.
+        let dir = fh(fs.opendir(ROOT, ROOT_INO).unwrap());
         assert_eq!(ioctl(&fs, ROOT, ROOT_INO, GOINGDOWN, &[]), Ok(vec![]));
         assert!(fs.is_shut_down());
         let ask = |ino, op| {
@@ -1350,6 +1352,27 @@ mod tests {
             "read"
         );
         assert!(eio(ask(ROOT_INO, Op::OpenDir)), "opendir");
+        // What the view answers without asking the fork is EIO too.
+        let at = crate::fs::view::Readdir {
+            fh: dir,
+            offset: 1,
+            plus: false,
+        };
+        let add = Box::new(|_: DirItem<'_>| false);
+        assert!(
+            eio(ask(ROOT_INO, Op::ReadDir { at, add })),
+            "readdir of a listing"
+        );
+        assert!(
+            eio(ask(
+                file,
+                Op::Open {
+                    flags: libc::O_RDONLY
+                }
+            )),
+            "open"
+        );
+        assert!(eio(ask(file, Op::Access { mask: libc::R_OK })), "access");
         assert!(eio(ask(file, Op::Sync)), "fsync");
         assert!(
             eio(ask(
