@@ -612,19 +612,52 @@ fn read_direct(direct: &File, at: u64, n: usize) -> io::Result<Option<Vec<u8>>> 
 /// rustix nor libc offer the call yet; its number is 451 on every
 /// architecture.
 fn cached_pages(file: &File, at: u64, len: u64) -> Option<u64> {
+    cachestat(file, at, len).map(|s| s.nr_cache)
+}
+
+/// How far from `from` (up to `to`) the page cache holds nothing of `file`
+/// that is dirty or under writeback: the written part, from `from` up to
+/// the start of its first such page (`to` when there is none, `from` when
+/// the kernel does not say). `cachestat(2)` on halves, about 2·log₂(pages)
+/// calls.
+pub fn written_back_to(file: &File, from: u64, to: u64) -> u64 {
+    first_unwritten(from, to, |at, end| {
+        cachestat(file, at, end - at).map(|s| s.nr_dirty + s.nr_writeback != 0)
+    })
+}
+
+/// [`written_back_to`] with `unwritten(at, end)` saying whether any page of
+/// that range is dirty or under writeback (`None`: unknown).
+fn first_unwritten(from: u64, to: u64, unwritten: impl Fn(u64, u64) -> Option<bool>) -> u64 {
+    const PAGE: u64 = 4096;
+    if from >= to {
+        return from;
+    }
+    match unwritten(from, to) {
+        Some(false) => return to,
+        None => return from,
+        Some(true) => {}
+    }
+    // The first page (index) in [from / PAGE, to / PAGE] that is unwritten.
+    let (mut lo, mut hi) = (from / PAGE, to.div_ceil(PAGE) - 1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match unwritten(from, ((mid + 1) * PAGE).min(to)) {
+            Some(true) => hi = mid,
+            Some(false) => lo = mid + 1,
+            None => return from,
+        }
+    }
+    (lo * PAGE).clamp(from, to)
+}
+
+/// `cachestat(2)` of `len` bytes of `file` from `at` (`len` 0: to the end);
+/// `None` when the kernel does not say.
+fn cachestat(file: &File, at: u64, len: u64) -> Option<Cachestat> {
     #[repr(C)]
     struct Range {
         off: u64,
         len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct Cachestat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
     }
     const SYS_CACHESTAT: libc::c_long = 451;
     let range = Range { off: at, len };
@@ -640,7 +673,18 @@ fn cached_pages(file: &File, at: u64, len: u64) -> Option<u64> {
             0u32,
         )
     };
-    (r == 0).then_some(stat.nr_cache)
+    (r == 0).then_some(stat)
+}
+
+/// What `cachestat(2)` says of a range of a file, in pages.
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
 }
 
 // ------------------------------------------------- files without symlinks
@@ -1035,6 +1079,30 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The 4 bytes at `addr` in process `pid`'s memory, as a native-endian
+/// `u32` (`process_vm_readv(2)`: the caller must be allowed to ptrace it,
+/// as root or the same user without a ptrace restriction).
+pub fn read_process_u32(pid: u32, addr: u64) -> io::Result<u32> {
+    use nix::sys::uio::{RemoteIoVec, process_vm_readv};
+    let pid = i32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let base = usize::try_from(addr).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut buf = [0u8; 4];
+    let remote = [RemoteIoVec { base, len: 4 }];
+    let n = process_vm_readv(
+        nix::unistd::Pid::from_raw(pid),
+        &mut [io::IoSliceMut::new(&mut buf)],
+        &remote,
+    )
+    .map_err(io::Error::from)?;
+    if n != 4 {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok(u32::from_ne_bytes(buf))
+}
+
 /// The name of process `pid`'s executable as the kernel keeps it
 /// (`/proc/PID/comm`, at most 15 bytes). `None` if it is gone.
 pub fn process_name(pid: u32) -> Option<String> {
@@ -1111,6 +1179,41 @@ pub fn raise_open_files_limit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The written part ends at the first page the predicate calls
+    /// unwritten, never before `from` nor after `to`; unknown is `from`.
+    #[test]
+    fn the_written_back_part_ends_at_the_first_unwritten_page() {
+        const P: u64 = 4096;
+        for dirty in [Some(0), Some(3), Some(9), Some(10), None] {
+            // Pages 0..10 of a file of 10 pages and 100 bytes; `dirty` the first unwritten one.
+            let unwritten = |at: u64, end: u64| {
+                Some(dirty.is_some_and(|d| (at / P..end.div_ceil(P)).contains(&d)))
+            };
+            let to = 10 * P + 100;
+            for from in [0, 100, 3 * P, 3 * P + 5, 10 * P + 50] {
+                let want = match dirty {
+                    Some(d) if d * P + P > from => (d * P).max(from),
+                    _ => to,
+                };
+                assert_eq!(
+                    first_unwritten(from, to, unwritten),
+                    want,
+                    "{dirty:?} from {from}"
+                );
+            }
+        }
+        assert_eq!(first_unwritten(5, 9000, |_, _| None), 5, "unknown");
+        assert_eq!(first_unwritten(9000, 9000, |_, _| Some(true)), 9000);
+        // A real file, synced: nothing of it is dirty.
+        let dir = tempfile::tempdir().unwrap();
+        let f = File::create(dir.path().join("f")).unwrap();
+        std::io::Write::write_all(&mut &f, &vec![7u8; 3 * P as usize + 10]).unwrap();
+        f.sync_data().unwrap();
+        if cachestat(&f, 0, 0).is_some() {
+            assert_eq!(written_back_to(&f, 10, 3 * P + 10), 3 * P + 10);
+        }
+    }
 
     #[test]
     /// `open_beneath` (openat2) and its fallback walk give the same

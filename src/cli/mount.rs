@@ -325,15 +325,21 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             request(&sock, &Request::NoCommit)?;
         } else {
             let before = s.fork_head(&r.target).ok().flatten().map(|h| h.to_hex());
-            let id = request(&sock, &Request::Commit { message: "unmount".into() })
+            let id = daemon::commit_for_unmount(&sock)
                 .with_context(|| format!("cannot commit {} before unmounting; nothing was unmounted (--no-commit skips the commit)", r.target))?;
-            // Nothing changed since the last commit: the head stays, no commit.
-            if before.as_deref() != Some(id.as_str()) {
-                eprintln!(
+            match id {
+                // Shut down: unmounted without a commit, as after a crash.
+                None => eprintln!(
+                    "storefs: {} was shut down (FS_IOC_SHUTDOWN): not committed; its journal is kept and the next mount replays what was synced",
+                    r.target
+                ),
+                // Nothing changed since the last commit: the head stays, no commit.
+                Some(id) if before.as_deref() != Some(id.as_str()) => eprintln!(
                     "storefs: committed {} as {}",
                     r.target,
                     &id[..12.min(id.len())]
-                );
+                ),
+                Some(_) => {}
             }
         }
     }

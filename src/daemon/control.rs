@@ -133,6 +133,9 @@ struct Reply {
     /// The answer to `ops`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ops: Option<Vec<OpLine>>,
+    /// A `commit` refused because the fork was shut down (`FS_IOC_SHUTDOWN`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    shut_down: bool,
 }
 
 /// Send one request to a daemon's control socket; returns the checkpoint id
@@ -183,7 +186,36 @@ pub fn daemon_use(
 const BAD_REQUEST: &str = "bad request";
 
 /// One request and its reply; an error for a refusal.
+/// Commit a fork's daemon before unmounting it: the head it answers with,
+/// or `None` when the fork was shut down (`FS_IOC_SHUTDOWN`): it does not
+/// commit, its journal is kept, and the unmount goes on.
+pub fn commit_for_unmount(sock: &Path) -> Result<Option<String>> {
+    let req = Request::Commit {
+        message: "unmount".into(),
+    };
+    let reply = exchange_any(sock, &req, None)?;
+    if reply.shut_down {
+        return Ok(None);
+    }
+    Ok(Some(checked(reply)?.checkpoint.unwrap_or_default()))
+}
+
 fn exchange(sock: &Path, req: &Request, timeout: Option<Duration>) -> Result<Reply> {
+    checked(exchange_any(sock, req, timeout)?)
+}
+
+/// A reply that is not `ok` as [`Error::Refused`].
+fn checked(reply: Reply) -> Result<Reply> {
+    if !reply.ok {
+        return Err(Error::Refused(
+            reply.error.unwrap_or_else(|| "failed".into()),
+        ));
+    }
+    Ok(reply)
+}
+
+/// The daemon's reply, `ok` or not.
+fn exchange_any(sock: &Path, req: &Request, timeout: Option<Duration>) -> Result<Reply> {
     let mut stream = UnixStream::connect(sock).map_err(|source| Error::Unreachable {
         socket: sock.to_path_buf(),
         source,
@@ -195,16 +227,10 @@ fn exchange(sock: &Path, req: &Request, timeout: Option<Duration>) -> Result<Rep
     stream.write_all(line.as_bytes())?;
     let mut answer = String::new();
     BufReader::new(stream).read_line(&mut answer)?;
-    let reply: Reply = serde_json::from_str(&answer).map_err(|source| Error::NoReply {
+    serde_json::from_str(&answer).map_err(|source| Error::NoReply {
         socket: sock.to_path_buf(),
         source,
-    })?;
-    if !reply.ok {
-        return Err(Error::Refused(
-            reply.error.unwrap_or_else(|| "failed".into()),
-        ));
-    }
-    Ok(reply)
+    })
 }
 
 /// A live mount with its daemon's memory, as `status --json` lists it.
@@ -494,6 +520,10 @@ fn answer(stream: UnixStream, control: &Control) -> Result<()> {
                         ..Reply::default()
                     }
                 }
+                Err(e) if fork.is_shut_down() => Reply {
+                    shut_down: true,
+                    ..failed((control.explain)(&e))
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "commit failed");
                     failed((control.explain)(&e))
@@ -655,6 +685,10 @@ pub(super) fn commit_periodically(
         .spawn(move || {
             loop {
                 std::thread::sleep(every);
+                // Shut down (FS_IOC_SHUTDOWN): no commit until it is mounted again.
+                if fork.is_shut_down() {
+                    return;
+                }
                 if let Err(e) = flush_kernel(writeback_at.as_deref()) {
                     tracing::warn!(error = %e, "periodic commit without the kernel's cached writes");
                 }

@@ -55,7 +55,10 @@ mod unmount;
 use std::io;
 use std::path::PathBuf;
 
-pub use control::{CacheReport, MountStatus, Request, RunOf, mount_status, request, run_statuses};
+pub use control::{
+    CacheReport, MountStatus, Request, RunOf, commit_for_unmount, mount_status, request,
+    run_statuses,
+};
 pub use mountpoint::remove_created;
 pub use run::{Mount, Settings, What, run, serve};
 pub use spawn::{ReadyPipe, Started, start, start_in_run};

@@ -226,6 +226,11 @@ fn serve_mount(m: Mount, created: &[CreatedDir], on_serving: impl FnOnce()) -> R
     if let Some(f) = &fork {
         if control.skip_final_commit.load(Ordering::SeqCst) {
             tracing::info!("not committing on unmount (--no-commit); the journal is kept");
+        } else if f.is_shut_down() {
+            // As after a crash: the next mount replays what was synced.
+            tracing::warn!(
+                "not committing on unmount: the fork was shut down (FS_IOC_SHUTDOWN); the journal is kept"
+            );
         } else {
             // Everything written is already in the journal (under the
             // writeback cache too: the unmount waited for every file to be

@@ -14,9 +14,15 @@
 //! decoding of its arguments (`fuse.rs`: the `Filesystem` method; `wire.rs`:
 //! its `fuse.h` struct and opcode).
 //!
-//! Whatever the view, `flush` and `ioctl` have one answer: `flush` answers
-//! `ENOSYS`, so the kernel stops sending it (a close costs no round trip);
-//! no `ioctl` is implemented (`ENOTTY`).
+//! Whatever the view, `flush` has one answer: `ENOSYS`, so the kernel stops
+//! sending it (a close costs no round trip). Of the ioctls, the `chattr`
+//! flags' four commands and the shutdown command (`FS_IOC_SHUTDOWN`) are
+//! served (by the views that keep flags or can shut down), every other is
+//! `ENOTTY`.
+//!
+//! A view that was shut down ([`View::is_shut_down`]) has every request
+//! that reads or changes it answered `EIO` here, in one place
+//! ([`Op::served_after_shutdown`]), before the view is asked.
 //!
 //! Each request is served inside one span ([`span`]): its op, unique id,
 //! node id and pid, on either transport.
@@ -141,9 +147,12 @@ pub(super) enum Op<'a> {
     /// `ENOSYS` before any adapter sees them). A restricted one carries its
     /// argument's bytes in (`in_data`) and how many it takes back
     /// (`out_size`): the kernel's `fuse_priv_ioctl` (`chattr`, `lsattr`).
+    /// `arg`: the caller's argument as it passed it (for a pointer, an
+    /// address in its memory).
     Ioctl {
         unrestricted: bool,
         cmd: u32,
+        arg: u64,
         in_data: &'a [u8],
         out_size: u32,
     },
@@ -235,6 +244,27 @@ impl Op<'_> {
             Op::Fallocate { .. } => "fallocate",
             Op::NotImplemented => "unimplemented",
         }
+    }
+
+    /// What a shut-down view is still asked (every other request is `EIO`,
+    /// as xfs answers after a shutdown, lookups, `stat` and reads
+    /// included): the kernel letting go of inodes and handles, `statfs`
+    /// (`df`; ext4 and xfs answer it too), and the shutdown ioctl again
+    /// (which succeeds, changing nothing).
+    pub(super) fn served_after_shutdown(&self) -> bool {
+        matches!(
+            self,
+            Op::Forget { .. }
+                | Op::Release
+                | Op::ReleaseDir { .. }
+                | Op::Flush
+                | Op::StatFs
+                | Op::Ioctl {
+                    unrestricted: false,
+                    cmd: cmd::GOINGDOWN,
+                    ..
+                }
+        )
     }
 }
 
@@ -360,8 +390,8 @@ fn fallocate_mode(mode: i32) -> Result<Fallocate> {
 
 /// `FS_IOC_GETFLAGS`, `FS_IOC_SETFLAGS` (`linux/fs.h`: `_IOR('f', 1,
 /// long)`, `_IOW('f', 2, long)`, though the argument is an `int`), their
-/// 32-bit forms, and `FS_IOC_FSGETXATTR`, `FS_IOC_FSSETXATTR` (`struct
-/// fsxattr`, 28 bytes).
+/// 32-bit forms, `FS_IOC_FSGETXATTR`, `FS_IOC_FSSETXATTR` (`struct
+/// fsxattr`, 28 bytes), and the shutdown command.
 mod cmd {
     pub const GETFLAGS: u32 = 0x8008_6601;
     pub const SETFLAGS: u32 = 0x4008_6602;
@@ -369,19 +399,21 @@ mod cmd {
     pub const SETFLAGS32: u32 = 0x4004_6602;
     pub const FSGETXATTR: u32 = 0x801c_581f;
     pub const FSSETXATTR: u32 = 0x401c_5820;
+    /// `XFS_IOC_GOINGDOWN` (`_IOR('X', 125, __u32)`), which ext4 and f2fs
+    /// serve as `FS_IOC_SHUTDOWN`, and xfstests' `godown` sends.
+    pub const GOINGDOWN: u32 = 0x8004_587d;
     /// `sizeof(struct fsxattr)`.
     pub const FSXATTR: usize = 28;
 }
 
 /// A restricted ioctl: the inode flags the kernel asks for or sets for
 /// `chattr`/`lsattr` (`fuse_fileattr_get`/`_set`), as a 4-byte int or a
-/// `struct fsxattr`; any other command is `ENOTTY`, as before. The bytes
-/// given back are at most `out_size`.
+/// `struct fsxattr`, or a shutdown ([`shutdown_flag`]); any other command
+/// is `ENOTTY`, as before. The bytes given back are at most `out_size`.
 fn ioctl(
     view: &dyn View,
     c: &Caller,
-    ino: u64,
-    cmd: u32,
+    (ino, cmd, arg): (u64, u32, u64),
     in_data: &[u8],
     out_size: u32,
 ) -> Result<Vec<u8>> {
@@ -418,10 +450,36 @@ fn ioctl(
             view.set_flags(c, ino, set)?;
             Vec::new()
         }
+        // Nothing given back: the kernel would copy it over the caller's
+        // flag.
+        cmd::GOINGDOWN => {
+            view.shut_down(c, &|| shutdown_flag(c, arg))?;
+            Vec::new()
+        }
         _ => return Err(Posix::NoIoctl.into()),
     };
     out.truncate(out_size as usize);
     Ok(out)
+}
+
+/// The flag of a shutdown ioctl. It is `_IOR` (the kernel's view: the
+/// caller reads a `__u32`), so a restricted `FUSE_IOCTL` carries no in data
+/// (in size 0, out size 4) and the flag stays in the caller's memory at
+/// `arg`: read from there (`process_vm_readv`; the requesting process is
+/// blocked in the ioctl meanwhile). `None` when it cannot be read (no pid
+/// in the daemon's pid namespace, a daemon not allowed to ptrace the
+/// caller, a bad address): the view takes that as `LOGFLUSH`.
+fn shutdown_flag(c: &Caller, arg: u64) -> Option<u32> {
+    if c.pid == 0 {
+        return None;
+    }
+    match sys::read_process_u32(c.pid, arg) {
+        Ok(flag) => Some(flag),
+        Err(e) => {
+            tracing::info!(pid = c.pid, error = %e, "the shutdown flag cannot be read; taken as LOGFLUSH");
+            None
+        }
+    }
 }
 
 /// An open's answer: a handle, or `ENOSYS` for a stateless open
@@ -449,6 +507,10 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
     let attr = |r: Result<Entry>| r.map(Reply::Attr).map_err(fail);
     let data = |r: Result<Vec<u8>>| r.map(Reply::Data).map_err(fail);
     let xattr = |r: Result<XattrReply>| r.map(Reply::Xattr).map_err(fail);
+    if view.is_shut_down() && !req.op.served_after_shutdown() {
+        tracing::debug!("shut down: EIO");
+        return Err(Errno::EIO);
+    }
     match req.op {
         // The negative-entry rule: the view found nothing there and gives
         // `parent` a negative TTL (asked after every lookup).
@@ -538,9 +600,10 @@ pub(super) fn dispatch(view: &dyn View, req: Request<'_>) -> Result<Reply, Errno
         Op::Ioctl {
             unrestricted: false,
             cmd,
+            arg,
             in_data,
             out_size,
-        } => ioctl(view, c, ino, cmd, in_data, out_size)
+        } => ioctl(view, c, (ino, cmd, arg), in_data, out_size)
             .map(Reply::Ioctl)
             .map_err(fail),
         // The view's copy, at most what the reply's 32-bit count can say. A

@@ -95,8 +95,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::view::{
-    self, AddItem, Caller, Capability, DirItem, Entry, NO_ID, Opened, Readdir, View, WriteCtx,
-    XattrReply,
+    self, AddItem, Caller, Capability, DirItem, Entry, NO_ID, Opened, Readdir, Shutdown, View,
+    WriteCtx, XattrReply,
 };
 use super::{FsError, Result};
 use crate::journal::ops::{Who, on_behalf_of};
@@ -155,6 +155,10 @@ const WRITEBACK_CAPABILITIES: &[Capability] = &[
     Capability::AllowIdmap,
     Capability::WritebackCache,
 ];
+
+/// How long a shutdown waits for the kernel to drop its caches
+/// ([`ForkView::drop_kernel_caches`]).
+const SHUTDOWN_DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// A directory listing taken at opendir: ".", ".." and the entries.
 struct Listing {
@@ -420,6 +424,40 @@ impl ForkView {
             }
         }
         Ok(())
+    }
+
+    /// After a shutdown: have the kernel drop the attributes and pages it
+    /// holds of every inode the fork has in its table (an inode it parked
+    /// keeps its attributes cached; the kernel may hold those of a parked
+    /// directory). From a thread of its own: the kernel may wait for a read
+    /// in flight on a page it drops, and the thread serving this request
+    /// may be the one to answer it (a ring serves one request at a time).
+    /// Waited for up to [`SHUTDOWN_DROP_WAIT`], so that the ioctl usually
+    /// returns with the caches gone.
+    fn drop_kernel_caches(&self) {
+        let Some(kernel) = self.kernel.get().cloned() else {
+            return;
+        };
+        let inodes = self.fork.resident_inodes();
+        let (done, wait) = std::sync::mpsc::channel();
+        let dropped = crate::sys::spawn_unsignalled("storefs-shutdown", move || {
+            for ino in inodes {
+                if let Err(e) = kernel.forget_cached(ino) {
+                    tracing::debug!(ino, error = %e, "the kernel kept what it caches after the shutdown");
+                }
+            }
+            let _ = done.send(());
+        });
+        match dropped {
+            Ok(_) => {
+                if wait.recv_timeout(SHUTDOWN_DROP_WAIT).is_err() {
+                    tracing::info!("the kernel still drops its caches after the shutdown");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the thread that drops the kernel's caches at shutdown")
+            }
+        }
     }
 
     /// Have the kernel of the mount that serves this view forget what it
@@ -854,6 +892,35 @@ impl View for ForkView {
         Ok(())
     }
 
+    /// `FS_IOC_SHUTDOWN` (xfstests' `godown`), by a caller with
+    /// `CAP_SYS_ADMIN` (`EPERM` otherwise, as on xfs and ext4): the fork
+    /// goes down as [`Fork::shut_down`] says, synced first unless the flag
+    /// is `NOLOGFLUSH`; from then on the dispatcher answers `EIO`
+    /// ([`View::is_shut_down`]) and the daemon does not commit on unmount.
+    /// What the kernel caches of the fork is dropped ([`Self::drop_kernel_caches`]),
+    /// so that a `stat` or a read of a page it holds asks, and fails, too.
+    /// A failed sync is logged: the fork is shut down all the same and the
+    /// ioctl succeeds (xfs does not report it either).
+    fn shut_down(&self, c: &Caller, flag: &dyn Fn() -> Option<u32>) -> Result<()> {
+        const CAP_SYS_ADMIN: u32 = 21;
+        if !c.capable(CAP_SYS_ADMIN) {
+            return Err(Posix::Perm.into());
+        }
+        let how = Shutdown::from_flag(flag())?;
+        if self.fork.is_shut_down() {
+            return Ok(());
+        }
+        if let Err(e) = self.fork.shut_down(how.flushes()) {
+            tracing::warn!(error = %e, ?how, "the fork's journal could not be synced or cut at shutdown");
+        }
+        self.drop_kernel_caches();
+        Ok(())
+    }
+
+    fn is_shut_down(&self) -> bool {
+        self.fork.is_shut_down()
+    }
+
     // ------------------------------------------------------------ names
 
     /// Regular files, fifos, sockets and device nodes; the fork keeps `rdev`
@@ -1226,6 +1293,7 @@ mod tests {
             op: crate::fs::dispatch::Op::Ioctl {
                 unrestricted: false,
                 cmd,
+                arg: 0,
                 in_data: arg,
                 out_size: if arg.is_empty() { 4 } else { 0 },
             },
@@ -1234,6 +1302,113 @@ mod tests {
             Reply::Ioctl(d) => Ok(d),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// `FS_IOC_SHUTDOWN` through the dispatcher: `EPERM` without
+    /// `CAP_SYS_ADMIN` (nothing changes); by root (no pid: the flag cannot
+    /// be read, so LOGFLUSH) the fork goes down, and from then on every
+    /// request that reads or changes it is `EIO`, the chattr ioctls too,
+    /// while forget, release, statfs and a second shutdown are answered.
+    #[test]
+    fn a_shutdown_takes_cap_sys_admin_and_then_every_request_is_eio() {
+        use crate::fs::dispatch::{Op, Request, dispatch};
+        const GOINGDOWN: u32 = 0x8004_587d;
+        const GETFLAGS: u32 = 0x8008_6601;
+        let (_tmp, fs) = serve();
+        let file = fs.lookup(ROOT, ROOT_INO, b"file").unwrap().attr.ino;
+        assert_eq!(
+            ioctl(&fs, USER, ROOT_INO, GOINGDOWN, &[]),
+            Err(Errno::EPERM)
+        );
+        assert!(!fs.is_shut_down());
+        assert_eq!(fs.read(ROOT, file, 0, 10).unwrap(), b"file");
+        // A directory open before, listed from its snapshot without the fork.
+        let dir = fh(fs.opendir(ROOT, ROOT_INO).unwrap());
+        assert_eq!(ioctl(&fs, ROOT, ROOT_INO, GOINGDOWN, &[]), Ok(vec![]));
+        assert!(fs.is_shut_down());
+        let ask = |ino, op| {
+            let caller = *ROOT;
+            dispatch(
+                &fs,
+                Request {
+                    unique: 2,
+                    ino,
+                    caller,
+                    op,
+                },
+            )
+        };
+        let eio = |r: Result<Reply, Errno>| matches!(r, Err(e) if e == Errno::EIO);
+        assert!(eio(ask(ROOT_INO, Op::Lookup { name: b"file" })), "lookup");
+        assert!(eio(ask(file, Op::GetAttr)), "getattr");
+        assert!(
+            eio(ask(
+                file,
+                Op::Read {
+                    offset: 0,
+                    size: 10
+                }
+            )),
+            "read"
+        );
+        assert!(eio(ask(ROOT_INO, Op::OpenDir)), "opendir");
+        // What the view answers without asking the fork is EIO too.
+        let at = crate::fs::view::Readdir {
+            fh: dir,
+            offset: 1,
+            plus: false,
+        };
+        let add = Box::new(|_: DirItem<'_>| false);
+        assert!(
+            eio(ask(ROOT_INO, Op::ReadDir { at, add })),
+            "readdir of a listing"
+        );
+        assert!(
+            eio(ask(
+                file,
+                Op::Open {
+                    flags: libc::O_RDONLY
+                }
+            )),
+            "open"
+        );
+        assert!(eio(ask(file, Op::Access { mask: libc::R_OK })), "access");
+        assert!(eio(ask(file, Op::Sync)), "fsync");
+        assert!(
+            eio(ask(
+                ROOT_INO,
+                Op::MkDir {
+                    name: b"d",
+                    mode: 0o755,
+                    umask: 0
+                }
+            )),
+            "mkdir"
+        );
+        assert!(eio(ask(ROOT_INO, Op::Unlink { name: b"a" })), "unlink");
+        assert_eq!(
+            ioctl(&fs, ROOT, file, GETFLAGS, &[]),
+            Err(Errno::EIO),
+            "lsattr"
+        );
+        assert!(
+            matches!(ask(ROOT_INO, Op::StatFs), Ok(Reply::StatFs(_))),
+            "statfs"
+        );
+        assert!(matches!(
+            ask(file, Op::Forget { nlookup: 1 }),
+            Ok(Reply::Nothing)
+        ));
+        assert!(matches!(ask(file, Op::Release), Ok(Reply::Empty)));
+        assert_eq!(
+            ioctl(&fs, ROOT, ROOT_INO, GOINGDOWN, &[]),
+            Ok(vec![]),
+            "again"
+        );
+        assert_eq!(
+            ioctl(&fs, USER, ROOT_INO, GOINGDOWN, &[]),
+            Err(Errno::EPERM)
+        );
     }
 
     #[test]

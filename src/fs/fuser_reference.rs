@@ -491,6 +491,8 @@ impl Filesystem for Reference {
         let op = Op::Ioctl {
             unrestricted,
             cmd,
+            // fuser does not pass it on.
+            arg: 0,
             in_data,
             out_size,
         };

@@ -221,6 +221,8 @@ fn errno(e: &FsError) -> Errno {
         // The journal's file system is full: the writer is told, the fork
         // goes on (reads, deletes, and writes once space is freed).
         FsError::Journal(J::NoSpace { .. }) => Errno::ENOSPC,
+        // Shut down (FS_IOC_SHUTDOWN): every request fails, as on xfs.
+        FsError::Journal(J::ShutDown { .. }) => Errno::EIO,
         // Failures of the fork itself: the operation fails, the mount stays.
         FsError::Journal(
             J::NoFork(_)
@@ -585,6 +587,17 @@ impl Invalidator {
             self.0.inval_inode(fuser::INodeNo(*dir), 0, 0)?;
         }
         Ok(())
+    }
+
+    /// Forget the attributes and the cached pages of `ino` (a fork that
+    /// was shut down). Not from a thread that serves requests: dropping a
+    /// page waits for a read in flight on it. An inode the kernel does not
+    /// hold is no error.
+    pub fn forget_cached(&self, ino: u64) -> io::Result<()> {
+        match self.0.inval_inode(fuser::INodeNo(ino), 0, 0) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            r => r,
+        }
     }
 
     /// Forget the attributes of `ino` (not its pages): safe from a thread

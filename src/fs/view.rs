@@ -126,6 +126,37 @@ impl Caller {
     }
 }
 
+/// How a shutdown ioctl (`FS_IOC_SHUTDOWN`, `XFS_IOC_GOINGDOWN`) asks the
+/// file system to go down: its `__u32` argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shutdown {
+    /// 0, `FS_SHUTDOWN_FLAGS_DEFAULT`: sync the file system, then shut down.
+    Default,
+    /// 1, `LOGFLUSH`: flush the log (the journal), then shut down.
+    LogFlush,
+    /// 2, `NOLOGFLUSH`: shut down now; what was not synced is lost.
+    NoLogFlush,
+}
+
+impl Shutdown {
+    /// The flag the caller passed, `None` when it could not be read (the
+    /// kernel does not send it: see `dispatch.rs`): [`Shutdown::LogFlush`],
+    /// which keeps the most. Another value is `EINVAL`, as on xfs and ext4.
+    pub fn from_flag(flag: Option<u32>) -> Result<Shutdown> {
+        match flag {
+            Some(0) => Ok(Shutdown::Default),
+            Some(1) | None => Ok(Shutdown::LogFlush),
+            Some(2) => Ok(Shutdown::NoLogFlush),
+            Some(_) => Err(Posix::Invalid("shutdown flag (0, 1 or 2)").into()),
+        }
+    }
+
+    /// Whether what was written is made durable first.
+    pub fn flushes(self) -> bool {
+        self != Shutdown::NoLogFlush
+    }
+}
+
 /// The filesystem id (the fourth of real, effective, saved, filesystem) of
 /// a `Uid:` or `Gid:` line of `/proc/PID/status`.
 fn fs_id(line: Option<&str>) -> Option<u32> {
@@ -363,6 +394,21 @@ pub trait View: Send + Sync {
     /// [`crate::store::model::flags`]). The default: no such ioctl.
     fn get_flags(&self, c: &Caller, ino: u64) -> Result<u32> {
         Err(Posix::NoIoctl.into())
+    }
+
+    /// Shut the file system down (`FS_IOC_SHUTDOWN`): `flag` reads the
+    /// caller's argument ([`Shutdown::from_flag`]; `None`: unreadable),
+    /// called once the caller may shut it down. From then on
+    /// [`View::is_shut_down`] is true. The default: no such ioctl
+    /// (read-only views).
+    fn shut_down(&self, c: &Caller, flag: &dyn Fn() -> Option<u32>) -> Result<()> {
+        Err(Posix::NoIoctl.into())
+    }
+
+    /// Whether [`View::shut_down`] happened: the dispatcher then fails every
+    /// request that reads or changes the file system with `EIO`.
+    fn is_shut_down(&self) -> bool {
+        false
     }
 
     /// The last close of a handle [`View::open`] gave.

@@ -764,6 +764,7 @@ fn decode<'a>(
             Op::Ioctl {
                 unrestricted: a.flags & unrestricted != 0,
                 cmd: a.cmd,
+                arg: a.arg,
                 in_data: p.data(a.in_size)?,
                 out_size: a.out_size,
             }

@@ -26,6 +26,7 @@
 use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -277,6 +278,8 @@ pub struct Fork {
     prealloc: Prealloc,
     /// The `storefs run` serving it, if one does ([`Fork::set_run`]).
     run: std::sync::OnceLock<String>,
+    /// [`Fork::shut_down`] was called.
+    shut: AtomicBool,
     _lock: Box<dyn Any + Send + Sync>,
 }
 
@@ -476,6 +479,7 @@ impl Fork {
             replayed_changes: changes,
             prealloc: Prealloc::default(),
             run: std::sync::OnceLock::new(),
+            shut: AtomicBool::new(false),
             _lock: lock,
         })
     }
@@ -542,18 +546,75 @@ impl Fork {
         })
     }
 
+    /// Shut the fork down (`FS_IOC_SHUTDOWN`, xfs's `XFS_IOC_GOINGDOWN`),
+    /// as a power cut at this moment would leave it, less the kernel's part:
+    /// with `flush` (the ioctl's `DEFAULT` and `LOGFLUSH`) the journal is
+    /// synced first, so everything done so far is kept; without it
+    /// (`NOLOGFLUSH`) only what was synced (or was on disk when the fork
+    /// was opened) is. Then the journal is cut back to that ([`Wal::shut_down`])
+    /// and takes nothing more, every later operation fails with
+    /// [`Error::ShutDown`] (but [`Fork::statfs`], [`Fork::release`],
+    /// [`Fork::uncommitted_ops`]), and so does [`Fork::commit`]: the journal
+    /// stays, and opening the fork again replays exactly what was durable.
+    /// A failed sync or cut is returned, and the fork is shut down all the
+    /// same. Idempotent: a second call changes nothing.
+    pub fn shut_down(&self, flush: bool) -> Result<()> {
+        // Under the state lock: no operation is between its append and
+        // its effect, and none starts after this.
+        let _st = self.state.lock();
+        if self.shut.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let synced = match flush {
+            true => self.wal.sync(),
+            false => Ok(()),
+        };
+        let cut = self.wal.shut_down();
+        tracing::warn!(
+            fork = %self.info.name,
+            flush,
+            cut_bytes = cut.as_ref().ok(),
+            "fork shut down: it answers EIO from now on and will not commit; the next mount replays what was synced"
+        );
+        synced.and(cut.map(|_| ()))
+    }
+
+    /// The inodes in the table now (not the parked ones): what a mount
+    /// has the kernel forget once the fork is shut down.
+    pub fn resident_inodes(&self) -> Vec<u64> {
+        self.state.lock().inodes.keys().copied().collect()
+    }
+
+    /// Whether [`Fork::shut_down`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.shut.load(Ordering::SeqCst)
+    }
+
+    fn shut_err(&self) -> Error {
+        Error::ShutDown {
+            path: self.dir.join("journal"),
+        }
+    }
+
     /// Run `f` under the state lock; then park directories if the inode
-    /// table is over its budget (`state/park.rs`).
+    /// table is over its budget (`state/park.rs`). Refused once the fork
+    /// is shut down ([`Fork::shut_down`]): every operation comes here.
     pub(super) fn with<T>(
         &self,
         f: impl FnOnce(&mut ForkState, &Ctx<'_>) -> Result<T>,
     ) -> Result<T> {
+        if self.is_shut_down() {
+            return Err(self.shut_err());
+        }
         let ctx = Ctx {
             store: &self.store,
             wal: &self.wal,
             who: super::ops::requester(),
         };
         let mut st = self.state.lock();
+        if self.is_shut_down() {
+            return Err(self.shut_err());
+        }
         let out = f(&mut st, &ctx);
         st.trim();
         out
@@ -804,10 +865,12 @@ impl Fork {
     }
 
     pub fn statfs(&self) -> Result<StatFs> {
-        let (files, reserved) = self.with(|st, _| {
+        // Not through `with`: answered after a shutdown too (`df`).
+        let (files, reserved) = {
+            let mut st = self.state.lock();
             let reserved = self.prealloc.reserved(|ino| !st.linked(ino));
-            Ok((st.inodes.len() as u64 + st.parked, reserved))
-        })?;
+            (st.inodes.len() as u64 + st.parked, reserved)
+        };
         let root = self.store.root();
         if root.as_os_str().as_encoded_bytes().contains(&0) {
             return Err(Posix::Invalid("store path holds NUL").into());
@@ -1238,7 +1301,11 @@ impl Fork {
     /// fsync, fdatasync and fsyncdir of anything in the fork: when this
     /// returns, every change made before it was called survives a crash.
     /// Concurrent callers share one fdatasync of the journal.
+    /// After [`Fork::shut_down`]: [`Error::ShutDown`].
     pub fn sync(&self) -> Result<()> {
+        if self.is_shut_down() {
+            return Err(self.shut_err());
+        }
         self.wal.sync()
     }
 
@@ -1272,6 +1339,9 @@ impl Fork {
         mut step: impl FnMut(CommitStep) -> Result<()>,
     ) -> Result<ObjectId> {
         let _one = self.commit_lock.lock();
+        if self.is_shut_down() {
+            return Err(self.shut_err());
+        }
         // Keeps `storefs gc` from sweeping until the new checkpoint and HEAD
         // are written (objects the fold wrote or found are named by then).
         let _lease = self.store.write_lease()?;

@@ -58,6 +58,13 @@ pub trait JournalFile: Send + Sync {
     fn drop_behind(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
     }
+    /// How far from `from` (up to `to`) the file's bytes are on disk
+    /// without a sync of this log: written back by the kernel (its own
+    /// writeback, or a `sync` of the file system), so a power cut now
+    /// would keep them. `from` when that is not known (the default).
+    fn written_back(&self, from: u64, _to: u64) -> u64 {
+        from
+    }
 }
 
 /// How [`JournalFile::allocate`] gives a file its zeros.
@@ -193,6 +200,10 @@ impl JournalFile for RealFile {
         sys::sync_file_range(&self.1, offset, len, SyncRange::Wait)?;
         let len = NonZeroU64::new(len);
         Ok(rustix::fs::fadvise(&self.1, offset, len, Advice::DontNeed)?)
+    }
+    /// No page dirty or under writeback (`cachestat(2)`).
+    fn written_back(&self, from: u64, to: u64) -> u64 {
+        sys::written_back_to(&self.0, from, to)
     }
 }
 

@@ -101,6 +101,13 @@ pub enum Error {
         "{path}: no space left for the fork's journal; free space on its file system, then retry"
     )]
     NoSpace { path: PathBuf },
+    /// The fork was shut down (`FS_IOC_SHUTDOWN`, [`Fork::shut_down`]): it
+    /// takes no request that reads or changes it, appends nothing more to
+    /// its journal and does not commit. `path`: its journal directory.
+    #[error(
+        "{path}: the fork was shut down (FS_IOC_SHUTDOWN) and takes no more requests; unmount it and mount it again (its journal replays what was synced)"
+    )]
+    ShutDown { path: PathBuf },
     /// The store failed (missing or corrupt object, I/O).
     #[error(transparent)]
     Store(#[from] store::Error),

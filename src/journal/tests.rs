@@ -1329,6 +1329,67 @@ fn power_loss_at_every_write_keeps_synced_changes_and_whole_records() {
     assert!(cut >= 12, "the workload made {cut} writes");
 }
 
+/// `FS_IOC_SHUTDOWN` ([`Fork::shut_down`]): with `flush` (DEFAULT,
+/// LOGFLUSH) everything done before it is kept, without (NOLOGFLUSH) only
+/// what was synced; the cut is durable (a crash after it changes nothing);
+/// after it nothing more reaches the journal (no write, not a byte of the
+/// segment changes), every operation and the commit fail with
+/// [`Error::ShutDown`] but `statfs`, and the fork reopens with exactly those
+/// records and goes on.
+#[test]
+fn a_shut_down_fork_appends_nothing_more_and_reopens_with_exactly_what_was_durable() {
+    for (flush, crash) in [(false, false), (false, true), (true, false), (true, true)] {
+        let env = env();
+        let f = env.fork();
+        write_path(&f, "hello.txt", 0, b"HELLO");
+        f.sync().unwrap();
+        let synced = dump(&f);
+        write_path(&f, "dir/a.txt", 0, b"unsynced");
+        f.unlink(ROOT_INO, b"link1").unwrap();
+        let all = dump(&f);
+        assert_ne!(all, synced);
+        f.shut_down(flush).unwrap();
+        assert!(f.is_shut_down());
+        let segment = journal_dir(&env, "f").join(wal::segment_name(0));
+        let (writes, bytes) = (env.io.writes(), env.io.contents(&segment).unwrap());
+        let shut = |r: Result<()>| matches!(r, Err(Error::ShutDown { .. }));
+        assert!(shut(f.lookup(ROOT_INO, b"hello.txt").map(drop)), "lookup");
+        assert!(shut(f.getattr(ROOT_INO).map(drop)), "getattr");
+        assert!(shut(f.readdir(ROOT_INO).map(drop)), "readdir");
+        assert!(shut(f.write(ROOT_INO + 1, 0, b"x").map(drop)), "write");
+        assert!(
+            shut(f.mkdir(ROOT_INO, b"new", 0o755, 0, 0).map(drop)),
+            "mkdir"
+        );
+        assert!(shut(f.sync()), "sync");
+        assert!(shut(f.commit("after").map(drop)), "commit");
+        assert!(f.statfs().is_ok(), "statfs still answers");
+        f.shut_down(flush).unwrap();
+        assert_eq!(
+            env.io.writes(),
+            writes,
+            "nothing written after the shutdown"
+        );
+        assert_eq!(
+            env.io.contents(&segment).unwrap(),
+            bytes,
+            "the segment is as cut"
+        );
+        let head = env.store.fork_head("f").unwrap();
+        drop(f);
+        assert_eq!(env.store.fork_head("f").unwrap(), head, "no commit");
+        if crash {
+            env.io.crash();
+        }
+        let f = env.open("f");
+        let want = if flush { &all } else { &synced };
+        assert_eq!(&dump(&f), want, "flush {flush}, crash {crash}");
+        write_path(&f, "hello.txt", 0, b"again");
+        f.commit("after the shutdown").unwrap();
+        assert_eq!(cat(&f, "hello.txt"), b"again\n");
+    }
+}
+
 #[test]
 fn a_full_disk_refuses_the_record_and_the_journal_goes_on() {
     let env = env();

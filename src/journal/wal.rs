@@ -32,6 +32,13 @@
 //! reopening cuts the last one back, so only the segment being appended to
 //! has zeros after its records.
 //!
+//! Shutdown: [`Wal::shut_down`] ends the log as a power cut would at that
+//! moment: the current segment is cut back to what is on disk (synced, on
+//! disk when the log was opened, or written back by the kernel since), and
+//! every later append, sync or rotation fails with [`Error::ShutDown`].
+//! Nothing acknowledged durable is cut: a sync running then is waited for
+//! first.
+//!
 //! Write-behind: [`Wal::write_behind`] hands every further 8 MiB appended to a
 //! helper thread that starts their writeback without waiting, so a large
 //! write's fdatasync has little left to do. A hint only: it promises nothing.
@@ -101,13 +108,21 @@ struct Cur {
     behind: u64,
     segs: BTreeMap<u64, Arc<dyn JournalFile>>,
     poisoned: Option<String>,
+    /// [`Wal::shut_down`] was called: nothing more is appended.
+    shut: bool,
 }
 
 struct SyncState {
     /// Everything before this position is durable.
     synced: Pos,
+    /// Where the log ended when it was opened: what [`Wal::shut_down`] keeps
+    /// at least (a replayed tail counts as durable there, though the first
+    /// sync fdatasyncs it again).
+    opened: Pos,
     running: bool,
     poisoned: Option<String>,
+    /// [`Wal::shut_down`] was called: a sync of anything not yet synced fails.
+    shut: bool,
 }
 
 /// An open journal.
@@ -268,6 +283,7 @@ impl Wal {
                 behind: end,
                 segs,
                 poisoned: None,
+                shut: false,
             }),
             sync: Mutex::new(SyncState {
                 // The replayed tail may be only in the page cache (a process
@@ -276,8 +292,13 @@ impl Wal {
                     seg: seq,
                     offset: 0,
                 },
+                opened: Pos {
+                    seg: seq,
+                    offset: end,
+                },
                 running: false,
                 poisoned: None,
+                shut: false,
             }),
             cv: Condvar::new(),
             syncs: AtomicU64::new(0),
@@ -318,6 +339,12 @@ impl Wal {
         self.dir.join(segment_name(seq))
     }
 
+    fn shut_err(&self) -> Error {
+        Error::ShutDown {
+            path: self.dir.clone(),
+        }
+    }
+
     fn poisoned_err(&self, seq: u64, why: &str) -> Error {
         Error::Io {
             path: self.path_of(seq),
@@ -337,6 +364,9 @@ impl Wal {
     /// from both buffers as they are (one vectored write, no copy of `data`).
     pub fn append_parts(&self, head: &[u8], data: &[u8]) -> Result<Pos> {
         let mut c = self.cur.lock();
+        if c.shut {
+            return Err(self.shut_err());
+        }
         if let Some(why) = &c.poisoned {
             return Err(self.poisoned_err(c.seq, why));
         }
@@ -440,6 +470,9 @@ impl Wal {
             if s.synced >= target {
                 return Ok(());
             }
+            if s.shut {
+                return Err(self.shut_err());
+            }
             if !s.running {
                 break;
             }
@@ -493,6 +526,9 @@ impl Wal {
     /// number.
     pub fn rotate(&self, first: &[&[u8]]) -> Result<u64> {
         let mut c = self.cur.lock();
+        if c.shut {
+            return Err(self.shut_err());
+        }
         if let Some(why) = &c.poisoned {
             return Err(self.poisoned_err(c.seq, why));
         }
@@ -540,6 +576,55 @@ impl Wal {
             offset: end,
         });
         Ok(seq)
+    }
+
+    /// End the log as a power cut would now: from here on every append,
+    /// sync (of anything not yet synced) and rotation fails with
+    /// [`Error::ShutDown`], and the current segment is cut back to what is
+    /// on disk: the records that were synced, or were on disk when the log
+    /// was opened (whichever ends later), and after them what the kernel
+    /// has written back meanwhile ([`JournalFile::written_back`]: its own
+    /// writeback, a `sync`; up to the first page that is not, which may
+    /// cut a record in two: a torn tail, dropped when the fork reopens);
+    /// and that cut is synced. A sync running now is
+    /// waited for (what it acknowledges is kept). Returns how many bytes of
+    /// records were cut. The log stays open for reads of what is left;
+    /// reopening the fork replays it. Idempotent.
+    pub fn shut_down(&self) -> Result<u64> {
+        let mut c = self.cur.lock();
+        c.shut = true;
+        let keep = {
+            let mut s = self.sync.lock();
+            s.shut = true;
+            while s.running {
+                self.cv.wait(&mut s);
+            }
+            s.synced.max(s.opened)
+        };
+        if keep.seg != c.seq || keep.offset >= c.end {
+            return Ok(0);
+        }
+        // What the kernel wrote back of the rest (its writeback, a `sync`)
+        // is on disk too: a power cut would keep it. A record cut in two
+        // there is a torn tail, which reopening drops.
+        let keep = c.file.written_back(keep.offset, c.end);
+        if keep >= c.end {
+            return Ok(0);
+        }
+        let cut = c.end - keep;
+        c.end = keep;
+        c.alloc = c.end;
+        c.no_alloc = true;
+        c.behind = c.behind.min(c.end);
+        if let Err(source) = c.file.set_len(keep).and_then(|()| c.file.sync_data()) {
+            c.poisoned = Some(source.to_string());
+            self.sync.lock().poisoned = Some(source.to_string());
+            return Err(Error::Io {
+                path: self.path_of(c.seq),
+                source,
+            });
+        }
+        Ok(cut)
     }
 
     /// Remove segment `seq`, which was being created, and sync the directory:
