@@ -33,9 +33,8 @@
 #    tests. For a second transport: the forks only, compared with the same
 #    baseline, e.g.
 #      STOREFS_TRANSPORT=uring bash tests/conformance/xfstests.sh --list L --ext4-results OLD/results/ext4
-#    (with the kernel's enable_uring switch on: tests/uring.sh). The fork's
-#    test mount says which transport served it (`storefs status --json`)
-#    before it is unmounted.
+#    (with the kernel's enable_uring switch on: tests/uring.sh). Which
+#    transport served the fork's test mount is printed (sampled every 10 s).
 # Every mount, loop device, /sbin file and user it made is undone in a trap
 # that runs on failure too.
 #
@@ -114,8 +113,10 @@ LOOPS=()
 HELPERS=(mount.fuse.storefs umount.fuse.storefs)
 HELPERS_INSTALLED=()
 CHECK_PID=
+SAMPLER_PID=
 cleanup() {
     local mp loop u i
+    [ -n "$SAMPLER_PID" ] && kill "$SAMPLER_PID" 2>/dev/null
     if [ -n "$CHECK_PID" ] && kill -0 "$CHECK_PID" 2>/dev/null; then
         say "stopping xfstests (timeout's pid $CHECK_PID)"
         kill -TERM "$CHECK_PID" 2>/dev/null
@@ -346,17 +347,24 @@ else
     say "ext4: not run; its results are $EXT4_XML"
     SECS[ext4]=reused
 fi
-run_side fork
-# Which transport served the fork's test mount (xfstests leaves it mounted),
-# and how many requests its rings answered: a uring pass that fell back to
-# /dev/fuse is seen here.
-if mountpoint -q "$WORK/mnt/fork-test"; then
-    say "fork: the test mount's transport: $("$BIN" --store "$WORK/store-test" status --json 2>&1 |
-        python3 -c 'import json, sys
+# Which transport serves the fork's test mount, asked every 10 s while the
+# forks run (`storefs status --json`; check unmounts it when it ends): a uring
+# pass that fell back to /dev/fuse is seen here.
+sample_transport() {
+    while sleep 10; do
+        "$BIN" --store "$WORK/store-test" status --json 2>/dev/null | python3 -c 'import json, sys
 for m in json.load(sys.stdin):
-    t = m.get("transport") or {}
-    print(t.get("name", "?"), "ring_requests", t.get("ring_requests", 0))' 2>&1)"
-fi
+    print((m.get("transport") or {}).get("name", "unknown"))' 2>/dev/null
+    done >"$WORK/fork-transport"
+}
+sample_transport &
+SAMPLER_PID=$!
+run_side fork
+kill "$SAMPLER_PID" 2>/dev/null
+wait "$SAMPLER_PID" 2>/dev/null
+SAMPLER_PID=
+served=$(sort "$WORK/fork-transport" | uniq -c | awk '{printf "%s%s (%s samples)", sep, $2, $1; sep=", "}')
+say "fork: the test mount was served over: ${served:-no sample (a run shorter than 10 s)}"
 # xfstests leaves TEST_DEV mounted: unmount the forks with storefs (it commits
 # and waits for the daemon; a failure there fails the run) and the ext4 ones,
 # so the trap has nothing left to do.
