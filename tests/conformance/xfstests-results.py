@@ -4,13 +4,16 @@
     xfstests-results.py EXT4_RESULT_XML FORK_RESULT_XML TESTS_FILE CI_LIST_OR_EMPTY
 
 Reads xfstests' `-R xunit-quiet` reports (result.xml), one test name a line
-in TESTS_FILE (the tests asked for; with `-g quick` the union of both reports).
+in TESTS_FILE (the tests asked for; when it names none, as with `-g quick`,
+the union of both sides' reports). Each side may be several reports joined by ":" (the
+runs of one list in chunks: A/result.xml:B/result.xml); a test in more than
+one report of a side takes the last one's result.
 A test asked for that a report does not hold is "missing" (the run stopped or
 was killed before it). Prints a line per test (ext4 result, fork result, the
 seconds xfstests timed on each, and the fork's not-run reason or failure
 message), the counts, the tests that pass
 on ext4 and fail on the fork, and those that pass on ext4 and do not run on the
-fork, with xfstests' reason. The last line is
+fork, with xfstests' reason, then those reasons with how many tests each. The last line is
 `N passed, N failed, N not run on the fork (ext4: N passed, N failed, N not run)`.
 
 Exit status 1 when a test of the CI list (CI_LIST_OR_EMPTY, a file) does not
@@ -26,6 +29,15 @@ NAME = re.compile(r'\bname="([^"]+)"')
 TIME = re.compile(r'\btime="([0-9.]+)"')
 SKIP = re.compile(r'<skipped(?:\s+message="([^"]*)")?\s*/>', re.S)
 FAIL = re.compile(r'<failure(?:\s+message="([^"]*)")?[^>]*/?>', re.S)
+
+
+def read_reports(paths):
+    """read_report of each of PATHS (joined by ":"), merged; the last one wins."""
+    out = {}
+    for path in paths.split(":"):
+        if path:
+            out.update(read_report(path))
+    return out
 
 
 def read_report(path):
@@ -65,8 +77,8 @@ def read_list(path):
 
 def main():
     ext4_xml, fork_xml, tests_file, ci_file = sys.argv[1:5]
-    ext4 = read_report(ext4_xml)
-    fork = read_report(fork_xml)
+    ext4 = read_reports(ext4_xml)
+    fork = read_reports(fork_xml)
     tests = read_list(tests_file)
     if not tests:
         tests = sorted(set(ext4) | set(fork))
@@ -107,6 +119,12 @@ def main():
     print(f"ext4 pass → fork not run: {len(pass_notrun)}")
     for t, m in pass_notrun:
         print(f"  {t}: {m}")
+    reasons = {}
+    for t, m in pass_notrun:
+        reasons.setdefault(m, []).append(t.split("/")[-1])
+    print(f"ext4 pass → fork not run, by reason: {len(reasons)}")
+    for m, ts in sorted(reasons.items(), key=lambda r: (-len(r[1]), r[0])):
+        print(f"  {len(ts)}  {m}: {' '.join(ts)}")
     if ci:
         print(f"CI list tests not passing on the fork: {len(bad_ci)}"
               + (f" ({' '.join(bad_ci)})" if bad_ci else ""))

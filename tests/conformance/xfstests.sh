@@ -6,6 +6,7 @@
 #   bash tests/conformance/xfstests.sh generic/001 generic/013
 #   bash tests/conformance/xfstests.sh --full          # -g generic/quick (633 tests: hours)
 #   bash tests/conformance/xfstests.sh --build-only    # build xfstests (or find it built), nothing else
+#   ... --ext4-results DIR                             # the forks only; ext4's results from an earlier run
 #
 # What it does, as root:
 # 1. xfstests from the tarball (commit 63a29724; no network needed): unpacked into
@@ -25,7 +26,15 @@
 #    there is put back.
 # 5. The tests run on ext4, then on the forks; then per test both results, the
 #    counts, "ext4 pass → fork fail" and "ext4 pass → fork not run" (with
-#    xfstests' reason), and one summary line last.
+#    xfstests' reason, then those reasons with their counts), and one summary
+#    line last. With --ext4-results DIR the ext4 side is not run (no loop
+#    devices): its results are DIR/result.xml (or DIR itself, a result.xml),
+#    the results/ext4 of an earlier run kept with KEEP_WORK=1, run on the same
+#    tests. For a second transport: the forks only, compared with the same
+#    baseline, e.g.
+#      STOREFS_TRANSPORT=uring bash tests/conformance/xfstests.sh --list L --ext4-results OLD/results/ext4
+#    (with the kernel's enable_uring switch on: tests/uring.sh). Which
+#    transport served the fork's test mount is printed (sampled every 10 s).
 # Every mount, loop device, /sbin file and user it made is undone in a trap
 # that runs on failure too.
 #
@@ -49,14 +58,17 @@ export PATH="$HOME/.cargo/bin:$PATH" NO_COLOR=1
 say() { echo "xfstests: $*"; }
 die() { echo "xfstests: $*" >&2; exit 1; }
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
-FULL=0 BUILD_ONLY=0 LIST= NAMES=()
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+FULL=0 BUILD_ONLY=0 LIST= NAMES=() EXT4_XML=
 while [ $# -gt 0 ]; do
     case $1 in
         --full) FULL=1 ;;
         --build-only) BUILD_ONLY=1 ;;
         --list) [ $# -ge 2 ] || die "--list needs a file"; LIST=$(realpath "$2") || exit 1; shift ;;
         --list=*) LIST=$(realpath "${1#--list=}") || exit 1 ;;
+        --ext4-results) [ $# -ge 2 ] || die "--ext4-results needs a directory (an earlier run's results/ext4)"
+            EXT4_XML=$2; shift ;;
+        --ext4-results=*) EXT4_XML=${1#--ext4-results=} ;;
         -h|--help) usage ;;
         -*) echo "xfstests: unknown option $1" >&2; usage 2 ;;
         *) NAMES+=("$1") ;;
@@ -66,6 +78,12 @@ done
 CI_LIST=$HERE/xfstests-ci.list
 if [ "$FULL" = 0 ] && [ -z "$LIST" ] && [ ${#NAMES[@]} = 0 ]; then
     LIST=$CI_LIST
+fi
+if [ -n "$EXT4_XML" ]; then
+    [ -d "$EXT4_XML" ] && EXT4_XML=$EXT4_XML/result.xml
+    [ -s "$EXT4_XML" ] ||
+        die "--ext4-results: no result.xml at $EXT4_XML; give the results/ext4 directory of a run kept with KEEP_WORK=1"
+    EXT4_XML=$(realpath "$EXT4_XML")
 fi
 [ "$(id -u)" = 0 ] || die "run as root (mounts, loop devices, users, apt-get)"
 
@@ -95,8 +113,10 @@ LOOPS=()
 HELPERS=(mount.fuse.storefs umount.fuse.storefs)
 HELPERS_INSTALLED=()
 CHECK_PID=
+SAMPLER_PID=
 cleanup() {
     local mp loop u i
+    [ -n "$SAMPLER_PID" ] && kill "$SAMPLER_PID" 2>/dev/null
     if [ -n "$CHECK_PID" ] && kill -0 "$CHECK_PID" 2>/dev/null; then
         say "stopping xfstests (timeout's pid $CHECK_PID)"
         kill -TERM "$CHECK_PID" 2>/dev/null
@@ -243,14 +263,17 @@ install_helpers() {
 install_helpers
 
 # ------------------------------------------------------------ the file systems
-# ext4: sparse files on loop devices.
-for d in test scratch; do
-    truncate -s 8G "$WORK/ext4-$d.img" || die "truncate failed"
-    loop=$(losetup -f --show "$WORK/ext4-$d.img") || die "losetup failed"
-    LOOPS+=("$loop")
-    eval "EXT4_${d^^}=\$loop"
-done
-mkfs.ext4 -q -F "$EXT4_TEST" || die "mkfs.ext4 $EXT4_TEST failed"
+# ext4: sparse files on loop devices (none when its results are reused).
+EXT4_TEST= EXT4_SCRATCH=
+if [ -z "$EXT4_XML" ]; then
+    for d in test scratch; do
+        truncate -s 8G "$WORK/ext4-$d.img" || die "truncate failed"
+        loop=$(losetup -f --show "$WORK/ext4-$d.img") || die "losetup failed"
+        LOOPS+=("$loop")
+        eval "EXT4_${d^^}=\$loop"
+    done
+    mkfs.ext4 -q -F "$EXT4_TEST" || die "mkfs.ext4 $EXT4_TEST failed"
+fi
 
 # Forks: a store each, an empty checkpoint, a fork of it.
 for d in test scratch; do
@@ -317,8 +340,31 @@ run_side() {
         tail -20 "$WORK/$side.log"
     fi
 }
-run_side ext4
+if [ -z "$EXT4_XML" ]; then
+    run_side ext4
+    EXT4_XML=$WORK/results/ext4/result.xml
+else
+    say "ext4: not run; its results are $EXT4_XML"
+    SECS[ext4]=reused
+fi
+# Which transport serves the fork's test mount, asked every 10 s while the
+# forks run (`storefs status --json`; check unmounts it when it ends): a uring
+# pass that fell back to /dev/fuse is seen here.
+sample_transport() {
+    while sleep 10; do
+        "$BIN" --store "$WORK/store-test" status --json 2>/dev/null | python3 -c 'import json, sys
+for m in json.load(sys.stdin):
+    print((m.get("transport") or {}).get("name", "unknown"))' 2>/dev/null
+    done >"$WORK/fork-transport"
+}
+sample_transport &
+SAMPLER_PID=$!
 run_side fork
+kill "$SAMPLER_PID" 2>/dev/null
+wait "$SAMPLER_PID" 2>/dev/null
+SAMPLER_PID=
+served=$(sort "$WORK/fork-transport" | uniq -c | awk '{printf "%s%s (%s samples)", sep, $2, $1; sep=", "}')
+say "fork: the test mount was served over: ${served:-no sample (a run shorter than 10 s)}"
 # xfstests leaves TEST_DEV mounted: unmount the forks with storefs (it commits
 # and waits for the daemon; a failure there fails the run) and the ext4 ones,
 # so the trap has nothing left to do.
@@ -352,10 +398,14 @@ for bad in "$WORK"/results/fork/*/*.out.bad; do
 done
 
 
-say "ext4 ${SECS[ext4]} s, fork ${SECS[fork]} s; per test (ext4, fork):"
+if [ "${SECS[ext4]}" = reused ]; then
+    say "ext4 not run (results of $EXT4_XML), fork ${SECS[fork]} s; per test (ext4, fork):"
+else
+    say "ext4 ${SECS[ext4]} s, fork ${SECS[fork]} s; per test (ext4, fork):"
+fi
 ci_arg=
 [ "$LIST" = "$CI_LIST" ] && ci_arg=$CI_LIST
-python3 "$HERE/xfstests-results.py" "$WORK/results/ext4/result.xml" "$WORK/results/fork/result.xml" \
+python3 "$HERE/xfstests-results.py" "$EXT4_XML" "$WORK/results/fork/result.xml" \
     "$WORK/tests" "$ci_arg"
 rc=$?
 [ "$PANIC" = 0 ] && [ "$UMOUNT_FAILED" = 0 ] || rc=1
