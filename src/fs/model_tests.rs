@@ -194,7 +194,11 @@ impl Served {
             // file is open, and forgets it on the last close.
             Op::Open(p) => {
                 let ino = self.walk(p)?;
-                assert_eq!(v.open(ROOT, ino, libc::O_RDWR)?, Opened::Stateless);
+                let carries_nothing = Opened::Handle {
+                    fh: 0,
+                    keep_cache: true,
+                };
+                assert_eq!(v.open(ROOT, ino, libc::O_RDWR)?, carries_nothing);
                 if v.getattr(ROOT, ino)?.attr.kind == Kind::File {
                     let mut refs = self.refs.borrow_mut();
                     let i = refs.iter().rposition(|&r| r == ino).expect("looked up");
