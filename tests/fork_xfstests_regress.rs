@@ -907,15 +907,32 @@ fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) -> i32 {
         .unwrap()
 }
 
+/// `open(p, flags)`, the access mode included in `flags`.
+fn open_flags(p: &Path, flags: i32) -> std::io::Result<fs::File> {
+    let mut how = fs::OpenOptions::new();
+    match flags & libc::O_ACCMODE {
+        libc::O_WRONLY => how.write(true),
+        libc::O_RDWR => how.read(true).write(true),
+        _ => how.read(true),
+    };
+    how.custom_flags(flags & !libc::O_ACCMODE).open(p)
+}
+
 /// generic/079 and 545 (issue 41): `chattr +i`/`+a` on a fork, with the
 /// real chattr and lsattr (FS_IOC_SETFLAGS/GETFLAGS through FUSE_IOCTL): an
 /// immutable file takes no write, truncate or removal, an immutable
 /// directory no new or removed name, an append-only file only appends; the
 /// flags survive a commit and a mount of the fork, and show on a read-only
 /// mount of the checkpoint; a user without CAP_LINUX_IMMUTABLE sets only
-/// the other flags, and only on a file of their own. (Opening for writing
-/// is not refused: the kernel sends no open to a fork, so the first write
-/// fails instead; docs/design.md.)
+/// the other flags, and only on a file of their own. Opens are refused as
+/// ext4's `may_open` refuses them (079's `t_immutable`): an immutable file
+/// opened for writing or with `O_TRUNC`, an append-only one opened for
+/// writing without `O_APPEND`, or with `O_TRUNC`, fail with EPERM at the
+/// open (the fork answers `FUSE_OPEN`); reading opens, and appending ones of
+/// an append-only file, succeed. A descriptor opened before the flag was
+/// set still has its writes refused. That is with `-o open_checks`; a fork
+/// mounted without it opens such a file for writing (zero-message opens)
+/// and refuses the write.
 #[test]
 #[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
 #[cfg_attr(
@@ -925,8 +942,8 @@ fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) -> i32 {
 fn chattr_immutable_and_append_only_hold_on_a_fork_and_after_a_commit() {
     const EPERM: i32 = libc::EPERM;
     let env = Env::new();
-    // Users other than root reach it.
-    let m = mount_fork_with(&env, &["-o", "allow_other"]);
+    // Users other than root reach it; opens are checked (`-o open_checks`).
+    let m = mount_fork_with(&env, &["-o", "allow_other,open_checks"]);
     let d = m.path().to_path_buf();
     let (log, frozen, dir, mine) = (
         d.join("log"),
@@ -942,34 +959,57 @@ fn chattr_immutable_and_append_only_hold_on_a_fork_and_after_a_commit() {
     std::os::unix::fs::chown(&mine, Some(1000), Some(1000)).unwrap();
     assert_eq!(lsattr(&log).unwrap(), "");
 
-    // Append-only: appends land, nothing else.
+    // Append-only: appends land, nothing else. A descriptor opened for
+    // writing before the flag was set keeps its writes refused.
+    let mut held = fs::OpenOptions::new().write(true).open(&log).unwrap();
     chattr("+a", &log, None).unwrap();
     assert_eq!(lsattr(&log).unwrap(), "a");
     let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
     f.write_all(b"two\n").unwrap();
     drop(f);
-    let mut f = fs::OpenOptions::new().write(true).open(&log).unwrap();
-    assert_eq!(errno_of(f.write_all(b"X"), "overwrite of +a"), EPERM);
-    drop(f);
+    let rw_append = fs::OpenOptions::new().read(true).append(true).open(&log);
+    drop(rw_append.expect("O_RDWR | O_APPEND of +a opens"));
+    assert_eq!(errno_of(held.write_all(b"X"), "overwrite of +a"), EPERM);
+    drop(held);
+    // Refused at the open: for writing without O_APPEND, and O_TRUNC.
+    let w = fs::OpenOptions::new().write(true).open(&log);
+    assert_eq!(errno_of(w, "O_WRONLY of +a"), EPERM);
+    let rw = fs::OpenOptions::new().read(true).write(true).open(&log);
+    assert_eq!(errno_of(rw, "O_RDWR of +a"), EPERM);
     let trunc = fs::OpenOptions::new().write(true).truncate(true).open(&log);
     assert_eq!(errno_of(trunc, "O_TRUNC of +a"), EPERM);
+    let append_trunc = open_flags(&log, libc::O_WRONLY | libc::O_APPEND | libc::O_TRUNC);
+    assert_eq!(errno_of(append_trunc, "O_APPEND | O_TRUNC of +a"), EPERM);
     assert_eq!(errno_of(fs::remove_file(&log), "rm of +a"), EPERM);
     assert_eq!(errno_of(fs::rename(&log, d.join("l2")), "mv of +a"), EPERM);
     assert_eq!(fs::read(&log).unwrap(), b"one\ntwo\n");
 
     // Immutable file and directory.
+    let mut held = fs::OpenOptions::new().write(true).open(&frozen).unwrap();
     chattr("+i", &frozen, None).unwrap();
     chattr("+i", &dir, None).unwrap();
     assert_eq!(lsattr(&frozen).unwrap(), "i");
     assert_eq!(lsattr(&dir).unwrap(), "i");
-    let mut f = fs::OpenOptions::new().write(true).open(&frozen).unwrap();
-    assert_eq!(errno_of(f.write_all(b"X"), "write to +i"), EPERM);
-    drop(f);
-    let trunc = fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(&frozen);
-    assert_eq!(errno_of(trunc, "O_TRUNC of +i"), EPERM);
+    assert_eq!(errno_of(held.write_all(b"X"), "write to +i"), EPERM);
+    drop(held);
+    // Refused at the open: any write access, O_TRUNC; reading opens.
+    let opens = [
+        ("O_WRONLY", libc::O_WRONLY),
+        ("O_RDWR", libc::O_RDWR),
+        ("O_WRONLY | O_APPEND", libc::O_WRONLY | libc::O_APPEND),
+        ("O_WRONLY | O_TRUNC", libc::O_WRONLY | libc::O_TRUNC),
+        ("O_RDONLY | O_TRUNC", libc::O_RDONLY | libc::O_TRUNC),
+    ];
+    for (what, flags) in opens {
+        let opened = open_flags(&frozen, flags);
+        assert_eq!(errno_of(opened, &format!("{what} of +i")), EPERM);
+    }
+    let mut read = String::new();
+    fs::File::open(&frozen)
+        .expect("O_RDONLY of +i opens")
+        .read_to_string(&mut read)
+        .unwrap();
+    assert_eq!(read, "ice");
     let chmod = fs::set_permissions(&frozen, fs::Permissions::from_mode(0o600));
     assert_eq!(errno_of(chmod, "chmod of +i"), EPERM);
     assert_eq!(errno_of(fs::remove_file(&frozen), "rm of +i"), EPERM);
@@ -1011,6 +1051,14 @@ fn chattr_immutable_and_append_only_hold_on_a_fork_and_after_a_commit() {
         errno_of(fs::remove_file(&frozen), "rm of +i after a mount"),
         EPERM
     );
+    // Mounted without `open_checks`: opens are zero-message, so opening the
+    // immutable file for writing succeeds, and its write is refused.
+    let mut w = fs::OpenOptions::new()
+        .write(true)
+        .open(&frozen)
+        .expect("a zero-message open of +i for writing");
+    assert_eq!(errno_of(w.write_all(b"x"), "write of +i"), EPERM);
+    drop(w);
     // Cleared, the file changes again.
     chattr("-i", &frozen, None).unwrap();
     fs::write(&frozen, b"water").unwrap();

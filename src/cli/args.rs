@@ -470,7 +470,10 @@ pub struct MountArgs {
     /// FUSE mount options, comma-separated (e.g. allow_other); may repeat.
     /// Always added: nosuid, nodev, default_permissions, and ro (rw for a fork).
     /// relatime, strictatime, nodiratime (and noatime, atime): a fork's reads
-    /// update atime only when one of them names a mode (none by default)
+    /// update atime only when one of them names a mode (none by default).
+    /// open_checks: a fork's opens reach storefs, so chattr +i/+a refuse an
+    /// open for writing as ext4 does (by default the write is refused; each
+    /// open then costs a round trip)
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Bound on the memory a mount's caches hold (K, M, G suffixes):

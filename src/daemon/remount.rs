@@ -78,10 +78,31 @@ pub fn plan(entry: &MountEntry, read_only: bool, options: &[String]) -> Remount 
             }
             "mand" => ignored.push((o.to_string(), "FUSE has no mandatory locks")),
             // As at mount time (mount.fuse.storefs): accepted, nothing to do.
-            "" | "remount" | "nosuid" | "nodev" | "defaults" | "auto" | "noauto" | "user"
-            | "users" | "nouser" | "owner" | "group" | "_netdev" | "nofail" | "sloppy" | "acl"
-            | "noacl" | "iversion" | "noiversion" | "silent" | "loud" | "lazytime"
-            | "nolazytime" | "nomand" => {}
+            ""
+            | "remount"
+            | "nosuid"
+            | "nodev"
+            | "defaults"
+            | "auto"
+            | "noauto"
+            | "user"
+            | "users"
+            | "nouser"
+            | "owner"
+            | "group"
+            | "_netdev"
+            | "nofail"
+            | "sloppy"
+            | "acl"
+            | "noacl"
+            | "iversion"
+            | "noiversion"
+            | "silent"
+            | "loud"
+            | "lazytime"
+            | "nolazytime"
+            | "nomand"
+            | crate::fs::OPEN_CHECKS => {}
             o if o.starts_with("x-") || o.starts_with("comment=") || o.starts_with("store=") => {}
             // The mount's own FUSE options, which mount(8) gives back.
             o if has(o) => {}

@@ -8,8 +8,13 @@
 //!   `S_ISGID`);
 //! - names over 255 bytes fail with `ENAMETOOLONG` on every operation,
 //!   lookups included;
-//! - file lifetimes: opens and closes never reach the daemon (`open` answers
-//!   `ENOSYS`: zero-message opens, the page cache kept across them). What
+//! - opens: `FUSE_OPEN` is answered (it is how the `chattr` flags refuse an
+//!   open for writing, as ext4's `may_open`: the kernel cannot, FUSE never
+//!   sets its `i_flags`) with a handle that carries nothing and
+//!   `FOPEN_KEEP_CACHE` (the page cache kept across opens), and so each
+//!   last close sends a `FUSE_RELEASE`, answered at once; `flush` answers
+//!   `ENOSYS` (the kernel stops sending it), so a close waits for nothing;
+//! - file lifetimes: handles play no part. What
 //!   keeps an unlinked file alive is the kernel's reference to it: the FUSE
 //!   lookup count of every file entry it was given (lookup, create, mknod,
 //!   link, readdirplus), less what it forgot. The fork keeps that count as
@@ -49,9 +54,8 @@
 //!   requester ([`Requesters`]: pid, uid, `/proc/PID/comm`, the run). A
 //!   request without one (pid 0: writeback under `--writeback-cache`) is
 //!   attributed to the last process that created, truncated or wrote the
-//!   file through this mount (opens never reach the daemon, so "the last
-//!   one that opened it for writing" is known only when it did one of
-//!   those);
+//!   file through this mount (an open is not recorded, so "the last one
+//!   that opened it for writing" is known only when it did one of those);
 //! - xattr names outside the kernel's namespaces (`EOPNOTSUPP`, as ext4);
 //! - xattr buffers: size-0 probes and `ERANGE`; flag and mode translation
 //!   (rename, setxattr, fallocate, mknod).
@@ -183,6 +187,10 @@ pub struct ForkView {
     kernel: std::sync::OnceLock<super::Invalidator>,
     /// When reads update atime (the mount's atime options; default never).
     atime: AtimePolicy,
+    /// Opens reach the daemon and the `chattr` flags refuse them as ext4
+    /// does (`-o open_checks`); else zero-message opens, unless an atime
+    /// option needs them served ([`View::open`]).
+    open_checks: bool,
 }
 
 /// The requesters of changes, as the journal records them.
@@ -308,6 +316,7 @@ impl ForkView {
             requesters: Requesters::default(),
             kernel: std::sync::OnceLock::new(),
             atime: AtimePolicy::default(),
+            open_checks: false,
         }
     }
 
@@ -316,6 +325,15 @@ impl ForkView {
     pub fn with_atime(self, policy: AtimePolicy) -> ForkView {
         ForkView {
             atime: policy,
+            ..self
+        }
+    }
+
+    /// This view with opens served and checked against the `chattr` flags
+    /// (`-o open_checks`, [`View::open`]).
+    pub fn with_open_checks(self, open_checks: bool) -> ForkView {
+        ForkView {
+            open_checks,
             ..self
         }
     }
@@ -709,14 +727,29 @@ impl View for ForkView {
 
     // ---------------------------------------------------------------- files
 
-    /// Zero-message opens: no handle state (the kernel's lookup count keeps
-    /// a file alive, see the module docs). Truncates on `O_TRUNC` (the
-    /// kernel normally sends that as a setattr first). Under an atime
-    /// option, a handle without `FOPEN_KEEP_CACHE` instead: the kernel drops
-    /// the file's cached pages at each open, so the reads after it reach
-    /// the daemon and update atime (a read served from the page cache
-    /// would not).
+    /// By default zero-message opens: `ENOSYS`, after which the kernel
+    /// sends no open on this connection again, so an open costs no round
+    /// trip (ten `git commit`s took 2.2-2.5x as long with every open served,
+    /// docs/design.md, "Opens on forks"); the `chattr` flags then refuse a
+    /// write, not the open. With `-o open_checks` or an atime option, opens
+    /// are served: refused by what the file's `chattr` flags refuse
+    /// (`EPERM`: an immutable file opened with write access or `O_TRUNC`,
+    /// an append-only one with write access but no `O_APPEND`, or
+    /// `O_TRUNC`; [`Fork::guard_open`]), as ext4's `may_open` does: the
+    /// kernel cannot, FUSE never sets its `i_flags`. Otherwise a handle that carries
+    /// nothing (fh 0; the kernel's lookup count keeps a file alive, see the
+    /// module docs) with `FOPEN_KEEP_CACHE`: every change comes through the
+    /// mount, so the page cache stays valid across opens. Under an atime
+    /// option, without `FOPEN_KEEP_CACHE`: the kernel drops the file's
+    /// cached pages at each open, so the reads after it reach the daemon
+    /// and update atime (a read served from the page cache would not).
+    /// Truncates on `O_TRUNC` (the kernel sends that as a setattr instead:
+    /// the fork does not ask for `FUSE_ATOMIC_O_TRUNC`).
     fn open(&self, c: &Caller, ino: u64, flags: i32) -> Result<Opened> {
+        let served = self.open_checks || self.atime.mode != AtimeMode::Never;
+        if served {
+            self.fork.guard_open(ino, flags)?;
+        }
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             let attr = self.fork.getattr(ino)?;
             if attr.kind == Kind::File && attr.size != 0 {
@@ -727,13 +760,13 @@ impl View for ForkView {
                 self.setattr(c, ino, &truncate)?;
             }
         }
-        if self.atime.mode != AtimeMode::Never {
-            return Ok(Opened::Handle {
-                fh: 0,
-                keep_cache: false,
-            });
+        if !served {
+            return Ok(Opened::Stateless);
         }
-        Ok(Opened::Stateless)
+        Ok(Opened::Handle {
+            fh: 0,
+            keep_cache: self.atime.mode == AtimeMode::Never,
+        })
     }
 
     fn create(
@@ -1073,12 +1106,12 @@ impl ForkView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::dispatch::Reply;
+    use crate::fs::dispatch::{Handle, Reply};
     use crate::fs::errno;
     use crate::ingest::{self, SnapshotOptions};
     use crate::store::Store;
     use crate::store::model::ROOT_INO;
-    use fuser::Errno;
+    use fuser::{Errno, FopenFlags};
 
     use crate::fs::testing::{self, ROOT, fh, plus};
 
@@ -1409,6 +1442,70 @@ mod tests {
             ioctl(&fs, USER, ROOT_INO, GOINGDOWN, &[]),
             Err(Errno::EPERM)
         );
+    }
+
+    /// `FUSE_OPEN` through the dispatcher: the open's answer, or its errno.
+    fn open_req(fs: &ForkView, ino: u64, flags: i32) -> Result<Handle, Errno> {
+        let req = crate::fs::dispatch::Request {
+            unique: 1,
+            ino,
+            caller: *ROOT,
+            op: crate::fs::dispatch::Op::Open { flags },
+        };
+        match crate::fs::dispatch::dispatch(fs, req)? {
+            Reply::Opened(h) => Ok(h),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// generic/079: a fork answers `FUSE_OPEN` (not `ENOSYS`, which would
+    /// stop the kernel sending it) with a handle that keeps the page cache,
+    /// and refuses at the open what ext4's `may_open` refuses: an immutable
+    /// file with write access or `O_TRUNC`, an append-only one with write
+    /// access but no `O_APPEND`, or with `O_TRUNC`. Reading opens pass.
+    #[test]
+    fn opens_refuse_what_the_chattr_flags_refuse() {
+        use libc::{O_APPEND, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY};
+        // By default opens are zero-message: the kernel is told ENOSYS and
+        // sends none again; the flags then refuse the write, not the open.
+        let (_tmp, fs) = serve();
+        let frozen = fs.lookup(ROOT, ROOT_INO, b"b").unwrap().attr.ino;
+        fs.set_flags(ROOT, frozen, model_flags::IMMUTABLE).unwrap();
+        assert_eq!(open_req(&fs, frozen, O_WRONLY), Err(Errno::ENOSYS));
+        // With -o open_checks, served and checked.
+        let (_tmp, fork) = fork_of(&["a", "b", "c", "file"], None);
+        let fs = ForkView::new(fork).with_open_checks(true);
+        let ino = |name: &[u8]| fs.lookup(ROOT, ROOT_INO, name).unwrap().attr.ino;
+        let (plain, frozen, log) = (ino(b"a"), ino(b"b"), ino(b"c"));
+        fs.set_flags(ROOT, frozen, model_flags::IMMUTABLE).unwrap();
+        fs.set_flags(ROOT, log, model_flags::APPEND).unwrap();
+        let kept = Handle {
+            fh: 0,
+            flags: FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+        };
+        let all = [
+            O_RDONLY,
+            O_WRONLY,
+            O_RDWR,
+            O_RDONLY | O_TRUNC,
+            O_WRONLY | O_TRUNC,
+            O_WRONLY | O_APPEND,
+            O_RDWR | O_APPEND,
+            O_WRONLY | O_APPEND | O_TRUNC,
+        ];
+        for flags in all {
+            assert_eq!(open_req(&fs, plain, flags), Ok(kept), "{flags:#o}");
+            let frozen_ok = flags == O_RDONLY;
+            let log_ok = flags & O_TRUNC == 0 && (flags == O_RDONLY || flags & O_APPEND != 0);
+            for (ino, ok) in [(frozen, frozen_ok), (log, log_ok)] {
+                let want = if ok { Ok(kept) } else { Err(Errno::EPERM) };
+                assert_eq!(open_req(&fs, ino, flags), want, "{ino} {flags:#o}");
+            }
+        }
+        // Refused opens changed nothing; cleared, the file opens for writing.
+        assert_eq!(fs.read(ROOT, frozen, 0, 10).unwrap(), b"b");
+        fs.set_flags(ROOT, frozen, 0).unwrap();
+        assert_eq!(open_req(&fs, frozen, O_WRONLY), Ok(kept));
     }
 
     #[test]

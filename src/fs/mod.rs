@@ -486,7 +486,10 @@ pub fn mount_fork(fork: Arc<Fork>, cfg: &MountConfig) -> Result<Mounted, MountEr
     } else {
         ForkView::new(fork)
     };
-    let view = Arc::new(view.with_atime(atime_policy(cfg)));
+    let view = Arc::new(
+        view.with_atime(atime_policy(cfg))
+            .with_open_checks(has_option(cfg, OPEN_CHECKS)),
+    );
     let mounted = start_session(cfg, &config, view.clone())?;
     // Before it serves: a cleared setuid must reach the kernel's cache.
     view.tell_kernel(mounted.invalidator());
@@ -634,6 +637,19 @@ impl TransportUse {
     }
 }
 
+/// The mount option that has a fork serve opens and refuse them by the
+/// `chattr` flags as ext4 does ([`fork::ForkView::with_open_checks`]); a
+/// read-only mount takes it and has nothing to check.
+pub const OPEN_CHECKS: &str = "open_checks";
+
+/// Whether the user's options name `option`.
+fn has_option(cfg: &MountConfig, option: &str) -> bool {
+    cfg.extra_options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o.trim() == option)
+}
+
 /// The atime policy the user's options name ([`AtimePolicy::from_options`]):
 /// what a fork mount does on reads. Read-only mounts never change atime.
 pub fn atime_policy(cfg: &MountConfig) -> AtimePolicy {
@@ -704,6 +720,7 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
             // The daemon's own (a FUSE inode's atime is the daemon's to
             // keep): see [`atime_policy`]. The kernel refuses them as options.
             o if AtimePolicy::is_option(o) => None,
+            OPEN_CHECKS => None,
             "sync" => Some(MountOption::Sync),
             "async" => Some(MountOption::Async),
             "dirsync" => Some(MountOption::DirSync),

@@ -1190,6 +1190,13 @@ impl Fork {
         self.with_ino(ino, |st, _| st.flags(ino))
     }
 
+    /// Whether the `chattr` flags of file `ino` let it be opened with the
+    /// `open(2)` `flags` ([`ForkState::guard_open`]: `EPERM` where ext4
+    /// refuses the open). An open changes nothing, so nothing is logged.
+    pub fn guard_open(&self, ino: u64, flags: i32) -> Result<()> {
+        self.with_ino(ino, |st, _| st.guard_open(ino, flags))
+    }
+
     /// Set the `chattr` flags of `ino` (`FS_IOC_SETFLAGS`; who may is the
     /// caller's to check: `CAP_LINUX_IMMUTABLE` for `i` and `a`).
     pub fn set_flags(&self, ino: u64, flags: u32) -> Result<()> {

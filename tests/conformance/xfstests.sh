@@ -20,7 +20,10 @@
 #    temp dir), TEST_DEV mkfs'd here, SCRATCH_DEV by the tests.
 # 4. The file system under test: two stores, each with a fork of an empty
 #    checkpoint (TEST_DEV and SCRATCH_DEV), mounted by xfstests itself through
-#    `mount -t fuse.storefs` (FSTYP=fuse, FUSE_SUBTYP=.storefs, -o allow_other).
+#    `mount -t fuse.storefs` (FSTYP=fuse, FUSE_SUBTYP=.storefs, -o allow_other,
+#    open_checks: opens reach the daemon and the chattr flags refuse them as
+#    ext4's may_open does, which generic/079 checks; a fork's default is
+#    zero-message opens, docs/design.md "Opens on forks").
 #    The helpers mount-scripts/mount.fuse.storefs and umount.fuse.storefs are
 #    installed in /sbin for the run and removed on exit; a file that was
 #    there is put back.
@@ -298,8 +301,8 @@ export TEST_DEV=xfs-test
 export TEST_DIR=$WORK/mnt/fork-test
 export SCRATCH_DEV=xfs-scratch
 export SCRATCH_MNT=$WORK/mnt/fork-scratch
-export TEST_FS_MOUNT_OPTS="-o store=$WORK/store-test,allow_other"
-export MOUNT_OPTIONS="-o store=$WORK/store-scratch,allow_other"
+export TEST_FS_MOUNT_OPTS="-o store=$WORK/store-test,allow_other,open_checks"
+export MOUNT_OPTIONS="-o store=$WORK/store-scratch,allow_other,open_checks"
 export RESULT_BASE=$WORK/results/fork
 EOF
 

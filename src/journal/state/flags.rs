@@ -1,6 +1,6 @@
 //! Inode flags (`chattr`, `lsattr`): the `SetFlags` record, and what an
 //! immutable (`+i`) or append-only (`+a`) inode refuses, as the kernel's VFS
-//! and ext4 refuse it (`may_delete`, `vfs_link`, `notify_change`,
+//! and ext4 refuse it (`may_open`, `may_delete`, `vfs_link`, `notify_change`,
 //! `do_truncate`, `vfs_fallocate`, `xattr_permission`,
 //! `ext4_ioctl_check_immutable`).
 //!
@@ -10,7 +10,9 @@
 //! ([`ForkState::log`]), and the live operations whose record alone does not
 //! say what the caller asked (a setattr's times, a fallocate's mode, a write's
 //! offset) check first ([`ForkState::guard_setattr`],
-//! [`ForkState::guard_fallocate`], [`ForkState::guard_write`]). Replay does
+//! [`ForkState::guard_fallocate`], [`ForkState::guard_write`]). An open makes
+//! no record; the mount asks [`ForkState::guard_open`] (`may_open`) at each
+//! `FUSE_OPEN`. Replay does
 //! not check again: a record in the journal passed when it was made, and
 //! the flags it met are the ones a replay rebuilds.
 //!
@@ -204,6 +206,23 @@ impl ForkState {
             || explicit(a.atime)
             || (explicit(a.mtime) && a.ctime.is_none())
         {
+            self.refuse(ino, IA)?;
+        }
+        Ok(())
+    }
+
+    /// An `open(2)` of file `ino` with the `open(2)` `flags` (the VFS's
+    /// `may_open`, as on ext4): an immutable file opens only for reading
+    /// and without `O_TRUNC` (write access is `inode_permission`'s
+    /// `EPERM`); an append-only one opens for writing only with `O_APPEND`,
+    /// and never with `O_TRUNC`. Reading opens of either are let through.
+    pub fn guard_open(&self, ino: u64, flags: i32) -> Result<()> {
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let truncates = flags & libc::O_TRUNC != 0;
+        if writes || truncates {
+            self.refuse(ino, I)?;
+        }
+        if truncates || (writes && flags & libc::O_APPEND == 0) {
             self.refuse(ino, IA)?;
         }
         Ok(())
