@@ -815,3 +815,53 @@ fn umount_of_a_busy_fork_commits_nothing_and_never_claims_a_commit() {
     m.mountpoint = None;
     assert_eq!(env.ok(["forks"]).split('\t').nth(1), Some(head.as_str()));
 }
+
+/// xfstests generic/604 (issue 41): `umount MNT &` and, 10 ms later, a
+/// mount of the same fork there. The unmount commits before the kernel
+/// mount goes, so the place was still taken ("is already a mount point");
+/// the mount now waits for the daemon `storefs umount` marked as going,
+/// and then mounts. Also: an unmount that gives up (busy) takes its mark
+/// back, and a mount then finds the place taken, without waiting out the
+/// commit timeout.
+#[test]
+#[cfg_attr(not(storefs_root_tests), ignore = "needs root: scripts/test.sh")]
+fn a_mount_right_after_an_umount_of_the_same_fork_waits_for_it() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_tree(&src);
+    env.ok([
+        "snapshot".as_ref(),
+        src.as_os_str(),
+        "--ref".as_ref(),
+        "s1".as_ref(),
+    ]);
+    env.ok(["fork", "s1", "--name", "live"]);
+    let mp = env.path("mnt");
+    let m = env.mount("live", Some(&mp));
+    for i in 0..200 {
+        fs::write(mp.join(format!("f{i}")), vec![b'x'; 4096]).unwrap();
+    }
+    let umount = std::process::Command::new(env!("CARGO_BIN_EXE_storefs"))
+        .arg("--store")
+        .arg(&env.store)
+        .arg("umount")
+        .arg(&mp)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    let again = env.run(["mount".as_ref(), "live".as_ref(), mp.as_os_str()]);
+    let out = umount.wait_with_output().unwrap();
+    assert!(out.status.success(), "umount: {}", stderr(&out));
+    assert!(again.status.success(), "mount: {}", stderr(&again));
+    assert_eq!(fs::read(mp.join("f199")).unwrap().len(), 4096);
+    // Busy: the unmount gives up, and a mount finds the place taken.
+    let held = fs::File::open(mp.join("f0")).unwrap();
+    let out = env.run(["umount".as_ref(), mp.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let taken = env.run(["mount".as_ref(), "live".as_ref(), mp.as_os_str()]);
+    assert!(!taken.status.success(), "mounted twice");
+    drop(held);
+    // The guard of the first mount unmounts the second, at the same place.
+    m.unmount();
+}

@@ -304,6 +304,14 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
             .filter(|r| !r.daemon_is_alive()),
         _ => None,
     };
+    // Marked as going while this runs, so that a mount of the same fork or
+    // at the same place that comes meanwhile waits for the daemon to exit
+    // instead of finding the place taken (best effort: a store this user
+    // cannot write gets no mark).
+    let _going = match (&record, &store) {
+        (Some(r), Some(s)) if s.mark_unmounting(&mp, r.pid).is_ok() => Some(Going(s, &mp)),
+        _ => None,
+    };
     if let (Some(r), Some(s)) = (&record, &store)
         && r.mode == "rw"
     {
@@ -374,6 +382,16 @@ pub fn umount(store_dir: &Path, a: UmountArgs) -> Result<()> {
         daemon::remove_created(&r.created);
     }
     Ok(())
+}
+
+/// The unmounting mark of the mount at `.1` in store `.0`, removed when
+/// `storefs umount` ends, however it ends.
+struct Going<'a>(&'a Store, &'a Path);
+
+impl Drop for Going<'_> {
+    fn drop(&mut self) {
+        self.0.clear_unmounting(self.1);
+    }
 }
 
 /// Bytes in MiB, for the status table.

@@ -62,7 +62,7 @@ pub use control::{
 pub use mountpoint::remove_created;
 pub use run::{Mount, Settings, What, run, serve};
 pub use spawn::{ReadyPipe, Started, start, start_in_run};
-pub use unmount::{daemons_serving, unmount, wait_for_exit};
+pub use unmount::{daemons_serving, unmount, wait_for_exit, wait_for_exit_while};
 
 /// Everything that can go wrong in starting, running or talking to a daemon.
 #[derive(Debug, thiserror::Error)]

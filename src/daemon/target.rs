@@ -295,6 +295,22 @@ fn wait_for_previous_daemon(
     mountpoint: &Path,
     on_wait: &mut dyn FnMut(&Waiting),
 ) -> Result<(), TargetError> {
+    // A live mount of the fork, or at the place, that `storefs umount` has
+    // just been started on may not be marked yet (`umount X & mount X`,
+    // xfstests generic/604): give the mark a moment before the place
+    // counts as taken.
+    let started = std::time::Instant::now();
+    while started.elapsed() < UNMOUNT_MARK_WAIT
+        && store.live_mounts()?.iter().any(|r| {
+            (fork.is_some_and(|f| r.mode == "rw" && r.target == f)
+                || Path::new(&r.mountpoint) == mountpoint)
+                && !store
+                    .winding_down()
+                    .is_ok_and(|w| w.iter().any(|d| d.pid == r.pid))
+        })
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     for r in store.winding_down()? {
         let of_fork = fork.is_some_and(|f| r.mode == "rw" && r.target == f);
         if !of_fork && Path::new(&r.mountpoint) != mountpoint {
@@ -310,13 +326,23 @@ fn wait_for_previous_daemon(
             pid: r.pid,
             committing: r.mode == "rw",
         });
-        if !super::wait_for_exit(&r) {
+        let going = || {
+            store
+                .winding_down()
+                .is_ok_and(|w| w.iter().any(|d| d.pid == r.pid))
+        };
+        if !super::wait_for_exit_while(&r, &going) {
             let MountRecord { pid, log, .. } = r;
             return Err(TargetError::StillRunning { what, pid, log });
         }
     }
     Ok(())
 }
+
+/// How long a mount waits for `storefs umount` to mark a live mount of the
+/// same fork or at the same place as going ([`wait_for_previous_daemon`])
+/// before it counts as taken.
+const UNMOUNT_MARK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Whether a TARGET that is neither a file nor a checkpoint was meant as an
 /// archive: a path, or a name with an archive's extension or a part suffix.

@@ -104,6 +104,14 @@ pub fn daemons_serving(mountpoint: &Path, owner: Option<u32>) -> Vec<(u32, PathB
 /// so it is given longer. The kernel wakes the wait when the daemon exits
 /// (a pidfd turns readable); where no pidfd can be had, it polls every 20 ms.
 pub fn wait_for_exit(record: &MountRecord) -> bool {
+    wait_for_exit_while(record, &|| true)
+}
+
+/// [`wait_for_exit`], given up early (true, as if it had exited) once
+/// `going` says the daemon is no longer on its way out (a `storefs umount`
+/// that failed, and took its mark back); asked every 100 ms.
+pub fn wait_for_exit_while(record: &MountRecord, going: &dyn Fn() -> bool) -> bool {
+    const ASK_EVERY: Duration = Duration::from_millis(100);
     // Only for the daemon the record names (never pid 1, never a process
     // that took its pid since): anything else is not ours to wait for.
     if !record.daemon_is_alive() {
@@ -120,9 +128,13 @@ pub fn wait_for_exit(record: &MountRecord) -> bool {
         .and_then(rustix::process::Pid::from_raw)
         .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     while record.daemon_is_alive() {
+        if !going() {
+            return true;
+        }
         let Some(left) = limit.checked_sub(start.elapsed()) else {
             break;
         };
+        let left = left.min(ASK_EVERY);
         match &pidfd {
             Some(fd) => {
                 let mut fds = [PollFd::new(fd, PollFlags::IN)];

@@ -98,9 +98,32 @@ impl Store {
         write_store_file(&path, &data, 0o644, true).at(&path)
     }
 
+    /// Mark the mount at `mountpoint`, served by daemon `pid`, as being
+    /// taken down by `storefs umount` (a fork's commit, then the unmount):
+    /// a mount of the same fork or at the same place that comes meanwhile
+    /// waits for that daemon ([`Store::winding_down`]) instead of finding the
+    /// place taken. Removed by [`Store::clear_unmounting`] and with the record.
+    pub fn mark_unmounting(&self, mountpoint: &Path, pid: u32) -> Result<()> {
+        let path = self.mount_file(mountpoint, "unmounting");
+        write_store_file(&path, format!("{pid}\n").as_bytes(), 0o644, false).at(&path)
+    }
+
+    /// Remove the mark [`Store::mark_unmounting`] left (missing is fine).
+    pub fn clear_unmounting(&self, mountpoint: &Path) {
+        let _ = crate::sys::remove_nofollow(&self.mount_file(mountpoint, "unmounting"));
+    }
+
+    /// The daemon pid the unmounting mark at `mountpoint` names, if any.
+    fn unmounting(&self, mountpoint: &Path) -> Option<u32> {
+        let path = self.mount_file(mountpoint, "unmounting");
+        let bytes = crate::sys::read_regular_nofollow(&path, 64, "an unmounting mark").ok()?;
+        std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+    }
+
     pub fn remove_mount(&self, mountpoint: &Path) -> Result<()> {
         let path = self.mount_record_path(mountpoint);
         remove_dead_socket(&path.with_extension("sock"));
+        self.clear_unmounting(mountpoint);
         match crate::sys::remove_nofollow(&path) {
             Err(e) if e.kind() != ErrorKind::NotFound => Err(e).at(&path),
             _ => Ok(()),
@@ -232,7 +255,8 @@ impl Store {
         Ok((live, dead))
     }
 
-    /// The records of daemons whose mount is gone but which have not
+    /// The records of daemons whose mount is gone, or going (`storefs
+    /// umount` marked it, [`Store::mark_unmounting`]), but which have not
     /// exited yet: unmounted, and committing a fork on their way out (or
     /// detached and still serving the processes inside).
     pub fn winding_down(&self) -> Result<Vec<MountRecord>> {
@@ -252,8 +276,11 @@ impl Store {
             let Ok(bytes) = super::read_store_file(&path) else {
                 continue;
             };
+            // Unmounted, or being unmounted by `storefs umount` (its mark
+            // names this daemon), and the daemon still runs.
             if let Ok(r) = serde_json::from_slice::<MountRecord>(&bytes)
-                && !mounted(Path::new(&r.mountpoint))
+                && (!mounted(Path::new(&r.mountpoint))
+                    || self.unmounting(Path::new(&r.mountpoint)) == Some(r.pid))
                 && r.daemon_is_alive()
             {
                 out.push(r);
