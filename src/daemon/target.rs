@@ -295,27 +295,32 @@ fn wait_for_previous_daemon(
     mountpoint: &Path,
     on_wait: &mut dyn FnMut(&Waiting),
 ) -> Result<(), TargetError> {
+    let of_fork = |r: &MountRecord| fork.is_some_and(|f| r.mode == "rw" && r.target == f);
+    let ours = |r: &MountRecord| of_fork(r) || Path::new(&r.mountpoint) == mountpoint;
+    // Whether daemon `pid` is on its way out (unmounted, or marked going).
+    let winding = |pid| {
+        store
+            .winding_down()
+            .is_ok_and(|w| w.iter().any(|d| d.pid == pid))
+    };
     // A live mount of the fork, or at the place, that `storefs umount` has
     // just been started on may not be marked yet (`umount X & mount X`,
     // xfstests generic/604): give the mark a moment before the place
     // counts as taken.
     let started = std::time::Instant::now();
     while started.elapsed() < UNMOUNT_MARK_WAIT
-        && store.live_mounts()?.iter().any(|r| {
-            (fork.is_some_and(|f| r.mode == "rw" && r.target == f)
-                || Path::new(&r.mountpoint) == mountpoint)
-                && !store
-                    .winding_down()
-                    .is_ok_and(|w| w.iter().any(|d| d.pid == r.pid))
-        })
+        && store
+            .live_mounts()?
+            .iter()
+            .any(|r| ours(r) && !winding(r.pid))
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     for r in store.winding_down()? {
-        let of_fork = fork.is_some_and(|f| r.mode == "rw" && r.target == f);
-        if !of_fork && Path::new(&r.mountpoint) != mountpoint {
+        if !ours(&r) {
             continue;
         }
+        let of_fork = of_fork(&r);
         let what = if of_fork {
             format!("fork '{}'", r.target)
         } else {
@@ -326,12 +331,7 @@ fn wait_for_previous_daemon(
             pid: r.pid,
             committing: r.mode == "rw",
         });
-        let going = || {
-            store
-                .winding_down()
-                .is_ok_and(|w| w.iter().any(|d| d.pid == r.pid))
-        };
-        if !super::wait_for_exit_while(&r, &going) {
+        if !super::wait_for_exit_while(&r, &|| winding(r.pid)) {
             let MountRecord { pid, log, .. } = r;
             return Err(TargetError::StillRunning { what, pid, log });
         }

@@ -642,19 +642,23 @@ impl TransportUse {
 /// read-only mount takes it and has nothing to check.
 pub const OPEN_CHECKS: &str = "open_checks";
 
-/// Whether the user's options name `option`.
-fn has_option(cfg: &MountConfig, option: &str) -> bool {
+/// The user's options (`-o`, each of them comma-separated), one at a time.
+fn user_options(cfg: &MountConfig) -> impl Iterator<Item = &str> {
     cfg.extra_options
         .iter()
         .flat_map(|o| o.split(','))
-        .any(|o| o.trim() == option)
+        .map(str::trim)
+}
+
+/// Whether the user's options name `option`.
+fn has_option(cfg: &MountConfig, option: &str) -> bool {
+    user_options(cfg).any(|o| o == option)
 }
 
 /// The atime policy the user's options name ([`AtimePolicy::from_options`]):
 /// what a fork mount does on reads. Read-only mounts never change atime.
 pub fn atime_policy(cfg: &MountConfig) -> AtimePolicy {
-    let options = cfg.extra_options.iter().flat_map(|o| o.split(','));
-    AtimePolicy::from_options(options.map(str::trim))
+    AtimePolicy::from_options(user_options(cfg))
 }
 
 /// The fuser configuration: `ro` or `rw` by `mode`, plus the user's options.
@@ -680,8 +684,7 @@ fn fuser_config(cfg: &MountConfig, mode: Mode) -> Result<Config, MountError> {
         MountOption::CUSTOM("subtype=storefs".into()),
     ];
     let mut acl = SessionACL::Owner;
-    let user_options = cfg.extra_options.iter().flat_map(|o| o.split(','));
-    for option in user_options.map(str::trim).filter(|o| !o.is_empty()) {
+    for option in user_options(cfg).filter(|o| !o.is_empty()) {
         let refuse = |reason| MountError::BadOption {
             option: option.to_string(),
             reason,
