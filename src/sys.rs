@@ -979,13 +979,24 @@ pub fn temp_file_name(prefix: &str) -> String {
 /// symlink planted under that name is never opened. Returns the file and its
 /// name.
 pub fn create_temp_in(dir: &File, prefix: &str, mode: u32) -> io::Result<(File, String)> {
+    create_new_in(dir, || Ok(temp_file_name(prefix)), mode)
+}
+
+/// Create a new file, open for reading and writing, in the open directory
+/// `dir` under the first name `name` gives that is not taken (`name` makes
+/// them unguessable): `O_CREAT|O_EXCL|O_NOFOLLOW`, so a file or symlink
+/// planted under that name is never opened. Returns the file and its name.
+pub fn create_new_in<N: AsRef<std::ffi::OsStr>>(
+    dir: &File,
+    mut name: impl FnMut() -> io::Result<N>,
+    mode: u32,
+) -> io::Result<(File, N)> {
     use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     loop {
-        let name = temp_file_name(prefix);
-        let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(mode)) {
-            Ok(fd) => return Ok((File::from(fd), name)),
+        let n = name()?;
+        match rustix::fs::openat(dir, n.as_ref(), flags, Mode::from_raw_mode(mode)) {
+            Ok(fd) => return Ok((File::from(fd), n)),
             Err(Errno::EXIST) => continue,
             Err(e) => return Err(e.into()),
         }

@@ -524,22 +524,18 @@ fn rel_of(location: &Path) -> Result<PathBuf> {
 
 // ------------------------------------------------------------- files
 
-/// A new file in `dir` beside `name`, `NAME#DIGITS` with 64 random bits:
-/// `O_CREAT | O_EXCL | O_NOFOLLOW`, so nothing planted under that name (a
-/// symlink included) is ever opened. The file, and its name.
+/// A new file in `dir` beside `name`, `NAME#DIGITS` with 64 random bits
+/// ([`crate::sys::create_new_in`]: nothing planted under that name, a
+/// symlink included, is ever opened). The file, and its name.
 fn create_temp(dir: &File, name: &OsStr) -> io::Result<(File, OsString)> {
-    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    loop {
+    let temp_name = || {
         let mut r = [0u8; 8];
         crate::sys::random_bytes(&mut r)?;
         let mut tmp = name.to_os_string();
         tmp.push(format!("#{}", u64::from_le_bytes(r)));
-        match rustix::fs::openat(dir, &tmp, flags, Mode::from_raw_mode(0o666)) {
-            Ok(fd) => return Ok((File::from(fd), tmp)),
-            Err(Errno::EXIST) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+        Ok(tmp)
+    };
+    crate::sys::create_new_in(dir, temp_name, 0o666)
 }
 
 /// Rename `tmp` to `name` in `dir` (`EEXIST` when `create` and `name` is
