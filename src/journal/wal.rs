@@ -345,6 +345,18 @@ impl Wal {
         }
     }
 
+    /// Whether the log takes more records: not after a shutdown, nor after
+    /// a failed write poisoned it.
+    fn writable(&self, c: &Cur) -> Result<()> {
+        if c.shut {
+            return Err(self.shut_err());
+        }
+        if let Some(why) = &c.poisoned {
+            return Err(self.poisoned_err(c.seq, why));
+        }
+        Ok(())
+    }
+
     fn poisoned_err(&self, seq: u64, why: &str) -> Error {
         Error::Io {
             path: self.path_of(seq),
@@ -364,12 +376,7 @@ impl Wal {
     /// from both buffers as they are (one vectored write, no copy of `data`).
     pub fn append_parts(&self, head: &[u8], data: &[u8]) -> Result<Pos> {
         let mut c = self.cur.lock();
-        if c.shut {
-            return Err(self.shut_err());
-        }
-        if let Some(why) = &c.poisoned {
-            return Err(self.poisoned_err(c.seq, why));
-        }
+        self.writable(&c)?;
         let frame_head = record::frame_head(&[head, data]);
         let at = c.end;
         let len = (FRAME_HEADER + head.len() + data.len()) as u64;
@@ -526,12 +533,7 @@ impl Wal {
     /// number.
     pub fn rotate(&self, first: &[&[u8]]) -> Result<u64> {
         let mut c = self.cur.lock();
-        if c.shut {
-            return Err(self.shut_err());
-        }
-        if let Some(why) = &c.poisoned {
-            return Err(self.poisoned_err(c.seq, why));
-        }
+        self.writable(&c)?;
         let fail = |c: &mut Cur, e: Error| {
             c.poisoned = Some(e.to_string());
             self.sync.lock().poisoned = Some(e.to_string());
