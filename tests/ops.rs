@@ -22,14 +22,27 @@ fn shell_named(env: &Env, name: &str) -> PathBuf {
     to
 }
 
-/// Run `script` with shell `sh` in `dir`; its pid.
+/// Run `script` with shell `sh` in `dir`; its pid. The copy of the shell
+/// was just written: a child another test thread forked meanwhile holds its
+/// write descriptor until that child's `exec`, and the kernel refuses to run
+/// a file open for writing (`ETXTBSY`), so the spawn is tried again then,
+/// for up to a second.
 fn run_in(sh: &Path, dir: &Path, script: &str) -> u32 {
-    let mut child = Command::new(sh)
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .spawn()
-        .unwrap();
+    let mut tries = 0;
+    let mut child = loop {
+        match Command::new(sh)
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .spawn()
+        {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => break r.unwrap(),
+        }
+    };
     let pid = child.id();
     assert!(child.wait().unwrap().success(), "{script}");
     pid
